@@ -1,0 +1,1 @@
+"""Time: cron grammar, next/prev fire times, DST rules, intervals, descriptions."""
