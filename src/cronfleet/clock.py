@@ -1,0 +1,104 @@
+"""The one source of time for the scheduler, injectable so tests control it.
+
+Time is carried as float seconds since the Unix epoch (UTC) inside the loop: cheap to
+compare and hash, and free of time-zone questions. Datetimes appear only at the edges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts"]
+
+
+def to_ts(dt: datetime) -> float:
+    if dt.tzinfo is None:
+        raise ValueError(f"naive datetime {dt.isoformat()} has no time zone; pass an aware one")
+    return dt.timestamp()
+
+
+def from_ts(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch."""
+        ...
+
+    async def sleep_until(self, deadline: float, wake: asyncio.Event | None = None) -> None:
+        """Return at ``deadline`` or as soon as ``wake`` is set, whichever comes first."""
+        ...
+
+
+class SystemClock:
+    """Real time. Sleeps are capped so a wall-clock jump (laptop sleep, NTP step) is seen
+    within ``max_sleep`` seconds and treated as a stall by the catch-up logic."""
+
+    def __init__(self, max_sleep: float = 30.0, offset: float = 0.0) -> None:
+        self.max_sleep = max_sleep
+        self.offset = offset  # lets tests simulate a skewed host clock
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    async def sleep_until(self, deadline: float, wake: asyncio.Event | None = None) -> None:
+        delay = min(max(deadline - self.now(), 0.0), self.max_sleep)
+        if wake is None:
+            await asyncio.sleep(delay)
+            return
+        if wake.is_set():
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), delay)
+        except TimeoutError:
+            pass
+
+
+class FakeClock:
+    """Manually advanced time for tests: nothing sleeps for real."""
+
+    def __init__(self, start: float | datetime) -> None:
+        self._now = to_ts(start) if isinstance(start, datetime) else float(start)
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def set(self, when: float | datetime) -> None:
+        ts = to_ts(when) if isinstance(when, datetime) else float(when)
+        self._now = max(self._now, ts)
+        self._wake_due()
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+        self._wake_due()
+
+    def _wake_due(self) -> None:
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            _, _, fut = heapq.heappop(self._sleepers)
+            if not fut.done():
+                fut.set_result(None)
+
+    async def sleep_until(self, deadline: float, wake: asyncio.Event | None = None) -> None:
+        if deadline <= self._now:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
+        if wake is None:
+            await fut
+            return
+        waiter = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({fut, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not fut.done():
+                fut.cancel()

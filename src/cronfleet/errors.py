@@ -1,0 +1,73 @@
+"""Exceptions raised by cronfleet's public API.
+
+Every error names what is wrong and where (job id, field), so an operator can act on the
+message alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cronfleet.model import RunRecord
+
+__all__ = [
+    "AlreadyExecuting",
+    "CronfleetError",
+    "DuplicateJob",
+    "JobNotFound",
+    "StoreError",
+    "StoreUnavailable",
+]
+
+
+class CronfleetError(Exception):
+    """Base class of every cronfleet error."""
+
+
+class JobNotFound(CronfleetError, KeyError):
+    """The job id is not known to this scheduler."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+    def __str__(self) -> str:
+        return f"no job with id {self.job_id!r}"
+
+
+class DuplicateJob(CronfleetError, ValueError):
+    """Two jobs were declared with the same id."""
+
+
+class AlreadyExecuting(CronfleetError):
+    """A manual trigger found the job's lease held by a running run.
+
+    ``record`` is the skip record written to the ledger, the same shape a scheduled slot
+    gets under ``Overlap.SKIP``; ``holder`` names the instance that holds the lease.
+    """
+
+    code = "CRON_JOB_ALREADY_EXECUTING"
+
+    def __init__(self, job_id: str, holder: str | None, record: RunRecord) -> None:
+        self.job_id = job_id
+        self.holder = holder
+        self.record = record
+        super().__init__(
+            f"job {job_id!r} is already executing (lease held by {holder or 'another run'})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": str(self),
+            "details": {"log": self.record.to_dict()},
+        }
+
+
+class StoreError(CronfleetError):
+    """The store rejected an operation (bad URL, schema too new, constraint)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store did not answer; callers decide whether to fail open or closed."""

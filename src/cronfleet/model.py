@@ -1,0 +1,325 @@
+"""Data shared by the scheduler, the executor and every store.
+
+Times inside records are aware UTC datetimes; the loop itself works in epoch seconds
+(see :mod:`cronfleet.clock`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.cron.duration import DurationError, to_timedelta
+
+if TYPE_CHECKING:
+    from cronfleet.cron import CronExpr
+
+__all__ = [
+    "Handler",
+    "Job",
+    "JobState",
+    "Locking",
+    "Missed",
+    "Overlap",
+    "RunContext",
+    "RunRecord",
+    "RunStatus",
+    "SkipReason",
+    "TriggeredBy",
+]
+
+
+class Missed(str, Enum):
+    """What to do with slots that passed while no instance could fire them."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"
+
+
+class Locking(str, Enum):
+    """Whether a slot needs a store-wide claim before it runs."""
+
+    NODE_LOCAL = "node_local"
+    PREFER_GLOBAL = "prefer_global"
+    REQUIRE_GLOBAL = "require_global"
+
+
+class Overlap(str, Enum):
+    """What a slot does when the previous run of the job still holds the lease."""
+
+    SKIP = "skip"
+    QUEUE_ONE = "queue_one"
+    ALLOW = "allow"
+
+
+class TriggeredBy(str, Enum):
+    SCHEDULE = "schedule"
+    CATCHUP = "catchup"
+    MANUAL = "manual"
+    API = "api"
+    RECOVERY = "recovery"
+
+
+class RunStatus(str, Enum):
+    PENDING = "pending"  # claimed, waiting for its jitter delay or a queued lease
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (RunStatus.PENDING, RunStatus.RUNNING)
+
+
+class SkipReason(str, Enum):
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    MISSED = "missed"
+    ALREADY_EXECUTING = "already_executing"
+    STORE_UNAVAILABLE = "store_unavailable"
+
+
+RunResult = Any
+Handler = Callable[["RunContext"], Awaitable[Any] | Any]
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
+DEFAULT_CATCH_UP_WINDOW = 3600.0
+LEASE_GRACE = 30.0
+LEASE_WITHOUT_TIMEOUT = 3600.0
+
+
+def _seconds(value: str | float | timedelta | None, field_name: str, job_id: str) -> float:
+    try:
+        return to_timedelta(value, field=field_name).total_seconds()
+    except DurationError as exc:
+        raise ValueError(f"job {job_id!r}: {exc}") from None
+
+
+def _enum(enum: type[Any], value: Any, field_name: str, job_id: str) -> Any:
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(m.name for m in enum)
+        raise ValueError(
+            f"job {job_id!r}: {field_name}: {value!r} is not one of {allowed}"
+        ) from None
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """A declared unit of work. Build it with :meth:`Job.create`, which validates."""
+
+    id: str
+    schedule: CronExpr
+    handler: Handler | None
+    missed: Missed = Missed.RUN_ONCE
+    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
+    locking: Locking = Locking.PREFER_GLOBAL
+    overlap: Overlap = Overlap.SKIP
+    timeout: float | None = None
+    jitter: float = 0.0
+    enabled: bool = True
+    recover: bool = False
+    config: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    source: str = "code"
+
+    @classmethod
+    def create(
+        cls,
+        schedule: str | CronExpr,
+        handler: Handler | None,
+        *,
+        id: str,
+        timezone: str | None = None,
+        missed: Missed | str = Missed.RUN_ONCE,
+        catch_up_window: str | float | timedelta = DEFAULT_CATCH_UP_WINDOW,
+        locking: Locking | str = Locking.PREFER_GLOBAL,
+        overlap: Overlap | str = Overlap.SKIP,
+        timeout: str | float | timedelta | None = None,
+        jitter: str | float | timedelta = 0,
+        enabled: bool = True,
+        recover: bool = False,
+        config: Mapping[str, Any] | None = None,
+        description: str = "",
+        source: str = "code",
+    ) -> Job:
+        if not isinstance(id, str) or not _JOB_ID.match(id):
+            raise ValueError(
+                f"job id {id!r} is invalid: use 1-200 characters from letters, digits and "
+                "._:/@+- starting with a letter or digit"
+            )
+        if isinstance(schedule, str):
+            from cronfleet.cron import parse
+
+            try:
+                expr = parse(schedule, tz=timezone or "UTC")
+            except ValueError as exc:
+                raise ValueError(f"job {id!r}: schedule {schedule!r}: {exc}") from None
+        else:
+            expr = schedule
+        tmo = None if timeout is None else _seconds(timeout, "timeout", id)
+        if tmo is not None and tmo <= 0:
+            raise ValueError(f"job {id!r}: timeout must be positive (got {timeout!r})")
+        if not isinstance(enabled, bool):
+            raise ValueError(f"job {id!r}: enabled must be true or false (got {enabled!r})")
+        return cls(
+            id=id,
+            schedule=expr,
+            handler=handler,
+            missed=_enum(Missed, missed, "missed", id),
+            catch_up_window=_seconds(catch_up_window, "catch_up_window", id),
+            locking=_enum(Locking, locking, "locking", id),
+            overlap=_enum(Overlap, overlap, "overlap", id),
+            timeout=tmo,
+            jitter=_seconds(jitter, "jitter", id),
+            enabled=enabled,
+            recover=bool(recover),
+            config=dict(config or {}),
+            description=description,
+            source=source,
+        )
+
+    @property
+    def lease_seconds(self) -> float:
+        """Lease length: timeout + 30 s, or 1 h for a job without a timeout."""
+        return self.timeout + LEASE_GRACE if self.timeout is not None else LEASE_WITHOUT_TIMEOUT
+
+
+@dataclass(slots=True)
+class JobState:
+    """The shared per-job row: pause override and execution lease."""
+
+    job_id: str
+    enabled_override: bool | None = None
+    override_by: str | None = None
+    override_at: datetime | None = None
+    override_note: str | None = None
+    override_until: datetime | None = None
+    lease_holder: str | None = None
+    lease_token: int | None = None
+    lease_until: datetime | None = None
+    last_slot: datetime | None = None
+    created_at: datetime | None = None
+
+    def effective_enabled(self, declared: bool, now: datetime) -> bool:
+        """The override wins until its ``until`` passes; then the declared value."""
+        if self.enabled_override is None:
+            return declared
+        if self.override_until is not None and self.override_until <= now:
+            return declared
+        return self.enabled_override
+
+    def lease_live(self, now: datetime) -> bool:
+        return (
+            self.lease_holder is not None
+            and self.lease_until is not None
+            and self.lease_until > now
+        )
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One execution, or one deliberate non-execution, of one job."""
+
+    id: int | None
+    job_id: str
+    slot: datetime
+    triggered_by: TriggeredBy
+    status: RunStatus
+    instance_id: str | None = None
+    fencing_token: int | None = None
+    manual: bool = False
+    is_catchup: bool = False
+    is_recovery: bool = False
+    attempt: int = 1
+    reason: str | None = None
+    claimed_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    deadline: datetime | None = None
+    result: Any = None
+    error: str | None = None
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return self.status in (RunStatus.SUCCEEDED, RunStatus.SKIPPED)
+
+    @property
+    def lateness(self) -> float | None:
+        """Seconds between the nominal slot and the handler's start."""
+        if self.started_at is None or self.manual:
+            return None
+        return (self.started_at - self.slot).total_seconds()
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(d: datetime | None) -> str | None:
+            return None if d is None else d.isoformat()
+
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "slot": iso(self.slot),
+            "triggered_by": self.triggered_by.value,
+            "manual": self.manual,
+            "is_catchup": self.is_catchup,
+            "is_recovery": self.is_recovery,
+            "instance_id": self.instance_id,
+            "fencing_token": self.fencing_token,
+            "attempt": self.attempt,
+            "status": self.status.value,
+            "success": self.success,
+            "reason": self.reason,
+            "claimed_at": iso(self.claimed_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "lateness": self.lateness,
+            "duration": self.duration,
+            "result": self.result,
+            "error": self.error,
+            "logs": list(self.logs),
+        }
+
+
+@dataclass(slots=True)
+class RunContext:
+    """What a handler receives: which slot it runs, why, and a log it can write to."""
+
+    job_id: str
+    slot: datetime
+    triggered_by: TriggeredBy
+    instance_id: str
+    fencing_token: int | None
+    config: Mapping[str, Any]
+    run_id: int | None = None
+    is_catchup: bool = False
+    is_recovery: bool = False
+    manual: bool = False
+    attempt: int = 1
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def schedule_id(self) -> str:
+        """The job id without its plugin prefix (``plugin/schedule`` → ``schedule``)."""
+        return self.job_id.rsplit("/", 1)[-1]
+
+    def log(self, message: str) -> None:
+        """Append a line to the run's log (stored with the run record)."""
+        self.logs.append(str(message))

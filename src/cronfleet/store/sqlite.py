@@ -1,0 +1,785 @@
+"""The embedded default store: one SQLite file in WAL mode.
+
+Several processes on one host coordinate through it: claims are unique rows, leases are
+conditional updates, and every write transaction starts with ``BEGIN IMMEDIATE`` so
+writers queue on SQLite's lock instead of failing half way. All calls run on one
+dedicated thread per store (SQLite connections are not shared across threads), and each
+batched call is one transaction; batches travel as a single JSON parameter read with
+``json_each`` so a burst of 20,000 slots is still one statement per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cronfleet.clock import Clock, SystemClock
+from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
+from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
+
+__all__ = ["SQLiteStore"]
+
+log = logging.getLogger("cronfleet.store.sqlite")
+T = TypeVar("T")
+
+_RUN_COLS = (
+    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
+    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
+    "result, error, logs"
+)
+_STATE_COLS = (
+    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
+    "lease_holder, lease_token, lease_until, last_slot, created_at"
+)
+
+_CLAIM_SQL = """
+INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING token, job_id, slot
+"""
+_LEASE_SQL = """
+UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
+FROM json_each(?2) AS v
+WHERE job_state.job_id = v.value->>0
+  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?3)
+RETURNING job_state.job_id
+"""
+_WATERMARK_SQL = """
+UPDATE job_state SET last_slot = v.s
+FROM (SELECT value->>0 AS id, max(value->>1) AS s FROM json_each(?1) GROUP BY 1) AS v
+WHERE job_state.job_id = v.id AND (job_state.last_slot IS NULL OR job_state.last_slot < v.s)
+"""
+_ENSURE_SQL = """
+INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
+ON CONFLICT (job_id) DO NOTHING
+"""
+_INSERT_RUNS_SQL = """
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
+                  manual, is_catchup, is_recovery, claimed_at, started_at, finished_at,
+                  deadline, result, logs)
+SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ?1, value->>5,
+       value->>6, value->>7, value->>8, ?2, value->>9, value->>10,
+       value->>11, value->>12, value->>13
+FROM json_each(?3)
+RETURNING id, job_id, slot
+"""
+_FINISH_SQL = """
+UPDATE runs SET status = v.value->>1, reason = v.value->>2, started_at = v.value->>3,
+                finished_at = v.value->>4, result = v.value->>5, error = v.value->>6,
+                logs = v.value->>7
+FROM json_each(?1) AS v
+WHERE runs.id = v.value->>0
+"""
+_RELEASE_SQL = """
+UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM json_each(?1) AS v
+WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1
+"""
+_SKIPS_SQL = """
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
+                  finished_at, result, logs, dedupe)
+SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,
+       value->>5, value->>6, value->>3
+FROM json_each(?2) WHERE true
+ON CONFLICT (job_id, slot, dedupe) DO NOTHING
+"""
+
+
+def _ms(ts: float) -> int:
+    return round(ts * 1000)
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _dt_req(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
+    return JobState(
+        job_id=row[0],
+        enabled_override=None if row[1] is None else bool(row[1]),
+        override_by=row[2],
+        override_at=_dt(row[3]),
+        override_note=row[4],
+        override_until=_dt(row[5]),
+        lease_holder=row[6],
+        lease_token=row[7],
+        lease_until=_dt(row[8]),
+        last_slot=_dt(row[9]),
+        created_at=_dt(row[10]),
+    )
+
+
+def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        job_id=row[1],
+        slot=_dt_req(row[2]),
+        triggered_by=TriggeredBy(row[3]),
+        status=RunStatus(row[4]),
+        reason=row[5],
+        instance_id=row[6],
+        fencing_token=row[7],
+        manual=bool(row[8]),
+        is_catchup=bool(row[9]),
+        is_recovery=bool(row[10]),
+        attempt=row[11],
+        claimed_at=_dt(row[12]),
+        started_at=_dt(row[13]),
+        finished_at=_dt(row[14]),
+        deadline=_dt(row[15]),
+        result=None if row[16] is None else json.loads(row[16]),
+        error=row[17],
+        logs=[] if row[18] is None else json.loads(row[18]),
+    )
+
+
+def busy_log(holder: str | None) -> str:
+    return f"Skipped: the previous run has not finished (lease held by {holder or 'unknown'})"
+
+
+def _busy_result() -> dict[str, Any]:
+    return {"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value}
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of a migration file; ``executescript`` would commit our transaction."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` of the packaged migration files, in order."""
+    folder = resources.files("cronfleet.store").joinpath("sql", dialect)
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+class SQLiteStore:
+    """Claims, leases, overrides and the run ledger in one SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Clock | None = None,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self.clock: Clock = clock or SystemClock()
+        self.busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
+        """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
+        prefix = "sqlite:///"
+        if not url.startswith(prefix):
+            raise StoreError(
+                f"invalid SQLite URL {url!r}: expected sqlite:///relative/path.db "
+                "or sqlite:////absolute/path.db"
+            )
+        path, _, query = url[len(prefix) :].partition("?")
+        if not path:
+            raise StoreError(f"invalid SQLite URL {url!r}: no file path after 'sqlite:///'")
+        if query:
+            raise StoreError(f"invalid SQLite URL {url!r}: query options are not supported")
+        return cls(path, clock=clock)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise StoreError(f"{self!r} is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+
+    def _guard(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except sqlite3.OperationalError as exc:
+            msg = str(exc)
+            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full")):
+                raise StoreUnavailable(f"SQLite store {self.path}: {msg}") from exc
+            raise StoreError(f"SQLite store {self.path}: {msg}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self!r} is not open")
+        return self._conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def _now_ms(self) -> int:
+        return _ms(self.clock.now())
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-sqlite")
+        try:
+            await self._call(self._open)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
+
+    def _open(self) -> None:
+        if self.path != ":memory:":
+            parent = Path(self.path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StoreError(f"SQLite store {self.path}: folder {parent} does not exist")
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        self._conn = conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        if self.path != ":memory:":
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("SQLite store %s: could not switch to WAL mode (%s)", self.path, mode)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        known = migrations("sqlite")
+        latest = known[-1][0] if known else 0
+        with self._tx() as c:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
+            )
+            row = c.execute("SELECT max(version) FROM schema_migrations").fetchone()
+            current = row[0] or 0
+            if current > latest:
+                raise StoreError(
+                    f"SQLite store {self.path}: schema version {current} is newer than this "
+                    f"cronfleet understands ({latest}); upgrade cronfleet"
+                )
+            for version, name, sql in known:
+                if version <= current:
+                    continue
+                for stmt in _split_sql(sql):
+                    c.execute(stmt)
+                c.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, self._now_ms()),
+                )
+                log.info("SQLite store %s: applied migration %s", self.path, name)
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        try:
+            await self._call(self._close)
+        finally:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def now(self) -> float:
+        return self.clock.now()
+
+    # -- job state --------------------------------------------------------------------
+
+    async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return await self._call(self._ensure_jobs, list(job_ids))
+
+    def _ensure_jobs(self, job_ids: list[str]) -> dict[str, JobState]:
+        with self._tx() as c:
+            c.execute(_ENSURE_SQL, (self._now_ms(), json.dumps(job_ids)))
+        return self._read_states(job_ids)
+
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return await self._call(self._read_states, list(job_ids))
+
+    def _read_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        rows = self.conn.execute(
+            f"SELECT {_STATE_COLS} FROM job_state "
+            "WHERE job_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(job_ids),),
+        ).fetchall()
+        return {r[0]: _state(r) for r in rows}
+
+    async def set_override(
+        self,
+        job_id: str,
+        enabled: bool | None,
+        *,
+        by: str | None,
+        note: str | None,
+        until: datetime | None,
+    ) -> JobState:
+        return await self._call(self._set_override, job_id, enabled, by, note, until)
+
+    def _set_override(
+        self,
+        job_id: str,
+        enabled: bool | None,
+        by: str | None,
+        note: str | None,
+        until: datetime | None,
+    ) -> JobState:
+        now = self._now_ms()
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO job_state (job_id, created_at) VALUES (?, ?) "
+                "ON CONFLICT (job_id) DO NOTHING",
+                (job_id, now),
+            )
+            row = c.execute(
+                "UPDATE job_state SET enabled_override = ?, override_by = ?, override_at = ?, "
+                f"override_note = ?, override_until = ? WHERE job_id = ? RETURNING {_STATE_COLS}",
+                (
+                    None if enabled is None else int(enabled),
+                    by,
+                    now,
+                    note,
+                    None if until is None else _ms(until.timestamp()),
+                    job_id,
+                ),
+            ).fetchone()
+        return _state(row)
+
+    # -- the hot path -----------------------------------------------------------------
+
+    async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
+        if not items:
+            return []
+        return await self._call(self._dispatch, list(items), instance_id)
+
+    def _take_leases(
+        self, c: sqlite3.Connection, wanted: list[tuple[str, int | None, float]], instance: str
+    ) -> tuple[set[str], dict[str, str | None]]:
+        """Take ``(job_id, token, hold)`` leases; return acquired ids and busy holders."""
+        if not wanted:
+            return set(), {}
+        ids = [w[0] for w in wanted]
+        if len(set(ids)) != len(ids):
+            raise StoreError("one batch may take at most one lease per job")
+        now = self._now_ms()
+        c.execute(_ENSURE_SQL, (now, json.dumps(ids)))
+        payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in wanted])
+        acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, payload, now))}
+        busy = [j for j in ids if j not in acquired]
+        holders: dict[str, str | None] = {}
+        if busy:
+            holders = dict(
+                c.execute(
+                    "SELECT job_id, lease_holder FROM job_state "
+                    "WHERE job_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(busy),),
+                ).fetchall()
+            )
+        return acquired, holders
+
+    def _dispatch(self, items: list[Dispatch], instance: str) -> list[Dispatched]:
+        out = [Dispatched(request=it, won=False) for it in items]
+        with self._tx() as c:
+            now = self._now_ms()
+            # 1. claims: one statement for every unique slot claim in the batch
+            slot_idx = [
+                i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+            ]
+            if slot_idx:
+                payload = json.dumps([[items[i].job_id, _ms(items[i].slot)] for i in slot_idx])
+                won = {(j, s): tok for tok, j, s in c.execute(_CLAIM_SQL, (instance, now, payload))}
+                for i in slot_idx:
+                    tok = won.get((items[i].job_id, _ms(items[i].slot)))
+                    if tok is not None:
+                        out[i].won, out[i].token = True, tok
+            for i, it in enumerate(items):
+                if it.reclaim_token is not None:
+                    if c.execute("DELETE FROM claims WHERE token = ?", (it.reclaim_token,)).rowcount:
+                        out[i].won = True
+                        out[i].token = c.execute(
+                            "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
+                            "VALUES (?, ?, ?, ?) RETURNING token",
+                            (it.job_id, _ms(it.slot), instance, now),
+                        ).fetchone()[0]
+                elif it.claim == "token":
+                    out[i].won = True
+                    out[i].token = c.execute(
+                        "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
+                        "VALUES (?, NULL, ?, ?) RETURNING token",
+                        (it.job_id, instance, now),
+                    ).fetchone()[0]
+                elif it.claim == "none":
+                    out[i].won = True
+            # 2. the per-job watermark of processed slots (drives catch-up after a restart)
+            marks = [[items[i].job_id, _ms(items[i].slot)] for i in slot_idx if out[i].won]
+            if marks:
+                c.execute(_WATERMARK_SQL, (json.dumps(marks),))
+            # 3. leases for the runs that start now
+            lease_idx = [
+                i
+                for i, d in enumerate(out)
+                if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
+            ]
+            acquired, holders = self._take_leases(
+                c, [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance
+            )
+            # 4. one ledger row per won slot
+            rows: list[list[Any]] = []
+            recs: list[tuple[int, RunRecord]] = []
+            for i, d in enumerate(out):
+                if not d.won:
+                    continue
+                it = items[i]
+                slot_ms = _ms(it.slot)
+                status, reason, result, logs = RunStatus.RUNNING, None, it.result, list(it.logs)
+                started: int | None = now
+                finished: int | None = None
+                deadline: int | None = now + _ms(it.hold)
+                if it.skip_reason:
+                    status, reason, started, finished, deadline = (
+                        RunStatus.SKIPPED,
+                        it.skip_reason,
+                        None,
+                        now,
+                        None,
+                    )
+                    if result is None:
+                        result = {"skipped": True, "reason": it.skip_reason}
+                elif it.defer:
+                    status, started = RunStatus.PENDING, None
+                elif it.lease and it.job_id not in acquired:
+                    d.holder = holders.get(it.job_id)
+                    if it.wait_if_busy:
+                        status, started = RunStatus.PENDING, None
+                    else:
+                        status, reason, started, finished, deadline = (
+                            RunStatus.SKIPPED,
+                            SkipReason.ALREADY_EXECUTING.value,
+                            None,
+                            now,
+                            None,
+                        )
+                        result = _busy_result()
+                        logs.append(busy_log(d.holder))
+                rec = RunRecord(
+                    id=None,
+                    job_id=it.job_id,
+                    slot=_dt_req(slot_ms),
+                    triggered_by=it.triggered_by,
+                    status=status,
+                    instance_id=instance,
+                    fencing_token=d.token,
+                    manual=it.manual,
+                    is_catchup=it.is_catchup,
+                    is_recovery=it.is_recovery,
+                    reason=reason,
+                    claimed_at=_dt_req(now),
+                    started_at=_dt(started),
+                    finished_at=_dt(finished),
+                    deadline=_dt(deadline),
+                    result=result,
+                    logs=logs,
+                )
+                d.run = rec
+                recs.append((i, rec))
+                rows.append(
+                    [
+                        it.job_id,
+                        slot_ms,
+                        it.triggered_by.value,
+                        status.value,
+                        reason,
+                        d.token,
+                        int(it.manual),
+                        int(it.is_catchup),
+                        int(it.is_recovery),
+                        started,
+                        finished,
+                        deadline,
+                        _json(result),
+                        json.dumps(logs),
+                    ]
+                )
+            if rows:
+                ids: dict[tuple[str, int], list[int]] = {}
+                for rid, job_id, slot in c.execute(
+                    _INSERT_RUNS_SQL, (instance, now, json.dumps(rows))
+                ):
+                    ids.setdefault((job_id, slot), []).append(rid)
+                for _, rec in recs:
+                    bucket = ids[(rec.job_id, _ms(rec.slot.timestamp()))]
+                    bucket.sort()
+                    rec.id = bucket.pop(0)
+        return out
+
+    async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
+        if not items:
+            return []
+        return await self._call(self._start, list(items), instance_id)
+
+    def _start(self, items: list[Start], instance: str) -> list[Started]:
+        out = [Started(request=it, run=None) for it in items]
+        with self._tx() as c:
+            now = self._now_ms()
+            leased = [it for it in items if it.lease]
+            acquired, holders = self._take_leases(
+                c, [(it.job_id, it.token, it.hold) for it in leased], instance
+            )
+            run_now: list[list[Any]] = []
+            skip_now: list[list[Any]] = []
+            waiting: set[int] = set()
+            for st, it in zip(out, items, strict=True):
+                if it.lease and it.job_id not in acquired:
+                    st.holder = holders.get(it.job_id)
+                    if it.wait_if_busy:
+                        waiting.add(it.run_id)
+                    else:
+                        skip_now.append(
+                            [it.run_id, json.dumps(_busy_result()), busy_log(st.holder)]
+                        )
+                    continue
+                run_now.append([it.run_id, now + _ms(it.hold)])
+            if run_now:
+                c.execute(
+                    "UPDATE runs SET status = 'running', started_at = ?1, "
+                    "deadline = v.value->>1 FROM json_each(?2) AS v "
+                    "WHERE runs.id = v.value->>0 AND runs.status = 'pending'",
+                    (now, json.dumps(run_now)),
+                )
+            if skip_now:
+                c.execute(
+                    "UPDATE runs SET status = 'skipped', reason = ?1, finished_at = ?2, "
+                    "deadline = NULL, result = v.value->>1, "
+                    "logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2) "
+                    "FROM json_each(?3) AS v WHERE runs.id = v.value->>0",
+                    (SkipReason.ALREADY_EXECUTING.value, now, json.dumps(skip_now)),
+                )
+            touched = [it.run_id for it in items if it.run_id not in waiting]
+            if touched:
+                by_id = {
+                    r[0]: _run(r)
+                    for r in c.execute(
+                        f"SELECT {_RUN_COLS} FROM runs "
+                        "WHERE id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(touched),),
+                    )
+                }
+                for st in out:
+                    if st.request.run_id not in waiting:
+                        st.run = by_id.get(st.request.run_id)
+        return out
+
+    async def finish(self, items: Sequence[Finish]) -> None:
+        if not items:
+            return
+        await self._call(self._finish, list(items))
+
+    def _finish(self, items: list[Finish]) -> None:
+        rows = []
+        releases = []
+        for f in items:
+            r = f.run
+            rows.append(
+                [
+                    r.id,
+                    r.status.value,
+                    r.reason,
+                    None if r.started_at is None else _ms(r.started_at.timestamp()),
+                    None if r.finished_at is None else _ms(r.finished_at.timestamp()),
+                    _json(r.result),
+                    r.error,
+                    json.dumps(r.logs, default=str),
+                ]
+            )
+            if f.release_token is not None:
+                releases.append([r.job_id, f.release_token])
+        with self._tx() as c:
+            c.execute(_FINISH_SQL, (json.dumps(rows),))
+            if releases:
+                c.execute(_RELEASE_SQL, (json.dumps(releases),))
+
+    async def record_skips(self, items: Sequence[Skip]) -> int:
+        if not items:
+            return 0
+        return await self._call(self._record_skips, list(items))
+
+    def _record_skips(self, items: list[Skip]) -> int:
+        rows = [
+            [
+                s.job_id,
+                _ms(s.slot),
+                s.triggered_by.value,
+                s.reason,
+                s.instance_id,
+                _json(s.result if s.result is not None else {"skipped": True, "reason": s.reason}),
+                json.dumps(s.logs),
+            ]
+            for s in items
+        ]
+        with self._tx() as c:
+            now = self._now_ms()
+            written = c.execute(_SKIPS_SQL, (now, json.dumps(rows))).rowcount
+            c.execute(_WATERMARK_SQL, (json.dumps([[r[0], r[1]] for r in rows]),))
+        return max(written, 0)
+
+    async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
+        if not items:
+            return
+        await self._call(self._renew, list(items))
+
+    def _renew(self, items: list[tuple[str, int, float]]) -> None:
+        with self._tx() as c:
+            now = self._now_ms()
+            payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in items])
+            c.execute(
+                "UPDATE job_state SET lease_until = v.value->>2 FROM json_each(?1) AS v "
+                "WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1",
+                (payload,),
+            )
+            c.execute(
+                "UPDATE runs SET deadline = v.value->>2 FROM json_each(?1) AS v "
+                "WHERE runs.job_id = v.value->>0 AND runs.fencing_token = v.value->>1 "
+                "AND runs.status = 'running'",
+                (payload,),
+            )
+
+    async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
+        return await self._call(self._reap, instance_id)
+
+    def _reap(self, instance: str) -> list[RunRecord]:
+        with self._tx() as c:
+            now = self._now_ms()
+            rows = c.execute(
+                "UPDATE runs SET status = 'interrupted', reason = 'lease_expired', "
+                "finished_at = ?1, error = 'the instance running it stopped answering; its "
+                "lease expired', logs = json_insert(coalesce(logs, '[]'), '$[#]', "
+                "'Interrupted: ' || coalesce(instance_id, 'an instance') || "
+                "' did not finish this run before its lease expired (marked by ' || ?2 || ')') "
+                "WHERE status IN ('running', 'pending') AND deadline < ?1 "
+                "AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id "
+                "AND s.lease_token = runs.fencing_token AND s.lease_until > ?1) "
+                f"RETURNING {_RUN_COLS}",
+                (now, instance),
+            ).fetchall()
+        return [_run(r) for r in rows]
+
+    # -- reading the ledger -----------------------------------------------------------
+
+    async def list_runs(
+        self,
+        job_id: str | None = None,
+        *,
+        limit: int = 50,
+        status: RunStatus | None = None,
+        before_id: int | None = None,
+    ) -> list[RunRecord]:
+        return await self._call(self._list_runs, job_id, limit, status, before_id)
+
+    def _list_runs(
+        self, job_id: str | None, limit: int, status: RunStatus | None, before_id: int | None
+    ) -> list[RunRecord]:
+        where, args = [], []
+        if job_id is not None:
+            where.append("job_id = ?")
+            args.append(job_id)
+        if status is not None:
+            where.append("status = ?")
+            args.append(RunStatus(status).value)
+        if before_id is not None:
+            where.append("id < ?")
+            args.append(before_id)
+        sql = f"SELECT {_RUN_COLS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(int(limit))
+        return [_run(r) for r in self.conn.execute(sql, args)]
+
+    async def get_run(self, run_id: int) -> RunRecord | None:
+        return await self._call(self._get_run, run_id)
+
+    def _get_run(self, run_id: int) -> RunRecord | None:
+        row = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else _run(row)
+
+    async def prune(
+        self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
+    ) -> tuple[int, int]:
+        return await self._call(self._prune, claims_older_than, runs_older_than, runs_per_job)
+
+    def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
+        with self._tx() as c:
+            claims = c.execute(
+                "DELETE FROM claims WHERE claimed_at < ? AND token NOT IN "
+                "(SELECT max(token) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                (_ms(claims_before),),
+            ).rowcount
+            runs = c.execute(
+                "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending')",
+                (_ms(runs_before),),
+            ).rowcount
+            runs += c.execute(
+                "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
+                "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) "
+                "WHERE n > ? AND status NOT IN ('running', 'pending'))",
+                (per_job,),
+            ).rowcount
+        return claims, runs

@@ -1,0 +1,338 @@
+"""The Store contract, checked identically for every store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cronfleet.clock import FakeClock
+from cronfleet.model import RunStatus, TriggeredBy
+from cronfleet.store import Store
+from cronfleet.store.base import Dispatch, Finish, Skip, Start
+
+from .conftest import T0, StoreFactory
+
+S = TriggeredBy.SCHEDULE
+
+
+def slot_item(job: str, slot: float, **kw: object) -> Dispatch:
+    return Dispatch(job_id=job, slot=slot, triggered_by=S, **kw)  # type: ignore[arg-type]
+
+
+async def test_open_is_idempotent_and_concurrent_opens_are_safe(make_store: StoreFactory) -> None:
+    stores = [make_store() for _ in range(6)]
+    await asyncio.gather(*(s.open() for s in stores))
+    await stores[0].open()
+    states = await stores[1].ensure_jobs(["a"])
+    assert states["a"].created_at is not None
+    await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_ensure_jobs_creates_rows_once(store: Store, clock: FakeClock) -> None:
+    first = await store.ensure_jobs(["a", "b"])
+    clock.advance(60)
+    again = await store.ensure_jobs(["a", "b", "c"])
+    assert set(again) == {"a", "b", "c"}
+    assert again["a"].created_at == first["a"].created_at
+    assert again["c"].created_at is not None
+    assert again["c"].created_at > first["a"].created_at  # type: ignore[operator]
+    assert again["a"].enabled_override is None and again["a"].lease_holder is None
+
+
+async def test_claims_are_unique_per_slot_across_instances(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a", "b"])
+    batch = [slot_item("a", T0), slot_item("b", T0)]
+    mine, theirs = await asyncio.gather(
+        store.dispatch(batch, "one"), other.dispatch(list(batch), "two")
+    )
+    for job in ("a", "b"):
+        won = [r for r in mine + theirs if r.request.job_id == job and r.won]
+        assert len(won) == 1, job
+        assert won[0].run is not None and won[0].run.fencing_token == won[0].token
+    lost = [r for r in mine + theirs if not r.won]
+    assert all(r.run is None and r.token is None for r in lost)
+    runs = await store.list_runs(limit=10)
+    assert sorted(r.job_id for r in runs) == ["a", "b"]
+
+
+async def test_fencing_tokens_only_grow(store: Store) -> None:
+    await store.ensure_jobs(["a"])
+    tokens = []
+    for i in range(5):
+        [res] = await store.dispatch([slot_item("a", T0 + i)], "one")
+        tokens.append(res.token)
+    [manual] = await store.dispatch([slot_item("a", T0, claim="token", manual=True)], "one")
+    tokens.append(manual.token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+
+
+async def test_run_rows_record_the_claim(store: Store) -> None:
+    await store.ensure_jobs(["a"])
+    [res] = await store.dispatch(
+        [slot_item("a", T0, lease=True, hold=90, is_catchup=True, logs=["first line"])], "inst"
+    )
+    run = res.run
+    assert run is not None and run.id is not None
+    assert run.status is RunStatus.RUNNING
+    stored = await store.get_run(run.id)
+    assert stored is not None
+    assert stored.slot.timestamp() == T0
+    assert stored.instance_id == "inst"
+    assert stored.fencing_token == res.token
+    assert stored.is_catchup and stored.logs == ["first line"]
+    assert stored.deadline is not None and stored.deadline.timestamp() == pytest.approx(T0 + 90)
+
+
+async def test_lease_blocks_overlap_and_names_holder(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a"])
+    [first] = await store.dispatch([slot_item("a", T0, lease=True, hold=60)], "one")
+    assert first.started
+    [second] = await other.dispatch([slot_item("a", T0 + 1, lease=True, hold=60)], "two")
+    assert second.won and not second.started
+    assert second.holder == "one"
+    assert second.run is not None and second.run.status is RunStatus.SKIPPED
+    assert second.run.reason == "already_executing"
+    assert second.run.result == {"skipped": True, "reason": "already_executing"}
+    assert second.run.logs == [
+        "Skipped: the previous run has not finished (lease held by one)"
+    ]
+    assert second.run.success
+    # QUEUE_ONE: the run waits (pending) instead
+    [third] = await other.dispatch(
+        [slot_item("a", T0 + 2, lease=True, hold=60, wait_if_busy=True)], "two"
+    )
+    assert third.run is not None and third.run.status is RunStatus.PENDING
+    assert third.holder == "one"
+    state = (await other.read_states(["a"]))["a"]
+    assert state.lease_holder == "one" and state.lease_token == first.token
+
+
+async def test_finish_releases_lease_and_records_outcome(store: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["a"])
+    [res] = await store.dispatch([slot_item("a", T0, lease=True, hold=60)], "one")
+    run = res.run
+    assert run is not None
+    clock.advance(2)
+    run.status = RunStatus.FAILED
+    run.error = "ValueError: boom"
+    run.result = {"n": 1}
+    run.logs.append("hello")
+    from cronfleet.clock import from_ts
+
+    run.started_at = from_ts(T0 + 0.5)
+    run.finished_at = from_ts(T0 + 2)
+    await store.finish([Finish(run, release_token=res.token)])
+    stored = await store.get_run(run.id)  # type: ignore[arg-type]
+    assert stored is not None
+    assert stored.status is RunStatus.FAILED and stored.error == "ValueError: boom"
+    assert stored.result == {"n": 1} and stored.logs == ["hello"]
+    assert stored.duration == pytest.approx(1.5)
+    assert stored.lateness == pytest.approx(0.5)
+    state = (await store.read_states(["a"]))["a"]
+    assert state.lease_holder is None
+    [again] = await store.dispatch([slot_item("a", T0 + 60, lease=True, hold=60)], "two")
+    assert again.started
+
+
+async def test_release_with_a_stale_token_keeps_the_new_lease(store: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["a"])
+    [old] = await store.dispatch([slot_item("a", T0, lease=True, hold=10)], "one")
+    clock.advance(11)  # the lease expired: another instance may take it
+    [new] = await store.dispatch([slot_item("a", T0 + 11, lease=True, hold=10)], "two")
+    assert new.started
+    assert old.run is not None
+    old.run.status = RunStatus.SUCCEEDED
+    await store.finish([Finish(old.run, release_token=old.token)])
+    state = (await store.read_states(["a"]))["a"]
+    assert state.lease_holder == "two" and state.lease_token == new.token
+
+
+async def test_expired_lease_can_be_taken(store: Store, other: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["a"])
+    await store.dispatch([slot_item("a", T0, lease=True, hold=30)], "one")
+    clock.advance(29)
+    [busy] = await other.dispatch([slot_item("a", T0 + 29, lease=True, hold=30)], "two")
+    assert not busy.started
+    clock.advance(2)
+    [free] = await other.dispatch([slot_item("a", T0 + 31, lease=True, hold=30)], "two")
+    assert free.started
+
+
+async def test_missed_slots_are_claimed_and_recorded(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a"])
+    item = slot_item("a", T0 - 60, skip_reason="missed", is_catchup=True, logs=["why"])
+    [res] = await store.dispatch([item], "one")
+    assert res.won and res.run is not None
+    assert res.run.status is RunStatus.SKIPPED and res.run.reason == "missed"
+    # the slot is consumed: nobody can run it afterwards
+    [late] = await other.dispatch([slot_item("a", T0 - 60, lease=True)], "two")
+    assert not late.won
+    state = (await store.read_states(["a"]))["a"]
+    assert state.last_slot is not None and state.last_slot.timestamp() == T0 - 60
+
+
+async def test_watermark_only_moves_forward(store: Store) -> None:
+    await store.ensure_jobs(["a"])
+    await store.dispatch([slot_item("a", T0)], "one")
+    await store.dispatch([slot_item("a", T0 - 120)], "one")
+    state = (await store.read_states(["a"]))["a"]
+    assert state.last_slot is not None and state.last_slot.timestamp() == T0
+
+
+async def test_skips_are_written_once_per_slot_and_reason(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a"])
+    skips = [Skip("a", T0, "paused", instance_id="one"), Skip("a", T0 + 60, "paused")]
+    assert await store.record_skips(skips) == 2
+    assert await other.record_skips([Skip("a", T0, "paused", instance_id="two")]) == 0
+    assert await other.record_skips([Skip("a", T0, "store_unavailable")]) == 1
+    runs = await store.list_runs("a")
+    assert len(runs) == 3
+    assert all(r.status is RunStatus.SKIPPED for r in runs)
+    assert {r.reason for r in runs} == {"paused", "store_unavailable"}
+    state = (await store.read_states(["a"]))["a"]
+    assert state.last_slot is not None and state.last_slot.timestamp() == T0 + 60
+
+
+async def test_override_is_shared_and_complete(store: Store, other: Store, clock: FakeClock) -> None:
+    from cronfleet.clock import from_ts
+
+    await store.ensure_jobs(["a"])
+    until = from_ts(T0 + 3600)
+    state = await store.set_override("a", False, by="ops", note="vendor outage", until=until)
+    assert state.enabled_override is False
+    seen = (await other.read_states(["a"]))["a"]
+    assert seen.enabled_override is False
+    assert seen.override_by == "ops" and seen.override_note == "vendor outage"
+    assert seen.override_until == until
+    assert seen.override_at is not None and seen.override_at.timestamp() == T0
+    assert not seen.effective_enabled(True, from_ts(T0 + 10))
+    assert seen.effective_enabled(True, from_ts(T0 + 3600))  # a timed pause ends by itself
+    await other.set_override("a", None, by="ops", note=None, until=None)
+    cleared = (await store.read_states(["a"]))["a"]
+    assert cleared.enabled_override is None and cleared.effective_enabled(True, from_ts(T0))
+    # an override can be set before the job's first start
+    state = await store.set_override("new-job", True, by=None, note=None, until=None)
+    assert state.enabled_override is True
+
+
+async def test_start_runs_deferred_and_queued_runs(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a", "b"])
+    [deferred] = await store.dispatch([slot_item("a", T0, lease=True, hold=60, defer=True)], "one")
+    assert deferred.run is not None and deferred.run.status is RunStatus.PENDING
+    assert (await store.read_states(["a"]))["a"].lease_holder is None  # no lease while pending
+    [st] = await store.start(
+        [Start(deferred.run.id, "a", deferred.token, lease=True, hold=60)], "one"  # type: ignore[arg-type]
+    )
+    assert st.run is not None and st.run.status is RunStatus.RUNNING
+    assert st.run.started_at is not None
+    # a queued run on another instance keeps waiting while the lease is held...
+    [queued] = await other.dispatch(
+        [slot_item("a", T0 + 1, lease=True, hold=60, wait_if_busy=True)], "two"
+    )
+    assert queued.run is not None and queued.run.status is RunStatus.PENDING
+    start = Start(queued.run.id, "a", queued.token, lease=True, hold=60, wait_if_busy=True)  # type: ignore[arg-type]
+    [waiting] = await other.start([start], "two")
+    assert waiting.run is None and waiting.holder == "one"
+    # ...and starts once it is released
+    assert st.run is not None
+    st.run.status = RunStatus.SUCCEEDED
+    await store.finish([Finish(st.run, release_token=deferred.token)])
+    [go] = await other.start([start], "two")
+    assert go.run is not None and go.run.status is RunStatus.RUNNING
+    # without wait_if_busy a busy start becomes an already_executing skip
+    [d2] = await store.dispatch([slot_item("a", T0 + 2, lease=True, hold=60, defer=True)], "one")
+    [sk] = await store.start([Start(d2.run.id, "a", d2.token, lease=True, hold=60)], "one")  # type: ignore[union-attr,arg-type]
+    assert sk.run is not None and sk.run.status is RunStatus.SKIPPED
+    assert sk.run.reason == "already_executing" and sk.holder == "two"
+    assert sk.run.logs[-1].endswith("(lease held by two)")
+
+
+async def test_orphans_are_reaped_once(store: Store, other: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["a", "b"])
+    [res] = await store.dispatch([slot_item("a", T0, lease=True, hold=30)], "dead")
+    [alive] = await store.dispatch([slot_item("b", T0, lease=True, hold=30)], "alive")
+    assert await other.reap_orphans("two") == []  # lease still live
+    clock.advance(25)
+    await store.renew_leases([("b", alive.token, 30)])  # type: ignore[list-item]
+    clock.advance(10)
+    first, second = await asyncio.gather(store.reap_orphans("one"), other.reap_orphans("two"))
+    reaped = first + second
+    assert [r.id for r in reaped] == [res.run.id]  # type: ignore[union-attr]
+    assert reaped[0].status is RunStatus.INTERRUPTED and reaped[0].reason == "lease_expired"
+    assert "dead" in reaped[0].logs[-1]
+    assert await store.reap_orphans("one") == []
+
+
+async def test_reclaim_gives_one_instance_a_higher_token(store: Store, other: Store) -> None:
+    await store.ensure_jobs(["a"])
+    [res] = await store.dispatch([slot_item("a", T0, lease=True, hold=30)], "dead")
+    item = slot_item("a", T0, lease=True, hold=30, reclaim_token=res.token, is_recovery=True)
+    mine, theirs = await asyncio.gather(
+        store.dispatch([item], "one"), other.dispatch([item], "two")
+    )
+    winners = [r for r in mine + theirs if r.won]
+    assert len(winners) == 1
+    assert winners[0].token is not None and res.token is not None
+    assert winners[0].token > res.token
+    assert winners[0].run is not None and winners[0].run.is_recovery
+
+
+async def test_list_runs_newest_first_with_filters(store: Store) -> None:
+    await store.ensure_jobs(["a", "b"])
+    for i in range(5):
+        await store.dispatch([slot_item("a", T0 + i), slot_item("b", T0 + i)], "one")
+    await store.record_skips([Skip("a", T0 + 10, "paused")])
+    runs = await store.list_runs("a", limit=3)
+    assert [r.slot.timestamp() for r in runs] == [T0 + 10, T0 + 4, T0 + 3]
+    assert [r.slot.timestamp() for r in await store.list_runs("a", status=RunStatus.SKIPPED)] == [
+        T0 + 10
+    ]
+    older = await store.list_runs("a", limit=10, before_id=runs[-1].id)
+    assert [r.slot.timestamp() for r in older] == [T0 + 2, T0 + 1, T0]
+    assert len(await store.list_runs(limit=100)) == 11
+    assert await store.get_run(10_000) is None
+
+
+async def test_prune_keeps_each_jobs_newest_claim(store: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["monthly", "often"])
+    await store.dispatch([slot_item("monthly", T0)], "one")
+    for i in range(3):
+        [r] = await store.dispatch([slot_item("often", T0 + i)], "one")
+        assert r.run is not None
+        r.run.status = RunStatus.SUCCEEDED
+        from cronfleet.clock import from_ts
+
+        r.run.finished_at = from_ts(T0 + i)
+        await store.finish([Finish(r.run)])
+    clock.advance(40 * 86400)
+    claims, runs = await store.prune(
+        claims_older_than=clock.now() - 7 * 86400,
+        runs_older_than=clock.now() - 30 * 86400,
+        runs_per_job=1000,
+    )
+    assert claims == 2  # the two older "often" claims; each job keeps its newest
+    assert runs == 3  # finished runs older than 30 days; the open "monthly" run stays
+    # the kept claims still block a second run of their slots
+    dups = await store.dispatch([slot_item("monthly", T0), slot_item("often", T0 + 2)], "two")
+    assert [d.won for d in dups] == [False, False]
+
+
+async def test_prune_caps_runs_per_job(store: Store) -> None:
+    await store.ensure_jobs(["a"])
+    await store.record_skips([Skip("a", T0 + i, "paused") for i in range(12)])
+    _, runs = await store.prune(claims_older_than=0, runs_older_than=0, runs_per_job=5)
+    assert runs == 7
+    kept = await store.list_runs("a", limit=100)
+    assert [r.slot.timestamp() for r in kept] == [T0 + i for i in range(11, 6, -1)]
+
+
+async def test_one_lease_per_job_per_batch(store: Store) -> None:
+    from cronfleet.errors import StoreError
+
+    await store.ensure_jobs(["a"])
+    with pytest.raises(StoreError, match="at most one lease per job"):
+        await store.dispatch(
+            [slot_item("a", T0, lease=True), slot_item("a", T0 + 1, lease=True)], "one"
+        )
+    assert await store.list_runs("a") == []  # the transaction rolled back
