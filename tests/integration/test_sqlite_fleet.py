@@ -1,0 +1,140 @@
+"""Exactly once with real processes on one SQLite file: evidence counted from the ledger."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).with_name("fleet_worker.py")
+pytestmark = pytest.mark.slow
+
+
+def spawn(db: Path, name: str, until: float, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), "--store", f"sqlite:///{db}", "--name", name,
+         "--until", str(until), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_ready(procs: list[subprocess.Popen[str]], timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    for p in procs:
+        assert p.stdout is not None
+        while True:
+            line = p.stdout.readline()
+            if line.startswith("READY"):
+                break
+            if not line and p.poll() is not None:
+                raise AssertionError(f"worker exited early with {p.returncode}")
+            if time.time() > deadline:
+                raise AssertionError("workers did not start in time")
+
+
+def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    n_jobs, seconds = 200, 30
+    start = time.time()
+    until = math.ceil(start) + seconds + 8
+    procs = [spawn(db, f"p{i}", until, "--jobs", str(n_jobs)) for i in range(4)]
+    try:
+        wait_ready(procs)
+        ready = time.time()
+        outputs = [p.communicate(timeout=seconds + 60)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), outputs
+    # the window every process was up for: from 2 s after the last READY to 2 s before stop
+    lo = math.ceil(ready) + 2
+    hi = until - 2
+    assert hi - lo >= seconds - 6
+    con = sqlite3.connect(db)
+    dup = con.execute(
+        "SELECT count(*) FROM (SELECT job_id, slot FROM runs WHERE status != 'skipped' "
+        "GROUP BY job_id, slot HAVING count(*) > 1)"
+    ).fetchone()[0]
+    rows = con.execute(
+        "SELECT job_id, slot, status, instance_id FROM runs WHERE slot >= ? AND slot <= ?",
+        (lo * 1000, hi * 1000),
+    ).fetchall()
+    expected = {(f"job-{j:04d}", s * 1000) for j in range(n_jobs) for s in range(lo, hi + 1)}
+    got = {(job, slot) for job, slot, status, _ in rows if status == "succeeded"}
+    missing = expected - got
+    print(f"window {hi - lo + 1}s, expected {len(expected)} slots, ran {len(got)}, "
+          f"duplicates {dup}, missing {len(missing)}, by instance: "
+          f"{sorted({i.split(':')[0] for *_, i in rows})}")
+    assert dup == 0
+    assert not missing, sorted(missing)[:10]
+    assert all(status == "succeeded" for _, _, status, _ in rows)
+    # the work really was shared: every process won some claims
+    winners = {inst.split(":")[0] for *_, inst in rows}
+    assert winners == {"p0", "p1", "p2", "p3"}
+
+
+def test_kill_9_holder_lease_expires_and_next_slot_runs_elsewhere(tmp_path: Path) -> None:
+    db = tmp_path / "kill.db"
+    # one job every 5 s whose run lasts 4 s; timeout 5 s, so its lease is 35 s
+    until = time.time() + 75
+    args = ("--jobs", "1", "--every", "5s", "--sleep", "4", "--timeout", "5s", "--prefix", "slow")
+    procs = [spawn(db, f"k{i}", until, *args) for i in range(3)]
+    try:
+        wait_ready(procs)
+        con = sqlite3.connect(db, timeout=30)
+        holder = None
+        deadline = time.time() + 20
+        while holder is None and time.time() < deadline:
+            row = con.execute(
+                "SELECT lease_holder, lease_until FROM job_state WHERE job_id = 'slow-0000'"
+            ).fetchone()
+            if row and row[0] and row[1] / 1000 > time.time() + 30:
+                holder = row[0]
+            else:
+                time.sleep(0.1)
+        assert holder, "no run took the lease"
+        pid = int(holder.split(":")[1])
+        victim = next(p for p in procs if p.pid == pid)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        lease_until = con.execute(
+            "SELECT lease_until FROM job_state WHERE job_id = 'slow-0000'"
+        ).fetchone()[0] / 1000
+        victim.wait(10)
+        survivors = [p for p in procs if p is not victim]
+        for p in survivors:
+            p.communicate(timeout=120)
+        assert all(p.returncode == 0 for p in survivors)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    runs = con.execute(
+        "SELECT slot, status, reason, instance_id, logs FROM runs ORDER BY slot"
+    ).fetchall()
+    victim_name = holder.split(":")[0]
+    interrupted = [r for r in runs if r[1] == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0][3] == holder
+    assert interrupted[0][2] == "lease_expired"
+    # while the dead holder's lease lived, later slots were skipped naming it
+    blocked = [r for r in runs if killed_at < r[0] / 1000 < lease_until - 1]
+    assert blocked and all(r[1] == "skipped" and r[2] == "already_executing" for r in blocked)
+    assert all(victim_name in r[4] for r in blocked)
+    # after it expired, the next slots ran on the survivors
+    after = [r for r in runs if r[0] / 1000 > lease_until + 1 and r[0] / 1000 < until - 6]
+    assert after and any(r[1] == "succeeded" for r in after)
+    assert all(r[3].split(":")[0] != victim_name for r in after)
+    dup = con.execute(
+        "SELECT count(*) FROM (SELECT slot FROM runs GROUP BY job_id, slot HAVING count(*) > 1)"
+    ).fetchone()[0]
+    assert dup == 0

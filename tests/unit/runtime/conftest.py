@@ -1,0 +1,76 @@
+"""Scheduler tests run the real loop on a real SQLite file with an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, Scheduler
+
+# 2026-03-02 00:00:00 UTC, a Monday, on a whole hour
+T0 = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cronfleet.db'}"
+
+
+@pytest.fixture
+def make(db: str, clock: FakeClock) -> Callable[..., Scheduler]:
+    def factory(**kw: Any) -> Scheduler:
+        kw.setdefault("instance_id", "test-1")
+        kw.setdefault("orphan_interval", 5)
+        return Scheduler(store=db, clock=clock, **kw)
+
+    return factory
+
+
+async def settle(*schedulers: Scheduler) -> None:
+    """Let every loop react to the clock and write its results."""
+    for _ in range(4):
+        for _ in range(10):
+            await asyncio.sleep(0)
+        for s in schedulers:
+            if s.running:
+                await s.wait_idle()
+
+
+async def advance(clock: FakeClock, seconds: float, *schedulers: Scheduler, step: float = 1.0) -> None:
+    """Move time forward in steps, letting the schedulers act at each step."""
+    remaining = seconds
+    while remaining > 1e-9:
+        d = min(step, remaining)
+        clock.advance(d)
+        remaining -= d
+        await settle(*schedulers)
+
+
+class Recorder:
+    """A handler that records every context it was called with."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    async def __call__(self, ctx: Any) -> str:
+        self.calls.append(ctx)
+        return "ok"
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[list[Scheduler]]:
+    """Schedulers appended here are stopped at the end of the test."""
+    started: list[Scheduler] = []
+    yield started
+    for s in started:
+        await s.stop()
