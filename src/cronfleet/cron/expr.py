@@ -365,6 +365,8 @@ class CronExpr:
                     return datetime(w[0], w[1], w[2], w[3], w[4], w[5], 0, self.tz)
             else:
                 win = info
+            if lo < win.start == MIN_INSTANT:
+                self._none_after(after)  # the window was clamped at the calendar's start
             for a, b, off in win.segs:
                 if b <= lo:
                     continue

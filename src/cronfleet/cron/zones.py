@@ -92,8 +92,10 @@ class Window:
         """The first instant whose wall time is >= ``w`` (a gap resolves to its end)."""
         for a, b, o in self.segs:
             if b - 1 + o >= w:
+                if w - o < a == self.start:
+                    break  # before the window (only at the calendar's first days)
                 return max(a, w - o)
-        raise ValueError("wall time outside window")  # pragma: no cover
+        raise ValueError("wall time outside window")
 
 
 class ZoneDays:
