@@ -31,7 +31,7 @@ from .parser import CronForm, IntervalForm
 if TYPE_CHECKING:
     from .expr import CronExpr
 
-__all__ = ["describe"]
+__all__ = ["describe", "explain"]
 
 _FULL_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 _ORDINALS = ("", "first", "second", "third", "fourth", "fifth")
@@ -180,3 +180,61 @@ def _dow_phrase(dow: FieldSpec) -> str:
         parts.append(f"the last {_FULL_DAY_NAMES[d]} of the month")
     prefix = "only on " if dow.values and not (dow.nth or dow.last_dow) else "on "
     return f", {prefix}{_join(parts)}"
+
+
+_FIELD_NAMES = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+
+
+def explain(expr: CronExpr) -> dict[str, object]:
+    """Everything a person (or a script) needs to understand a schedule, as plain data."""
+    form = expr._form
+    out: dict[str, object] = {
+        "expr": expr.expr,
+        "tz": str(expr.tz),
+        "description": describe(expr),
+    }
+    if isinstance(form, IntervalForm):
+        out.update(
+            kind="interval",
+            period_seconds=form.seconds,
+            period=format_duration(timedelta(seconds=form.seconds)),
+            anchor="1970-01-01T00:00:00+00:00",
+            dst="elapsed",
+            dst_rule="fixed period counted from the Unix epoch; DST changes do not matter",
+        )
+        return out
+    fields = []
+    for name, spec in zip(_FIELD_NAMES, form.specs, strict=True):
+        if name == "second" and form.nfields == 5:
+            continue
+        entry: dict[str, object] = {"name": name, "text": spec.text, "values": sorted(spec.values)}
+        specials = _specials(spec)
+        if specials:
+            entry["specials"] = specials
+        fields.append(entry)
+    out.update(
+        kind="cron",
+        fields_count=form.nfields,
+        expanded=form.text if form.text != expr.expr.strip() else None,
+        fields=fields,
+        day_rule="and" if form.schedule.day_and else "or",
+        dst="wall-clock" if form.wallclock else "elapsed",
+        dst_rule=(
+            "fixed-time job: a time skipped by a spring-forward gap fires when the gap ends; "
+            "a repeated time fires once (first occurrence)"
+            if form.wallclock
+            else "runs in elapsed time: a skipped local time does not fire; a repeated one "
+            "fires in both passes"
+        ),
+    )
+    return out
+
+
+def _specials(spec: FieldSpec) -> list[str]:
+    out = [("L" if n == 0 else f"L-{n}") for n in sorted(spec.last)]
+    if spec.last_weekday:
+        out.append("LW")
+    out += [f"{n}W" for n in sorted(spec.nearest)]
+    out += [f"{d}L" for d in sorted(spec.last_dow)]
+    out += [f"{DAY_NAMES[d]}#{n}" for d, n in sorted(spec.nth)]
+    return out

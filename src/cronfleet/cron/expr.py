@@ -283,6 +283,12 @@ class CronExpr:
 
         return describe(self)
 
+    def explain(self) -> dict[str, object]:
+        """Fields, values, day rule and DST rule as JSON-ready data (used by the CLI)."""
+        from .describe import explain
+
+        return explain(self)
+
     # -- exact paths ---------------------------------------------------------------------------
 
     def _guard(self, fn: Any, *args: Any) -> datetime:
