@@ -272,8 +272,10 @@ class CronExpr:
         """Fire times ``t`` with ``start < t <= end``, in order (a lazy iterator)."""
         if end.tzinfo is None or end.utcoffset() is None:
             _naive_error("end", end)
+        # compare instants: datetimes sharing a tzinfo compare by wall time, ignoring fold
+        last = _floor_ts(end)
         for t in self.iter(start):
-            if t > end:
+            if _floor_ts(t) > last:
                 return
             yield t
 

@@ -183,6 +183,11 @@ def test_iter_and_between() -> None:
     assert list(e.between(start, first[-1])) == first
     assert list(e.between(start, first[-1] - timedelta(seconds=1))) == first[:-1]
     assert list(e.between(first[0], first[0])) == []
+    # the repeated hour: bounds are instants, not wall times (fold matters)
+    e = parse("*/20 * * * *", NY)
+    got = e.between(at(NY, 2024, 11, 3, 1, 30), at(NY, 2024, 11, 3, 1, 30, fold=1))
+    assert [t.isoformat() for t in got] == [
+        "2024-11-03T01:40:00-04:00", "2024-11-03T01:00:00-05:00", "2024-11-03T01:20:00-05:00"]
 
 
 def test_no_fire_time() -> None:
