@@ -223,7 +223,7 @@ def _matches(expr: CronExpr, t: datetime) -> bool:
 
 def _in_gap_end(expr: CronExpr, t: datetime) -> bool:
     """t is the first instant after a spring-forward gap that contains a matching wall time."""
-    before = (t - timedelta(seconds=1)).astimezone(expr.tz)
+    before = (utc(t) - timedelta(seconds=1)).astimezone(expr.tz)  # instant arithmetic
     w_before = wall_seconds(before.year, before.month, before.day, before.hour, before.minute,
                             before.second)
     w_t = wall_seconds(t.year, t.month, t.day, t.hour, t.minute, t.second)
