@@ -7,11 +7,12 @@ compare and hash, and free of time-zone questions. Datetimes appear only at the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts"]
 
@@ -54,10 +55,8 @@ class SystemClock:
             return
         if wake.is_set():
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), delay)
-        except TimeoutError:
-            pass
 
 
 class FakeClock:
@@ -95,9 +94,10 @@ class FakeClock:
         if wake is None:
             await fut
             return
-        waiter = asyncio.ensure_future(wake.wait())
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(wake.wait())
+        both: set[asyncio.Future[Any]] = {fut, waiter}
         try:
-            await asyncio.wait({fut, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
             if not fut.done():

@@ -10,7 +10,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import StrEnum
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.cron.duration import DurationError, to_timedelta
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-class Missed(str, Enum):
+class Missed(StrEnum):
     """What to do with slots that passed while no instance could fire them."""
 
     SKIP = "skip"
@@ -41,7 +42,7 @@ class Missed(str, Enum):
     RUN_ALL = "run_all"
 
 
-class Locking(str, Enum):
+class Locking(StrEnum):
     """Whether a slot needs a store-wide claim before it runs."""
 
     NODE_LOCAL = "node_local"
@@ -49,7 +50,7 @@ class Locking(str, Enum):
     REQUIRE_GLOBAL = "require_global"
 
 
-class Overlap(str, Enum):
+class Overlap(StrEnum):
     """What a slot does when the previous run of the job still holds the lease."""
 
     SKIP = "skip"
@@ -57,7 +58,7 @@ class Overlap(str, Enum):
     ALLOW = "allow"
 
 
-class TriggeredBy(str, Enum):
+class TriggeredBy(StrEnum):
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
@@ -65,7 +66,7 @@ class TriggeredBy(str, Enum):
     RECOVERY = "recovery"
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     PENDING = "pending"  # claimed, waiting for its jitter delay or a queued lease
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -79,7 +80,7 @@ class RunStatus(str, Enum):
         return self not in (RunStatus.PENDING, RunStatus.RUNNING)
 
 
-class SkipReason(str, Enum):
+class SkipReason(StrEnum):
     PAUSED = "paused"
     DISABLED = "disabled"
     MISSED = "missed"
@@ -189,6 +190,18 @@ class Job:
             description=description,
             source=source,
         )
+
+    @cached_property
+    def period(self) -> float | None:
+        """Seconds between slots for interval schedules, else None."""
+        p = self.schedule.period
+        return None if p is None else p.total_seconds()
+
+    @cached_property
+    def is_async(self) -> bool:
+        from cronfleet.executor import is_async_handler
+
+        return self.handler is not None and is_async_handler(self.handler)
 
     @property
     def lease_seconds(self) -> float:

@@ -43,7 +43,9 @@ def jitter_delay(job_id: str, slot: float, jitter: float) -> float:
 
 
 def catchup_banner(slot: float, started: float) -> str:
-    stamp = from_ts(slot).strftime("%Y-%m-%dT%H:%M:%S.") + f"{from_ts(slot).microsecond // 1000:03d}Z"
+    stamp = (
+        from_ts(slot).strftime("%Y-%m-%dT%H:%M:%S.") + f"{from_ts(slot).microsecond // 1000:03d}Z"
+    )
     return f"⏰ Catch-up run for missed slot {stamp} ({round(started - slot)}s late)"
 
 
@@ -109,7 +111,8 @@ def plan_slots(
         if expr.period is not None:
             count = max(int((last - first) / expr.period.total_seconds()), 0)
         if plan.overflow is not None:
-            count = None if count is None else count + plan.overflow[0]
+            older_count = plan.overflow[0]
+            count = None if count is None or older_count is None else count + older_count
             last = plan.overflow[2]
         plan.overflow = (count, first, last)
     plan.missed = to_miss

@@ -9,6 +9,7 @@ thousands of runs costs a handful of statements.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -27,8 +28,8 @@ from typing import Any, TypeVar
 from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
-from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound, StoreUnavailable
-from cronfleet.executor import execute
+from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound
+from cronfleet.executor import Outcome, Suspended, execute, finish_async, start_async
 from cronfleet.model import (
     Handler,
     Job,
@@ -72,6 +73,7 @@ class _Active:
     leased: bool
     task: asyncio.Task[None] | None = None
     ctx: RunContext | None = None
+    outcome: Outcome | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +119,8 @@ class Scheduler:
         claim_retention: str | float | timedelta = "7d",
         orphan_interval: str | float | timedelta = "15s",
         queue_poll: str | float | timedelta = "1s",
+        batch_size: int = 1000,
+        record_started_after: float = 0.25,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
@@ -131,6 +135,8 @@ class Scheduler:
         self.claim_retention = _secs(claim_retention, "claim_retention")
         self.orphan_interval = _secs(orphan_interval, "orphan_interval")
         self.queue_poll = _secs(queue_poll, "queue_poll")
+        self.batch_size = max(1, batch_size)
+        self.record_started_after = record_started_after
         self.stats = _Stats()
         self.last_tick: float | None = None
         self._jobs: dict[str, Job] = {}
@@ -145,6 +151,12 @@ class Scheduler:
         self._local_running: dict[str, int] = {}
         self._queued: dict[str, _Queued] = {}
         self._finishes: list[Finish] = []
+        self._ended: list[_Active] = []
+        self._idle_jobs: dict[str, asyncio.Event] = {}
+        self._slot_tz: dict[tuple[datetime, Any], datetime] = {}
+        self._unrecorded: dict[int, _Active] = {}
+        self._record_event: asyncio.Event | None = None
+        self._firing: asyncio.Future[None] | None = None
         self._unsaved_skips: deque[Skip] = deque(maxlen=_MAX_BUFFERED)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -255,6 +267,7 @@ class Scheduler:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._flush_event = asyncio.Event()
+        self._record_event = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._threads = ThreadPoolExecutor(self.max_workers, thread_name_prefix="cronfleet-job")
@@ -267,11 +280,15 @@ class Scheduler:
         self._stopping = False
         self._loop_task = asyncio.create_task(self._main_loop(), name="cronfleet-loop")
         self._flusher = asyncio.create_task(self._flush_loop(), name="cronfleet-flush")
+        self._spawn(self._record_started_loop())
         self._spawn(self._maintenance_loop())
         self._spawn(self._orphan_loop())
         self._spawn(self._renew_loop())
         log.info(
-            "cronfleet %s started with %d jobs on %s", self.instance_id, len(self._jobs), self.store.url
+            "cronfleet %s started with %d jobs on %s",
+            self.instance_id,
+            len(self._jobs),
+            self.store.url,
         )
 
     async def _add_running(self, job: Job) -> None:
@@ -287,6 +304,14 @@ class Scheduler:
         mark = now if mark is None else min(mark, now)
         self._watermark[job.id] = mark
         self._push(job, job.schedule.next(from_ts(mark)).timestamp())
+
+    @staticmethod
+    def _after(job: Job, slot: float) -> float:
+        """The slot after ``slot`` (intervals by arithmetic: they are anchored to the epoch)."""
+        period = job.period
+        if period:
+            return slot + period
+        return job.schedule.next(from_ts(slot)).timestamp()
 
     def _push(self, job: Job, slot: float) -> None:
         self._next[job.id] = slot
@@ -346,10 +371,8 @@ class Scheduler:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
         async with self:
             assert self._loop_task is not None
             waiter = asyncio.create_task(stop.wait())
@@ -399,11 +422,14 @@ class Scheduler:
             self.last_tick = now
             if self._heap and self._heap[0][0] <= now:
                 self._enter()
+                self._firing = asyncio.get_running_loop().create_future()
                 try:
                     await self._fire_due(now)
                 except Exception:
                     log.exception("cronfleet: error while firing due slots; continuing")
                 finally:
+                    self._firing.set_result(None)
+                    self._firing = None
                     self._leave()
                 continue
             self._wake.clear()
@@ -421,7 +447,7 @@ class Scheduler:
         if not due:
             return
         try:
-            states = await self.store.read_states([j.id for j, _ in due])
+            states = await self.store.read_overrides([j.id for j, _ in due])
         except Exception as exc:
             self.stats.store_errors += 1
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
@@ -430,9 +456,18 @@ class Scheduler:
         items: list[Dispatch] = []
         skips: list[Skip] = []
         sequences: list[tuple[Job, list[tuple[float, bool]]]] = []
+        watermark = self._watermark
         for job, slot in due:
-            nxt = job.schedule.next(from_ts(slot)).timestamp()
+            nxt = self._after(job, slot)
             if nxt > now and now - slot <= self.late_after:
+                # the common case: one slot, on time
+                self._push(job, nxt)
+                if watermark.get(job.id, 0.0) < slot:
+                    watermark[job.id] = slot
+                state = states.get(job.id)
+                if state is None and job.enabled:
+                    items.append(self._run_item(job, slot, False, now))
+                    continue
                 runs, missed_slots, overflow = [(slot, False)], [], None
             else:
                 plan = plan_slots(
@@ -453,23 +488,32 @@ class Scheduler:
                         plan.capped,
                     )
                 while nxt <= now:
-                    nxt = job.schedule.next(from_ts(nxt)).timestamp()
-            self._push(job, nxt)
+                    nxt = self._after(job, nxt)
+                self._push(job, nxt)
             processed = [s for s, _ in runs] + missed_slots
             if processed:
-                self._watermark[job.id] = max(self._watermark.get(job.id, 0.0), max(processed))
+                watermark[job.id] = max(watermark.get(job.id, 0.0), max(processed))
             state = states.get(job.id)
             enabled = job.enabled if state is None else state.effective_enabled(job.enabled, now_dt)
             if not enabled:
-                reason = SkipReason.PAUSED if state and state.enabled_override is False and (
-                    state.override_until is None or state.override_until > now_dt
-                ) else SkipReason.DISABLED
+                reason = (
+                    SkipReason.PAUSED
+                    if state
+                    and state.enabled_override is False
+                    and (state.override_until is None or state.override_until > now_dt)
+                    else SkipReason.DISABLED
+                )
                 note = f" ({state.override_note})" if state and state.override_note else ""
                 who = f" by {state.override_by}" if state and state.override_by else ""
                 for s in sorted(processed):
                     skips.append(
-                        Skip(job.id, s, reason.value, instance_id=self.instance_id,
-                             logs=[f"Skipped: the job is {reason.value}{who}{note}"])
+                        Skip(
+                            job.id,
+                            s,
+                            reason.value,
+                            instance_id=self.instance_id,
+                            logs=[f"Skipped: the job is {reason.value}{who}{note}"],
+                        )
                     )
                 self.stats.skipped += len(processed)
                 continue
@@ -485,9 +529,13 @@ class Scheduler:
                         f"{'many' if count is None else count} missed slots from "
                         f"{from_ts(first).isoformat()} to {from_ts(last).isoformat()} "
                         "summarised in this record",
-                        result={"skipped": True, "reason": "missed", "count": count,
-                                "first": from_ts(first).isoformat(),
-                                "last": from_ts(last).isoformat()},
+                        result={
+                            "skipped": True,
+                            "reason": "missed",
+                            "count": count,
+                            "first": from_ts(first).isoformat(),
+                            "last": from_ts(last).isoformat(),
+                        },
                     )
                 )
             if len(runs) == 1:
@@ -512,13 +560,15 @@ class Scheduler:
             skip_reason=SkipReason.MISSED.value,
             is_catchup=True,
             result=result,
-            logs=[f"Skipped: slot {from_ts(slot).isoformat()} {why} (policy {job.missed.name}, "
-                  f"window {job.catch_up_window:g}s)"],
+            logs=[
+                f"Skipped: slot {from_ts(slot).isoformat()} {why} (policy {job.missed.name}, "
+                f"window {job.catch_up_window:g}s)"
+            ],
         )
 
     def _run_item(self, job: Job, slot: float, catchup: bool, now: float) -> Dispatch:
         local = job.locking is Locking.NODE_LOCAL
-        delay = jitter_delay(job.id, slot, job.jitter)
+        delay = jitter_delay(job.id, slot, job.jitter) if job.jitter else 0.0
         lease = job.overlap is not Overlap.ALLOW and not local
         item = Dispatch(
             job_id=job.id,
@@ -528,6 +578,7 @@ class Scheduler:
             lease=lease,
             hold=job.lease_seconds + delay,
             defer=delay > 0,
+            record=not lease or delay > 0,
             wait_if_busy=job.overlap is Overlap.QUEUE_ONE and job.id not in self._queued,
             is_catchup=catchup,
             logs=[catchup_banner(slot, now + delay)] if catchup else [],
@@ -539,19 +590,32 @@ class Scheduler:
                 item.skip_reason = SkipReason.ALREADY_EXECUTING.value
                 item.result = {"skipped": True, "reason": item.skip_reason}
                 item.logs.append(
-                    "Skipped: the previous run has not finished "
-                    f"(lease held by {self.instance_id})"
+                    f"Skipped: the previous run has not finished (lease held by {self.instance_id})"
                 )
         return item
 
     async def _dispatch(self, items: list[Dispatch], now: float) -> list[Dispatched]:
-        try:
-            results = await self.store.dispatch(items, self.instance_id)
-        except Exception as exc:
-            self.stats.store_errors += 1
-            return self._dispatch_offline(items, exc)
-        for res in results:
-            self._after_dispatch(res)
+        """Claim in chunks, pipelined: while the store claims chunk k+1 (its own thread),
+        the handlers of chunk k already run, so a large burst starts without waiting for
+        the whole batch."""
+        size = self.batch_size
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        results: list[Dispatched] = []
+        pending = asyncio.ensure_future(self.store.dispatch(chunks[0], self.instance_id))
+        for k, chunk in enumerate(chunks):
+            try:
+                got = await pending
+            except Exception as exc:
+                self.stats.store_errors += 1
+                got = self._dispatch_offline(chunk, exc)
+            else:
+                for res in got:
+                    self._after_dispatch(res)
+            if k + 1 < len(chunks):
+                pending = asyncio.ensure_future(
+                    self.store.dispatch(chunks[k + 1], self.instance_id)
+                )
+            results.extend(got)
         return results
 
     def _dispatch_offline(self, items: list[Dispatch], exc: Exception) -> list[Dispatched]:
@@ -565,23 +629,40 @@ class Scheduler:
             if job.locking is Locking.REQUIRE_GLOBAL:
                 log.warning(
                     "job %s: store unavailable (%s); REQUIRE_GLOBAL slot %s not run",
-                    job.id, exc, from_ts(it.slot).isoformat(),
+                    job.id,
+                    exc,
+                    from_ts(it.slot).isoformat(),
                 )
                 self._unsaved_skips.append(
-                    Skip(job.id, it.slot, SkipReason.STORE_UNAVAILABLE.value,
-                         instance_id=self.instance_id,
-                         logs=[f"Skipped: the store was unavailable ({exc}) and the job "
-                               "requires a global claim"])
+                    Skip(
+                        job.id,
+                        it.slot,
+                        SkipReason.STORE_UNAVAILABLE.value,
+                        instance_id=self.instance_id,
+                        logs=[
+                            f"Skipped: the store was unavailable ({exc}) and the job "
+                            "requires a global claim"
+                        ],
+                    )
                 )
                 continue
             log.warning(
                 "job %s: store unavailable (%s); running slot %s without a claim (fail open)",
-                job.id, exc, from_ts(it.slot).isoformat(),
+                job.id,
+                exc,
+                from_ts(it.slot).isoformat(),
             )
             run = RunRecord(
-                id=None, job_id=job.id, slot=from_ts(it.slot), triggered_by=it.triggered_by,
-                status=RunStatus.RUNNING, instance_id=self.instance_id, is_catchup=it.is_catchup,
-                manual=it.manual, started_at=from_ts(self.clock.now()), logs=list(it.logs),
+                id=None,
+                job_id=job.id,
+                slot=from_ts(it.slot),
+                triggered_by=it.triggered_by,
+                status=RunStatus.RUNNING,
+                instance_id=self.instance_id,
+                is_catchup=it.is_catchup,
+                manual=it.manual,
+                started_at=from_ts(self.clock.now()),
+                logs=list(it.logs),
             )
             run.logs.append(f"Ran without a claim: the store was unavailable ({exc})")
             res = Dispatched(request=it, won=True, run=run)
@@ -608,8 +689,12 @@ class Scheduler:
         else:
             self.stats.skipped += 1
             if run.reason == SkipReason.ALREADY_EXECUTING.value:
-                log.info("job %s slot %s skipped: %s", job.id, run.slot.isoformat(),
-                         run.logs[-1] if run.logs else run.reason)
+                log.info(
+                    "job %s slot %s skipped: %s",
+                    job.id,
+                    run.slot.isoformat(),
+                    run.logs[-1] if run.logs else run.reason,
+                )
 
     def _local_busy_defer(self, job: Job, res: Dispatched) -> bool:
         return (
@@ -618,12 +703,16 @@ class Scheduler:
             and bool(self._local_running.get(job.id))
         )
 
+    async def _job_idle(self, job_id: str) -> None:
+        """Wait until no run of ``job_id`` is in progress in this process."""
+        while self._local_running.get(job_id) and not self._stopping:
+            await self._idle_jobs.setdefault(job_id, asyncio.Event()).wait()
+
     async def _start_after(self, job: Job, run: RunRecord, req: Dispatch, at: float) -> None:
-        self._enter()
-        try:
+        while self.clock.now() < at:
             await self.clock.sleep_until(at)
-            while self.clock.now() < at:
-                await self.clock.sleep_until(at)
+        self._enter()  # waiting for the jitter delay is idle time; starting is not
+        try:
             await self._start_pending(job, run, req.lease, wait=req.wait_if_busy)
         finally:
             self._leave()
@@ -631,10 +720,14 @@ class Scheduler:
     async def _start_pending(self, job: Job, run: RunRecord, lease: bool, wait: bool) -> bool:
         """Start a pending run; returns False when it must keep waiting for the lease."""
         assert run.id is not None
-        if not lease and job.locking is Locking.NODE_LOCAL and self._local_running.get(job.id):
-            if wait or job.overlap is Overlap.QUEUE_ONE:
-                self._queued[job.id] = _Queued(job, run, leased=False)
-                return False
+        if (
+            not lease
+            and job.locking is Locking.NODE_LOCAL
+            and self._local_running.get(job.id)
+            and (wait or job.overlap is Overlap.QUEUE_ONE)
+        ):
+            self._queued[job.id] = _Queued(job, run, leased=False)
+            return False
         try:
             [started] = await self.store.start(
                 [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait)],
@@ -660,18 +753,13 @@ class Scheduler:
         self._enter()
         try:
             for slot, catchup in runs:
-                while self._local_running.get(job.id) and not self._stopping:
-                    await asyncio.sleep(0.01)
+                await self._job_idle(job.id)
                 if self._stopping:
                     return
                 item = self._run_item(job, slot, catchup, self.clock.now())
                 item.wait_if_busy = False
-                results = await self._dispatch([item], self.clock.now())
-                for res in results:
-                    if res.run is not None and res.run.id is not None:
-                        active = self._active.get(res.run.id)
-                        if active is not None and active.task is not None:
-                            await asyncio.gather(active.task, return_exceptions=True)
+                await self._dispatch([item], self.clock.now())
+            await self._job_idle(job.id)
         finally:
             self._leave()
 
@@ -683,13 +771,35 @@ class Scheduler:
         self._active[key] = active
         self._local_running[job.id] = self._local_running.get(job.id, 0) + 1
         self._enter()
-        active.task = asyncio.get_running_loop().create_task(self._execute(key, active))
+        if run.id is None:
+            self._unrecorded[key] = active
+            if self._record_event is not None:
+                self._record_event.set()
+        ctx = active.ctx = self._context(job, run)
+        self.stats.fired += 1
+        loop = asyncio.get_running_loop()
+        if job.is_async:
+            assert job.handler is not None
+            first = start_async(job.handler, ctx, self.clock.now)
+            if isinstance(first, Outcome):
+                self._finalize(key, active, first)
+            else:
+                active.task = loop.create_task(
+                    self._continue(key, active, first), context=first.context
+                )
+        else:
+            active.task = loop.create_task(self._execute(key, active))
 
-    async def _execute(self, key: int, active: _Active) -> None:
-        job, run = active.job, active.run
-        ctx = RunContext(
+    def _context(self, job: Job, run: RunRecord) -> RunContext:
+        key = (run.slot, job.schedule.tz)
+        slot = self._slot_tz.get(key)
+        if slot is None:
+            if len(self._slot_tz) > 10_000:
+                self._slot_tz.clear()
+            slot = self._slot_tz[key] = run.slot.astimezone(job.schedule.tz)
+        return RunContext(
             job_id=job.id,
-            slot=run.slot.astimezone(job.schedule.tz),
+            slot=slot,
             triggered_by=run.triggered_by,
             instance_id=self.instance_id,
             fencing_token=run.fencing_token,
@@ -701,48 +811,91 @@ class Scheduler:
             attempt=run.attempt,
             logs=run.logs,
         )
-        active.ctx = ctx
-        assert job.handler is not None and self._threads is not None
-        self.stats.fired += 1
+
+    async def _continue(self, key: int, active: _Active, first: Suspended) -> None:
+        assert active.ctx is not None
+        try:
+            outcome = await finish_async(
+                first, active.ctx, timeout=active.job.timeout, now=self.clock.now
+            )
+        except asyncio.CancelledError:
+            outcome = self._cancelled(active, first.started)
+        self._finalize(key, active, outcome)
+
+    async def _execute(self, key: int, active: _Active) -> None:
+        job = active.job
+        assert job.handler is not None and self._threads is not None and active.ctx is not None
+        started = self.clock.now()
         try:
             outcome = await execute(
-                job.handler, ctx, timeout=job.timeout, threads=self._threads, now=self.clock.now
+                job.handler,
+                active.ctx,
+                timeout=job.timeout,
+                threads=self._threads,
+                now=self.clock.now,
+                is_async=job.is_async,
             )
+        except asyncio.CancelledError:
+            outcome = self._cancelled(active, started)
+        self._finalize(key, active, outcome)
+
+    def _cancelled(self, active: _Active, started: float) -> Outcome:
+        if active.ctx is not None:
+            active.ctx.log("Interrupted: the scheduler stopped before the run finished")
+        return Outcome(
+            RunStatus.INTERRUPTED,
+            started,
+            self.clock.now(),
+            error="interrupted: the scheduler stopped before the run finished",
+            reason="shutdown",
+        )
+
+    def _finalize(self, key: int, active: _Active, outcome: Outcome) -> None:
+        """A run ended: free the job locally now, do the bookkeeping later (see _settle),
+        so that during a burst the next handler starts as soon as possible."""
+        active.outcome = outcome
+        job_id = active.job.id
+        left = self._local_running.get(job_id, 1) - 1
+        if left:
+            self._local_running[job_id] = left
+        else:
+            self._local_running.pop(job_id, None)
+            idle = self._idle_jobs.pop(job_id, None)
+            if idle is not None:
+                idle.set()
+        self._active.pop(key, None)
+        self._unrecorded.pop(key, None)
+        self._ended.append(active)
+        if self._flush_event is not None:
+            self._flush_event.set()
+
+    def _settle(self) -> None:
+        """Turn ended runs into records queued for the group commit."""
+        ended, self._ended = self._ended, []
+        info = log.isEnabledFor(logging.INFO)
+        outcomes = self.stats.outcomes
+        for active in ended:
+            job, run, outcome = active.job, active.run, active.outcome
+            assert outcome is not None
             run.status = outcome.status
             run.started_at = from_ts(outcome.started)
             run.finished_at = from_ts(outcome.finished)
             run.result = outcome.result
             run.error = outcome.error
             run.reason = outcome.reason
-        except asyncio.CancelledError:
-            run.status = RunStatus.INTERRUPTED
-            run.reason = "shutdown"
-            run.finished_at = from_ts(self.clock.now())
-            run.error = "interrupted: the scheduler stopped before the run finished"
-            ctx.log("Interrupted: the scheduler stopped before the run finished")
-        self.stats.outcomes[run.status.value] = self.stats.outcomes.get(run.status.value, 0) + 1
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "job %s slot %s %s%s", job.id, run.slot.isoformat(), run.status.value,
-                f": {run.error}" if run.error else "",
-            )
-        self._active.pop(key, None)
-        left = self._local_running.get(job.id, 1) - 1
-        if left:
-            self._local_running[job.id] = left
-        else:
-            self._local_running.pop(job.id, None)
-        if run.id is None:
-            log.warning("job %s: the result of slot %s could not be stored (store was down)",
-                        job.id, run.slot.isoformat())
-        else:
+            outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            if info:
+                log.info(
+                    "job %s slot %s %s%s",
+                    job.id,
+                    run.slot.isoformat(),
+                    run.status.value,
+                    f": {run.error}" if run.error else "",
+                )
             self._finishes.append(Finish(run, run.fencing_token if active.leased else None))
-            if self._flush_event is not None:
-                self._flush_event.set()
-        self._leave()
-        if job.id in self._queued and self._running and not self._stopping:
-            q = self._queued[job.id]
-            self._spawn(self._retry_queued(q))
+            self._leave()
+            if job.id in self._queued and self._running and not self._stopping:
+                self._spawn(self._retry_queued(self._queued[job.id]))
 
     async def _retry_queued(self, q: _Queued) -> None:
         self._enter()
@@ -760,15 +913,40 @@ class Scheduler:
         while self._running:
             await self._flush_event.wait()
             self._flush_event.clear()
+            if self._firing is not None:
+                # a burst is being claimed: its claims go first, results are written after
+                await asyncio.wait({self._firing})
             await self._flush_once()
             if self._unsaved_skips:
                 await self._flush_skips()
 
+    async def _record_started_loop(self) -> None:
+        """Write the rows of fast-path runs still running a moment after they started, so
+        the ledger shows them in progress; runs that end sooner are written once, whole."""
+        assert self._record_event is not None
+        while True:
+            await self._record_event.wait()
+            self._record_event.clear()
+            await asyncio.sleep(self.record_started_after)
+            for a in list(self._unrecorded.values()):
+                if a.run.id is None and a.run.status is RunStatus.RUNNING:
+                    self._finishes.append(Finish(a.run))
+            self._unrecorded.clear()
+            if self._finishes and self._flush_event is not None:
+                self._flush_event.set()
+
     async def _flush_once(self) -> None:
-        """Group commit: every run finished since the last write, in one transaction."""
+        """Group commit: every run started or finished since the last write, one transaction."""
+        self._settle()
         if not self._finishes:
             return
-        batch, self._finishes = self._finishes, []
+        merged: dict[int, Finish] = {}
+        for f in self._finishes:  # a run's "started" and "finished" rows become one write
+            prev = merged.get(id(f.run))
+            if prev is None or f.release_token is not None:
+                merged[id(f.run)] = f
+        batch = list(merged.values())
+        self._finishes = []
         self._enter()
         try:
             await self.store.finish(batch)
@@ -847,9 +1025,13 @@ class Scheduler:
 
     async def _orphan_loop(self) -> None:
         while True:
-            await self.reap_orphans()
-            await self._poll_queued()
-            await self._flush_skips()
+            self._enter()
+            try:
+                await self.reap_orphans()
+                await self._poll_queued()
+                await self._flush_skips()
+            finally:
+                self._leave()
             await self.clock.sleep_until(
                 self.clock.now() + min(self.orphan_interval, self.queue_poll)
             )
@@ -874,7 +1056,10 @@ class Scheduler:
         for run in orphans:
             log.warning(
                 "job %s: run %s (slot %s on %s) was interrupted: its lease expired",
-                run.job_id, run.id, run.slot.isoformat(), run.instance_id,
+                run.job_id,
+                run.id,
+                run.slot.isoformat(),
+                run.instance_id,
             )
             job = self._jobs.get(run.job_id)
             if job is None or not job.recover or run.fencing_token is None or run.manual:
@@ -889,8 +1074,10 @@ class Scheduler:
                 is_recovery=True,
                 is_catchup=run.is_catchup,
                 reclaim_token=run.fencing_token,
-                logs=[f"♻ Recovery run of slot {run.slot.isoformat()}: run {run.id} on "
-                      f"{run.instance_id} was interrupted"],
+                logs=[
+                    f"♻ Recovery run of slot {run.slot.isoformat()}: run {run.id} on "
+                    f"{run.instance_id} was interrupted"
+                ],
             )
             await self._dispatch([item], now)
         return orphans
@@ -945,8 +1132,7 @@ class Scheduler:
                 item.skip_reason = SkipReason.ALREADY_EXECUTING.value
                 item.result = {"skipped": True, "reason": item.skip_reason}
                 item.logs.append(
-                    "Skipped: the previous run has not finished "
-                    f"(lease held by {self.instance_id})"
+                    f"Skipped: the previous run has not finished (lease held by {self.instance_id})"
                 )
             [res] = await self.store.dispatch([item], self.instance_id)
             assert res.run is not None
@@ -973,6 +1159,7 @@ class Scheduler:
             self._active[key] = active
             self._local_running[job.id] = self._local_running.get(job.id, 0) + 1
             self._enter()
+            active.ctx = self._context(job, run)
             await self._execute(key, active)
             await self._flush_once()
         finally:
@@ -1102,7 +1289,9 @@ class Scheduler:
 
     # -- introspection ------------------------------------------------------------------
 
-    def next_fire_times(self, job_id: str, n: int = 10, after: datetime | None = None) -> list[datetime]:
+    def next_fire_times(
+        self, job_id: str, n: int = 10, after: datetime | None = None
+    ) -> list[datetime]:
         job = self.get_job(job_id)
         out: list[datetime] = []
         t = after or from_ts(self.clock.now())

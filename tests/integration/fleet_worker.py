@@ -46,8 +46,7 @@ def main() -> None:
     async def go() -> None:
         async with s:
             print(f"READY {s.instance_id}", flush=True)
-            while time.time() < args.until:
-                await asyncio.sleep(min(0.2, max(args.until - time.time(), 0)))
+            await asyncio.sleep(max(args.until - time.time(), 0))
 
     asyncio.run(go())
     print(f"DONE {s.instance_id} fired={s.stats.fired} lost={s.stats.claims_lost}", flush=True)

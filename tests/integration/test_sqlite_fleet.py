@@ -19,8 +19,17 @@ pytestmark = pytest.mark.slow
 
 def spawn(db: Path, name: str, until: float, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(WORKER), "--store", f"sqlite:///{db}", "--name", name,
-         "--until", str(until), *extra],
+        [
+            sys.executable,
+            str(WORKER),
+            "--store",
+            f"sqlite:///{db}",
+            "--name",
+            name,
+            "--until",
+            str(until),
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -72,9 +81,11 @@ def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> No
     expected = {(f"job-{j:04d}", s * 1000) for j in range(n_jobs) for s in range(lo, hi + 1)}
     got = {(job, slot) for job, slot, status, _ in rows if status == "succeeded"}
     missing = expected - got
-    print(f"window {hi - lo + 1}s, expected {len(expected)} slots, ran {len(got)}, "
-          f"duplicates {dup}, missing {len(missing)}, by instance: "
-          f"{sorted({i.split(':')[0] for *_, i in rows})}")
+    print(
+        f"window {hi - lo + 1}s, expected {len(expected)} slots, ran {len(got)}, "
+        f"duplicates {dup}, missing {len(missing)}, by instance: "
+        f"{sorted({i.split(':')[0] for *_, i in rows})}"
+    )
     assert dup == 0
     assert not missing, sorted(missing)[:10]
     assert all(status == "succeeded" for _, _, status, _ in rows)
@@ -107,9 +118,12 @@ def test_kill_9_holder_lease_expires_and_next_slot_runs_elsewhere(tmp_path: Path
         victim = next(p for p in procs if p.pid == pid)
         os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
-        lease_until = con.execute(
-            "SELECT lease_until FROM job_state WHERE job_id = 'slow-0000'"
-        ).fetchone()[0] / 1000
+        lease_until = (
+            con.execute("SELECT lease_until FROM job_state WHERE job_id = 'slow-0000'").fetchone()[
+                0
+            ]
+            / 1000
+        )
         victim.wait(10)
         survivors = [p for p in procs if p is not victim]
         for p in survivors:

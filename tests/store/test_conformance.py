@@ -94,9 +94,7 @@ async def test_lease_blocks_overlap_and_names_holder(store: Store, other: Store)
     assert second.run is not None and second.run.status is RunStatus.SKIPPED
     assert second.run.reason == "already_executing"
     assert second.run.result == {"skipped": True, "reason": "already_executing"}
-    assert second.run.logs == [
-        "Skipped: the previous run has not finished (lease held by one)"
-    ]
+    assert second.run.logs == ["Skipped: the previous run has not finished (lease held by one)"]
     assert second.run.success
     # QUEUE_ONE: the run waits (pending) instead
     [third] = await other.dispatch(
@@ -135,7 +133,9 @@ async def test_finish_releases_lease_and_records_outcome(store: Store, clock: Fa
     assert again.started
 
 
-async def test_release_with_a_stale_token_keeps_the_new_lease(store: Store, clock: FakeClock) -> None:
+async def test_release_with_a_stale_token_keeps_the_new_lease(
+    store: Store, clock: FakeClock
+) -> None:
     await store.ensure_jobs(["a"])
     [old] = await store.dispatch([slot_item("a", T0, lease=True, hold=10)], "one")
     clock.advance(11)  # the lease expired: another instance may take it
@@ -194,7 +194,9 @@ async def test_skips_are_written_once_per_slot_and_reason(store: Store, other: S
     assert state.last_slot is not None and state.last_slot.timestamp() == T0 + 60
 
 
-async def test_override_is_shared_and_complete(store: Store, other: Store, clock: FakeClock) -> None:
+async def test_override_is_shared_and_complete(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
     from cronfleet.clock import from_ts
 
     await store.ensure_jobs(["a"])
@@ -222,7 +224,8 @@ async def test_start_runs_deferred_and_queued_runs(store: Store, other: Store) -
     assert deferred.run is not None and deferred.run.status is RunStatus.PENDING
     assert (await store.read_states(["a"]))["a"].lease_holder is None  # no lease while pending
     [st] = await store.start(
-        [Start(deferred.run.id, "a", deferred.token, lease=True, hold=60)], "one"  # type: ignore[arg-type]
+        [Start(deferred.run.id, "a", deferred.token, lease=True, hold=60)],
+        "one",  # type: ignore[arg-type]
     )
     assert st.run is not None and st.run.status is RunStatus.RUNNING
     assert st.run.started_at is not None
@@ -336,3 +339,56 @@ async def test_one_lease_per_job_per_batch(store: Store) -> None:
             [slot_item("a", T0, lease=True), slot_item("a", T0 + 1, lease=True)], "one"
         )
     assert await store.list_runs("a") == []  # the transaction rolled back
+
+
+async def test_fast_path_run_is_written_by_finish(store: Store, clock: FakeClock) -> None:
+    await store.ensure_jobs(["a"])
+    [res] = await store.dispatch([slot_item("a", T0, lease=True, hold=60, record=False)], "one")
+    assert res.started and res.run is not None and res.run.id is None
+    assert await store.list_runs("a") == []  # not written yet: the handler starts first
+    run = res.run
+    await store.finish([Finish(run)])  # "started" row, lease kept
+    assert run.id is not None
+    [stored] = await store.list_runs("a")
+    assert stored.status is RunStatus.RUNNING and stored.fencing_token == res.token
+    assert (await store.read_states(["a"]))["a"].lease_token == res.token
+    run.status = RunStatus.SUCCEEDED
+    await store.finish([Finish(run, release_token=res.token)])
+    [stored] = await store.list_runs("a")
+    assert stored.status is RunStatus.SUCCEEDED and stored.id == run.id
+    assert (await store.read_states(["a"]))["a"].lease_holder is None
+    # a run that ends before its "started" row was written is inserted once, complete
+    [res2] = await store.dispatch([slot_item("a", T0 + 60, lease=True, record=False)], "one")
+    assert res2.run is not None
+    res2.run.status = RunStatus.FAILED
+    res2.run.error = "boom"
+    await store.finish([Finish(res2.run, release_token=res2.token)])
+    runs = await store.list_runs("a")
+    assert [(r.status, r.error) for r in runs] == [
+        (RunStatus.FAILED, "boom"),
+        (RunStatus.SUCCEEDED, None),
+    ]
+
+
+async def test_reaper_writes_the_run_a_dead_holder_never_recorded(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    await store.ensure_jobs(["a"])
+    [res] = await store.dispatch([slot_item("a", T0, lease=True, hold=30, record=False)], "dead")
+    clock.advance(31)
+    [orphan] = await other.reap_orphans("two")
+    assert orphan.status is RunStatus.INTERRUPTED and orphan.reason == "lease_expired"
+    assert orphan.fencing_token == res.token and orphan.slot.timestamp() == T0
+    assert orphan.instance_id == "dead" and orphan.id is not None
+    assert await store.reap_orphans("one") == []
+    [stored] = await store.list_runs("a")
+    assert stored.status is RunStatus.INTERRUPTED
+    assert (await store.read_states(["a"]))["a"].lease_holder is None
+
+
+async def test_read_overrides_returns_only_jobs_with_one(store: Store) -> None:
+    await store.ensure_jobs(["a", "b", "c"])
+    await store.set_override("b", False, by="ops", note=None, until=None)
+    await store.set_override("x", False, by="ops", note=None, until=None)
+    got = await store.read_overrides(["a", "b", "c"])
+    assert list(got) == ["b"] and got["b"].enabled_override is False

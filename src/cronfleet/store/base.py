@@ -41,6 +41,10 @@ class Dispatch:
     ``pending`` until :meth:`Store.start` (jitter delay).
     ``skip_reason``: claim the slot but record it as skipped (missed slots under catch-up).
     ``reclaim_token``: crash recovery — replace that claim with a new, higher token.
+    ``record=False`` (the hot path for leased runs): the run row is not written here but
+    by :meth:`Store.finish` once the handler has started or ended, so a burst's handlers
+    start after one short transaction. A crash in between leaves a claim and an unreleased
+    lease, from which :meth:`Store.reap_orphans` writes the ``interrupted`` row.
     """
 
     job_id: str
@@ -58,6 +62,7 @@ class Dispatch:
     result: Any = None
     logs: list[str] = field(default_factory=list)
     reclaim_token: int | None = None
+    record: bool = True
 
 
 @dataclass(slots=True)
@@ -101,7 +106,8 @@ class Started:
 
 @dataclass(slots=True)
 class Finish:
-    """The end of a run: its outcome, and the lease to release (if it held one)."""
+    """A run's row to write: inserted when ``run.id`` is None (and given its id), else
+    updated; and the lease to release (if it held one and the run has ended)."""
 
     run: RunRecord
     release_token: int | None = None
@@ -143,6 +149,10 @@ class Store(Protocol):
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         """The current state rows (overrides, leases) of these jobs, one statement."""
 
+    async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """State rows of the jobs among ``job_ids`` that have an override set (cheap: the
+        loop calls it at every instant)."""
+
     async def set_override(
         self,
         job_id: str,
@@ -161,7 +171,7 @@ class Store(Protocol):
         """Take leases for pending runs and mark them running (or skipped)."""
 
     async def finish(self, items: Sequence[Finish]) -> None:
-        """Record finished runs and release their leases, one transaction."""
+        """Write run rows (new or updated) and release leases, one transaction."""
 
     async def record_skips(self, items: Sequence[Skip]) -> int:
         """Write skip records (deduplicated per job, slot and reason); returns rows written."""
@@ -170,7 +180,8 @@ class Store(Protocol):
         """Extend ``(job_id, token, seconds)`` leases still held (long runs without timeout)."""
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
-        """Mark runs whose holder died (lease and deadline expired) ``interrupted``.
+        """Mark runs whose holder died (lease and deadline expired) ``interrupted``; write
+        an ``interrupted`` row for a claimed slot whose holder died before recording it.
 
         Returns only the runs this call marked, so exactly one instance acts on each.
         """

@@ -15,14 +15,14 @@ import functools
 import json
 import logging
 import sqlite3
-import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
@@ -50,43 +50,39 @@ SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
 ON CONFLICT (job_id, slot) DO NOTHING
 RETURNING token, job_id, slot
 """
-_LEASE_SQL = """
-UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
-FROM json_each(?2) AS v
-WHERE job_state.job_id = v.value->>0
-  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?3)
-RETURNING job_state.job_id
-"""
-_WATERMARK_SQL = """
-UPDATE job_state SET last_slot = v.s
-FROM (SELECT value->>0 AS id, max(value->>1) AS s FROM json_each(?1) GROUP BY 1) AS v
-WHERE job_state.job_id = v.id AND (job_state.last_slot IS NULL OR job_state.last_slot < v.s)
+_STATE_SQL = """
+UPDATE job_state SET
+  last_slot = CASE WHEN v.s IS NOT NULL AND (last_slot IS NULL OR last_slot < v.s)
+                   THEN v.s ELSE last_slot END,
+  lease_holder = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
+                      THEN ?1 ELSE lease_holder END,
+  lease_token = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
+                     THEN v.tok ELSE lease_token END,
+  lease_until = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
+                     THEN v.until ELSE lease_until END
+FROM (SELECT value->>0 AS id, value->>1 AS s, value->>2 AS tok, value->>3 AS until
+      FROM json_each(?3)) AS v
+WHERE job_state.job_id = v.id
+RETURNING job_state.job_id, job_state.lease_token, job_state.lease_holder
 """
 _ENSURE_SQL = """
 INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
 ON CONFLICT (job_id) DO NOTHING
 """
-_INSERT_RUNS_SQL = """
+_INSERT_RUN_SQL = """
 INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
-                  manual, is_catchup, is_recovery, claimed_at, started_at, finished_at,
-                  deadline, result, logs)
-SELECT value->>0, value->>1, value->>2, value->>3, value->>4, ?1, value->>5,
-       value->>6, value->>7, value->>8, ?2, value->>9, value->>10,
-       value->>11, value->>12, value->>13
-FROM json_each(?3)
-RETURNING id, job_id, slot
+                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at,
+                  deadline, result, error, logs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _FINISH_SQL = """
-UPDATE runs SET status = v.value->>1, reason = v.value->>2, started_at = v.value->>3,
-                finished_at = v.value->>4, result = v.value->>5, error = v.value->>6,
-                logs = v.value->>7
-FROM json_each(?1) AS v
-WHERE runs.id = v.value->>0
+UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
+                result = ?, error = ?, logs = ?
+WHERE id = ?
 """
 _RELEASE_SQL = """
 UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-FROM json_each(?1) AS v
-WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1
+WHERE job_id = ? AND lease_token = ?
 """
 _SKIPS_SQL = """
 INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
@@ -94,7 +90,7 @@ INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claim
 SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,
        value->>5, value->>6, value->>3
 FROM json_each(?2) WHERE true
-ON CONFLICT (job_id, slot, dedupe) DO NOTHING
+ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 
 
@@ -112,6 +108,57 @@ def _dt_req(ms: int) -> datetime:
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
+
+
+def _ms_or_none(d: datetime | None) -> int | None:
+    return None if d is None else round(d.timestamp() * 1000)
+
+
+_EMPTY_LOGS = "[]"
+
+
+def _run_row(r: RunRecord) -> tuple[Any, ...]:
+    return (
+        r.job_id,
+        round(r.slot.timestamp() * 1000),
+        r.triggered_by.value,
+        r.status.value,
+        r.reason,
+        r.instance_id,
+        r.fencing_token,
+        int(r.manual),
+        int(r.is_catchup),
+        int(r.is_recovery),
+        r.attempt,
+        _ms_or_none(r.claimed_at),
+        _ms_or_none(r.started_at),
+        _ms_or_none(r.finished_at),
+        None if r.status.finished else _ms_or_none(r.deadline),
+        _json(r.result),
+        r.error,
+        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+    )
+
+
+def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
+    """Insert complete run records and give each its id.
+
+    ``executemany`` is several times faster than one row per statement; inside our
+    ``BEGIN IMMEDIATE`` transaction nobody else writes, and ``AUTOINCREMENT`` hands out
+    consecutive ids, so the ids are known without ``RETURNING`` (checked afterwards).
+    """
+    if not recs:
+        return
+    base = c.execute(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0), "
+        "coalesce((SELECT max(id) FROM runs), 0))"
+    ).fetchone()[0]
+    c.executemany(_INSERT_RUN_SQL, [_run_row(r) for r in recs])
+    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+    if last != base + len(recs):
+        raise StoreError(f"run ids were not consecutive ({base}+{len(recs)} != {last})")
+    for i, r in enumerate(recs, start=base + 1):
+        r.id = i
 
 
 def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
@@ -205,7 +252,7 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._known: set[str] = set()  # job ids whose state row exists
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -293,11 +340,29 @@ class SQLiteStore:
         self._conn = conn
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if self.path != ":memory:":
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._retry_locked(
+                lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            )
             if str(mode).lower() != "wal":
                 log.warning("SQLite store %s: could not switch to WAL mode (%s)", self.path, mode)
         conn.execute("PRAGMA synchronous = NORMAL")
+        # a burst touches the claim, state and ledger indexes of every job at once: keep
+        # them in memory rather than re-reading pages through the OS on every instant
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA temp_store = MEMORY")
         self._migrate()
+
+    def _retry_locked(self, fn: Callable[[], T]) -> T:
+        """Switching to WAL needs a moment alone with the file and does not wait on the
+        busy handler; when many processes start at once, retry until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         known = migrations("sqlite")
@@ -350,6 +415,7 @@ class SQLiteStore:
     def _ensure_jobs(self, job_ids: list[str]) -> dict[str, JobState]:
         with self._tx() as c:
             c.execute(_ENSURE_SQL, (self._now_ms(), json.dumps(job_ids)))
+        self._known.update(job_ids)
         return self._read_states(job_ids)
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -357,11 +423,20 @@ class SQLiteStore:
 
     def _read_states(self, job_ids: list[str]) -> dict[str, JobState]:
         rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state "
-            "WHERE job_id IN (SELECT value FROM json_each(?))",
+            f"SELECT {_STATE_COLS} FROM job_state WHERE job_id IN (SELECT value FROM json_each(?))",
             (json.dumps(job_ids),),
         ).fetchall()
         return {r[0]: _state(r) for r in rows}
+
+    async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return await self._call(self._read_overrides, job_ids)
+
+    def _read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        wanted = set(job_ids)
+        rows = self.conn.execute(
+            f"SELECT {_STATE_COLS} FROM job_state WHERE enabled_override IS NOT NULL"
+        ).fetchall()
+        return {r[0]: _state(r) for r in rows if r[0] in wanted}
 
     async def set_override(
         self,
@@ -410,29 +485,40 @@ class SQLiteStore:
             return []
         return await self._call(self._dispatch, list(items), instance_id)
 
-    def _take_leases(
-        self, c: sqlite3.Connection, wanted: list[tuple[str, int | None, float]], instance: str
+    def _update_states(
+        self,
+        c: sqlite3.Connection,
+        marks: dict[str, int],
+        leases: list[tuple[str, int | None, float]],
+        instance: str,
     ) -> tuple[set[str], dict[str, str | None]]:
-        """Take ``(job_id, token, hold)`` leases; return acquired ids and busy holders."""
-        if not wanted:
-            return set(), {}
-        ids = [w[0] for w in wanted]
+        """One statement per batch: advance watermarks and take ``(job, token, hold)``
+        leases. Returns the jobs whose lease was taken and the holders of the busy ones."""
+        ids = [w[0] for w in leases]
         if len(set(ids)) != len(ids):
             raise StoreError("one batch may take at most one lease per job")
+        if not marks and not leases:
+            return set(), {}
         now = self._now_ms()
-        c.execute(_ENSURE_SQL, (now, json.dumps(ids)))
-        payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in wanted])
-        acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, payload, now))}
-        busy = [j for j in ids if j not in acquired]
+        unknown = [j for j in ids if j not in self._known]
+        if unknown:
+            c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
+            self._known.update(unknown)
+        rows: dict[str, list[Any]] = {j: [j, s, None, None] for j, s in marks.items()}
+        for j, tok, hold in leases:
+            row = rows.setdefault(j, [j, None, None, None])
+            row[2], row[3] = tok, now + _ms(hold)
+        wanted = {j: tok for j, tok, _ in leases}
+        acquired: set[str] = set()
         holders: dict[str, str | None] = {}
-        if busy:
-            holders = dict(
-                c.execute(
-                    "SELECT job_id, lease_holder FROM job_state "
-                    "WHERE job_id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(busy),),
-                ).fetchall()
-            )
+        for job_id, token, holder in c.execute(
+            _STATE_SQL, (instance, now, json.dumps(list(rows.values())))
+        ):
+            if job_id in wanted:
+                if token == wanted[job_id]:
+                    acquired.add(job_id)
+                else:
+                    holders[job_id] = holder
         return acquired, holders
 
     def _dispatch(self, items: list[Dispatch], instance: str) -> list[Dispatched]:
@@ -440,24 +526,27 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             # 1. claims: one statement for every unique slot claim in the batch
+            slot_ms = [_ms(it.slot) for it in items]
             slot_idx = [
                 i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
             ]
             if slot_idx:
-                payload = json.dumps([[items[i].job_id, _ms(items[i].slot)] for i in slot_idx])
+                payload = json.dumps([[items[i].job_id, slot_ms[i]] for i in slot_idx])
                 won = {(j, s): tok for tok, j, s in c.execute(_CLAIM_SQL, (instance, now, payload))}
                 for i in slot_idx:
-                    tok = won.get((items[i].job_id, _ms(items[i].slot)))
+                    tok = won.get((items[i].job_id, slot_ms[i]))
                     if tok is not None:
                         out[i].won, out[i].token = True, tok
             for i, it in enumerate(items):
                 if it.reclaim_token is not None:
-                    if c.execute("DELETE FROM claims WHERE token = ?", (it.reclaim_token,)).rowcount:
+                    if c.execute(
+                        "DELETE FROM claims WHERE token = ?", (it.reclaim_token,)
+                    ).rowcount:
                         out[i].won = True
                         out[i].token = c.execute(
                             "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
                             "VALUES (?, ?, ?, ?) RETURNING token",
-                            (it.job_id, _ms(it.slot), instance, now),
+                            (it.job_id, slot_ms[i], instance, now),
                         ).fetchone()[0]
                 elif it.claim == "token":
                     out[i].won = True
@@ -468,31 +557,74 @@ class SQLiteStore:
                     ).fetchone()[0]
                 elif it.claim == "none":
                     out[i].won = True
-            # 2. the per-job watermark of processed slots (drives catch-up after a restart)
-            marks = [[items[i].job_id, _ms(items[i].slot)] for i in slot_idx if out[i].won]
-            if marks:
-                c.execute(_WATERMARK_SQL, (json.dumps(marks),))
-            # 3. leases for the runs that start now
+            # 2 + 3. per-job watermark of processed slots (drives catch-up after a restart)
+            # and the leases of the runs that start now, in one statement
+            marks: dict[str, int] = {}
+            for i in slot_idx:
+                if out[i].won and marks.get(items[i].job_id, -1) < slot_ms[i]:
+                    marks[items[i].job_id] = slot_ms[i]
             lease_idx = [
                 i
                 for i, d in enumerate(out)
                 if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
             ]
-            acquired, holders = self._take_leases(
-                c, [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance
+            acquired, holders = self._update_states(
+                c,
+                marks,
+                [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
+                instance,
             )
             # 4. one ledger row per won slot
-            rows: list[list[Any]] = []
-            recs: list[tuple[int, RunRecord]] = []
+            # 4. a ledger row per won slot; fast-path runs (record=False) are written by
+            #    the scheduler's group commit after their handler has started
+            to_insert: list[RunRecord] = []
+            memo: dict[int | None, datetime | None] = {None: None}
+
+            def dt(ms: int | None) -> datetime | None:
+                if ms not in memo:
+                    memo[ms] = _dt(ms)
+                return memo[ms]
+
+            running, now_dt = RunStatus.RUNNING, dt(now)
             for i, d in enumerate(out):
                 if not d.won:
                     continue
                 it = items[i]
-                slot_ms = _ms(it.slot)
-                status, reason, result, logs = RunStatus.RUNNING, None, it.result, list(it.logs)
+                if (
+                    not it.record
+                    and not it.defer
+                    and not it.skip_reason
+                    and (not it.lease or it.job_id in acquired)
+                ):
+                    # the hot path: a leased run that starts now, its row written later
+                    d.run = RunRecord(
+                        None,
+                        it.job_id,
+                        cast(datetime, dt(slot_ms[i])),
+                        it.triggered_by,
+                        running,
+                        instance,
+                        d.token,
+                        it.manual,
+                        it.is_catchup,
+                        it.is_recovery,
+                        1,
+                        None,
+                        now_dt,
+                        now_dt,
+                        None,
+                        dt(now + _ms(it.hold)),
+                        it.result,
+                        None,
+                        list(it.logs) if it.logs else [],
+                    )
+                    continue
+                status, reason, result = RunStatus.RUNNING, None, it.result
+                logs = list(it.logs) if it.logs else []
                 started: int | None = now
                 finished: int | None = None
                 deadline: int | None = now + _ms(it.hold)
+                record = it.record
                 if it.skip_reason:
                     status, reason, started, finished, deadline = (
                         RunStatus.SKIPPED,
@@ -503,10 +635,12 @@ class SQLiteStore:
                     )
                     if result is None:
                         result = {"skipped": True, "reason": it.skip_reason}
+                    record = True
                 elif it.defer:
-                    status, started = RunStatus.PENDING, None
+                    status, started, record = RunStatus.PENDING, None, True
                 elif it.lease and it.job_id not in acquired:
                     d.holder = holders.get(it.job_id)
+                    record = True
                     if it.wait_if_busy:
                         status, started = RunStatus.PENDING, None
                     else:
@@ -522,7 +656,7 @@ class SQLiteStore:
                 rec = RunRecord(
                     id=None,
                     job_id=it.job_id,
-                    slot=_dt_req(slot_ms),
+                    slot=dt(slot_ms[i]),  # type: ignore[arg-type]
                     triggered_by=it.triggered_by,
                     status=status,
                     instance_id=instance,
@@ -531,43 +665,17 @@ class SQLiteStore:
                     is_catchup=it.is_catchup,
                     is_recovery=it.is_recovery,
                     reason=reason,
-                    claimed_at=_dt_req(now),
-                    started_at=_dt(started),
-                    finished_at=_dt(finished),
-                    deadline=_dt(deadline),
+                    claimed_at=dt(now),
+                    started_at=dt(started),
+                    finished_at=dt(finished),
+                    deadline=dt(deadline),
                     result=result,
                     logs=logs,
                 )
                 d.run = rec
-                recs.append((i, rec))
-                rows.append(
-                    [
-                        it.job_id,
-                        slot_ms,
-                        it.triggered_by.value,
-                        status.value,
-                        reason,
-                        d.token,
-                        int(it.manual),
-                        int(it.is_catchup),
-                        int(it.is_recovery),
-                        started,
-                        finished,
-                        deadline,
-                        _json(result),
-                        json.dumps(logs),
-                    ]
-                )
-            if rows:
-                ids: dict[tuple[str, int], list[int]] = {}
-                for rid, job_id, slot in c.execute(
-                    _INSERT_RUNS_SQL, (instance, now, json.dumps(rows))
-                ):
-                    ids.setdefault((job_id, slot), []).append(rid)
-                for _, rec in recs:
-                    bucket = ids[(rec.job_id, _ms(rec.slot.timestamp()))]
-                    bucket.sort()
-                    rec.id = bucket.pop(0)
+                if record:
+                    to_insert.append(rec)
+            insert_runs(c, to_insert)
         return out
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
@@ -580,8 +688,8 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             leased = [it for it in items if it.lease]
-            acquired, holders = self._take_leases(
-                c, [(it.job_id, it.token, it.hold) for it in leased], instance
+            acquired, holders = self._update_states(
+                c, {}, [(it.job_id, it.token, it.hold) for it in leased], instance
             )
             run_now: list[list[Any]] = []
             skip_now: list[list[Any]] = []
@@ -633,28 +741,29 @@ class SQLiteStore:
         await self._call(self._finish, list(items))
 
     def _finish(self, items: list[Finish]) -> None:
-        rows = []
-        releases = []
-        for f in items:
-            r = f.run
-            rows.append(
-                [
-                    r.id,
-                    r.status.value,
-                    r.reason,
-                    None if r.started_at is None else _ms(r.started_at.timestamp()),
-                    None if r.finished_at is None else _ms(r.finished_at.timestamp()),
-                    _json(r.result),
-                    r.error,
-                    json.dumps(r.logs, default=str),
-                ]
+        new = [f.run for f in items if f.run.id is None]
+        updates = [
+            (
+                r.status.value,
+                r.reason,
+                _ms_or_none(r.started_at),
+                _ms_or_none(r.finished_at),
+                None if r.status.finished else _ms_or_none(r.deadline),
+                _json(r.result),
+                r.error,
+                json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+                r.id,
             )
-            if f.release_token is not None:
-                releases.append([r.job_id, f.release_token])
+            for f in items
+            if (r := f.run).id is not None
+        ]
+        releases = [(f.run.job_id, f.release_token) for f in items if f.release_token is not None]
         with self._tx() as c:
-            c.execute(_FINISH_SQL, (json.dumps(rows),))
+            insert_runs(c, new)
+            if updates:
+                c.executemany(_FINISH_SQL, updates)
             if releases:
-                c.execute(_RELEASE_SQL, (json.dumps(releases),))
+                c.executemany(_RELEASE_SQL, releases)
 
     async def record_skips(self, items: Sequence[Skip]) -> int:
         if not items:
@@ -677,7 +786,11 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             written = c.execute(_SKIPS_SQL, (now, json.dumps(rows))).rowcount
-            c.execute(_WATERMARK_SQL, (json.dumps([[r[0], r[1]] for r in rows]),))
+            marks: dict[str, int] = {}
+            for sk in items:
+                ms = _ms(sk.slot)
+                marks[sk.job_id] = max(marks.get(sk.job_id, ms), ms)
+            self._update_states(c, marks, [], "")
         return max(written, 0)
 
     async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
@@ -709,9 +822,9 @@ class SQLiteStore:
             now = self._now_ms()
             rows = c.execute(
                 "UPDATE runs SET status = 'interrupted', reason = 'lease_expired', "
-                "finished_at = ?1, error = 'the instance running it stopped answering; its "
-                "lease expired', logs = json_insert(coalesce(logs, '[]'), '$[#]', "
-                "'Interrupted: ' || coalesce(instance_id, 'an instance') || "
+                "finished_at = ?1, deadline = NULL, error = 'the instance running it stopped "
+                "answering; its lease expired', logs = json_insert(coalesce(logs, '[]'), "
+                "'$[#]', 'Interrupted: ' || coalesce(instance_id, 'an instance') || "
                 "' did not finish this run before its lease expired (marked by ' || ?2 || ')') "
                 "WHERE status IN ('running', 'pending') AND deadline < ?1 "
                 "AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id "
@@ -719,7 +832,41 @@ class SQLiteStore:
                 f"RETURNING {_RUN_COLS}",
                 (now, instance),
             ).fetchall()
-        return [_run(r) for r in rows]
+            reaped = [_run(r) for r in rows]
+            # claimed and leased, but the holder died before its run row was written
+            lost = c.execute(
+                "SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at "
+                "FROM job_state s JOIN claims c ON c.token = s.lease_token "
+                "WHERE s.lease_token IS NOT NULL AND s.lease_until < ? "
+                "AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id "
+                "AND r.fencing_token = s.lease_token)",
+                (now,),
+            ).fetchall()
+            rebuilt = []
+            for job_id, token, holder, slot, claimed in lost:
+                rebuilt.append(
+                    RunRecord(
+                        id=None,
+                        job_id=job_id,
+                        slot=_dt_req(slot if slot is not None else claimed),
+                        triggered_by=TriggeredBy.SCHEDULE,
+                        status=RunStatus.INTERRUPTED,
+                        instance_id=holder,
+                        fencing_token=token,
+                        reason="lease_expired",
+                        claimed_at=_dt(claimed),
+                        finished_at=_dt(now),
+                        error="the instance running it stopped answering; its lease expired",
+                        logs=[
+                            f"Interrupted: {holder or 'an instance'} did not finish this run "
+                            f"before its lease expired (marked by {instance})"
+                        ],
+                    )
+                )
+            insert_runs(c, rebuilt)
+            if rebuilt:
+                c.executemany(_RELEASE_SQL, [(r.job_id, r.fencing_token) for r in rebuilt])
+        return reaped + rebuilt
 
     # -- reading the ledger -----------------------------------------------------------
 
@@ -736,7 +883,8 @@ class SQLiteStore:
     def _list_runs(
         self, job_id: str | None, limit: int, status: RunStatus | None, before_id: int | None
     ) -> list[RunRecord]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if job_id is not None:
             where.append("job_id = ?")
             args.append(job_id)

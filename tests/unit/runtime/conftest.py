@@ -46,7 +46,9 @@ async def settle(*schedulers: Scheduler) -> None:
                 await s.wait_idle()
 
 
-async def advance(clock: FakeClock, seconds: float, *schedulers: Scheduler, step: float = 1.0) -> None:
+async def advance(
+    clock: FakeClock, seconds: float, *schedulers: Scheduler, step: float = 1.0
+) -> None:
     """Move time forward in steps, letting the schedulers act at each step."""
     remaining = seconds
     while remaining > 1e-9:

@@ -30,7 +30,9 @@ from .conftest import T0, Recorder, advance, settle
 Make = Callable[..., Scheduler]
 
 
-async def test_fires_each_slot_once_with_context(make: Make, clock: FakeClock, running: list) -> None:
+async def test_fires_each_slot_once_with_context(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     s = make()
     rec = Recorder()
     s.job("60s", id="tick", config={"top": 100})(rec)
@@ -227,7 +229,9 @@ async def test_unknown_job_is_a_clear_error(make: Make) -> None:
 # -- catch-up ---------------------------------------------------------------------------
 
 
-async def _downtime(make: Make, clock: FakeClock, minutes: float, **job: Any) -> tuple[Scheduler, Recorder]:
+async def _downtime(
+    make: Make, clock: FakeClock, minutes: float, **job: Any
+) -> tuple[Scheduler, Recorder]:
     first = make()
     first.job("*/5 * * * *", id="c", **job)(Recorder())
     await first.start()
@@ -280,7 +284,9 @@ async def test_catch_up_run_all_in_order(make: Make, clock: FakeClock, running: 
     assert all(c.is_catchup for c in rec.calls)
 
 
-async def test_catch_up_window_limits_what_runs(make: Make, clock: FakeClock, running: list) -> None:
+async def test_catch_up_window_limits_what_runs(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     s, rec = await _downtime(make, clock, 22, missed=Missed.RUN_ALL, catch_up_window="12m")
     running.append(s)
     # now = T0+27m; the window reaches back to T0+15m
@@ -358,7 +364,10 @@ async def test_catch_up_across_midnight_and_dst(tmp_path: Any, running: list) ->
     second = Scheduler(store=db, clock=clock, instance_id="b")
     rec = Recorder()
     second.job(
-        "30 2 * * *", id="d", timezone="Europe/Paris", missed=Missed.RUN_ALL,
+        "30 2 * * *",
+        id="d",
+        timezone="Europe/Paris",
+        missed=Missed.RUN_ALL,
         catch_up_window="3d",
     )(rec)
     await second.start()
@@ -406,7 +415,9 @@ async def test_overlap_skip_records_already_executing(
     assert len(h.started) == 1
 
 
-async def test_overlap_queue_one_runs_right_after(make: Make, clock: FakeClock, running: list) -> None:
+async def test_overlap_queue_one_runs_right_after(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     s = make()
     h = Blocking()
     s.job("60s", id="q", overlap=Overlap.QUEUE_ONE)(h)
@@ -560,7 +571,9 @@ async def test_crashed_holder_is_marked_interrupted_and_recovered(
     assert [r.job_id for r in runs.values() if r.is_recovery] == ["r"]
 
 
-async def test_jitter_delays_the_start_not_the_slot(make: Make, clock: FakeClock, running: list) -> None:
+async def test_jitter_delays_the_start_not_the_slot(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     from cronfleet.planning import jitter_delay
 
     s = make()
@@ -579,7 +592,9 @@ async def test_jitter_delays_the_start_not_the_slot(make: Make, clock: FakeClock
     assert run.lateness == pytest.approx(delay, abs=0.6)
 
 
-async def test_node_local_runs_in_every_process(make: Make, clock: FakeClock, running: list) -> None:
+async def test_node_local_runs_in_every_process(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     calls: list[str] = []
     pair = []
     for name in ("a", "b"):
@@ -607,7 +622,9 @@ class FlakyDispatch:
         return await self.real(items, instance)
 
 
-async def test_locking_when_store_is_unavailable(make: Make, clock: FakeClock, running: list) -> None:
+async def test_locking_when_store_is_unavailable(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     s = make()
     prefer, require = Recorder(), Recorder()
     s.job("60s", id="prefer", locking=Locking.PREFER_GLOBAL)(prefer)
@@ -626,9 +643,7 @@ async def test_locking_when_store_is_unavailable(make: Make, clock: FakeClock, r
     assert len(require.calls) == 1
 
 
-async def test_shutdown_interrupts_after_grace_and_releases(
-    make: Make, clock: FakeClock
-) -> None:
+async def test_shutdown_interrupts_after_grace_and_releases(make: Make, clock: FakeClock) -> None:
     s = make(shutdown_grace=0.1)
     h = Blocking()
     s.job("60s", id="stuck")(h)

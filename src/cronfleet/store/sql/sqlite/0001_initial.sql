@@ -22,6 +22,8 @@ CREATE TABLE job_state (
     last_slot        INTEGER,           -- newest slot claimed or deliberately skipped
     created_at       INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX job_state_overrides ON job_state (job_id) WHERE enabled_override IS NOT NULL;
+CREATE INDEX job_state_leases ON job_state (lease_until) WHERE lease_token IS NOT NULL;
 
 CREATE TABLE runs (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -46,6 +48,5 @@ CREATE TABLE runs (
     dedupe        TEXT                  -- set on claim-less skips: one per (job, slot, reason)
 );
 CREATE INDEX runs_job_id ON runs (job_id, id);
-CREATE UNIQUE INDEX runs_dedupe ON runs (job_id, slot, dedupe);
+CREATE UNIQUE INDEX runs_dedupe ON runs (job_id, slot, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX runs_open ON runs (deadline) WHERE status IN ('running', 'pending');
-CREATE INDEX runs_finished ON runs (finished_at);
