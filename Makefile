@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/cronfleet run --config examples/cronfleet.toml
+	$(BIN)/python examples/app.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -24,6 +24,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py
+	$(BIN)/python bench/runtime.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
