@@ -100,7 +100,8 @@ class Scheduler:
     ``store``: a URL (``sqlite:///cronfleet.db`` by default, ``postgresql://...``) or a
     :class:`~cronfleet.store.Store`. ``clock`` is injectable for tests. ``late_after``: a
     slot handled more than this many seconds after its time is a missed slot, handled by
-    the job's catch-up policy.
+    the job's catch-up policy. ``timers=False`` runs no loop: a control-only process (an
+    API replica) that can pause, trigger and read history.
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class Scheduler:
         queue_poll: str | float | timedelta = "1s",
         batch_size: int = 1000,
         record_started_after: float = 0.25,
+        timers: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
@@ -136,6 +138,7 @@ class Scheduler:
         self.orphan_interval = _secs(orphan_interval, "orphan_interval")
         self.queue_poll = _secs(queue_poll, "queue_poll")
         self.batch_size = max(1, batch_size)
+        self.timers = timers
         self.record_started_after = record_started_after
         self.stats = _Stats()
         self.last_tick: float | None = None
@@ -278,17 +281,24 @@ class Scheduler:
             self._schedule_first(job, states.get(job.id), now)
         self._running = True
         self._stopping = False
-        self._loop_task = asyncio.create_task(self._main_loop(), name="cronfleet-loop")
         self._flusher = asyncio.create_task(self._flush_loop(), name="cronfleet-flush")
         self._spawn(self._record_started_loop())
-        self._spawn(self._maintenance_loop())
-        self._spawn(self._orphan_loop())
-        self._spawn(self._renew_loop())
+        if self.timers:
+            self._loop_task = asyncio.create_task(self._main_loop(), name="cronfleet-loop")
+            self._spawn(self._maintenance_loop())
+            self._spawn(self._orphan_loop())
+            self._spawn(self._renew_loop())
+        subscribe = getattr(self.store, "subscribe", None)
+        if subscribe is not None:
+            # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
+            # overrides are still read at fire time, so a lost notification changes nothing
+            await subscribe(self._poke)
         log.info(
-            "cronfleet %s started with %d jobs on %s",
+            "cronfleet %s started with %d jobs on %s%s",
             self.instance_id,
             len(self._jobs),
             self.store.url,
+            "" if self.timers else " (no timers: control only)",
         )
 
     async def _add_running(self, job: Job) -> None:
@@ -374,11 +384,17 @@ class Scheduler:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         async with self:
-            assert self._loop_task is not None
             waiter = asyncio.create_task(stop.wait())
-            await asyncio.wait({waiter, self._loop_task}, return_when=asyncio.FIRST_COMPLETED)
+            watched: set[asyncio.Future[Any]] = {waiter}
+            if self._loop_task is not None:
+                watched.add(self._loop_task)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-            if self._loop_task.done() and not self._loop_task.cancelled():
+            if (
+                self._loop_task is not None
+                and self._loop_task.done()
+                and not self._loop_task.cancelled()
+            ):
                 exc = self._loop_task.exception()
                 if exc is not None:
                     raise exc

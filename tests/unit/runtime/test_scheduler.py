@@ -641,6 +641,11 @@ async def test_locking_when_store_is_unavailable(
     skipped = [r for r in await s.runs_async("require") if r.status is RunStatus.SKIPPED]
     assert [(r.reason, r.slot.timestamp()) for r in skipped] == [("store_unavailable", T0 + 60)]
     assert len(require.calls) == 1
+    # the run made without a claim is in the ledger too, saying so
+    offline = [r for r in await s.runs_async("prefer") if r.slot.timestamp() == T0 + 60]
+    assert len(offline) == 1 and offline[0].fencing_token is None
+    assert offline[0].status is RunStatus.SUCCEEDED
+    assert "Ran without a claim" in offline[0].logs[0]
 
 
 async def test_shutdown_interrupts_after_grace_and_releases(make: Make, clock: FakeClock) -> None:
@@ -697,3 +702,21 @@ def test_duplicate_and_invalid_jobs_are_rejected(make: Make) -> None:
         s.job("61 * * * *", id="w")(Recorder())
     with pytest.raises(ValueError, match="job id 'bad id'"):
         s.job("60s", id="bad id")(Recorder())
+
+
+async def test_control_only_process_runs_no_timers(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    worker, api = make(instance_id="worker"), make(instance_id="api", timers=False)
+    w_rec, a_rec = Recorder(), Recorder()
+    worker.job("60s", id="t")(w_rec)
+    api.job("60s", id="t")(a_rec)
+    for s in (worker, api):
+        await s.start()
+        running.append(s)
+    await api.pause_async("t", by="api")
+    await advance(clock, 60, worker, api, step=60)
+    assert w_rec.calls == [] and a_rec.calls == []
+    await api.resume_async("t", by="api")
+    await advance(clock, 120, worker, api, step=60)
+    assert len(w_rec.calls) == 2 and a_rec.calls == []
