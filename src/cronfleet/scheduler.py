@@ -160,6 +160,8 @@ class Scheduler:
         self._unrecorded: dict[int, _Active] = {}
         self._record_event: asyncio.Event | None = None
         self._firing: asyncio.Future[None] | None = None
+        self._flush_done: asyncio.Event | None = None
+        self._last_reap: float | None = None
         self._unsaved_skips: deque[Skip] = deque(maxlen=_MAX_BUFFERED)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -977,14 +979,13 @@ class Scheduler:
         self._flushed_event().set()
 
     def _flushed_event(self) -> asyncio.Event:
-        ev = getattr(self, "_flush_done", None)
-        if ev is None:
-            ev = self._flush_done = asyncio.Event()
-        return ev
+        if self._flush_done is None:
+            self._flush_done = asyncio.Event()
+        return self._flush_done
 
     async def _flushed(self) -> None:
         """Wait until finished runs (and their lease releases) have been written."""
-        while self._finishes and self._running:
+        while (self._finishes or self._ended) and self._running:
             ev = self._flushed_event()
             ev.clear()
             if self._flush_event is not None:
@@ -1060,7 +1061,7 @@ class Scheduler:
     async def reap_orphans(self) -> list[RunRecord]:
         """Mark runs of dead instances ``interrupted``; re-run them where ``recover=True``."""
         now = self.clock.now()
-        last = getattr(self, "_last_reap", None)
+        last = self._last_reap
         if last is not None and now - last < self.orphan_interval:
             return []
         self._last_reap = now
