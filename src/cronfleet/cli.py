@@ -134,7 +134,8 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     table.add_column("from start", justify="right")
     for i, x in enumerate(times, 1):
         table.add_row(str(i), x.isoformat(), x.strftime("%a"),
-                      x.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"), _delta(x - start))
+                      x.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                      _delta(x.astimezone(UTC) - start.astimezone(UTC)))  # elapsed, not wall
     _console().print(table)
 
 

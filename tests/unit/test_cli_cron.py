@@ -43,6 +43,13 @@ def test_next_human_output() -> None:
     assert "Every 1h30m" in r.stdout
 
 
+def test_next_human_elapsed_column_counts_real_time() -> None:
+    r = run("next", "*/15 * * * *", "--tz", "Australia/Lord_Howe",
+            "--after", "2023-10-01T01:40", "-n", "2")
+    assert r.exit_code == 0, r.output
+    assert "2023-10-01T02:30:00+11:00" in r.stdout and "+20m" in r.stdout  # not +50m
+
+
 def test_next_default_after_is_now() -> None:
     r = run("next", "* * * * *", "--json", "-n", "1")
     assert r.exit_code == 0 and len(json.loads(r.stdout)["next"]) == 1
