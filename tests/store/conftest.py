@@ -1,21 +1,28 @@
-"""One conformance suite for every store: each test runs against every store factory."""
+"""One conformance suite for every store: each test runs against every store factory.
+
+PostgreSQL: ``CRONFLEET_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
+each test gets a fresh schema, dropped afterwards. Unreachable, the PostgreSQL tests skip
+with the reason, except under ``CI=true`` where they fail.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from cronfleet.clock import FakeClock
-from cronfleet.store import SQLiteStore, Store
+from cronfleet.store import PostgresStore, SQLiteStore, Store
+
+from .pg import drop_schema, new_schema, pg_url, require_pg
 
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z, a fixed "now" for the fake clock
 
 StoreFactory = Callable[[], Store]
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -26,11 +33,29 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_store(store_kind: str, tmp_path: Path, clock: FakeClock) -> StoreFactory:
+def pg_schema(store_kind: str) -> Iterator[str | None]:
+    """A fresh schema per PostgreSQL test (dropped afterwards), so tests are independent."""
+    if store_kind != "postgres":
+        yield None
+        return
+    require_pg()
+    schema = new_schema()
+    yield schema
+    drop_schema(schema)
+
+
+@pytest.fixture
+def make_store(
+    store_kind: str, tmp_path: Path, clock: FakeClock, pg_schema: str | None
+) -> StoreFactory:
     """Returns a factory: each call is a new store object (a new "instance") on one database."""
     if store_kind == "sqlite":
         path = tmp_path / "cronfleet.db"
         return lambda: SQLiteStore(path, clock=clock)
+    if store_kind == "postgres":
+        assert pg_schema is not None
+        url = pg_url()
+        return lambda: PostgresStore(url, schema=pg_schema, clock=clock, pool_max=4)
     raise AssertionError(store_kind)
 
 

@@ -1,0 +1,1262 @@
+"""The fleet store: PostgreSQL, shared by every instance on every host.
+
+Same contract as the SQLite store (``tests/store`` runs unchanged against both), built for
+many hosts:
+
+* **Time from the database.** Each transaction starts with ``BEGIN; SELECT now()`` (one
+  round trip) and every timestamp it writes or compares — claim times, lease expiry, run
+  deadlines — is that transaction's ``now()``. An instance with a skewed clock therefore
+  cannot take a live lease or reap a live run. The skew between this host and the database
+  is measured at open and every ``skew_interval`` seconds (:attr:`PostgresStore.clock_skew`)
+  and logged when it exceeds 1 s. Tests inject a ``FakeClock``: any clock that is not a
+  :class:`~cronfleet.clock.SystemClock` is used instead of the database clock.
+* **Batches as arrays.** A batch travels as a few typed arrays read with ``unnest``, so
+  claiming 10,000 slots is one ``INSERT … ON CONFLICT DO NOTHING RETURNING`` and the leases
+  one conditional ``UPDATE``. Rows are inserted and locked in key order, so two instances
+  claiming overlapping batches queue on each other instead of deadlocking (a deadlock or
+  serialization failure is retried anyway).
+* **Migrations** run at open in their own schema (default ``cronfleet``) under a
+  transaction-level advisory lock: ten processes starting together apply each one once.
+* **LISTEN/NOTIFY.** Overrides and new jobs are announced on a per-schema channel;
+  :meth:`PostgresStore.subscribe` keeps a dedicated listening connection (reconnecting with
+  backoff) that wakes the scheduler early. Overrides are still read at fire time.
+* **Connection loss.** Connection errors raise :class:`~cronfleet.errors.StoreUnavailable`
+  (the scheduler then fails open or closed per job). While the database is down every call
+  fails fast, without waiting on the pool, and one background probe reconnects with
+  exponential backoff; nothing is buffered here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from cronfleet.clock import Clock, SystemClock
+from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
+from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
+from cronfleet.store.sqlite import busy_log, migrations
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("cronfleet.store.postgres")
+T = TypeVar("T")
+Cursor = AsyncCursor[tuple[Any, ...]]
+TimeSource = Literal["database", "clock"]
+
+# our options in the URL query; everything else is passed to libpq untouched
+_URL_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
+# the first of the advisory-lock key pair used by migrations ("cfmg")
+_MIGRATION_LOCK = 0x63666D67
+_SKEW_WARN = 1.0
+_EMPTY_LOGS = "[]"
+
+_RUN_COLS = (
+    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
+    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
+    "result, error, logs"
+)
+_STATE_COLS = (
+    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
+    "lease_holder, lease_token, lease_until, last_slot, created_at"
+)
+
+# A slot travels as integer epoch milliseconds (the key every instance computes alike, as
+# on SQLite) and is stored as timestamptz; RETURNING gives the same integer back.
+_TS = "to_timestamp({} / 1000.0)"
+_MS = "(extract(epoch FROM {}) * 1000)::bigint"
+
+_CLAIM_SQL = f"""
+INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+SELECT v.j, {_TS.format("v.s")}, %(inst)s, %(now)s
+FROM unnest(%(jobs)s::text[], %(slots)s::bigint[]) AS v(j, s)
+ORDER BY v.j, v.s
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING token, job_id, {_MS.format("slot")}
+"""
+_TOKEN_SQL = """
+INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+SELECT v.j, NULL, %(inst)s, %(now)s
+FROM unnest(%(jobs)s::text[]) WITH ORDINALITY AS v(j, n)
+ORDER BY v.n
+RETURNING token
+"""
+_ENSURE_SQL = """
+INSERT INTO job_state (job_id, created_at)
+SELECT v.j, %(now)s FROM unnest(%(jobs)s::text[]) AS v(j) ORDER BY v.j
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id
+"""
+# Every multi-row write to job_state first locks its rows in job_id order (a materialized
+# CTE), so concurrent batches of different instances never lock them in crossing orders.
+_LOCK_CTE = """
+locked AS MATERIALIZED (
+  SELECT job_id FROM job_state WHERE job_id = ANY(%(jobs)s::text[]) ORDER BY job_id FOR UPDATE
+)"""
+_FREE = "(s.lease_holder IS NULL OR s.lease_until <= %(now)s)"
+_STATE_SQL = f"""
+WITH {_LOCK_CTE},
+v AS (SELECT * FROM unnest(%(jobs)s::text[], %(marks)s::bigint[], %(toks)s::bigint[],
+                           %(untils)s::timestamptz[]) AS v(j, mark, tok, until))
+UPDATE job_state s SET
+  last_slot = CASE WHEN v.mark IS NOT NULL
+                    AND (s.last_slot IS NULL OR s.last_slot < {_TS.format("v.mark")})
+                   THEN {_TS.format("v.mark")} ELSE s.last_slot END,
+  lease_holder = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN %(inst)s ELSE s.lease_holder END,
+  lease_token = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.tok ELSE s.lease_token END,
+  lease_until = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.until ELSE s.lease_until END
+FROM v
+WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
+RETURNING s.job_id, s.lease_token, s.lease_holder
+"""
+_RELEASE_SQL = f"""
+WITH {_LOCK_CTE}
+UPDATE job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM unnest(%(jobs)s::text[], %(toks)s::bigint[]) AS v(j, tok)
+WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
+"""
+_INSERT_RUNS_SQL = """
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
+                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
+                  finished_at, deadline, result, error, logs)
+SELECT v.job_id, v.slot, v.triggered_by, v.status, v.reason, v.instance_id, v.fencing_token,
+       v.manual, v.is_catchup, v.is_recovery, v.attempt, v.claimed_at, v.started_at,
+       v.finished_at, v.deadline, v.result::jsonb, v.error, v.logs::jsonb
+FROM unnest(%s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], %s::text[],
+            %s::bigint[], %s::bool[], %s::bool[], %s::bool[], %s::int[], %s::timestamptz[],
+            %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[],
+            %s::text[])
+     WITH ORDINALITY AS v(job_id, slot, triggered_by, status, reason, instance_id,
+                          fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
+                          started_at, finished_at, deadline, result, error, logs, n)
+ORDER BY v.n
+RETURNING id
+"""
+_FINISH_SQL = """
+UPDATE runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
+                  finished_at = v.finished_at, deadline = v.deadline,
+                  result = v.result::jsonb, error = v.error, logs = v.logs::jsonb
+FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],
+            %s::timestamptz[], %s::text[], %s::text[], %s::text[])
+     AS v(id, status, reason, started_at, finished_at, deadline, result, error, logs)
+WHERE r.id = v.id
+"""
+_SKIPS_SQL = f"""
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
+                  finished_at, result, logs, dedupe)
+SELECT v.j, {_TS.format("v.s")}, v.tb, 'skipped', v.reason, v.inst, %(now)s, %(now)s,
+       v.result::jsonb, v.logs::jsonb, v.reason
+FROM unnest(%(jobs)s::text[], %(slots)s::bigint[], %(tbs)s::text[], %(reasons)s::text[],
+            %(insts)s::text[], %(results)s::text[], %(logs)s::text[])
+     AS v(j, s, tb, reason, inst, result, logs)
+ORDER BY v.j, v.s, v.reason
+ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
+"""
+_REAP_SQL = f"""
+UPDATE runs SET status = 'interrupted', reason = 'lease_expired', finished_at = %(now)s,
+  deadline = NULL,
+  error = 'the instance running it stopped answering; its lease expired',
+  logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
+    'Interrupted: ' || coalesce(instance_id, 'an instance')
+    || ' did not finish this run before its lease expired (marked by ' || %(inst)s || ')')
+WHERE status IN ('running', 'pending') AND deadline < %(now)s
+  AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id
+                  AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
+RETURNING {_RUN_COLS}
+"""
+# claimed and leased, but the holder died before writing its run row; SKIP LOCKED: two
+# reapers never rebuild the same row (the other one sees it at its next pass, released)
+_LOST_SQL = """
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM job_state s JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token)
+ORDER BY s.job_id
+FOR UPDATE OF s SKIP LOCKED
+"""
+
+
+def _ms(ts: float) -> int:
+    return round(ts * 1000)
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def _logs(logs: list[str]) -> str:
+    return json.dumps(logs, default=str) if logs else _EMPTY_LOGS
+
+
+def _busy_result() -> str:
+    return json.dumps({"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value})
+
+
+def _state(row: Sequence[Any]) -> JobState:
+    return JobState(*row)
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        job_id=row[1],
+        slot=row[2],
+        triggered_by=TriggeredBy(row[3]),
+        status=RunStatus(row[4]),
+        reason=row[5],
+        instance_id=row[6],
+        fencing_token=row[7],
+        manual=row[8],
+        is_catchup=row[9],
+        is_recovery=row[10],
+        attempt=row[11],
+        claimed_at=row[12],
+        started_at=row[13],
+        finished_at=row[14],
+        deadline=row[15],
+        result=row[16],
+        error=row[17],
+        logs=[] if row[18] is None else list(row[18]),
+    )
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """``(libpq conninfo, our options)``: the query keys cronfleet reads (``schema``,
+    ``pool_min``, ``pool_max``, ``time_source``) are removed, the rest is left to libpq."""
+    if "://" not in url:
+        return url, {}  # a libpq "key=value" string
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in _URL_OPTIONS}
+    rest = [(k, v) for k, v in query if k not in _URL_OPTIONS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+
+
+class PostgresStore:
+    """Claims, leases, overrides and the run ledger in one PostgreSQL schema.
+
+    ``url``: any libpq URI (``postgresql://user@host/db``, ``postgresql://root@/db`` for the
+    local socket), optionally with ``?schema=name`` (default ``cronfleet``), ``pool_min``
+    and ``pool_max``. ``clock``: this host's clock. A :class:`SystemClock` (or none) means
+    the database clock judges time and the host clock is only compared with it; any other
+    clock (a test's ``FakeClock``) is used for every timestamp instead. ``time_source``
+    forces one or the other.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        clock: Clock | None = None,
+        time_source: TimeSource | None = None,
+        pool_min: int = 1,
+        pool_max: int = 8,
+        pool_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        open_timeout: float = 60.0,
+        skew_interval: float = 60.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        conninfo, opts = split_url(url)
+        self.conninfo = conninfo
+        self.url = _redact(url)
+        self.schema = schema or opts.get("schema") or "cronfleet"
+        if len(self.schema) > 50:
+            raise StoreError(f"PostgreSQL store: schema name {self.schema!r} is too long")
+        self.host_clock: Clock = clock or SystemClock()
+        source = time_source or opts.get("time_source")
+        if source is None:
+            source = "database" if clock is None or isinstance(clock, SystemClock) else "clock"
+        if source not in ("database", "clock"):
+            raise StoreError(
+                f"PostgreSQL store: time_source must be database or clock, not {source!r}"
+            )
+        self.time_source: TimeSource = source  # type: ignore[assignment]
+        self.pool_min = int(opts.get("pool_min", pool_min))
+        self.pool_max = max(self.pool_min, int(opts.get("pool_max", pool_max)))
+        self.pool_timeout = pool_timeout
+        self.connect_timeout = connect_timeout
+        self.open_timeout = open_timeout
+        self.skew_interval = skew_interval
+        self.max_backoff = max_backoff
+        self.channel = f"cronfleet_{self.schema}"
+        self.clock_skew: float | None = None
+        """Host clock minus database clock in seconds (``None`` until measured, or when a
+        test clock is in use); refreshed every ``skew_interval`` seconds."""
+        self._pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] | None = None
+        self._known: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._down: BaseException | None = None  # the failure while the database is down
+        self._probe: asyncio.Task[None] | None = None
+        self._callbacks: list[Callable[[], object]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._skew_warned = False
+        self._begin = b"BEGIN; SELECT now()" if self.time_source == "database" else b"BEGIN"
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r}, schema={self.schema!r})"
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
+        if not url.lower().startswith(("postgresql://", "postgres://")):
+            raise StoreError(
+                f"invalid PostgreSQL URL {url!r}: expected postgresql://user@host:5432/dbname"
+            )
+        return cls(url, clock=clock)
+
+    @property
+    def available(self) -> bool:
+        """False while the database is unreachable (calls fail fast until a probe succeeds)."""
+        return self._pool is not None and self._down is None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"autocommit": True}
+        lowered = self.conninfo.lower()
+        if "connect_timeout" not in lowered:
+            kw["connect_timeout"] = max(1, round(self.connect_timeout))
+        if "keepalives" not in lowered:  # notice a silently dead peer within ~30 s
+            kw.update(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
+        if "application_name" not in lowered:
+            kw["application_name"] = "cronfleet"
+        return kw
+
+    async def _configure(self, conn: AsyncConnection[Any]) -> None:
+        # UTC datetimes; our schema first; a transaction left open by a partitioned instance
+        # is ended by the server so the claims it holds do not block the fleet for long
+        await conn.execute(
+            sql.SQL(
+                "SET TIME ZONE 'UTC'; SET search_path TO {}, public; "
+                "SET idle_in_transaction_session_timeout = '30s'"
+            ).format(sql.Identifier(self.schema))
+        )
+
+    @property
+    def pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
+        if self._pool is None:
+            raise StoreError(f"{self!r} is not open")
+        return self._pool
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"PostgreSQL store {self.url}: {exc}".strip())
+
+    def _mark_down(self, exc: BaseException) -> None:
+        if self._down is None:
+            log.warning("PostgreSQL store %s is unavailable: %s; reconnecting", self.url, exc)
+        self._down = exc
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Probe the database with backoff while it is down; then let calls through."""
+        delay = 0.2
+        while self._pool is not None:
+            await asyncio.sleep(delay)
+            try:
+                conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
+                try:
+                    await conn.execute("SELECT 1")
+                finally:
+                    await conn.close()
+                await self.pool.check()  # drop the pooled connections that died with it
+            except Exception as exc:
+                self._down = exc
+                delay = min(delay * 2, self.max_backoff)
+                log.debug("PostgreSQL store %s still unavailable: %s", self.url, exc)
+                continue
+            log.warning("PostgreSQL store %s is available again", self.url)
+            self._down = None
+            self._notify_all()  # anything announced while we were away
+            return
+
+    async def _run(
+        self, fn: Callable[[Cursor, datetime], Awaitable[T]], *, tx: bool = True
+    ) -> T:
+        """Run ``fn(cursor, now)`` in one transaction (``tx=False``: a plain read).
+
+        ``now`` is the transaction's database time (or the test clock). Deadlocks and
+        serialization failures are retried; a connection found dead before anything was
+        sent is replaced once; other connection errors raise ``StoreUnavailable``.
+        """
+        pool = self.pool
+        if self._down is not None:
+            raise self._unavailable(self._down)
+        attempt = 0
+        while True:
+            attempt += 1
+            began = False
+            try:
+                async with pool.connection() as conn:
+                    cur = conn.cursor()
+                    if not tx:
+                        now = self._clock_now() or datetime.now(UTC)
+                        began = True
+                        return await fn(cur, now)
+                    try:
+                        await cur.execute(self._begin)
+                        began = True
+                        if self.time_source == "database":
+                            cur.nextset()
+                            row = await cur.fetchone()
+                            assert row is not None
+                            now = row[0]
+                        else:
+                            now = self._clock_now()  # type: ignore[assignment]
+                        result = await fn(cur, now)
+                        await cur.execute(b"COMMIT")
+                    except (psycopg.Error, StoreError):
+                        status = conn.info.transaction_status
+                        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                            with contextlib.suppress(psycopg.Error):
+                                await conn.execute(b"ROLLBACK")
+                        raise
+                return result
+            except psycopg.errors.TransactionRollback as exc:
+                if attempt >= 5:
+                    raise StoreError(f"PostgreSQL store {self.url}: {exc}") from exc
+                log.info("PostgreSQL store: %s; retrying the transaction", type(exc).__name__)
+                await asyncio.sleep(0.01 * attempt)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not began and attempt == 1 and not self._is_pool_timeout(exc):
+                    continue  # a pooled connection died idle: nothing was sent, try another
+                self._mark_down(exc)
+                raise self._unavailable(exc) from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL store {self.url}: {exc}") from exc
+
+    @staticmethod
+    def _is_pool_timeout(exc: BaseException) -> bool:
+        from psycopg_pool import PoolTimeout
+
+        return isinstance(exc, PoolTimeout)
+
+    def _clock_now(self) -> datetime | None:
+        if self.time_source == "clock":
+            return datetime.fromtimestamp(round(self.host_clock.now() * 1000) / 1000, UTC)
+        return None
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect (retrying with backoff for up to ``open_timeout`` seconds, so a fleet
+        started before its database does not crash-loop), then migrate."""
+        if self._pool is not None:
+            return
+        pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.pool_min,
+            max_size=self.pool_max,
+            kwargs=self._kwargs(),
+            configure=self._configure,
+            timeout=self.pool_timeout,
+            open=False,
+            name=f"cronfleet-{self.schema}",
+        )
+        deadline = time.monotonic() + self.open_timeout
+        delay = 0.2
+        while True:
+            try:
+                await pool.open(wait=True, timeout=min(self.connect_timeout + 1, self.open_timeout))
+                break
+            except psycopg.OperationalError as exc:
+                if time.monotonic() + delay > deadline:
+                    await pool.close()
+                    raise self._unavailable(exc) from exc
+                log.warning("PostgreSQL store %s: cannot connect (%s); retrying", self.url, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+        self._pool = pool
+        self._down = None
+        try:
+            await self._migrate()
+            if self.time_source == "database":
+                await self.measure_skew()
+        except BaseException:
+            await self.close()
+            raise
+        if self.time_source == "database" and self.skew_interval > 0:
+            self._spawn(self._skew_loop(), "cronfleet-pg-skew")
+
+    async def _migrate(self) -> None:
+        known = migrations("postgres")
+        latest = known[-1][0] if known else 0
+        schema = sql.Identifier(self.schema)
+
+        async def go(cur: Cursor, now: datetime) -> None:
+            # one lock per schema: concurrent starters wait here, then find nothing to do
+            await cur.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATION_LOCK, self.schema)
+            )
+            await cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await cur.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY "
+                    "KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                ).format(schema)
+            )
+            await cur.execute(
+                sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(schema)
+            )
+            row = await cur.fetchone()
+            current = (row[0] if row else None) or 0
+            if current > latest:
+                raise StoreError(
+                    f"PostgreSQL store {self.url}: schema {self.schema!r} is at version "
+                    f"{current}, newer than this cronfleet understands ({latest}); "
+                    "upgrade cronfleet"
+                )
+            for version, name, text in known:
+                if version <= current:
+                    continue
+                await cur.execute(text.encode())  # a script: no parameters, many statements
+                insert = "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
+                await cur.execute(sql.SQL(insert).format(schema), (version, name))
+                log.info("PostgreSQL store %s: applied migration %s", self.url, name)
+
+        await self._run(go)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        tasks = [t for t in (*self._tasks, self._probe, self._listener) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._probe = self._listener = None
+        self._callbacks.clear()
+        if pool is not None:
+            await pool.close()
+
+    async def now(self) -> float:
+        """The database clock (the test clock in ``clock`` mode)."""
+        if self.time_source == "clock":
+            return self.host_clock.now()
+
+        async def go(cur: Cursor, now: datetime) -> float:
+            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            row = await cur.fetchone()
+            assert row is not None
+            return float(row[0])
+
+        return await self._run(go, tx=False)
+
+    # -- clock skew -------------------------------------------------------------------
+
+    async def measure_skew(self) -> float:
+        """Measure host clock minus database clock (midpoint of one round trip), store it in
+        :attr:`clock_skew` and warn when it exceeds 1 s: leases stay safe (the database
+        judges them) but slots fire early or late on this host by that much."""
+
+        async def go(cur: Cursor, now: datetime) -> float:
+            t0 = self.host_clock.now()
+            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            row = await cur.fetchone()
+            t1 = self.host_clock.now()
+            assert row is not None
+            return (t0 + t1) / 2 - float(row[0])
+
+        skew = await self._run(go, tx=False)
+        self.clock_skew = skew
+        if abs(skew) > _SKEW_WARN:
+            if not self._skew_warned:
+                log.warning(
+                    "PostgreSQL store %s: this host's clock is %+.3f s off the database's; "
+                    "leases are judged by the database, but slots fire %.1f s %s here; "
+                    "fix NTP on this host",
+                    self.url,
+                    skew,
+                    abs(skew),
+                    "early" if skew > 0 else "late",
+                )
+            self._skew_warned = True
+        elif self._skew_warned:
+            log.warning("PostgreSQL store %s: host clock back within 1 s (%+.3f s)", self.url, skew)
+            self._skew_warned = False
+        return skew
+
+    async def _skew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.skew_interval)
+            with contextlib.suppress(StoreError):
+                await self.measure_skew()
+
+    # -- LISTEN / NOTIFY ----------------------------------------------------------------
+
+    async def subscribe(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` whenever any instance changes an override or adds jobs (and
+        after a reconnect, since announcements may have been missed). A dedicated
+        connection listens and reconnects with backoff; fire-time reads stay the truth."""
+        self._callbacks.append(callback)
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(
+                self._listen(), name="cronfleet-pg-listen"
+            )
+
+    def _notify_all(self) -> None:
+        for cb in list(self._callbacks):
+            try:
+                res = cb()
+                if inspect.isawaitable(res):
+                    self._spawn(res, "cronfleet-pg-callback")
+            except Exception:
+                log.exception("cronfleet: change callback failed")
+
+    async def _listen(self) -> None:
+        delay = 0.2
+        first = True
+        timeout_kw: dict[str, Any] = (
+            {"timeout": 30.0}
+            if "timeout" in inspect.signature(AsyncConnection.notifies).parameters
+            else {}
+        )
+        while self._pool is not None:
+            conn: AsyncConnection[Any] | None = None
+            try:
+                conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                if not first:
+                    log.info("PostgreSQL store %s: listening again", self.url)
+                    self._notify_all()
+                first = False
+                delay = 0.2
+                while True:
+                    async for _ in conn.notifies(**timeout_kw):
+                        self._notify_all()
+                    await conn.execute(b"SELECT 1")  # quiet for a while: is the peer alive?
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("PostgreSQL store %s: listener lost (%s); reconnecting", self.url, exc)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_backoff)
+
+    async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
+        payload = json.dumps({"kind": kind, "jobs": list(job_ids)[:100]})
+        await cur.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    # -- job state --------------------------------------------------------------------
+
+    async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        ids = list(job_ids)
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
+            await cur.execute(_ENSURE_SQL, {"now": now, "jobs": ids})
+            created = [r[0] for r in await cur.fetchall()]
+            if created:
+                await self._announce(cur, "jobs", created)
+            return await self._select_states(cur, ids)
+
+        states = await self._run(go)
+        self._known.update(ids)
+        return states
+
+    @staticmethod
+    async def _select_states(cur: Cursor, ids: list[str]) -> dict[str, JobState]:
+        await cur.execute(
+            f"SELECT {_STATE_COLS} FROM job_state WHERE job_id = ANY(%s::text[])", (ids,)
+        )
+        return {r[0]: _state(r) for r in await cur.fetchall()}
+
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        ids = list(job_ids)
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
+            return await self._select_states(cur, ids)
+
+        return await self._run(go, tx=False)
+
+    async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """Only the rows with an override (a partial index): the batch's ids never travel."""
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
+            await cur.execute(
+                f"SELECT {_STATE_COLS} FROM job_state WHERE enabled_override IS NOT NULL"
+            )
+            return {r[0]: _state(r) for r in await cur.fetchall()}
+
+        found = await self._run(go, tx=False)
+        if not found:
+            return found
+        wanted = set(job_ids)
+        return {k: v for k, v in found.items() if k in wanted}
+
+    async def set_override(
+        self,
+        job_id: str,
+        enabled: bool | None,
+        *,
+        by: str | None,
+        note: str | None,
+        until: datetime | None,
+    ) -> JobState:
+        async def go(cur: Cursor, now: datetime) -> JobState:
+            await cur.execute(
+                "INSERT INTO job_state (job_id, created_at) VALUES (%s, %s) "
+                "ON CONFLICT (job_id) DO NOTHING",
+                (job_id, now),
+            )
+            await cur.execute(
+                "UPDATE job_state SET enabled_override = %s, override_by = %s, "
+                "override_at = %s, override_note = %s, override_until = %s "
+                f"WHERE job_id = %s RETURNING {_STATE_COLS}",
+                (enabled, by, now, note, until, job_id),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            await self._announce(cur, "override", [job_id])
+            return _state(row)
+
+        return await self._run(go)
+
+    # -- the hot path -----------------------------------------------------------------
+
+    async def _update_states(
+        self,
+        cur: Cursor,
+        now: datetime,
+        marks: dict[str, int],
+        leases: list[tuple[str, int | None, float]],
+        instance: str,
+    ) -> tuple[set[str], dict[str, str | None]]:
+        """One statement per batch: advance watermarks and take ``(job, token, hold)``
+        leases. Returns the jobs whose lease was taken and the holders of the busy ones."""
+        if not marks and not leases:
+            return set(), {}
+        ids = [w[0] for w in leases]
+        unknown = [j for j in ids if j not in self._known]
+        if unknown:
+            await cur.execute(_ENSURE_SQL, {"now": now, "jobs": unknown})
+        rows: dict[str, list[Any]] = {j: [s, None, None] for j, s in marks.items()}
+        for j, tok, hold in leases:
+            row = rows.setdefault(j, [None, None, None])
+            row[1], row[2] = tok, now + timedelta(seconds=hold)
+        jobs = list(rows)
+        await cur.execute(
+            _STATE_SQL,
+            {
+                "inst": instance,
+                "now": now,
+                "jobs": jobs,
+                "marks": [rows[j][0] for j in jobs],
+                "toks": [rows[j][1] for j in jobs],
+                "untils": [rows[j][2] for j in jobs],
+            },
+        )
+        wanted = {j: tok for j, tok, _ in leases}
+        acquired: set[str] = set()
+        holders: dict[str, str | None] = {}
+        for job_id, token, holder in await cur.fetchall():
+            if job_id in wanted:
+                if token == wanted[job_id]:
+                    acquired.add(job_id)
+                else:
+                    holders[job_id] = holder
+        return acquired, holders
+
+    async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
+        if not items:
+            return []
+        reqs = list(items)
+        leased = [
+            it.job_id for it in reqs if it.lease and not it.defer and not it.skip_reason
+        ]
+        if len(set(leased)) != len(leased):
+            raise StoreError("one batch may take at most one lease per job")
+
+        async def go(cur: Cursor, now: datetime) -> list[Dispatched]:
+            return await self._dispatch(cur, now, reqs, instance_id)
+
+        out = await self._run(go)
+        self._known.update(leased)
+        return out
+
+    async def _dispatch(
+        self, cur: Cursor, now: datetime, items: list[Dispatch], instance: str
+    ) -> list[Dispatched]:
+        out = [Dispatched(request=it, won=False) for it in items]
+        slot_ms = [_ms(it.slot) for it in items]
+        # 1. claims: one statement for every unique slot claim in the batch
+        slot_idx = [
+            i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+        ]
+        if slot_idx:
+            await cur.execute(
+                _CLAIM_SQL,
+                {
+                    "inst": instance,
+                    "now": now,
+                    "jobs": [items[i].job_id for i in slot_idx],
+                    "slots": [slot_ms[i] for i in slot_idx],
+                },
+            )
+            won = {(j, s): tok for tok, j, s in await cur.fetchall()}
+            for i in slot_idx:
+                tok = won.get((items[i].job_id, slot_ms[i]))
+                if tok is not None:
+                    out[i].won, out[i].token = True, tok
+        token_idx = [
+            i for i, it in enumerate(items) if it.claim == "token" and it.reclaim_token is None
+        ]
+        if token_idx:  # manual runs: a fencing token without a slot
+            await cur.execute(
+                _TOKEN_SQL,
+                {"inst": instance, "now": now, "jobs": [items[i].job_id for i in token_idx]},
+            )
+            tokens = sorted(r[0] for r in await cur.fetchall())
+            for i, tok in zip(token_idx, tokens, strict=True):
+                out[i].won, out[i].token = True, tok
+        for i, it in enumerate(items):
+            if it.reclaim_token is not None:  # crash recovery: rare, one row at a time
+                await cur.execute("DELETE FROM claims WHERE token = %s", (it.reclaim_token,))
+                if cur.rowcount:
+                    await cur.execute(
+                        "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
+                        f"VALUES (%s, {_TS.format('%s')}, %s, %s) RETURNING token",
+                        (it.job_id, slot_ms[i], instance, now),
+                    )
+                    row = await cur.fetchone()
+                    assert row is not None
+                    out[i].won, out[i].token = True, row[0]
+            elif it.claim == "none":
+                out[i].won = True
+        # 2 + 3. per-job watermark of processed slots (drives catch-up after a restart)
+        # and the leases of the runs that start now, in one statement
+        marks: dict[str, int] = {}
+        for i in slot_idx:
+            if out[i].won and marks.get(items[i].job_id, -1) < slot_ms[i]:
+                marks[items[i].job_id] = slot_ms[i]
+        lease_idx = [
+            i
+            for i, d in enumerate(out)
+            if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
+        ]
+        acquired, holders = await self._update_states(
+            cur,
+            now,
+            marks,
+            [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
+            instance,
+        )
+        # 4. a ledger row per won slot; fast-path runs (record=False) are written by the
+        #    scheduler's group commit after their handler has started
+        to_insert: list[RunRecord] = []
+        slot_dt: dict[int, datetime] = {}
+        running = RunStatus.RUNNING
+        for i, d in enumerate(out):
+            if not d.won:
+                continue
+            it = items[i]
+            ms = slot_ms[i]
+            slot = slot_dt.get(ms)
+            if slot is None:
+                slot = slot_dt[ms] = datetime.fromtimestamp(ms / 1000, UTC)
+            logs = list(it.logs) if it.logs else []
+            if (
+                not it.record
+                and not it.defer
+                and not it.skip_reason
+                and (not it.lease or it.job_id in acquired)
+            ):
+                # the hot path: a leased run that starts now, its row written later
+                d.run = RunRecord(
+                    None, it.job_id, slot, it.triggered_by, running, instance, d.token,
+                    it.manual, it.is_catchup, it.is_recovery, 1, None, now, now, None,
+                    now + timedelta(seconds=it.hold), it.result, None, logs,
+                )  # fmt: skip
+                continue
+            status, reason, result = running, None, it.result
+            started: datetime | None = now
+            finished: datetime | None = None
+            deadline: datetime | None = now + timedelta(seconds=it.hold)
+            if it.skip_reason:
+                status, reason, started, finished, deadline = (
+                    RunStatus.SKIPPED, it.skip_reason, None, now, None,
+                )  # fmt: skip
+                if result is None:
+                    result = {"skipped": True, "reason": it.skip_reason}
+            elif it.defer:
+                status, started = RunStatus.PENDING, None
+            elif it.lease and it.job_id not in acquired:
+                d.holder = holders.get(it.job_id)
+                if it.wait_if_busy:
+                    status, started = RunStatus.PENDING, None
+                else:
+                    status, reason, started, finished, deadline = (
+                        RunStatus.SKIPPED, SkipReason.ALREADY_EXECUTING.value, None, now, None,
+                    )  # fmt: skip
+                    result = {"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value}
+                    logs.append(busy_log(d.holder))
+            d.run = RunRecord(
+                id=None,
+                job_id=it.job_id,
+                slot=slot,
+                triggered_by=it.triggered_by,
+                status=status,
+                instance_id=instance,
+                fencing_token=d.token,
+                manual=it.manual,
+                is_catchup=it.is_catchup,
+                is_recovery=it.is_recovery,
+                reason=reason,
+                claimed_at=now,
+                started_at=started,
+                finished_at=finished,
+                deadline=deadline,
+                result=result,
+                logs=logs,
+            )
+            to_insert.append(d.run)
+        ids = await self._insert_runs(cur, to_insert)
+        for rec, rid in zip(to_insert, ids, strict=True):
+            rec.id = rid
+        return out
+
+    @staticmethod
+    async def _insert_runs(cur: Cursor, recs: Sequence[RunRecord]) -> list[int]:
+        """Insert complete run rows in one statement; their ids, in the order given.
+
+        Identity values are drawn in the ``ORDER BY`` order of the ``SELECT``, so sorting
+        the returned ids gives each row its own (another transaction may take ids in
+        between, never reorder ours)."""
+        if not recs:
+            return []
+        cols: list[list[Any]] = [[] for _ in range(18)]
+        for r in recs:
+            row = (
+                r.job_id,
+                r.slot,
+                r.triggered_by.value,
+                r.status.value,
+                r.reason,
+                r.instance_id,
+                r.fencing_token,
+                r.manual,
+                r.is_catchup,
+                r.is_recovery,
+                r.attempt,
+                r.claimed_at,
+                r.started_at,
+                r.finished_at,
+                None if r.status.finished else r.deadline,
+                _json(r.result),
+                r.error,
+                _logs(r.logs),
+            )
+            for col, value in zip(cols, row, strict=True):
+                col.append(value)
+        await cur.execute(_INSERT_RUNS_SQL, cols)
+        ids = sorted(r[0] for r in await cur.fetchall())
+        if len(ids) != len(recs):
+            raise StoreError(f"inserted {len(ids)} run rows for {len(recs)} records")
+        return ids
+
+    async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
+        if not items:
+            return []
+        reqs = list(items)
+
+        async def go(cur: Cursor, now: datetime) -> list[Started]:
+            return await self._start(cur, now, reqs, instance_id)
+
+        return await self._run(go)
+
+    async def _start(
+        self, cur: Cursor, now: datetime, items: list[Start], instance: str
+    ) -> list[Started]:
+        out = [Started(request=it, run=None) for it in items]
+        leased = [it for it in items if it.lease]
+        if len({it.job_id for it in leased}) != len(leased):
+            raise StoreError("one batch may take at most one lease per job")
+        acquired, holders = await self._update_states(
+            cur, now, {}, [(it.job_id, it.token, it.hold) for it in leased], instance
+        )
+        run_ids: list[int] = []
+        run_deadlines: list[datetime] = []
+        skip_ids: list[int] = []
+        skip_logs: list[str] = []
+        waiting: set[int] = set()
+        for st, it in zip(out, items, strict=True):
+            if it.lease and it.job_id not in acquired:
+                st.holder = holders.get(it.job_id)
+                if it.wait_if_busy:
+                    waiting.add(it.run_id)
+                else:
+                    skip_ids.append(it.run_id)
+                    skip_logs.append(busy_log(st.holder))
+                continue
+            run_ids.append(it.run_id)
+            run_deadlines.append(now + timedelta(seconds=it.hold))
+        if run_ids:
+            await cur.execute(
+                "UPDATE runs SET status = 'running', started_at = %s, deadline = v.d "
+                "FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, d) "
+                "WHERE runs.id = v.id AND runs.status = 'pending'",
+                (now, run_ids, run_deadlines),
+            )
+        if skip_ids:
+            await cur.execute(
+                "UPDATE runs SET status = 'skipped', reason = %s, finished_at = %s, "
+                "deadline = NULL, result = %s::jsonb, "
+                "logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(v.line) "
+                "FROM unnest(%s::bigint[], %s::text[]) AS v(id, line) WHERE runs.id = v.id",
+                (SkipReason.ALREADY_EXECUTING.value, now, _busy_result(), skip_ids, skip_logs),
+            )
+        touched = [it.run_id for it in items if it.run_id not in waiting]
+        if touched:
+            await cur.execute(
+                f"SELECT {_RUN_COLS} FROM runs WHERE id = ANY(%s::bigint[])", (touched,)
+            )
+            by_id = {r[0]: _run(r) for r in await cur.fetchall()}
+            for st in out:
+                if st.request.run_id not in waiting:
+                    st.run = by_id.get(st.request.run_id)
+        return out
+
+    async def finish(self, items: Sequence[Finish]) -> None:
+        if not items:
+            return
+        reqs = list(items)
+        new = [f.run for f in reqs if f.run.id is None]
+        updates: list[list[Any]] = [[] for _ in range(9)]
+        for f in sorted((f for f in reqs if f.run.id is not None), key=lambda f: f.run.id or 0):
+            r = f.run
+            for col, value in zip(
+                updates,
+                (
+                    r.id,
+                    r.status.value,
+                    r.reason,
+                    r.started_at,
+                    r.finished_at,
+                    None if r.status.finished else r.deadline,
+                    _json(r.result),
+                    r.error,
+                    _logs(r.logs),
+                ),
+                strict=True,
+            ):
+                col.append(value)
+        releases = [(f.run.job_id, f.release_token) for f in reqs if f.release_token is not None]
+
+        async def go(cur: Cursor, now: datetime) -> list[int]:
+            ids = await self._insert_runs(cur, new)
+            if updates[0]:
+                await cur.execute(_FINISH_SQL, updates)
+            if releases:
+                await cur.execute(
+                    _RELEASE_SQL,
+                    {"jobs": [j for j, _ in releases], "toks": [t for _, t in releases]},
+                )
+            return ids
+
+        ids = await self._run(go)
+        for rec, rid in zip(new, ids, strict=True):
+            rec.id = rid  # only once committed: a retried transaction must insert them again
+
+    async def record_skips(self, items: Sequence[Skip]) -> int:
+        if not items:
+            return 0
+        cols: dict[str, list[Any]] = {
+            k: [] for k in ("jobs", "slots", "tbs", "reasons", "insts", "results", "logs")
+        }
+        marks: dict[str, int] = {}
+        for s in items:
+            ms = _ms(s.slot)
+            cols["jobs"].append(s.job_id)
+            cols["slots"].append(ms)
+            cols["tbs"].append(s.triggered_by.value)
+            cols["reasons"].append(s.reason)
+            cols["insts"].append(s.instance_id)
+            cols["results"].append(
+                _json(s.result if s.result is not None else {"skipped": True, "reason": s.reason})
+            )
+            cols["logs"].append(json.dumps(s.logs))
+            marks[s.job_id] = max(marks.get(s.job_id, ms), ms)
+
+        async def go(cur: Cursor, now: datetime) -> int:
+            await cur.execute(_SKIPS_SQL, {"now": now, **cols})
+            written = cur.rowcount
+            await self._update_states(cur, now, marks, [], "")
+            return max(written, 0)
+
+        return await self._run(go)
+
+    async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
+        if not items:
+            return
+        reqs = sorted(items)
+
+        async def go(cur: Cursor, now: datetime) -> None:
+            args = {
+                "jobs": [j for j, _, _ in reqs],
+                "toks": [t for _, t, _ in reqs],
+                "untils": [now + timedelta(seconds=h) for _, _, h in reqs],
+            }
+            await cur.execute(
+                f"WITH {_LOCK_CTE} UPDATE job_state s SET lease_until = v.u "
+                "FROM unnest(%(jobs)s::text[], %(toks)s::bigint[], %(untils)s::timestamptz[]) "
+                "AS v(j, tok, u) WHERE s.job_id = v.j AND s.lease_token = v.tok "
+                "AND s.job_id IN (SELECT job_id FROM locked)",
+                args,
+            )
+            await cur.execute(
+                "UPDATE runs r SET deadline = v.u "
+                "FROM unnest(%(jobs)s::text[], %(toks)s::bigint[], %(untils)s::timestamptz[]) "
+                "AS v(j, tok, u) WHERE r.job_id = v.j AND r.fencing_token = v.tok "
+                "AND r.status = 'running'",
+                args,
+            )
+
+        await self._run(go)
+
+    async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
+        async def go(cur: Cursor, now: datetime) -> tuple[list[RunRecord], list[RunRecord]]:
+            await cur.execute(_REAP_SQL, {"now": now, "inst": instance_id})
+            reaped = [_run(r) for r in await cur.fetchall()]
+            await cur.execute(_LOST_SQL, {"now": now})
+            rebuilt = [
+                RunRecord(
+                    id=None,
+                    job_id=job_id,
+                    slot=slot if slot is not None else claimed,
+                    triggered_by=TriggeredBy.SCHEDULE,
+                    status=RunStatus.INTERRUPTED,
+                    instance_id=holder,
+                    fencing_token=token,
+                    reason="lease_expired",
+                    claimed_at=claimed,
+                    finished_at=now,
+                    error="the instance running it stopped answering; its lease expired",
+                    logs=[
+                        f"Interrupted: {holder or 'an instance'} did not finish this run "
+                        f"before its lease expired (marked by {instance_id})"
+                    ],
+                )
+                for job_id, token, holder, slot, claimed in await cur.fetchall()
+            ]
+            ids = await self._insert_runs(cur, rebuilt)
+            for rec, rid in zip(rebuilt, ids, strict=True):
+                rec.id = rid
+            if rebuilt:
+                await cur.execute(
+                    _RELEASE_SQL,
+                    {
+                        "jobs": [r.job_id for r in rebuilt],
+                        "toks": [r.fencing_token for r in rebuilt],
+                    },
+                )
+            return reaped, rebuilt
+
+        reaped, rebuilt = await self._run(go)
+        return reaped + rebuilt
+
+    # -- reading the ledger -----------------------------------------------------------
+
+    async def list_runs(
+        self,
+        job_id: str | None = None,
+        *,
+        limit: int = 50,
+        status: RunStatus | None = None,
+        before_id: int | None = None,
+    ) -> list[RunRecord]:
+        where: list[str] = []
+        args: list[Any] = []
+        if job_id is not None:
+            where.append("job_id = %s")
+            args.append(job_id)
+        if status is not None:
+            where.append("status = %s")
+            args.append(RunStatus(status).value)
+        if before_id is not None:
+            where.append("id < %s")
+            args.append(before_id)
+        query = f"SELECT {_RUN_COLS} FROM runs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY id DESC LIMIT %s"
+        args.append(int(limit))
+
+        async def go(cur: Cursor, now: datetime) -> list[RunRecord]:
+            await cur.execute(query.encode(), args)
+            return [_run(r) for r in await cur.fetchall()]
+
+        return await self._run(go, tx=False)
+
+    async def get_run(self, run_id: int) -> RunRecord | None:
+        async def go(cur: Cursor, now: datetime) -> RunRecord | None:
+            await cur.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = %s", (run_id,))
+            row = await cur.fetchone()
+            return None if row is None else _run(row)
+
+        return await self._run(go, tx=False)
+
+    async def prune(
+        self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
+    ) -> tuple[int, int]:
+        claims_before = datetime.fromtimestamp(claims_older_than, UTC)
+        runs_before = datetime.fromtimestamp(runs_older_than, UTC)
+
+        async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
+            await cur.execute(
+                "DELETE FROM claims WHERE claimed_at < %s AND token NOT IN "
+                "(SELECT max(token) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                (claims_before,),
+            )
+            claims = cur.rowcount
+            await cur.execute(
+                "DELETE FROM runs WHERE finished_at < %s AND status NOT IN ('running', 'pending')",
+                (runs_before,),
+            )
+            runs = cur.rowcount
+            await cur.execute(
+                "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
+                "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) AS ranked "
+                "WHERE n > %s AND status NOT IN ('running', 'pending'))",
+                (runs_per_job,),
+            )
+            runs += cur.rowcount
+            return claims, runs
+
+        return await self._run(go)
