@@ -94,6 +94,35 @@ class _Stats:
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
+class _Pipeline:
+    """Chunks of one burst in flight to the store, oldest first.
+
+    A chunk is handed to the store's thread as soon as it is planned; while the store
+    claims it, the loop plans the next chunk and starts the handlers of chunks already
+    claimed. The first handlers of a large burst start after one small transaction.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any]]] = deque()
+        self.results: list[Dispatched] = []
+
+    async def submit(self, chunk: list[Dispatch]) -> None:
+        task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
+        self.inflight.append((chunk, task))
+        await asyncio.sleep(0)  # let the task reach the store's thread before we go on
+        while self.inflight and self.inflight[0][1].done():
+            done_chunk, done = self.inflight.popleft()
+            self.results.extend(self.s._handle_chunk(done_chunk, done))
+
+    async def drain(self) -> list[Dispatched]:
+        while self.inflight:
+            chunk, task = self.inflight.popleft()
+            await asyncio.wait({task})
+            self.results.extend(self.s._handle_chunk(chunk, task))
+        return self.results
+
+
 class Scheduler:
     """Fires each slot of each job once across every process sharing ``store``.
 
@@ -146,7 +175,8 @@ class Scheduler:
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
-        self._heap: list[tuple[float, int, str]] = []
+        self._heap: list[float] = []
+        self._buckets: dict[float, list[str]] = {}
         self._next: dict[str, float] = {}
         self._watermark: dict[str, float] = {}
         self._seq = itertools.count()
@@ -326,8 +356,15 @@ class Scheduler:
         return job.schedule.next(from_ts(slot)).timestamp()
 
     def _push(self, job: Job, slot: float) -> None:
+        """Jobs due at the same instant share one heap entry (a bucket): a burst of 20,000
+        jobs is one pop, not 20,000."""
         self._next[job.id] = slot
-        heapq.heappush(self._heap, (slot, next(self._seq), job.id))
+        bucket = self._buckets.get(slot)
+        if bucket is None:
+            self._buckets[slot] = [job.id]
+            heapq.heappush(self._heap, slot)
+        else:
+            bucket.append(job.id)
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -438,7 +475,7 @@ class Scheduler:
         while not self._stopping:
             now = self.clock.now()
             self.last_tick = now
-            if self._heap and self._heap[0][0] <= now:
+            if self._heap and self._heap[0] <= now:
                 self._enter()
                 self._firing = asyncio.get_running_loop().create_future()
                 try:
@@ -451,17 +488,18 @@ class Scheduler:
                     self._leave()
                 continue
             self._wake.clear()
-            deadline = self._heap[0][0] if self._heap else now + 3600.0
+            deadline = self._heap[0] if self._heap else now + 3600.0
             await self.clock.sleep_until(deadline, self._wake)
 
     async def _fire_due(self, now: float) -> None:
         due: list[tuple[Job, float]] = []
-        while self._heap and self._heap[0][0] <= now:
-            slot, _, job_id = heapq.heappop(self._heap)
-            job = self._jobs.get(job_id)
-            if job is None or self._next.get(job_id) != slot:
-                continue  # removed job, or a stale heap entry
-            due.append((job, slot))
+        jobs, nexts, buckets = self._jobs, self._next, self._buckets
+        while self._heap and self._heap[0] <= now:
+            slot = heapq.heappop(self._heap)
+            for job_id in buckets.pop(slot, ()):
+                job = jobs.get(job_id)
+                if job is not None and nexts.get(job_id) == slot:  # else removed or stale
+                    due.append((job, slot))
         if not due:
             return
         try:
@@ -470,102 +508,121 @@ class Scheduler:
             self.stats.store_errors += 1
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
             states = {}
-        now_dt = from_ts(now)
-        items: list[Dispatch] = []
+        pipe = _Pipeline(self)
         skips: list[Skip] = []
         sequences: list[tuple[Job, list[tuple[float, bool]]]] = []
-        watermark = self._watermark
+        watermark, late_after, size = self._watermark, self.late_after, self.batch_size
+        items: list[Dispatch] = []
         for job, slot in due:
             nxt = self._after(job, slot)
-            if nxt > now and now - slot <= self.late_after:
-                # the common case: one slot, on time
+            if nxt > now and now - slot <= late_after and job.id not in states and job.enabled:
+                # the common case: one slot, on time, no override
                 self._push(job, nxt)
                 if watermark.get(job.id, 0.0) < slot:
                     watermark[job.id] = slot
-                state = states.get(job.id)
-                if state is None and job.enabled:
-                    items.append(self._run_item(job, slot, False, now))
-                    continue
-                runs, missed_slots, overflow = [(slot, False)], [], None
+                items.append(self._run_item(job, slot, False, now))
             else:
-                plan = plan_slots(
-                    job.schedule,
-                    self._watermark.get(job.id, slot - 1e-3),
-                    now,
-                    missed=job.missed,
-                    window=job.catch_up_window,
-                    late_after=self.late_after,
-                )
-                runs, missed_slots, overflow = plan.run, plan.missed, plan.overflow
-                if plan.capped:
-                    log.warning(
-                        "job %s: %d missed slots exceed the RUN_ALL cap; the oldest %d are "
-                        "recorded as missed",
-                        job.id,
-                        plan.capped + len(runs),
-                        plan.capped,
-                    )
-                while nxt <= now:
-                    nxt = self._after(job, nxt)
-                self._push(job, nxt)
-            processed = [s for s, _ in runs] + missed_slots
-            if processed:
-                watermark[job.id] = max(watermark.get(job.id, 0.0), max(processed))
-            state = states.get(job.id)
-            enabled = job.enabled if state is None else state.effective_enabled(job.enabled, now_dt)
-            if not enabled:
-                reason = (
-                    SkipReason.PAUSED
-                    if state
-                    and state.enabled_override is False
-                    and (state.override_until is None or state.override_until > now_dt)
-                    else SkipReason.DISABLED
-                )
-                note = f" ({state.override_note})" if state and state.override_note else ""
-                who = f" by {state.override_by}" if state and state.override_by else ""
-                for s in sorted(processed):
-                    skips.append(
-                        Skip(
-                            job.id,
-                            s,
-                            reason.value,
-                            instance_id=self.instance_id,
-                            logs=[f"Skipped: the job is {reason.value}{who}{note}"],
-                        )
-                    )
-                self.stats.skipped += len(processed)
-                continue
-            for s in missed_slots:
-                items.append(self._missed_item(job, s, now, "missed while no scheduler ran it"))
-            if overflow is not None:
-                count, first, last = overflow
-                items.append(
-                    self._missed_item(
-                        job,
-                        first,
-                        now,
-                        f"{'many' if count is None else count} missed slots from "
-                        f"{from_ts(first).isoformat()} to {from_ts(last).isoformat()} "
-                        "summarised in this record",
-                        result={
-                            "skipped": True,
-                            "reason": "missed",
-                            "count": count,
-                            "first": from_ts(first).isoformat(),
-                            "last": from_ts(last).isoformat(),
-                        },
-                    )
-                )
-            if len(runs) == 1:
-                items.append(self._run_item(job, runs[0][0], runs[0][1], now))
-            elif runs:
-                sequences.append((job, runs))
+                self._plan_job(job, slot, nxt, now, states.get(job.id), items, skips, sequences)
+            if len(items) >= size:
+                await pipe.submit(items)
+                items = []
+        if items:
+            await pipe.submit(items)
+        await pipe.drain()
         if skips:
             await self._record_skips(skips)
-        if items:
-            await self._dispatch(items, now)
         for job, runs in sequences:
             self._spawn(self._run_sequence(job, runs))
+
+    def _plan_job(
+        self,
+        job: Job,
+        slot: float,
+        nxt: float,
+        now: float,
+        state: JobState | None,
+        items: list[Dispatch],
+        skips: list[Skip],
+        sequences: list[tuple[Job, list[tuple[float, bool]]]],
+    ) -> None:
+        """The slow path: several or late slots (catch-up), or an override to honour."""
+        if nxt > now and now - slot <= self.late_after:
+            runs: list[tuple[float, bool]] = [(slot, False)]
+            missed_slots: list[float] = []
+            overflow: tuple[int | None, float, float] | None = None
+        else:
+            plan = plan_slots(
+                job.schedule,
+                self._watermark.get(job.id, slot - 1e-3),
+                now,
+                missed=job.missed,
+                window=job.catch_up_window,
+                late_after=self.late_after,
+            )
+            runs, missed_slots, overflow = plan.run, plan.missed, plan.overflow
+            if plan.capped:
+                log.warning(
+                    "job %s: %d missed slots exceed the RUN_ALL cap; the oldest %d are "
+                    "recorded as missed",
+                    job.id,
+                    plan.capped + len(runs),
+                    plan.capped,
+                )
+            while nxt <= now:
+                nxt = self._after(job, nxt)
+        self._push(job, nxt)
+        processed = [s for s, _ in runs] + missed_slots
+        if processed:
+            self._watermark[job.id] = max(self._watermark.get(job.id, 0.0), max(processed))
+        now_dt = from_ts(now)
+        enabled = job.enabled if state is None else state.effective_enabled(job.enabled, now_dt)
+        if not enabled:
+            reason = (
+                SkipReason.PAUSED
+                if state
+                and state.enabled_override is False
+                and (state.override_until is None or state.override_until > now_dt)
+                else SkipReason.DISABLED
+            )
+            note = f" ({state.override_note})" if state and state.override_note else ""
+            who = f" by {state.override_by}" if state and state.override_by else ""
+            for s in sorted(processed):
+                skips.append(
+                    Skip(
+                        job.id,
+                        s,
+                        reason.value,
+                        instance_id=self.instance_id,
+                        logs=[f"Skipped: the job is {reason.value}{who}{note}"],
+                    )
+                )
+            self.stats.skipped += len(processed)
+            return
+        for s in missed_slots:
+            items.append(self._missed_item(job, s, now, "missed while no scheduler ran it"))
+        if overflow is not None:
+            count, first, last = overflow
+            items.append(
+                self._missed_item(
+                    job,
+                    first,
+                    now,
+                    f"{'many' if count is None else count} missed slots from "
+                    f"{from_ts(first).isoformat()} to {from_ts(last).isoformat()} "
+                    "summarised in this record",
+                    result={
+                        "skipped": True,
+                        "reason": "missed",
+                        "count": count,
+                        "first": from_ts(first).isoformat(),
+                        "last": from_ts(last).isoformat(),
+                    },
+                )
+            )
+        if len(runs) == 1:
+            items.append(self._run_item(job, runs[0][0], runs[0][1], now))
+        elif runs:
+            sequences.append((job, runs))
 
     def _missed_item(
         self, job: Job, slot: float, now: float, why: str, result: Any = None
@@ -613,30 +670,25 @@ class Scheduler:
         return item
 
     async def _dispatch(self, items: list[Dispatch], now: float) -> list[Dispatched]:
-        """Claim in chunks, pipelined: while the store claims chunk k+1 (its own thread),
-        the handlers of chunk k already run, so a large burst starts without waiting for
-        the whole batch."""
-        size = self.batch_size
-        chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        results: list[Dispatched] = []
-        pending = asyncio.ensure_future(self.store.dispatch(chunks[0], self.instance_id))
-        for k, chunk in enumerate(chunks):
-            try:
-                got = await pending
-            except Exception as exc:
-                self.stats.store_errors += 1
-                got = self._dispatch_offline(chunk, exc)
-            else:
-                for res in got:
-                    self._after_dispatch(res)
-            if k + 1 < len(chunks):
-                pending = asyncio.ensure_future(
-                    self.store.dispatch(chunks[k + 1], self.instance_id)
-                )
-            results.extend(got)
-        return results
+        """Claim and start a batch outside the loop's burst path (catch-up, recovery)."""
+        pipe = _Pipeline(self)
+        for i in range(0, len(items), self.batch_size):
+            await pipe.submit(items[i : i + self.batch_size])
+        return await pipe.drain()
 
-    def _dispatch_offline(self, items: list[Dispatch], exc: Exception) -> list[Dispatched]:
+    def _handle_chunk(self, chunk: list[Dispatch], task: asyncio.Future[Any]) -> list[Dispatched]:
+        exc = task.exception()
+        if exc is not None:
+            self.stats.store_errors += 1
+            return self._dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
+        got: list[Dispatched] = task.result()
+        for res in got:
+            self._after_dispatch(res)
+        return got
+
+    def _dispatch_offline(
+        self, items: list[Dispatch], exc: Exception | None
+    ) -> list[Dispatched]:
         """The store did not answer: PREFER_GLOBAL and node-local jobs run anyway (fail
         open); REQUIRE_GLOBAL jobs do not, and their skips are recorded later."""
         out = []
