@@ -839,26 +839,28 @@ class Scheduler:
         active = _Active(job, run, leased)
         key = run.id if run.id is not None else -next(self._seq)
         self._active[key] = active
-        self._local_running[job.id] = self._local_running.get(job.id, 0) + 1
-        self._enter()
+        running = self._local_running
+        running[job.id] = running.get(job.id, 0) + 1
+        self._busy += 1
+        if self._idle is not None and self._busy == 1:
+            self._idle.clear()
         if run.id is None:
             self._unrecorded[key] = active
-            if self._record_event is not None:
+            if self._record_event is not None and not self._record_event.is_set():
                 self._record_event.set()
         ctx = active.ctx = self._context(job, run)
         self.stats.fired += 1
-        loop = asyncio.get_running_loop()
         if job.is_async:
             assert job.handler is not None
             first = start_async(job.handler, ctx, self.clock.now)
             if isinstance(first, Outcome):
                 self._finalize(key, active, first)
             else:
-                active.task = loop.create_task(
+                active.task = asyncio.get_running_loop().create_task(
                     self._continue(key, active, first), context=first.context
                 )
         else:
-            active.task = loop.create_task(self._execute(key, active))
+            active.task = asyncio.get_running_loop().create_task(self._execute(key, active))
 
     def _context(self, job: Job, run: RunRecord) -> RunContext:
         key = (run.slot, job.schedule.tz)
@@ -936,7 +938,7 @@ class Scheduler:
         self._active.pop(key, None)
         self._unrecorded.pop(key, None)
         self._ended.append(active)
-        if self._flush_event is not None:
+        if self._flush_event is not None and not self._flush_event.is_set():
             self._flush_event.set()
 
     def _settle(self) -> None:
