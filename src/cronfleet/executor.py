@@ -99,18 +99,11 @@ async def execute(
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, timeout)
     except TimeoutError:
-        return Outcome(
-            RunStatus.TIMED_OUT,
-            started,
-            now(),
-            error=f"timed out after {timeout:g}s",
-            reason="timeout",
-        )
+        return _timed_out(timeout, started, now())
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        ctx.log("".join(traceback.format_exception(exc)).rstrip())
-        return Outcome(RunStatus.FAILED, started, now(), error=_error_text(exc))
+        return _failed(exc, ctx, started, now())
     return Outcome(RunStatus.SUCCEEDED, started, now(), result=_jsonable(result))
 
 
@@ -152,6 +145,12 @@ class Suspended:
     yielded: Any
     started: float
     context: contextvars.Context
+
+
+def _timed_out(timeout: float | None, started: float, now: float) -> Outcome:
+    return Outcome(
+        RunStatus.TIMED_OUT, started, now, error=f"timed out after {timeout:g}s", reason="timeout"
+    )
 
 
 def _failed(exc: BaseException, ctx: RunContext, started: float, now: float) -> Outcome:
@@ -219,13 +218,7 @@ async def finish_async(
             left = max(timeout - (now() - s.started), 0.0)
             result = await asyncio.wait_for(_resume(s), left)
     except TimeoutError:
-        return Outcome(
-            RunStatus.TIMED_OUT,
-            s.started,
-            now(),
-            error=f"timed out after {timeout:g}s",
-            reason="timeout",
-        )
+        return _timed_out(timeout, s.started, now())
     except asyncio.CancelledError:
         raise
     except Exception as exc:

@@ -1052,6 +1052,7 @@ class Scheduler:
             self._flush_event.set()
 
     async def _record_skips(self, skips: list[Skip]) -> None:
+        """Write skip records; keep them (bounded) for a later try if the store is down."""
         try:
             await self.store.record_skips(skips)
         except Exception as exc:
@@ -1060,16 +1061,10 @@ class Scheduler:
             self._unsaved_skips.extend(skips)
 
     async def _flush_skips(self) -> None:
-        if not self._unsaved_skips:
-            return
-        batch = list(self._unsaved_skips)
-        self._unsaved_skips.clear()
-        try:
-            await self.store.record_skips(batch)
-        except Exception as exc:
-            self.stats.store_errors += 1
-            log.warning("still cannot record %d skipped slots (%s)", len(batch), exc)
-            self._unsaved_skips.extend(batch)
+        if self._unsaved_skips:
+            batch = list(self._unsaved_skips)
+            self._unsaved_skips.clear()
+            await self._record_skips(batch)
 
     # -- background upkeep --------------------------------------------------------------
 
