@@ -54,7 +54,7 @@ __all__ = ["PostgresStore"]
 
 log = logging.getLogger("cronfleet.store.postgres")
 T = TypeVar("T")
-Cursor = AsyncCursor[tuple[Any, ...]]
+Query = str | bytes | sql.SQL | sql.Composed
 TimeSource = Literal["database", "clock"]
 
 # our options in the URL query; everything else is passed to libpq untouched
@@ -80,7 +80,7 @@ _TS = "to_timestamp({} / 1000.0)"
 _MS = "(extract(epoch FROM {}) * 1000)::bigint"
 
 _CLAIM_SQL = f"""
-INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
 SELECT v.j, {_TS.format("v.s")}, %(inst)s, %(now)s
 FROM unnest(%(jobs)s::text[], %(slots)s::bigint[]) AS v(j, s)
 ORDER BY v.j, v.s
@@ -88,14 +88,14 @@ ON CONFLICT (job_id, slot) DO NOTHING
 RETURNING token, job_id, {_MS.format("slot")}
 """
 _TOKEN_SQL = """
-INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
 SELECT v.j, NULL, %(inst)s, %(now)s
 FROM unnest(%(jobs)s::text[]) WITH ORDINALITY AS v(j, n)
 ORDER BY v.n
 RETURNING token
 """
 _ENSURE_SQL = """
-INSERT INTO job_state (job_id, created_at)
+INSERT INTO __S__.job_state (job_id, created_at)
 SELECT v.j, %(now)s FROM unnest(%(jobs)s::text[]) AS v(j) ORDER BY v.j
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id
@@ -104,14 +104,14 @@ RETURNING job_id
 # CTE), so concurrent batches of different instances never lock them in crossing orders.
 _LOCK_CTE = """
 locked AS MATERIALIZED (
-  SELECT job_id FROM job_state WHERE job_id = ANY(%(jobs)s::text[]) ORDER BY job_id FOR UPDATE
+  SELECT job_id FROM __S__.job_state WHERE job_id = ANY(%(jobs)s::text[]) ORDER BY job_id FOR UPDATE
 )"""
 _FREE = "(s.lease_holder IS NULL OR s.lease_until <= %(now)s)"
 _STATE_SQL = f"""
 WITH {_LOCK_CTE},
 v AS (SELECT * FROM unnest(%(jobs)s::text[], %(marks)s::bigint[], %(toks)s::bigint[],
                            %(untils)s::timestamptz[]) AS v(j, mark, tok, until))
-UPDATE job_state s SET
+UPDATE __S__.job_state s SET
   last_slot = CASE WHEN v.mark IS NOT NULL
                     AND (s.last_slot IS NULL OR s.last_slot < {_TS.format("v.mark")})
                    THEN {_TS.format("v.mark")} ELSE s.last_slot END,
@@ -124,12 +124,12 @@ RETURNING s.job_id, s.lease_token, s.lease_holder
 """
 _RELEASE_SQL = f"""
 WITH {_LOCK_CTE}
-UPDATE job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
 FROM unnest(%(jobs)s::text[], %(toks)s::bigint[]) AS v(j, tok)
 WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
 """
 _INSERT_RUNS_SQL = """
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
+INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
                   manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
                   finished_at, deadline, result, error, logs)
 SELECT v.job_id, v.slot, v.triggered_by, v.status, v.reason, v.instance_id, v.fencing_token,
@@ -146,7 +146,7 @@ ORDER BY v.n
 RETURNING id
 """
 _FINISH_SQL = """
-UPDATE runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
+UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
                   finished_at = v.finished_at, deadline = v.deadline,
                   result = v.result::jsonb, error = v.error, logs = v.logs::jsonb
 FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],
@@ -155,7 +155,7 @@ FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::timesta
 WHERE r.id = v.id
 """
 _SKIPS_SQL = f"""
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
+INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
                   finished_at, result, logs, dedupe)
 SELECT v.j, {_TS.format("v.s")}, v.tb, 'skipped', v.reason, v.inst, %(now)s, %(now)s,
        v.result::jsonb, v.logs::jsonb, v.reason
@@ -166,14 +166,14 @@ ORDER BY v.j, v.s, v.reason
 ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 _REAP_SQL = f"""
-UPDATE runs SET status = 'interrupted', reason = 'lease_expired', finished_at = %(now)s,
+UPDATE __S__.runs SET status = 'interrupted', reason = 'lease_expired', finished_at = %(now)s,
   deadline = NULL,
   error = 'the instance running it stopped answering; its lease expired',
   logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
     'Interrupted: ' || coalesce(instance_id, 'an instance')
     || ' did not finish this run before its lease expired (marked by ' || %(inst)s || ')')
 WHERE status IN ('running', 'pending') AND deadline < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id
+  AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
                   AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
 RETURNING {_RUN_COLS}
 """
@@ -181,9 +181,9 @@ RETURNING {_RUN_COLS}
 # reapers never rebuild the same row (the other one sees it at its next pass, released)
 _LOST_SQL = """
 SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM job_state s JOIN claims c ON c.token = s.lease_token
+FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
                   AND r.fencing_token = s.lease_token)
 ORDER BY s.job_id
 FOR UPDATE OF s SKIP LOCKED
@@ -260,6 +260,32 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), ours
 
 
+class Cursor:
+    """The cursor a transaction body gets: table names written ``__S__.claims`` in our SQL
+    resolve to this store's schema, so nothing depends on ``search_path``."""
+
+    __slots__ = ("_cur", "_schema")
+
+    def __init__(self, cur: AsyncCursor[tuple[Any, ...]], schema: str) -> None:
+        self._cur = cur
+        self._schema = schema
+
+    async def execute(self, query: Query, params: Any = None) -> None:
+        if isinstance(query, str):
+            query = query.replace("__S__", self._schema)
+        await self._cur.execute(query, params)
+
+    async def fetchone(self) -> tuple[Any, ...] | None:
+        return await self._cur.fetchone()
+
+    async def fetchall(self) -> list[tuple[Any, ...]]:
+        return await self._cur.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+
 class PostgresStore:
     """Claims, leases, overrides and the run ledger in one PostgreSQL schema.
 
@@ -280,7 +306,7 @@ class PostgresStore:
         time_source: TimeSource | None = None,
         pool_min: int = 1,
         pool_max: int = 8,
-        pool_timeout: float = 30.0,
+        pool_timeout: float = 10.0,
         connect_timeout: float = 5.0,
         open_timeout: float = 60.0,
         skew_interval: float = 60.0,
@@ -309,6 +335,7 @@ class PostgresStore:
         self.skew_interval = skew_interval
         self.max_backoff = max_backoff
         self.channel = f"cronfleet_{self.schema}"
+        self._qschema = '"' + self.schema.replace('"', '""') + '"'
         self.clock_skew: float | None = None
         """Host clock minus database clock in seconds (``None`` until measured, or when a
         test clock is in use); refreshed every ``skew_interval`` seconds."""
@@ -352,13 +379,10 @@ class PostgresStore:
         return kw
 
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
-        # UTC datetimes; our schema first; a transaction left open by a partitioned instance
-        # is ended by the server so the claims it holds do not block the fleet for long
+        # UTC datetimes; a transaction left open by a partitioned instance is ended by the
+        # server, so the claims it holds do not block the rest of the fleet for long
         await conn.execute(
-            sql.SQL(
-                "SET TIME ZONE 'UTC'; SET search_path TO {}, public; "
-                "SET idle_in_transaction_session_timeout = '30s'"
-            ).format(sql.Identifier(self.schema))
+            b"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = '30s'"
         )
 
     @property
@@ -416,24 +440,27 @@ class PostgresStore:
             attempt += 1
             began = False
             try:
-                async with pool.connection() as conn:
-                    cur = conn.cursor()
+                # a retry after a dead pooled connection must not wait long on a pool that
+                # cannot reconnect: a down database has to fail fast
+                async with pool.connection(None if attempt == 1 else 1.0) as conn:
+                    raw = conn.cursor()
+                    cur = Cursor(raw, self._qschema)
                     if not tx:
                         now = self._clock_now() or datetime.now(UTC)
                         began = True
                         return await fn(cur, now)
                     try:
-                        await cur.execute(self._begin)
+                        await raw.execute(self._begin)
                         began = True
                         if self.time_source == "database":
-                            cur.nextset()
-                            row = await cur.fetchone()
+                            raw.nextset()
+                            row = await raw.fetchone()
                             assert row is not None
                             now = row[0]
                         else:
                             now = self._clock_now()  # type: ignore[assignment]
                         result = await fn(cur, now)
-                        await cur.execute(b"COMMIT")
+                        await raw.execute(b"COMMIT")
                     except (psycopg.Error, StoreError):
                         status = conn.info.transaction_status
                         if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
@@ -542,9 +569,10 @@ class PostgresStore:
                     f"{current}, newer than this cronfleet understands ({latest}); "
                     "upgrade cronfleet"
                 )
-            for version, name, text in known:
-                if version <= current:
-                    continue
+            pending = [(v, n, t) for v, n, t in known if v > current]
+            if pending:  # the migration files name tables without a schema
+                await cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+            for version, name, text in pending:
                 await cur.execute(text.encode())  # a script: no parameters, many statements
                 insert = "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
                 await cur.execute(sql.SQL(insert).format(schema), (version, name))
@@ -694,7 +722,7 @@ class PostgresStore:
     @staticmethod
     async def _select_states(cur: Cursor, ids: list[str]) -> dict[str, JobState]:
         await cur.execute(
-            f"SELECT {_STATE_COLS} FROM job_state WHERE job_id = ANY(%s::text[])", (ids,)
+            f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE job_id = ANY(%s::text[])", (ids,)
         )
         return {r[0]: _state(r) for r in await cur.fetchall()}
 
@@ -711,7 +739,7 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
             await cur.execute(
-                f"SELECT {_STATE_COLS} FROM job_state WHERE enabled_override IS NOT NULL"
+                f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE enabled_override IS NOT NULL"
             )
             return {r[0]: _state(r) for r in await cur.fetchall()}
 
@@ -732,12 +760,12 @@ class PostgresStore:
     ) -> JobState:
         async def go(cur: Cursor, now: datetime) -> JobState:
             await cur.execute(
-                "INSERT INTO job_state (job_id, created_at) VALUES (%s, %s) "
+                "INSERT INTO __S__.job_state (job_id, created_at) VALUES (%s, %s) "
                 "ON CONFLICT (job_id) DO NOTHING",
                 (job_id, now),
             )
             await cur.execute(
-                "UPDATE job_state SET enabled_override = %s, override_by = %s, "
+                "UPDATE __S__.job_state SET enabled_override = %s, override_by = %s, "
                 "override_at = %s, override_note = %s, override_until = %s "
                 f"WHERE job_id = %s RETURNING {_STATE_COLS}",
                 (enabled, by, now, note, until, job_id),
@@ -848,10 +876,10 @@ class PostgresStore:
                 out[i].won, out[i].token = True, tok
         for i, it in enumerate(items):
             if it.reclaim_token is not None:  # crash recovery: rare, one row at a time
-                await cur.execute("DELETE FROM claims WHERE token = %s", (it.reclaim_token,))
+                await cur.execute("DELETE FROM __S__.claims WHERE token = %s", (it.reclaim_token,))
                 if cur.rowcount:
                     await cur.execute(
-                        "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
+                        "INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at) "
                         f"VALUES (%s, {_TS.format('%s')}, %s, %s) RETURNING token",
                         (it.job_id, slot_ms[i], instance, now),
                     )
@@ -1029,14 +1057,14 @@ class PostgresStore:
             run_deadlines.append(now + timedelta(seconds=it.hold))
         if run_ids:
             await cur.execute(
-                "UPDATE runs SET status = 'running', started_at = %s, deadline = v.d "
+                "UPDATE __S__.runs SET status = 'running', started_at = %s, deadline = v.d "
                 "FROM unnest(%s::bigint[], %s::timestamptz[]) AS v(id, d) "
                 "WHERE runs.id = v.id AND runs.status = 'pending'",
                 (now, run_ids, run_deadlines),
             )
         if skip_ids:
             await cur.execute(
-                "UPDATE runs SET status = 'skipped', reason = %s, finished_at = %s, "
+                "UPDATE __S__.runs SET status = 'skipped', reason = %s, finished_at = %s, "
                 "deadline = NULL, result = %s::jsonb, "
                 "logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(v.line) "
                 "FROM unnest(%s::bigint[], %s::text[]) AS v(id, line) WHERE runs.id = v.id",
@@ -1045,7 +1073,7 @@ class PostgresStore:
         touched = [it.run_id for it in items if it.run_id not in waiting]
         if touched:
             await cur.execute(
-                f"SELECT {_RUN_COLS} FROM runs WHERE id = ANY(%s::bigint[])", (touched,)
+                f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id = ANY(%s::bigint[])", (touched,)
             )
             by_id = {r[0]: _run(r) for r in await cur.fetchall()}
             for st in out:
@@ -1134,14 +1162,14 @@ class PostgresStore:
                 "untils": [now + timedelta(seconds=h) for _, _, h in reqs],
             }
             await cur.execute(
-                f"WITH {_LOCK_CTE} UPDATE job_state s SET lease_until = v.u "
+                f"WITH {_LOCK_CTE} UPDATE __S__.job_state s SET lease_until = v.u "
                 "FROM unnest(%(jobs)s::text[], %(toks)s::bigint[], %(untils)s::timestamptz[]) "
                 "AS v(j, tok, u) WHERE s.job_id = v.j AND s.lease_token = v.tok "
                 "AND s.job_id IN (SELECT job_id FROM locked)",
                 args,
             )
             await cur.execute(
-                "UPDATE runs r SET deadline = v.u "
+                "UPDATE __S__.runs r SET deadline = v.u "
                 "FROM unnest(%(jobs)s::text[], %(toks)s::bigint[], %(untils)s::timestamptz[]) "
                 "AS v(j, tok, u) WHERE r.job_id = v.j AND r.fencing_token = v.tok "
                 "AND r.status = 'running'",
@@ -1212,21 +1240,21 @@ class PostgresStore:
         if before_id is not None:
             where.append("id < %s")
             args.append(before_id)
-        query = f"SELECT {_RUN_COLS} FROM runs"
+        query = f"SELECT {_RUN_COLS} FROM __S__.runs"
         if where:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY id DESC LIMIT %s"
         args.append(int(limit))
 
         async def go(cur: Cursor, now: datetime) -> list[RunRecord]:
-            await cur.execute(query.encode(), args)
+            await cur.execute(query, args)
             return [_run(r) for r in await cur.fetchall()]
 
         return await self._run(go, tx=False)
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         async def go(cur: Cursor, now: datetime) -> RunRecord | None:
-            await cur.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = %s", (run_id,))
+            await cur.execute(f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id = %s", (run_id,))
             row = await cur.fetchone()
             return None if row is None else _run(row)
 
@@ -1240,19 +1268,21 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
             await cur.execute(
-                "DELETE FROM claims WHERE claimed_at < %s AND token NOT IN "
-                "(SELECT max(token) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                "DELETE FROM __S__.claims WHERE claimed_at < %s AND token NOT IN "
+                "(SELECT max(token) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id)",
                 (claims_before,),
             )
             claims = cur.rowcount
             await cur.execute(
-                "DELETE FROM runs WHERE finished_at < %s AND status NOT IN ('running', 'pending')",
+                "DELETE FROM __S__.runs WHERE finished_at < %s "
+                "AND status NOT IN ('running', 'pending')",
                 (runs_before,),
             )
             runs = cur.rowcount
             await cur.execute(
-                "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
-                "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) AS ranked "
+                "DELETE FROM __S__.runs WHERE id IN (SELECT id FROM (SELECT id, status, "
+                "row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n "
+                "FROM __S__.runs) AS ranked "
                 "WHERE n > %s AND status NOT IN ('running', 'pending'))",
                 (runs_per_job,),
             )

@@ -1,0 +1,267 @@
+"""What only the PostgreSQL store has: database time, skew, URL options, migrations under
+ten concurrent processes, LISTEN/NOTIFY, connection loss, statement counts per batch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cronfleet.clock import FakeClock, SystemClock
+from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.model import TriggeredBy
+from cronfleet.store import PostgresStore, open_store
+from cronfleet.store.base import Dispatch
+from cronfleet.store.postgres import split_url
+
+from .pg import TcpProxy, drop_schema, new_schema, pg_url, require_pg
+
+S = TriggeredBy.SCHEDULE
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    require_pg()
+    name = new_schema("pg")
+    yield name
+    drop_schema(name)
+
+
+@pytest.fixture
+async def pg(schema: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(pg_url(), schema=schema)
+    await s.open()
+    yield s
+    await s.close()
+
+
+def item(job: str, slot: float, **kw: Any) -> Dispatch:
+    return Dispatch(job_id=job, slot=slot, triggered_by=S, **kw)
+
+
+def db_now() -> float:
+    with psycopg.connect(pg_url()) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])
+
+
+def test_url_options_are_ours_and_the_rest_goes_to_libpq() -> None:
+    conninfo, opts = split_url("postgresql://u:secret@db:5433/app?schema=jobs&sslmode=require")
+    assert opts == {"schema": "jobs"}
+    assert conninfo == "postgresql://u:secret@db:5433/app?sslmode=require"
+    store = open_store("postgres://u:secret@db/app?schema=jobs&pool_max=3")
+    assert isinstance(store, PostgresStore)
+    assert store.schema == "jobs" and store.pool_max == 3
+    assert "secret" not in store.url and "secret" not in repr(store)
+    assert store.time_source == "database"  # no clock: the database judges time
+    assert PostgresStore("postgresql:///x", clock=SystemClock(offset=3)).time_source == "database"
+    assert PostgresStore("postgresql:///x", clock=FakeClock(0)).time_source == "clock"
+    with pytest.raises(StoreError, match="time_source"):
+        PostgresStore("postgresql:///x?time_source=sundial")
+
+
+async def test_schema_from_the_url(schema: str) -> None:
+    store = open_store(f"{pg_url()}?schema={schema}")
+    await store.open()
+    try:
+        await store.ensure_jobs(["a"])
+    finally:
+        await store.close()
+    with psycopg.connect(pg_url()) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT job_id FROM {}.job_state").format(sql.Identifier(schema))
+        ).fetchone()
+    assert row == ("a",)
+
+
+async def test_lease_expiry_and_claim_times_use_the_database_clock(schema: str) -> None:
+    """A host 5 s ahead must not take the lease a host 5 s behind holds for 3 s."""
+    behind = PostgresStore(pg_url(), schema=schema, clock=SystemClock(offset=-5))
+    ahead = PostgresStore(pg_url(), schema=schema, clock=SystemClock(offset=5))
+    await behind.open()
+    await ahead.open()
+    try:
+        assert behind.clock_skew == pytest.approx(-5, abs=0.5)
+        assert ahead.clock_skew == pytest.approx(5, abs=0.5)
+        await behind.ensure_jobs(["a"])
+        slot = float(int(time.time()))
+        [held] = await behind.dispatch([item("a", slot, lease=True, hold=3)], "behind")
+        assert held.started and held.run is not None
+        assert held.run.claimed_at is not None
+        assert abs(held.run.claimed_at.timestamp() - db_now()) < 1.0
+        # by its own clock the lease ended 2 s ago; by the database's it is live
+        [stolen] = await ahead.dispatch([item("a", slot + 1, lease=True, hold=3)], "ahead")
+        assert stolen.won and not stolen.started and stolen.holder == "behind"
+        assert await ahead.reap_orphans("ahead") == []
+        assert abs(await ahead.now() - db_now()) < 1.0
+    finally:
+        await behind.close()
+        await ahead.close()
+
+
+async def test_skew_over_a_second_is_logged(schema: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "cronfleet.store.postgres")
+    store = PostgresStore(pg_url(), schema=schema, clock=SystemClock(offset=2.5))
+    await store.open()
+    try:
+        assert store.clock_skew == pytest.approx(2.5, abs=0.5)
+        assert any("clock is +2." in r.getMessage() for r in caplog.records)
+        store.host_clock = SystemClock()
+        assert abs(await store.measure_skew()) < 0.5
+        assert any("back within 1 s" in r.getMessage() for r in caplog.records)
+    finally:
+        await store.close()
+
+
+_OPEN_ONE = """
+import asyncio, sys, time
+from cronfleet.store import PostgresStore
+async def main():
+    store = PostgresStore(sys.argv[1], schema=sys.argv[2])
+    while time.time() < float(sys.argv[3]):
+        await asyncio.sleep(0.001)
+    await store.open()
+    await store.ensure_jobs(["shared"])
+    await store.close()
+asyncio.run(main())
+"""
+
+
+def test_ten_processes_migrate_one_schema_at_once(schema: str) -> None:
+    start = time.time() + 2.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_ONE, pg_url(), schema, str(start)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(10)
+    ]
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 10, errors
+    with psycopg.connect(pg_url()) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT version, name FROM {}.schema_migrations").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+        jobs = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.job_state").format(sql.Identifier(schema))
+        ).fetchone()
+    assert rows == [(1, "0001_initial.sql")]
+    assert jobs == (1,)
+
+
+async def test_a_newer_schema_is_refused(pg: PostgresStore, schema: str) -> None:
+    with psycopg.connect(pg_url(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (999, 'x')").format(
+                sql.Identifier(schema)
+            )
+        )
+    newer = PostgresStore(pg_url(), schema=schema)
+    with pytest.raises(StoreError, match="newer than this cronfleet understands"):
+        await newer.open()
+
+
+async def test_overrides_and_new_jobs_are_announced(schema: str) -> None:
+    me = PostgresStore(pg_url(), schema=schema)
+    them = PostgresStore(pg_url(), schema=schema)
+    await me.open()
+    await them.open()
+    woke = asyncio.Event()
+    try:
+        await me.subscribe(woke.set)
+        await asyncio.sleep(0.3)  # the listener connects
+        woke.clear()
+        await them.set_override("a", False, by="ops", note=None, until=None)
+        await asyncio.wait_for(woke.wait(), 5)
+        woke.clear()
+        await them.ensure_jobs(["brand-new"])
+        await asyncio.wait_for(woke.wait(), 5)
+        # the listening connection dies: it comes back by itself and hears again
+        with psycopg.connect(pg_url(), autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'cronfleet' AND query LIKE 'LISTEN%%'"
+            ).fetchall()
+        assert killed
+        await asyncio.sleep(1.0)
+        woke.clear()
+        await them.set_override("a", None, by="ops", note=None, until=None)
+        await asyncio.wait_for(woke.wait(), 10)
+    finally:
+        await me.close()
+        await them.close()
+
+
+async def test_connection_loss_raises_store_unavailable_fast_and_recovers(schema: str) -> None:
+    with TcpProxy(pg_url()) as proxy:
+        store = PostgresStore(proxy.url, schema=schema, max_backoff=0.5)
+        await store.open()
+        try:
+            await store.ensure_jobs(["a"])
+            proxy.cut()
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await store.dispatch([item("a", 1000.0, lease=True)], "one")
+            assert time.monotonic() - t0 < 3
+            assert not store.available
+            t0 = time.monotonic()
+            for _ in range(50):  # while down every call fails at once: no pile-up
+                with pytest.raises(StoreUnavailable):
+                    await store.read_overrides(["a"])
+            assert time.monotonic() - t0 < 0.5
+            proxy.restore()
+            for _ in range(200):  # the background probe reconnects within its backoff
+                if store.available:
+                    break
+                await asyncio.sleep(0.05)
+            assert store.available
+            [res] = await store.dispatch([item("a", 1001.0, lease=True)], "one")
+            assert res.started
+        finally:
+            await store.close()
+
+
+async def test_open_gives_up_with_store_unavailable(schema: str) -> None:
+    with TcpProxy(pg_url()) as proxy:
+        proxy.cut()
+        store = PostgresStore(proxy.url, schema=schema, open_timeout=1.0, connect_timeout=1.0)
+        with pytest.raises(StoreUnavailable):
+            await store.open()
+
+
+async def test_a_burst_is_a_few_statements_not_one_per_job(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [f"j{i:05d}" for i in range(5000)]
+    await pg.ensure_jobs(jobs)
+    calls: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def counting(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(str(query)[:40])
+        return await real(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counting)
+    slot = 1_780_000_000.0
+    t0 = time.perf_counter()
+    out = await pg.dispatch([item(j, slot, lease=True, hold=60, record=False) for j in jobs], "a")
+    took = time.perf_counter() - t0
+    assert all(d.started for d in out)
+    # BEGIN+now(), claims, leases+watermarks, COMMIT
+    assert len(calls) == 4, calls
+    calls.clear()
+    again = await pg.dispatch([item(j, slot) for j in jobs], "b")
+    assert not any(d.won for d in again) and len(calls) <= 4
+    print(f"5,000-slot dispatch: {took * 1000:.0f} ms")
