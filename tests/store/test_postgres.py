@@ -4,6 +4,7 @@ ten concurrent processes, LISTEN/NOTIFY, connection loss, statement counts per b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -150,9 +151,7 @@ def test_ten_processes_migrate_one_schema_at_once(schema: str) -> None:
     assert [p.returncode for p in procs] == [0] * 10, errors
     with psycopg.connect(pg_url()) as conn:
         rows = conn.execute(
-            sql.SQL("SELECT version, name FROM {}.schema_migrations").format(
-                sql.Identifier(schema)
-            )
+            sql.SQL("SELECT version, name FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchall()
         jobs = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.job_state").format(sql.Identifier(schema))
@@ -265,3 +264,32 @@ async def test_a_burst_is_a_few_statements_not_one_per_job(
     again = await pg.dispatch([item(j, slot) for j in jobs], "b")
     assert not any(d.won for d in again) and len(calls) <= 4
     print(f"5,000-slot dispatch: {took * 1000:.0f} ms")
+
+
+async def test_a_retried_group_commit_does_not_write_a_run_twice(pg: PostgresStore) -> None:
+    """The connection died during COMMIT and the scheduler writes the batch again."""
+    from cronfleet.model import RunStatus
+    from cronfleet.store.base import Finish
+
+    await pg.ensure_jobs(["a"])
+    [res] = await pg.dispatch([item("a", 1000.0, lease=True, record=False)], "one")
+    assert res.run is not None
+    res.run.status = RunStatus.SUCCEEDED
+    first = res.run
+    again = dataclasses.replace(first)  # the same run, a second time
+    await pg.finish([Finish(again, release_token=res.token)])
+    assert first.id == again.id
+    assert [r.status for r in await pg.list_runs("a")] == [RunStatus.SUCCEEDED]
+
+
+async def test_leases_of_an_unacknowledged_commit_are_released(pg: PostgresStore) -> None:
+    await pg.ensure_jobs(["a", "b"])
+    out = await pg.dispatch(
+        [item("a", 1000.0, lease=True, record=False), item("b", 1000.0, lease=True)], "one"
+    )
+    # as if COMMIT had gone unanswered: the scheduler ran neither slot under its claim
+    pg._remember_leases([(d.request.job_id, d.token) for d in out])
+    await pg._release_ambiguous()
+    states = await pg.read_states(["a", "b"])
+    assert states["a"].lease_holder is None  # no run row: released
+    assert states["b"].lease_holder == "one"  # its run row exists: someone runs it

@@ -34,6 +34,7 @@ import inspect
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -143,8 +144,20 @@ FROM unnest(%s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::text[], %
                           fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
                           started_at, finished_at, deadline, result, error, logs, n)
 ORDER BY v.n
-RETURNING id
 """
+# A fencing token belongs to one run: writing a run that carries one is idempotent, so a
+# group commit retried after a connection lost during COMMIT does not write it twice, and
+# a slow holder's real outcome replaces the row the reaper wrote when it looked dead.
+_UPSERT_RUNS_SQL = (
+    _INSERT_RUNS_SQL
+    + """ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
+  status = EXCLUDED.status, reason = EXCLUDED.reason, started_at = EXCLUDED.started_at,
+  finished_at = EXCLUDED.finished_at, deadline = EXCLUDED.deadline, result = EXCLUDED.result,
+  error = EXCLUDED.error, logs = EXCLUDED.logs
+RETURNING id, fencing_token
+"""
+)
+_INSERT_RUNS_SQL += "RETURNING id\n"
 _FINISH_SQL = """
 UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
                   finished_at = v.finished_at, deadline = v.deadline,
@@ -236,6 +249,35 @@ def _run(row: Sequence[Any]) -> RunRecord:
         error=row[17],
         logs=[] if row[18] is None else list(row[18]),
     )
+
+
+def _run_columns(recs: Sequence[RunRecord]) -> list[list[Any]]:
+    """The 18 column arrays of ``_INSERT_RUNS_SQL`` for these records."""
+    cols: list[list[Any]] = [[] for _ in range(18)]
+    for r in recs:
+        row = (
+            r.job_id,
+            r.slot,
+            r.triggered_by.value,
+            r.status.value,
+            r.reason,
+            r.instance_id,
+            r.fencing_token,
+            r.manual,
+            r.is_catchup,
+            r.is_recovery,
+            r.attempt,
+            r.claimed_at,
+            r.started_at,
+            r.finished_at,
+            None if r.status.finished else r.deadline,
+            _json(r.result),
+            r.error,
+            _logs(r.logs),
+        )
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    return cols
 
 
 def _redact(url: str) -> str:
@@ -345,6 +387,7 @@ class PostgresStore:
         self._down: BaseException | None = None  # the failure while the database is down
         self._probe: asyncio.Task[None] | None = None
         self._callbacks: list[Callable[[], object]] = []
+        self._ambiguous: deque[tuple[str, int]] = deque(maxlen=100_000)
         self._listener: asyncio.Task[None] | None = None
         self._skew_warned = False
         self._begin = b"BEGIN; SELECT now()" if self.time_source == "database" else b"BEGIN"
@@ -381,9 +424,7 @@ class PostgresStore:
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         # UTC datetimes; a transaction left open by a partitioned instance is ended by the
         # server, so the claims it holds do not block the rest of the fleet for long
-        await conn.execute(
-            b"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = '30s'"
-        )
+        await conn.execute(b"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = '30s'")
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
@@ -420,17 +461,63 @@ class PostgresStore:
                 continue
             log.warning("PostgreSQL store %s is available again", self.url)
             self._down = None
+            await self._release_ambiguous()
             self._notify_all()  # anything announced while we were away
             return
 
+    async def _release_ambiguous(self) -> None:
+        """Leases taken by a transaction whose COMMIT went unanswered: the scheduler took
+        that batch as failed and never runs those slots under the claim, so release each
+        lease that is still ours and has no run row, instead of letting it block the job
+        until it expires."""
+        if not self._ambiguous:
+            return
+        pairs = sorted(set(self._ambiguous))
+        self._ambiguous.clear()
+
+        async def go(cur: Cursor, now: datetime) -> int:
+            await cur.execute(
+                _RELEASE_SQL.replace(
+                    "AND s.job_id IN",
+                    "AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok) "
+                    "AND s.job_id IN",
+                ),
+                {"jobs": [j for j, _ in pairs], "toks": [t for _, t in pairs]},
+            )
+            return cur.rowcount
+
+        try:
+            released = await self._run(go)
+        except StoreError as exc:
+            log.warning(
+                "PostgreSQL store %s: cannot release %d leases (%s)", self.url, len(pairs), exc
+            )
+            return
+        if released:
+            log.warning(
+                "PostgreSQL store %s: released %d leases taken by a batch whose commit was "
+                "not acknowledged",
+                self.url,
+                released,
+            )
+
+    def _remember_leases(self, pairs: Sequence[tuple[str, int | None]]) -> None:
+        self._ambiguous.extend((j, t) for j, t in pairs if t is not None)
+
     async def _run(
-        self, fn: Callable[[Cursor, datetime], Awaitable[T]], *, tx: bool = True
+        self,
+        fn: Callable[[Cursor, datetime], Awaitable[T]],
+        *,
+        tx: bool = True,
+        ambiguous: Callable[[T], None] | None = None,
     ) -> T:
         """Run ``fn(cursor, now)`` in one transaction (``tx=False``: a plain read).
 
         ``now`` is the transaction's database time (or the test clock). Deadlocks and
         serialization failures are retried; a connection found dead before anything was
-        sent is replaced once; other connection errors raise ``StoreUnavailable``.
+        sent is replaced once; other connection errors raise ``StoreUnavailable``. If the
+        connection dies during ``COMMIT`` nobody knows whether it committed:
+        ``ambiguous(result)`` is told, so the caller can undo what it can once back.
         """
         pool = self.pool
         if self._down is not None:
@@ -439,6 +526,8 @@ class PostgresStore:
         while True:
             attempt += 1
             began = False
+            done = False
+            result: Any = None
             try:
                 # a retry after a dead pooled connection must not wait long on a pool that
                 # cannot reconnect: a down database has to fail fast
@@ -460,6 +549,7 @@ class PostgresStore:
                         else:
                             now = self._clock_now()  # type: ignore[assignment]
                         result = await fn(cur, now)
+                        done = True
                         await raw.execute(b"COMMIT")
                     except (psycopg.Error, StoreError):
                         status = conn.info.transaction_status
@@ -467,7 +557,7 @@ class PostgresStore:
                             with contextlib.suppress(psycopg.Error):
                                 await conn.execute(b"ROLLBACK")
                         raise
-                return result
+                return result  # type: ignore[no-any-return]
             except psycopg.errors.TransactionRollback as exc:
                 if attempt >= 5:
                     raise StoreError(f"PostgreSQL store {self.url}: {exc}") from exc
@@ -476,6 +566,8 @@ class PostgresStore:
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not began and attempt == 1 and not self._is_pool_timeout(exc):
                     continue  # a pooled connection died idle: nothing was sent, try another
+                if done and ambiguous is not None:
+                    ambiguous(result)
                 self._mark_down(exc)
                 raise self._unavailable(exc) from exc
             except psycopg.Error as exc:
@@ -826,16 +918,19 @@ class PostgresStore:
         if not items:
             return []
         reqs = list(items)
-        leased = [
-            it.job_id for it in reqs if it.lease and not it.defer and not it.skip_reason
-        ]
+        leased = [it.job_id for it in reqs if it.lease and not it.defer and not it.skip_reason]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
 
         async def go(cur: Cursor, now: datetime) -> list[Dispatched]:
             return await self._dispatch(cur, now, reqs, instance_id)
 
-        out = await self._run(go)
+        def unsure(out: list[Dispatched]) -> None:
+            self._remember_leases(
+                [(d.request.job_id, d.token) for d in out if d.started and d.request.lease]
+            )
+
+        out = await self._run(go, ambiguous=unsure)
         self._known.update(leased)
         return out
 
@@ -982,41 +1077,29 @@ class PostgresStore:
 
     @staticmethod
     async def _insert_runs(cur: Cursor, recs: Sequence[RunRecord]) -> list[int]:
-        """Insert complete run rows in one statement; their ids, in the order given.
+        """Insert complete run rows; their ids, in the order given (at most 2 statements).
 
-        Identity values are drawn in the ``ORDER BY`` order of the ``SELECT``, so sorting
-        the returned ids gives each row its own (another transaction may take ids in
-        between, never reorder ours)."""
+        Rows with a fencing token are upserted on it and matched back by token. For the
+        others, identity values are drawn in the ``ORDER BY`` order of the ``SELECT``, so
+        sorting the returned ids gives each row its own (another transaction may take ids
+        in between, never reorder ours)."""
         if not recs:
             return []
-        cols: list[list[Any]] = [[] for _ in range(18)]
-        for r in recs:
-            row = (
-                r.job_id,
-                r.slot,
-                r.triggered_by.value,
-                r.status.value,
-                r.reason,
-                r.instance_id,
-                r.fencing_token,
-                r.manual,
-                r.is_catchup,
-                r.is_recovery,
-                r.attempt,
-                r.claimed_at,
-                r.started_at,
-                r.finished_at,
-                None if r.status.finished else r.deadline,
-                _json(r.result),
-                r.error,
-                _logs(r.logs),
-            )
-            for col, value in zip(cols, row, strict=True):
-                col.append(value)
-        await cur.execute(_INSERT_RUNS_SQL, cols)
-        ids = sorted(r[0] for r in await cur.fetchall())
-        if len(ids) != len(recs):
-            raise StoreError(f"inserted {len(ids)} run rows for {len(recs)} records")
+        ids: list[int] = [0] * len(recs)
+        fenced = [i for i, r in enumerate(recs) if r.fencing_token is not None]
+        plain = [i for i, r in enumerate(recs) if r.fencing_token is None]
+        if fenced:
+            await cur.execute(_UPSERT_RUNS_SQL, _run_columns([recs[i] for i in fenced]))
+            by_token = {tok: rid for rid, tok in await cur.fetchall()}
+            for i in fenced:
+                ids[i] = by_token[recs[i].fencing_token]
+        if plain:
+            await cur.execute(_INSERT_RUNS_SQL, _run_columns([recs[i] for i in plain]))
+            got = sorted(r[0] for r in await cur.fetchall())
+            if len(got) != len(plain):
+                raise StoreError(f"inserted {len(got)} run rows for {len(plain)} records")
+            for i, rid in zip(plain, got, strict=True):
+                ids[i] = rid
         return ids
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
@@ -1027,7 +1110,18 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> list[Started]:
             return await self._start(cur, now, reqs, instance_id)
 
-        return await self._run(go)
+        def unsure(out: list[Started]) -> None:
+            self._remember_leases(
+                [
+                    (st.request.job_id, st.request.token)
+                    for st in out
+                    if st.request.lease
+                    and st.run is not None
+                    and st.run.status is RunStatus.RUNNING
+                ]
+            )
+
+        return await self._run(go, ambiguous=unsure)
 
     async def _start(
         self, cur: Cursor, now: datetime, items: list[Start], instance: str

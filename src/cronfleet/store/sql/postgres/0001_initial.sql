@@ -54,3 +54,4 @@ CREATE TABLE runs (
 CREATE INDEX runs_job_id ON runs (job_id, id);
 CREATE UNIQUE INDEX runs_dedupe ON runs (job_id, slot, dedupe) WHERE dedupe IS NOT NULL;
 CREATE INDEX runs_open ON runs (deadline) WHERE status IN ('running', 'pending');
+CREATE UNIQUE INDEX runs_token ON runs (fencing_token) WHERE fencing_token IS NOT NULL;
