@@ -277,6 +277,7 @@ async def test_a_retried_group_commit_does_not_write_a_run_twice(pg: PostgresSto
     res.run.status = RunStatus.SUCCEEDED
     first = res.run
     again = dataclasses.replace(first)  # the same run, a second time
+    await pg.finish([Finish(first, release_token=res.token)])
     await pg.finish([Finish(again, release_token=res.token)])
     assert first.id == again.id
     assert [r.status for r in await pg.list_runs("a")] == [RunStatus.SUCCEEDED]
