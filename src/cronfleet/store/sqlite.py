@@ -40,9 +40,15 @@ _RUN_COLS = (
     "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
     "result, error, logs"
 )
+# last_slot is derived, not stored: the newest claimed slot (retention keeps each job's
+# newest claim) or deliberately skipped slot of the job. Keeping it out of the hot path
+# saves a write per job per instant.
 _STATE_COLS = (
-    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
-    "lease_holder, lease_token, lease_until, last_slot, created_at"
+    "s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note, "
+    "s.override_until, s.lease_holder, s.lease_token, s.lease_until, "
+    "max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0), "
+    "coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id "
+    "AND r.dedupe IS NOT NULL), 0)), s.created_at"
 )
 
 _CLAIM_SQL = """
@@ -51,20 +57,12 @@ SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
 ON CONFLICT (job_id, slot) DO NOTHING
 RETURNING token, job_id, slot
 """
-_STATE_SQL = """
-UPDATE job_state SET
-  last_slot = CASE WHEN v.s IS NOT NULL AND (last_slot IS NULL OR last_slot < v.s)
-                   THEN v.s ELSE last_slot END,
-  lease_holder = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
-                      THEN ?1 ELSE lease_holder END,
-  lease_token = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
-                     THEN v.tok ELSE lease_token END,
-  lease_until = CASE WHEN v.tok IS NOT NULL AND (lease_holder IS NULL OR lease_until <= ?2)
-                     THEN v.until ELSE lease_until END
-FROM (SELECT value->>0 AS id, value->>1 AS s, value->>2 AS tok, value->>3 AS until
-      FROM json_each(?3)) AS v
-WHERE job_state.job_id = v.id
-RETURNING job_state.job_id, job_state.lease_token, job_state.lease_holder
+_LEASE_SQL = """
+UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
+FROM json_each(?3) AS v
+WHERE job_state.job_id = v.value->>0
+  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?2)
+RETURNING job_state.job_id
 """
 _ENSURE_SQL = """
 INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
@@ -173,7 +171,7 @@ def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
         lease_holder=row[6],
         lease_token=row[7],
         lease_until=_dt(row[8]),
-        last_slot=_dt(row[9]),
+        last_slot=_dt(row[9] or None),
         created_at=_dt(row[10]),
     )
 
@@ -430,7 +428,8 @@ class SQLiteStore:
 
     def _read_states(self, job_ids: list[str]) -> dict[str, JobState]:
         rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state WHERE job_id IN (SELECT value FROM json_each(?))",
+            f"SELECT {_STATE_COLS} FROM job_state s "
+            "WHERE s.job_id IN (SELECT value FROM json_each(?))",
             (json.dumps(job_ids),),
         ).fetchall()
         return {r[0]: _state(r) for r in rows}
@@ -449,7 +448,7 @@ class SQLiteStore:
     def _read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         wanted = set(job_ids)
         rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state WHERE enabled_override IS NOT NULL"
+            f"SELECT {_STATE_COLS} FROM job_state s WHERE s.enabled_override IS NOT NULL"
         ).fetchall()
         return {r[0]: _state(r) for r in rows if r[0] in wanted}
 
@@ -479,9 +478,9 @@ class SQLiteStore:
                 "ON CONFLICT (job_id) DO NOTHING",
                 (job_id, now),
             )
-            row = c.execute(
+            c.execute(
                 "UPDATE job_state SET enabled_override = ?, override_by = ?, override_at = ?, "
-                f"override_note = ?, override_until = ? WHERE job_id = ? RETURNING {_STATE_COLS}",
+                "override_note = ?, override_until = ? WHERE job_id = ?",
                 (
                     None if enabled is None else int(enabled),
                     by,
@@ -490,8 +489,9 @@ class SQLiteStore:
                     None if until is None else _ms(until.timestamp()),
                     job_id,
                 ),
-            ).fetchone()
-        return _state(row)
+            )
+            self._known.add(job_id)
+        return self._read_states([job_id])[job_id]
 
     # -- the hot path -----------------------------------------------------------------
 
@@ -500,40 +500,33 @@ class SQLiteStore:
             return []
         return await self._call(self._dispatch, list(items), instance_id)
 
-    def _update_states(
-        self,
-        c: sqlite3.Connection,
-        marks: dict[str, int],
-        leases: list[tuple[str, int | None, float]],
-        instance: str,
+    def _take_leases(
+        self, c: sqlite3.Connection, leases: list[tuple[str, int | None, float]], instance: str
     ) -> tuple[set[str], dict[str, str | None]]:
-        """One statement per batch: advance watermarks and take ``(job, token, hold)``
-        leases. Returns the jobs whose lease was taken and the holders of the busy ones."""
+        """Take ``(job, token, hold)`` leases that are free or expired, one statement.
+        Returns the jobs whose lease was taken and the holders of the busy ones."""
+        if not leases:
+            return set(), {}
         ids = [w[0] for w in leases]
         if len(set(ids)) != len(ids):
             raise StoreError("one batch may take at most one lease per job")
-        if not marks and not leases:
-            return set(), {}
         now = self._now_ms()
         unknown = [j for j in ids if j not in self._known]
         if unknown:
             c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
             self._known.update(unknown)
-        rows: dict[str, list[Any]] = {j: [j, s, None, None] for j, s in marks.items()}
-        for j, tok, hold in leases:
-            row = rows.setdefault(j, [j, None, None, None])
-            row[2], row[3] = tok, now + _ms(hold)
-        wanted = {j: tok for j, tok, _ in leases}
-        acquired: set[str] = set()
+        payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in leases])
+        acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, now, payload))}
         holders: dict[str, str | None] = {}
-        for job_id, token, holder in c.execute(
-            _STATE_SQL, (instance, now, json.dumps(list(rows.values())))
-        ):
-            if job_id in wanted:
-                if token == wanted[job_id]:
-                    acquired.add(job_id)
-                else:
-                    holders[job_id] = holder
+        if len(acquired) < len(ids):
+            busy = [j for j in ids if j not in acquired]
+            holders = dict(
+                c.execute(
+                    "SELECT job_id, lease_holder FROM job_state "
+                    "WHERE job_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(busy),),
+                ).fetchall()
+            )
         return acquired, holders
 
     def _dispatch(self, items: list[Dispatch], instance: str) -> list[Dispatched]:
@@ -572,24 +565,16 @@ class SQLiteStore:
                     ).fetchone()[0]
                 elif it.claim == "none":
                     out[i].won = True
-            # 2 + 3. per-job watermark of processed slots (drives catch-up after a restart)
-            # and the leases of the runs that start now, in one statement
-            marks: dict[str, int] = {}
-            for i in slot_idx:
-                if out[i].won and marks.get(items[i].job_id, -1) < slot_ms[i]:
-                    marks[items[i].job_id] = slot_ms[i]
+            # 2. the leases of the runs that start now, one statement
             lease_idx = [
                 i
                 for i, d in enumerate(out)
                 if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
             ]
-            acquired, holders = self._update_states(
-                c,
-                marks,
-                [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
-                instance,
+            acquired, holders = self._take_leases(
+                c, [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance
             )
-            # 4. one ledger row per won slot
+            # 3. one ledger row per won slot
             # 4. a ledger row per won slot; fast-path runs (record=False) are written by
             #    the scheduler's group commit after their handler has started
             to_insert: list[RunRecord] = []
@@ -703,8 +688,8 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             leased = [it for it in items if it.lease]
-            acquired, holders = self._update_states(
-                c, {}, [(it.job_id, it.token, it.hold) for it in leased], instance
+            acquired, holders = self._take_leases(
+                c, [(it.job_id, it.token, it.hold) for it in leased], instance
             )
             run_now: list[list[Any]] = []
             skip_now: list[list[Any]] = []
@@ -806,11 +791,6 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             written = c.execute(_SKIPS_SQL, (now, json.dumps(rows))).rowcount
-            marks: dict[str, int] = {}
-            for sk in items:
-                ms = _ms(sk.slot)
-                marks[sk.job_id] = max(marks.get(sk.job_id, ms), ms)
-            self._update_states(c, marks, [], "")
         return max(written, 0)
 
     async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
@@ -936,18 +916,24 @@ class SQLiteStore:
     def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
         with self._tx() as c:
             claims = c.execute(
-                "DELETE FROM claims WHERE claimed_at < ? AND token NOT IN "
-                "(SELECT max(token) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                "DELETE FROM claims WHERE claimed_at < ? AND (job_id, slot) NOT IN "
+                "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
                 (_ms(claims_before),),
             ).rowcount
+            # each job's newest deliberate skip is kept, like its newest claim: together
+            # they say where a restart's catch-up starts
+            keep = (
+                "id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id)"
+            )
             runs = c.execute(
-                "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending')",
+                "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending') "
+                f"AND {keep}",
                 (_ms(runs_before),),
             ).rowcount
             runs += c.execute(
                 "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
                 "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) "
-                "WHERE n > ? AND status NOT IN ('running', 'pending'))",
+                f"WHERE n > ? AND status NOT IN ('running', 'pending')) AND {keep}",
                 (per_job,),
             ).rowcount
         return claims, runs

@@ -19,7 +19,6 @@ CREATE TABLE job_state (
     lease_holder     TEXT,
     lease_token      INTEGER,
     lease_until      INTEGER,
-    last_slot        INTEGER,           -- newest slot claimed or deliberately skipped
     created_at       INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX job_state_overrides ON job_state (job_id) WHERE enabled_override IS NOT NULL;
