@@ -1,8 +1,13 @@
 """One scheduler process for the real-process tests: ``python fleet_worker.py --help``.
 
-Declares ``--jobs`` identical interval jobs and runs until ``--until`` (epoch seconds),
-then stops gracefully. Prints ``READY <instance>`` once started. The evidence is read from
-the store afterwards, never from this process's output.
+Declares ``--jobs`` identical interval jobs (``PREFER_GLOBAL``) and ``--require-jobs``
+``REQUIRE_GLOBAL`` ones, and runs until ``--until`` (epoch seconds), then stops gracefully.
+Prints ``READY <instance>`` once started. The evidence is read from the store afterwards,
+never from this process's output.
+
+Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
+skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
+process, from this one, at a given time.
 """
 
 from __future__ import annotations
@@ -10,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import time
 
-from cronfleet import RunContext, Scheduler
+from cronfleet import Locking, RunContext, Scheduler
+from cronfleet.clock import SystemClock
 
 
 def main() -> None:
@@ -20,20 +27,32 @@ def main() -> None:
     p.add_argument("--store", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--require-jobs", type=int, default=0, help="REQUIRE_GLOBAL jobs (req-NNNN)")
     p.add_argument("--every", default="1s")
     p.add_argument("--prefix", default="job")
     p.add_argument("--sleep", type=float, default=0.0, help="handler duration in seconds")
     p.add_argument("--timeout", default=None)
     p.add_argument("--until", type=float, required=True)
     p.add_argument("--orphan-interval", default="2s")
+    p.add_argument("--role", choices=("all", "worker", "api"), default="all")
+    p.add_argument("--clock-offset", type=float, default=0.0, help="skew this host's clock (s)")
+    p.add_argument("--pause-job", action="append", default=[], help="job id to pause")
+    p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
+    p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
+    p.add_argument("--log-level", default="WARNING")
     args = p.parse_args()
-    logging.basicConfig(level=logging.WARNING, format=f"{args.name} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format=f"{args.name} %(asctime)s %(levelname)s %(name)s %(message)s",
+    )
 
     s = Scheduler(
         store=args.store,
-        instance_id=f"{args.name}:{__import__('os').getpid()}",
+        instance_id=f"{args.name}:{os.getpid()}",
         orphan_interval=args.orphan_interval,
         shutdown_grace="10s",
+        clock=SystemClock(offset=args.clock_offset),
+        timers=args.role != "api",
     )
 
     async def handler(ctx: RunContext) -> None:
@@ -42,14 +61,37 @@ def main() -> None:
 
     for i in range(args.jobs):
         s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout)(handler)
+    for i in range(args.require_jobs):
+        s.job(
+            args.every,
+            id=f"req-{i:04d}",
+            timeout=args.timeout,
+            locking=Locking.REQUIRE_GLOBAL,
+        )(handler)
+
+    async def pause_later() -> None:
+        assert args.pause_at is not None
+        await asyncio.sleep(max(args.pause_at - time.time(), 0))
+        for job_id in args.pause_job:
+            state = await s.pause_async(job_id, by=args.name, note="test", until=args.pause_for)
+            print(f"PAUSED {job_id} until {state.override_until}", flush=True)
 
     async def go() -> None:
         async with s:
             print(f"READY {s.instance_id}", flush=True)
+            if args.pause_job and args.pause_at is not None:
+                asyncio.get_running_loop().create_task(pause_later())
             await asyncio.sleep(max(args.until - time.time(), 0))
+            skew = getattr(s.store, "clock_skew", None)
+            if skew is not None:
+                print(f"SKEW {skew:+.3f}", flush=True)
 
     asyncio.run(go())
-    print(f"DONE {s.instance_id} fired={s.stats.fired} lost={s.stats.claims_lost}", flush=True)
+    print(
+        f"DONE {s.instance_id} fired={s.stats.fired} lost={s.stats.claims_lost} "
+        f"store_errors={s.stats.store_errors}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
