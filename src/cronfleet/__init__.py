@@ -4,6 +4,7 @@ The public API is what this module exports; everything else may change between r
 """
 
 from cronfleet.clock import FakeClock, SystemClock
+from cronfleet.config import ConfigError, load_config
 from cronfleet.errors import (
     AlreadyExecuting,
     CronfleetError,
@@ -24,6 +25,7 @@ from cronfleet.model import (
     SkipReason,
     TriggeredBy,
 )
+from cronfleet.plugins import Schedule, ScheduledPlugin
 from cronfleet.scheduler import Scheduler
 from cronfleet.store import SQLiteStore, Store, open_store
 
@@ -31,6 +33,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AlreadyExecuting",
+    "ConfigError",
     "CronfleetError",
     "DuplicateJob",
     "FakeClock",
@@ -44,6 +47,8 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SQLiteStore",
+    "Schedule",
+    "ScheduledPlugin",
     "Scheduler",
     "SkipReason",
     "Store",
@@ -52,5 +57,6 @@ __all__ = [
     "SystemClock",
     "TriggeredBy",
     "__version__",
+    "load_config",
     "open_store",
 ]
