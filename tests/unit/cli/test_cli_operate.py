@@ -1,0 +1,267 @@
+"""Operator commands against the store: jobs, history, show-run, trigger, pause, resume,
+clear-override."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from click.testing import Result
+
+from cronfleet.model import TriggeredBy
+from cronfleet.store import open_store
+from cronfleet.store.base import Dispatch
+
+
+def hold_lease(db: Path, job_id: str, holder: str) -> None:
+    """Another process takes the job's lease and starts a run (it is still running)."""
+
+    async def go() -> None:
+        store = open_store(f"sqlite:///{db}")
+        await store.open()
+        await store.dispatch([Dispatch(job_id=job_id, slot=time.time(),
+                                       triggered_by=TriggeredBy.SCHEDULE, claim="token",
+                                       lease=True, hold=600)], holder)
+        await store.close()
+
+    asyncio.run(go())
+
+
+# -- jobs -----------------------------------------------------------------------------
+
+
+def test_jobs_before_any_run(cli: Callable[..., Result], project: Path) -> None:
+    r = cli("jobs")
+    assert r.exit_code == 0, r.stderr
+    for text in ("tick", "a task that works", "1h", "Europe/Paris", "Every 5 minutes",
+                 "never run", "disabled (declared)", "lease holder"):
+        assert text in r.stdout
+
+
+def test_jobs_json_shows_last_run_override_and_lease(cli: Callable[..., Result], project: Path,
+                                                     tmp_path: Path) -> None:
+    assert cli("trigger", "tick").exit_code == 0
+    assert cli("pause", "boom", "--note", "vendor down", "--by", "ops").exit_code == 0
+    hold_lease(tmp_path / "ops.db", "quiet", "other-host:42:abc")
+    r = cli("jobs", "--json")
+    assert r.exit_code == 0
+    tick, boom, quiet = json.loads(r.stdout)
+    assert tick["id"] == "tick" and tick["schedule"] == "1h" and tick["timezone"] == "UTC"
+    assert tick["description"] == "a task that works" and tick["when"].startswith("Every 1h")
+    assert tick["last_run"]["status"] == "succeeded" and tick["override"] is None
+    assert tick["enabled"] is True and tick["next_run"] is not None
+    assert boom["enabled"] is False and boom["declared_enabled"] is True
+    assert boom["override"]["enabled"] is False and boom["override"]["by"] == "ops"
+    assert boom["override"]["note"] == "vendor down" and boom["override"]["until"] is None
+    assert boom["last_run"] is None
+    assert quiet["lease"]["holder"] == "other-host:42:abc"
+    assert quiet["last_run"]["status"] == "running" and quiet["declared_enabled"] is False
+    r = cli("jobs")
+    assert "paused by ops: vendor down" in r.stdout and "other-host:42:abc" in r.stdout
+    assert "succeeded" in r.stdout and "running" in r.stdout
+
+
+# -- trigger --------------------------------------------------------------------------
+
+
+def test_trigger_runs_the_job_here_and_now(cli: Callable[..., Result], project: Path) -> None:
+    r = cli("trigger", "tick", "--by", "alice")
+    assert r.exit_code == 0, r.stderr
+    assert "run 1 · job tick · succeeded" in r.stdout
+    assert "triggered by  manual" in r.stdout and '{"n": 1}' in r.stdout
+    assert "Manual run requested by alice" in r.stdout and "tick ran" in r.stdout
+    r = cli("trigger", "tick", "--json")
+    run = json.loads(r.stdout)
+    assert run["status"] == "succeeded" and run["manual"] is True and run["id"] == 2
+
+
+def test_trigger_exits_1_when_the_run_fails(cli: Callable[..., Result], project: Path) -> None:
+    r = cli("trigger", "boom")
+    assert r.exit_code == 1
+    assert "failed" in r.stdout and "ValueError: kaput" in r.stdout
+    assert "Traceback" in r.stdout  # the logs are shown
+
+
+def test_trigger_exits_3_naming_the_holder(cli: Callable[..., Result], project: Path,
+                                          tmp_path: Path) -> None:
+    hold_lease(tmp_path / "ops.db", "tick", "worker-7:1234:beef")
+    r = cli("trigger", "tick")
+    assert r.exit_code == 3
+    assert r.stderr == ("job 'tick' is already executing: the lease is held by "
+                        "worker-7:1234:beef (skip recorded as run 2)\n")
+    r = cli("trigger", "tick", "--json")
+    assert r.exit_code == 3
+    body = json.loads(r.stdout)
+    assert body["code"] == "CRON_JOB_ALREADY_EXECUTING"
+    assert body["details"]["log"]["reason"] == "already_executing"
+
+
+def test_unknown_job_exits_2_with_a_suggestion(cli: Callable[..., Result],
+                                               project: Path) -> None:
+    for cmd in ("trigger", "pause", "resume", "clear-override", "history"):
+        r = cli(cmd, "tik")
+        assert r.exit_code == 2, cmd
+        assert r.stderr == ("no job 'tik' in cronfleet.toml (did you mean 'tick'?); jobs: "
+                            "tick, boom, quiet\n")
+
+
+# -- pause, resume, clear-override -----------------------------------------------------
+
+
+def test_pause_with_a_duration(cli: Callable[..., Result], project: Path) -> None:
+    before = datetime.now(UTC)
+    r = cli("pause", "tick", "--until", "2h", "--note", "deploy", "--by", "bob", "--json")
+    assert r.exit_code == 0, r.stderr
+    state = json.loads(r.stdout)
+    assert state["enabled"] is False and state["declared_enabled"] is True
+    until = datetime.fromisoformat(state["override"]["until"])
+    assert timedelta(hours=2) <= until - before < timedelta(hours=2, seconds=30)
+    assert state["override"]["by"] == "bob" and state["override"]["note"] == "deploy"
+    r = cli("pause", "tick", "--until", "90m", "--by", "bob")
+    assert r.stdout.startswith("paused 'tick' by bob until ")
+    assert "(in 1h 29m)" in r.stdout or "(in 1h 30m)" in r.stdout
+
+
+def test_pause_until_a_time_in_the_jobs_zone(cli: Callable[..., Result],
+                                             project: Path) -> None:
+    future = datetime.now(ZoneInfo("Europe/Paris")).replace(microsecond=0) + timedelta(days=1)
+    naive = future.replace(tzinfo=None).isoformat()
+    r = cli("pause", "boom", "--until", naive, "--json")
+    assert r.exit_code == 0, r.stderr
+    until = datetime.fromisoformat(json.loads(r.stdout)["override"]["until"])
+    assert until == future  # read in Europe/Paris, the job's zone
+
+
+@pytest.mark.parametrize(
+    ("until", "message"),
+    [
+        ("2020-01-01T00:00:00+00:00", "--until: 2020-01-01T00:00:00+00:00 is in the past\n"),
+        ("tomorrow", "--until: 'tomorrow' is neither an ISO 8601 time (e.g. "
+                     "2026-03-02T18:00:00+01:00) nor a duration (e.g. 2h, 1h30m)\n"),
+        ("0s", "--until: '0s' must be a positive duration\n"),
+    ],
+)
+def test_pause_rejects_a_bad_until(cli: Callable[..., Result], project: Path, until: str,
+                                   message: str) -> None:
+    r = cli("pause", "tick", "--until", until)
+    assert r.exit_code == 2 and r.stderr == message
+
+
+def test_resume_and_clear_override(cli: Callable[..., Result], project: Path,
+                                   tmp_path: Path) -> None:
+    r = cli("resume", "quiet", "--by", "carol")
+    assert r.exit_code == 0
+    assert r.stdout == ("resumed 'quiet' by carol: forced on although it is declared "
+                        "enabled = false\n")
+    state = json.loads(cli("resume", "quiet", "--json").stdout)
+    assert state["enabled"] is True and state["override"]["enabled"] is True
+    r = cli("clear-override", "quiet", "--by", "carol")
+    assert r.stdout == ("cleared the override of 'quiet': back to its declared setting, "
+                        "disabled (enabled = false)\n")
+    state = json.loads(cli("clear-override", "tick", "--json").stdout)
+    assert state == {"job_id": "tick", "declared_enabled": True, "enabled": True,
+                     "override": None, "lease": None}
+    hold_lease(tmp_path / "ops.db", "tick", "w1:1:aa")
+    r = cli("pause", "tick", "--by", "dan")
+    assert r.stdout == ("paused 'tick' by dan\nnote: a run is in progress (lease held by "
+                        "w1:1:aa); this does not stop it\n")
+
+
+# -- history, show-run ----------------------------------------------------------------
+
+
+def test_history(cli: Callable[..., Result], project: Path) -> None:
+    assert cli("history", "tick").stdout == "no runs of 'tick'\n"
+    for _ in range(3):
+        cli("trigger", "tick")
+    cli("trigger", "boom")
+    r = cli("history", "tick", "--limit", "2")
+    assert r.exit_code == 0
+    assert "tick: last 2 run(s)" in r.stdout and "succeeded" in r.stdout
+    runs = json.loads(cli("history", "tick", "--json").stdout)
+    assert [x["id"] for x in runs] == [3, 2, 1]
+    assert [x["id"] for x in json.loads(cli("history", "boom", "--status", "failed",
+                                            "--json").stdout)] == [4]
+    assert json.loads(cli("history", "boom", "--status", "succeeded", "--json").stdout) == []
+    assert cli("history", "tick", "--status", "done").exit_code == 2
+
+
+def test_history_of_a_job_no_longer_declared(cli: Callable[..., Result],
+                                             project: Path) -> None:
+    cli("trigger", "tick")
+    project.write_text(project.read_text().replace('id = "tick"', 'id = "tock"'))
+    r = cli("history", "tick")
+    assert r.exit_code == 0
+    assert "note: 'tick' is not declared in cronfleet.toml; showing its recorded history" \
+        in r.stdout
+
+
+def test_show_run(cli: Callable[..., Result], project: Path) -> None:
+    cli("trigger", "boom", "--by", "erin")
+    r = cli("show-run", "1")
+    assert r.exit_code == 0
+    for text in ("run 1 · job boom · failed", "error         ValueError: kaput",
+                 "logs (2 line(s))", "  Manual run requested by erin",
+                 "raise ValueError(\"kaput\")"):
+        assert text in r.stdout
+    run = json.loads(cli("show-run", "1", "--json").stdout)
+    assert run["job_id"] == "boom" and run["error"] == "ValueError: kaput"
+    assert run["logs"][0] == "Manual run requested by erin"
+    r = cli("show-run", "99")
+    assert r.exit_code == 2 and r.stderr.startswith("no run with id 99 in sqlite:///")
+    assert cli("show-run", "abc").exit_code == 2
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+def test_store_that_cannot_be_opened_exits_1(cli: Callable[..., Result], project: Path,
+                                            tmp_path: Path) -> None:
+    (tmp_path / "ops.db").mkdir()
+    for args in (("jobs",), ("pause", "tick"), ("history", "tick"), ("status", "--once")):
+        r = cli(*args)
+        assert r.exit_code == 1, args
+        assert r.stderr.startswith(f"store sqlite:///{tmp_path / 'ops.db'}: "), args
+
+
+def test_a_broken_plugin_does_not_block_operators(cli: Callable[..., Result], project: Path,
+                                                  write: Callable[..., Path]) -> None:
+    write("plugs.py", """
+        class Gone:
+            pass
+        """)
+    project.write_text(project.read_text().replace(
+        'store = "sqlite:///ops.db"', 'store = "sqlite:///ops.db"\nplugins = ["plugs:Gone"]'))
+    r = cli("pause", "tick")
+    assert r.exit_code == 0
+    assert r.stderr.startswith(
+        "warning: 1 plugin problem(s); the jobs of the plugins that failed are left out (see "
+        "'cronfleet check'):\n  cronfleet.toml:3:12: plugin plugs:Gone listed in "
+        "cronfleet.toml:3: cannot create it: TypeError: plugs.Gone is not a ScheduledPlugin: "
+        "no name(), schedules(), run()"
+    )
+    assert cli("run").exit_code == 1  # but nothing starts
+
+
+def test_a_bad_config_fails_every_command(cli: Callable[..., Result], project: Path) -> None:
+    project.write_text(project.read_text().replace('cron = "1h"', 'cron = "1x"'))
+    for args in (("jobs",), ("history", "tick"), ("show-run", "1"), ("trigger", "tick"),
+                 ("pause", "tick"), ("resume", "tick"), ("clear-override", "tick"),
+                 ("status", "--once")):
+        r = cli(*args)
+        assert r.exit_code == 1, args
+        assert r.stderr.startswith("cronfleet.toml:6:9: task 'tick': cron: expression: "), args
+
+
+def test_every_command_documents_its_exit_codes(cli: Callable[..., Result]) -> None:
+    for cmd in ("run", "check", "jobs", "history", "show-run", "trigger", "pause", "resume",
+                "clear-override", "status"):
+        r = cli(cmd, "--help")
+        assert r.exit_code == 0, cmd
+        assert "Exit codes" in r.stdout and "3  the job is already executing" in r.stdout, cmd
