@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python examples/app.py
+	$(BIN)/cronfleet run --config examples/cronfleet.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

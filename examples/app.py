@@ -1,4 +1,5 @@
-"""A runnable cronfleet app: ``make run`` (or ``python examples/app.py``).
+"""Jobs declared in code: ``.venv/bin/python examples/app.py``. (``make run`` runs the
+same kind of jobs declared in ``examples/cronfleet.toml`` instead.)
 
 Start it twice in two terminals: both processes share ``cronfleet.db`` and each slot still
 runs exactly once — watch the instance names alternate. Stop one with Ctrl-C and restart

@@ -198,3 +198,18 @@ def test_runs_longer_than_the_period_are_a_warning(cli: Callable[..., Result],
     )
     assert "no run history yet" not in r.stdout
     assert cli("check", "--no-history").stderr == ""
+
+
+def test_the_example_config_is_valid(cli: Callable[..., Result]) -> None:
+    import sys
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "cronfleet.toml"
+    try:
+        r = cli("check", str(example), "--no-history", "--json")
+    finally:
+        sys.modules.pop("tasks", None)  # examples/tasks.py
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [j["id"] for j in data["jobs"]] == ["heartbeat", "sync-inventory", "slow-export",
+                                               "minutely-report"]
+    assert data["store"] == f"sqlite:///{example.parent / 'cronfleet.db'}"
