@@ -507,7 +507,7 @@ def run_cmd(config_path: str | None, role: str | None, log_level: str) -> None:
         scheduler = loaded.scheduler(timers=role != "api")
         scheduler.run()
     except CronfleetError as exc:
-        log.error("cronfleet stopped: %s", exc)
+        log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
     finally:
         loaded.cleanup()

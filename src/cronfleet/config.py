@@ -41,6 +41,9 @@ from cronfleet.plugins import (
     Task,
     check_handler,
     check_name,
+    describe_value,
+    duration_seconds,
+    exception_text,
     import_object,
     schedule_to_job,
 )
@@ -611,7 +614,7 @@ class _Reader:
         if "store" in sched:
             url = sched["store"]
             if not isinstance(url, str):
-                bad("store", f"expected a URL string, got {_plugins._kind(url)}")
+                bad("store", f"expected a URL string, got {describe_value(url)}")
             elif (error := _store_problem(url)) is not None:
                 bad("store", error)
             else:
@@ -620,7 +623,7 @@ class _Reader:
         if "timezone" in sched:
             tz = sched["timezone"]
             if not isinstance(tz, str):
-                bad("timezone", f"expected an IANA name, got {_plugins._kind(tz)}")
+                bad("timezone", f"expected an IANA name, got {describe_value(tz)}")
             else:
                 try:
                     parse("1d", tz)
@@ -630,20 +633,20 @@ class _Reader:
         for key in ("catch_up_window", "shutdown_grace", "run_retention"):
             if key in sched:
                 try:
-                    setattr(config, key, _plugins._duration(sched[key]))
+                    setattr(config, key, duration_seconds(sched[key]))
                 except ScheduleError as exc:
                     bad(key, exc.message)
         if "runs_per_job" in sched:
             n = sched["runs_per_job"]
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 bad("runs_per_job", f"expected a whole number of at least 1, got "
-                                    f"{_plugins._kind(n)}")
+                                    f"{describe_value(n)}")
             else:
                 config.runs_per_job = n
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):
-                bad("entry_points", f"expected true or false, got {_plugins._kind(value)}")
+                bad("entry_points", f"expected true or false, got {describe_value(value)}")
             else:
                 config.entry_points = value
         if "provider" in sched:
@@ -752,7 +755,7 @@ class _Reader:
 
     def read_handler(self, path: object, bad: Any) -> Any:
         if not isinstance(path, str):
-            bad("handler", f"expected 'module:function' text, got {_plugins._kind(path)}")
+            bad("handler", f"expected 'module:function' text, got {describe_value(path)}")
             return None
         try:
             fn = import_object(path)
@@ -844,7 +847,7 @@ class _Assembler:
                           f"plugin {src.origin}: {exc}", at=src.problem_at)
                 continue
             except Exception as exc:
-                self.fail(f"plugin {src.origin}: cannot load it: {_plugins._exc_text(exc)}",
+                self.fail(f"plugin {src.origin}: cannot load it: {exception_text(exc)}",
                           at=src.problem_at)
                 continue
             if id(obj) in seen:
@@ -853,7 +856,7 @@ class _Assembler:
             try:
                 plugin = _plugins.instantiate(obj)
             except Exception as exc:
-                self.fail(f"plugin {src.origin}: cannot create it: {_plugins._exc_text(exc)}",
+                self.fail(f"plugin {src.origin}: cannot create it: {exception_text(exc)}",
                           at=src.problem_at)
                 continue
             loaded.append((src, plugin))
@@ -875,7 +878,7 @@ class _Assembler:
                 name = obj.name()
                 priority = _plugins.plugin_priority(obj)
             except Exception as exc:
-                self.fail(f"plugin {src.origin}: {_plugins._exc_text(exc)}", at=src.problem_at)
+                self.fail(f"plugin {src.origin}: {exception_text(exc)}", at=src.problem_at)
                 continue
             problem = check_name(name, "name()")
             if problem:
@@ -942,13 +945,13 @@ class _Assembler:
                 try:
                     provide(list(config.tasks))
                 except Exception as exc:
-                    self.fail(f"{who_full}: provide(tasks) raised {_plugins._exc_text(exc)}",
+                    self.fail(f"{who_full}: provide(tasks) raised {exception_text(exc)}",
                               plugin=lp.name, at=at)
                     return None
         try:
             declared = lp.plugin.schedules()
         except Exception as exc:
-            self.fail(f"{who_full}: schedules() raised {_plugins._exc_text(exc)}",
+            self.fail(f"{who_full}: schedules() raised {exception_text(exc)}",
                       plugin=lp.name, at=at)
             return None
         if not isinstance(declared, list | tuple):

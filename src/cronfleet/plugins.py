@@ -177,7 +177,7 @@ class ScheduleError(ValueError):
 def check_name(value: object, what: str) -> str | None:
     """The problem with a task id, schedule id or plugin name, or None."""
     if not isinstance(value, str):
-        return f"{what} must be a string, got {_kind(value)}"
+        return f"{what} must be a string, got {describe_value(value)}"
     if not _NAME.match(value):
         hint = " ('/' separates a plugin's name from its schedule ids)" if "/" in value else ""
         return f"{what} {value!r} is invalid: {_NAME_RULE}{hint}"
@@ -207,14 +207,14 @@ def schedule_to_job(
         errors.append(ScheduleError("id", problem))
     if not isinstance(s.description, str):
         errors.append(
-            ScheduleError("description", f"expected a string, got {_kind(s.description)}")
+            ScheduleError("description", f"expected a string, got {describe_value(s.description)}")
         )
     tz = timezone if s.timezone is None else s.timezone
     expr = None
     if not isinstance(tz, str):
-        errors.append(ScheduleError("timezone", f"expected an IANA name, got {_kind(tz)}"))
+        errors.append(ScheduleError("timezone", f"expected an IANA name, got {describe_value(tz)}"))
     elif not isinstance(s.cron, str):
-        errors.append(ScheduleError("cron", f"expected a string, got {_kind(s.cron)}"))
+        errors.append(ScheduleError("cron", f"expected a string, got {describe_value(s.cron)}"))
     else:
         try:
             expr = parse(s.cron, tz)
@@ -233,7 +233,7 @@ def schedule_to_job(
             durations[key] = default
             continue
         try:
-            durations[key] = _duration(value)
+            durations[key] = duration_seconds(value)
         except ScheduleError as exc:
             errors.append(ScheduleError(key, exc.message))
     if durations.get("timeout") == 0:
@@ -250,11 +250,13 @@ def schedule_to_job(
             errors.append(ScheduleError(key, exc.message))
     for key, value in (("enabled", s.enabled), ("recover", s.recover)):
         if not isinstance(value, bool):
-            errors.append(ScheduleError(key, f"expected true or false, got {_kind(value)}"))
+            errors.append(
+                ScheduleError(key, f"expected true or false, got {describe_value(value)}")
+            )
     config: dict[str, Any] = {}
     if not isinstance(s.config_json, str):
         errors.append(
-            ScheduleError("config_json", f"expected a string, got {_kind(s.config_json)}")
+            ScheduleError("config_json", f"expected a string, got {describe_value(s.config_json)}")
         )
     elif s.config_json.strip():
         if config_must_be_object:
@@ -294,10 +296,10 @@ def schedule_to_job(
     return job, []
 
 
-def _duration(value: object) -> float:
+def duration_seconds(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, str | int | float | timedelta):
         raise ScheduleError("", f"expected a duration like '30s' or a number of seconds, "
-                                f"got {_kind(value)}")
+                                f"got {describe_value(value)}")
     try:
         return to_timedelta(value).total_seconds()
     except DurationError as exc:
@@ -328,7 +330,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _kind(value: object) -> str:
+def describe_value(value: object) -> str:
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
              list: "an array", dict: "a table"}
     for t, name in names.items():
@@ -344,7 +346,7 @@ def import_object(path: str) -> Any:
     """Import ``"package.module:attr"`` (``attr`` may be dotted). Raises ``ValueError``
     with a message that says what is wrong, never a bare ImportError."""
     if not isinstance(path, str):
-        raise ValueError(f"expected 'module:attribute' text, got {_kind(path)}")
+        raise ValueError(f"expected 'module:attribute' text, got {describe_value(path)}")
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         suggestion = ""
@@ -358,16 +360,17 @@ def import_object(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+        if exc.name is not None and (module_name == exc.name
+                                     or module_name.startswith(exc.name + ".")):
             raise ValueError(
                 f"cannot import {path!r}: no module named {exc.name!r}"
             ) from None
         raise ValueError(
-            f"cannot import {path!r}: importing {module_name!r} failed: {_exc_text(exc)}"
+            f"cannot import {path!r}: importing {module_name!r} failed: {exception_text(exc)}"
         ) from None
     except Exception as exc:
         raise ValueError(
-            f"cannot import {path!r}: importing {module_name!r} failed: {_exc_text(exc)}"
+            f"cannot import {path!r}: importing {module_name!r} failed: {exception_text(exc)}"
         ) from None
     obj: Any = module
     done = module_name
@@ -405,7 +408,7 @@ def check_handler(fn: object, path: str) -> str | None:
     return None
 
 
-def _exc_text(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -467,7 +470,7 @@ def plugin_priority(plugin: Any) -> int:
     fn = getattr(plugin, "priority", None)
     value = fn() if callable(fn) else DEFAULT_PRIORITY
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"priority() must return an int, got {_kind(value)}")
+        raise TypeError(f"priority() must return an int, got {describe_value(value)}")
     return value
 
 
