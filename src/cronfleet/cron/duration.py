@@ -11,15 +11,19 @@ from datetime import timedelta
 
 __all__ = ["DurationError", "format_duration", "parse_duration", "to_timedelta"]
 
+_SECOND, _MINUTE, _HOUR, _DAY = 1.0, 60.0, 3600.0, 86400.0
 _UNITS: dict[str, float] = {
     "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+    "s": _SECOND, "sec": _SECOND, "secs": _SECOND, "second": _SECOND, "seconds": _SECOND,
+    "m": _MINUTE, "min": _MINUTE, "mins": _MINUTE, "minute": _MINUTE, "minutes": _MINUTE,
+    "h": _HOUR, "hr": _HOUR, "hrs": _HOUR, "hour": _HOUR, "hours": _HOUR,
+    "d": _DAY, "day": _DAY, "days": _DAY,
+    "w": 7 * _DAY, "week": 7 * _DAY, "weeks": 7 * _DAY,
+}  # fmt: skip
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)", re.IGNORECASE)
+_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+_MAX_SECONDS = 100 * 365 * _DAY
+_HINT = "expected a number and a unit (ms, s, m, h, d, w), e.g. '30s', '10m', '1h30m'"
 
 
 class DurationError(ValueError):
@@ -27,27 +31,32 @@ class DurationError(ValueError):
 
 
 def parse_duration(text: str) -> timedelta:
-    """Read ``"1h30m"``-style text (units ms, s, m, h, d, w; a bare number means seconds)."""
-    raw = text
-    s = text.strip().lower().replace(" ", "")
-    if not s:
-        raise DurationError("empty duration (expected e.g. '30s', '10m', '1h30m')")
-    try:
-        return timedelta(seconds=float(s))
-    except ValueError:
-        pass
-    pos = 0
-    total = 0.0
-    for m in _PART.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(s):
-        raise DurationError(
-            f"invalid duration {raw!r}: unexpected {s[pos:]!r} at column {pos + 1} "
-            "(expected a number followed by ms, s, m, h, d or w, e.g. '30s', '1h30m')"
-        )
+    """Read ``"1h30m"``, ``"90s"``, ``"10 minutes"`` or ``"2h 30m"``; a bare number means
+    seconds. Columns in errors count from 1 in the text as written."""
+    if not text.strip():
+        raise DurationError(f"empty duration ({_HINT})")
+    if _NUMBER.fullmatch(text):
+        total = float(text)
+    else:
+        pos, total = 0, 0.0
+        while pos < len(text.rstrip()):
+            m = _PART.match(text, pos)
+            if m is None:
+                col = pos + len(text[pos:]) - len(text[pos:].lstrip()) + 1
+                raise DurationError(
+                    f"invalid duration {text!r}: unexpected {text[col - 1:]!r} at column {col} "
+                    f"({_HINT})"
+                )
+            unit = m.group(2).lower()
+            if unit not in _UNITS:
+                raise DurationError(
+                    f"invalid duration {text!r}: unknown unit {m.group(2)!r} at column "
+                    f"{m.start(2) + 1} ({_HINT})"
+                )
+            total += float(m.group(1)) * _UNITS[unit]
+            pos = m.end()
+    if total > _MAX_SECONDS:
+        raise DurationError(f"invalid duration {text!r}: longer than 100 years")
     return timedelta(seconds=total)
 
 
