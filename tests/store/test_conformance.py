@@ -392,3 +392,18 @@ async def test_read_overrides_returns_only_jobs_with_one(store: Store) -> None:
     await store.set_override("x", False, by="ops", note=None, until=None)
     got = await store.read_overrides(["a", "b", "c"])
     assert list(got) == ["b"] and got["b"].enabled_override is False
+
+
+async def test_taking_over_an_expired_lease_keeps_the_dead_holders_run(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    await store.ensure_jobs(["a"])
+    [dead] = await store.dispatch([slot_item("a", T0, lease=True, hold=30, record=False)], "dead")
+    clock.advance(31)
+    # the next slot takes the expired lease before any reaper looked
+    [nxt] = await other.dispatch([slot_item("a", T0 + 31, lease=True, hold=30)], "two")
+    assert nxt.started
+    [orphan] = await other.reap_orphans("two")
+    assert orphan.status is RunStatus.INTERRUPTED and orphan.fencing_token == dead.token
+    assert orphan.instance_id == "dead" and orphan.slot.timestamp() == T0
+    assert (await store.read_states(["a"]))["a"].lease_token == nxt.token

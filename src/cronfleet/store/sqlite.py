@@ -64,6 +64,13 @@ WHERE job_state.job_id = v.value->>0
   AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?2)
 RETURNING job_state.job_id
 """
+_LOST_SQL = """
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM job_state s JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token)
+"""
 _ENSURE_SQL = """
 INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
 ON CONFLICT (job_id) DO NOTHING
@@ -515,6 +522,7 @@ class SQLiteStore:
         if unknown:
             c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
             self._known.update(unknown)
+        self._keep_lost_runs(c, now)
         payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in leases])
         acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, now, payload))}
         holders: dict[str, str | None] = {}
@@ -528,6 +536,36 @@ class SQLiteStore:
                 ).fetchall()
             )
         return acquired, holders
+
+    def _keep_lost_runs(self, c: sqlite3.Connection, now: int) -> None:
+        """Before an expired lease is taken over, keep what it proves.
+
+        A fast-path run's row is written after its handler starts; if the holder died
+        before that, the claim and the unreleased lease are the only trace. Taking the
+        lease would erase it, so the run is written first — open, with its deadline
+        passed — and the orphan reaper marks it ``interrupted`` (and recovers it where the
+        job asks). Cheap: the partial index holds only unreleased leases.
+        """
+        lost = c.execute(_LOST_SQL, (now,)).fetchall()
+        if lost:
+            insert_runs(
+                c,
+                [
+                    RunRecord(
+                        id=None,
+                        job_id=job_id,
+                        slot=_dt_req(slot if slot is not None else claimed),
+                        triggered_by=TriggeredBy.SCHEDULE,
+                        status=RunStatus.RUNNING,
+                        instance_id=holder,
+                        fencing_token=token,
+                        manual=slot is None,
+                        claimed_at=_dt(claimed),
+                        deadline=_dt(now - 1),
+                    )
+                    for job_id, token, holder, slot, claimed in lost
+                ],
+            )
 
     def _dispatch(self, items: list[Dispatch], instance: str) -> list[Dispatched]:
         out = [Dispatched(request=it, won=False) for it in items]
@@ -834,14 +872,7 @@ class SQLiteStore:
             ).fetchall()
             reaped = [_run(r) for r in rows]
             # claimed and leased, but the holder died before its run row was written
-            lost = c.execute(
-                "SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at "
-                "FROM job_state s JOIN claims c ON c.token = s.lease_token "
-                "WHERE s.lease_token IS NOT NULL AND s.lease_until < ? "
-                "AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id "
-                "AND r.fencing_token = s.lease_token)",
-                (now,),
-            ).fetchall()
+            lost = c.execute(_LOST_SQL, (now,)).fetchall()
             rebuilt = []
             for job_id, token, holder, slot, claimed in lost:
                 rebuilt.append(
