@@ -88,7 +88,8 @@ WHERE id = ?
 """
 _RELEASE_SQL = """
 UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-WHERE job_id = ? AND lease_token = ?
+FROM json_each(?1) AS v
+WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1
 """
 _SKIPS_SQL = """
 INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
@@ -801,8 +802,8 @@ class SQLiteStore:
                 insert_runs(c, new)
                 if updates:
                     c.executemany(_FINISH_SQL, updates)
-                if releases:
-                    c.executemany(_RELEASE_SQL, releases)
+                if releases:  # one statement: thousands of tiny ones would queue on the GIL
+                    c.execute(_RELEASE_SQL, (json.dumps(releases),))
         except BaseException:
             for r in new:  # rolled back: a retry must insert them again, not update
                 r.id = None
@@ -896,7 +897,8 @@ class SQLiteStore:
                 )
             insert_runs(c, rebuilt)
             if rebuilt:
-                c.executemany(_RELEASE_SQL, [(r.job_id, r.fencing_token) for r in rebuilt])
+                freed = [[r.job_id, r.fencing_token] for r in rebuilt]
+                c.execute(_RELEASE_SQL, (json.dumps(freed),))
         return reaped + rebuilt
 
     # -- reading the ledger -----------------------------------------------------------
