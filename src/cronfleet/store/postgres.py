@@ -88,7 +88,7 @@ _CLAIM_SQL = f"""
 INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
 SELECT e->>0, {_TS.format("e->>1")}, %(inst)s, %(now)s
 FROM {_ROWS} AS e
-ORDER BY 1, 2
+ORDER BY (e->>0) COLLATE "C", 2
 ON CONFLICT (job_id, slot) DO NOTHING
 RETURNING token, job_id, {_MS.format("slot")}
 """
@@ -101,7 +101,7 @@ RETURNING token
 """
 _ENSURE_SQL = f"""
 INSERT INTO __S__.job_state (job_id, created_at)
-SELECT v.j, %(now)s FROM {_IDS} AS v(j) ORDER BY v.j
+SELECT v.j, %(now)s FROM {_IDS} AS v(j) ORDER BY v.j COLLATE "C"
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id
 """
@@ -113,9 +113,26 @@ locked AS MATERIALIZED (
   ORDER BY job_id FOR UPDATE
 )"""
 _FREE = "(s.lease_holder IS NULL OR s.lease_until <= %(now)s)"
+# Before an expired lease is taken over, keep what it proves: a fast-path run's row is
+# written after its handler starts, so if the holder died before that, the claim and the
+# unreleased lease are its only trace. Its run is written first (open, deadline passed) and
+# the orphan reaper marks it interrupted (and recovers it where the job asks).
+_KEEP_LOST_CTE = """,
+kept AS (
+  INSERT INTO __S__.runs (job_id, slot, triggered_by, status, instance_id, fencing_token,
+                          manual, claimed_at, deadline, logs)
+  SELECT s.job_id, coalesce(c.slot, c.claimed_at), 'schedule', 'running', s.lease_holder,
+         s.lease_token, c.slot IS NULL, c.claimed_at, %(now)s - interval '1 millisecond',
+         '[]'::jsonb
+  FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token AND c.job_id = s.job_id
+  WHERE s.job_id IN (SELECT job_id FROM locked) AND s.lease_token IS NOT NULL
+    AND s.lease_until <= %(now)s
+    AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
+  ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
+)"""
 # rows: [job, watermark ms | null, lease token | null, lease until ms | null]
 _STATE_SQL = f"""
-WITH {_LOCK_CTE},
+WITH {_LOCK_CTE}__KEEP__,
 v AS (SELECT e->>0 AS j, {_TS.format("e->>1")} AS mark, (e->>2)::bigint AS tok,
              {_TS.format("e->>3")} AS until FROM {_ROWS} AS e)
 UPDATE __S__.job_state s SET
@@ -128,6 +145,8 @@ FROM v
 WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
 RETURNING s.job_id, s.lease_token, s.lease_holder
 """
+_STATE_LEASE_SQL = _STATE_SQL.replace("__KEEP__", _KEEP_LOST_CTE)
+_STATE_SQL = _STATE_SQL.replace("__KEEP__", "")
 # rows: [job, token]
 _RELEASE_SQL = f"""
 WITH {_LOCK_CTE}
@@ -179,7 +198,7 @@ INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
 SELECT e->>0, {_TS.format("e->>1")}, e->>2, 'skipped', e->>3, e->>4, %(now)s, %(now)s,
        e->5, e->6, e->>3
 FROM {_ROWS} AS e
-ORDER BY 1, 2, 5
+ORDER BY (e->>0) COLLATE "C", 2, 5
 ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 _REAP_SQL = f"""
@@ -198,7 +217,7 @@ RETURNING {_RUN_COLS}
 # reapers never rebuild the same row (the other one sees it at its next pass, released)
 _LOST_SQL = """
 SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token
+FROM __S__.job_state s JOIN __S__.claims c ON c.job_id = s.job_id AND c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
   AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
                   AND r.fencing_token = s.lease_token)
@@ -902,7 +921,8 @@ class PostgresStore:
             row = rows.setdefault(j, [j, None, None, None])
             row[2], row[3] = tok, now_ms + _ms(hold)
         await cur.execute(
-            _STATE_SQL, {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))}
+            _STATE_LEASE_SQL if leases else _STATE_SQL,
+            {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))},
         )
         wanted = {j: tok for j, tok, _ in leases}
         acquired: set[str] = set()
@@ -975,7 +995,10 @@ class PostgresStore:
                 out[i].won, out[i].token = True, tok
         for i, it in enumerate(items):
             if it.reclaim_token is not None:  # crash recovery: rare, one row at a time
-                await cur.execute("DELETE FROM __S__.claims WHERE token = %s", (it.reclaim_token,))
+                await cur.execute(
+                    "DELETE FROM __S__.claims WHERE job_id = %s AND token = %s",
+                    (it.job_id, it.reclaim_token),
+                )
                 if cur.rowcount:
                     await cur.execute(
                         "INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at) "
