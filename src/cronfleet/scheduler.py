@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import heapq
 import itertools
 import logging
@@ -423,6 +424,10 @@ class Scheduler:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         async with self:
+            # This process belongs to the scheduler: move what start-up built (jobs, parsed
+            # schedules, imported modules) out of the cyclic GC's sight, so its full
+            # collections stop rescanning them during bursts.
+            gc.freeze()
             waiter = asyncio.create_task(stop.wait())
             watched: set[asyncio.Future[Any]] = {waiter}
             if self._loop_task is not None:

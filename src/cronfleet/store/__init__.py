@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cronfleet.clock import Clock
 from cronfleet.errors import StoreError
 from cronfleet.store.base import Store
-from cronfleet.store.postgres import PostgresStore
 from cronfleet.store.sqlite import SQLiteStore
 
+if TYPE_CHECKING:
+    from cronfleet.store.postgres import PostgresStore
+
 __all__ = ["PostgresStore", "SQLiteStore", "Store", "open_store"]
+
+
+def __getattr__(name: str) -> Any:
+    # psycopg and its pool cost ~12 MB and import time: only a PostgreSQL user pays for them
+    if name == "PostgresStore":
+        from cronfleet.store.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
@@ -27,6 +40,8 @@ def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
     if scheme == "sqlite":
         return SQLiteStore.from_url(target, clock=clock)
     if scheme in ("postgresql", "postgres"):
+        from cronfleet.store.postgres import PostgresStore
+
         return PostgresStore.from_url(target, clock=clock)
     raise StoreError(
         f"unknown store URL {target!r}: expected sqlite:///path.db or postgresql://user@host/db"
