@@ -13,6 +13,7 @@ from cronfleet.errors import (
     StoreError,
     StoreUnavailable,
 )
+from cronfleet.jobs.http import HttpJob
 from cronfleet.model import (
     Job,
     JobState,
@@ -37,6 +38,7 @@ __all__ = [
     "CronfleetError",
     "DuplicateJob",
     "FakeClock",
+    "HttpJob",
     "Job",
     "JobNotFound",
     "JobState",
