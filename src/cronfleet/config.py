@@ -76,12 +76,22 @@ DEFAULT_STORE = "sqlite:///cronfleet.db"
 
 SCHEDULER_KEYS = (
     "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
-    "shutdown_grace", "run_retention", "runs_per_job",
+    "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
 )
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
+    "http", "retry", "allow_private_targets",
 )
+# keys of a task's http = {...} and retry = {...} tables
+HTTP_KEYS = (
+    "method", "url", "headers", "body", "timeout", "follow_redirects", "accept_status",
+    "body_contains", "body_not_contains", "body_regex", "body_not_regex", "signing_secret",
+    "namespace",
+)
+RETRY_KEYS = ("attempts", "backoff", "delay")
+# keys of TASK_KEYS that are not Schedule fields
+_NOT_SCHEDULE = ("handler", "http", "retry", "allow_private_targets")
 # names people reach for that difflib would not connect to ours
 _HINTS = {
     "schedule": "cron", "expr": "cron", "expression": "cron", "every": "cron",
@@ -308,8 +318,21 @@ class Config:
     shutdown_grace: float = 30.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
+    allow_private_targets: bool = False
     tasks: list[Task] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)
+    _http_runtime: Any = field(default=None, repr=False)
+
+    def http_runtime(self) -> Any:
+        """The :class:`~cronfleet.jobs.http.HttpRuntime` shared by this file's HTTP tasks:
+        one pooled client, the vault of the configured store, the SSRF default."""
+        if self._http_runtime is None:
+            from cronfleet.jobs.http import HttpRuntime
+
+            self._http_runtime = HttpRuntime(
+                store=self.store, allow_private_targets=self.allow_private_targets
+            )
+        return self._http_runtime
 
     def load(
         self, *, strict: bool = True, entry_points: Sequence[EntryPointSpec] | None = None
@@ -643,6 +666,13 @@ class _Reader:
                                     f"{describe_value(n)}")
             else:
                 config.runs_per_job = n
+        if "allow_private_targets" in sched:
+            value = sched["allow_private_targets"]
+            if not isinstance(value, bool):
+                bad("allow_private_targets",
+                    f"expected true or false, got {describe_value(value)}")
+            else:
+                config.allow_private_targets = value
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):
@@ -717,7 +747,14 @@ class _Reader:
                 bad("cron", 'missing (when it runs, e.g. cron = "*/5 * * * *" or cron = "5m")')
                 missing = True
             handler_path = raw.get("handler")
-            if handler_path is None and config.provider == BUILTIN_PROVIDER:
+            is_http = "http" in raw
+            if is_http and handler_path is not None:
+                bad("http", "a task has either a handler or an http request, not both")
+            elif not is_http:
+                for key in ("retry", "allow_private_targets"):
+                    if key in raw:
+                        bad(key, "only applies to http tasks (add http = { url = \"...\" })")
+            if handler_path is None and not is_http and config.provider == BUILTIN_PROVIDER:
                 bad("handler", f"missing (the built-in {BUILTIN_PROVIDER!r} provider calls "
                                'it, e.g. handler = "myapp.tasks:cleanup")')
             if isinstance(task_id, str) and task_id in first_line:
@@ -726,7 +763,7 @@ class _Reader:
                 missing = True
             elif isinstance(task_id, str):
                 first_line[task_id] = (self.where("tasks", index, "id") or (None, 0))[0]
-            fields = {k: v for k, v in raw.items() if k in TASK_KEYS and k != "handler"}
+            fields = {k: v for k, v in raw.items() if k in TASK_KEYS and k not in _NOT_SCHEDULE}
             fields.setdefault("id", "placeholder")  # reported above; check the other keys
             fields.setdefault("cron", "@daily")
             schedule = Schedule(**fields)
@@ -747,11 +784,86 @@ class _Reader:
             handler = None
             if handler_path is not None:
                 handler = self.read_handler(handler_path, bad)
+            elif is_http:
+                handler = self.read_http(raw, config, bad)
+                if handler is None:
+                    missing = True
             if errors or missing:
                 continue
             header_line = header if header is not None else 0
             config.tasks.append(Task(schedule, handler, handler_path,
                                      f"{self.display}:{header_line}"))
+
+    def read_http(self, raw: dict[str, Any], config: Config, bad: Any) -> Any:
+        """The task's :class:`~cronfleet.jobs.http.HttpJob`, or None after reporting
+        every problem of its ``http``, ``retry`` and ``allow_private_targets`` keys."""
+        from cronfleet.jobs.http import HttpJob, HttpJobInvalid, RetryPolicy
+
+        ok = True
+
+        def table(key: str, allowed: Sequence[str]) -> dict[str, Any] | None:
+            nonlocal ok
+            value = raw.get(key, {})
+            if not isinstance(value, dict):
+                bad(key, f"expected a table ({key} = {{ ... }}), got {describe_value(value)}")
+                ok = False
+                return None
+            for k in value:
+                if k not in allowed:
+                    close = difflib.get_close_matches(k, list(allowed), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    bad(key, f"unknown key {k!r}{hint} (expected {', '.join(allowed)})")
+                    ok = False
+            return {k: v for k, v in value.items() if k in allowed}
+
+        http = table("http", HTTP_KEYS)
+        retry = table("retry", RETRY_KEYS)
+        if http is None or retry is None:
+            return None
+        if "url" not in http:
+            bad("http", 'url: missing (e.g. http = { url = "https://example.com/hook" })')
+            return None
+        for key in ("timeout",):
+            if key in http:
+                try:
+                    http[key] = duration_seconds(http[key])
+                except ScheduleError as exc:
+                    bad("http", f"{key}: {exc.message}")
+                    ok = False
+        if "accept_status" in http and isinstance(http["accept_status"], list):
+            http["accept_status"] = tuple(http["accept_status"])
+        policy = RetryPolicy()
+        if retry:
+            if "delay" in retry:
+                try:
+                    retry["delay"] = duration_seconds(retry["delay"])
+                except ScheduleError as exc:
+                    bad("retry", f"delay: {exc.message}")
+                    ok = False
+            if "backoff" in retry and not isinstance(retry["backoff"], str):
+                bad("retry", f"backoff: expected a string, got {describe_value(retry['backoff'])}")
+                ok = False
+            if ok:
+                try:
+                    policy = RetryPolicy(**retry)
+                except (ValueError, TypeError) as exc:
+                    bad("retry", str(exc))
+                    ok = False
+        private = raw.get("allow_private_targets")
+        if private is not None and not isinstance(private, bool):
+            bad("allow_private_targets", f"expected true or false, got {describe_value(private)}")
+            ok = False
+        if not ok:
+            return None
+        try:
+            return HttpJob(**http, retry=policy, allow_private_targets=private,
+                           runtime=config.http_runtime())
+        except HttpJobInvalid as exc:
+            for key, message in exc.problems:
+                bad("http", f"{key}: {message}")
+        except TypeError as exc:
+            bad("http", f"invalid value: {exc}")
+        return None
 
     def read_handler(self, path: object, bad: Any) -> Any:
         if not isinstance(path, str):

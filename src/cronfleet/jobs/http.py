@@ -54,6 +54,7 @@ __all__ = [
     "MAX_BODY",
     "HttpJob",
     "HttpJobFailed",
+    "HttpJobInvalid",
     "HttpRuntime",
     "RetryPolicy",
     "UnsafeTarget",
@@ -82,6 +83,14 @@ class HttpJobFailed(Exception):
     def __init__(self, message: str, result: dict[str, Any]) -> None:
         super().__init__(message)
         self.result = result
+
+
+class HttpJobInvalid(ValueError):
+    """Invalid fields of an :class:`HttpJob`; ``problems`` lists ``(key, message)``."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
+        self.problems = problems
 
 
 class UnsafeTarget(Exception):
@@ -406,7 +415,7 @@ class HttpJob:
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise ValueError("; ".join(f"{k}: {m}" for k, m in problems))
+            raise HttpJobInvalid(problems)
         object.__setattr__(self, "method", self.method.upper())
         object.__setattr__(self, "headers", dict(self.headers))
         if self.accept_status is not None:

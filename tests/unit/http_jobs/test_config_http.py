@@ -1,0 +1,153 @@
+"""[[tasks]] with http = {...}, retry = {...} and allow_private_targets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cronfleet import ConfigError, HttpJob, load_config, plugins
+from cronfleet.config import CONFIG_ENV, SCHEDULER_ENV, STORE_ENV
+
+from .conftest import Reply, Server
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.setattr(plugins, "discover_entry_points", lambda group="": [])
+    for var in (CONFIG_ENV, STORE_ENV, SCHEDULER_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cronfleet.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    return [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+
+
+HTTP = (
+    'http = { method = "POST", url = "https://example.com/hook", headers = { X-A = "1" }, '
+    'body = "{}", timeout = "10s", accept_status = [200, 202], body_contains = "ok", '
+    'signing_secret = "${secrets.SIGN}" }'
+)
+
+
+def test_http_task_is_read(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[scheduler]
+allow_private_targets = true
+
+[[tasks]]
+id = "ping"
+cron = "0 9 * * 1-5"
+timeout = "5m"
+HTTP
+retry = { attempts = 3, backoff = "linear", delay = "5s" }
+""".replace("HTTP", HTTP))
+    config = load_config(path)
+    assert config.allow_private_targets is True
+    (task,) = config.tasks
+    job = task.handler
+    assert isinstance(job, HttpJob)
+    assert (job.method, job.url, dict(job.headers), job.body, job.timeout) == (
+        "POST", "https://example.com/hook", {"X-A": "1"}, "{}", 10.0)
+    assert job.accept_status == (200, 202) and job.body_contains == "ok"
+    assert (job.retry.attempts, job.retry.backoff, job.retry.delay) == (3, "linear", 5.0)
+    assert job.runtime is config.http_runtime() and job.runtime.allow_private_targets
+    assert job.runtime.store == config.store
+    with config.load() as loaded:
+        (built,) = loaded.jobs
+        assert built.handler is job and built.timeout == 300
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('http = { url = "ftp://x" }',
+     "6:8: task 'ping': http: url: expected an http:// or https:// URL, got 'ftp://x'"),
+    ('http = { url = "https://x", methd = "GET" }',
+     "6:8: task 'ping': http: unknown key 'methd' (did you mean 'method'?) (expected "
+     "method, url, headers, body, timeout, follow_redirects, accept_status, body_contains, "
+     "body_not_contains, body_regex, body_not_regex, signing_secret, namespace)"),
+    ('http = { method = "GET" }',
+     "6:8: task 'ping': http: url: missing (e.g. http = { url = \"https://example.com/hook\" })"),
+    ('http = { url = "https://x", timeout = "soon" }',
+     "6:8: task 'ping': http: timeout: invalid duration 'soon'"),
+    ('http = { url = "https://x", method = "FETCH" }',
+     "6:8: task 'ping': http: method: 'FETCH' is not one of GET, HEAD, POST, PUT, PATCH, "
+     "DELETE, OPTIONS"),
+    ('http = { url = "https://x" }\nretry = { attempts = 11 }',
+     "7:9: task 'ping': retry: attempts: expected a whole number from 1 to 10, got 11"),
+    ('http = { url = "https://x" }\nretry = { attempts = 2, delay = "x" }',
+     "7:9: task 'ping': retry: delay: invalid duration 'x'"),
+    ('http = { url = "https://x" }\nallow_private_targets = "yes"',
+     "7:25: task 'ping': allow_private_targets: expected true or false, got a string ('yes')"),
+    ('http = "https://x"', "6:8: task 'ping': http: expected a table (http = { ... }), got a "
+     "string ('https://x')"),
+    ('handler = "m:f"\nhttp = { url = "https://x" }',
+     "7:8: task 'ping': http: a task has either a handler or an http request, not both"),
+])
+def test_located_errors(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path, f"""
+[scheduler]
+
+[[tasks]]
+id = "ping"
+cron = "5m"
+{body}
+""".replace("\n[scheduler]\n", "[scheduler]\n", 1))
+    found = problems(path)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_unknown_backoff_is_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path, """
+[[tasks]]
+id = "ping"
+cron = "5m"
+http = { url = "https://x" }
+retry = { attempts = 2, backoff = "random" }
+""")
+    (task,) = load_config(path).tasks
+    assert task.handler.retry.backoff == "fixed"
+    assert "'random' is unknown" in caplog.text
+
+
+def test_retry_without_http_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[[tasks]]
+id = "gc"
+cron = "5m"
+handler = "os:getcwd"
+retry = { attempts = 2 }
+""")
+    assert any("retry: only applies to http tasks" in p for p in problems(path))
+
+
+async def test_configured_http_task_runs(tmp_path: Path, server: Server) -> None:
+    server.replies = [Reply(500), Reply(200, "done")]
+    path = write(tmp_path, f"""
+[scheduler]
+store = "sqlite:///cf.db"
+
+[[tasks]]
+id = "ping"
+cron = "@daily"
+allow_private_targets = true
+http = {{ url = "{server.url('/run')}" }}
+retry = {{ attempts = 2, delay = 0 }}
+""")
+    with load_config(path).load() as loaded:
+        s = loaded.scheduler(timers=False)
+        async with s:
+            run = await s.trigger_async("ping", wait=True)
+        await loaded.config.http_runtime().aclose()
+    assert run.status.value == "succeeded"
+    assert [a["response"]["status"] for a in run.result["attempts"]] == [500, 200]
