@@ -1,0 +1,61 @@
+"""The PostgreSQL secret store (skipped when CRONFLEET_TEST_PG is unreachable)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cronfleet.secrets import KEY_ENV, PREVIOUS_KEYS_ENV, Keyring, Vault, generate_key
+from cronfleet.store.secrets import PostgresSecretStore, open_secret_store
+
+URL = os.environ.get("CRONFLEET_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _reachable() -> bool:
+    try:
+        with psycopg.connect(URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _reachable(), reason=f"PostgreSQL at {URL} unreachable")
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    name = f"cf_secrets_{uuid.uuid4().hex[:10]}"
+    yield name
+    async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+            sql.Identifier(name)))
+
+
+async def test_postgres_vault_round_trip_and_rotation(schema: str) -> None:
+    sep = "&" if "?" in URL else "?"
+    store = open_secret_store(f"{URL}{sep}schema={schema}")
+    assert isinstance(store, PostgresSecretStore) and store.schema == schema
+    old, new = generate_key(), generate_key()
+    vault = Vault(store, Keyring.from_env({KEY_ENV: old}))
+    assert await vault.set("TOKEN", "pg-secret-value") is True
+    assert await vault.set("TOKEN", "pg-secret-value-2") is False
+    await vault.set("X", "x", namespace="team")
+    assert await vault.get("TOKEN") == "pg-secret-value-2"
+    assert [(i.namespace, i.name) for i in await vault.entries(None)] == [
+        ("default", "TOKEN"), ("team", "X")]
+    rotated = Vault(store, Keyring.from_env({KEY_ENV: new, PREVIOUS_KEYS_ENV: old}))
+    assert await rotated.rotate() == 2
+    assert await Vault(store, Keyring.from_env({KEY_ENV: new})).get("X", "team") == "x"
+    assert await vault.delete("X", "team") is True
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(URL) as conn:
+        cur = await conn.execute(sql.SQL("SELECT * FROM {}.secrets").format(
+            sql.Identifier(schema)))
+        rows = await cur.fetchall()
+    assert len(rows) == 1 and "pg-secret-value" not in repr(rows)
