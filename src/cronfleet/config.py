@@ -81,7 +81,7 @@ SCHEDULER_KEYS = (
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
-    "http", "retry", "allow_private_targets",
+    "http", "retry", "allow_private_targets", "notify", "auto_pause_after",
 )
 # keys of a task's http = {...} and retry = {...} tables
 HTTP_KEYS = (
@@ -90,8 +90,12 @@ HTTP_KEYS = (
     "namespace",
 )
 RETRY_KEYS = ("attempts", "backoff", "delay")
+NOTIFY_KEYS = ("on", "after_failures", "webhook", "slack", "email")
+EMAIL_KEYS = ("host", "port", "from", "to", "starttls", "ssl", "username", "password",
+              "timeout")
 # keys of TASK_KEYS that are not Schedule fields
-_NOT_SCHEDULE = ("handler", "http", "retry", "allow_private_targets")
+_HTTP_ONLY = ("retry", "allow_private_targets", "notify", "auto_pause_after")
+_NOT_SCHEDULE = ("handler", "http", *_HTTP_ONLY)
 # names people reach for that difflib would not connect to ours
 _HINTS = {
     "schedule": "cron", "expr": "cron", "expression": "cron", "every": "cron",
@@ -751,7 +755,7 @@ class _Reader:
             if is_http and handler_path is not None:
                 bad("http", "a task has either a handler or an http request, not both")
             elif not is_http:
-                for key in ("retry", "allow_private_targets"):
+                for key in _HTTP_ONLY:
                     if key in raw:
                         bad(key, "only applies to http tasks (add http = { url = \"...\" })")
             if handler_path is None and not is_http and config.provider == BUILTIN_PROVIDER:
@@ -849,6 +853,20 @@ class _Reader:
                 except (ValueError, TypeError) as exc:
                     bad("retry", str(exc))
                     ok = False
+        notify = None
+        if "notify" in raw:
+            table_ = table("notify", NOTIFY_KEYS)
+            if table_ is None:
+                return None
+            notify = self.read_notify(table_, bad)
+            if notify is None:
+                ok = False
+        pause_after = raw.get("auto_pause_after")
+        if pause_after is not None and (isinstance(pause_after, bool)
+                                        or not isinstance(pause_after, int) or pause_after < 1):
+            bad("auto_pause_after", f"expected a whole number of at least 1, got "
+                                    f"{describe_value(pause_after)}")
+            ok = False
         private = raw.get("allow_private_targets")
         if private is not None and not isinstance(private, bool):
             bad("allow_private_targets", f"expected true or false, got {describe_value(private)}")
@@ -856,14 +874,85 @@ class _Reader:
         if not ok:
             return None
         try:
-            return HttpJob(**http, retry=policy, allow_private_targets=private,
-                           runtime=config.http_runtime())
+            return HttpJob(**http, retry=policy, allow_private_targets=private, notify=notify,
+                           auto_pause_after=pause_after, runtime=config.http_runtime())
         except HttpJobInvalid as exc:
             for key, message in exc.problems:
                 bad("http", f"{key}: {message}")
         except TypeError as exc:
             bad("http", f"invalid value: {exc}")
         return None
+
+    def read_notify(self, table: dict[str, Any], bad: Any) -> Any:
+        """A :class:`~cronfleet.notify.NotifyPolicy` from ``notify = {...}``, or None."""
+        from cronfleet.notify import EmailSettings, NotifyPolicy
+
+        ok = True
+        kwargs: dict[str, Any] = {}
+        if "on" in table:
+            on = table["on"]
+            if isinstance(on, str):
+                on = [on]
+            if not isinstance(on, list) or not all(isinstance(e, str) for e in on):
+                bad("notify", 'on: expected a list of events, e.g. ["failure", "recovery"]')
+                ok = False
+            else:
+                kwargs["on"] = tuple(on)
+        for key in ("webhook", "slack"):
+            if key in table:
+                if not isinstance(table[key], str) or "://" not in table[key]:
+                    bad("notify", f"{key}: expected an http(s) URL, got "
+                                  f"{describe_value(table[key])}")
+                    ok = False
+                else:
+                    kwargs[key] = table[key]
+        if "after_failures" in table:
+            kwargs["after_failures"] = table["after_failures"]
+        if "email" in table:
+            email = table["email"]
+            if not isinstance(email, dict):
+                bad("notify", f"email: expected a table, got {describe_value(email)}")
+                return None
+            for k in email:
+                if k not in EMAIL_KEYS:
+                    close = difflib.get_close_matches(k, list(EMAIL_KEYS), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    bad("notify", f"email: unknown key {k!r}{hint}")
+                    ok = False
+            to = email.get("to")
+            if isinstance(to, str):
+                to = [to]
+            if "host" not in email or not isinstance(email["host"], str):
+                bad("notify", "email: host: missing (the SMTP server, e.g. host = "
+                              '"smtp.example.com")')
+                ok = False
+            if not isinstance(to, list) or not to or not all(isinstance(t, str) for t in to):
+                bad("notify", 'email: to: expected a list of addresses, e.g. to = '
+                              '["ops@example.com"]')
+                ok = False
+            if ok:
+                fields = {k: v for k, v in email.items() if k in EMAIL_KEYS and k != "from"}
+                fields["to"] = tuple(to or ())
+                if "from" in email:
+                    fields["sender"] = email["from"]
+                if "timeout" in fields:
+                    try:
+                        fields["timeout"] = duration_seconds(fields["timeout"])
+                    except ScheduleError as exc:
+                        bad("notify", f"email: timeout: {exc.message}")
+                        return None
+                try:
+                    kwargs["email"] = EmailSettings(**fields)
+                except TypeError as exc:
+                    bad("notify", f"email: {exc}")
+                    ok = False
+        if not ok:
+            return None
+        try:
+            return NotifyPolicy(**kwargs)
+        except ValueError as exc:
+            bad("notify", str(exc))
+            return None
 
     def read_handler(self, path: object, bad: Any) -> Any:
         if not isinstance(path, str):

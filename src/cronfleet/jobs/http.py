@@ -48,6 +48,8 @@ from cronfleet.secrets import (
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
     from cronfleet.model import Job, RunContext
+    from cronfleet.notify import Notifier, NotifyPolicy
+    from cronfleet.store.health import HealthStore
 
 __all__ = [
     "BACKOFF_STRATEGIES",
@@ -276,6 +278,8 @@ class HttpRuntime:
         sleep: Sleep | None = None,
         resolve: Resolver | None = None,
         max_connections: int = 100,
+        health: HealthStore | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.store = store
         self._vault = vault
@@ -286,6 +290,43 @@ class HttpRuntime:
         self.max_connections = max_connections
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._health = health
+        self._notifier = notifier
+
+    @property
+    def health(self) -> HealthStore:
+        """Per-job health: shared through the store, else kept in this process."""
+        if self._health is None:
+            from cronfleet.store.health import MemoryHealthStore, open_health_store
+
+            self._health = (open_health_store(self.store) if self.store is not None
+                            else MemoryHealthStore())
+        return self._health
+
+    @property
+    def notifier(self) -> Notifier:
+        if self._notifier is None:
+            from cronfleet.notify import Notifier
+
+            self._notifier = Notifier(sleep=self.sleep)
+        return self._notifier
+
+    async def pause(self, job_id: str, note: str) -> bool:
+        """Pause ``job_id`` for the whole fleet (an override with ``note``); False without
+        a store."""
+        if self.store is None:
+            log.warning("job %s: cannot auto-pause: no store configured", job_id)
+            return False
+        from cronfleet.store import open_store
+
+        store = open_store(self.store)
+        await store.open()
+        try:
+            await store.set_override(job_id, False, by="cronfleet (auto-pause)", note=note,
+                                     until=None)
+        finally:
+            await store.close()
+        return True
 
     @property
     def vault(self) -> Vault | None:
@@ -330,6 +371,8 @@ class HttpRuntime:
             await client.aclose()
         if self._vault is not None:
             await self._vault.store.close()
+        if self._health is not None:
+            await self._health.close()
 
 
 _default: HttpRuntime | None = None
@@ -410,6 +453,8 @@ class HttpJob:
     signing_secret: str | None = None
     allow_private_targets: bool | None = None
     namespace: str = DEFAULT_NAMESPACE
+    notify: NotifyPolicy | None = None
+    auto_pause_after: int | None = None
     runtime: HttpRuntime | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -469,7 +514,16 @@ class HttpJob:
             out.append(("allow_private_targets", "expected true or false"))
         if not isinstance(self.retry, RetryPolicy):
             out.append(("retry", "expected a RetryPolicy"))
-        texts = [self.url if isinstance(self.url, str) else None,
+        if self.auto_pause_after is not None and (
+            isinstance(self.auto_pause_after, bool) or not isinstance(self.auto_pause_after, int)
+            or self.auto_pause_after < 1
+        ):
+            out.append(("auto_pause_after", f"expected a whole number of at least 1, got "
+                                            f"{self.auto_pause_after!r}"))
+        from cronfleet.notify import policy_texts
+
+        texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
+                 self.url if isinstance(self.url, str) else None,
                  self.body if isinstance(self.body, str) else None,
                  self.signing_secret if isinstance(self.signing_secret, str) else None]
         if isinstance(self.headers, Mapping):
@@ -497,6 +551,7 @@ class HttpJob:
         # step inline (eager start) and the rest in a task, and anyio's cancel scopes
         # (inside httpcore) must be entered and exited in the same task.
         await asyncio.sleep(0)
+        began = time.monotonic()
         rt = self.runtime or default_runtime()
         key = idempotency_key(ctx.job_id, ctx.slot)
         redact = Redactor()
@@ -516,16 +571,85 @@ class HttpJob:
             await rt.sleep(delay)
         result = {"ok": ok, "status": status, "idempotency_key": key, "attempts": attempts}
         result = dict(redact.data(result))
+        last = attempts[-1]
+        if ok:
+            message = f"{self.method} {last['request']['url']} -> {status}"
+        else:
+            reason = last["error"] or f"HTTP {status}"
+            message = redact(
+                f"{self.method} {last['request']['url']} failed after {len(attempts)} attempt"
+                f"{'' if len(attempts) == 1 else 's'}: {reason}"
+            )
+        try:
+            await self._after_run(ctx, rt, ok, result, time.monotonic() - began, message,
+                                  redact)
+        except Exception as exc:  # health and notifications never fail the job
+            log.warning("job %s: recording health / notifying failed: %s", ctx.job_id,
+                        redact(_error_text(exc)))
         if ok:
             return result
-        last = attempts[-1]
-        reason = last["error"] or f"HTTP {status}"
-        message = redact(
-            f"{self.method} {last['request']['url']} failed after {len(attempts)} attempt"
-            f"{'' if len(attempts) == 1 else 's'}: {reason}"
-        )
         ctx.log("attempts: " + json.dumps(result, ensure_ascii=False))
         raise HttpJobFailed(message, result)
+
+    async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
+                         result: dict[str, Any], duration: float, message: str,
+                         redact: Redactor) -> None:
+        """Update the job's shared health; auto-pause; send the notifications it calls for."""
+        if rt.store is None and self.notify is None and self.auto_pause_after is None:
+            return
+        before, after = await rt.health.record(ctx.job_id, ok, round(duration, 3),
+                                               datetime.now(UTC))
+        result["health"] = after.to_dict()
+        if (not ok and self.auto_pause_after is not None
+                and after.consecutive_failures == self.auto_pause_after):
+            note = (f"auto-paused after {after.consecutive_failures} consecutive failures; "
+                    f"last: {message}")
+            if await rt.pause(ctx.job_id, note[:500]):
+                result["auto_paused"] = True
+                ctx.log(note)
+        if self.notify is None:
+            return
+        from cronfleet.notify import Notification, events_for, policy_texts
+
+        events = events_for(self.notify, before, after)
+        if not events:
+            return
+        refs = references(*policy_texts(self.notify))
+        values: dict[str, str] = {}
+        if refs:
+            vault = rt.vault
+            if vault is None:
+                raise SecretError("notification settings reference secrets but no vault is "
+                                  "configured")
+            values = await vault.resolve(refs, self.namespace)
+            for v in values.values():
+                redact.add(v)
+        sent: dict[str, Any] = {}
+        allow = (self.allow_private_targets if self.allow_private_targets is not None
+                 else rt.allow_private_targets)
+        token = _allow_private.set(allow)
+        redact_token = _redactor.set(redact)
+        try:
+            for event in events:
+                notification = Notification(
+                    event=event, job_id=ctx.job_id, slot=slot_text(ctx.slot),
+                    instance_id=ctx.instance_id, message=redact(message),
+                    health=after.to_dict(),
+                    run={"ok": ok, "status": result["status"],
+                         "attempts": len(result["attempts"]),
+                         "idempotency_key": result["idempotency_key"]},
+                )
+                outcome = await rt.notifier.deliver(self.notify, notification,
+                                                    client=rt.client(),
+                                                    secrets=values, redact=redact)
+                sent[event] = outcome
+                ctx.log(f"notified {event}: " + ", ".join(
+                    f"{ch} {'ok' if err is None else 'failed: ' + err}"
+                    for ch, err in outcome.items()))
+        finally:
+            _allow_private.reset(token)
+            _redactor.reset(redact_token)
+        result["notifications"] = redact.data(sent)
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \

@@ -151,3 +151,43 @@ retry = {{ attempts = 2, delay = 0 }}
         await loaded.config.http_runtime().aclose()
     assert run.status.value == "succeeded"
     assert [a["response"]["status"] for a in run.result["attempts"]] == [500, 200]
+
+
+def test_notify_and_auto_pause_are_read(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[[tasks]]
+id = "ping"
+cron = "5m"
+http = { url = "https://x" }
+auto_pause_after = 5
+notify = { on = ["failure", "recovery", "success"], after_failures = 2, webhook = "https://h/w", slack = "https://hooks.slack.com/x", email = { host = "smtp.example.com", port = 587, from = "cron@example.com", to = ["ops@example.com"], starttls = true, username = "u", password = "${secrets.SMTP}" } }
+""")  # noqa: E501
+    (task,) = load_config(path).tasks
+    job = task.handler
+    assert job.auto_pause_after == 5
+    n = job.notify
+    assert n.on == ("failure", "recovery", "success") and n.after_failures == 2
+    assert n.webhook == "https://h/w" and n.slack == "https://hooks.slack.com/x"
+    assert n.email.host == "smtp.example.com" and n.email.port == 587
+    assert n.email.sender == "cron@example.com" and n.email.to == ("ops@example.com",)
+    assert n.email.starttls is True and n.email.password == "${secrets.SMTP}"
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('notify = { webhook = "https://h" }', "task 'ping': notify: only applies to http tasks"),
+    ('http = { url = "https://x" }\nnotify = { on = ["never"], webhook = "https://h" }',
+     "task 'ping': notify: on: 'never' is not one of failure, recovery, success"),
+    ('http = { url = "https://x" }\nnotify = { on = ["failure"] }',
+     "task 'ping': notify: no channel: set webhook, slack and/or email"),
+    ('http = { url = "https://x" }\nnotify = { webhok = "https://h" }',
+     "task 'ping': notify: unknown key 'webhok' (did you mean 'webhook'?)"),
+    ('http = { url = "https://x" }\nnotify = { email = { to = ["a@b"] } }',
+     "task 'ping': notify: email: host: missing"),
+    ('http = { url = "https://x" }\nauto_pause_after = 0',
+     "task 'ping': auto_pause_after: expected a whole number of at least 1"),
+])
+def test_notify_errors(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path, f'[[tasks]]\nid = "ping"\ncron = "5m"\nhandler = "os:getcwd"\n{body}\n'
+                 if body.startswith("notify") else f'[[tasks]]\nid = "ping"\ncron = "5m"\n{body}\n')
+    found = problems(path)
+    assert any(expected in p for p in found), found
