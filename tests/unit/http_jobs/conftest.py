@@ -67,7 +67,8 @@ class Server:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                       daemon=True)
         self.thread.start()
 
     def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
