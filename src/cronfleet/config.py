@@ -768,6 +768,11 @@ class _Reader:
             elif isinstance(task_id, str):
                 first_line[task_id] = (self.where("tasks", index, "id") or (None, 0))[0]
             fields = {k: v for k, v in raw.items() if k in TASK_KEYS and k not in _NOT_SCHEDULE}
+            http_table = raw.get("http")
+            if (is_http and "description" not in raw and isinstance(http_table, dict)
+                    and isinstance(http_table.get("url"), str)):
+                method = http_table.get("method", "GET")
+                fields["description"] = f"{str(method).upper()} {http_table['url']}"
             fields.setdefault("id", "placeholder")  # reported above; check the other keys
             fields.setdefault("cron", "@daily")
             schedule = Schedule(**fields)

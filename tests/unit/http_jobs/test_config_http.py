@@ -67,6 +67,7 @@ retry = { attempts = 3, backoff = "linear", delay = "5s" }
     with config.load() as loaded:
         (built,) = loaded.jobs
         assert built.handler is job and built.timeout == 300
+        assert built.description == "POST https://example.com/hook"
 
 
 @pytest.mark.parametrize(("body", "expected"), [
