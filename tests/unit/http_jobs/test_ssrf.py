@@ -111,3 +111,14 @@ async def test_opt_out_per_job_and_global(server: Server) -> None:
             await HttpJob(server.url(), allow_private_targets=False, runtime=rt)(ctx())
     finally:
         await rt.aclose()
+
+
+async def test_real_resolution_of_localhost_is_refused(server: Server) -> None:
+    """The system resolver's answer for 'localhost' (loopback) is checked too."""
+    rt = HttpRuntime()
+    try:
+        with pytest.raises(HttpJobFailed, match=r"refusing localhost: .* is a loopback"):
+            await HttpJob(f"http://localhost:{server.port}/", runtime=rt)(ctx())
+    finally:
+        await rt.aclose()
+    assert server.requests == []
