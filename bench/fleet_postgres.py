@@ -299,7 +299,7 @@ def run_one(w: Workload, system: str, base_url: str, quick: bool) -> dict[str, A
                 p.stdin.close()
     for p in procs:
         try:
-            p.wait(60)
+            p.wait(300)  # 100,000 jobs take a while to stop
         except subprocess.TimeoutExpired:
             p.kill()
     recs: list[tuple[str, float, float]] = []
