@@ -13,21 +13,14 @@ import inspect
 import json
 import logging
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 from cronfleet.model import Handler, RunContext, RunStatus
 
-__all__ = [
-    "Outcome",
-    "Suspended",
-    "execute",
-    "finish_async",
-    "is_async_handler",
-    "start_async",
-]
+__all__ = ["Outcome", "execute", "is_async_handler"]
 
 log = logging.getLogger("cronfleet.executor")
 
@@ -58,6 +51,25 @@ def _jsonable(value: Any) -> Any:
         return value
     except (TypeError, ValueError):
         return repr(value)
+
+
+def _timed_out(timeout: float | None, started: float, now: float) -> Outcome:
+    return Outcome(
+        RunStatus.TIMED_OUT, started, now, error=f"timed out after {timeout:g}s", reason="timeout"
+    )
+
+
+def _failed(exc: BaseException, ctx: RunContext, started: float, now: float) -> Outcome:
+    """A failure keeps the traceback in the log and, when the exception carries a ``result``
+    (e.g. an HTTP job's attempt records), that result on the run."""
+    ctx.log("".join(traceback.format_exception(exc)).rstrip())
+    return Outcome(
+        RunStatus.FAILED,
+        started,
+        now,
+        result=_jsonable(getattr(exc, "result", None)),
+        error=_error_text(exc),
+    )
 
 
 def _error_text(exc: BaseException) -> str:
@@ -126,101 +138,3 @@ def _report_abandoned(job_id: str) -> Callable[[asyncio.Future[Any]], None]:
         )
 
     return done
-
-
-# -- eager start -----------------------------------------------------------------------
-#
-# A burst of thousands of async handlers pays for a Task per run before the first one
-# starts. Like Python 3.12's eager tasks, the first step of each handler runs right away,
-# inline; only a handler that really suspends gets a Task to continue in. A no-op or
-# quick handler then costs a function call, and the last handler of a burst starts
-# sooner.
-
-
-@dataclass(slots=True)
-class Suspended:
-    """An async handler that ran its first step and is waiting on ``yielded``."""
-
-    coro: Coroutine[Any, Any, Any]
-    yielded: Any
-    started: float
-    context: contextvars.Context
-
-
-def _timed_out(timeout: float | None, started: float, now: float) -> Outcome:
-    return Outcome(
-        RunStatus.TIMED_OUT, started, now, error=f"timed out after {timeout:g}s", reason="timeout"
-    )
-
-
-def _failed(exc: BaseException, ctx: RunContext, started: float, now: float) -> Outcome:
-    ctx.log("".join(traceback.format_exception(exc)).rstrip())
-    return Outcome(RunStatus.FAILED, started, now, error=_error_text(exc))
-
-
-def start_async(handler: Handler, ctx: RunContext, now: Callable[[], float]) -> Outcome | Suspended:
-    """Run an async handler's first step; the Outcome if it already ended."""
-    started = now()
-    context = contextvars.copy_context()
-    try:
-        coro = context.run(handler, ctx)
-        if not inspect.iscoroutine(coro):
-            if not inspect.isawaitable(coro):
-                return Outcome(RunStatus.SUCCEEDED, started, now(), result=_jsonable(coro))
-            coro = _await(coro)
-        yielded = context.run(coro.send, None)
-    except StopIteration as stop:
-        return Outcome(RunStatus.SUCCEEDED, started, now(), result=_jsonable(stop.value))
-    except Exception as exc:
-        return _failed(exc, ctx, started, now())
-    return Suspended(coro, yielded, started, context)
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-async def _resume(s: Suspended) -> Any:
-    """Drive a handler that already ran its first step, inside the current task."""
-    coro, yielded = s.coro, s.yielded
-    while True:
-        try:
-            if yielded is None:
-                await asyncio.sleep(0)
-            else:
-                # what Task.__step does with a yielded future before waiting on it
-                yielded._asyncio_future_blocking = False
-                await yielded
-        except asyncio.CancelledError as exc:
-            if not (isinstance(yielded, asyncio.Future) and yielded.cancelled()):
-                # our task was cancelled (timeout, shutdown): deliver it to the handler
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-        except BaseException:
-            pass
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            return stop.value
-
-
-async def finish_async(
-    s: Suspended, ctx: RunContext, *, timeout: float | None, now: Callable[[], float]
-) -> Outcome:
-    """Continue a suspended handler to its end (run inside a Task with ``s.context``)."""
-    try:
-        if timeout is None:
-            result = await _resume(s)
-        else:
-            left = max(timeout - (now() - s.started), 0.0)
-            result = await asyncio.wait_for(_resume(s), left)
-    except TimeoutError:
-        return _timed_out(timeout, s.started, now())
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        return _failed(exc, ctx, s.started, now())
-    return Outcome(RunStatus.SUCCEEDED, s.started, now(), result=_jsonable(result))

@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
@@ -30,7 +31,7 @@ from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
 from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound
-from cronfleet.executor import Outcome, Suspended, execute, finish_async, start_async
+from cronfleet.executor import Outcome, execute
 from cronfleet.model import (
     Handler,
     Job,
@@ -55,6 +56,7 @@ T = TypeVar("T")
 
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 _MAX_BUFFERED = 10_000
+_EAGER = sys.version_info >= (3, 12)
 
 
 def new_instance_id() -> str:
@@ -853,19 +855,18 @@ class Scheduler:
             self._unrecorded[key] = active
             if self._record_event is not None and not self._record_event.is_set():
                 self._record_event.set()
-        ctx = active.ctx = self._context(job, run)
+        active.ctx = self._context(job, run)
         self.stats.fired += 1
-        if job.is_async:
-            assert job.handler is not None
-            first = start_async(job.handler, ctx, self.clock.now)
-            if isinstance(first, Outcome):
-                self._finalize(key, active, first)
-            else:
-                active.task = asyncio.get_running_loop().create_task(
-                    self._continue(key, active, first), context=first.context
-                )
+        loop = asyncio.get_running_loop()
+        if _EAGER:
+            # Python 3.12+: the handler's first step runs now, inside its own Task (so
+            # libraries that tie state to the current task, like anyio's cancel scopes,
+            # see one task throughout); a handler that never suspends costs no scheduling.
+            active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                self._execute(key, active), loop=loop, eager_start=True
+            )
         else:
-            active.task = asyncio.get_running_loop().create_task(self._execute(key, active))
+            active.task = loop.create_task(self._execute(key, active))
 
     def _context(self, job: Job, run: RunRecord) -> RunContext:
         key = (run.slot, job.schedule.tz)
@@ -888,16 +889,6 @@ class Scheduler:
             attempt=run.attempt,
             logs=run.logs,
         )
-
-    async def _continue(self, key: int, active: _Active, first: Suspended) -> None:
-        assert active.ctx is not None
-        try:
-            outcome = await finish_async(
-                first, active.ctx, timeout=active.job.timeout, now=self.clock.now
-            )
-        except asyncio.CancelledError:
-            outcome = self._cancelled(active, first.started)
-        self._finalize(key, active, outcome)
 
     async def _execute(self, key: int, active: _Active) -> None:
         job = active.job

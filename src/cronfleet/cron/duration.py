@@ -35,6 +35,8 @@ def parse_duration(text: str) -> timedelta:
     seconds. Columns in errors count from 1 in the text as written."""
     if not text.strip():
         raise DurationError(f"empty duration ({_HINT})")
+    if text.strip().startswith("-"):
+        raise DurationError(f"invalid duration {text!r}: must not be negative")
     if _NUMBER.fullmatch(text):
         total = float(text)
     else:

@@ -547,10 +547,6 @@ class HttpJob:
     # -- running ----------------------------------------------------------------------
 
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:
-        # Suspend once before touching httpx: the scheduler runs an async handler's first
-        # step inline (eager start) and the rest in a task, and anyio's cancel scopes
-        # (inside httpcore) must be entered and exited in the same task.
-        await asyncio.sleep(0)
         began = time.monotonic()
         rt = self.runtime or default_runtime()
         key = idempotency_key(ctx.job_id, ctx.slot)

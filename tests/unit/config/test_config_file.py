@@ -167,11 +167,10 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          "such as 'Europe/Paris')"),
         (TASK + 'timeout = "soon"\n',
          "5:11: task 'gc': timeout: invalid duration 'soon': unexpected 'soon' at column 1 "
-         "(expected a number followed by ms, s, m, h, d or w, e.g. '30s', '1h30m')"),
+         "(expected a number and a unit (ms, s, m, h, d, w), e.g. '30s', '10m', '1h30m')"),
         (TASK + "timeout = 0\n", "5:11: task 'gc': timeout: must be positive (got 0)"),
         (TASK + 'jitter = "-5s"\n',
-         "5:10: task 'gc': jitter: invalid duration '-5s': unexpected '-5s' at column 1 "
-         "(expected a number followed by ms, s, m, h, d or w, e.g. '30s', '1h30m')"),
+         "5:10: task 'gc': jitter: invalid duration '-5s': must not be negative"),
         (TASK + 'overlap = "queue"\n',
          "5:11: task 'gc': overlap: 'queue' is not one of skip, queue_one, allow "
          "(did you mean 'queue_one'?)"),

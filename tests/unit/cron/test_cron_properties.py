@@ -336,6 +336,13 @@ def test_differential_against_cronsim(data: st.DataObject) -> None:
         t = expr.next(t)
         ours.append(t)
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        # cronsim may name the first instant after a gap by a local time inside the gap
+        # (00:00-03:00 for 01:00-02:00): the same instant, spelled as a time that does not exist
+        imaginary = b.astimezone(UTC).astimezone(b.tzinfo).replace(tzinfo=None) != b.replace(
+            tzinfo=None
+        )
+        if imaginary and a.timestamp() == b.timestamp():
+            continue
         if a != b or a.utcoffset() != b.utcoffset():
             bound = ours[i - 1] if i else start
             assert not expr.wall_clock and _cronsim_skipped_a_fire(sim, a, b, bound, True), (

@@ -1,4 +1,4 @@
-"""The executor's contract: how a handler's end becomes an Outcome, eager start included."""
+"""The executor's contract: how a handler's end becomes an Outcome."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from cronfleet.executor import Outcome, Suspended, execute, finish_async, start_async
+from cronfleet.executor import Outcome, execute
 from cronfleet.model import RunContext, RunStatus, TriggeredBy
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
+POOL = ThreadPoolExecutor(2)
 
 
 def ctx() -> RunContext:
@@ -28,38 +29,34 @@ def ctx() -> RunContext:
     )
 
 
-async def run_eager(handler: Any, timeout: float | None = None) -> tuple[Outcome, RunContext, bool]:
+async def run(handler: Any, timeout: float | None = None) -> tuple[Outcome, RunContext]:
     c = ctx()
-    first = start_async(handler, c, time.time)
-    if isinstance(first, Outcome):
-        return first, c, False
-    assert isinstance(first, Suspended)
     task = asyncio.get_running_loop().create_task(
-        finish_async(first, c, timeout=timeout, now=time.time), context=first.context
+        execute(handler, c, timeout=timeout, threads=POOL, now=time.time)
     )
-    return await task, c, True
+    return await task, c
 
 
-async def test_a_handler_that_never_suspends_needs_no_task() -> None:
+async def test_result_of_a_quick_handler() -> None:
     async def quick(c: RunContext) -> dict[str, int]:
         return {"n": 1}
 
-    outcome, _, suspended = await run_eager(quick)
-    assert not suspended
+    outcome, _ = await run(quick)
     assert outcome.status is RunStatus.SUCCEEDED and outcome.result == {"n": 1}
 
 
-async def test_suspending_handler_continues_and_sees_results() -> None:
-    async def waits(c: RunContext) -> int:
+async def test_suspending_handler_keeps_one_task_throughout() -> None:
+    # libraries such as anyio (httpx) tie cancel scopes to the current task
+    async def waits(c: RunContext) -> bool:
+        before = asyncio.current_task()
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().call_later(0.01, fut.set_result, 41)
-        value = await fut
+        await fut
         await asyncio.sleep(0)
-        await asyncio.sleep(0.01)
-        return value + 1
+        return asyncio.current_task() is before
 
-    outcome, _, suspended = await run_eager(waits)
-    assert suspended and outcome.status is RunStatus.SUCCEEDED and outcome.result == 42
+    outcome, _ = await run(waits)
+    assert outcome.status is RunStatus.SUCCEEDED and outcome.result is True
 
 
 async def test_exception_after_an_await_is_a_failure_with_traceback() -> None:
@@ -67,23 +64,23 @@ async def test_exception_after_an_await_is_a_failure_with_traceback() -> None:
         await asyncio.sleep(0.001)
         raise ValueError("row 7 is bad")
 
-    outcome, c, _ = await run_eager(fails)
+    outcome, c = await run(fails)
     assert outcome.status is RunStatus.FAILED and outcome.error == "ValueError: row 7 is bad"
     assert "Traceback" in c.logs[-1] and "row 7 is bad" in c.logs[-1]
 
 
-async def test_exception_from_an_awaited_future_reaches_the_handler() -> None:
-    async def catches(c: RunContext) -> str:
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_later(0.005, fut.set_exception, KeyError("k"))
-        try:
-            await fut
-        except KeyError:
-            return "handled"
-        return "not reached"
+async def test_a_failure_keeps_the_result_its_exception_carries() -> None:
+    class Failed(Exception):
+        def __init__(self, message: str) -> None:
+            super().__init__(message)
+            self.result = {"attempts": [{"status": 503}]}
 
-    outcome, _, _ = await run_eager(catches)
-    assert outcome.result == "handled"
+    async def fails(c: RunContext) -> None:
+        raise Failed("3 attempts failed")
+
+    outcome, _ = await run(fails)
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.result == {"attempts": [{"status": 503}]}
 
 
 async def test_timeout_cancels_inside_the_handler() -> None:
@@ -95,8 +92,9 @@ async def test_timeout_cancels_inside_the_handler() -> None:
         finally:
             cleaned.append(True)
 
-    outcome, _, _ = await run_eager(slow, timeout=0.05)
+    outcome, _ = await run(slow, timeout=0.05)
     assert outcome.status is RunStatus.TIMED_OUT and cleaned == [True]
+    assert outcome.error == "timed out after 0.05s"
 
 
 async def test_cancellation_reaches_the_handler() -> None:
@@ -109,11 +107,8 @@ async def test_cancellation_reaches_the_handler() -> None:
             seen.append("cancelled")
             raise
 
-    c = ctx()
-    first = start_async(blocked, c, time.time)
-    assert isinstance(first, Suspended)
     task = asyncio.get_running_loop().create_task(
-        finish_async(first, c, timeout=None, now=time.time), context=first.context
+        execute(blocked, ctx(), timeout=None, threads=POOL, now=time.time)
     )
     await asyncio.sleep(0.01)
     task.cancel()
@@ -122,13 +117,13 @@ async def test_cancellation_reaches_the_handler() -> None:
     assert seen == ["cancelled"]
 
 
-async def test_handler_context_variables_do_not_leak() -> None:
+async def test_handler_context_variables_stay_in_its_task() -> None:
     async def sets(c: RunContext) -> str:
         VAR.set("inside")
         await asyncio.sleep(0)
         return VAR.get()
 
-    outcome, _, _ = await run_eager(sets)
+    outcome, _ = await run(sets)
     assert outcome.result == "inside"
     assert VAR.get() == "unset"
 
@@ -137,7 +132,7 @@ async def test_unserialisable_results_are_kept_as_repr() -> None:
     async def odd(c: RunContext) -> object:
         return {1, 2}
 
-    outcome, _, _ = await run_eager(odd)
+    outcome, _ = await run(odd)
     assert outcome.result == "{1, 2}"
 
 
@@ -146,9 +141,8 @@ async def test_sync_handler_in_thread_and_its_timeout() -> None:
         time.sleep(0.2)
         return "late"
 
-    with ThreadPoolExecutor(2) as pool:
-        out = await execute(lambda c: "ok", ctx(), timeout=1, threads=pool, now=time.time)
-        assert out.status is RunStatus.SUCCEEDED and out.result == "ok"
-        c = ctx()
-        out = await execute(slow, c, timeout=0.02, threads=pool, now=time.time)
-        assert out.status is RunStatus.TIMED_OUT and "abandoned" in c.logs[-1]
+    out = await execute(lambda c: "ok", ctx(), timeout=1, threads=POOL, now=time.time)
+    assert out.status is RunStatus.SUCCEEDED and out.result == "ok"
+    c = ctx()
+    out = await execute(slow, c, timeout=0.02, threads=POOL, now=time.time)
+    assert out.status is RunStatus.TIMED_OUT and "abandoned" in c.logs[-1]
