@@ -49,7 +49,7 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.sqlite import busy_log, migrations
+from cronfleet.store.common import busy_log, busy_result, migrations, ms, skip_result
 
 __all__ = ["PostgresStore"]
 
@@ -226,14 +226,6 @@ FOR UPDATE OF s SKIP LOCKED
 """
 
 
-def _ms(ts: float) -> int:
-    return round(ts * 1000)
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def _msd(d: datetime | None) -> int | None:
     return None if d is None else round(d.timestamp() * 1000)
 
@@ -241,9 +233,6 @@ def _msd(d: datetime | None) -> int | None:
 def _dumps(rows: Any) -> str:
     """A batch as one compact JSON document (``default=str`` as on SQLite)."""
     return json.dumps(rows, default=str, separators=(",", ":"))
-
-
-_BUSY_RESULT = {"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value}
 
 
 def _run_id(r: RunRecord) -> int:
@@ -919,7 +908,7 @@ class PostgresStore:
         rows: dict[str, list[Any]] = {j: [j, s, None, None] for j, s in marks.items()}
         for j, tok, hold in leases:
             row = rows.setdefault(j, [j, None, None, None])
-            row[2], row[3] = tok, now_ms + _ms(hold)
+            row[2], row[3] = tok, now_ms + ms(hold)
         await cur.execute(
             _STATE_LEASE_SQL if leases else _STATE_SQL,
             {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))},
@@ -959,7 +948,7 @@ class PostgresStore:
         self, cur: Cursor, now: datetime, items: list[Dispatch], instance: str
     ) -> list[Dispatched]:
         out = [Dispatched(request=it, won=False) for it in items]
-        slot_ms = [_ms(it.slot) for it in items]
+        slot_ms = [ms(it.slot) for it in items]
         # 1. claims: one statement for every unique slot claim in the batch
         slot_idx = [
             i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
@@ -1037,10 +1026,10 @@ class PostgresStore:
             if not d.won:
                 continue
             it = items[i]
-            ms = slot_ms[i]
-            slot = slot_dt.get(ms)
+            at = slot_ms[i]
+            slot = slot_dt.get(at)
             if slot is None:
-                slot = slot_dt[ms] = datetime.fromtimestamp(ms / 1000, UTC)
+                slot = slot_dt[at] = datetime.fromtimestamp(at / 1000, UTC)
             logs = list(it.logs) if it.logs else []
             if (
                 not it.record
@@ -1064,7 +1053,7 @@ class PostgresStore:
                     RunStatus.SKIPPED, it.skip_reason, None, now, None,
                 )  # fmt: skip
                 if result is None:
-                    result = {"skipped": True, "reason": it.skip_reason}
+                    result = skip_result(it.skip_reason)
             elif it.defer:
                 status, started = RunStatus.PENDING, None
             elif it.lease and it.job_id not in acquired:
@@ -1075,7 +1064,7 @@ class PostgresStore:
                     status, reason, started, finished, deadline = (
                         RunStatus.SKIPPED, SkipReason.ALREADY_EXECUTING.value, None, now, None,
                     )  # fmt: skip
-                    result = {"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value}
+                    result = busy_result()
                     logs.append(busy_log(d.holder))
             d.run = RunRecord(
                 id=None,
@@ -1172,7 +1161,7 @@ class PostgresStore:
                 else:
                     skip_now.append((it.run_id, busy_log(st.holder)))
                 continue
-            run_now.append((it.run_id, now_ms + _ms(it.hold)))
+            run_now.append((it.run_id, now_ms + ms(it.hold)))
         if run_now:
             await cur.execute(
                 "UPDATE __S__.runs SET status = 'running', started_at = %(now)s, "
@@ -1189,7 +1178,7 @@ class PostgresStore:
                 {
                     "reason": SkipReason.ALREADY_EXECUTING.value,
                     "now": now,
-                    "result": _dumps(_BUSY_RESULT),
+                    "result": _dumps(busy_result()),
                     "rows": _dumps(skip_now),
                 },
             )
@@ -1246,12 +1235,12 @@ class PostgresStore:
         rows: list[list[Any]] = []
         marks: dict[str, int] = {}
         for sk in items:
-            ms = _ms(sk.slot)
-            result = sk.result if sk.result is not None else {"skipped": True, "reason": sk.reason}
+            at = ms(sk.slot)
+            result = sk.result if sk.result is not None else skip_result(sk.reason)
             rows.append(
-                [sk.job_id, ms, sk.triggered_by.value, sk.reason, sk.instance_id, result, sk.logs]
+                [sk.job_id, at, sk.triggered_by.value, sk.reason, sk.instance_id, result, sk.logs]
             )
-            marks[sk.job_id] = max(marks.get(sk.job_id, ms), ms)
+            marks[sk.job_id] = max(marks.get(sk.job_id, at), at)
         payload = _dumps(rows)
 
         async def go(cur: Cursor, now: datetime) -> int:
@@ -1269,7 +1258,7 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> None:
             now_ms = _msd(now) or 0
-            args = {"rows": _dumps([[j, tok, now_ms + _ms(h)] for j, tok, h in reqs])}
+            args = {"rows": _dumps([[j, tok, now_ms + ms(h)] for j, tok, h in reqs])}
             await cur.execute(
                 f"WITH {_LOCK_CTE} UPDATE __S__.job_state s SET lease_until = v.u "
                 f"FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format('e->>2')} AS u "

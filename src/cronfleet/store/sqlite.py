@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -29,6 +28,7 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
+from cronfleet.store.common import busy_log, busy_result, dt, migrations, ms, skip_result
 
 __all__ = ["SQLiteStore"]
 
@@ -101,14 +101,6 @@ ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 
 
-def _ms(ts: float) -> int:
-    return round(ts * 1000)
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def _dt_req(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -173,14 +165,14 @@ def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
         job_id=row[0],
         enabled_override=None if row[1] is None else bool(row[1]),
         override_by=row[2],
-        override_at=_dt(row[3]),
+        override_at=dt(row[3]),
         override_note=row[4],
-        override_until=_dt(row[5]),
+        override_until=dt(row[5]),
         lease_holder=row[6],
         lease_token=row[7],
-        lease_until=_dt(row[8]),
-        last_slot=_dt(row[9] or None),
-        created_at=_dt(row[10]),
+        lease_until=dt(row[8]),
+        last_slot=dt(row[9] or None),
+        created_at=dt(row[10]),
     )
 
 
@@ -198,22 +190,14 @@ def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
         is_catchup=bool(row[9]),
         is_recovery=bool(row[10]),
         attempt=row[11],
-        claimed_at=_dt(row[12]),
-        started_at=_dt(row[13]),
-        finished_at=_dt(row[14]),
-        deadline=_dt(row[15]),
+        claimed_at=dt(row[12]),
+        started_at=dt(row[13]),
+        finished_at=dt(row[14]),
+        deadline=dt(row[15]),
         result=None if row[16] is None else json.loads(row[16]),
         error=row[17],
         logs=[] if row[18] is None else json.loads(row[18]),
     )
-
-
-def busy_log(holder: str | None) -> str:
-    return f"Skipped: the previous run has not finished (lease held by {holder or 'unknown'})"
-
-
-def _busy_result() -> dict[str, Any]:
-    return {"skipped": True, "reason": SkipReason.ALREADY_EXECUTING.value}
 
 
 def _split_sql(script: str) -> list[str]:
@@ -230,17 +214,6 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
-
-
-def migrations(dialect: str) -> list[tuple[int, str, str]]:
-    """``(version, name, sql)`` of the packaged migration files, in order."""
-    folder = resources.files("cronfleet.store").joinpath("sql", dialect)
-    found = []
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
-    return sorted(found)
 
 
 class SQLiteStore:
@@ -324,7 +297,7 @@ class SQLiteStore:
             c.execute("COMMIT")
 
     def _now_ms(self) -> int:
-        return _ms(self.clock.now())
+        return ms(self.clock.now())
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -494,7 +467,7 @@ class SQLiteStore:
                     by,
                     now,
                     note,
-                    None if until is None else _ms(until.timestamp()),
+                    None if until is None else ms(until.timestamp()),
                     job_id,
                 ),
             )
@@ -524,7 +497,7 @@ class SQLiteStore:
             c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
             self._known.update(unknown)
         self._keep_lost_runs(c, now)
-        payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in leases])
+        payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in leases])
         acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, now, payload))}
         holders: dict[str, str | None] = {}
         if len(acquired) < len(ids):
@@ -561,8 +534,8 @@ class SQLiteStore:
                         instance_id=holder,
                         fencing_token=token,
                         manual=slot is None,
-                        claimed_at=_dt(claimed),
-                        deadline=_dt(now - 1),
+                        claimed_at=dt(claimed),
+                        deadline=dt(now - 1),
                     )
                     for job_id, token, holder, slot, claimed in lost
                 ],
@@ -573,7 +546,7 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             # 1. claims: one statement for every unique slot claim in the batch
-            slot_ms = [_ms(it.slot) for it in items]
+            slot_ms = [ms(it.slot) for it in items]
             slot_idx = [
                 i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
             ]
@@ -619,12 +592,12 @@ class SQLiteStore:
             to_insert: list[RunRecord] = []
             memo: dict[int | None, datetime | None] = {None: None}
 
-            def dt(ms: int | None) -> datetime | None:
-                if ms not in memo:
-                    memo[ms] = _dt(ms)
-                return memo[ms]
+            def when(value: int | None) -> datetime | None:  # one datetime per instant
+                if value not in memo:
+                    memo[value] = dt(value)
+                return memo[value]
 
-            running, now_dt = RunStatus.RUNNING, dt(now)
+            running, now_dt = RunStatus.RUNNING, when(now)
             for i, d in enumerate(out):
                 if not d.won:
                     continue
@@ -639,7 +612,7 @@ class SQLiteStore:
                     d.run = RunRecord(
                         None,
                         it.job_id,
-                        cast(datetime, dt(slot_ms[i])),
+                        cast(datetime, when(slot_ms[i])),
                         it.triggered_by,
                         running,
                         instance,
@@ -652,7 +625,7 @@ class SQLiteStore:
                         now_dt,
                         now_dt,
                         None,
-                        dt(now + _ms(it.hold)),
+                        when(now + ms(it.hold)),
                         it.result,
                         None,
                         list(it.logs) if it.logs else [],
@@ -662,7 +635,7 @@ class SQLiteStore:
                 logs = list(it.logs) if it.logs else []
                 started: int | None = now
                 finished: int | None = None
-                deadline: int | None = now + _ms(it.hold)
+                deadline: int | None = now + ms(it.hold)
                 record = it.record
                 if it.skip_reason:
                     status, reason, started, finished, deadline = (
@@ -673,7 +646,7 @@ class SQLiteStore:
                         None,
                     )
                     if result is None:
-                        result = {"skipped": True, "reason": it.skip_reason}
+                        result = skip_result(it.skip_reason)
                     record = True
                 elif it.defer:
                     status, started, record = RunStatus.PENDING, None, True
@@ -690,12 +663,12 @@ class SQLiteStore:
                             now,
                             None,
                         )
-                        result = _busy_result()
+                        result = busy_result()
                         logs.append(busy_log(d.holder))
                 rec = RunRecord(
                     id=None,
                     job_id=it.job_id,
-                    slot=dt(slot_ms[i]),  # type: ignore[arg-type]
+                    slot=when(slot_ms[i]),  # type: ignore[arg-type]
                     triggered_by=it.triggered_by,
                     status=status,
                     instance_id=instance,
@@ -704,10 +677,10 @@ class SQLiteStore:
                     is_catchup=it.is_catchup,
                     is_recovery=it.is_recovery,
                     reason=reason,
-                    claimed_at=dt(now),
-                    started_at=dt(started),
-                    finished_at=dt(finished),
-                    deadline=dt(deadline),
+                    claimed_at=when(now),
+                    started_at=when(started),
+                    finished_at=when(finished),
+                    deadline=when(deadline),
                     result=result,
                     logs=logs,
                 )
@@ -740,10 +713,10 @@ class SQLiteStore:
                         waiting.add(it.run_id)
                     else:
                         skip_now.append(
-                            [it.run_id, json.dumps(_busy_result()), busy_log(st.holder)]
+                            [it.run_id, json.dumps(busy_result()), busy_log(st.holder)]
                         )
                     continue
-                run_now.append([it.run_id, now + _ms(it.hold)])
+                run_now.append([it.run_id, now + ms(it.hold)])
             if run_now:
                 c.execute(
                     "UPDATE runs SET status = 'running', started_at = ?1, "
@@ -818,11 +791,11 @@ class SQLiteStore:
         rows = [
             [
                 s.job_id,
-                _ms(s.slot),
+                ms(s.slot),
                 s.triggered_by.value,
                 s.reason,
                 s.instance_id,
-                _json(s.result if s.result is not None else {"skipped": True, "reason": s.reason}),
+                _json(s.result if s.result is not None else skip_result(s.reason)),
                 json.dumps(s.logs),
             ]
             for s in items
@@ -840,7 +813,7 @@ class SQLiteStore:
     def _renew(self, items: list[tuple[str, int, float]]) -> None:
         with self._tx() as c:
             now = self._now_ms()
-            payload = json.dumps([[j, tok, now + _ms(hold)] for j, tok, hold in items])
+            payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in items])
             c.execute(
                 "UPDATE job_state SET lease_until = v.value->>2 FROM json_each(?1) AS v "
                 "WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1",
@@ -886,8 +859,8 @@ class SQLiteStore:
                         instance_id=holder,
                         fencing_token=token,
                         reason="lease_expired",
-                        claimed_at=_dt(claimed),
-                        finished_at=_dt(now),
+                        claimed_at=dt(claimed),
+                        finished_at=dt(now),
                         error="the instance running it stopped answering; its lease expired",
                         logs=[
                             f"Interrupted: {holder or 'an instance'} did not finish this run "
@@ -951,7 +924,7 @@ class SQLiteStore:
             claims = c.execute(
                 "DELETE FROM claims WHERE claimed_at < ? AND (job_id, slot) NOT IN "
                 "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
-                (_ms(claims_before),),
+                (ms(claims_before),),
             ).rowcount
             # each job's newest deliberate skip is kept, like its newest claim: together
             # they say where a restart's catch-up starts
@@ -961,7 +934,7 @@ class SQLiteStore:
             runs = c.execute(
                 "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending') "
                 f"AND {keep}",
-                (_ms(runs_before),),
+                (ms(runs_before),),
             ).rowcount
             runs += c.execute(
                 "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
