@@ -9,7 +9,7 @@ from typing import Any
 
 from cronfleet.model import SkipReason
 
-__all__ = ["busy_log", "busy_result", "dt", "migrations", "ms", "skip_result"]
+__all__ = ["busy_log", "busy_result", "dt", "history_query", "migrations", "ms", "skip_result"]
 
 
 def ms(ts: float) -> int:
@@ -43,3 +43,27 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
     return sorted(found)
+
+
+def history_query(
+    select: str,
+    *,
+    job_id: str | None,
+    status: str | None,
+    before_id: int | None,
+    limit: int,
+    placeholder: str,
+) -> tuple[str, list[Any]]:
+    """``select`` filtered by job, status and cursor, newest first: the run history query
+    both stores answer, in their own parameter style (``?`` or ``%s``)."""
+    where: list[str] = []
+    args: list[Any] = []
+    for clause, value in (("job_id =", job_id), ("status =", status), ("id <", before_id)):
+        if value is not None:
+            where.append(f"{clause} {placeholder}")
+            args.append(value)
+    sql = select
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    args.append(int(limit))
+    return f"{sql} ORDER BY id DESC LIMIT {placeholder}", args

@@ -49,7 +49,14 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import busy_log, busy_result, migrations, ms, skip_result
+from cronfleet.store.common import (
+    busy_log,
+    busy_result,
+    history_query,
+    migrations,
+    ms,
+    skip_result,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -1323,22 +1330,14 @@ class PostgresStore:
         status: RunStatus | None = None,
         before_id: int | None = None,
     ) -> list[RunRecord]:
-        where: list[str] = []
-        args: list[Any] = []
-        if job_id is not None:
-            where.append("job_id = %s")
-            args.append(job_id)
-        if status is not None:
-            where.append("status = %s")
-            args.append(RunStatus(status).value)
-        if before_id is not None:
-            where.append("id < %s")
-            args.append(before_id)
-        query = f"SELECT {_RUN_COLS} FROM __S__.runs"
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY id DESC LIMIT %s"
-        args.append(int(limit))
+        query, args = history_query(
+            f"SELECT {_RUN_COLS} FROM __S__.runs",
+            job_id=job_id,
+            status=None if status is None else RunStatus(status).value,
+            before_id=before_id,
+            limit=limit,
+            placeholder="%s",
+        )
 
         async def go(cur: Cursor, now: datetime) -> list[RunRecord]:
             await cur.execute(query, args)

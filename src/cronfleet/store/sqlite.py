@@ -28,7 +28,15 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import busy_log, busy_result, dt, migrations, ms, skip_result
+from cronfleet.store.common import (
+    busy_log,
+    busy_result,
+    dt,
+    history_query,
+    migrations,
+    ms,
+    skip_result,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -889,22 +897,14 @@ class SQLiteStore:
     def _list_runs(
         self, job_id: str | None, limit: int, status: RunStatus | None, before_id: int | None
     ) -> list[RunRecord]:
-        where: list[str] = []
-        args: list[Any] = []
-        if job_id is not None:
-            where.append("job_id = ?")
-            args.append(job_id)
-        if status is not None:
-            where.append("status = ?")
-            args.append(RunStatus(status).value)
-        if before_id is not None:
-            where.append("id < ?")
-            args.append(before_id)
-        sql = f"SELECT {_RUN_COLS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(int(limit))
+        sql, args = history_query(
+            f"SELECT {_RUN_COLS} FROM runs",
+            job_id=job_id,
+            status=None if status is None else RunStatus(status).value,
+            before_id=before_id,
+            limit=limit,
+            placeholder="?",
+        )
         return [_run(r) for r in self.conn.execute(sql, args)]
 
     async def get_run(self, run_id: int) -> RunRecord | None:
