@@ -437,10 +437,9 @@ def _t(value: str) -> Any:
 # -- run ------------------------------------------------------------------------------
 
 _ROLES = {
-    "all": "timers on (the REST API will be served here too once it exists)",
-    "worker": "timers on",
-    "api": "no timers: this process fires nothing. The REST API is not built yet, so an "
-           "api replica only keeps the store open; operate jobs with the cronfleet CLI",
+    "all": "timers on, REST API on",
+    "worker": "timers on, no REST API",
+    "api": "no timers: this process fires nothing (manual triggers run here); REST API on",
 }
 
 
@@ -448,22 +447,31 @@ _ROLES = {
 @_CONFIG
 @click.option(
     "--role", type=click.Choice(["all", "worker", "api"]), default=None,
-    help="all: timers (and the API, once it exists); worker: timers only; api: no timers. "
+    help="all: timers and the REST API; worker: timers only; api: the REST API, no timers. "
          "Default: all, or api when CRONFLEET_SCHEDULER=0.",
 )
+@click.option("--host", default=None, help="API address (default: [api] host, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="API port (default: [api] port, 8080; 0 picks a free one).")
+@click.option("--no-api", is_flag=True, help="Do not serve the REST API (role all or api).")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
     show_default=True, help="Log verbosity (logs go to stderr).",
 )
-def run_cmd(config_path: str | None, role: str | None, log_level: str) -> None:
-    """Run the declared jobs until SIGINT or SIGTERM, then stop gracefully.
+def run_cmd(config_path: str | None, role: str | None, host: str | None, port: int | None,
+            no_api: bool, log_level: str) -> None:
+    """Run the declared jobs (and those created over the API) until SIGINT or SIGTERM,
+    then stop gracefully.
 
     Everything is validated first (the config, every plugin, every schedule); any problem
     stops the start with exit code 1 -- nothing fires. Start the same command on several
     hosts against one store: each slot runs once across all of them.
     """
+    import asyncio
     import logging
 
+    from cronfleet.api.app import ApiSettings
+    from cronfleet.api.serve import serve
     from cronfleet.config import SCHEDULER_ENV, ConfigError, timers_from_env
     from cronfleet.errors import CronfleetError
 
@@ -476,11 +484,18 @@ def run_cmd(config_path: str | None, role: str | None, log_level: str) -> None:
         role = "api" if from_env is False else "all"
         role_origin = f"{SCHEDULER_ENV}=0" if from_env is False else "default"
     loaded = _load(config_path, strict=True)
-    if not loaded.jobs:
+    config = loaded.config
+    api_on = role in ("all", "api") and config.api_enabled and not no_api
+    if role == "api" and not api_on:
+        loaded.cleanup()
+        _fail("--role api serves only the REST API, which is off here "
+              "(--no-api or [api] enabled = false)", EXIT_BAD_INPUT)
+    if not loaded.jobs and not api_on and not _has_stored_jobs(config.store):
         loaded.cleanup()
         _fail(
-            f"nothing to run: {loaded.config.display} declares no [[tasks]] and no plugin "
-            "declares a schedule (pass --config FILE or set CRONFLEET_CONFIG)",
+            f"nothing to run: {config.display} declares no [[tasks]], no plugin declares a "
+            "schedule, no job was created over the API, and the API is off (pass --config "
+            "FILE or set CRONFLEET_CONFIG)",
             EXIT_FAILED,
         )
     logging.basicConfig(
@@ -489,7 +504,6 @@ def run_cmd(config_path: str | None, role: str | None, log_level: str) -> None:
         datefmt="%Y-%m-%d %H:%M:%S",
     )
     log = logging.getLogger("cronfleet.cli")
-    config = loaded.config
     log.info("config %s; store %s (from %s)", config.display, config.store, config.store_origin)
     for p in loaded.plugins:
         log.info(
@@ -500,20 +514,56 @@ def run_cmd(config_path: str | None, role: str | None, log_level: str) -> None:
         )
     for warning in loaded.warnings:
         log.warning("%s", warning)
+    if not loaded.jobs:
+        log.info("no declared jobs: running the jobs created over the API")
     if from_env is False and role != "api":
         log.warning("--role %s overrides %s=0: timers are on", role, SCHEDULER_ENV)
-    log.info("role %s (%s): %s", role, role_origin, _ROLES[role])
+    log.info("role %s (%s): %s", role, role_origin,
+             _ROLES[role] if api_on or role == "worker" else "timers on, REST API off")
     _check_vault(loaded)
     code = EXIT_OK
     try:
         scheduler = loaded.scheduler(timers=role != "api")
-        scheduler.run()
+        settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
+                               ready_max_overdue=config.api_ready_max_overdue)
+        asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
+                          port=config.api_port if port is None else port, settings=settings,
+                          http_runtime=config.http_runtime()))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
     finally:
         loaded.cleanup()
     sys.exit(code)
+
+
+def _has_stored_jobs(url: str) -> bool:
+    """Whether the store holds jobs created over the API (False when it cannot tell)."""
+    import asyncio
+
+    from cronfleet.errors import CronfleetError
+    from cronfleet.store.api import ApiStore
+
+    if url.startswith("sqlite:///"):
+        import os
+
+        from cronfleet.store.sqlite import SQLiteStore
+
+        path = SQLiteStore.from_url(url).path
+        if path == ":memory:" or not os.path.exists(path):
+            return False
+
+    async def go() -> bool:
+        store = ApiStore(url)
+        try:
+            return bool(await store.job_defs())
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except (CronfleetError, OSError):
+        return False
 
 
 # -- check ----------------------------------------------------------------------------
@@ -1277,3 +1327,125 @@ def secrets_generate_key_cmd() -> None:
 
 if __name__ == "__main__":  # python -m cronfleet.cli
     main()
+
+
+# -- tokens ---------------------------------------------------------------------------
+
+_TOKENS_EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  failure: invalid configuration, store error
+  2  bad input: invalid team or name, no such token"""
+
+
+@main.group("tokens", epilog=_TOKENS_EXIT_CODES)
+def tokens_group() -> None:
+    """Bearer tokens for the REST API.
+
+    A token belongs to one team and has one role: viewer (read), editor (also change jobs,
+    pause, trigger) or admin (also secrets and the audit log). Only a SHA-256 digest is
+    stored: the token is printed once, at creation. See docs/api.md.
+    """
+
+
+def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+    """Run ``fn(api_store)`` on the configured store; exit 1 on a config or store error."""
+    import asyncio
+
+    from cronfleet.config import ConfigError, load_config
+    from cronfleet.errors import CronfleetError
+    from cronfleet.store.api import ApiStore
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        _report_problems(exc.problems, _config_name(config_path))
+        sys.exit(EXIT_FAILED)
+
+    async def go() -> T:
+        store = ApiStore(config.store)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except CronfleetError as exc:
+        _fail(str(exc), EXIT_FAILED)
+
+
+@tokens_group.command("create", epilog=_TOKENS_EXIT_CODES)
+@click.option("--team", required=True, help="The team whose jobs, runs and secrets it sees.")
+@click.option("--role", type=click.Choice(["viewer", "editor", "admin"]), required=True,
+              help="viewer: read; editor: also change; admin: also secrets and audit.")
+@click.option("--name", default=None, help="A label (default: <team>-<role>); shown in the "
+                                           "audit log.")
+@_CONFIG
+@_JSON
+def tokens_create(team: str, role: str, name: str | None, config_path: str | None,
+                  as_json: bool) -> None:
+    """Create a token and print it once."""
+    from cronfleet.model import check_team
+
+    problem = check_team(team)
+    if problem:
+        _fail(problem, EXIT_BAD_INPUT)
+    name = name or f"{team}-{role}"
+    if not name.strip() or len(name) > 100:
+        _fail(f"--name {name!r}: expected 1-100 characters", EXIT_BAD_INPUT)
+    plaintext, info = _api_store(
+        config_path, lambda s: s.create_token(name=name, team=team, role=role,
+                                              created_by=_who()))
+    if as_json:
+        _echo_json({"token": plaintext, **info.to_dict()})
+        return
+    click.echo(plaintext)
+    click.echo(f"token {info.id} ({info.name}): team {info.team}, role {info.role}. It is "
+               "shown only now: store it in your secret manager.", err=True)
+
+
+@tokens_group.command("list", epilog=_TOKENS_EXIT_CODES)
+@click.option("--team", default=None, help="Only this team's tokens.")
+@click.option("--all", "show_all", is_flag=True, help="Include revoked tokens.")
+@_CONFIG
+@_JSON
+def tokens_list(team: str | None, show_all: bool, config_path: str | None,
+                as_json: bool) -> None:
+    """List tokens (never their values)."""
+    tokens = _api_store(config_path, lambda s: s.list_tokens(team))
+    if not show_all:
+        tokens = [t for t in tokens if t.revoked_at is None]
+    if as_json:
+        _echo_json([t.to_dict() for t in tokens])
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("ID", "NAME", "TEAM", "ROLE", "CREATED", "LAST USED", "REVOKED"):
+        table.add_column(col)
+    for t in tokens:
+        table.add_row(t.id, t.name, t.team, t.role, _iso(t.created_at), _iso(t.last_used_at),
+                      _iso(t.revoked_at))
+    if not tokens:
+        click.echo("no tokens" + (f" for team {team}" if team else ""), err=True)
+        return
+    _console().print(table)
+
+
+@tokens_group.command("revoke", epilog=_TOKENS_EXIT_CODES)
+@click.argument("token", metavar="ID_OR_NAME")
+@_CONFIG
+@_JSON
+def tokens_revoke(token: str, config_path: str | None, as_json: bool) -> None:
+    """Revoke a token by id, or every live token with this name. Takes effect on the next
+    request."""
+    revoked = _api_store(config_path, lambda s: s.revoke_token(token))
+    if not revoked:
+        _fail(f"no live token with id or name {token!r} (see 'cronfleet tokens list')",
+              EXIT_BAD_INPUT)
+    if as_json:
+        _echo_json([t.to_dict() for t in revoked])
+        return
+    for t in revoked:
+        click.echo(f"revoked token {t.id} ({t.name}, team {t.team})")

@@ -78,10 +78,11 @@ SCHEDULER_KEYS = (
     "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
 )
+API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
-    "http", "retry", "allow_private_targets", "notify", "auto_pause_after",
+    "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
 )
 # keys of a task's http = {...} and retry = {...} tables
 HTTP_KEYS = (
@@ -323,6 +324,11 @@ class Config:
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     allow_private_targets: bool = False
+    api_enabled: bool = True
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    api_metrics: str = "public"
+    api_ready_max_overdue: float = 30.0
     tasks: list[Task] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)
     _http_runtime: Any = field(default=None, repr=False)
@@ -589,7 +595,7 @@ class _Reader:
         config = Config(path=self.file, display=self.display, source_lines=self.loc.lines)
         config.store = _resolve_sqlite(DEFAULT_STORE, self.file.resolve().parent)
         for key in doc:
-            if key not in ("scheduler", "tasks"):
+            if key not in ("scheduler", "tasks", "api"):
                 value = doc[key]
                 if isinstance(value, dict):
                     kind, at = "table", self.where(key, -1, None)
@@ -599,8 +605,9 @@ class _Reader:
                     kind, at = "key", None
                 at = at or self.key_position("", -1, key)
                 self.problem(
-                    f"unknown {kind} {key!r}{_did_you_mean(key, ['scheduler', 'tasks'])} "
-                    "(expected [scheduler] and [[tasks]])",
+                    f"unknown {kind} {key!r}"
+                    f"{_did_you_mean(key, ['scheduler', 'tasks', 'api'])} "
+                    "(expected [scheduler], [api] and [[tasks]])",
                     at=at, key=key,
                 )
         sched = doc.get("scheduler", {})
@@ -609,6 +616,12 @@ class _Reader:
         else:
             self.problem("scheduler: expected a table ([scheduler])",
                          at=self.key_position("", -1, "scheduler"), key="scheduler")
+        api = doc.get("api", {})
+        if isinstance(api, dict):
+            self.read_api(api, config)
+        else:
+            self.problem("api: expected a table ([api])",
+                         at=self.key_position("", -1, "api"), key="api")
         _apply_store_env(config, self.env, self.problems)
         tasks = doc.get("tasks", [])
         if isinstance(tasks, dict):
@@ -697,6 +710,42 @@ class _Reader:
                 bad("plugins", 'expected a list of import paths, e.g. ["myapp.jobs:Reports"]')
             else:
                 self.read_plugin_refs(refs, config)
+
+    def read_api(self, api: dict[str, Any], config: Config) -> None:
+        def bad(key: str, message: str) -> None:
+            self.problem(f"api: {key}: {message}", at=self.where("api", -1, key), key=key)
+
+        for key in api:
+            if key not in API_KEYS:
+                self.problem(f"api: unknown key {key!r}{_did_you_mean(key, API_KEYS)}",
+                             at=self.key_position("api", -1, key), key=key)
+        if "enabled" in api:
+            if not isinstance(api["enabled"], bool):
+                bad("enabled", f"expected true or false, got {describe_value(api['enabled'])}")
+            else:
+                config.api_enabled = api["enabled"]
+        if "host" in api:
+            if not isinstance(api["host"], str) or not api["host"]:
+                bad("host", f"expected a host name or address, got {describe_value(api['host'])}")
+            else:
+                config.api_host = api["host"]
+        if "port" in api:
+            port = api["port"]
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                bad("port", f"expected a port number 0-65535, got {describe_value(port)}")
+            else:
+                config.api_port = port
+        if "metrics" in api:
+            if api["metrics"] not in ("public", "token"):
+                got = describe_value(api["metrics"])
+                bad("metrics", f'expected "public" or "token", got {got}')
+            else:
+                config.api_metrics = api["metrics"]
+        if "ready_max_overdue" in api:
+            try:
+                config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])
+            except ScheduleError as exc:
+                bad("ready_max_overdue", exc.message)
 
     def read_plugin_refs(self, refs: list[str], config: Config) -> None:
         key_at = self.where("scheduler", -1, "plugins")

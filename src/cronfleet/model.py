@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
 
 __all__ = [
+    "DEFAULT_TEAM",
     "Handler",
     "Job",
     "JobState",
@@ -31,6 +32,7 @@ __all__ = [
     "RunStatus",
     "SkipReason",
     "TriggeredBy",
+    "check_team",
 ]
 
 
@@ -93,6 +95,17 @@ Handler = Callable[["RunContext"], Awaitable[Any] | Any]
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 DEFAULT_CATCH_UP_WINDOW = 3600.0
+# Teams scope what an API token sees; jobs declared without one belong to this team.
+DEFAULT_TEAM = "default"
+_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_team(team: object) -> str | None:
+    """The problem with a team name, or None."""
+    if not isinstance(team, str) or not _TEAM.match(team):
+        return (f"team {team!r} is invalid: use 1-64 characters from letters, digits and "
+                "._- starting with a letter or digit")
+    return None
 LEASE_GRACE = 30.0
 LEASE_WITHOUT_TIMEOUT = 3600.0
 
@@ -134,6 +147,7 @@ class Job:
     config: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     source: str = "code"
+    team: str = DEFAULT_TEAM
 
     @classmethod
     def create(
@@ -154,6 +168,7 @@ class Job:
         config: Mapping[str, Any] | None = None,
         description: str = "",
         source: str = "code",
+        team: str = DEFAULT_TEAM,
     ) -> Job:
         if not isinstance(id, str) or not _JOB_ID.match(id):
             raise ValueError(
@@ -174,6 +189,9 @@ class Job:
             raise ValueError(f"job {id!r}: timeout must be positive (got {timeout!r})")
         if not isinstance(enabled, bool):
             raise ValueError(f"job {id!r}: enabled must be true or false (got {enabled!r})")
+        problem = check_team(team)
+        if problem:
+            raise ValueError(f"job {id!r}: {problem}")
         return cls(
             id=id,
             schedule=expr,
@@ -189,6 +207,7 @@ class Job:
             config=dict(config or {}),
             description=description,
             source=source,
+            team=team,
         )
 
     @cached_property

@@ -33,7 +33,16 @@ from typing import Any
 
 from cronfleet.cron import CronSyntaxError, parse
 from cronfleet.cron.duration import DurationError, to_timedelta
-from cronfleet.model import Handler, Job, Locking, Missed, Overlap, RunContext
+from cronfleet.model import (
+    DEFAULT_TEAM,
+    Handler,
+    Job,
+    Locking,
+    Missed,
+    Overlap,
+    RunContext,
+    check_team,
+)
 
 __all__ = [
     "BUILTIN_PROVIDER",
@@ -83,6 +92,7 @@ class Schedule:
     enabled: bool = True
     config_json: str = ""
     recover: bool = False
+    team: str = DEFAULT_TEAM
 
     @property
     def config(self) -> dict[str, Any]:
@@ -248,6 +258,9 @@ def schedule_to_job(
             enums[key] = _enum(enum, value)
         except ScheduleError as exc:
             errors.append(ScheduleError(key, exc.message))
+    team_problem = check_team(s.team)
+    if team_problem:
+        errors.append(ScheduleError("team", team_problem))
     for key, value in (("enabled", s.enabled), ("recover", s.recover)):
         if not isinstance(value, bool):
             errors.append(
@@ -292,6 +305,7 @@ def schedule_to_job(
         config=config,
         description=s.description,
         source=source,
+        team=s.team,
     )
     return job, []
 

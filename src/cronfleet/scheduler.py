@@ -9,6 +9,7 @@ thousands of runs costs a handful of statements.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
 import heapq
@@ -33,6 +34,7 @@ from cronfleet.cron.duration import to_timedelta
 from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound
 from cronfleet.executor import Outcome, execute
 from cronfleet.model import (
+    DEFAULT_TEAM,
     Handler,
     Job,
     JobState,
@@ -88,13 +90,47 @@ class _Queued:
     leased: bool
 
 
+# upper bounds (seconds) of the lateness and duration histograms kept for /metrics
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative-ready bucket counts; observing costs one bisect (no lock: the loop's
+    thread is the only writer)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+
+
 @dataclass(slots=True)
 class _Stats:
+    """What this process did since it started (exported by ``/metrics``)."""
+
     fired: int = 0
     skipped: int = 0
     claims_lost: int = 0
     store_errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    skips: dict[str, int] = field(default_factory=dict)
+    lateness: Histogram = field(default_factory=lambda: Histogram(LATENESS_BUCKETS))
+    durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
+
+    def skip(self, reason: str | None, n: int = 1) -> None:
+        self.skipped += n
+        key = reason or "other"
+        self.skips[key] = self.skips.get(key, 0) + n
 
 
 class _Pipeline:
@@ -231,6 +267,7 @@ class Scheduler:
         recover: bool = False,
         config: Mapping[str, Any] | None = None,
         description: str | None = None,
+        team: str = DEFAULT_TEAM,
     ) -> Callable[[Handler], Handler]:
         """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged."""
 
@@ -255,6 +292,7 @@ class Scheduler:
                     recover=recover,
                     config=config,
                     description=description if description is not None else (doc[0] if doc else ""),
+                    team=team,
                 )
             )
             return fn
@@ -276,6 +314,35 @@ class Scheduler:
             raise JobNotFound(job_id)
         self._next.pop(job_id, None)
         self._watermark.pop(job_id, None)
+
+    def replace_job(self, job: Job) -> Job:
+        """Swap a job's definition (same id) for a new one; a running scheduler plans its
+        next slot from the new schedule. Runs already started finish as they were."""
+        self._jobs.pop(job.id, None)
+        self._next.pop(job.id, None)
+        self._watermark.pop(job.id, None)
+        return self.add_job(job)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness facts for readiness probes: is the loop alive, and how far behind the
+        earliest due slot is it (``overdue`` seconds; a healthy loop stays near 0)."""
+        now = self.clock.now()
+        loop_alive = self._loop_task is not None and not self._loop_task.done()
+        overdue = max(0.0, now - self._heap[0]) if self.timers and self._heap else 0.0
+        return {
+            "instance_id": self.instance_id,
+            "running": self._running,
+            "timers": self.timers,
+            "loop_alive": loop_alive,
+            "last_tick": None if self.last_tick is None else from_ts(self.last_tick).isoformat(),
+            "overdue": round(overdue, 3),
+            "jobs": len(self._jobs),
+            "active_runs": len(self._active),
+        }
+
+    def leases_held(self) -> int:
+        """Runs of this process that hold their job's lease."""
+        return sum(1 for a in list(self._active.values()) if a.leased)
 
     def get_job(self, job_id: str) -> Job:
         try:
@@ -603,7 +670,7 @@ class Scheduler:
                         logs=[f"Skipped: the job is {reason.value}{who}{note}"],
                     )
                 )
-            self.stats.skipped += len(processed)
+            self.stats.skip(reason.value, len(processed))
             return
         for s in missed_slots:
             items.append(self._missed_item(job, s, now, "missed while no scheduler ran it"))
@@ -764,7 +831,7 @@ class Scheduler:
             else:
                 self._queued[job.id] = _Queued(job, run, leased=res.request.lease)
         else:
-            self.stats.skipped += 1
+            self.stats.skip(run.reason)
             if run.reason == SkipReason.ALREADY_EXECUTING.value:
                 log.info(
                     "job %s slot %s skipped: %s",
@@ -822,7 +889,7 @@ class Scheduler:
         if started.run.status is RunStatus.RUNNING:
             self._launch(job, started.run, leased=lease)
         else:
-            self.stats.skipped += 1
+            self.stats.skip(started.run.reason)
         return True
 
     async def _run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
@@ -941,7 +1008,8 @@ class Scheduler:
         """Turn ended runs into records queued for the group commit."""
         ended, self._ended = self._ended, []
         info = log.isEnabledFor(logging.INFO)
-        outcomes = self.stats.outcomes
+        stats = self.stats
+        outcomes = stats.outcomes
         for active in ended:
             job, run, outcome = active.job, active.run, active.outcome
             assert outcome is not None
@@ -952,6 +1020,9 @@ class Scheduler:
             run.error = outcome.error
             run.reason = outcome.reason
             outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            if not run.manual:
+                stats.lateness.observe(outcome.started - run.slot.timestamp())
+            stats.durations.observe(outcome.finished - outcome.started)
             if info:
                 log.info(
                     "job %s slot %s %s%s",

@@ -1,0 +1,7 @@
+"""The REST API (FastAPI): ``create_app(scheduler)`` for an ASGI app, ``serve`` to run a
+scheduler with the API on uvicorn (what ``cronfleet run`` does)."""
+
+from cronfleet.api.app import ApiSettings, create_app
+from cronfleet.api.serve import serve
+
+__all__ = ["ApiSettings", "create_app", "serve"]

@@ -1,0 +1,108 @@
+"""One error shape for every answer that is not a success: ``{"code", "message",
+"details"}`` -- including FastAPI's validation errors, unknown routes and wrong methods,
+and (as a last resort) unexpected exceptions, which are logged and answered as 500
+``INTERNAL`` without internals."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cronfleet.api.schemas import ErrorBody
+
+log = logging.getLogger("cronfleet.api")
+
+__all__ = ["ApiError", "install", "responses"]
+
+_CODES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND",
+          405: "METHOD_NOT_ALLOWED", 409: "CONFLICT", 413: "TOO_LARGE",
+          415: "UNSUPPORTED_MEDIA_TYPE", 422: "VALIDATION_ERROR", 503: "STORE_UNAVAILABLE"}
+
+_DESCRIPTIONS = {
+    401: "Missing, unknown or revoked bearer token.",
+    403: "The token's role does not allow this.",
+    404: "No such object in the token's team.",
+    409: "Conflict with the job's current state.",
+    422: "Invalid input; details.errors names each field.",
+    503: "The store could not record or read the change; nothing changed.",
+}
+
+
+def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for these error statuses (all share :class:`ErrorBody`)."""
+    return {c: {"model": ErrorBody, "description": _DESCRIPTIONS.get(c, "Error.")}
+            for c in codes}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str,
+                 details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.headers = headers
+
+
+def body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "details": details or {}}
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where, rest = parts[0], parts[1:]
+        return ".".join(rest) if where == "body" and rest else ".".join([where, *rest])
+    return ".".join(parts)
+
+
+def install(app: FastAPI) -> None:
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(body(exc.code, exc.message, exc.details), status_code=exc.status,
+                            headers=exc.headers)
+
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = []
+        for e in exc.errors():
+            loc = tuple(e.get("loc", ()))
+            # drop pydantic's union-branch names (e.g. "float") from the field path
+            loc = tuple(p for p in loc if p not in ("str", "float", "int", "datetime",
+                                                    "function-after[...]"))
+            errors.append({"field": _field(loc), "message": str(e.get("msg", "invalid"))})
+        first = errors[0] if errors else {"field": "?", "message": "invalid"}
+        message = f"{first['field']}: {first['message']}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more)"
+        return JSONResponse(body("VALIDATION_ERROR", message, {"errors": errors}),
+                            status_code=422)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _CODES.get(exc.status_code, "ERROR")
+        message = exc.detail if isinstance(exc.detail, str) else code
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        return JSONResponse(body(code, message), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("API %s %s failed", request.method, request.url.path)
+        return JSONResponse(body("INTERNAL", "internal error; see the server log"),
+                            status_code=500)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+__all__ += ["ErrorBody", "body"]

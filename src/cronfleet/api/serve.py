@@ -1,0 +1,129 @@
+"""Run a scheduler, its job catalog and (optionally) the REST API in one event loop until
+SIGINT/SIGTERM, then stop in order: the HTTP server stops taking requests, the scheduler
+finishes running handlers within its grace period, the stores close."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Generator
+from typing import Any
+
+from cronfleet.api.app import ApiSettings, create_app
+from cronfleet.catalog import Catalog
+from cronfleet.errors import CronfleetError
+from cronfleet.store.api import ApiStore
+
+log = logging.getLogger("cronfleet.api")
+
+__all__ = ["ServeError", "serve"]
+
+
+class ServeError(CronfleetError):
+    """The API server could not start (e.g. the port is taken)."""
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        # the process's signals belong to serve(), which stops everything in order
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            yield
+
+    return Server
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket here, so a taken port is a clear error instead of
+    uvicorn's ``sys.exit``."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as exc:
+        raise ServeError(f"the API cannot listen on {host}:{port}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"the API cannot listen on {host}:{port}: {exc.strerror or exc} "
+                         "(choose another with --port or [api] port)") from None
+    return sock
+
+
+async def serve(
+    scheduler: Any,
+    *,
+    api: bool = True,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    settings: ApiSettings | None = None,
+    http_runtime: Any = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM (or until ``stop`` is set)."""
+    import uvicorn
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    api_store = ApiStore(scheduler.store.url)
+    catalog = Catalog(scheduler, api_store, runtime=http_runtime,
+                      poll=(settings or ApiSettings()).catalog_poll)
+    server: Any = None
+    try:
+        async with scheduler:
+            await catalog.start()
+            watched: set[asyncio.Future[Any]] = set()
+            server_task: asyncio.Task[Any] | None = None
+            if api:
+                app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
+                                 catalog=catalog)
+                config = uvicorn.Config(app, host=host, port=port, access_log=False,
+                                        log_config=None, lifespan="on")
+                sock = _bind(host, port)
+                server = _server_class()(config)
+                server_task = asyncio.create_task(server.serve(sockets=[sock]),
+                                                  name="cronfleet-api")
+                watched.add(server_task)
+                while not server.started and not server_task.done():  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+                if server_task.done():
+                    exc = server_task.exception() if not server_task.cancelled() else None
+                    raise ServeError(f"the API could not listen on {host}:{port}"
+                                     + (f" ({exc})" if exc and not isinstance(exc, SystemExit)
+                                        else " (see the log above)"))
+                for s in server.servers:
+                    for sock in s.sockets:
+                        name = sock.getsockname()
+                        log.info("API listening on http://%s:%s (docs at /docs)",
+                                 name[0], name[1])
+            waiter = asyncio.create_task(stop.wait())
+            watched.add(waiter)
+            loop_task = getattr(scheduler, "_loop_task", None)
+            if loop_task is not None:
+                watched.add(loop_task)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if server is not None and server_task is not None:
+                server.should_exit = True
+                with contextlib.suppress(BaseException):
+                    await server_task
+            await catalog.stop()
+            if loop_task is not None and loop_task.done() and not loop_task.cancelled():
+                exc = loop_task.exception()
+                if exc is not None:
+                    raise exc
+    finally:
+        await catalog.stop()
+        await api_store.close()

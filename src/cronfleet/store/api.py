@@ -1,0 +1,454 @@
+"""What the REST API keeps next to the run store: access tokens, the audit log, and the
+definitions of jobs created over the API (the *catalog*).
+
+Like the secrets table, these tables are created with ``CREATE TABLE IF NOT EXISTS`` in
+the same SQLite file or PostgreSQL schema as the run store, through a connection of their
+own. The SQL is written once (``?`` placeholders, ``{p}`` for the schema prefix) and run by
+one of two small backends.
+
+* Tokens are stored as SHA-256 digests. A token is 256 random bits, so a slow password
+  hash would add nothing but latency to every request; the plaintext is shown once.
+* Catalog writes bump a store-wide ``version`` (one writer at a time: SQLite's write lock,
+  a transaction-scoped advisory lock on PostgreSQL), so a scheduler can tell with one
+  ``max(version)`` read whether anything changed. Deleted definitions stay as tombstones,
+  so the runs of a deleted job keep their team.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cronfleet.errors import StoreError
+
+__all__ = [
+    "ROLES",
+    "ApiStore",
+    "AuditEntry",
+    "JobDef",
+    "TokenInfo",
+    "hash_token",
+    "open_api_store",
+]
+
+ROLES = ("viewer", "editor", "admin")
+TOKEN_PREFIX = "cf_"
+# pg_advisory_xact_lock key serialising catalog writes ("cronfleet catalog")
+_CATALOG_LOCK = 0x63726F6E_636174
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    id: str
+    name: str
+    team: str
+    role: str
+    created_at: datetime
+    created_by: str | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    def can(self, role: str) -> bool:
+        """True when this token's role is ``role`` or above (viewer < editor < admin)."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(d: datetime | None) -> str | None:
+            return None if d is None else d.isoformat()
+
+        return {"id": self.id, "name": self.name, "team": self.team, "role": self.role,
+                "created_at": iso(self.created_at), "created_by": self.created_by,
+                "revoked_at": iso(self.revoked_at), "last_used_at": iso(self.last_used_at)}
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """A job created over the API: its spec (JSON-ready) and bookkeeping."""
+
+    id: str
+    team: str
+    spec: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str | None
+    updated_by: str | None
+    deleted_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    team: str
+    actor: str
+    action: str
+    target: str
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at.isoformat(), "team": self.team,
+                "actor": self.actor, "action": self.action, "target": self.target,
+                "details": self.details}
+
+
+_SQLITE_DDL = (
+    """CREATE TABLE IF NOT EXISTS api_tokens (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, team TEXT NOT NULL, role TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, created_by TEXT,
+        revoked_at INTEGER, last_used_at INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS audit_log (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, team TEXT NOT NULL,
+        actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+        details TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS audit_log_team ON audit_log (team, id)",
+    """CREATE TABLE IF NOT EXISTS job_defs (
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, spec TEXT NOT NULL,
+        version INTEGER NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+        created_by TEXT, updated_by TEXT, deleted_at INTEGER)""",
+    "CREATE INDEX IF NOT EXISTS job_defs_version ON job_defs (version)",
+)
+
+_POSTGRES_DDL = (
+    """CREATE TABLE IF NOT EXISTS {p}api_tokens (
+        id text PRIMARY KEY, name text NOT NULL, team text NOT NULL, role text NOT NULL,
+        hash text NOT NULL UNIQUE, created_at bigint NOT NULL, created_by text,
+        revoked_at bigint, last_used_at bigint)""",
+    """CREATE TABLE IF NOT EXISTS {p}audit_log (
+        id bigserial PRIMARY KEY, at bigint NOT NULL, team text NOT NULL,
+        actor text NOT NULL, action text NOT NULL, target text NOT NULL,
+        details text NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS audit_log_team ON {p}audit_log (team, id)",
+    """CREATE TABLE IF NOT EXISTS {p}job_defs (
+        id text PRIMARY KEY, team text NOT NULL, spec text NOT NULL,
+        version bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+        created_by text, updated_by text, deleted_at bigint)""",
+    "CREATE INDEX IF NOT EXISTS job_defs_version ON {p}job_defs (version)",
+)
+
+Rows = list[tuple[Any, ...]]
+
+
+class _Backend(Protocol):
+    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows: ...
+
+    async def write(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
+        """One catalog-changing statement, serialised against other catalog writers."""
+        ...
+
+    async def announce(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _SQLite:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
+                                   isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            for ddl in _SQLITE_DDL:
+                conn.execute(ddl)
+            self._conn = conn
+        return self._conn
+
+    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
+        text = sql.replace("{p}", "")
+
+        def go() -> Rows:
+            with self._lock:
+                try:
+                    return self._connect().execute(text, params).fetchall()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"API tables in SQLite {self.path}: {exc}") from None
+
+        return await asyncio.to_thread(go)
+
+    # SQLite runs one writer at a time: a single statement is already serialised
+    write = query
+
+    async def announce(self) -> None:
+        return None  # other processes notice the new max(version) when they look
+
+    async def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+
+class _Postgres:
+    def __init__(self, url: str) -> None:
+        from cronfleet.store.postgres import split_url
+
+        self.conninfo, opts = split_url(url)
+        self.schema = opts.get("schema") or "cronfleet"
+        self.channel = f"cronfleet_{self.schema}"
+        self._prefix = '"' + self.schema.replace('"', '""') + '".'
+        self._conn: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=10)
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._prefix[:-1]}")
+            for ddl in _POSTGRES_DDL:
+                await conn.execute(ddl.replace("{p}", self._prefix))
+            self._conn = conn
+        return self._conn
+
+    async def _go(self, sql: str, params: tuple[Any, ...], locked: bool) -> Rows:
+        import psycopg
+
+        text = sql.replace("{p}", self._prefix).replace("?", "%s")
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                if not locked:
+                    cur = await conn.execute(text, params)
+                    return list(await cur.fetchall()) if cur.description else []
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CATALOG_LOCK,))
+                    cur = await conn.execute(text, params)
+                    return list(await cur.fetchall()) if cur.description else []
+            except psycopg.Error as exc:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    await conn.close()
+                raise StoreError(f"API tables in PostgreSQL schema {self.schema!r}: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
+        return await self._go(sql, params, locked=False)
+
+    async def write(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
+        return await self._go(sql, params, locked=True)
+
+    async def announce(self) -> None:
+        payload = json.dumps({"kind": "catalog"})
+        await self.query("SELECT pg_notify(?, ?)", (self.channel, payload))
+
+    async def close(self) -> None:
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.close()
+
+
+_TOKEN_COLS = "id, name, team, role, created_at, created_by, revoked_at, last_used_at"
+_DEF_COLS = ("id, team, spec, version, created_at, updated_at, created_by, updated_by, "
+             "deleted_at")
+_NEXT_VERSION = "(SELECT coalesce(max(version), 0) + 1 FROM {p}job_defs)"
+
+
+def _token(r: tuple[Any, ...]) -> TokenInfo:
+    created = _dt(r[4])
+    assert created is not None
+    return TokenInfo(r[0], r[1], r[2], r[3], created, r[5], _dt(r[6]), _dt(r[7]))
+
+
+def _def(r: tuple[Any, ...]) -> JobDef:
+    created, updated = _dt(r[4]), _dt(r[5])
+    assert created is not None and updated is not None
+    return JobDef(r[0], r[1], json.loads(r[2]), int(r[3]), created, updated, r[6], r[7],
+                  _dt(r[8]))
+
+
+class ApiStore:
+    """Tokens, audit log and job definitions in the store named by ``url``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        scheme = url.split(":", 1)[0].lower()
+        self._db: _SQLite | _Postgres
+        if scheme == "sqlite":
+            from cronfleet.store.sqlite import SQLiteStore
+
+            self._db = _SQLite(SQLiteStore.from_url(url).path)
+        elif scheme in ("postgresql", "postgres"):
+            self._db = _Postgres(url)
+        else:
+            raise StoreError(f"unknown store URL {url!r}: expected sqlite:///path.db or "
+                             "postgresql://user@host/db")
+        self._touched: dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"ApiStore({self.url!r})"
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- tokens -------------------------------------------------------------------------
+
+    async def create_token(self, *, name: str, team: str, role: str,
+                           created_by: str | None = None) -> tuple[str, TokenInfo]:
+        """A new token: ``(plaintext, info)``. Only the digest is stored."""
+        if role not in ROLES:
+            raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        token_id = secrets.token_hex(4)
+        plaintext = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+        now = _now_ms()
+        await self._db.query(
+            "INSERT INTO {p}api_tokens (id, name, team, role, hash, created_at, created_by) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (token_id, name, team, role, hash_token(plaintext), now, created_by))
+        info = TokenInfo(token_id, name, team, role, _dt(now) or datetime.now(UTC),
+                         created_by, None, None)
+        return plaintext, info
+
+    async def authenticate(self, plaintext: str) -> TokenInfo | None:
+        """The live (not revoked) token with this plaintext, or None."""
+        rows = await self._db.query(
+            f"SELECT {_TOKEN_COLS} FROM {{p}}api_tokens WHERE hash = ? AND revoked_at IS NULL",
+            (hash_token(plaintext),))
+        if not rows:
+            return None
+        info = _token(rows[0])
+        # remember use at most once a minute per token: no write on every request
+        mono = time.monotonic()
+        if mono - self._touched.get(info.id, -1e9) > 60:
+            self._touched[info.id] = mono
+            await self._db.query("UPDATE {p}api_tokens SET last_used_at = ? WHERE id = ?",
+                                 (_now_ms(), info.id))
+        return info
+
+    async def list_tokens(self, team: str | None = None) -> list[TokenInfo]:
+        if team is None:
+            rows = await self._db.query(
+                f"SELECT {_TOKEN_COLS} FROM {{p}}api_tokens ORDER BY team, created_at, id")
+        else:
+            rows = await self._db.query(
+                f"SELECT {_TOKEN_COLS} FROM {{p}}api_tokens WHERE team = ? "
+                "ORDER BY created_at, id", (team,))
+        return [_token(r) for r in rows]
+
+    async def revoke_token(self, id_or_name: str) -> list[TokenInfo]:
+        """Revoke the token with this id, or every live token with this name."""
+        now = _now_ms()
+        rows = await self._db.query(
+            f"UPDATE {{p}}api_tokens SET revoked_at = ? WHERE revoked_at IS NULL AND "
+            f"(id = ? OR name = ?) RETURNING {_TOKEN_COLS}", (now, id_or_name, id_or_name))
+        return [_token(r) for r in rows]
+
+    # -- audit --------------------------------------------------------------------------
+
+    async def audit(self, *, team: str, actor: str, action: str, target: str,
+                    details: dict[str, Any] | None = None) -> None:
+        await self._db.query(
+            "INSERT INTO {p}audit_log (at, team, actor, action, target, details) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (_now_ms(), team, actor, action, target,
+             json.dumps(details or {}, default=str, sort_keys=True)))
+
+    async def audit_entries(self, team: str, *, limit: int = 50,
+                            before_id: int | None = None) -> list[AuditEntry]:
+        rows = await self._db.query(
+            "SELECT id, at, team, actor, action, target, details FROM {p}audit_log "
+            "WHERE team = ? AND id < ? ORDER BY id DESC LIMIT ?",
+            (team, before_id if before_id is not None else 2**62, limit))
+        out = []
+        for r in rows:
+            at = _dt(r[1])
+            assert at is not None
+            out.append(AuditEntry(int(r[0]), at, r[2], r[3], r[4], r[5], json.loads(r[6])))
+        return out
+
+    # -- the catalog --------------------------------------------------------------------
+
+    async def catalog_version(self) -> int:
+        rows = await self._db.query("SELECT coalesce(max(version), 0) FROM {p}job_defs")
+        return int(rows[0][0])
+
+    async def job_defs(self, *, include_deleted: bool = False) -> list[JobDef]:
+        where = "" if include_deleted else " WHERE deleted_at IS NULL"
+        rows = await self._db.query(f"SELECT {_DEF_COLS} FROM {{p}}job_defs{where} ORDER BY id")
+        return [_def(r) for r in rows]
+
+    async def job_def(self, job_id: str) -> JobDef | None:
+        """The definition, or its tombstone when deleted (``deleted_at`` set)."""
+        rows = await self._db.query(f"SELECT {_DEF_COLS} FROM {{p}}job_defs WHERE id = ?",
+                                    (job_id,))
+        return _def(rows[0]) if rows else None
+
+    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None) -> JobDef | None:
+        """Insert (or revive a tombstone); None when a live definition has this id."""
+        now = _now_ms()
+        rows = await self._db.write(
+            f"INSERT INTO {{p}}job_defs AS d (id, team, spec, version, created_at, updated_at, "
+            f"created_by, updated_by) VALUES (?, ?, ?, {_NEXT_VERSION}, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec, "
+            "version = excluded.version, created_at = excluded.created_at, "
+            "updated_at = excluded.updated_at, created_by = excluded.created_by, "
+            "updated_by = excluded.updated_by, deleted_at = NULL "
+            f"WHERE d.deleted_at IS NOT NULL RETURNING {_DEF_COLS}",
+            (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by))
+        if rows:
+            await self._announce()
+        return _def(rows[0]) if rows else None
+
+    async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None, *, expect_version: int | None = None
+                             ) -> JobDef | None:
+        """Replace the spec of a live definition of ``team``; None when there is none (or
+        when ``expect_version`` no longer matches: someone changed it meanwhile)."""
+        rows = await self._db.write(
+            f"UPDATE {{p}}job_defs SET spec = ?, version = {_NEXT_VERSION}, updated_at = ?, "
+            "updated_by = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
+            f"AND (CAST(? AS BIGINT) IS NULL OR version = ?) RETURNING {_DEF_COLS}",
+            (json.dumps(spec, sort_keys=True), _now_ms(), by, job_id, team, expect_version,
+             expect_version))
+        if rows:
+            await self._announce()
+        return _def(rows[0]) if rows else None
+
+    async def delete_job_def(self, job_id: str, team: str, by: str | None) -> bool:
+        rows = await self._db.write(
+            f"UPDATE {{p}}job_defs SET deleted_at = ?, version = {_NEXT_VERSION}, "
+            "updated_at = ?, updated_by = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
+            "RETURNING id", (_now_ms(), _now_ms(), by, job_id, team))
+        if rows:
+            await self._announce()
+        return bool(rows)
+
+    async def _announce(self) -> None:
+        # the change is stored; other schedulers will see it at their next look anyway
+        with contextlib.suppress(StoreError):
+            await self._db.announce()
+
+
+def open_api_store(url: str) -> ApiStore:
+    return ApiStore(url)
