@@ -37,7 +37,8 @@ __all__ = ["ApiSettings", "create_app"]
 MAX_PAGE = 200
 JobIdPath = Annotated[str, Path(min_length=1, max_length=200, description="Job id.")]
 RunIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
-SecretName = Annotated[str, Path(min_length=1, max_length=200)]
+SecretName = Annotated[str, Path(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$",
+                                 description="Letters, digits and _.- (1-128).")]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 
 
@@ -309,16 +310,16 @@ def create_app(
         description="Operate cronfleet jobs: pause across replicas, trigger, read history, "
                     "manage HTTP jobs and secrets. Every /api route needs a bearer token.",
         lifespan=lifespan,
-        responses=responses(422),
+        responses=responses(400, 422),
     )
     app.state.cronfleet = _Ctx(scheduler, store, settings, catalog, http_runtime, vault,
                                started=catalog.started)
     install(app)
-    _routes(app)
+    _routes(app, settings)
     return app
 
 
-def _routes(app: FastAPI) -> None:
+def _routes(app: FastAPI, settings: ApiSettings) -> None:
     auth = responses(401, 403, 503)
 
     # -- jobs -------------------------------------------------------------------------
@@ -426,6 +427,21 @@ def _routes(app: FastAPI) -> None:
         await _audit(ctx, token, "job.trigger", job.id, {"run_id": run.id})
         return {"run_id": run.id, "job_id": job.id, "status": run.status.value,
                 "instance_id": run.instance_id, "fencing_token": run.fencing_token}
+
+    def _not_allowed(allowed: str) -> Any:
+        async def refuse(request: Request) -> None:
+            raise ApiError(405, "METHOD_NOT_ALLOWED",
+                           f"{request.method} is not allowed here (allowed: {allowed})",
+                           headers={"Allow": allowed})
+        return refuse
+
+    # without these, PATCH /api/jobs/x/runs would reach PATCH /api/jobs/{job_id:path}
+    others = ["POST", "PUT", "PATCH", "DELETE", "GET", "HEAD", "OPTIONS"]
+    app.add_api_route("/api/jobs/{job_id:path}/runs", _not_allowed("GET"),
+                      methods=[m for m in others if m not in ("GET", "HEAD")],
+                      include_in_schema=False)
+    app.add_api_route("/api/jobs/{job_id:path}/trigger", _not_allowed("POST"),
+                      methods=[m for m in others if m != "POST"], include_in_schema=False)
 
     @app.get("/api/jobs/{job_id:path}", response_model=S.JobDetail, tags=["jobs"],
              responses=responses(401, 403, 404, 503))
@@ -663,18 +679,15 @@ def _routes(app: FastAPI) -> None:
             response.status_code = 503
         return {"status": "ready" if ok else "not ready", "checks": checks}
 
-    async def _metrics_auth(
-        request: Request,
-        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
-        if _ctx(request).settings.metrics == "token":
-            await _token(request, creds)
+    metrics_doc: dict[int | str, dict[str, Any]] = {
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+              "description": "Prometheus text format."}}
+    if settings.metrics == "token":
+        metrics_doc.update(responses(401, 503))
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["health"],
-             dependencies=[Depends(_metrics_auth)],
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                              "description": "Prometheus text format."},
-                        **responses(401)})
+             dependencies=[Depends(_token)] if settings.metrics == "token" else [],
+             responses=metrics_doc)
     async def metrics(request: Request) -> PlainTextResponse:
         from cronfleet.metrics import CONTENT_TYPE_LATEST, render
 

@@ -63,6 +63,20 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every documented method of every route matching the path (Starlette's own 405
+    names only the first route's)."""
+    from starlette.routing import Match, Route
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and getattr(route, "include_in_schema", True):
+            match, _ = route.matches({**request.scope, "method": "__none__"})
+            if match is not Match.NONE and route.methods:
+                methods |= route.methods
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
@@ -89,10 +103,15 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         code = _CODES.get(exc.status_code, "ERROR")
         message = exc.detail if isinstance(exc.detail, str) else code
+        headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
+        if exc.status_code == 405:
+            allowed = _allowed_methods(request)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{request.method} is not allowed here (allowed: {', '.join(allowed)})"
         return JSONResponse(body(code, message), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+                            headers=headers or None)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("API %s %s failed", request.method, request.url.path)

@@ -6,6 +6,7 @@ the runtime (timeouts, jitter, catch-up windows), so both accept exactly the sam
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -74,6 +75,12 @@ def to_timedelta(value: str | float | timedelta | None, *, field: str = "duratio
     if isinstance(value, timedelta):
         td = value
     elif isinstance(value, int | float):
+        if value != value or value in (math.inf, -math.inf):
+            raise DurationError(f"{field}: expected a finite number of seconds, got {value!r}")
+        if value < 0:
+            raise DurationError(f"{field}: must not be negative (got {value!r})")
+        if value > _MAX_SECONDS:
+            raise DurationError(f"{field}: longer than 100 years (got {value!r} seconds)")
         td = timedelta(seconds=value)
     elif isinstance(value, str):
         try:

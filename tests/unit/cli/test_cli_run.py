@@ -59,12 +59,22 @@ def test_a_plugin_that_fails_to_load_stops_the_start(cli: Callable[..., Result],
 
 def test_nothing_to_run(cli: Callable[..., Result], write: Callable[..., Path]) -> None:
     write("cronfleet.toml", '[scheduler]\nstore = "sqlite:///x.db"\n')
-    r = cli("run")
-    assert r.exit_code == 1
-    assert r.stderr == (
-        "nothing to run: cronfleet.toml declares no [[tasks]] and no plugin declares a schedule "
-        "(pass --config FILE or set CRONFLEET_CONFIG)\n"
-    )
+    for args in (("--role", "worker"), ("--no-api",)):
+        r = cli("run", *args)
+        assert r.exit_code == 1
+        assert r.stderr == (
+            "nothing to run: cronfleet.toml declares no [[tasks]], no plugin declares a "
+            "schedule, no job was created over the API, and the API is off (pass --config "
+            "FILE or set CRONFLEET_CONFIG)\n"
+        )
+    assert not Path("x.db").exists()  # looking for stored jobs created nothing
+
+
+def test_api_role_needs_the_api(cli: Callable[..., Result], project: Path) -> None:
+    r = cli("run", "--role", "api", "--no-api")
+    assert r.exit_code == 2
+    assert r.stderr == ("--role api serves only the REST API, which is off here (--no-api or "
+                        "[api] enabled = false)\n")
 
 
 def test_bad_scheduler_variable(cli: Callable[..., Result], project: Path,
@@ -107,7 +117,8 @@ def start(tmp_path: Path, write: Callable[..., Path], *args: str,
     log = tmp_path / "run.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cronfleet.cli", "run", "--config", str(config), *args],
+        [sys.executable, "-m", "cronfleet.cli", "run", "--config", str(config), "--port", "0",
+         *args],
         stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path,
         env={**clean, **(env or {})},
     )
@@ -150,7 +161,8 @@ def test_real_process_runs_tasks_and_stops_on_sigterm(tmp_path: Path,
         code = stop(proc)
     text = log.read_text()
     assert code == 0, text
-    assert "role all (default): timers on" in text
+    assert "role all (default): timers on, REST API on" in text
+    assert "API listening on http://127.0.0.1:" in text
     assert f"store sqlite:///{tmp_path / 'fleet.db'}" in text  # relative to the config file
     assert "provider 'cron' (built-in, priority 1000): 1 job(s): beat" in text
     assert "beat: beat " in text and "job beat slot" in text
@@ -171,6 +183,6 @@ def test_real_process_without_timers_fires_nothing(tmp_path: Path,
         code = stop(proc)
     text = log.read_text()
     assert code == 0, text
-    assert "role api (CRONFLEET_SCHEDULER=0): no timers: this process fires nothing. The REST " \
-           "API is not built yet" in text
+    assert "role api (CRONFLEET_SCHEDULER=0): no timers: this process fires nothing (manual " \
+           "triggers run here); REST API on" in text
     assert "(no timers: control only)" in text
