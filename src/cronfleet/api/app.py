@@ -234,7 +234,8 @@ async def _detail(ctx: _Ctx, job: Job) -> dict[str, Any]:
 def _invalid(exc: SpecInvalid) -> ApiError:
     errors = [p.to_dict() for p in exc.problems]
     first = exc.problems[0]
-    where = f" (column {first.column})" if first.column is not None else ""
+    where = (f" (column {first.column})"
+             if first.column is not None and "(column" not in first.message else "")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return ApiError(422, "VALIDATION_ERROR", f"{first.field}: {first.message}{where}{more}",
                     {"errors": errors})
