@@ -216,11 +216,30 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          "1:1: tasks: expected [[tasks]] entries (an array of tables), got a single [tasks] "
          "table: write each task under its own [[tasks]] header"),
         ('[schedular]\ntimezone = "UTC"\n',
-         "1:1: unknown table 'schedular' (did you mean 'scheduler'?) (expected [scheduler] "
-         "and [[tasks]])"),
+         "1:1: unknown table 'schedular' (did you mean 'scheduler'?) (expected [scheduler], "
+         "[api] and [[tasks]])"),
         ('[[task]]\nid = "gc"\n',
-         "1:1: unknown table 'task' (did you mean 'tasks'?) (expected [scheduler] and "
+         "1:1: unknown table 'task' (did you mean 'tasks'?) (expected [scheduler], [api] and "
          "[[tasks]])"),
+        ('[apu]\nport = 1\n',
+         "1:1: unknown table 'apu' (did you mean 'api'?) (expected [scheduler], [api] and "
+         "[[tasks]])"),
+        ('[api]\nprot = 8080\n', "2:1: api: unknown key 'prot' (did you mean 'port'?)"),
+        ('[api]\nport = 70000\n',
+         "2:8: api: port: expected a port number 0-65535, got a number (70000)"),
+        ('[api]\nport = "8080"\n',
+         "2:8: api: port: expected a port number 0-65535, got a string ('8080')"),
+        ('[api]\nmetrics = "private"\n',
+         "2:11: api: metrics: expected \"public\" or \"token\", got a string ('private')"),
+        ('[api]\nenabled = "yes"\n',
+         "2:11: api: enabled: expected true or false, got a string ('yes')"),
+        ('[api]\nready_max_overdue = "soon"\n',
+         "2:21: api: ready_max_overdue: invalid duration 'soon': unexpected 'soon' at column 1 "
+         "(expected a number and a unit (ms, s, m, h, d, w), e.g. '30s', '10m', '1h30m')"),
+        ('api = 3\n', "1:1: api: expected a table ([api])"),
+        (TASK + 'team = "no spaces"\n',
+         "5:8: task 'gc': team: team 'no spaces' is invalid: use 1-64 characters from letters, "
+         "digits and ._- starting with a letter or digit"),
         ('[scheduler]\ntz = "UTC"\n',
          "2:1: scheduler: unknown key 'tz' (did you mean 'timezone'?)"),
         ('[scheduler]\nstore = "mysql://db/x"\n',
