@@ -244,6 +244,9 @@ def _invalid(exc: SpecInvalid) -> ApiError:
 def _until(value: datetime | str | float | None, now: datetime) -> datetime | None:
     if value is None:
         return None
+    if isinstance(value, str) and "T" in value:  # strict bodies keep ISO times as text
+        with contextlib.suppress(ValueError):
+            value = datetime.fromisoformat(value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ApiError(422, "VALIDATION_ERROR", "until: give a time zone (e.g. ...Z)",
@@ -253,7 +256,7 @@ def _until(value: datetime | str | float | None, now: datetime) -> datetime | No
         try:
             delta = to_timedelta(value, field="until")
         except DurationError as exc:
-            raise ApiError(422, "VALIDATION_ERROR", f"until: {exc}",
+            raise ApiError(422, "VALIDATION_ERROR", str(exc),
                            {"errors": [{"field": "until", "message": str(exc)}]}) from None
         if delta <= timedelta(0):
             raise ApiError(422, "VALIDATION_ERROR", "until: must be a positive duration",
@@ -298,6 +301,12 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.manage_scheduler:
             await scheduler.start()
+        if scheduler.running:  # stored jobs fire from the start, not from the first request
+            try:
+                await catalog.start()
+            except StoreError as exc:
+                log.warning("cannot read the job catalog yet (%s); trying again on the first "
+                            "request", exc)
         try:
             yield
         finally:

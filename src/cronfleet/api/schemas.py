@@ -219,7 +219,7 @@ class PreviewRequest(Strict):
     expr: str = Field(max_length=1000)
     timezone: str = Field(default="UTC", max_length=100)
     count: int = Field(default=10, ge=1, le=100)
-    after: datetime | None = None
+    after: datetime | None = Field(default=None, strict=False)  # ISO text in JSON
 
 
 class PreviewOut(BaseModel):
@@ -234,7 +234,7 @@ class PreviewOut(BaseModel):
 
 
 class SecretValue(Strict):
-    value: str = Field(max_length=65536)
+    value: str = Field(min_length=1, max_length=65536)
 
 
 class SecretInfoOut(BaseModel):

@@ -405,7 +405,8 @@ class ApiStore:
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None) -> JobDef | None:
-        """Insert (or revive a tombstone); None when a live definition has this id."""
+        """Insert (or revive a tombstone of the same team); None when a live definition
+        has this id, or another team's deleted one (its runs keep that team)."""
         now = _now_ms()
         rows = await self._db.write(
             f"INSERT INTO {{p}}job_defs AS d (id, team, spec, version, created_at, updated_at, "
@@ -414,7 +415,8 @@ class ApiStore:
             "version = excluded.version, created_at = excluded.created_at, "
             "updated_at = excluded.updated_at, created_by = excluded.created_by, "
             "updated_by = excluded.updated_by, deleted_at = NULL "
-            f"WHERE d.deleted_at IS NOT NULL RETURNING {_DEF_COLS}",
+            # only its own team revives a tombstone: the old runs keep the id and the team
+            f"WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team RETURNING {_DEF_COLS}",
             (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by))
         if rows:
             await self._announce()
