@@ -104,3 +104,127 @@ def test_cronfleet_run_serves_the_api_and_stops_on_sigterm(tmp_path: Path) -> No
     assert "role all (default): timers on, REST API on" in text
     assert "Traceback" not in text, text
     assert text.rstrip().endswith("stopped"), text
+
+
+HOOK_HANDLER = """
+import http.server, threading
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+"""
+
+
+def _spawn(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp_path / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cronfleet.cli", "run", *args],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path, env=env)
+    return proc, log
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _wait_for(log: Path, pattern: str, proc: subprocess.Popen[bytes]) -> re.Match[str]:
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        m = re.search(pattern, log.read_text())
+        if m:
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"{pattern!r} not in the log:\n{log.read_text()}")
+
+
+@pytest.mark.slow
+def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> None:
+    """An `api` process (no timers) creates an HTTP job and pauses it; a `worker` process
+    (no API) runs it, and stops running it after the pause -- through the store only."""
+    import http.server
+    import threading
+
+    namespace: dict[str, object] = {}
+    exec(HOOK_HANDLER, namespace)  # the hook server lives in this test process
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), namespace["Hook"])  # type: ignore[arg-type]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    db = tmp_path / "fleet.db"
+    (tmp_path / "cronfleet.toml").write_text(
+        f'[scheduler]\nstore = "sqlite:///{db}"\nshutdown_grace = "2s"\n', encoding="utf-8")
+    token = asyncio.run(_token(f"sqlite:///{db}"))
+    auth = {"Authorization": f"Bearer {token}"}
+    api, api_log = _spawn(tmp_path, "api", "--role", "api", "--port", "0")
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        base = _wait_for(api_log, r"API listening on (http://127\.0\.0\.1:\d+)", api).group(1)
+        with httpx.Client(base_url=base, timeout=10, headers=auth) as client:
+            r = client.post("/api/jobs", json={
+                "id": "hook", "schedule": "1s",
+                "http": {"url": hook, "method": "POST", "allow_private_targets": True}})
+            assert r.status_code == 201, r.text
+            # the worker starts after the job exists: it finds it in the catalog at start
+            worker, worker_log = _spawn(tmp_path, "worker", "--role", "worker")
+            _wait_for(worker_log, r"job hook added from the catalog", worker)
+
+            def runs(status: str) -> list[dict[str, object]]:
+                r = client.get("/api/jobs/hook/runs", params={"status": status, "limit": 200})
+                assert r.status_code == 200, r.text
+                items: list[dict[str, object]] = r.json()["items"]
+                return items
+
+            deadline = time.monotonic() + 20
+            while len(runs("succeeded")) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            done = runs("succeeded")
+            assert len(done) >= 2, worker_log.read_text()
+            # fired by the worker, never by the api replica (which has no timers)
+            assert {run["instance_id"] for run in done} <= {
+                m for m in re.findall(r"cronfleet (\S+) started", worker_log.read_text())}
+            r = client.put("/api/admin/cron/hook", json={"enabled": False, "note": "maint"})
+            assert r.status_code == 200 and r.json()["enabled"] is False, r.text
+            time.sleep(1.2)  # a slot in flight when the pause landed may still finish
+            before = len(runs("succeeded"))
+            deadline = time.monotonic() + 20
+            while not runs("skipped") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            skipped = runs("skipped")
+            assert skipped and skipped[0]["reason"] == "paused", skipped
+            assert len(runs("succeeded")) == before  # paused everywhere: nothing else ran
+    finally:
+        codes = [_stop(p) for p in (api, worker) if p is not None]
+        server.shutdown()
+    assert codes == [0] * len(codes), api_log.read_text()[-3000:]
+    assert "Traceback" not in api_log.read_text()
+
+
+@pytest.mark.slow
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "cronfleet.toml").write_text(
+        CONFIG.format(db=tmp_path / "p.db"), encoding="utf-8")
+    (tmp_path / "proc_handlers.py").write_text(HANDLERS, encoding="utf-8")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc, log = _spawn(tmp_path, "run", "--port", str(port))
+        code = proc.wait(timeout=30)
+    text = log.read_text()
+    assert code == 1, text
+    assert f"cronfleet cannot run: the API cannot listen on 127.0.0.1:{port}: " \
+           "Address already in use (choose another with --port or [api] port)" in text
+    assert "Traceback" not in text
