@@ -90,7 +90,7 @@ async def serve(
                 app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
                                  catalog=catalog)
                 config = uvicorn.Config(app, host=host, port=port, access_log=False,
-                                        log_config=None, lifespan="on")
+                                        log_config=None, lifespan="on", log_level="warning")
                 sock = _bind(host, port)
                 server = _server_class()(config)
                 server_task = asyncio.create_task(server.serve(sockets=[sock]),
