@@ -57,6 +57,8 @@ T = TypeVar("T")
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 _MAX_BUFFERED = 10_000
 _EAGER = sys.version_info >= (3, 12)
+# an estimate of what claiming one slot early costs (loop and store thread), with margin
+_EARLY_PER_SLOT = 50e-6
 
 
 def new_instance_id() -> str:
@@ -215,6 +217,7 @@ class Scheduler:
         self._record_event: asyncio.Event | None = None
         self._firing: asyncio.Future[None] | None = None
         self._early: _Early | None = None
+        self._fired_at: float | None = None
         self._flush_done: asyncio.Event | None = None
         self._last_reap: float | None = None
         self._unsaved_skips: deque[Skip] = deque(maxlen=_MAX_BUFFERED)
@@ -528,7 +531,8 @@ class Scheduler:
                     self._firing = None
                     self._leave()
                 continue
-            if early is None and ahead > 0 and self._heap and self._heap[0] - ahead <= now:
+            lead = self._lead(now) if ahead > 0 and early is None and self._heap else 0.0
+            if lead > 0 and self._heap[0] - lead <= now:
                 self._enter()
                 try:
                     await self._claim_early(self._heap[0], now)
@@ -541,12 +545,23 @@ class Scheduler:
             if early is not None:
                 deadline = min(early.slot, self._heap[0]) if self._heap else early.slot
             elif self._heap:
-                deadline = self._heap[0] - ahead
+                deadline = self._heap[0] - lead
             else:
                 deadline = now + 3600.0
             await self.clock.sleep_until(deadline, self._wake)
 
     # -- early claims -------------------------------------------------------------------
+
+    def _lead(self, now: float) -> float:
+        """How long before the next instant its slots are claimed: ``claim_ahead``, or
+        longer for a large instant (its claims take about ``_EARLY_PER_SLOT`` each), but
+        never more than half the time since the previous instant fired, so that runs of
+        that instant have had time to end and release their leases."""
+        first = self._heap[0]
+        lead = min(max(self._ahead, len(self._buckets.get(first, ())) * _EARLY_PER_SLOT), 30.0)
+        if self._fired_at is not None:
+            lead = min(lead, (first - self._fired_at) / 2)
+        return lead
 
     def _may_claim_early(self, job: Job) -> bool:
         """Plain leased slots only: everything else is decided at the slot's time."""
@@ -653,31 +668,37 @@ class Scheduler:
         """At the instant: start the runs claimed early. Returns the claims to withdraw —
         jobs paused, disabled or removed since, or slots that are now late — which are
         then handled as if they had never been claimed early."""
-        slot, jobs, late_after = early.slot, self._jobs, self.late_after
-        watermark = self._watermark
-        now_dt: datetime | None = None
+        slot, jobs = early.slot, self._jobs
+        late = now - slot > self.late_after
+        now_dt = from_ts(now)
         undo: list[tuple[Job, Dispatched]] = []
+        go: list[_Active] = []
+        done: list[tuple[Job, float]] = []
         for job, res, active in early.ready:
             if jobs.get(job.id) is not job:
                 if active is not None:
                     undo.append((job, res))
                 continue
             nxt = self._after(job, slot)
-            if active is None:  # another instance claimed the slot first
-                self.stats.claims_lost += 1
-            else:
-                st = states.get(job.id)
-                if st is not None and now_dt is None:
-                    now_dt = from_ts(now)
+            if active is not None:
+                st = states.get(job.id) if states else None
                 if (
-                    nxt <= now
-                    or now - slot > late_after
-                    or (st is not None and not st.effective_enabled(job.enabled, now_dt))  # type: ignore[arg-type]
+                    late
+                    or nxt <= now
+                    or (st is not None and not st.effective_enabled(job.enabled, now_dt))
                 ):
                     undo.append((job, res))  # its next slot is pushed when it is handled
                     continue
-                self._start_run(active)
-            self._push(job, nxt)
+                active.run.started_at = now_dt
+                go.append(active)
+            else:  # another instance claimed the slot first
+                self.stats.claims_lost += 1
+            done.append((job, nxt))
+        self._start_runs(go)
+        # bookkeeping after the handlers are on their way
+        watermark, push = self._watermark, self._push
+        for job, nxt in done:
+            push(job, nxt)
             if watermark.get(job.id, 0.0) < slot:
                 watermark[job.id] = slot
         return undo
@@ -744,6 +765,7 @@ class Scheduler:
             self._flush_event.set()
 
     async def _fire_due(self, now: float) -> None:
+        self._fired_at = now
         early = self._early
         if early is not None and early.slot <= now:
             self._early = None
@@ -769,7 +791,18 @@ class Scheduler:
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
             states = {}
         if early is not None:
-            undo = self._start_early(early, now, states)
+            # The cyclic GC waits until these handlers have taken their first step: a full
+            # collection over a large job set costs tens of milliseconds, which would land
+            # on the lateness of every handler not yet started. Nothing is freed later than
+            # it would be anyway by more than that moment.
+            hold_gc = gc.isenabled() and len(early.ready) > 1
+            if hold_gc:
+                gc.disable()
+            try:
+                undo = self._start_early(early, now, states)
+            finally:
+                if hold_gc:  # runs after the first steps the loop now has queued
+                    asyncio.get_running_loop().call_soon(gc.enable)
             if undo:
                 kept = await self._withdraw_early(early.slot, undo, now)
                 self._keep_early(early.slot, kept, now, states)
@@ -1110,6 +1143,35 @@ class Scheduler:
         active = _Active(job, run, leased)
         active.ctx = self._context(job, run)
         self._start_run(active)
+
+    def _start_runs(self, actives: list[_Active]) -> None:
+        """``_start_run`` for a batch whose records and contexts are built (early claims)."""
+        if not actives:
+            return
+        active_map, running, unrecorded = self._active, self._local_running, self._unrecorded
+        seq, execute = self._seq, self._execute
+        self._busy += len(actives)
+        if self._idle is not None:
+            self._idle.clear()
+        self.stats.fired += len(actives)
+        loop = asyncio.get_running_loop()
+        create = loop.create_task
+        for active in actives:
+            key = active.run.id
+            if key is None:
+                key = -next(seq)
+                unrecorded[key] = active
+            active_map[key] = active
+            job_id = active.job.id
+            running[job_id] = running.get(job_id, 0) + 1
+            if _EAGER:
+                active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                    execute(key, active), loop=loop, eager_start=True
+                )
+            else:
+                active.task = create(execute(key, active))
+        if unrecorded and self._record_event is not None and not self._record_event.is_set():
+            self._record_event.set()
 
     def _start_run(self, active: _Active) -> None:
         """Start a run whose record and context are built (``_launch``, early claims)."""
