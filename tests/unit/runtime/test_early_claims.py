@@ -9,7 +9,18 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from cronfleet import FakeClock, Missed, RunStatus, Scheduler, TriggeredBy
+import pytest
+
+from cronfleet import (
+    AlreadyExecuting,
+    FakeClock,
+    Missed,
+    Overlap,
+    RunStatus,
+    Scheduler,
+    StoreUnavailable,
+    TriggeredBy,
+)
 from cronfleet.store.base import Dispatch
 
 from .conftest import T0, Recorder, advance, settle
@@ -310,3 +321,89 @@ async def test_many_instances_early_and_not_fire_each_slot_once(
     runs = await group[0].runs_async(limit=1000)
     assert len(runs) == len(expected)
     assert {r.status for r in runs} == {RunStatus.SUCCEEDED}
+
+
+async def test_early_claim_that_fails_is_made_at_the_slot(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    real = s.store.dispatch
+    seen: list[bool] = []
+
+    async def early_fails(items: list[Dispatch], instance: str) -> Any:
+        seen.append(items[0].early)
+        if items[0].early:
+            raise StoreUnavailable("down for a moment")
+        return await real(items, instance)
+
+    s.store.dispatch = early_fails  # type: ignore[method-assign]
+    await to_window(clock, s)
+    assert seen == [True] and claims(db, "j") == []
+    clock.set(SLOT)
+    await settle(s)
+    assert seen == [True, False]
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]
+    assert rec.calls[0].fencing_token is not None  # claimed at its time, normally
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SUCCEEDED
+
+
+async def test_withdraw_failing_keeps_the_claim_and_records_the_pause(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    await s.pause_async("j", by="ops")
+
+    async def down(items: Any) -> int:
+        raise StoreUnavailable("down")
+
+    s.store.withdraw = down  # type: ignore[attr-defined]
+    clock.set(SLOT)
+    await settle(s)
+    assert rec.calls == []
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SKIPPED and run.reason == "paused"
+    assert run.fencing_token is not None and run.slot.timestamp() == SLOT
+    assert claims(db, "j") == [(SLOT * 1000, "test-1")]
+    assert lease(db, "j") == (None, None)
+
+
+async def test_manual_run_in_the_window_finds_the_lease_taken(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    with pytest.raises(AlreadyExecuting) as err:
+        await s.trigger_async("j", by="alice")
+    assert err.value.holder == "test-1"
+    clock.set(SLOT)
+    await settle(s)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]  # the slot itself ran
+    statuses = sorted((r.manual, r.status.value) for r in await s.runs_async("j"))
+    assert statuses == [(False, "succeeded"), (True, "skipped")]
+
+
+async def test_queue_one_job_claimed_early_runs_each_slot(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("10s", id="q", overlap=Overlap.QUEUE_ONE)(rec)
+    await s.start()
+    running.append(s)
+    await advance(clock, 30, s, step=0.25)
+    assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10, T0 + 20, T0 + 30]
+    assert {r.status for r in await s.runs_async("q")} == {RunStatus.SUCCEEDED}
