@@ -744,6 +744,7 @@ class Scheduler:
                 if self._watermark.get(job.id, 0.0) < slot:
                     self._watermark[job.id] = slot
             if enabled:
+                run.started_at = now_dt
                 self._launch(job, run, leased=True)
                 continue
             reason = (

@@ -407,3 +407,27 @@ async def test_queue_one_job_claimed_early_runs_each_slot(
     await advance(clock, 30, s, step=0.25)
     assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10, T0 + 20, T0 + 30]
     assert {r.status for r in await s.runs_async("q")} == {RunStatus.SUCCEEDED}
+
+
+async def test_late_early_claim_that_cannot_be_withdrawn_runs_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+
+    async def down(items: Any) -> int:
+        raise StoreUnavailable("down")
+
+    s.store.withdraw = down  # type: ignore[attr-defined]
+    clock.set(SLOT + 10)  # late, and the claim stays ours: it runs, once
+    await settle(s)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SUCCEEDED
+    assert run.started_at is not None and run.started_at.timestamp() >= SLOT + 10
+    await advance(clock, 60, s, step=0.5)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT, SLOT + 60]
