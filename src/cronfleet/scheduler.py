@@ -794,8 +794,8 @@ class Scheduler:
         if early is not None:
             # The cyclic GC waits until these handlers have taken their first step: a full
             # collection over a large job set costs tens of milliseconds, which would land
-            # on the lateness of every handler not yet started. Nothing is freed later than
-            # it would be anyway by more than that moment.
+            # on the lateness of every handler not yet started. Cyclic garbage is collected
+            # that moment later, nothing else changes.
             hold_gc = gc.isenabled() and len(early.ready) > 1
             if hold_gc:
                 gc.disable()
