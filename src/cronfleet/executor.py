@@ -91,8 +91,10 @@ async def execute(
     started = now()
     try:
         if is_async if is_async is not None else is_async_handler(handler):
-            if timeout is None:
-                result = await _call_async(handler, ctx)
+            if timeout is None:  # the common case, without a coroutine in between
+                result = handler(ctx)
+                if inspect.isawaitable(result):
+                    result = await result
             else:
                 result = await asyncio.wait_for(_call_async(handler, ctx), timeout)
         else:

@@ -49,7 +49,7 @@ from cronfleet.model import (
 )
 from cronfleet.planning import catchup_banner, jitter_delay, plan_slots
 from cronfleet.store import Store, open_store
-from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start
+from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish, Skip, Start
 
 __all__ = ["Scheduler"]
 
@@ -59,6 +59,8 @@ T = TypeVar("T")
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 _MAX_BUFFERED = 10_000
 _EAGER = sys.version_info >= (3, 12)
+# an estimate of what claiming one slot early costs (loop and store thread), with margin
+_EARLY_PER_SLOT = 50e-6
 
 
 def new_instance_id() -> str:
@@ -115,6 +117,15 @@ class Histogram:
 
 
 @dataclass(slots=True)
+class _Early:
+    """The slots of one instant claimed shortly before it (see ``Scheduler._claim_early``):
+    each job with its claim result and, where the claim was won, its run ready to start."""
+
+    slot: float
+    ready: list[tuple[Job, Dispatched, _Active | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _Stats:
     """What this process did since it started (exported by ``/metrics``)."""
 
@@ -141,8 +152,13 @@ class _Pipeline:
     claimed. The first handlers of a large burst start after one small transaction.
     """
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        handle: Callable[[list[Dispatch], asyncio.Future[Any]], list[Dispatched]] | None = None,
+    ) -> None:
         self.s = scheduler
+        self.handle = handle or scheduler._handle_chunk
         self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any]]] = deque()
         self.results: list[Dispatched] = []
 
@@ -152,13 +168,13 @@ class _Pipeline:
         await asyncio.sleep(0)  # let the task reach the store's thread before we go on
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
-            self.results.extend(self.s._handle_chunk(done_chunk, done))
+            self.results.extend(self.handle(done_chunk, done))
 
     async def drain(self) -> list[Dispatched]:
         while self.inflight:
             chunk, task = self.inflight.popleft()
             await asyncio.wait({task})
-            self.results.extend(self.s._handle_chunk(chunk, task))
+            self.results.extend(self.handle(chunk, task))
         return self.results
 
 
@@ -168,8 +184,11 @@ class Scheduler:
     ``store``: a URL (``sqlite:///cronfleet.db`` by default, ``postgresql://...``) or a
     :class:`~cronfleet.store.Store`. ``clock`` is injectable for tests. ``late_after``: a
     slot handled more than this many seconds after its time is a missed slot, handled by
-    the job's catch-up policy. ``timers=False`` runs no loop: a control-only process (an
-    API replica) that can pause, trigger and read history.
+    the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
+    are claimed (with their leases), so that their handlers start at the instant without
+    a store round trip; 0 claims every slot at its time (docs/architecture.md, "Early
+    claims"). ``timers=False`` runs no loop: a control-only process (an API replica) that
+    can pause, trigger and read history.
     """
 
     def __init__(
@@ -190,6 +209,7 @@ class Scheduler:
         queue_poll: str | float | timedelta = "1s",
         batch_size: int = 1000,
         record_started_after: float = 0.25,
+        claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
@@ -208,6 +228,9 @@ class Scheduler:
         self.batch_size = max(1, batch_size)
         self.timers = timers
         self.record_started_after = record_started_after
+        self.claim_ahead = max(0.0, _secs(claim_ahead, "claim_ahead"))
+        # only stores that can withdraw an early claim get them
+        self._ahead = self.claim_ahead if isinstance(self.store, EarlyClaimStore) else 0.0
         self.stats = _Stats()
         self.last_tick: float | None = None
         self._jobs: dict[str, Job] = {}
@@ -229,6 +252,8 @@ class Scheduler:
         self._unrecorded: dict[int, _Active] = {}
         self._record_event: asyncio.Event | None = None
         self._firing: asyncio.Future[None] | None = None
+        self._early: _Early | None = None
+        self._fired_at: float | None = None
         self._flush_done: asyncio.Event | None = None
         self._last_reap: float | None = None
         self._unsaved_skips: deque[Skip] = deque(maxlen=_MAX_BUFFERED)
@@ -449,6 +474,16 @@ class Scheduler:
         self._poke()
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        early, self._early = self._early, None
+        if early is not None:
+            # slots claimed early whose time has not come: given back for other instances
+            # (or a later start's catch-up), as if never claimed
+            claimed = [(job, res) for job, res, active in early.ready if active is not None]
+            for _job, res in await self._withdraw_early(early.slot, claimed, self.clock.now()):
+                if res.run is not None:
+                    self._interrupt(
+                        res.run, True, self.clock.now(), "the scheduler stopped before its slot"
+                    )
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -546,10 +581,12 @@ class Scheduler:
 
     async def _main_loop(self) -> None:
         assert self._wake is not None
+        ahead = self._ahead
         while not self._stopping:
             now = self.clock.now()
             self.last_tick = now
-            if self._heap and self._heap[0] <= now:
+            early = self._early
+            if (self._heap and self._heap[0] <= now) or (early is not None and early.slot <= now):
                 self._enter()
                 self._firing = asyncio.get_running_loop().create_future()
                 try:
@@ -561,11 +598,247 @@ class Scheduler:
                     self._firing = None
                     self._leave()
                 continue
+            lead = self._lead(now) if ahead > 0 and early is None and self._heap else 0.0
+            if lead > 0 and self._heap[0] - lead <= now:
+                self._enter()
+                try:
+                    await self._claim_early(self._heap[0], now)
+                except Exception:
+                    log.exception("cronfleet: error while claiming slots early; continuing")
+                finally:
+                    self._leave()
+                continue
             self._wake.clear()
-            deadline = self._heap[0] if self._heap else now + 3600.0
+            if early is not None:
+                deadline = min(early.slot, self._heap[0]) if self._heap else early.slot
+            elif self._heap:
+                deadline = self._heap[0] - lead
+            else:
+                deadline = now + 3600.0
             await self.clock.sleep_until(deadline, self._wake)
 
+    # -- early claims -------------------------------------------------------------------
+
+    def _lead(self, now: float) -> float:
+        """How long before the next instant its slots are claimed: ``claim_ahead``, or
+        longer for a large instant (its claims take about ``_EARLY_PER_SLOT`` each), but
+        never more than half the time since the previous instant fired, so that runs of
+        that instant have had time to end and release their leases."""
+        first = self._heap[0]
+        lead = min(max(self._ahead, len(self._buckets.get(first, ())) * _EARLY_PER_SLOT), 30.0)
+        if self._fired_at is not None:
+            lead = min(lead, (first - self._fired_at) / 2)
+        return lead
+
+    def _may_claim_early(self, job: Job) -> bool:
+        """Plain leased slots only: everything else is decided at the slot's time."""
+        return (
+            job.overlap is not Overlap.ALLOW
+            and job.locking is not Locking.NODE_LOCAL
+            and not job.jitter
+            and job.id not in self._queued
+            and not self._local_running.get(job.id)
+        )
+
+    async def _claim_early(self, slot: float, now: float) -> None:
+        """Claim the plain slots of the next instant ``slot`` a little before it, each with
+        its job's lease, and build their runs; ``_fire_due`` starts them at ``slot``.
+
+        Only jobs that are enabled at ``slot`` as far as the overrides say now, and whose
+        lease is free now, are claimed; the rest stay in the heap and are handled at
+        ``slot`` as usual. Where the store keeps no claim (lease busy, store error), the
+        job goes back to the heap too. Exactly one of these holds for each job taken here,
+        so no job leaves the schedule.
+        """
+        early = self._early = _Early(slot)
+        jobs, nexts = self._jobs, self._next
+        try:
+            states = await self.store.read_overrides(
+                [j for j in self._buckets.get(slot, ()) if nexts.get(j) == slot]
+            )
+        except Exception as exc:
+            self.stats.store_errors += 1
+            log.warning("cannot read overrides (%s); no early claims for this instant", exc)
+            return
+        bucket = self._buckets.get(slot)
+        if not bucket:
+            return
+        at = from_ts(slot)
+        take: list[Job] = []
+        keep: list[str] = []
+        seen: set[str] = set()
+        for job_id in bucket:
+            job = jobs.get(job_id)
+            if job is None or nexts.get(job_id) != slot or job_id in seen:
+                continue  # removed or stale, as _fire_due would drop it
+            seen.add(job_id)
+            st = states.get(job_id)
+            enabled = job.enabled if st is None else st.effective_enabled(job.enabled, at)
+            if enabled and self._may_claim_early(job):
+                take.append(job)
+            else:
+                keep.append(job_id)
+        # the heap entry stays (with what is left of the bucket): the loop wakes at ``slot``
+        self._buckets[slot] = keep
+        if not take:
+            return
+        placed: set[str] = set()
+
+        def collect(chunk: list[Dispatch], fut: asyncio.Future[Any]) -> list[Dispatched]:
+            exc = fut.exception()
+            if exc is not None:
+                self.stats.store_errors += 1
+                log.warning(
+                    "cannot claim %d slots early (%s); claiming at their time", len(chunk), exc
+                )
+                return []
+            got: list[Dispatched] = fut.result()
+            for res in got:
+                job = jobs.get(res.request.job_id)
+                if job is None or res.busy:
+                    continue  # not claimed: back to the heap below
+                active = None
+                if res.won and res.run is not None:
+                    active = _Active(job, res.run, True)
+                    active.ctx = self._context(job, res.run)
+                early.ready.append((job, res, active))
+                placed.add(job.id)
+            return got
+
+        pipe = _Pipeline(self, collect)
+        size = self.batch_size
+        try:
+            for i in range(0, len(take), size):
+                await pipe.submit(
+                    [
+                        Dispatch(
+                            job_id=job.id,
+                            slot=slot,
+                            triggered_by=TriggeredBy.SCHEDULE,
+                            lease=True,
+                            hold=job.lease_seconds + max(slot - now, 0.0),
+                            record=False,
+                            early=True,
+                        )
+                        for job in take[i : i + size]
+                    ]
+                )
+            await pipe.drain()
+        finally:
+            for job in take:  # lease busy, store error, or the job left meanwhile
+                if job.id not in placed and jobs.get(job.id) is job and nexts.get(job.id) == slot:
+                    self._push(job, slot)
+
+    def _start_early(
+        self, early: _Early, now: float, states: Mapping[str, JobState]
+    ) -> list[tuple[Job, Dispatched]]:
+        """At the instant: start the runs claimed early. Returns the claims to withdraw —
+        jobs paused, disabled or removed since, or slots that are now late — which are
+        then handled as if they had never been claimed early."""
+        slot, jobs = early.slot, self._jobs
+        late = now - slot > self.late_after
+        now_dt = from_ts(now)
+        undo: list[tuple[Job, Dispatched]] = []
+        go: list[_Active] = []
+        done: list[tuple[Job, float]] = []
+        for job, res, active in early.ready:
+            if jobs.get(job.id) is not job:
+                if active is not None:
+                    undo.append((job, res))
+                continue
+            nxt = self._after(job, slot)
+            if active is not None:
+                st = states.get(job.id) if states else None
+                if (
+                    late
+                    or nxt <= now
+                    or (st is not None and not st.effective_enabled(job.enabled, now_dt))
+                ):
+                    undo.append((job, res))  # its next slot is pushed when it is handled
+                    continue
+                active.run.started_at = now_dt
+                go.append(active)
+            else:  # another instance claimed the slot first
+                self.stats.claims_lost += 1
+            done.append((job, nxt))
+        self._start_runs(go)
+        # bookkeeping after the handlers are on their way
+        watermark, push = self._watermark, self._push
+        for job, nxt in done:
+            push(job, nxt)
+            if watermark.get(job.id, 0.0) < slot:
+                watermark[job.id] = slot
+        return undo
+
+    async def _withdraw_early(
+        self, slot: float, undo: list[tuple[Job, Dispatched]], now: float
+    ) -> list[tuple[Job, Dispatched]]:
+        """Withdraw early claims; returns those the store could not withdraw (still ours)."""
+        assert isinstance(self.store, EarlyClaimStore)
+        try:
+            await self.store.withdraw(
+                [(job.id, slot, res.token) for job, res in undo if res.token is not None]
+            )
+        except Exception as exc:
+            self.stats.store_errors += 1
+            log.warning("cannot withdraw %d early claims (%s)", len(undo), exc)
+            return undo
+        return []
+
+    def _keep_early(
+        self,
+        slot: float,
+        kept: list[tuple[Job, Dispatched]],
+        now: float,
+        states: Mapping[str, JobState],
+    ) -> None:
+        """Early claims that could not be withdrawn stay ours: a job still enabled runs its
+        slot (late); a paused, disabled or removed one records it skipped and frees the
+        lease, through the group commit (retried until the store answers)."""
+        now_dt = from_ts(now)
+        for job, res in kept:
+            run = res.run
+            if run is None:
+                continue
+            live = self._jobs.get(job.id) is job
+            st = states.get(job.id)
+            enabled = live and (
+                job.enabled if st is None else st.effective_enabled(job.enabled, now_dt)
+            )
+            if live:
+                nxt = self._after(job, slot)
+                self._push(job, nxt)
+                if self._watermark.get(job.id, 0.0) < slot:
+                    self._watermark[job.id] = slot
+            if enabled:
+                run.started_at = now_dt
+                self._launch(job, run, leased=True)
+                continue
+            reason = (
+                SkipReason.PAUSED
+                if st is not None and st.enabled_override is False
+                else SkipReason.DISABLED
+            )
+            run.status = RunStatus.SKIPPED
+            run.reason = reason.value
+            run.started_at = None
+            run.finished_at = now_dt
+            run.result = {"skipped": True, "reason": reason.value}
+            run.logs.append(
+                f"Skipped: the job is {reason.value}" if live else "Skipped: the job was removed"
+            )
+            self.stats.skipped += 1
+            self._finishes.append(Finish(run, run.fencing_token))
+        if kept and self._flush_event is not None:
+            self._flush_event.set()
+
     async def _fire_due(self, now: float) -> None:
+        self._fired_at = now
+        early = self._early
+        if early is not None and early.slot <= now:
+            self._early = None
+        else:
+            early = None
         due: list[tuple[Job, float]] = []
         jobs, nexts, buckets = self._jobs, self._next, self._buckets
         while self._heap and self._heap[0] <= now:
@@ -574,14 +847,39 @@ class Scheduler:
                 job = jobs.get(job_id)
                 if job is not None and nexts.get(job_id) == slot:  # else removed or stale
                     due.append((job, slot))
-        if not due:
+        if not due and (early is None or not early.ready):
             return
+        ids = [j.id for j, _ in due]
+        if early is not None:
+            ids += [j.id for j, _, _ in early.ready]
         try:
-            states = await self.store.read_overrides([j.id for j, _ in due])
+            states = await self.store.read_overrides(ids)
         except Exception as exc:
             self.stats.store_errors += 1
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
             states = {}
+        if early is not None:
+            # The cyclic GC waits until these handlers have taken their first step: a full
+            # collection over a large job set costs tens of milliseconds, which would land
+            # on the lateness of every handler not yet started. Cyclic garbage is collected
+            # that moment later, nothing else changes.
+            hold_gc = gc.isenabled() and len(early.ready) > 1
+            if hold_gc:
+                gc.disable()
+            try:
+                undo = self._start_early(early, now, states)
+            finally:
+                if hold_gc:  # runs after the first steps the loop now has queued
+                    asyncio.get_running_loop().call_soon(gc.enable)
+            if undo:
+                kept = await self._withdraw_early(early.slot, undo, now)
+                self._keep_early(early.slot, kept, now, states)
+                gone = {job.id for job, _ in kept}
+                due += [
+                    (job, early.slot)
+                    for job, _ in undo
+                    if job.id not in gone and jobs.get(job.id) is job
+                ]
         pipe = _Pipeline(self)
         skips: list[Skip] = []
         sequences: list[tuple[Job, list[tuple[float, bool]]]] = []
@@ -911,6 +1209,41 @@ class Scheduler:
 
     def _launch(self, job: Job, run: RunRecord, leased: bool) -> None:
         active = _Active(job, run, leased)
+        active.ctx = self._context(job, run)
+        self._start_run(active)
+
+    def _start_runs(self, actives: list[_Active]) -> None:
+        """``_start_run`` for a batch whose records and contexts are built (early claims)."""
+        if not actives:
+            return
+        active_map, running, unrecorded = self._active, self._local_running, self._unrecorded
+        seq, execute = self._seq, self._execute
+        self._busy += len(actives)
+        if self._idle is not None:
+            self._idle.clear()
+        self.stats.fired += len(actives)
+        loop = asyncio.get_running_loop()
+        create = loop.create_task
+        for active in actives:
+            key = active.run.id
+            if key is None:
+                key = -next(seq)
+                unrecorded[key] = active
+            active_map[key] = active
+            job_id = active.job.id
+            running[job_id] = running.get(job_id, 0) + 1
+            if _EAGER:
+                active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                    execute(key, active), loop=loop, eager_start=True
+                )
+            else:
+                active.task = create(execute(key, active))
+        if unrecorded and self._record_event is not None and not self._record_event.is_set():
+            self._record_event.set()
+
+    def _start_run(self, active: _Active) -> None:
+        """Start a run whose record and context are built (``_launch``, early claims)."""
+        job, run = active.job, active.run
         key = run.id if run.id is not None else -next(self._seq)
         self._active[key] = active
         running = self._local_running
@@ -922,7 +1255,6 @@ class Scheduler:
             self._unrecorded[key] = active
             if self._record_event is not None and not self._record_event.is_set():
                 self._record_event.set()
-        active.ctx = self._context(job, run)
         self.stats.fired += 1
         loop = asyncio.get_running_loop()
         if _EAGER:

@@ -9,7 +9,7 @@ import pytest
 from cronfleet.clock import FakeClock
 from cronfleet.model import RunStatus, TriggeredBy
 from cronfleet.store import Store
-from cronfleet.store.base import Dispatch, Finish, Skip, Start
+from cronfleet.store.base import Dispatch, EarlyClaimStore, Finish, Skip, Start
 
 from .conftest import T0, StoreFactory
 
@@ -407,3 +407,53 @@ async def test_taking_over_an_expired_lease_keeps_the_dead_holders_run(
     assert orphan.status is RunStatus.INTERRUPTED and orphan.fencing_token == dead.token
     assert orphan.instance_id == "dead" and orphan.slot.timestamp() == T0
     assert (await store.read_states(["a"]))["a"].lease_token == nxt.token
+
+
+def early_store(store: Store) -> EarlyClaimStore:
+    if not isinstance(store, EarlyClaimStore):
+        pytest.skip(f"{type(store).__name__} does not claim early")
+    return store
+
+
+async def test_early_claim_is_kept_only_with_its_lease(store: Store, other: Store) -> None:
+    es = early_store(store)
+    await es.ensure_jobs(["a", "b"])
+    [busy] = await other.dispatch([slot_item("b", T0 - 60, lease=True, hold=600)], "two")
+    assert busy.started
+    early = [
+        slot_item(j, T0, lease=True, hold=60, record=False, early=True) for j in ("a", "b")
+    ]
+    a, b = await es.dispatch(early, "one")
+    assert a.won and a.token is not None and not a.busy
+    assert a.run is not None and a.run.status is RunStatus.RUNNING and a.run.id is None
+    assert not b.won and b.busy and b.token is None and b.run is None and b.holder == "two"
+    assert [r.job_id for r in await es.list_runs(limit=10)] == ["b"]  # only two's run of b
+    # b's early claim left no trace: the slot is claimable at its time
+    [later] = await other.dispatch([slot_item("b", T0)], "two")
+    assert later.won and later.token is not None and later.token > (a.token or 0)
+    # a's claim is real: nobody else gets the slot
+    [lost] = await other.dispatch([slot_item("a", T0, lease=True)], "two")
+    assert not lost.won and not lost.busy
+    state = (await es.read_states(["a"]))["a"]
+    assert state.lease_holder == "one" and state.lease_token == a.token
+
+
+async def test_withdrawn_early_claim_is_as_if_never_made(store: Store, other: Store) -> None:
+    es = early_store(store)
+    await es.ensure_jobs(["a"])
+    [old] = await es.dispatch([slot_item("a", T0 - 60)], "one")
+    [a] = await es.dispatch(
+        [slot_item("a", T0, lease=True, hold=60, record=False, early=True)], "one"
+    )
+    assert a.won and a.token is not None
+    assert (await es.read_states(["a"]))["a"].last_slot.timestamp() == T0  # type: ignore[union-attr]
+    assert await es.withdraw([("a", T0 + 1, a.token)]) == 0  # wrong slot: nothing
+    assert await es.withdraw([("a", T0, a.token)]) == 1
+    state = (await es.read_states(["a"]))["a"]
+    assert state.lease_holder is None and state.lease_token is None
+    assert state.last_slot is not None and state.last_slot.timestamp() == T0 - 60
+    [b] = await other.dispatch([slot_item("a", T0, lease=True)], "two")
+    assert b.won and b.started and b.token is not None and b.token > a.token > (old.token or 0)
+    # withdrawing a claim whose lease another run took leaves that lease alone
+    assert await es.withdraw([("a", T0, a.token)]) == 0
+    assert (await es.read_states(["a"]))["a"].lease_token == b.token

@@ -18,6 +18,7 @@ __all__ = [
     "ClaimKind",
     "Dispatch",
     "Dispatched",
+    "EarlyClaimStore",
     "Finish",
     "Skip",
     "Start",
@@ -45,6 +46,10 @@ class Dispatch:
     by :meth:`Store.finish` once the handler has started or ended, so a burst's handlers
     start after one short transaction. A crash in between leaves a claim and an unreleased
     lease, from which :meth:`Store.reap_orphans` writes the ``interrupted`` row.
+    ``early`` (with ``claim="slot"``, ``lease`` and ``record=False``): an early claim, made
+    shortly before the slot's time. The claim is kept only together with the lease: if the
+    lease is busy, the claim is removed again in the same transaction and the result says
+    ``busy`` (nothing of it remains; the slot is handled at its time as usual).
     """
 
     job_id: str
@@ -63,6 +68,7 @@ class Dispatch:
     logs: list[str] = field(default_factory=list)
     reclaim_token: int | None = None
     record: bool = True
+    early: bool = False
 
 
 @dataclass(slots=True)
@@ -72,6 +78,8 @@ class Dispatched:
     ``won`` is False when another instance owns the slot: nothing was recorded.
     ``run`` is the ledger row written for it (running, pending or skipped).
     ``holder`` names the lease holder when the lease was busy.
+    ``busy``: an early claim (``Dispatch.early``) that was not kept because the lease was
+    busy (``won`` is False and nothing was written).
     """
 
     request: Dispatch
@@ -79,6 +87,7 @@ class Dispatched:
     token: int | None = None
     run: RunRecord | None = None
     holder: str | None = None
+    busy: bool = False
 
     @property
     def started(self) -> bool:
@@ -206,3 +215,18 @@ class Store(Protocol):
         runs_per_job: int,
     ) -> tuple[int, int]:
         """Delete old claims (keeping each job's newest) and old runs; returns counts."""
+
+
+@runtime_checkable
+class EarlyClaimStore(Store, Protocol):
+    """A store that supports early claims (``Dispatch.early``) and can withdraw them.
+
+    Its ``dispatch`` must never report a failure for a transaction that may have committed
+    an early claim: the scheduler claims such slots again at their time.
+    """
+
+    async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
+        """Undo early claims not started: delete each ``(job_id, slot, token)`` claim and
+        release the job's lease if that token still holds it, one transaction, as if the
+        slot had never been claimed (where catch-up starts included). Returns the number of
+        claims deleted."""

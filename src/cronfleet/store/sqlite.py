@@ -594,6 +594,18 @@ class SQLiteStore:
             acquired, holders = self._take_leases(
                 c, [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance
             )
+            # an early claim is kept only with its lease: where the lease is busy, the claim
+            # goes again (this transaction is the only one that saw it)
+            gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+            if gone:
+                c.execute(
+                    "DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?))",
+                    (json.dumps([out[i].token for i in gone]),),
+                )
+                for i in gone:
+                    d = out[i]
+                    d.won, d.token, d.busy = False, None, True
+                    d.holder = holders.get(d.request.job_id)
             # 3. one ledger row per won slot
             # 4. a ledger row per won slot; fast-path runs (record=False) are written by
             #    the scheduler's group commit after their handler has started
@@ -697,6 +709,20 @@ class SQLiteStore:
                     to_insert.append(rec)
             insert_runs(c, to_insert)
         return out
+
+    async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
+        if not items:
+            return 0
+        return await self._call(self._withdraw, list(items))
+
+    def _withdraw(self, items: list[tuple[str, float, int]]) -> int:
+        rows = [(token, job_id, ms(slot)) for job_id, slot, token in items]
+        with self._tx() as c:
+            deleted = c.executemany(
+                "DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?", rows
+            ).rowcount
+            c.execute(_RELEASE_SQL, (json.dumps([[j, tok] for j, _, tok in items]),))
+        return max(deleted, 0)
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
         if not items:

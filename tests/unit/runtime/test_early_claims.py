@@ -1,0 +1,433 @@
+"""Early claims: a plain slot is claimed (with its lease) ``claim_ahead`` seconds before its
+time and started at its time; whatever happens in between, each slot is run or recorded
+exactly once (docs/architecture.md, "Early claims")."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cronfleet import (
+    AlreadyExecuting,
+    FakeClock,
+    Missed,
+    Overlap,
+    RunStatus,
+    Scheduler,
+    StoreUnavailable,
+    TriggeredBy,
+)
+from cronfleet.store.base import Dispatch
+
+from .conftest import T0, Recorder, advance, settle
+
+Make = Callable[..., Scheduler]
+SLOT = T0 + 60
+
+
+def claims(db: str, job_id: str) -> list[tuple[int, str]]:
+    """(slot ms, instance) of each claim of ``job_id``."""
+    conn = sqlite3.connect(db.removeprefix("sqlite:///"))
+    try:
+        return conn.execute(
+            "SELECT slot, instance_id FROM claims WHERE job_id = ? ORDER BY slot", (job_id,)
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def lease(db: str, job_id: str) -> tuple[Any, ...]:
+    conn = sqlite3.connect(db.removeprefix("sqlite:///"))
+    try:
+        row = conn.execute(
+            "SELECT lease_holder, lease_token FROM job_state WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        return tuple(row)
+    finally:
+        conn.close()
+
+
+async def to_window(clock: FakeClock, *schedulers: Scheduler) -> None:
+    """Just inside the early-claim window of SLOT (claim_ahead 0.5 s)."""
+    clock.set(SLOT - 0.3)
+    await settle(*schedulers)
+
+
+async def test_claimed_before_its_time_started_at_its_time(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    assert claims(db, "j") == [(SLOT * 1000, "test-1")]
+    assert lease(db, "j")[0] == "test-1"
+    assert rec.calls == []  # not before its time
+    assert await s.runs_async("j") == []
+    clock.set(SLOT)
+    await settle(s)
+    [ctx] = rec.calls
+    assert ctx.slot.timestamp() == SLOT and ctx.triggered_by is TriggeredBy.SCHEDULE
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SUCCEEDED and run.fencing_token == ctx.fencing_token
+    assert run.started_at is not None and run.started_at.timestamp() >= SLOT
+    assert lease(db, "j") == (None, None)
+
+
+async def test_claim_ahead_zero_claims_at_the_slot(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make(claim_ahead=0)
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    assert claims(db, "j") == []
+    await advance(clock, 0.3, s)
+    assert len(rec.calls) == 1
+
+
+async def test_pause_after_the_early_claim_is_honoured(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    assert len(claims(db, "j")) == 1
+    ops = make(instance_id="ops-cli")  # another process pauses it
+    ops.job("60s", id="j")(rec)
+    await ops.pause_async("j", by="ops")
+    clock.set(SLOT)
+    await settle(s)
+    assert rec.calls == []
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SKIPPED and run.reason == "paused"
+    assert run.slot.timestamp() == SLOT
+    assert claims(db, "j") == []  # withdrawn: the skip is the slot's only record
+    assert lease(db, "j") == (None, None)
+    await ops.resume_async("j", by="ops")
+    await advance(clock, 60, s, step=0.5)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT + 60]
+
+
+async def test_a_job_paused_before_the_window_is_not_claimed_early(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await s.pause_async("j", by="ops")
+    await to_window(clock, s)
+    assert claims(db, "j") == []
+    await s.resume_async("j", by="ops")  # resumed before the slot: it runs
+    clock.set(SLOT)
+    await settle(s)
+    assert len(rec.calls) == 1
+
+
+async def test_stop_gives_early_claims_back_to_other_instances(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    a, b = make(instance_id="a"), make(instance_id="b", claim_ahead=0)
+    ran: list[str] = []
+    for s, name in ((a, "a"), (b, "b")):
+
+        async def handler(ctx: Any, name: str = name) -> None:
+            ran.append(name)
+
+        s.job("60s", id="j")(handler)
+    await a.start()
+    await b.start()
+    running.append(b)
+    await to_window(clock, a, b)
+    assert claims(db, "j") == [(SLOT * 1000, "a")]
+    await a.stop()
+    assert claims(db, "j") == []
+    assert lease(db, "j") == (None, None)
+    clock.set(SLOT)
+    await settle(b)
+    assert ran == ["b"]
+    [run] = await b.runs_async("j")
+    assert run.instance_id == "b" and run.status is RunStatus.SUCCEEDED
+
+
+async def test_stopped_before_the_slot_a_restart_catches_it_up(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    s.job("60s", id="j")(Recorder())
+    await s.start()
+    await to_window(clock, s)
+    await s.stop()
+    clock.set(SLOT + 30)  # down over the slot's time
+    again = make()
+    rec = Recorder()
+    again.job("60s", id="j")(rec)
+    await again.start()
+    running.append(again)
+    await settle(again)
+    [ctx] = rec.calls  # the withdrawn slot counts as missed: RUN_ONCE runs it once
+    assert ctx.slot.timestamp() == SLOT and ctx.is_catchup
+
+
+async def test_instance_dying_after_an_early_claim_leaves_an_interrupted_run(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make(instance_id="survivor")
+    rec = Recorder()
+    s.job("60s", id="j", timeout=60, recover=True)(rec)
+    clock.set(SLOT - 0.3)
+    await s.store.open()
+    await s.store.ensure_jobs(["j"])
+    # a process that claimed SLOT early (lease 90 s from the slot) and died before it
+    [dead] = await s.store.dispatch(
+        [
+            Dispatch(
+                job_id="j",
+                slot=SLOT,
+                triggered_by=TriggeredBy.SCHEDULE,
+                lease=True,
+                hold=90.3,
+                record=False,
+                early=True,
+            )
+        ],
+        "dead:1:x",
+    )
+    assert dead.won and dead.token is not None
+    await s.store.close()
+    await s.start()
+    running.append(s)
+    await advance(clock, 60.5, s, step=0.5)
+    assert rec.calls == []  # SLOT is the dead instance's; its lease still blocks SLOT + 60
+    [busy] = await s.runs_async("j")
+    assert busy.slot.timestamp() == SLOT + 60 and busy.reason == "already_executing"
+    await advance(clock, 40, s, step=10)  # its lease expired: recorded, then recovered
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]
+    runs = await s.runs_async("j", limit=10)
+    at_slot = [r for r in runs if r.slot.timestamp() == SLOT]
+    assert {(r.status, r.is_recovery) for r in at_slot} == {
+        (RunStatus.INTERRUPTED, False),
+        (RunStatus.SUCCEEDED, True),
+    }
+    interrupted = next(r for r in at_slot if not r.is_recovery)
+    assert interrupted.instance_id == "dead:1:x" and interrupted.fencing_token == dead.token
+
+
+async def test_late_early_claim_follows_the_catch_up_policy(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j", missed=Missed.SKIP)(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    assert len(claims(db, "j")) == 1
+    clock.set(SLOT + 10)  # the loop stalled past late_after (5 s)
+    await settle(s)
+    assert rec.calls == []
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SKIPPED and run.reason == "missed"
+    assert run.slot.timestamp() == SLOT
+    assert len(claims(db, "j")) == 1  # the missed record's own claim
+
+
+async def test_busy_lease_is_decided_at_the_slot(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    release = asyncio.Event()
+    started: list[float] = []
+
+    async def long(ctx: Any) -> None:
+        started.append(ctx.slot.timestamp())
+        await release.wait()
+
+    s.job("60s", id="j")(long)
+    await s.start()
+    running.append(s)
+    for t in (SLOT - 0.3, SLOT):  # the first slot, claimed early, is running
+        clock.set(t)
+        await asyncio.sleep(0.05)
+    assert started == [SLOT]
+    clock.set(SLOT + 59.7)  # window of the next slot: its lease is busy, nothing claimed
+    await asyncio.sleep(0.05)
+    assert [c[0] for c in claims(db, "j")] == [SLOT * 1000]
+    clock.set(SLOT + 60)
+    await asyncio.sleep(0.05)
+    runs = await s.runs_async("j")
+    skip = next(r for r in runs if r.status is RunStatus.SKIPPED)
+    assert skip.slot.timestamp() == SLOT + 60 and skip.reason == "already_executing"
+    release.set()
+    await settle(s)
+    assert started == [SLOT]
+
+
+async def test_removed_job_gives_its_early_claim_back(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    s.job("60s", id="k")(Recorder())
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    assert len(claims(db, "j")) == 1
+    s.remove_job("j")
+    clock.set(SLOT)
+    await settle(s)
+    assert rec.calls == []
+    assert claims(db, "j") == []
+    assert lease(db, "j") == (None, None)
+    assert await s.runs_async(limit=10) != []  # k ran
+
+
+async def test_many_instances_early_and_not_fire_each_slot_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    calls: list[tuple[str, float]] = []
+
+    def build(name: str, ahead: float) -> Scheduler:
+        s = make(instance_id=name, claim_ahead=ahead)
+        for j in range(30):
+
+            async def handler(ctx: Any) -> None:
+                calls.append((ctx.job_id, ctx.slot.timestamp()))
+
+            s.job("10s", id=f"job-{j}")(handler)
+        return s
+
+    group = [build("a", 0.5), build("b", 2), build("c", 0)]
+    for s in group:
+        await s.start()
+        running.append(s)
+    await advance(clock, 60, *group, step=0.25)
+    expected = {(f"job-{j}", T0 + k * 10) for j in range(30) for k in range(1, 7)}
+    assert sorted(calls) == sorted(expected)
+    runs = await group[0].runs_async(limit=1000)
+    assert len(runs) == len(expected)
+    assert {r.status for r in runs} == {RunStatus.SUCCEEDED}
+
+
+async def test_early_claim_that_fails_is_made_at_the_slot(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    real = s.store.dispatch
+    seen: list[bool] = []
+
+    async def early_fails(items: list[Dispatch], instance: str) -> Any:
+        seen.append(items[0].early)
+        if items[0].early:
+            raise StoreUnavailable("down for a moment")
+        return await real(items, instance)
+
+    s.store.dispatch = early_fails  # type: ignore[method-assign]
+    await to_window(clock, s)
+    assert seen == [True] and claims(db, "j") == []
+    clock.set(SLOT)
+    await settle(s)
+    assert seen == [True, False]
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]
+    assert rec.calls[0].fencing_token is not None  # claimed at its time, normally
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SUCCEEDED
+
+
+async def test_withdraw_failing_keeps_the_claim_and_records_the_pause(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    await s.pause_async("j", by="ops")
+
+    async def down(items: Any) -> int:
+        raise StoreUnavailable("down")
+
+    s.store.withdraw = down  # type: ignore[attr-defined]
+    clock.set(SLOT)
+    await settle(s)
+    assert rec.calls == []
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SKIPPED and run.reason == "paused"
+    assert run.fencing_token is not None and run.slot.timestamp() == SLOT
+    assert claims(db, "j") == [(SLOT * 1000, "test-1")]
+    assert lease(db, "j") == (None, None)
+
+
+async def test_manual_run_in_the_window_finds_the_lease_taken(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+    with pytest.raises(AlreadyExecuting) as err:
+        await s.trigger_async("j", by="alice")
+    assert err.value.holder == "test-1"
+    clock.set(SLOT)
+    await settle(s)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]  # the slot itself ran
+    statuses = sorted((r.manual, r.status.value) for r in await s.runs_async("j"))
+    assert statuses == [(False, "succeeded"), (True, "skipped")]
+
+
+async def test_queue_one_job_claimed_early_runs_each_slot(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("10s", id="q", overlap=Overlap.QUEUE_ONE)(rec)
+    await s.start()
+    running.append(s)
+    await advance(clock, 30, s, step=0.25)
+    assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10, T0 + 20, T0 + 30]
+    assert {r.status for r in await s.runs_async("q")} == {RunStatus.SUCCEEDED}
+
+
+async def test_late_early_claim_that_cannot_be_withdrawn_runs_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    await s.start()
+    running.append(s)
+    await to_window(clock, s)
+
+    async def down(items: Any) -> int:
+        raise StoreUnavailable("down")
+
+    s.store.withdraw = down  # type: ignore[attr-defined]
+    clock.set(SLOT + 10)  # late, and the claim stays ours: it runs, once
+    await settle(s)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT]
+    [run] = await s.runs_async("j")
+    assert run.status is RunStatus.SUCCEEDED
+    assert run.started_at is not None and run.started_at.timestamp() >= SLOT + 10
+    await advance(clock, 60, s, step=0.5)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT, SLOT + 60]
