@@ -474,10 +474,17 @@ class Scheduler:
         self._poke()
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        early = self._early
+        if early is not None and early.slot - self.clock.now() <= self.shutdown_grace:
+            await self._fire_early_before_stop(early)
         early, self._early = self._early, None
         if early is not None:
-            # slots claimed early whose time has not come: given back for other instances
-            # (or a later start's catch-up), as if never claimed
+            # slots claimed early too far ahead to wait for: given back, as if never
+            # claimed (another instance that also wants them claims them at their time if
+            # its own early claim was refused for a busy lease, or a later start's
+            # catch-up finds them missed)
+            log.warning("stopping %.1fs before %d slots claimed early: giving them back",
+                        early.slot - self.clock.now(), len(early.ready))
             claimed = [(job, res) for job, res, active in early.ready if active is not None]
             for _job, res in await self._withdraw_early(early.slot, claimed, self.clock.now()):
                 if res.run is not None:
@@ -509,6 +516,37 @@ class Scheduler:
             self._threads.shutdown(wait=False, cancel_futures=True)
         await self.store.close()
         log.info("cronfleet %s stopped", self.instance_id)
+
+    async def _fire_early_before_stop(self, early: _Early) -> None:
+        """Run the instant whose slots this process claimed early, then let stop go on.
+
+        Giving those claims back would lose the slots: every other instance that tried to
+        claim them early lost the claim and has moved on to its next instant. So a stop
+        waits for the instant (at most the claim lead, normally 0.5 s) and starts them
+        like the loop would; the handlers then get the usual grace period."""
+        if not any(active is not None for _, _, active in early.ready):
+            return
+        log.info("stopping after the slots claimed early for %s start",
+                 from_ts(early.slot).isoformat())
+
+        async def until_the_instant() -> None:
+            while self.clock.now() < early.slot:
+                await self.clock.sleep_until(early.slot)
+
+        # bounded in real time too: a clock that does not move (a test's FakeClock) or
+        # jumps back must not hold the stop; unstarted claims are then given back
+        wait = early.slot - self.clock.now() + 1.0
+        try:
+            await asyncio.wait_for(until_the_instant(), max(wait, 0.0))
+        except TimeoutError:
+            return
+        self._enter()
+        try:
+            await self._fire_due(self.clock.now())
+        except Exception:
+            log.exception("cronfleet: error while firing the early-claimed slots at stop")
+        finally:
+            self._leave()
 
     def _interrupt(self, run: RunRecord, leased: bool, now: float, why: str) -> None:
         run.status = RunStatus.INTERRUPTED

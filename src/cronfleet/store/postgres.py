@@ -137,13 +137,17 @@ kept AS (
     AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
   ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
 )"""
-# rows: [job, watermark ms | null, lease token | null, lease until ms | null]
+# rows: [job, watermark ms | null, lease token | null, lease until ms | null, early]
+# (early: the watermark moves only if the lease is taken -- an early claim is kept only
+# together with its lease)
 _STATE_SQL = f"""
 WITH {_LOCK_CTE}__KEEP__,
 v AS (SELECT e->>0 AS j, {_TS.format("e->>1")} AS mark, (e->>2)::bigint AS tok,
-             {_TS.format("e->>3")} AS until FROM {_ROWS} AS e)
+             {_TS.format("e->>3")} AS until, coalesce((e->>4)::boolean, false) AS early
+      FROM {_ROWS} AS e)
 UPDATE __S__.job_state s SET
   last_slot = CASE WHEN v.mark IS NOT NULL AND (s.last_slot IS NULL OR s.last_slot < v.mark)
+                        AND (NOT v.early OR (v.tok IS NOT NULL AND {_FREE}))
                    THEN v.mark ELSE s.last_slot END,
   lease_holder = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN %(inst)s ELSE s.lease_holder END,
   lease_token = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.tok ELSE s.lease_token END,
@@ -160,6 +164,25 @@ WITH {_LOCK_CTE}
 UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
 FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok FROM {_ROWS} AS e) AS v
 WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
+"""
+# rows: [job, slot ms, token]; early claims given back: each deleted (fenced by token),
+# then the jobs' watermarks recomputed from what is left, as if the claim was never made
+_WITHDRAW_SQL = f"""
+DELETE FROM __S__.claims c
+USING (SELECT e->>0 AS j, {_TS.format("e->>1")} AS slot, (e->>2)::bigint AS tok
+       FROM {_ROWS} AS e) AS v
+WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
+RETURNING c.job_id
+"""
+_REMARK_SQL = f"""
+WITH {_LOCK_CTE.replace("SELECT e->>0 FROM", "SELECT e FROM").replace(_ROWS, _IDS)}
+UPDATE __S__.job_state s SET last_slot = (
+  SELECT max(m.slot) FROM (
+    SELECT max(c.slot) AS slot FROM __S__.claims c WHERE c.job_id = s.job_id
+    UNION ALL
+    SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL
+  ) AS m)
+WHERE s.job_id IN (SELECT job_id FROM locked)
 """
 # rows: see _run_rows()
 _INSERT_RUNS_SQL = f"""
@@ -411,6 +434,7 @@ class PostgresStore:
         self._probe: asyncio.Task[None] | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._ambiguous: deque[tuple[str, int]] = deque(maxlen=100_000)
+        self._ambiguous_early: list[tuple[str, int, int]] = []
         self._listener: asyncio.Task[None] | None = None
         self._skew_warned = False
         self._begin = b"BEGIN; SELECT now()" if self.time_source == "database" else b"BEGIN"
@@ -477,6 +501,7 @@ class PostgresStore:
                 finally:
                     await conn.close()
                 await self.pool.check()  # drop the pooled connections that died with it
+                await self._withdraw_ambiguous_early()
             except Exception as exc:
                 self._down = exc
                 delay = min(delay * 2, self.max_backoff)
@@ -487,6 +512,44 @@ class PostgresStore:
             await self._release_ambiguous()
             self._notify_all()  # anything announced while we were away
             return
+
+    async def _withdraw_ambiguous_early(self) -> None:
+        """Early claims whose COMMIT went unanswered are given back on a connection of
+        their own, before the store is marked available: the scheduler took the batch as
+        failed and claims those slots again at their time, which must find them free."""
+        if not self._ambiguous_early:
+            return
+        rows = sorted(set(self._ambiguous_early))
+        conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
+        try:
+            async with conn.transaction():
+                cur = Cursor(conn.cursor(), self._qschema)
+                await self._withdraw_in(cur, rows)
+        finally:
+            await conn.close()
+        self._ambiguous_early.clear()
+        log.warning("PostgreSQL store %s: gave back %d early claims whose commit was not "
+                    "acknowledged", self.url, len(rows))
+
+    async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
+        await cur.execute(_WITHDRAW_SQL, {"rows": _dumps([list(r) for r in rows])})
+        deleted = [r[0] for r in await cur.fetchall()]
+        await cur.execute(_RELEASE_SQL, {"rows": _dumps([[j, tok] for j, _, tok in rows])})
+        if deleted:
+            await cur.execute(_REMARK_SQL, {"ids": _dumps(sorted(set(deleted)))})
+        return len(deleted)
+
+    async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
+        """Give back early claims not started (see ``EarlyClaimStore``): claims deleted
+        (fenced by token), leases released, watermarks as if they were never made."""
+        if not items:
+            return 0
+        rows = [(job_id, ms(slot), token) for job_id, slot, token in items]
+
+        async def go(cur: Cursor, now: datetime) -> int:
+            return await self._withdraw_in(cur, rows)
+
+        return await self._run(go)
 
     async def _release_ambiguous(self) -> None:
         """Leases taken by a transaction whose COMMIT went unanswered: the scheduler took
@@ -902,9 +965,11 @@ class PostgresStore:
         marks: dict[str, int],
         leases: list[tuple[str, int | None, float]],
         instance: str,
+        early: set[str] | None = None,
     ) -> tuple[set[str], dict[str, str | None]]:
         """One statement per batch: advance watermarks and take ``(job, token, hold)``
-        leases. Returns the jobs whose lease was taken and the holders of the busy ones."""
+        leases. Returns the jobs whose lease was taken and the holders of the busy ones.
+        For the ``early`` jobs the watermark moves only if the lease is taken."""
         if not marks and not leases:
             return set(), {}
         ids = [w[0] for w in leases]
@@ -916,6 +981,8 @@ class PostgresStore:
         for j, tok, hold in leases:
             row = rows.setdefault(j, [j, None, None, None])
             row[2], row[3] = tok, now_ms + ms(hold)
+        for j in early or ():
+            rows[j].append(True)
         await cur.execute(
             _STATE_LEASE_SQL if leases else _STATE_SQL,
             {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))},
@@ -944,7 +1011,14 @@ class PostgresStore:
 
         def unsure(out: list[Dispatched]) -> None:
             self._remember_leases(
-                [(d.request.job_id, d.token) for d in out if d.started and d.request.lease]
+                [(d.request.job_id, d.token) for d in out
+                 if d.started and d.request.lease and not d.request.early]
+            )
+            # the scheduler claims these slots again at their time: the early claims must
+            # be gone by then, or nobody would run them
+            self._ambiguous_early.extend(
+                (d.request.job_id, ms(d.request.slot), d.token) for d in out
+                if d.request.early and d.won and d.token is not None
             )
 
         out = await self._run(go, ambiguous=unsure)
@@ -1017,13 +1091,28 @@ class PostgresStore:
             for i, d in enumerate(out)
             if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
         ]
+        early = {items[i].job_id for i in lease_idx if items[i].early}
         acquired, holders = await self._update_states(
             cur,
             now,
             marks,
             [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
             instance,
+            early,
         )
+        # an early claim is kept only with its lease: where the lease is busy, the claim
+        # goes again (no other transaction ever saw it) and the slot is decided at its time
+        gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+        if gone:
+            await cur.execute(
+                "DELETE FROM __S__.claims WHERE token IN "
+                "(SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint)",
+                {"ids": _dumps([out[i].token for i in gone])},
+            )
+            for i in gone:
+                d = out[i]
+                d.won, d.token, d.busy = False, None, True
+                d.holder = holders.get(d.request.job_id)
         # 4. a ledger row per won slot; fast-path runs (record=False) are written by the
         #    scheduler's group commit after their handler has started
         to_insert: list[RunRecord] = []

@@ -137,40 +137,57 @@ async def test_a_job_paused_before_the_window_is_not_claimed_early(
     assert len(rec.calls) == 1
 
 
-async def test_stop_gives_early_claims_back_to_other_instances(
+async def test_stop_runs_its_early_claims_at_their_time(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    a, b = make(instance_id="a"), make(instance_id="b", claim_ahead=0)
+    """Both instances claim early; one wins, the other's claim is refused and it moves on.
+    Giving the winner's claim back at stop would lose the slot (the loser will not try
+    again), so the winner's stop waits for the instant, runs it, and only then stops: a
+    rolling deploy loses nothing."""
+    by_name = {"a": make(instance_id="a"), "b": make(instance_id="b")}
     ran: list[str] = []
-    for s, name in ((a, "a"), (b, "b")):
+    for name, s in by_name.items():
 
         async def handler(ctx: Any, name: str = name) -> None:
             ran.append(name)
 
         s.job("60s", id="j")(handler)
-    await a.start()
-    await b.start()
-    running.append(b)
-    await to_window(clock, a, b)
-    assert claims(db, "j") == [(SLOT * 1000, "a")]
-    await a.stop()
-    assert claims(db, "j") == []
-    assert lease(db, "j") == (None, None)
+    for s in by_name.values():
+        await s.start()
+    await to_window(clock, *by_name.values())
+    [(slot_ms, winner)] = claims(db, "j")
+    assert slot_ms == SLOT * 1000
+    loser = by_name["b" if winner == "a" else "a"]
+    running.append(loser)
+    stopping = asyncio.ensure_future(by_name[winner].stop())
+    await settle(loser)
+    assert not stopping.done()  # waiting for the instant, not giving the claim back
+    assert claims(db, "j") == [(SLOT * 1000, winner)]
     clock.set(SLOT)
-    await settle(b)
-    assert ran == ["b"]
-    [run] = await b.runs_async("j")
-    assert run.instance_id == "b" and run.status is RunStatus.SUCCEEDED
+    await settle(loser)
+    await asyncio.wait_for(stopping, 5)
+    assert not by_name[winner].running
+    await settle(loser)
+    assert ran == [winner]
+    [run] = await loser.runs_async("j")
+    assert run.instance_id == winner and run.status is RunStatus.SUCCEEDED
+    assert run.slot.timestamp() == SLOT
+    assert lease(db, "j") == (None, None)
 
 
-async def test_stopped_before_the_slot_a_restart_catches_it_up(
-    make: Make, clock: FakeClock, running: list
+async def test_stop_far_before_a_large_early_instant_gives_the_claims_back(
+    make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
+    """Early claims more than the shutdown grace ahead are not waited for: they are
+    withdrawn, as if never made, and a later start's catch-up finds the slot missed."""
+    s = make(shutdown_grace=0.1)
     s.job("60s", id="j")(Recorder())
     await s.start()
     await to_window(clock, s)
-    await s.stop()
+    assert len(claims(db, "j")) == 1
+    await s.stop()  # 0.3 s before the slot, grace 0.1 s: no waiting
+    assert claims(db, "j") == []
+    assert lease(db, "j") == (None, None)
     clock.set(SLOT + 30)  # down over the slot's time
     again = make()
     rec = Recorder()
