@@ -294,3 +294,58 @@ async def test_leases_of_an_unacknowledged_commit_are_released(pg: PostgresStore
     states = await pg.read_states(["a", "b"])
     assert states["a"].lease_holder is None  # no run row: released
     assert states["b"].lease_holder == "one"  # its run row exists: someone runs it
+
+
+async def test_early_claims_of_an_unanswered_commit_are_given_back_before_reuse(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dies after COMMIT reached the server: the early claim is committed but
+    the scheduler was told the batch failed, and will claim the slot again at its time. The
+    store gives the claim back (and its lease) before it reports itself available, so that
+    claim finds the slot free."""
+    with TcpProxy(pg_url()) as proxy:
+        store = PostgresStore(proxy.url, schema=schema, max_backoff=0.3)
+        other = PostgresStore(pg_url(), schema=schema)
+        await store.open()
+        await other.open()
+        try:
+            await store.ensure_jobs(["a", "b"])
+            [old] = await store.dispatch([item("b", 900.0)], "one")  # b's watermark: 900
+            real = psycopg.AsyncCursor.execute
+            armed = [True]
+
+            async def commit_then_cut(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+                result = await real(self, query, *args, **kw)
+                if query == b"COMMIT" and armed[0]:
+                    armed[0] = False
+                    proxy.cut()
+                    raise psycopg.OperationalError("server closed the connection (test)")
+                return result
+
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", commit_then_cut)
+            early = [item(j, 1000.0, lease=True, hold=60, record=False, early=True)
+                     for j in ("a", "b")]
+            with pytest.raises(StoreUnavailable):
+                await store.dispatch(early, "one")
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+            # committed for real: the claims and leases are there while the store is down
+            states = await other.read_states(["a", "b"])
+            assert {j: s.lease_holder for j, s in states.items()} == {"a": "one", "b": "one"}
+            assert not store.available
+            proxy.restore()
+            for _ in range(200):
+                if store.available:
+                    break
+                await asyncio.sleep(0.05)
+            assert store.available
+            states = await other.read_states(["a", "b"])
+            assert all(s.lease_holder is None for s in states.values())
+            assert states["b"].last_slot is not None
+            assert states["b"].last_slot.timestamp() == 900.0  # as if never claimed
+            # the claim at the slot's time finds the slot free
+            got = await store.dispatch([item(j, 1000.0, lease=True) for j in ("a", "b")], "one")
+            assert all(r.won and r.started for r in got)
+            assert all((r.token or 0) > (old.token or 0) for r in got)
+        finally:
+            await store.close()
+            await other.close()
