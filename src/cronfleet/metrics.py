@@ -44,46 +44,41 @@ class SchedulerCollector:
     def collect(self) -> Iterator[Metric]:
         s = self.scheduler
         st = s.stats
-        fires = CounterMetricFamily("cronfleet_fires", "Runs started by this process.")
-        fires.add_metric([], st.fired)
-        yield fires
-        skips = CounterMetricFamily("cronfleet_skips", "Slots skipped, by reason.",
-                                    labels=["reason"])
-        for reason, n in sorted(st.skips.items()):
-            skips.add_metric([reason], n)
-        yield skips
-        lost = CounterMetricFamily("cronfleet_claim_losses",
-                                   "Slots another instance claimed first.")
-        lost.add_metric([], st.claims_lost)
-        yield lost
-        errors = CounterMetricFamily("cronfleet_store_errors",
-                                     "Store calls that failed (the loop carried on).")
-        errors.add_metric([], st.store_errors)
-        yield errors
-        outcomes = CounterMetricFamily("cronfleet_run_outcomes", "Finished runs, by status.",
-                                       labels=["status"])
-        for status, n in sorted(st.outcomes.items()):
-            outcomes.add_metric([status], n)
-        yield outcomes
-        late = HistogramMetricFamily("cronfleet_lateness_seconds",
-                                     "Handler start minus the slot's nominal time.")
-        late.add_metric([], _buckets(st.lateness), st.lateness.total)
-        yield late
-        dur = HistogramMetricFamily("cronfleet_run_duration_seconds", "Handler run time.")
-        dur.add_metric([], _buckets(st.durations), st.durations.total)
-        yield dur
-        leases = GaugeMetricFamily("cronfleet_leases_held",
-                                   "Runs of this process holding their job's lease.")
-        leases.add_metric([], s.leases_held())
-        yield leases
-        jobs = GaugeMetricFamily("cronfleet_jobs", "Jobs known to this process.")
-        jobs.add_metric([], len(s.jobs))
-        yield jobs
-        health = s.health()
-        overdue = GaugeMetricFamily("cronfleet_loop_overdue_seconds",
-                                    "How far the loop is behind its earliest due slot.")
-        overdue.add_metric([], health["overdue"])
-        yield overdue
+        counters: list[tuple[str, str, str | None, dict[str, int] | int]] = [
+            ("cronfleet_fires", "Runs started by this process.", None, st.fired),
+            ("cronfleet_skips", "Slots skipped, by reason.", "reason", st.skips),
+            ("cronfleet_claim_losses", "Slots another instance claimed first.", None,
+             st.claims_lost),
+            ("cronfleet_store_errors", "Store calls that failed (the loop carried on).", None,
+             st.store_errors),
+            ("cronfleet_run_outcomes", "Finished runs, by status.", "status", st.outcomes),
+        ]
+        for name, doc, label, value in counters:
+            counter = CounterMetricFamily(name, doc, labels=[label] if label else None)
+            if isinstance(value, dict):
+                for key, n in sorted(value.items()):
+                    counter.add_metric([key], n)
+            else:
+                counter.add_metric([], value)
+            yield counter
+        for name, doc, h in (
+            ("cronfleet_lateness_seconds", "Handler start minus the slot's nominal time.",
+             st.lateness),
+            ("cronfleet_run_duration_seconds", "Handler run time.", st.durations),
+        ):
+            hist = HistogramMetricFamily(name, doc)
+            hist.add_metric([], _buckets(h), h.total)
+            yield hist
+        for name, doc, gauge_value in (
+            ("cronfleet_leases_held", "Runs of this process holding their job's lease.",
+             float(s.leases_held())),
+            ("cronfleet_jobs", "Jobs known to this process.", float(len(s.jobs))),
+            ("cronfleet_loop_overdue_seconds",
+             "How far the loop is behind its earliest due slot.", float(s.health()["overdue"])),
+        ):
+            gauge = GaugeMetricFamily(name, doc)
+            gauge.add_metric([], gauge_value)
+            yield gauge
 
 
 def render(scheduler: Scheduler) -> bytes:

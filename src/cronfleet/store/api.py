@@ -117,39 +117,27 @@ class AuditEntry:
                 "details": self.details}
 
 
-_SQLITE_DDL = (
-    """CREATE TABLE IF NOT EXISTS api_tokens (
+# One schema for both dialects: {p} is the schema prefix, {serial}
+# an auto-incrementing primary key (BIGINT works in SQLite, which types by affinity).
+_DDL = (
+    """CREATE TABLE IF NOT EXISTS {p}api_tokens (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, team TEXT NOT NULL, role TEXT NOT NULL,
-        hash TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, created_by TEXT,
-        revoked_at INTEGER, last_used_at INTEGER)""",
-    """CREATE TABLE IF NOT EXISTS audit_log (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, team TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, created_by TEXT,
+        revoked_at BIGINT, last_used_at BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS {p}audit_log (
+        id {serial}, at BIGINT NOT NULL, team TEXT NOT NULL,
         actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
         details TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS audit_log_team ON audit_log (team, id)",
-    """CREATE TABLE IF NOT EXISTS job_defs (
-        id TEXT PRIMARY KEY, team TEXT NOT NULL, spec TEXT NOT NULL,
-        version INTEGER NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
-        created_by TEXT, updated_by TEXT, deleted_at INTEGER)""",
-    "CREATE INDEX IF NOT EXISTS job_defs_version ON job_defs (version)",
-)
-
-_POSTGRES_DDL = (
-    """CREATE TABLE IF NOT EXISTS {p}api_tokens (
-        id text PRIMARY KEY, name text NOT NULL, team text NOT NULL, role text NOT NULL,
-        hash text NOT NULL UNIQUE, created_at bigint NOT NULL, created_by text,
-        revoked_at bigint, last_used_at bigint)""",
-    """CREATE TABLE IF NOT EXISTS {p}audit_log (
-        id bigserial PRIMARY KEY, at bigint NOT NULL, team text NOT NULL,
-        actor text NOT NULL, action text NOT NULL, target text NOT NULL,
-        details text NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS audit_log_team ON {p}audit_log (team, id)",
     """CREATE TABLE IF NOT EXISTS {p}job_defs (
-        id text PRIMARY KEY, team text NOT NULL, spec text NOT NULL,
-        version bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL,
-        created_by text, updated_by text, deleted_at bigint)""",
+        id TEXT PRIMARY KEY, team TEXT NOT NULL, spec TEXT NOT NULL,
+        version BIGINT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
+        created_by TEXT, updated_by TEXT, deleted_at BIGINT)""",
     "CREATE INDEX IF NOT EXISTS job_defs_version ON {p}job_defs (version)",
 )
+_SQLITE_DDL = tuple(d.replace("{p}", "").replace("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT")
+                    for d in _DDL)
+_POSTGRES_DDL = tuple(d.replace("{serial}", "BIGSERIAL PRIMARY KEY") for d in _DDL)
 
 Rows = list[tuple[Any, ...]]
 
