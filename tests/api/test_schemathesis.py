@@ -4,20 +4,16 @@ breaks the published schema (status codes, content types, headers, bodies)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
-import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from cronfleet.store.api import ApiStore
+from .procs import LISTENING, spawn, stop, token, wait_for
 
 CONFIG = """
 [scheduler]
@@ -45,35 +41,20 @@ CHECKS = ["--checks", "all", "--exclude-checks", "positive_data_acceptance"]
 MAX_EXAMPLES = os.environ.get("CRONFLEET_SCHEMATHESIS_EXAMPLES", "25")
 
 
-def _start(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, str]:
-    (tmp_path / "cronfleet.toml").write_text(CONFIG)
-    (tmp_path / "st_handlers.py").write_text(HANDLERS)
-    log = tmp_path / "run.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cronfleet.cli", "run", "--port", "0"],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path, env=env)
-    deadline = time.time() + 30
-    while time.time() < deadline and proc.poll() is None:
-        m = re.search(r"API listening on (http://[\d.]+:\d+)", log.read_text())
-        if m:
-            return proc, log, m.group(1)
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"the API did not start:\n{log.read_text()}")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
-    env["CRONFLEET_SECRET_KEY"] = base64.b64encode(os.urandom(32)).decode()
-    proc, log, base = _start(tmp_path, env)
+    (tmp_path / "cronfleet.toml").write_text(CONFIG)
+    (tmp_path / "st_handlers.py").write_text(HANDLERS)
+    key = base64.b64encode(os.urandom(32)).decode()
+    proc, log = spawn(tmp_path, "run", "--port", "0", env={"CRONFLEET_SECRET_KEY": key})
     try:
-        token, _ = asyncio.run(_token(f"sqlite:///{tmp_path / 'api.db'}"))
+        base = wait_for(log, LISTENING, proc).group(1)
+        tok = token(f"sqlite:///{tmp_path / 'api.db'}", role="admin", name="schemathesis")
         assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
         st = Path(sys.executable).with_name("st")
         result = subprocess.run(
-            [str(st), "run", f"{base}/openapi.json", "-H", f"Authorization: Bearer {token}",
+            [str(st), "run", f"{base}/openapi.json", "-H", f"Authorization: Bearer {tok}",
              *CHECKS, "--max-examples", MAX_EXAMPLES, "--seed", "20261130",
              "--generation-database", "none", "--no-color", "--workers", "1",
              "--request-timeout", "20"],
@@ -83,20 +64,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
             log.read_text()[-4000:]
         assert "17 selected" in output or "Selected:" in output
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = stop(proc)
     server_log = log.read_text()
     assert code == 0, server_log[-4000:]
     assert "Traceback" not in server_log, server_log[-8000:]
 
-
-async def _token(url: str) -> tuple[str, object]:
-    store = ApiStore(url)
-    try:
-        return await store.create_token(name="schemathesis", team="default", role="admin")
-    finally:
-        await store.close()

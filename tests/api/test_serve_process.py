@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from cronfleet.store.api import ApiStore
+from .procs import LISTENING, spawn, stop, token, wait_for
 
 CONFIG = """
 [scheduler]
@@ -38,67 +34,42 @@ def nightly(ctx):
 """
 
 
-async def _token(url: str) -> str:
-    store = ApiStore(url)
-    try:
-        plaintext, _ = await store.create_token(name="proc", team="default", role="editor")
-        return plaintext
-    finally:
-        await store.close()
-
-
 @pytest.mark.slow
 def test_cronfleet_run_serves_the_api_and_stops_on_sigterm(tmp_path: Path) -> None:
     db = tmp_path / "proc.db"
     (tmp_path / "cronfleet.toml").write_text(CONFIG.format(db=db), encoding="utf-8")
     (tmp_path / "proc_handlers.py").write_text(HANDLERS, encoding="utf-8")
-    token = asyncio.run(_token(f"sqlite:///{db}"))
-    log = tmp_path / "run.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cronfleet.cli", "run", "--port", "0"],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path, env=env)
+    tok = token(f"sqlite:///{db}")
+    proc, log = spawn(tmp_path, "run", "--port", "0")
     try:
-        deadline = time.monotonic() + 30
-        base = None
-        while base is None and proc.poll() is None and time.monotonic() < deadline:
-            m = re.search(r"API listening on (http://127\.0\.0\.1:(\d+))", log.read_text())
-            if m:
-                base = m.group(1)
-                assert int(m.group(2)) > 0
-            else:
-                time.sleep(0.05)
-        assert base is not None, log.read_text()
+        m = wait_for(log, LISTENING, proc)
+        base = m.group(1)
+        assert int(m.group(2)) > 0
         with httpx.Client(base_url=base, timeout=10) as client:
             assert client.get("/healthz").json() == {"status": "ok"}
             r = client.get("/api/jobs")
             assert r.status_code == 401 and r.json()["code"] == "UNAUTHORIZED"
-            r = client.get("/api/jobs", headers={"Authorization": f"Bearer {token}"})
+            r = client.get("/api/jobs", headers={"Authorization": f"Bearer {tok}"})
             assert r.status_code == 200, r.text
             [job] = r.json()["items"]
             assert (job["id"], job["team"], job["editable"]) == ("nightly", "default", False)
             assert job["source"].startswith("cronfleet.toml:")  # where it is declared
             assert job["description"] == "a declared task"
             r = client.post("/api/jobs/nightly/trigger",
-                            headers={"Authorization": f"Bearer {token}"})
+                            headers={"Authorization": f"Bearer {tok}"})
             assert r.status_code == 202, r.text
             run_id = r.json()["run_id"]
             deadline = time.monotonic() + 15
             while True:
                 run = client.get(f"/api/runs/{run_id}",
-                                 headers={"Authorization": f"Bearer {token}"}).json()
+                                 headers={"Authorization": f"Bearer {tok}"}).json()
                 if run["status"] == "succeeded" or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
             assert run["status"] == "succeeded" and run["result"] == {"ok": True}
             assert client.get("/readyz").status_code == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code = stop(proc)
     text = log.read_text()
     assert code == 0, text
     assert "role all (default): timers on, REST API on" in text
@@ -121,34 +92,6 @@ class Hook(http.server.BaseHTTPRequestHandler):
 """
 
 
-def _spawn(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = tmp_path / f"{name}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cronfleet.cli", "run", *args],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path, env=env)
-    return proc, log
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-
-
-def _wait_for(log: Path, pattern: str, proc: subprocess.Popen[bytes]) -> re.Match[str]:
-    deadline = time.monotonic() + 30
-    while proc.poll() is None and time.monotonic() < deadline:
-        m = re.search(pattern, log.read_text())
-        if m:
-            return m
-        time.sleep(0.05)
-    raise AssertionError(f"{pattern!r} not in the log:\n{log.read_text()}")
-
-
 @pytest.mark.slow
 def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> None:
     """An `api` process (no timers) creates an HTTP job and pauses it; a `worker` process
@@ -164,20 +107,19 @@ def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> 
     db = tmp_path / "fleet.db"
     (tmp_path / "cronfleet.toml").write_text(
         f'[scheduler]\nstore = "sqlite:///{db}"\nshutdown_grace = "2s"\n', encoding="utf-8")
-    token = asyncio.run(_token(f"sqlite:///{db}"))
-    auth = {"Authorization": f"Bearer {token}"}
-    api, api_log = _spawn(tmp_path, "api", "--role", "api", "--port", "0")
+    auth = {"Authorization": f"Bearer {token(f'sqlite:///{db}')}"}
+    api, api_log = spawn(tmp_path, "api", "--role", "api", "--port", "0")
     worker: subprocess.Popen[bytes] | None = None
     try:
-        base = _wait_for(api_log, r"API listening on (http://127\.0\.0\.1:\d+)", api).group(1)
+        base = wait_for(api_log, LISTENING, api).group(1)
         with httpx.Client(base_url=base, timeout=10, headers=auth) as client:
             r = client.post("/api/jobs", json={
                 "id": "hook", "schedule": "1s",
                 "http": {"url": hook, "method": "POST", "allow_private_targets": True}})
             assert r.status_code == 201, r.text
             # the worker starts after the job exists: it finds it in the catalog at start
-            worker, worker_log = _spawn(tmp_path, "worker", "--role", "worker")
-            _wait_for(worker_log, r"job hook added from the catalog", worker)
+            worker, worker_log = spawn(tmp_path, "worker", "--role", "worker")
+            wait_for(worker_log, r"job hook added from the catalog", worker)
 
             def runs(status: str) -> list[dict[str, object]]:
                 r = client.get("/api/jobs/hook/runs", params={"status": status, "limit": 200})
@@ -204,7 +146,7 @@ def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> 
             assert skipped and skipped[0]["reason"] == "paused", skipped
             assert len(runs("succeeded")) == before  # paused everywhere: nothing else ran
     finally:
-        codes = [_stop(p) for p in (api, worker) if p is not None]
+        codes = [stop(p) for p in (api, worker) if p is not None]
         server.shutdown()
     assert codes == [0] * len(codes), api_log.read_text()[-3000:]
     assert "Traceback" not in api_log.read_text()
@@ -221,7 +163,7 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc, log = _spawn(tmp_path, "run", "--port", str(port))
+        proc, log = spawn(tmp_path, "run", "--port", str(port))
         code = proc.wait(timeout=30)
     text = log.read_text()
     assert code == 1, text
