@@ -51,6 +51,17 @@ def lease(db: str, job_id: str) -> tuple[Any, ...]:
         conn.close()
 
 
+async def one_job(make: Make, running: list, every: str, job_id: str, *,
+                  make_kw: dict[str, Any] | None = None, **job: Any) -> tuple[Scheduler, Recorder]:
+    """A started scheduler (stopped by ``running``) with one recorded job."""
+    s = make(**(make_kw or {}))
+    rec = Recorder()
+    s.job(every, id=job_id, **job)(rec)
+    await s.start()
+    running.append(s)
+    return s, rec
+
+
 async def to_window(clock: FakeClock, *schedulers: Scheduler) -> None:
     """Just inside the early-claim window of SLOT (claim_ahead 0.5 s)."""
     clock.set(SLOT - 0.3)
@@ -60,11 +71,7 @@ async def to_window(clock: FakeClock, *schedulers: Scheduler) -> None:
 async def test_claimed_before_its_time_started_at_its_time(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await to_window(clock, s)
     assert claims(db, "j") == [(SLOT * 1000, "test-1")]
     assert lease(db, "j")[0] == "test-1"
@@ -83,11 +90,7 @@ async def test_claimed_before_its_time_started_at_its_time(
 async def test_claim_ahead_zero_claims_at_the_slot(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make(claim_ahead=0)
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j", make_kw=dict(claim_ahead=0))
     await to_window(clock, s)
     assert claims(db, "j") == []
     await advance(clock, 0.3, s)
@@ -97,11 +100,7 @@ async def test_claim_ahead_zero_claims_at_the_slot(
 async def test_pause_after_the_early_claim_is_honoured(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await to_window(clock, s)
     assert len(claims(db, "j")) == 1
     ops = make(instance_id="ops-cli")  # another process pauses it
@@ -123,11 +122,7 @@ async def test_pause_after_the_early_claim_is_honoured(
 async def test_a_job_paused_before_the_window_is_not_claimed_early(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await s.pause_async("j", by="ops")
     await to_window(clock, s)
     assert claims(db, "j") == []
@@ -246,11 +241,7 @@ async def test_instance_dying_after_an_early_claim_leaves_an_interrupted_run(
 async def test_late_early_claim_follows_the_catch_up_policy(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j", missed=Missed.SKIP)(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j", missed=Missed.SKIP)
     await to_window(clock, s)
     assert len(claims(db, "j")) == 1
     clock.set(SLOT + 10)  # the loop stalled past late_after (5 s)
@@ -343,11 +334,7 @@ async def test_many_instances_early_and_not_fire_each_slot_once(
 async def test_early_claim_that_fails_is_made_at_the_slot(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     real = s.store.dispatch
     seen: list[bool] = []
 
@@ -372,11 +359,7 @@ async def test_early_claim_that_fails_is_made_at_the_slot(
 async def test_withdraw_failing_keeps_the_claim_and_records_the_pause(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await to_window(clock, s)
     await s.pause_async("j", by="ops")
 
@@ -397,11 +380,7 @@ async def test_withdraw_failing_keeps_the_claim_and_records_the_pause(
 async def test_manual_run_in_the_window_finds_the_lease_taken(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await to_window(clock, s)
     with pytest.raises(AlreadyExecuting) as err:
         await s.trigger_async("j", by="alice")
@@ -416,11 +395,7 @@ async def test_manual_run_in_the_window_finds_the_lease_taken(
 async def test_queue_one_job_claimed_early_runs_each_slot(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("10s", id="q", overlap=Overlap.QUEUE_ONE)(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "10s", "q", overlap=Overlap.QUEUE_ONE)
     await advance(clock, 30, s, step=0.25)
     assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10, T0 + 20, T0 + 30]
     assert {r.status for r in await s.runs_async("q")} == {RunStatus.SUCCEEDED}
@@ -429,11 +404,7 @@ async def test_queue_one_job_claimed_early_runs_each_slot(
 async def test_late_early_claim_that_cannot_be_withdrawn_runs_once(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    s = make()
-    rec = Recorder()
-    s.job("60s", id="j")(rec)
-    await s.start()
-    running.append(s)
+    s, rec = await one_job(make, running, "60s", "j")
     await to_window(clock, s)
 
     async def down(items: Any) -> int:
