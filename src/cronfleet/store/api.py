@@ -16,19 +16,17 @@ one of two small backends.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
 import secrets
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from cronfleet.errors import StoreError
+from cronfleet.store.side import SideDB, open_side_db
 
 __all__ = [
     "ROLES",
@@ -135,126 +133,8 @@ _DDL = (
         created_by TEXT, updated_by TEXT, deleted_at BIGINT)""",
     "CREATE INDEX IF NOT EXISTS job_defs_version ON {p}job_defs (version)",
 )
-_SQLITE_DDL = tuple(d.replace("{p}", "").replace("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT")
-                    for d in _DDL)
+_SQLITE_DDL = tuple(d.replace("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT") for d in _DDL)
 _POSTGRES_DDL = tuple(d.replace("{serial}", "BIGSERIAL PRIMARY KEY") for d in _DDL)
-
-Rows = list[tuple[Any, ...]]
-
-
-class _Backend(Protocol):
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows: ...
-
-    async def write(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        """One catalog-changing statement, serialised against other catalog writers."""
-        ...
-
-    async def announce(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class _SQLite:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
-                                   isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            for ddl in _SQLITE_DDL:
-                conn.execute(ddl)
-            self._conn = conn
-        return self._conn
-
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        text = sql.replace("{p}", "")
-
-        def go() -> Rows:
-            with self._lock:
-                try:
-                    return self._connect().execute(text, params).fetchall()
-                except sqlite3.Error as exc:
-                    raise StoreError(f"API tables in SQLite {self.path}: {exc}") from None
-
-        return await asyncio.to_thread(go)
-
-    # SQLite runs one writer at a time: a single statement is already serialised
-    write = query
-
-    async def announce(self) -> None:
-        return None  # other processes notice the new max(version) when they look
-
-    async def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
-
-
-class _Postgres:
-    def __init__(self, url: str) -> None:
-        from cronfleet.store.postgres import split_url
-
-        self.conninfo, opts = split_url(url)
-        self.schema = opts.get("schema") or "cronfleet"
-        self.channel = f"cronfleet_{self.schema}"
-        self._prefix = '"' + self.schema.replace('"', '""') + '".'
-        self._conn: Any = None
-        self._lock = asyncio.Lock()
-
-    async def _connection(self) -> Any:
-        import psycopg
-
-        if self._conn is None:
-            conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, autocommit=True, connect_timeout=10)
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._prefix[:-1]}")
-            for ddl in _POSTGRES_DDL:
-                await conn.execute(ddl.replace("{p}", self._prefix))
-            self._conn = conn
-        return self._conn
-
-    async def _go(self, sql: str, params: tuple[Any, ...], locked: bool) -> Rows:
-        import psycopg
-
-        text = sql.replace("{p}", self._prefix).replace("?", "%s")
-        async with self._lock:
-            try:
-                conn = await self._connection()
-                if not locked:
-                    cur = await conn.execute(text, params)
-                    return list(await cur.fetchall()) if cur.description else []
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CATALOG_LOCK,))
-                    cur = await conn.execute(text, params)
-                    return list(await cur.fetchall()) if cur.description else []
-            except psycopg.Error as exc:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    await conn.close()
-                raise StoreError(f"API tables in PostgreSQL schema {self.schema!r}: "
-                                 f"{type(exc).__name__}: {exc}") from None
-
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        return await self._go(sql, params, locked=False)
-
-    async def write(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        return await self._go(sql, params, locked=True)
-
-    async def announce(self) -> None:
-        payload = json.dumps({"kind": "catalog"})
-        await self.query("SELECT pg_notify(?, ?)", (self.channel, payload))
-
-    async def close(self) -> None:
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await conn.close()
-
 
 _TOKEN_COLS = "id, name, team, role, created_at, created_by, revoked_at, last_used_at"
 _DEF_COLS = ("id, team, spec, version, created_at, updated_at, created_by, updated_by, "
@@ -281,16 +161,8 @@ class ApiStore:
     def __init__(self, url: str) -> None:
         self.url = url
         scheme = url.split(":", 1)[0].lower()
-        self._db: _SQLite | _Postgres
-        if scheme == "sqlite":
-            from cronfleet.store.sqlite import SQLiteStore
-
-            self._db = _SQLite(SQLiteStore.from_url(url).path)
-        elif scheme in ("postgresql", "postgres"):
-            self._db = _Postgres(url)
-        else:
-            raise StoreError(f"unknown store URL {url!r}: expected sqlite:///path.db or "
-                             "postgresql://user@host/db")
+        ddl = _POSTGRES_DDL if scheme in ("postgresql", "postgres") else _SQLITE_DDL
+        self._db: SideDB = open_side_db(url, ddl, "API tables")
         self._touched: dict[str, float] = {}
 
     def __repr__(self) -> str:
@@ -405,7 +277,7 @@ class ApiStore:
             "updated_by = excluded.updated_by, deleted_at = NULL "
             # only its own team revives a tombstone: the old runs keep the id and the team
             f"WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team RETURNING {_DEF_COLS}",
-            (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by))
+            (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by), lock=_CATALOG_LOCK)
         if rows:
             await self._announce()
         return _def(rows[0]) if rows else None
@@ -420,7 +292,7 @@ class ApiStore:
             "updated_by = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
             f"AND (CAST(? AS BIGINT) IS NULL OR version = ?) RETURNING {_DEF_COLS}",
             (json.dumps(spec, sort_keys=True), _now_ms(), by, job_id, team, expect_version,
-             expect_version))
+             expect_version), lock=_CATALOG_LOCK)
         if rows:
             await self._announce()
         return _def(rows[0]) if rows else None
@@ -429,7 +301,7 @@ class ApiStore:
         rows = await self._db.write(
             f"UPDATE {{p}}job_defs SET deleted_at = ?, version = {_NEXT_VERSION}, "
             "updated_at = ?, updated_by = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
-            "RETURNING id", (_now_ms(), _now_ms(), by, job_id, team))
+            "RETURNING id", (_now_ms(), _now_ms(), by, job_id, team), lock=_CATALOG_LOCK)
         if rows:
             await self._announce()
         return bool(rows)
@@ -437,7 +309,7 @@ class ApiStore:
     async def _announce(self) -> None:
         # the change is stored; other schedulers will see it at their next look anyway
         with contextlib.suppress(StoreError):
-            await self._db.announce()
+            await self._db.announce("catalog")
 
 
 def open_api_store(url: str) -> ApiStore:

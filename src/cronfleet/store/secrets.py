@@ -10,14 +10,12 @@ id, the nonce and the ciphertext -- never a plaintext.
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from cronfleet.errors import StoreError
+from cronfleet.store.side import SideDB, SidePostgres, SideSQLite
 
 __all__ = [
     "MemorySecretStore",
@@ -85,18 +83,19 @@ class MemorySecretStore:
         return None
 
 
-_SQLITE_DDL = """
-CREATE TABLE IF NOT EXISTS secrets (
+# timestamps: integer milliseconds in SQLite, timestamptz in PostgreSQL (as before)
+_DDL = """
+CREATE TABLE IF NOT EXISTS {p}secrets (
     namespace  TEXT    NOT NULL,
     name       TEXT    NOT NULL,
     key_id     TEXT    NOT NULL,
-    nonce      BLOB    NOT NULL,
-    ciphertext BLOB    NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
+    nonce      {bytes} NOT NULL,
+    ciphertext {bytes} NOT NULL,
+    created_at {time}  NOT NULL,
+    updated_at {time}  NOT NULL,
     PRIMARY KEY (namespace, name)
-) WITHOUT ROWID
-"""
+)"""
+_COLS = "namespace, name, key_id, nonce, ciphertext, created_at, updated_at"
 
 
 def _ms(dt: datetime) -> int:
@@ -107,77 +106,6 @@ def _dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-class SQLiteSecretStore:
-    """The ``secrets`` table in the scheduler's SQLite file (its own connection)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"SQLiteSecretStore({self.path!r})"
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
-                                       isolation_level=None)
-                conn.execute(_SQLITE_DDL)
-            except sqlite3.Error as exc:
-                raise StoreError(f"secrets in SQLite {self.path}: {exc}") from None
-            self._conn = conn
-        return self._conn
-
-    async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        def go() -> list[tuple[Any, ...]]:
-            with self._lock:
-                conn = self._connect()
-                try:
-                    return conn.execute(sql, params).fetchall()
-                except sqlite3.Error as exc:
-                    raise StoreError(f"secrets in SQLite {self.path}: {exc}") from None
-
-        return await asyncio.to_thread(go)
-
-    async def get_secret(self, namespace: str, name: str) -> SecretRow | None:
-        rows = await self._run(
-            "SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at "
-            "FROM secrets WHERE namespace = ? AND name = ?", (namespace, name))
-        return _row(rows[0]) if rows else None
-
-    async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
-                         ciphertext: bytes, now: datetime) -> bool:
-        rows = await self._run(
-            "INSERT INTO secrets (namespace, name, key_id, nonce, ciphertext, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, name) DO UPDATE "
-            "SET key_id = excluded.key_id, nonce = excluded.nonce, ciphertext = "
-            "excluded.ciphertext, updated_at = excluded.updated_at "
-            "RETURNING created_at = updated_at",
-            (namespace, name, key_id, nonce, ciphertext, _ms(now), _ms(now)))
-        return bool(rows and rows[0][0])
-
-    async def delete_secret(self, namespace: str, name: str) -> bool:
-        rows = await self._run(
-            "DELETE FROM secrets WHERE namespace = ? AND name = ? RETURNING name",
-            (namespace, name))
-        return bool(rows)
-
-    async def list_secrets(self, namespace: str | None) -> list[SecretRow]:
-        base = ("SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at "
-                "FROM secrets")
-        if namespace is None:
-            rows = await self._run(base + " ORDER BY namespace, name")
-        else:
-            rows = await self._run(base + " WHERE namespace = ? ORDER BY name", (namespace,))
-        return [_row(r) for r in rows]
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-
 def _row(r: tuple[Any, ...]) -> SecretRow:
     created, updated = r[5], r[6]
     if isinstance(created, int):
@@ -185,84 +113,77 @@ def _row(r: tuple[Any, ...]) -> SecretRow:
     return SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), created, updated)
 
 
-class PostgresSecretStore:
-    """The ``secrets`` table in the scheduler's PostgreSQL schema (its own connection)."""
+class _SideSecretStore:
+    """The ``secrets`` table next to the run store, on a side connection
+    (:mod:`cronfleet.store.side`); the SQL is the same for both dialects."""
 
-    def __init__(self, url: str) -> None:
-        from cronfleet.store.postgres import split_url
+    _db: SideDB
 
-        self.conninfo, opts = split_url(url)
-        self.schema = opts.get("schema") or "cronfleet"
-        self._conn: Any = None
-        self._lock = asyncio.Lock()
-
-    def __repr__(self) -> str:
-        return f"PostgresSecretStore(schema={self.schema!r})"
-
-    async def _run(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        import psycopg
-        from psycopg import sql
-
-        async with self._lock:
-            try:
-                if self._conn is None:
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.conninfo, autocommit=True, connect_timeout=10)
-                    await conn.execute(sql.SQL(
-                        "CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                    await conn.execute(sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {}.secrets (namespace text NOT NULL, "
-                        "name text NOT NULL, key_id text NOT NULL, nonce bytea NOT NULL, "
-                        "ciphertext bytea NOT NULL, created_at timestamptz NOT NULL, "
-                        "updated_at timestamptz NOT NULL, PRIMARY KEY (namespace, name))"
-                    ).format(sql.Identifier(self.schema)))
-                    self._conn = conn
-                q = sql.SQL(query).format(t=sql.Identifier(self.schema, "secrets"))
-                cur = await self._conn.execute(q, params)
-                return list(await cur.fetchall()) if cur.description else []
-            except psycopg.Error as exc:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    await conn.close()
-                raise StoreError(f"secrets in PostgreSQL schema {self.schema!r}: "
-                                 f"{type(exc).__name__}: {exc}") from None
+    def _time(self, dt: datetime) -> Any:
+        return dt
 
     async def get_secret(self, namespace: str, name: str) -> SecretRow | None:
-        rows = await self._run(
-            "SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at "
-            "FROM {t} WHERE namespace = %s AND name = %s", (namespace, name))
+        rows = await self._db.query(
+            f"SELECT {_COLS} FROM {{p}}secrets WHERE namespace = ? AND name = ?",
+            (namespace, name))
         return _row(rows[0]) if rows else None
 
     async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
                          ciphertext: bytes, now: datetime) -> bool:
-        rows = await self._run(
-            "INSERT INTO {t} (namespace, name, key_id, nonce, ciphertext, created_at, "
-            "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, name) DO "
-            "UPDATE SET key_id = excluded.key_id, nonce = excluded.nonce, ciphertext = "
-            "excluded.ciphertext, updated_at = excluded.updated_at "
-            "RETURNING (xmax = 0)",
-            (namespace, name, key_id, nonce, ciphertext, now, now))
+        at = self._time(now)
+        rows = await self._db.query(
+            f"INSERT INTO {{p}}secrets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (namespace, name) DO UPDATE SET key_id = excluded.key_id, "
+            "nonce = excluded.nonce, ciphertext = excluded.ciphertext, "
+            "updated_at = excluded.updated_at RETURNING created_at = updated_at",
+            (namespace, name, key_id, nonce, ciphertext, at, at))
         return bool(rows and rows[0][0])
 
     async def delete_secret(self, namespace: str, name: str) -> bool:
-        rows = await self._run(
-            "DELETE FROM {t} WHERE namespace = %s AND name = %s RETURNING name",
+        rows = await self._db.query(
+            "DELETE FROM {p}secrets WHERE namespace = ? AND name = ? RETURNING name",
             (namespace, name))
         return bool(rows)
 
     async def list_secrets(self, namespace: str | None) -> list[SecretRow]:
-        base = ("SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at "
-                "FROM {t}")
+        base = f"SELECT {_COLS} FROM {{p}}secrets"
         if namespace is None:
-            rows = await self._run(base + " ORDER BY namespace, name")
+            rows = await self._db.query(base + " ORDER BY namespace, name")
         else:
-            rows = await self._run(base + " WHERE namespace = %s ORDER BY name", (namespace,))
+            rows = await self._db.query(base + " WHERE namespace = ? ORDER BY name",
+                                        (namespace,))
         return [_row(r) for r in rows]
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        await self._db.close()
+
+
+class SQLiteSecretStore(_SideSecretStore):
+    """The ``secrets`` table in the scheduler's SQLite file (its own connection)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        ddl = _DDL.replace("{bytes}", "BLOB").replace("{time}", "INTEGER") + " WITHOUT ROWID"
+        self._db = SideSQLite(path, [ddl], "secrets")
+
+    def __repr__(self) -> str:
+        return f"SQLiteSecretStore({self.path!r})"
+
+    def _time(self, dt: datetime) -> Any:
+        return _ms(dt)
+
+
+class PostgresSecretStore(_SideSecretStore):
+    """The ``secrets`` table in the scheduler's PostgreSQL schema (its own connection)."""
+
+    def __init__(self, url: str) -> None:
+        ddl = _DDL.replace("{bytes}", "BYTEA").replace("{time}", "TIMESTAMPTZ")
+        db = SidePostgres(url, [ddl], "secrets")
+        self.schema = db.schema
+        self._db = db
+
+    def __repr__(self) -> str:
+        return f"PostgresSecretStore(schema={self.schema!r})"
 
 
 def open_secret_store(url: str) -> SecretStore:
