@@ -4,7 +4,6 @@ SIGTERM with exit 0."""
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+
+from api.procs import stop
 
 
 def test_invalid_config_starts_nothing(cli: Callable[..., Result], project: Path) -> None:
@@ -137,15 +138,6 @@ def succeeded(db: Path) -> int:
         return 0
     finally:
         con.close()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 @pytest.mark.slow
