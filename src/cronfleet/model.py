@@ -6,6 +6,7 @@ Times inside records are aware UTC datetimes; the loop itself works in epoch sec
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,14 +20,21 @@ from cronfleet.cron.duration import DurationError, to_timedelta
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
 
+_log = logging.getLogger("cronfleet")
+
 __all__ = [
+    "BACKOFF_STRATEGIES",
     "DEFAULT_TEAM",
+    "EVENTS",
+    "EmailSettings",
     "Handler",
     "Job",
     "JobState",
     "Locking",
     "Missed",
+    "NotifyPolicy",
     "Overlap",
+    "RetryPolicy",
     "RunContext",
     "RunRecord",
     "RunStatus",
@@ -129,6 +137,82 @@ def _enum(enum: type[Any], value: Any, field_name: str, job_id: str) -> Any:
         ) from None
 
 
+BACKOFF_STRATEGIES = ("exponential", "linear", "fixed")
+EVENTS = ("failure", "recovery", "success")
+"""What a notification policy can announce."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` (1-10) in all; the wait after failed attempt ``n`` (1-based) is
+    ``delay·2^(n-1)`` (exponential), ``delay·n`` (linear) or ``delay`` (fixed)."""
+
+    attempts: int = 1
+    backoff: str = "exponential"
+    delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not (
+            1 <= self.attempts <= 10
+        ):
+            raise ValueError(f"attempts: expected a whole number from 1 to 10, got "
+                             f"{self.attempts!r}")
+        if self.delay < 0:
+            raise ValueError(f"delay: must not be negative (got {self.delay!r})")
+        if self.backoff not in BACKOFF_STRATEGIES:
+            _log.warning("retry backoff %r is unknown (expected %s): using 'fixed'",
+                        self.backoff, ", ".join(BACKOFF_STRATEGIES))
+            object.__setattr__(self, "backoff", "fixed")
+
+    def wait(self, failed_attempt: int) -> float:
+        n = failed_attempt - 1
+        if self.backoff == "exponential":
+            return float(self.delay * (2**n))
+        if self.backoff == "linear":
+            return float(self.delay * (n + 1))
+        return float(self.delay)
+
+
+@dataclass(frozen=True)
+class EmailSettings:
+    """SMTP delivery. ``password`` may be ``${secrets.NAME}``."""
+
+    host: str
+    to: tuple[str, ...]
+    sender: str = "cronfleet@localhost"
+    port: int = 25
+    starttls: bool = False
+    ssl: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class NotifyPolicy:
+    on: tuple[str, ...] = ("failure", "recovery")
+    after_failures: int = 1
+    webhook: str | None = None
+    slack: str | None = None
+    email: EmailSettings | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [e for e in self.on if e not in EVENTS]
+        if unknown:
+            raise ValueError(f"on: {unknown[0]!r} is not one of {', '.join(EVENTS)}")
+        if isinstance(self.after_failures, bool) or not isinstance(self.after_failures, int) \
+                or self.after_failures < 1:
+            raise ValueError(f"after_failures: expected a whole number of at least 1, got "
+                             f"{self.after_failures!r}")
+        if not (self.webhook or self.slack or self.email):
+            raise ValueError("no channel: set webhook, slack and/or email")
+
+    @property
+    def channels(self) -> list[str]:
+        return [n for n, v in (("webhook", self.webhook), ("slack", self.slack),
+                               ("email", self.email)) if v]
+
+
 @dataclass(frozen=True, eq=False)
 class Job:
     """A declared unit of work. Build it with :meth:`Job.create`, which validates."""
@@ -148,6 +232,9 @@ class Job:
     description: str = ""
     source: str = "code"
     team: str = DEFAULT_TEAM
+    retry: RetryPolicy | None = None
+    notify: NotifyPolicy | None = None
+    auto_pause_after: int | None = None
 
     @classmethod
     def create(

@@ -16,9 +16,11 @@ import logging
 import smtplib
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import TYPE_CHECKING, Any
+
+from cronfleet.model import EVENTS, EmailSettings, NotifyPolicy
 
 if TYPE_CHECKING:
     import httpx
@@ -37,47 +39,6 @@ __all__ = [
 
 log = logging.getLogger("cronfleet.notify")
 
-EVENTS = ("failure", "recovery", "success")
-
-
-@dataclass(frozen=True)
-class EmailSettings:
-    """SMTP delivery. ``password`` may be ``${secrets.NAME}``."""
-
-    host: str
-    to: tuple[str, ...]
-    sender: str = "cronfleet@localhost"
-    port: int = 25
-    starttls: bool = False
-    ssl: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = 10.0
-
-
-@dataclass(frozen=True)
-class NotifyPolicy:
-    on: tuple[str, ...] = ("failure", "recovery")
-    after_failures: int = 1
-    webhook: str | None = None
-    slack: str | None = None
-    email: EmailSettings | None = None
-
-    def __post_init__(self) -> None:
-        unknown = [e for e in self.on if e not in EVENTS]
-        if unknown:
-            raise ValueError(f"on: {unknown[0]!r} is not one of {', '.join(EVENTS)}")
-        if isinstance(self.after_failures, bool) or not isinstance(self.after_failures, int) \
-                or self.after_failures < 1:
-            raise ValueError(f"after_failures: expected a whole number of at least 1, got "
-                             f"{self.after_failures!r}")
-        if not (self.webhook or self.slack or self.email):
-            raise ValueError("no channel: set webhook, slack and/or email")
-
-    @property
-    def channels(self) -> list[str]:
-        return [n for n, v in (("webhook", self.webhook), ("slack", self.slack),
-                               ("email", self.email)) if v]
 
 
 def events_for(policy: NotifyPolicy, before: JobHealth, after: JobHealth) -> list[str]:

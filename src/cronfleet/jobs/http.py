@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
     Keyring,
@@ -71,7 +72,6 @@ log = logging.getLogger("cronfleet.jobs.http")
 MAX_BODY = 1024 * 1024
 MAX_REDIRECTS = 10
 DEFAULT_TIMEOUT = 30.0
-BACKOFF_STRATEGIES = ("exponential", "linear", "fixed")
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -100,37 +100,6 @@ class UnsafeTarget(Exception):
 
 
 # -- retries ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """``attempts`` (1-10) in all; the wait after failed attempt ``n`` (1-based) is
-    ``delay·2^(n-1)`` (exponential), ``delay·n`` (linear) or ``delay`` (fixed)."""
-
-    attempts: int = 1
-    backoff: str = "exponential"
-    delay: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not (
-            1 <= self.attempts <= 10
-        ):
-            raise ValueError(f"attempts: expected a whole number from 1 to 10, got "
-                             f"{self.attempts!r}")
-        if self.delay < 0:
-            raise ValueError(f"delay: must not be negative (got {self.delay!r})")
-        if self.backoff not in BACKOFF_STRATEGIES:
-            log.warning("retry backoff %r is unknown (expected %s): using 'fixed'",
-                        self.backoff, ", ".join(BACKOFF_STRATEGIES))
-            object.__setattr__(self, "backoff", "fixed")
-
-    def wait(self, failed_attempt: int) -> float:
-        n = failed_attempt - 1
-        if self.backoff == "exponential":
-            return float(self.delay * (2**n))
-        if self.backoff == "linear":
-            return float(self.delay * (n + 1))
-        return float(self.delay)
 
 
 def retry_after(value: str | None, now: datetime) -> float | None:
