@@ -4,6 +4,7 @@
     .venv/bin/python bench/fleet_postgres.py --quick         # 5 s windows, smoke run
     .venv/bin/python bench/fleet_postgres.py --only periodic1k --systems cronfleet
     .venv/bin/python bench/fleet_postgres.py --only minute100k   # opt-in, ~2 minutes
+    .venv/bin/python bench/fleet_postgres.py --rev HEAD~3 --systems cronfleet  # committed src/
 
 Database: ``CRONFLEET_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 each (workload, system) run gets its own schema, dropped afterwards.
@@ -33,6 +34,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,7 +115,7 @@ async def wait_for_stop() -> None:
 
 
 def child_cronfleet(a: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, a.src or str(ROOT / "src"))
     from cronfleet import RunContext, Scheduler
 
     started = time.time()
@@ -251,7 +253,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def run_one(w: Workload, system: str, base_url: str, quick: bool) -> dict[str, Any]:
+def run_one(
+    w: Workload, system: str, base_url: str, quick: bool, src: str | None = None
+) -> dict[str, Any]:
     schema = f"bench_{system}_{w.name}_{uuid.uuid4().hex[:6]}"
     window = w.quick_window if quick else w.window
     python = str(aps_python()) if system == "aps4" else sys.executable
@@ -275,6 +279,8 @@ def run_one(w: Workload, system: str, base_url: str, quick: bool) -> dict[str, A
         cmd += ["--every", str(w.every), "--out", str(tmp / f"{i}.json")]
         if w.spread:
             cmd.append("--spread")
+        if src and system == "cronfleet":
+            cmd += ["--src", src]
         procs.append(
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         )
@@ -354,6 +360,10 @@ def main() -> None:
     p.add_argument("--systems", nargs="*", choices=("cronfleet", "aps4"), default=None)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument(
+        "--rev", help="benchmark cronfleet as committed at REV (git archive to a temp dir)"
+    )
+    p.add_argument("--src", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child == "cronfleet":
         child_cronfleet(a)
@@ -363,6 +373,24 @@ def main() -> None:
         return
     base = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
     systems = a.systems or ["cronfleet", "aps4"]
+    snapshot = None
+    if a.rev:
+        snapshot = tempfile.mkdtemp(prefix="cronfleet-rev-")
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", a.rev, "src"], cwd=ROOT, capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", snapshot], input=archive, check=True)
+        a.src = os.path.join(snapshot, "src")
+        print(f"cronfleet as committed at {a.rev}")
+    try:
+        _run_all(a, base, systems)
+    finally:
+        if snapshot:
+            shutil.rmtree(snapshot, ignore_errors=True)
+
+
+def _run_all(a: argparse.Namespace, base: str, systems: list[str]) -> None:
     results = []
     for name in a.only:
         w = WORKLOADS[name]
@@ -371,7 +399,7 @@ def main() -> None:
                 print("aps4 minute100k: not run (declaring 100,000 schedules takes too long)")
                 continue
             print(f"running {name} on {system} ...", flush=True)
-            res = run_one(w, system, base, a.quick)
+            res = run_one(w, system, base, a.quick, a.src)
             results.append(res)
             print("   ", json.dumps({k: v for k, v in res.items() if k not in ("workload",)}))
     print()
