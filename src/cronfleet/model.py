@@ -6,6 +6,7 @@ Times inside records are aware UTC datetimes; the loop itself works in epoch sec
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,9 @@ __all__ = [
     "SkipReason",
     "TriggeredBy",
     "check_team",
+    "enabled_at",
+    "is_async_handler",
+    "skip_reason",
 ]
 
 
@@ -305,8 +309,6 @@ class Job:
 
     @cached_property
     def is_async(self) -> bool:
-        from cronfleet.executor import is_async_handler
-
         return self.handler is not None and is_async_handler(self.handler)
 
     @property
@@ -331,13 +333,32 @@ class JobState:
     last_slot: datetime | None = None
     created_at: datetime | None = None
 
+    def override_at_time(self, now: datetime) -> bool | None:
+        """The override in force at ``now``: ``None`` when there is none or its ``until``
+        has passed."""
+        if self.override_until is not None and self.override_until <= now:
+            return None
+        return self.enabled_override
+
     def effective_enabled(self, declared: bool, now: datetime) -> bool:
         """The override wins until its ``until`` passes; then the declared value."""
-        if self.enabled_override is None:
-            return declared
-        if self.override_until is not None and self.override_until <= now:
-            return declared
-        return self.enabled_override
+        override = self.override_at_time(now)
+        return declared if override is None else override
+
+    def enabled_at(self, job: Job, now: datetime) -> bool:
+        """THE rule for "is ``job`` enabled at ``now``" (see :func:`enabled_at`)."""
+        return self.effective_enabled(job.enabled, now)
+
+    def skip_reason(self, job: Job, now: datetime) -> SkipReason | None:
+        """Why a slot of ``job`` at ``now`` is not run, or ``None`` when it runs: ``paused``
+        while a pause override is in force, else ``disabled`` when the job is off (declared
+        ``enabled=False`` and not forced on, including after a pause expired)."""
+        override = self.override_at_time(now)
+        if override is False:
+            return SkipReason.PAUSED
+        if override is None and not job.enabled:
+            return SkipReason.DISABLED
+        return None
 
     def lease_live(self, now: datetime) -> bool:
         return (
@@ -345,6 +366,26 @@ class JobState:
             and self.lease_until is not None
             and self.lease_until > now
         )
+
+
+def enabled_at(job: Job, state: JobState | None, now: datetime) -> bool:
+    """Is ``job`` enabled at ``now`` given its shared state row (``None``: no override)?"""
+    return job.enabled if state is None else state.effective_enabled(job.enabled, now)
+
+
+def skip_reason(job: Job, state: JobState | None, now: datetime) -> SkipReason | None:
+    """Why ``job`` does not run at ``now`` (``paused`` / ``disabled``), or ``None``."""
+    if state is None:
+        return None if job.enabled else SkipReason.DISABLED
+    return state.skip_reason(job, now)
+
+
+def is_async_handler(handler: Handler) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = inspect.getattr_static(type(handler), "__call__", None)
+    return inspect.isfunction(call) and inspect.iscoroutinefunction(call)
 
 
 @dataclass(slots=True)
