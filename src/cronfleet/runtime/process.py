@@ -8,18 +8,26 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["raise_if_failed", "run_until_signal", "stop_on_signals"]
+__all__ = ["raise_if_failed", "run_until_signal", "set_on_signals", "stop_on_signals"]
 
 
-@contextlib.contextmanager
-def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM set ``stop`` (where the loop can handle signals)."""
+def set_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    """From now on SIGINT and SIGTERM set ``stop`` (where the loop can handle signals);
+    returns the signals handled."""
     loop = asyncio.get_running_loop()
     added = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
             added.append(sig)
+    return added
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM set ``stop`` (where the loop can handle signals)."""
+    added = set_on_signals(stop)
+    loop = asyncio.get_running_loop()
     try:
         yield
     finally:
