@@ -311,10 +311,20 @@ class Job:
     def is_async(self) -> bool:
         return self.handler is not None and is_async_handler(self.handler)
 
-    @property
+    @cached_property
     def lease_seconds(self) -> float:
-        """Lease length: timeout + 30 s, or 1 h for a job without a timeout."""
-        return self.timeout + LEASE_GRACE if self.timeout is not None else LEASE_WITHOUT_TIMEOUT
+        """Lease length: timeout + 30 s, or 1 h for a job without a timeout (renewed while
+        it runs). A handler retried by the runtime (``retry``) holds it for every attempt
+        and every wait in between: ``attempts × timeout + waits + 30 s``."""
+        if self.timeout is None:
+            return LEASE_WITHOUT_TIMEOUT
+        retry = self.retry
+        if retry is None or retry.attempts <= 1 or getattr(
+            self.handler, "applies_job_policies", False
+        ):
+            return self.timeout + LEASE_GRACE
+        waits = sum(retry.wait(n) for n in range(1, retry.attempts))
+        return retry.attempts * self.timeout + waits + LEASE_GRACE
 
 
 @dataclass(slots=True)

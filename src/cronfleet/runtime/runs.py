@@ -183,8 +183,12 @@ class Runs:
                 s.events.publish(RunRetried(job, run, n, delay, outcome.error))
             if delay > 0:
                 until = s.clock.now() + delay
-                while s.clock.now() < until:
-                    await s.clock.sleep_until(until)
+                s.activity.leave()  # waiting for the next attempt is idle time, as jitter
+                try:
+                    while s.clock.now() < until:
+                        await s.clock.sleep_until(until)
+                finally:
+                    s.activity.enter()
             run.attempt = ctx.attempt = n + 1
             assert self.threads is not None
             outcome = await execute(
