@@ -19,10 +19,10 @@ from cronfleet.clock import from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.model import Job, JobState
 
-__all__ = ["Due", "after", "min_gap"]
+__all__ = ["CRON_GAP", "Due", "after", "min_gap"]
 
 # cron fire times are whole seconds, so the slot after ``slot`` is at least this later
-_CRON_GAP = 1.0
+CRON_GAP = 1.0
 
 
 def after(job: Job, slot: float) -> float:
@@ -36,7 +36,7 @@ def after(job: Job, slot: float) -> float:
 def min_gap(job: Job) -> float:
     """A lower bound of (next slot - slot): ``now - slot < min_gap(job)`` proves that the
     job's next slot is still ahead, without computing it."""
-    return job.period or _CRON_GAP
+    return job.period or CRON_GAP
 
 
 class Due:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cronfleet.clock import from_ts
 from cronfleet.model import Job, JobState, Locking, RunRecord, RunStatus, SkipReason, skip_reason
 from cronfleet.runtime import requests
-from cronfleet.runtime.due import after, min_gap
+from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
 from cronfleet.runtime.runs import Queued
 from cronfleet.store.base import Dispatch, Dispatched, Skip
@@ -142,13 +142,14 @@ class Loop:
         queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
         scheduled = requests.scheduled
         items: list[Dispatch] = []
-        for job, slot in due:
-            if now - slot < min_gap(job) and now - slot <= late_after and (
+        for pair in due:
+            job, slot = pair
+            if now - slot < (job.period or CRON_GAP) and now - slot <= late_after and (
                 job.id not in states and job.enabled
             ):
                 # the common case: one slot, on time, no override; its next slot is
                 # provably ahead and is computed once the handlers are on their way
-                handled.append((job, slot))
+                handled.append(pair)
                 items.append(scheduled(job, slot, now, queued=queued, running=running,
                                        instance_id=instance_id))
             else:

@@ -79,41 +79,48 @@ class Runs:
     # -- starting -----------------------------------------------------------------------
 
     def launch(self, job: Job, run: RunRecord, leased: bool) -> None:
+        """Start one run (a claimed slot, a manual run, a queued run getting its lease)."""
         active = Active(job, run, leased)
         active.ctx = self.context(job, run)
-        self.start((active,))
+        s = self.s
+        s.activity.enter()
+        s.stats.fired += 1
+        self._start(active, asyncio.get_running_loop())
+        if run.id is None:
+            s.ledger.started_unrecorded()
 
     def start(self, actives: Sequence[Active]) -> None:
-        """Start runs whose records and contexts are built: the one place a handler starts
-        (a burst's runs, early claims, a manual run, a queued run getting its lease)."""
+        """Start a batch of runs whose records and contexts are built (early claims)."""
         if not actives:
             return
         s = self.s
-        active_map, running, unrecorded = self.active, self.running, self.unrecorded
-        seq, run_one = self._seq, self._execute
         s.activity.enter(len(actives))
         s.stats.fired += len(actives)
-        loop = asyncio.get_running_loop()
-        create = loop.create_task
+        loop, start = asyncio.get_running_loop(), self._start
         for active in actives:
-            key = active.run.id
-            if key is None:
-                key = -next(seq)
-                unrecorded[key] = active
-            active_map[key] = active
-            job_id = active.job.id
-            running[job_id] = running.get(job_id, 0) + 1
-            if _EAGER:
-                # Python 3.12+: the handler's first step runs now, inside its own Task (so
-                # libraries that tie state to the current task, like anyio's cancel scopes,
-                # see one task throughout); a handler that never suspends costs no scheduling.
-                active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
-                    run_one(key, active), loop=loop, eager_start=True
-                )
-            else:
-                active.task = create(run_one(key, active))
-        if unrecorded:
+            start(active, loop)
+        if self.unrecorded:
             s.ledger.started_unrecorded()
+
+    def _start(self, active: Active, loop: asyncio.AbstractEventLoop) -> None:
+        """The one place a handler starts: the run is registered as in progress here and
+        its task created (the counters and the ledger are the callers', once per batch)."""
+        key = active.run.id
+        if key is None:
+            key = -next(self._seq)
+            self.unrecorded[key] = active
+        self.active[key] = active
+        running, job_id = self.running, active.job.id
+        running[job_id] = running.get(job_id, 0) + 1
+        if _EAGER:
+            # Python 3.12+: the handler's first step runs now, inside its own Task (so
+            # libraries that tie state to the current task, like anyio's cancel scopes,
+            # see one task throughout); a handler that never suspends costs no scheduling.
+            active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                self._execute(key, active), loop=loop, eager_start=True
+            )
+        else:
+            active.task = loop.create_task(self._execute(key, active))
 
     def context(self, job: Job, run: RunRecord) -> RunContext:
         key = (run.slot, job.schedule.tz)
