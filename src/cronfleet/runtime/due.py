@@ -16,7 +16,6 @@ import heapq
 from collections.abc import Iterable, Mapping
 
 from cronfleet.clock import from_ts
-from cronfleet.cron import CronExpr
 from cronfleet.model import Job, JobState
 
 __all__ = ["CRON_GAP", "Due", "after", "min_gap"]
@@ -100,7 +99,10 @@ class Due:
         computation per distinct expression and slot; a job removed or replaced meanwhile
         is left alone (its new definition was queued by ``first``)."""
         nexts, watermark, push = self.next, self.watermark, self.push
-        cache: dict[CronExpr, float] = {}
+        # by zone, then by expression text: the same text in the same zone is the same
+        # schedule, and both keys hash at C speed (a string caches its hash, a zone hashes
+        # by identity) where hashing a parsed expression costs microseconds per job
+        cache: dict[object, dict[str, float]] = {}
         cache_slot = None
         for job, slot in handled:
             if jobs.get(job.id) is not job or nexts.get(job.id) != slot:
@@ -113,9 +115,12 @@ class Due:
                     cache.clear()
                     cache_slot = slot
                 sched = job.schedule
-                found = cache.get(sched)
+                by_text = cache.get(sched.tz)
+                if by_text is None:
+                    by_text = cache[sched.tz] = {}
+                found = by_text.get(sched.expr)
                 if found is None:
-                    found = cache[sched] = sched.next(from_ts(slot)).timestamp()
+                    found = by_text[sched.expr] = sched.next(from_ts(slot)).timestamp()
                 nxt = found
             push(job, nxt)
             if watermark.get(job.id, 0.0) < slot:

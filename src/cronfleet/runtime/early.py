@@ -171,10 +171,14 @@ class EarlyClaims:
         if hold_gc:
             gc.disable()
         try:
-            undo = self._start(pending, now, states)
+            undo, done = self._start(pending, now, states)
         finally:
             if hold_gc:  # runs after the first steps the loop now has queued
                 asyncio.get_running_loop().call_soon(gc.enable)
+        if done:
+            # bookkeeping once the handlers have taken their first step: the next slots
+            await asyncio.sleep(0)
+            self.s.due.after_many(done, self.s._jobs)
         if not undo:
             return []
         kept = await self.withdraw(pending.slot, undo)
@@ -187,9 +191,10 @@ class EarlyClaims:
 
     def _start(
         self, pending: Pending, now: float, states: Mapping[str, JobState]
-    ) -> list[tuple[Job, Dispatched]]:
+    ) -> tuple[list[tuple[Job, Dispatched]], list[tuple[Job, float]]]:
         """Start the runs claimed early. Returns the claims to withdraw — jobs paused,
-        disabled or removed since, or slots that are now late."""
+        disabled or removed since, or slots that are now late — and the (job, slot) pairs
+        handled, whose next slots are queued by the caller."""
         s = self.s
         slot, jobs = pending.slot, s._jobs
         late = now - slot > s.late_after
@@ -217,9 +222,7 @@ class EarlyClaims:
                 s.stats.claims_lost += 1
             done.append((job, slot))
         s.runner.start(go)
-        # bookkeeping after the handlers are on their way
-        s.due.after_many(done, jobs)
-        return undo
+        return undo, done
 
     async def withdraw(
         self, slot: float, undo: list[tuple[Job, Dispatched]]

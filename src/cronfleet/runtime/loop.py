@@ -160,7 +160,9 @@ class Loop:
         if items:
             await pipe.submit(items)
         await pipe.drain()
-        store_due.after_many(handled, jobs)
+        if handled:
+            await asyncio.sleep(0)  # the last chunk's handlers take their first step first
+            store_due.after_many(handled, jobs)
         if skips:
             await s.ledger.record_skips(skips)
         for job, runs in sequences:
