@@ -16,6 +16,7 @@ start:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -38,7 +39,9 @@ from cronfleet.model import (
     JobState,
     Locking,
     Missed,
+    NotifyPolicy,
     Overlap,
+    RetryPolicy,
     RunRecord,
     RunStatus,
     TriggeredBy,
@@ -168,33 +171,48 @@ class Scheduler(SyncControl):
         config: Mapping[str, Any] | None = None,
         description: str | None = None,
         team: str = DEFAULT_TEAM,
+        retry: RetryPolicy | None = None,
+        notify: NotifyPolicy | None = None,
+        auto_pause_after: int | None = None,
     ) -> Callable[[Handler], Handler]:
-        """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged."""
+        """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged.
+
+        ``retry``: run a failing handler again inside its slot; ``notify`` and
+        ``auto_pause_after``: alerts (``cronfleet.alerts.install``)."""
+        if auto_pause_after is not None and (
+            isinstance(auto_pause_after, bool) or not isinstance(auto_pause_after, int)
+            or auto_pause_after < 1
+        ):
+            raise ValueError(f"auto_pause_after: expected a whole number of at least 1, got "
+                             f"{auto_pause_after!r}")
 
         def register(fn: Handler) -> Handler:
             job_id = id or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
             doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
-            self.add_job(
-                Job.create(
-                    schedule,
-                    fn,
-                    id=job_id,
-                    timezone=timezone or self.timezone,
-                    missed=missed,
-                    catch_up_window=(
-                        self.catch_up_window if catch_up_window is None else catch_up_window
-                    ),
-                    locking=locking,
-                    overlap=overlap,
-                    timeout=timeout,
-                    jitter=jitter,
-                    enabled=enabled,
-                    recover=recover,
-                    config=config,
-                    description=description if description is not None else (doc[0] if doc else ""),
-                    team=team,
-                )
+            job = Job.create(
+                schedule,
+                fn,
+                id=job_id,
+                timezone=timezone or self.timezone,
+                missed=missed,
+                catch_up_window=(
+                    self.catch_up_window if catch_up_window is None else catch_up_window
+                ),
+                locking=locking,
+                overlap=overlap,
+                timeout=timeout,
+                jitter=jitter,
+                enabled=enabled,
+                recover=recover,
+                config=config,
+                description=description if description is not None else (doc[0] if doc else ""),
+                team=team,
             )
+            if retry is not None or notify is not None or auto_pause_after is not None:
+                job = dataclasses.replace(
+                    job, retry=retry, notify=notify, auto_pause_after=auto_pause_after
+                )
+            self.add_job(job)
             return fn
 
         return register

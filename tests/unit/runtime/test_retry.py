@@ -73,7 +73,7 @@ async def test_the_last_attempt_decides(make: Make, clock: FakeClock, running: l
         calls.append(ctx.attempt)
         raise ValueError(f"no {ctx.attempt}")
 
-    s.add_job(with_retry(Job.create("60s", always_fails, id="j"), attempts=2, delay=0))
+    s.job("60s", id="j", retry=RetryPolicy(attempts=2, delay=0))(always_fails)
     await s.start()
     running.append(s)
     await advance(clock, 60, s)
