@@ -185,15 +185,16 @@ class Alerts:
         self._tasks: set[asyncio.Task[None]] = set()
         self._chains: dict[str, asyncio.Task[None]] = {}
 
-    def __call__(self, event: RunFinished) -> None:
+    def __call__(self, event: RunFinished) -> asyncio.Task[None] | None:
         if not wants_alerts(event.job) or event.run.status is RunStatus.SKIPPED:
-            return
+            return None
         # one job's runs are recorded in order (consecutive failures count right)
         prev = self._chains.get(event.job.id)
         task = asyncio.get_running_loop().create_task(self._handle(event, prev))
         self._chains[event.job.id] = task
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, event.job.id))
+        return task
 
     def _done(self, job_id: str, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

@@ -4,7 +4,9 @@ Published after the fact, off the hot path: :class:`RunFinished` is built when a
 ended record is settled for the group commit (never during a burst's claims), and only
 when somebody listens. A listener is a plain callable or a coroutine function; a
 coroutine listener runs in its own task, so a slow listener (a webhook) never holds the
-loop or another listener; an exception in a listener is logged and dropped.
+loop or another listener; an exception in a listener is logged and dropped. A plain
+listener that starts work of its own may return its task: the scheduler's stop waits for
+it (bounded by the grace period), as for coroutine listeners.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Events:
 
     def __init__(self) -> None:
         self._listeners: dict[type, list[Listener]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
 
     def subscribe(self, listener: Listener, kind: type | tuple[type, ...] = RunFinished
                   ) -> Unsubscribe:
@@ -98,7 +100,10 @@ class Events:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 else:
-                    listener(event)
+                    result = listener(event)
+                    if isinstance(result, asyncio.Future):  # work it started: drained at stop
+                        self._tasks.add(result)
+                        result.add_done_callback(self._tasks.discard)
             except Exception:
                 log.exception("cronfleet: event listener %r failed", listener)
 
