@@ -9,6 +9,15 @@ one after the other, and reports JSON back to this process, which prints the tab
     .venv/bin/python bench/runtime.py --quick           # 5 s windows, for smoke runs
     .venv/bin/python bench/runtime.py --only jobs1k burst20k --json out.json
     .venv/bin/python bench/runtime.py --rev HEAD --wait-quiet 300   # committed src/, quiet box
+    .venv/bin/python bench/runtime.py --schedule cron     # the same workloads on cron
+    .venv/bin/python bench/runtime.py --schedule mixed    # ... on many distinct expressions
+
+``--schedule`` (cronfleet only; APScheduler keeps its interval triggers): ``interval``
+(default: "1s" and whole-second intervals), ``cron`` (one shared 6-field expression per
+workload: ``* * * * * *`` for the periodic ones, the instant's own second / minute / hour /
+day / month for a burst or an idle slot) or ``mixed`` (distinct expressions with the same
+fire times: syntax variants in 24 time zones, up to 432 different ones). Every kind fires
+the same slots, so the figures compare directly.
 
 Lateness = handler start (``time.time()`` as the handler's first statement) - nominal slot.
 cronfleet's handler gets the slot as ``ctx.slot``; APScheduler's handler gets the run time
@@ -187,6 +196,61 @@ def period_text(p: int) -> str:
     return f"{p // 3600}h" if p % 3600 == 0 else f"{p}s"
 
 
+SCHEDULES = ["interval", "cron", "mixed"]
+
+
+def _zones() -> list[str]:
+    """Every region/city zone this machine knows (~400), in a stable order: distinct
+    expressions for --schedule mixed (the same instants, different offsets and rules)."""
+    from zoneinfo import available_timezones
+
+    return sorted(z for z in available_timezones()
+                  if "/" in z and not z.startswith(("Etc/", "SystemV/", "US/")))
+
+
+_EVERY_SECOND = [
+    f"{sec} {minute} {hour} * * *"
+    for sec in ("*", "*/1", "0-59")
+    for minute in ("*", "*/1", "0-59")
+    for hour in ("*", "0-23")
+]
+
+
+def job_schedules(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(expression, time zone) of each job for ``spec["schedule"]``: intervals, one cron
+    expression, or a mix of distinct cron expressions, all firing the same instants."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    n, kind, schedule = spec["jobs"], spec["kind"], spec.get("schedule", "interval")
+    if schedule == "interval":
+        return [(period_text(spec["period"]), "UTC")] * n
+    if kind == "periodic":
+        if schedule == "cron":
+            return [("* * * * * *", "UTC")] * n
+        zones = _zones()
+        variants = [(_EVERY_SECOND[i % len(_EVERY_SECOND)], z) for i, z in enumerate(zones)]
+        return [variants[i % len(variants)] for i in range(n)]
+    at = spec["burst_at"] if kind == "burst" else spec["first_at"]
+
+    from cronfleet.cron import parse
+
+    def once_a_year(zone: str) -> str:  # the instant ``at`` as wall time in ``zone``
+        t = datetime.fromtimestamp(at, ZoneInfo(zone))
+        return f"{t.second} {t.minute} {t.hour} {t.day} {t.month} *"
+
+    if schedule == "cron":
+        return [(once_a_year("UTC"), "UTC")] * n
+    before = datetime.fromtimestamp(at - 1, ZoneInfo("UTC"))
+    exprs = [
+        (e, z)
+        for z in _zones()
+        for e in [once_a_year(z)]
+        if parse(e, tz=z).next(before).timestamp() == at  # a wall time DST leaves alone
+    ]
+    return [exprs[i % len(exprs)] for i in range(n)]
+
+
 class Recorder:
     """What the handlers saw: (job_id, slot_s, started_s) per invocation."""
 
@@ -217,9 +281,8 @@ async def _cronfleet(spec: dict[str, Any], r: Recorder, db: str) -> dict[str, An
         t = time.time()
         rec.append((ctx.job_id, ctx.slot.timestamp(), t))
 
-    every = period_text(spec["period"])
-    for i in range(spec["jobs"]):
-        s.job(every, id=f"j-{i}")(handler)
+    for i, (expr, zone) in enumerate(job_schedules(spec)):
+        s.job(expr, id=f"j-{i}", timezone=zone)(handler)
     t0 = time.time()
     await s.start()
     spec["setup_s"] = time.time() - t0
@@ -363,7 +426,10 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
             now, now + spec["lead"], now + spec["lead"] + 3
         )
     elif spec["kind"] == "idle":
-        spec["period"] = pick_idle_period(now, now + 60 + spec["settle"] + spec["duration"] + 60)
+        spec["period"] = p = pick_idle_period(
+            now, now + 60 + spec["settle"] + spec["duration"] + 60
+        )
+        spec["first_at"] = float((math.floor(now / p) + 1) * p)
     else:
         spec["period"] = 1
     r = Recorder()
@@ -428,10 +494,13 @@ def wait_quiet(limit_s: float, max_cores: float = 0.3) -> float:
         print(f"    (machine busy: {load:.2f} cores used by other processes; waiting)", flush=True)
 
 
-def spawn(w: Workload, system: str, quick: bool, src: str) -> dict[str, Any]:
+def spawn(
+    w: Workload, system: str, quick: bool, src: str, schedule: str = "interval"
+) -> dict[str, Any]:
     spec = {
         "workload": w.name,
         "system": system,
+        "schedule": schedule if system == "cronfleet" else "interval",
         "kind": w.kind,
         "jobs": w.jobs,
         "duration": w.quick_duration if quick else w.duration,
@@ -651,6 +720,13 @@ def main() -> int:
         help=f"workloads to run: {', '.join(BY_NAME)}",
     )
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS)
+    ap.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="interval",
+        help="cronfleet's job schedules: intervals (default), one shared cron expression, "
+        "or a mix of distinct cron expressions (same fire times)",
+    )
     ap.add_argument("--json", metavar="PATH", help="write every figure to this file")
     ap.add_argument(
         "--strict",
@@ -709,6 +785,7 @@ def _main(args: argparse.Namespace) -> int:
     )
     print(f"  cronfleet {info['cronfleet']}: {info['cronfleet_rev']}; SQLite store in a temp dir")
     print(f"  APScheduler {info['apscheduler']}: AsyncIOScheduler + MemoryJobStore, in memory")
+    print(f"  cronfleet schedules: {args.schedule}")
     print(f"  load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     chosen = [BY_NAME[n] for n in args.only] if args.only else WORKLOADS
@@ -718,7 +795,7 @@ def _main(args: argparse.Namespace) -> int:
             print(f"... {w.name} / {system}", flush=True)
             if args.wait_quiet:
                 wait_quiet(args.wait_quiet)
-            results.append(spawn(w, system, args.quick, args.cronfleet_src))
+            results.append(spawn(w, system, args.quick, args.cronfleet_src, args.schedule))
     print()
     lines = print_table(results)
     print()
@@ -726,7 +803,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"machine": info, "quick": args.quick, "results": results, "table": lines},
+                {"machine": info, "quick": args.quick, "schedule": args.schedule,
+                 "results": results, "table": lines},
                 indent=2,
                 default=str,
             )

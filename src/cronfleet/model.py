@@ -6,6 +6,7 @@ Times inside records are aware UTC datetimes; the loop itself works in epoch sec
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,9 @@ __all__ = [
     "SkipReason",
     "TriggeredBy",
     "check_team",
+    "enabled_at",
+    "is_async_handler",
+    "skip_reason",
 ]
 
 
@@ -305,14 +309,22 @@ class Job:
 
     @cached_property
     def is_async(self) -> bool:
-        from cronfleet.executor import is_async_handler
-
         return self.handler is not None and is_async_handler(self.handler)
 
-    @property
+    @cached_property
     def lease_seconds(self) -> float:
-        """Lease length: timeout + 30 s, or 1 h for a job without a timeout."""
-        return self.timeout + LEASE_GRACE if self.timeout is not None else LEASE_WITHOUT_TIMEOUT
+        """Lease length: timeout + 30 s, or 1 h for a job without a timeout (renewed while
+        it runs). A handler retried by the runtime (``retry``) holds it for every attempt
+        and every wait in between: ``attempts × timeout + waits + 30 s``."""
+        if self.timeout is None:
+            return LEASE_WITHOUT_TIMEOUT
+        retry = self.retry
+        if retry is None or retry.attempts <= 1 or getattr(
+            self.handler, "applies_job_policies", False
+        ):
+            return self.timeout + LEASE_GRACE
+        waits = sum(retry.wait(n) for n in range(1, retry.attempts))
+        return retry.attempts * self.timeout + waits + LEASE_GRACE
 
 
 @dataclass(slots=True)
@@ -331,13 +343,32 @@ class JobState:
     last_slot: datetime | None = None
     created_at: datetime | None = None
 
+    def override_at_time(self, now: datetime) -> bool | None:
+        """The override in force at ``now``: ``None`` when there is none or its ``until``
+        has passed."""
+        if self.override_until is not None and self.override_until <= now:
+            return None
+        return self.enabled_override
+
     def effective_enabled(self, declared: bool, now: datetime) -> bool:
         """The override wins until its ``until`` passes; then the declared value."""
-        if self.enabled_override is None:
-            return declared
-        if self.override_until is not None and self.override_until <= now:
-            return declared
-        return self.enabled_override
+        override = self.override_at_time(now)
+        return declared if override is None else override
+
+    def enabled_at(self, job: Job, now: datetime) -> bool:
+        """THE rule for "is ``job`` enabled at ``now``" (see :func:`enabled_at`)."""
+        return self.effective_enabled(job.enabled, now)
+
+    def skip_reason(self, job: Job, now: datetime) -> SkipReason | None:
+        """Why a slot of ``job`` at ``now`` is not run, or ``None`` when it runs: ``paused``
+        while a pause override is in force, else ``disabled`` when the job is off (declared
+        ``enabled=False`` and not forced on, including after a pause expired)."""
+        override = self.override_at_time(now)
+        if override is False:
+            return SkipReason.PAUSED
+        if override is None and not job.enabled:
+            return SkipReason.DISABLED
+        return None
 
     def lease_live(self, now: datetime) -> bool:
         return (
@@ -345,6 +376,26 @@ class JobState:
             and self.lease_until is not None
             and self.lease_until > now
         )
+
+
+def enabled_at(job: Job, state: JobState | None, now: datetime) -> bool:
+    """Is ``job`` enabled at ``now`` given its shared state row (``None``: no override)?"""
+    return job.enabled if state is None else state.effective_enabled(job.enabled, now)
+
+
+def skip_reason(job: Job, state: JobState | None, now: datetime) -> SkipReason | None:
+    """Why ``job`` does not run at ``now`` (``paused`` / ``disabled``), or ``None``."""
+    if state is None:
+        return None if job.enabled else SkipReason.DISABLED
+    return state.skip_reason(job, now)
+
+
+def is_async_handler(handler: Handler) -> bool:
+    """``async def`` functions, and objects whose ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = inspect.getattr_static(type(handler), "__call__", None)
+    return inspect.isfunction(call) and inspect.iscoroutinefunction(call)
 
 
 @dataclass(slots=True)

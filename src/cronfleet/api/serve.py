@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 from collections.abc import Generator
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
+from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
 from cronfleet.store.api import ApiStore
 
 log = logging.getLogger("cronfleet.api")
@@ -73,10 +73,7 @@ async def serve(
     import uvicorn
 
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    set_on_signals(stop)
     api_store = ApiStore(scheduler.store.url)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll)
@@ -108,22 +105,14 @@ async def serve(
                         name = sock.getsockname()
                         log.info("API listening on http://%s:%s (docs at /docs)",
                                  name[0], name[1])
-            waiter = asyncio.create_task(stop.wait())
-            watched.add(waiter)
-            loop_task = getattr(scheduler, "_loop_task", None)
-            if loop_task is not None:
-                watched.add(loop_task)
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
+            loop_task = scheduler.loop_task
+            await run_until_signal(loop_task, *watched, stop=stop, signals=False)
             if server is not None and server_task is not None:
                 server.should_exit = True
                 with contextlib.suppress(BaseException):
                     await server_task
             await catalog.stop()
-            if loop_task is not None and loop_task.done() and not loop_task.cancelled():
-                exc = loop_task.exception()
-                if exc is not None:
-                    raise exc
+            raise_if_failed(loop_task)
     finally:
         await catalog.stop()
         await api_store.close()

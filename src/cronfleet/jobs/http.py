@@ -556,65 +556,43 @@ class HttpJob:
         ctx.log("attempts: " + json.dumps(result, ensure_ascii=False))
         raise HttpJobFailed(message, result)
 
+    # retry (per request), health, auto-pause and notifications are applied here, inside
+    # the handler: the runtime does not retry this job and cronfleet.alerts leaves it alone
+    applies_job_policies = True
+
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
                          result: dict[str, Any], duration: float, message: str,
                          redact: Redactor) -> None:
-        """Update the job's shared health; auto-pause; send the notifications it calls for."""
-        if rt.store is None and self.notify is None and self.auto_pause_after is None:
-            return
-        before, after = await rt.health.record(ctx.job_id, ok, round(duration, 3),
-                                               datetime.now(UTC))
-        result["health"] = after.to_dict()
-        if (not ok and self.auto_pause_after is not None
-                and after.consecutive_failures == self.auto_pause_after):
-            note = (f"auto-paused after {after.consecutive_failures} consecutive failures; "
-                    f"last: {message}")
-            if await rt.pause(ctx.job_id, note[:500]):
-                result["auto_paused"] = True
-                ctx.log(note)
-        if self.notify is None:
-            return
-        from cronfleet.notify import Notification, events_for, policy_texts
+        """Health, auto-pause and notifications (``cronfleet.alerts``), written into the
+        result; this job applies its policies itself (``applies_job_policies``)."""
+        import contextlib
+        from collections.abc import Iterator
 
-        events = events_for(self.notify, before, after)
-        if not events:
-            return
-        refs = references(*policy_texts(self.notify))
-        values: dict[str, str] = {}
-        if refs:
-            vault = rt.vault
-            if vault is None:
-                raise SecretError("notification settings reference secrets but no vault is "
-                                  "configured")
-            values = await vault.resolve(refs, self.namespace)
-            for v in values.values():
-                redact.add(v)
-        sent: dict[str, Any] = {}
+        from cronfleet.alerts import RunFacts, record_and_alert
+
         allow = (self.allow_private_targets if self.allow_private_targets is not None
                  else rt.allow_private_targets)
-        token = _allow_private.set(allow)
-        redact_token = _redactor.set(redact)
-        try:
-            for event in events:
-                notification = Notification(
-                    event=event, job_id=ctx.job_id, slot=slot_text(ctx.slot),
-                    instance_id=ctx.instance_id, message=redact(message),
-                    health=after.to_dict(),
-                    run={"ok": ok, "status": result["status"],
-                         "attempts": len(result["attempts"]),
-                         "idempotency_key": result["idempotency_key"]},
-                )
-                outcome = await rt.notifier.deliver(self.notify, notification,
-                                                    client=rt.client(),
-                                                    secrets=values, redact=redact)
-                sent[event] = outcome
-                ctx.log(f"notified {event}: " + ", ".join(
-                    f"{ch} {'ok' if err is None else 'failed: ' + err}"
-                    for ch, err in outcome.items()))
-        finally:
-            _allow_private.reset(token)
-            _redactor.reset(redact_token)
-        result["notifications"] = redact.data(sent)
+
+        @contextlib.contextmanager
+        def scope(redact: Redactor) -> Iterator[None]:
+            token = _allow_private.set(allow)
+            redact_token = _redactor.set(redact)
+            try:
+                yield
+            finally:
+                _allow_private.reset(token)
+                _redactor.reset(redact_token)
+
+        facts = RunFacts(
+            job_id=ctx.job_id, slot=ctx.slot, instance_id=ctx.instance_id, ok=ok,
+            duration=duration, message=message,
+            run={"ok": ok, "status": result["status"], "attempts": len(result["attempts"]),
+                 "idempotency_key": result["idempotency_key"]},
+        )
+        await record_and_alert(facts, rt, result, notify=self.notify,
+                               auto_pause_after=self.auto_pause_after,
+                               namespace=self.namespace, redact=redact, log_line=ctx.log,
+                               scope=scope)
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cronfleet.executor import Outcome, execute
 from cronfleet.model import RunContext, RunStatus, TriggeredBy
+from cronfleet.runtime.executor import Outcome, execute
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 POOL = ThreadPoolExecutor(2)

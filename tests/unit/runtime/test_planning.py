@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from cronfleet.cron import parse
 from cronfleet.model import Missed
-from cronfleet.planning import RECORD_CAP, RUN_ALL_CAP, jitter_delay, plan_slots
+from cronfleet.runtime.planning import RECORD_CAP, RUN_ALL_CAP, jitter_delay, plan_slots
 
 T = datetime(2026, 7, 29, 6, 0, tzinfo=UTC).timestamp()
 EVERY5 = parse("*/5 * * * *")

@@ -574,7 +574,7 @@ async def test_crashed_holder_is_marked_interrupted_and_recovered(
 async def test_jitter_delays_the_start_not_the_slot(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    from cronfleet.planning import jitter_delay
+    from cronfleet.runtime.planning import jitter_delay
 
     s = make()
     rec = Recorder()

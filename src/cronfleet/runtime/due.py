@@ -1,0 +1,127 @@
+"""When each job is due next: the bucketed heap, and where each job's catch-up starts.
+
+Jobs due at the same instant share one heap entry (a bucket of job ids): a burst of
+20,000 jobs is one pop. ``next`` says which slot a job is queued for; an entry whose job
+was removed, replaced or re-queued since is stale and dropped when popped.
+
+Computing a job's following slot is kept off the instant's critical path: intervals by
+arithmetic; cron expressions through :meth:`Due.after_many`, called after the handlers of
+the instant are launched, which computes each distinct expression once per slot (many
+jobs share one expression).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+
+from cronfleet.clock import from_ts
+from cronfleet.model import Job, JobState
+
+__all__ = ["CRON_GAP", "Due", "after", "min_gap"]
+
+# cron fire times are whole seconds, so the slot after ``slot`` is at least this later
+CRON_GAP = 1.0
+
+
+def after(job: Job, slot: float) -> float:
+    """The slot after ``slot`` (intervals by arithmetic: they are anchored to the epoch)."""
+    period = job.period
+    if period:
+        return slot + period
+    return job.schedule.next(from_ts(slot)).timestamp()
+
+
+def min_gap(job: Job) -> float:
+    """A lower bound of (next slot - slot): ``now - slot < min_gap(job)`` proves that the
+    job's next slot is still ahead, without computing it."""
+    return job.period or CRON_GAP
+
+
+class Due:
+    """The due heap, its buckets, each job's queued slot and watermark."""
+
+    __slots__ = ("buckets", "heap", "next", "watermark")
+
+    def __init__(self) -> None:
+        self.heap: list[float] = []
+        self.buckets: dict[float, list[str]] = {}
+        self.next: dict[str, float] = {}
+        self.watermark: dict[str, float] = {}
+
+    def push(self, job: Job, slot: float) -> None:
+        self.next[job.id] = slot
+        bucket = self.buckets.get(slot)
+        if bucket is None:
+            self.buckets[slot] = [job.id]
+            heapq.heappush(self.heap, slot)
+        else:
+            bucket.append(job.id)
+
+    def first(self, job: Job, state: JobState | None, now: float) -> None:
+        """Queue a job just added: its next slot after its watermark — the newest slot it
+        claimed or skipped, else when its state row was created — never after ``now``."""
+        mark = None
+        if state is not None:
+            seen = state.last_slot or state.created_at
+            mark = None if seen is None else seen.timestamp()
+        mark = now if mark is None else min(mark, now)
+        self.watermark[job.id] = mark
+        self.push(job, job.schedule.next(from_ts(mark)).timestamp())
+
+    def forget(self, job_id: str) -> None:
+        self.next.pop(job_id, None)
+        self.watermark.pop(job_id, None)
+
+    def mark(self, job_id: str, slot: float) -> None:
+        """``slot`` was handled: catch-up starts after it."""
+        if self.watermark.get(job_id, 0.0) < slot:
+            self.watermark[job_id] = slot
+
+    def earliest(self) -> float | None:
+        return self.heap[0] if self.heap else None
+
+    def pop_due(self, now: float, jobs: Mapping[str, Job]) -> list[tuple[Job, float]]:
+        """Every live (job, slot) due at or before ``now``."""
+        due: list[tuple[Job, float]] = []
+        heap, nexts, buckets = self.heap, self.next, self.buckets
+        while heap and heap[0] <= now:
+            slot = heapq.heappop(heap)
+            for job_id in buckets.pop(slot, ()):
+                job = jobs.get(job_id)
+                if job is not None and nexts.get(job_id) == slot:  # else removed or stale
+                    due.append((job, slot))
+        return due
+
+    def after_many(self, handled: Iterable[tuple[Job, float]], jobs: Mapping[str, Job]) -> None:
+        """Queue the following slot of each ``(job, slot)`` handled on the fast path (its
+        next slot was proven ahead without computing it) and move its watermark. One
+        computation per distinct expression and slot; a job removed or replaced meanwhile
+        is left alone (its new definition was queued by ``first``)."""
+        nexts, watermark, push = self.next, self.watermark, self.push
+        # by zone, then by expression text: the same text in the same zone is the same
+        # schedule, and both keys hash at C speed (a string caches its hash, a zone hashes
+        # by identity) where hashing a parsed expression costs microseconds per job
+        cache: dict[object, dict[str, float]] = {}
+        cache_slot = None
+        for job, slot in handled:
+            if jobs.get(job.id) is not job or nexts.get(job.id) != slot:
+                continue
+            period = job.period
+            if period:
+                nxt = slot + period
+            else:
+                if slot != cache_slot:
+                    cache.clear()
+                    cache_slot = slot
+                sched = job.schedule
+                by_text = cache.get(sched.tz)
+                if by_text is None:
+                    by_text = cache[sched.tz] = {}
+                found = by_text.get(sched.expr)
+                if found is None:
+                    found = by_text[sched.expr] = sched.next(from_ts(slot)).timestamp()
+                nxt = found
+            push(job, nxt)
+            if watermark.get(job.id, 0.0) < slot:
+                watermark[job.id] = slot

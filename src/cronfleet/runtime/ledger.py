@@ -1,0 +1,131 @@
+"""Writing results: the group commit of ended runs, rows of runs still running, skips.
+
+``Ledger`` owns everything waiting to be written: the ``Finish`` records (a run's
+"started" and "finished" rows merge into one write), the skips the store could not take
+yet, and the events that wake the writer. During a burst the writer waits for the burst's
+claims first (``Loop.firing``): results are written after, never in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from cronfleet.model import RunStatus
+from cronfleet.store.base import Finish, Skip
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["MAX_BUFFERED", "Ledger"]
+
+log = logging.getLogger("cronfleet")
+
+MAX_BUFFERED = 10_000
+
+
+class Ledger:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.finishes: list[Finish] = []
+        self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
+        self.flush_event = asyncio.Event()
+        self.record_event = asyncio.Event()
+        self._flush_done: asyncio.Event | None = None
+
+    def wake(self) -> None:
+        if not self.flush_event.is_set():
+            self.flush_event.set()
+
+    def started_unrecorded(self) -> None:
+        if not self.record_event.is_set():
+            self.record_event.set()
+
+    async def flush_loop(self) -> None:
+        s = self.s
+        while s.running:
+            await self.flush_event.wait()
+            self.flush_event.clear()
+            firing = s.loop.firing
+            if firing is not None:
+                # a burst is being claimed: its claims go first, results are written after
+                await asyncio.wait({firing})
+            await self.flush_once()
+            if self.unsaved_skips:
+                await self.flush_skips()
+
+    async def record_started_loop(self) -> None:
+        """Write the rows of fast-path runs still running a moment after they started, so
+        the ledger shows them in progress; runs that end sooner are written once, whole."""
+        runs = self.s.runner
+        while True:
+            await self.record_event.wait()
+            self.record_event.clear()
+            await asyncio.sleep(self.s.record_started_after)
+            for a in list(runs.unrecorded.values()):
+                if a.run.id is None and a.run.status is RunStatus.RUNNING:
+                    self.finishes.append(Finish(a.run))
+            runs.unrecorded.clear()
+            if self.finishes:
+                self.flush_event.set()
+
+    async def flush_once(self) -> None:
+        """Group commit: every run started or finished since the last write, one transaction."""
+        s = self.s
+        s.runner.settle()
+        if not self.finishes:
+            return
+        merged: dict[int, Finish] = {}
+        for f in self.finishes:  # a run's "started" and "finished" rows become one write
+            prev = merged.get(id(f.run))
+            if prev is None or f.release_token is not None:
+                merged[id(f.run)] = f
+        batch = list(merged.values())
+        self.finishes = []
+        s.activity.enter()
+        try:
+            await s.store.finish(batch)
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("cannot record %d finished runs (%s); will retry", len(batch), exc)
+            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
+            if s.running:
+                s.spawn(self._later_flush())
+        finally:
+            s.activity.leave()
+        self._flushed_event().set()
+
+    def _flushed_event(self) -> asyncio.Event:
+        if self._flush_done is None:
+            self._flush_done = asyncio.Event()
+        return self._flush_done
+
+    async def flushed(self) -> None:
+        """Wait until finished runs (and their lease releases) have been written."""
+        while (self.finishes or self.s.runner.ended) and self.s.running:
+            ev = self._flushed_event()
+            ev.clear()
+            self.flush_event.set()
+            await ev.wait()
+
+    async def _later_flush(self) -> None:
+        await asyncio.sleep(1.0)
+        self.flush_event.set()
+
+    async def record_skips(self, skips: list[Skip]) -> None:
+        """Write skip records; keep them (bounded) for a later try if the store is down."""
+        s = self.s
+        try:
+            await s.store.record_skips(skips)
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("cannot record %d skipped slots (%s); will retry", len(skips), exc)
+            self.unsaved_skips.extend(skips)
+
+    async def flush_skips(self) -> None:
+        if self.unsaved_skips:
+            batch = list(self.unsaved_skips)
+            self.unsaved_skips.clear()
+            await self.record_skips(batch)

@@ -1,0 +1,374 @@
+"""The loop: sleep until the earliest due instant, then fire it as one batch.
+
+Firing an instant: pop its bucket, read the overrides of its jobs once, plan each job
+(the fast path straight to a request; late, several or overridden slots through
+``planning.plan_slots``), hand the requests to the store in chunks while the next chunk
+is planned (``Pipeline``), launch the handlers of each claimed chunk, record the skips.
+The following slot of each fast-path job is computed after that (``Due.after_many``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.clock import from_ts
+from cronfleet.model import Job, JobState, Locking, RunRecord, RunStatus, SkipReason, skip_reason
+from cronfleet.runtime import requests
+from cronfleet.runtime.due import CRON_GAP, after
+from cronfleet.runtime.planning import jitter_delay, plan_slots
+from cronfleet.runtime.runs import Queued
+from cronfleet.store.base import Dispatch, Dispatched, Skip
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["Loop", "Pipeline"]
+
+log = logging.getLogger("cronfleet")
+
+
+class Pipeline:
+    """Chunks of one burst in flight to the store, oldest first.
+
+    A chunk is handed to the store's thread as soon as it is planned; while the store
+    claims it, the loop plans the next chunk and starts the handlers of chunks already
+    claimed. The first handlers of a large burst start after one small transaction.
+    """
+
+    def __init__(
+        self,
+        s: Scheduler,
+        handle: Callable[[list[Dispatch], asyncio.Future[Any]], list[Dispatched]] | None = None,
+    ) -> None:
+        self.s = s
+        self.handle = handle or s.loop.handle_chunk
+        self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any]]] = deque()
+        self.results: list[Dispatched] = []
+
+    async def submit(self, chunk: list[Dispatch]) -> None:
+        task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
+        self.inflight.append((chunk, task))
+        await asyncio.sleep(0)  # let the task reach the store's thread before we go on
+        while self.inflight and self.inflight[0][1].done():
+            done_chunk, done = self.inflight.popleft()
+            self.results.extend(self.handle(done_chunk, done))
+
+    async def drain(self) -> list[Dispatched]:
+        while self.inflight:
+            chunk, task = self.inflight.popleft()
+            await asyncio.wait({task})
+            self.results.extend(self.handle(chunk, task))
+        return self.results
+
+
+class Loop:
+    """The loop task and the firing of one instant."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
+        self.fired_at: float | None = None
+
+    async def run(self) -> None:
+        s = self.s
+        due, early, clock, activity = s.due, s.early, s.clock, s.activity
+        heap = due.heap
+        ahead = early.ahead
+        while not s.stopping:
+            now = clock.now()
+            s.last_tick = now
+            pending = early.pending
+            if (heap and heap[0] <= now) or (pending is not None and pending.slot <= now):
+                activity.enter()
+                self.firing = asyncio.get_running_loop().create_future()
+                try:
+                    await self.fire_due(now)
+                except Exception:
+                    log.exception("cronfleet: error while firing due slots; continuing")
+                finally:
+                    self.firing.set_result(None)
+                    self.firing = None
+                    activity.leave()
+                continue
+            lead = early.lead(now) if ahead > 0 and pending is None and heap else 0.0
+            if lead > 0 and heap[0] - lead <= now:
+                activity.enter()
+                try:
+                    await early.claim(heap[0], now)
+                except Exception:
+                    log.exception("cronfleet: error while claiming slots early; continuing")
+                finally:
+                    activity.leave()
+                continue
+            self.wake.clear()
+            if pending is not None:
+                deadline = min(pending.slot, heap[0]) if heap else pending.slot
+            elif heap:
+                deadline = heap[0] - lead
+            else:
+                deadline = now + 3600.0
+            await clock.sleep_until(deadline, self.wake)
+
+    async def fire_due(self, now: float) -> None:
+        s = self.s
+        self.fired_at = now
+        pending = s.early.take(now)
+        jobs, store_due = s._jobs, s.due
+        due = store_due.pop_due(now, jobs)
+        if not due and (pending is None or not pending.ready):
+            return
+        ids = [j.id for j, _ in due]
+        if pending is not None:
+            ids += [j.id for j, _, _ in pending.ready]
+        try:
+            states = await s.store.read_overrides(ids)
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
+            states = {}
+        if pending is not None:
+            due += await s.early.fire(pending, now, states)
+        pipe = Pipeline(s)
+        skips: list[Skip] = []
+        sequences: list[tuple[Job, list[tuple[float, bool]]]] = []
+        handled: list[tuple[Job, float]] = []  # fast path: next slot queued afterwards
+        late_after, size = s.late_after, s.batch_size
+        queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
+        scheduled = requests.scheduled
+        items: list[Dispatch] = []
+        for pair in due:
+            job, slot = pair
+            if now - slot < (job.period or CRON_GAP) and now - slot <= late_after and (
+                job.id not in states and job.enabled
+            ):
+                # the common case: one slot, on time, no override; its next slot is
+                # provably ahead and is computed once the handlers are on their way
+                handled.append(pair)
+                items.append(scheduled(job, slot, now, queued=queued, running=running,
+                                       instance_id=instance_id))
+            else:
+                self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences)
+            if len(items) >= size:
+                await pipe.submit(items)
+                items = []
+        if items:
+            await pipe.submit(items)
+        await pipe.drain()
+        if handled:
+            await asyncio.sleep(0)  # the last chunk's handlers take their first step first
+            store_due.after_many(handled, jobs)
+        if skips:
+            await s.ledger.record_skips(skips)
+        for job, runs in sequences:
+            s.spawn(self.run_sequence(job, runs))
+
+    def plan_job(
+        self,
+        job: Job,
+        slot: float,
+        now: float,
+        state: JobState | None,
+        items: list[Dispatch],
+        skips: list[Skip],
+        sequences: list[tuple[Job, list[tuple[float, bool]]]],
+    ) -> None:
+        """The slow path: several or late slots (catch-up), or an override to honour."""
+        s = self.s
+        due = s.due
+        nxt = after(job, slot)
+        if nxt > now and now - slot <= s.late_after:
+            runs: list[tuple[float, bool]] = [(slot, False)]
+            missed_slots: list[float] = []
+            overflow: tuple[int | None, float, float] | None = None
+        else:
+            plan = plan_slots(
+                job.schedule,
+                due.watermark.get(job.id, slot - 1e-3),
+                now,
+                missed=job.missed,
+                window=job.catch_up_window,
+                late_after=s.late_after,
+            )
+            runs, missed_slots, overflow = plan.run, plan.missed, plan.overflow
+            if plan.capped:
+                log.warning(
+                    "job %s: %d missed slots exceed the RUN_ALL cap; the oldest %d are "
+                    "recorded as missed",
+                    job.id,
+                    plan.capped + len(runs),
+                    plan.capped,
+                )
+            while nxt <= now:
+                nxt = after(job, nxt)
+        due.push(job, nxt)
+        processed = [x for x, _ in runs] + missed_slots
+        if processed:
+            due.mark(job.id, max(processed))
+        reason = skip_reason(job, state, from_ts(now))
+        if reason is not None:
+            note = f" ({state.override_note})" if state and state.override_note else ""
+            who = f" by {state.override_by}" if state and state.override_by else ""
+            for x in sorted(processed):
+                skips.append(
+                    Skip(
+                        job.id,
+                        x,
+                        reason.value,
+                        instance_id=s.instance_id,
+                        logs=[f"Skipped: the job is {reason.value}{who}{note}"],
+                    )
+                )
+            s.stats.skip(reason.value, len(processed))
+            return
+        for x in missed_slots:
+            items.append(requests.missed(job, x, "missed while no scheduler ran it"))
+        if overflow is not None:
+            count, first, last = overflow
+            items.append(
+                requests.missed(
+                    job,
+                    first,
+                    f"{'many' if count is None else count} missed slots from "
+                    f"{from_ts(first).isoformat()} to {from_ts(last).isoformat()} "
+                    "summarised in this record",
+                    result={
+                        "skipped": True,
+                        "reason": "missed",
+                        "count": count,
+                        "first": from_ts(first).isoformat(),
+                        "last": from_ts(last).isoformat(),
+                    },
+                )
+            )
+        if len(runs) == 1:
+            items.append(
+                requests.scheduled(
+                    job, runs[0][0], now, catchup=runs[0][1], queued=s.runner.queued,
+                    running=s.runner.running, instance_id=s.instance_id,
+                )
+            )
+        elif runs:
+            sequences.append((job, runs))
+
+    async def dispatch(self, items: list[Dispatch]) -> list[Dispatched]:
+        """Claim and start a batch outside the loop's burst path (catch-up, recovery)."""
+        pipe = Pipeline(self.s)
+        size = self.s.batch_size
+        for i in range(0, len(items), size):
+            await pipe.submit(items[i : i + size])
+        return await pipe.drain()
+
+    def handle_chunk(self, chunk: list[Dispatch], task: asyncio.Future[Any]) -> list[Dispatched]:
+        exc = task.exception()
+        if exc is not None:
+            self.s.stats.store_errors += 1
+            return self.dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
+        got: list[Dispatched] = task.result()
+        for res in got:
+            self.after_dispatch(res)
+        return got
+
+    def dispatch_offline(self, items: list[Dispatch], exc: Exception | None) -> list[Dispatched]:
+        """The store did not answer: PREFER_GLOBAL and node-local jobs run anyway (fail
+        open); REQUIRE_GLOBAL jobs do not, and their skips are recorded later."""
+        s = self.s
+        out = []
+        for it in items:
+            job = s._jobs.get(it.job_id)
+            if job is None or it.skip_reason:
+                continue
+            if job.locking is Locking.REQUIRE_GLOBAL:
+                log.warning(
+                    "job %s: store unavailable (%s); REQUIRE_GLOBAL slot %s not run",
+                    job.id,
+                    exc,
+                    from_ts(it.slot).isoformat(),
+                )
+                s.ledger.unsaved_skips.append(
+                    Skip(
+                        job.id,
+                        it.slot,
+                        SkipReason.STORE_UNAVAILABLE.value,
+                        instance_id=s.instance_id,
+                        logs=[
+                            f"Skipped: the store was unavailable ({exc}) and the job "
+                            "requires a global claim"
+                        ],
+                    )
+                )
+                continue
+            log.warning(
+                "job %s: store unavailable (%s); running slot %s without a claim (fail open)",
+                job.id,
+                exc,
+                from_ts(it.slot).isoformat(),
+            )
+            run = RunRecord(
+                id=None,
+                job_id=job.id,
+                slot=from_ts(it.slot),
+                triggered_by=it.triggered_by,
+                status=RunStatus.RUNNING,
+                instance_id=s.instance_id,
+                is_catchup=it.is_catchup,
+                manual=it.manual,
+                started_at=from_ts(s.clock.now()),
+                logs=list(it.logs),
+            )
+            run.logs.append(f"Ran without a claim: the store was unavailable ({exc})")
+            res = Dispatched(request=it, won=True, run=run)
+            s.runner.launch(job, run, leased=False)
+            out.append(res)
+        return out
+
+    def after_dispatch(self, res: Dispatched) -> None:
+        s = self.s
+        job = s._jobs.get(res.request.job_id)
+        run = res.run
+        if not res.won:
+            s.stats.claims_lost += 1
+            return
+        if job is None or run is None:
+            return
+        runs = s.runner
+        if run.status is RunStatus.RUNNING:
+            runs.launch(job, run, leased=res.request.lease)
+        elif run.status is RunStatus.PENDING:
+            if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
+                delay = jitter_delay(job.id, res.request.slot, job.jitter)
+                s.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
+            else:
+                runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
+        else:
+            s.stats.skip(run.reason)
+            if run.reason == SkipReason.ALREADY_EXECUTING.value:
+                log.info(
+                    "job %s slot %s skipped: %s",
+                    job.id,
+                    run.slot.isoformat(),
+                    run.logs[-1] if run.logs else run.reason,
+                )
+
+    async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
+        """Several slots of one job at once (RUN_ALL catch-up): one after the other."""
+        s = self.s
+        s.activity.enter()
+        try:
+            for slot, catchup in runs:
+                await s.runner.job_idle(job.id)
+                if s.stopping:
+                    return
+                item = requests.scheduled(
+                    job, slot, s.clock.now(), catchup=catchup, queued=s.runner.queued,
+                    running=s.runner.running, instance_id=s.instance_id, wait_if_busy=False,
+                )
+                await self.dispatch([item])
+            await s.runner.job_idle(job.id)
+        finally:
+            s.activity.leave()

@@ -1,0 +1,120 @@
+"""Which slots of a job to run, skip or record when the loop reaches ``now``.
+
+Pure functions of (schedule, watermark, now, policy): every instance computes the same
+answer, and the store's unique claims settle who acts on it. Kept apart from the loop so
+the catch-up rules are tested without any I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from cronfleet.clock import from_ts
+from cronfleet.cron import CronExpr
+from cronfleet.model import Missed
+
+__all__ = ["RECORD_CAP", "RUN_ALL_CAP", "SlotPlan", "catchup_banner", "jitter_delay", "plan_slots"]
+
+RUN_ALL_CAP = 100
+"""``Missed.RUN_ALL`` runs at most this many missed slots (the most recent ones)."""
+RECORD_CAP = 100
+"""Missed slots recorded one by one per job and catch-up; older ones are summarised."""
+
+
+@dataclass(slots=True)
+class SlotPlan:
+    """``run``: ``(slot, is_catchup)`` oldest first. ``missed``: slots recorded as skipped
+    with reason ``missed``. ``overflow``: ``(count or None, first, last)`` of older missed
+    slots summarised in one record. ``capped``: RUN_ALL dropped slots over its cap."""
+
+    run: list[tuple[float, bool]] = field(default_factory=list)
+    missed: list[float] = field(default_factory=list)
+    overflow: tuple[int | None, float, float] | None = None
+    capped: int = 0
+
+
+def jitter_delay(job_id: str, slot: float, jitter: float) -> float:
+    """A delay in ``[0, jitter]`` that every instance derives alike from ``(job, slot)``."""
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.blake2b(f"{job_id}\0{round(slot * 1000)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / float(2**64 - 1) * jitter
+
+
+def catchup_banner(slot: float, started: float) -> str:
+    stamp = (
+        from_ts(slot).strftime("%Y-%m-%dT%H:%M:%S.") + f"{from_ts(slot).microsecond // 1000:03d}Z"
+    )
+    return f"⏰ Catch-up run for missed slot {stamp} ({round(started - slot)}s late)"
+
+
+def plan_slots(
+    expr: CronExpr,
+    after: float,
+    now: float,
+    *,
+    missed: Missed,
+    window: float,
+    late_after: float,
+) -> SlotPlan:
+    """Plan the slots in ``(after, now]``.
+
+    A slot at most ``late_after`` seconds old is on time and runs normally. Older slots
+    were missed: inside ``window`` the ``missed`` policy decides (SKIP records them,
+    RUN_ONCE runs only the newest — and none when an on-time slot runs anyway — RUN_ALL
+    runs them in order up to :data:`RUN_ALL_CAP`); outside the window they are recorded.
+    """
+    plan = SlotPlan()
+    newest_first: list[float] = []
+    cursor = from_ts(now + 0.0005)
+    truncated = False
+    limit = RECORD_CAP + RUN_ALL_CAP + 64
+    while True:
+        prev = expr.prev(cursor)
+        ts = prev.timestamp()
+        if ts <= after:
+            break
+        if len(newest_first) >= limit:
+            truncated = True
+            break
+        newest_first.append(ts)
+        cursor = prev
+    slots = newest_first[::-1]
+    on_time = [s for s in slots if now - s <= late_after]
+    late = [s for s in slots if now - s > late_after]
+    in_window = [s for s in late if window > 0 and now - s <= window]
+    outside = [s for s in late if not (window > 0 and now - s <= window)]
+    to_miss = list(outside)
+    catch: list[float] = []
+    if missed is Missed.RUN_ONCE:
+        if in_window and not on_time:
+            catch = [in_window[-1]]
+            to_miss += in_window[:-1]
+        else:
+            to_miss += in_window
+    elif missed is Missed.RUN_ALL:
+        catch = in_window[-RUN_ALL_CAP:]
+        plan.capped = len(in_window) - len(catch)
+        to_miss += in_window[: plan.capped]
+    else:
+        to_miss += in_window
+    to_miss.sort()
+    if len(to_miss) > RECORD_CAP:
+        older = to_miss[: len(to_miss) - RECORD_CAP]
+        to_miss = to_miss[len(to_miss) - RECORD_CAP :]
+        plan.overflow = (len(older), older[0], older[-1])
+    if truncated:
+        first = expr.next(from_ts(after)).timestamp()
+        last = slots[0]
+        count: int | None = None
+        if expr.period is not None:
+            count = max(int((last - first) / expr.period.total_seconds()), 0)
+        if plan.overflow is not None:
+            older_count = plan.overflow[0]
+            count = None if count is None or older_count is None else count + older_count
+            last = plan.overflow[2]
+        plan.overflow = (count, first, last)
+    plan.missed = to_miss
+    plan.run = [(s, True) for s in catch] + [(s, False) for s in on_time]
+    return plan

@@ -1,0 +1,397 @@
+"""Runs in progress in this process: starting handlers (written once), retries, the end
+of a run, and the runs queued for their job's lease.
+
+``Runs`` owns every piece of per-run state: the active runs by key, how many runs of each
+job are in progress here, the runs waiting for a lease (``Overlap.QUEUE_ONE``), the runs
+ended but not settled yet, and the worker threads for sync handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.clock import from_ts
+from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus
+from cronfleet.runtime.events import RunFinished, RunRetried
+from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.store.base import Dispatch, Finish, Start
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["Active", "Queued", "Runs"]
+
+log = logging.getLogger("cronfleet")
+
+_EAGER = sys.version_info >= (3, 12)
+_RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+
+
+@dataclass(slots=True)
+class Active:
+    """A run executing in this process."""
+
+    job: Job
+    run: RunRecord
+    leased: bool
+    task: asyncio.Task[None] | None = None
+    ctx: RunContext | None = None
+    outcome: Outcome | None = None
+
+
+@dataclass(slots=True)
+class Queued:
+    """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
+
+    job: Job
+    run: RunRecord
+    leased: bool
+
+
+def own_policies(job: Job) -> bool:
+    """Handlers that apply retry / notify / auto-pause themselves (HTTP jobs: per request,
+    with their health in the result) say so with ``applies_job_policies = True``; the
+    runtime and the alerts listener then leave those policies to them."""
+    return bool(getattr(job.handler, "applies_job_policies", False))
+
+
+class Runs:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.active: dict[int, Active] = {}
+        self.running: dict[str, int] = {}  # runs in progress here, per job
+        self.queued: dict[str, Queued] = {}
+        self.ended: list[Active] = []
+        self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
+        self.idle_jobs: dict[str, asyncio.Event] = {}
+        self.threads: ThreadPoolExecutor | None = None
+        self._seq = itertools.count()
+        self._slot_tz: dict[tuple[datetime, Any], datetime] = {}
+
+    # -- starting -----------------------------------------------------------------------
+
+    def launch(self, job: Job, run: RunRecord, leased: bool) -> None:
+        """Start one run (a claimed slot, a manual run, a queued run getting its lease)."""
+        active = Active(job, run, leased)
+        active.ctx = self.context(job, run)
+        s = self.s
+        s.activity.enter()
+        s.stats.fired += 1
+        self._start(active, asyncio.get_running_loop())
+        if run.id is None:
+            s.ledger.started_unrecorded()
+
+    def start(self, actives: Sequence[Active]) -> None:
+        """Start a batch of runs whose records and contexts are built (early claims)."""
+        if not actives:
+            return
+        s = self.s
+        s.activity.enter(len(actives))
+        s.stats.fired += len(actives)
+        loop, start = asyncio.get_running_loop(), self._start
+        for active in actives:
+            start(active, loop)
+        if self.unrecorded:
+            s.ledger.started_unrecorded()
+
+    def _start(self, active: Active, loop: asyncio.AbstractEventLoop) -> None:
+        """The one place a handler starts: the run is registered as in progress here and
+        its task created (the counters and the ledger are the callers', once per batch)."""
+        key = active.run.id
+        if key is None:
+            key = -next(self._seq)
+            self.unrecorded[key] = active
+        self.active[key] = active
+        running, job_id = self.running, active.job.id
+        running[job_id] = running.get(job_id, 0) + 1
+        if _EAGER:
+            # Python 3.12+: the handler's first step runs now, inside its own Task (so
+            # libraries that tie state to the current task, like anyio's cancel scopes,
+            # see one task throughout); a handler that never suspends costs no scheduling.
+            active.task = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                self._execute(key, active), loop=loop, eager_start=True
+            )
+        else:
+            active.task = loop.create_task(self._execute(key, active))
+
+    def context(self, job: Job, run: RunRecord) -> RunContext:
+        key = (run.slot, job.schedule.tz)
+        slot = self._slot_tz.get(key)
+        if slot is None:
+            if len(self._slot_tz) > 10_000:
+                self._slot_tz.clear()
+            slot = self._slot_tz[key] = run.slot.astimezone(job.schedule.tz)
+        return RunContext(
+            job_id=job.id,
+            slot=slot,
+            triggered_by=run.triggered_by,
+            instance_id=self.s.instance_id,
+            fencing_token=run.fencing_token,
+            config=job.config,
+            run_id=run.id,
+            is_catchup=run.is_catchup,
+            is_recovery=run.is_recovery,
+            manual=run.manual,
+            attempt=run.attempt,
+            logs=run.logs,
+        )
+
+    # -- executing ----------------------------------------------------------------------
+
+    async def _execute(self, key: int, active: Active) -> None:
+        job = active.job
+        assert job.handler is not None and self.threads is not None and active.ctx is not None
+        clock = self.s.clock
+        started = clock.now()
+        try:
+            outcome = await execute(
+                job.handler,
+                active.ctx,
+                timeout=job.timeout,
+                threads=self.threads,
+                now=clock.now,
+                is_async=job.is_async,
+            )
+            if job.retry is not None and outcome.status in _RETRIED:
+                outcome = await self._retry(active, outcome)
+        except asyncio.CancelledError:
+            outcome = self._cancelled(active, started)
+        self.finalize(key, active, outcome)
+
+    async def _retry(self, active: Active, outcome: Outcome) -> Outcome:
+        """Run the handler again with the job's backoff, inside the same slot, until an
+        attempt succeeds or ``retry.attempts`` were made. Every attempt is logged in the
+        run; ``attempt`` (the run's column and the context's) is the last attempt's number;
+        the outcome is the last attempt's, its start the first attempt's."""
+        job, ctx, run = active.job, active.ctx, active.run
+        policy = job.retry
+        assert policy is not None and ctx is not None and job.handler is not None
+        if policy.attempts <= 1 or own_policies(job):
+            return outcome
+        s = self.s
+        first = outcome.started
+        for n in range(1, policy.attempts):
+            delay = policy.wait(n)
+            ctx.log(
+                f"attempt {n}/{policy.attempts} {outcome.status.value} after "
+                f"{outcome.finished - outcome.started:.3f}s: {outcome.error}; "
+                f"retrying in {delay:g}s"
+            )
+            s.stats.retries += 1
+            if s.events.wants(RunRetried):
+                s.events.publish(RunRetried(job, run, n, delay, outcome.error))
+            if delay > 0:
+                until = s.clock.now() + delay
+                s.activity.leave()  # waiting for the next attempt is idle time, as jitter
+                try:
+                    while s.clock.now() < until:
+                        await s.clock.sleep_until(until)
+                finally:
+                    s.activity.enter()
+            run.attempt = ctx.attempt = n + 1
+            assert self.threads is not None
+            outcome = await execute(
+                job.handler, ctx, timeout=job.timeout, threads=self.threads,
+                now=s.clock.now, is_async=job.is_async,
+            )
+            if outcome.status not in _RETRIED:
+                break
+        ctx.log(
+            f"attempt {run.attempt}/{policy.attempts} {outcome.status.value}"
+            + (f": {outcome.error}" if outcome.error else "")
+        )
+        outcome.started = first
+        return outcome
+
+    def _cancelled(self, active: Active, started: float) -> Outcome:
+        if active.ctx is not None:
+            active.ctx.log("Interrupted: the scheduler stopped before the run finished")
+        return Outcome(
+            RunStatus.INTERRUPTED,
+            started,
+            self.s.clock.now(),
+            error="interrupted: the scheduler stopped before the run finished",
+            reason="shutdown",
+        )
+
+    async def execute_inline(self, job: Job, run: RunRecord, leased: bool) -> RunRecord:
+        """A manual run outside a running scheduler: run it to its end and write it."""
+        threads = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-job")
+        self.threads = threads
+        try:
+            key = run.id if run.id is not None else -1
+            active = Active(job, run, leased)
+            self.active[key] = active
+            self.running[job.id] = self.running.get(job.id, 0) + 1
+            self.s.activity.enter()
+            active.ctx = self.context(job, run)
+            await self._execute(key, active)
+            await self.s.ledger.flush_once()
+        finally:
+            threads.shutdown(wait=False)
+            self.threads = None
+        return run
+
+    # -- ending -------------------------------------------------------------------------
+
+    def finalize(self, key: int, active: Active, outcome: Outcome) -> None:
+        """A run ended: free the job locally now, do the bookkeeping later (``settle``),
+        so that during a burst the next handler starts as soon as possible."""
+        active.outcome = outcome
+        job_id = active.job.id
+        left = self.running.get(job_id, 1) - 1
+        if left:
+            self.running[job_id] = left
+        else:
+            self.running.pop(job_id, None)
+            idle = self.idle_jobs.pop(job_id, None)
+            if idle is not None:
+                idle.set()
+        self.active.pop(key, None)
+        self.unrecorded.pop(key, None)
+        self.ended.append(active)
+        self.s.ledger.wake()
+
+    def settle(self) -> None:
+        """Turn ended runs into records queued for the group commit, and announce them."""
+        ended, self.ended = self.ended, []
+        if not ended:
+            return
+        s = self.s
+        info = log.isEnabledFor(logging.INFO)
+        stats = s.stats
+        outcomes = stats.outcomes
+        finishes = s.ledger.finishes
+        events = s.events if s.events.wants(RunFinished) else None
+        for active in ended:
+            job, run, outcome = active.job, active.run, active.outcome
+            assert outcome is not None
+            run.status = outcome.status
+            run.started_at = from_ts(outcome.started)
+            run.finished_at = from_ts(outcome.finished)
+            run.result = outcome.result
+            run.error = outcome.error
+            run.reason = outcome.reason
+            outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            if not run.manual:
+                stats.lateness.observe(outcome.started - run.slot.timestamp())
+            stats.durations.observe(outcome.finished - outcome.started)
+            if info:
+                log.info(
+                    "job %s slot %s %s%s",
+                    job.id,
+                    run.slot.isoformat(),
+                    run.status.value,
+                    f": {run.error}" if run.error else "",
+                )
+            finishes.append(Finish(run, run.fencing_token if active.leased else None))
+            if events is not None:
+                events.publish(RunFinished(job, run, s.instance_id))
+            s.activity.leave()
+            if job.id in self.queued and s.running and not s.stopping:
+                s.spawn(self._retry_queued(self.queued[job.id]))
+
+    def interrupt(self, run: RunRecord, leased: bool, now: float, why: str) -> None:
+        run.status = RunStatus.INTERRUPTED
+        run.reason = "shutdown"
+        run.finished_at = from_ts(now)
+        run.logs.append(f"Interrupted: {why}")
+        self.s.ledger.finishes.append(Finish(run, run.fencing_token if leased else None))
+
+    # -- waiting for a lease ------------------------------------------------------------
+
+    def local_busy_defer(self, job: Job) -> bool:
+        return (
+            job.locking is Locking.NODE_LOCAL
+            and job.overlap is Overlap.QUEUE_ONE
+            and bool(self.running.get(job.id))
+        )
+
+    async def job_idle(self, job_id: str) -> None:
+        """Wait until no run of ``job_id`` is in progress in this process."""
+        while self.running.get(job_id) and not self.s.stopping:
+            await self.idle_jobs.setdefault(job_id, asyncio.Event()).wait()
+
+    async def start_after(self, job: Job, run: RunRecord, req: Dispatch, at: float) -> None:
+        clock = self.s.clock
+        while clock.now() < at:
+            await clock.sleep_until(at)
+        self.s.activity.enter()  # waiting for the jitter delay is idle time; starting is not
+        try:
+            await self.start_pending(job, run, req.lease, wait=req.wait_if_busy)
+        finally:
+            self.s.activity.leave()
+
+    async def start_pending(self, job: Job, run: RunRecord, lease: bool, wait: bool) -> bool:
+        """Start a pending run; returns False when it must keep waiting for the lease."""
+        assert run.id is not None
+        s = self.s
+        if (
+            not lease
+            and job.locking is Locking.NODE_LOCAL
+            and self.running.get(job.id)
+            and (wait or job.overlap is Overlap.QUEUE_ONE)
+        ):
+            self.queued[job.id] = Queued(job, run, leased=False)
+            return False
+        try:
+            [started] = await s.store.start(
+                [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait)],
+                s.instance_id,
+            )
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("job %s: cannot start pending run %s (%s); retrying", job.id, run.id, exc)
+            self.queued[job.id] = Queued(job, run, leased=lease)
+            return False
+        if started.run is None:
+            self.queued[job.id] = Queued(job, run, leased=lease)
+            return False
+        self.queued.pop(job.id, None)
+        if started.run.status is RunStatus.RUNNING:
+            self.launch(job, started.run, leased=lease)
+        else:
+            s.stats.skip(started.run.reason)
+        return True
+
+    async def _retry_queued(self, q: Queued) -> None:
+        s = self.s
+        s.activity.enter()
+        try:
+            await s.ledger.flushed()
+            if self.queued.get(q.job.id) is q:
+                await self.start_pending(q.job, q.run, q.leased, wait=True)
+        finally:
+            s.activity.leave()
+
+    async def poll_queued(self) -> None:
+        for q in list(self.queued.values()):
+            if not self.running.get(q.job.id):
+                await self.start_pending(q.job, q.run, q.leased, wait=True)
+
+    async def stop(self, grace: float) -> None:
+        """Give running handlers ``grace`` seconds, then cancel them; record the queued
+        runs that never got their turn as interrupted."""
+        runs = [a.task for a in self.active.values() if a.task is not None]
+        if runs:
+            log.info("waiting up to %gs for %d running jobs", grace, len(runs))
+            _, pending = await asyncio.wait(runs, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        now = self.s.clock.now()
+        for q in self.queued.values():
+            self.interrupt(q.run, q.leased, now, "the scheduler stopped before its turn came")
+        self.queued.clear()
+
+    def close(self) -> None:
+        if self.threads is not None:
+            self.threads.shutdown(wait=False, cancel_futures=True)

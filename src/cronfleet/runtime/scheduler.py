@@ -1,0 +1,544 @@
+"""The facade: the job registry, the lifecycle and the control methods.
+
+One ``Scheduler`` fires each slot of each job once across every process sharing its
+store. The work is done by parts, each the one owner of its state, built afresh at every
+start:
+
+- ``due`` (:mod:`.due`): the heap of instants, their buckets, each job's watermark;
+- ``loop`` (:mod:`.loop`): the loop task and the firing of one instant;
+- ``early`` (:mod:`.early`): slots claimed shortly before their instant;
+- ``runner`` (:mod:`.runs`): runs in progress, queued for a lease, ended;
+- ``ledger`` (:mod:`.ledger`): what waits to be written (group commit, skips);
+- ``upkeep`` (:mod:`.upkeep`): retention, orphans and recovery, lease renewal;
+- ``events`` (:mod:`.events`): ``RunFinished`` & co. for listeners (``subscribe``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronfleet.clock import Clock, SystemClock, from_ts
+from cronfleet.cron import CronExpr
+from cronfleet.cron.duration import to_timedelta
+from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound
+from cronfleet.model import (
+    DEFAULT_TEAM,
+    Handler,
+    Job,
+    JobState,
+    Locking,
+    Missed,
+    NotifyPolicy,
+    Overlap,
+    RetryPolicy,
+    RunRecord,
+    RunStatus,
+    TriggeredBy,
+)
+from cronfleet.runtime import requests
+from cronfleet.runtime.activity import Activity
+from cronfleet.runtime.due import Due
+from cronfleet.runtime.early import EarlyClaims
+from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
+from cronfleet.runtime.ledger import Ledger
+from cronfleet.runtime.loop import Loop
+from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.runtime.runs import Runs
+from cronfleet.runtime.stats import Stats
+from cronfleet.runtime.sync import SyncControl
+from cronfleet.runtime.upkeep import Upkeep
+from cronfleet.store import Store, open_store
+
+__all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
+
+log = logging.getLogger("cronfleet")
+
+DEFAULT_STORE = "sqlite:///cronfleet.db"
+
+
+def new_instance_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def _secs(value: str | float | timedelta | None, name: str) -> float:
+    return to_timedelta(value, field=name).total_seconds()
+
+
+class Scheduler(SyncControl):
+    """Fires each slot of each job once across every process sharing ``store``.
+
+    ``store``: a URL (``sqlite:///cronfleet.db`` by default, ``postgresql://...``) or a
+    :class:`~cronfleet.store.Store`. ``clock`` is injectable for tests. ``late_after``: a
+    slot handled more than this many seconds after its time is a missed slot, handled by
+    the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
+    are claimed (with their leases), so that their handlers start at the instant without
+    a store round trip; 0 claims every slot at its time (docs/architecture.md, "Early
+    claims"). ``timers=False`` runs no loop: a control-only process (an API replica) that
+    can pause, trigger and read history.
+    """
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        timezone: str = "UTC",
+        catch_up_window: str | float | timedelta = "1h",
+        clock: Clock | None = None,
+        instance_id: str | None = None,
+        late_after: str | float | timedelta = 5.0,
+        max_workers: int = 32,
+        shutdown_grace: str | float | timedelta = "30s",
+        run_retention: str | float | timedelta = "30d",
+        runs_per_job: int = 1000,
+        claim_retention: str | float | timedelta = "7d",
+        orphan_interval: str | float | timedelta = "15s",
+        queue_poll: str | float | timedelta = "1s",
+        batch_size: int = 1000,
+        record_started_after: float = 0.25,
+        claim_ahead: str | float | timedelta = 0.5,
+        timers: bool = True,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
+        self.instance_id = instance_id or new_instance_id()
+        self.timezone = timezone
+        self.catch_up_window = _secs(catch_up_window, "catch_up_window")
+        self.late_after = _secs(late_after, "late_after")
+        self.max_workers = max_workers
+        self.shutdown_grace = _secs(shutdown_grace, "shutdown_grace")
+        self.run_retention = _secs(run_retention, "run_retention")
+        self.runs_per_job = runs_per_job
+        self.claim_retention = _secs(claim_retention, "claim_retention")
+        self.orphan_interval = _secs(orphan_interval, "orphan_interval")
+        self.queue_poll = _secs(queue_poll, "queue_poll")
+        self.batch_size = max(1, batch_size)
+        self.timers = timers
+        self.record_started_after = record_started_after
+        self.claim_ahead = max(0.0, _secs(claim_ahead, "claim_ahead"))
+        self.stats = Stats()
+        self.events = Events()  # kept across restarts: subscriptions are the caller's
+        self.last_tick: float | None = None
+        self.running = False
+        self.stopping = False
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread: int | None = None
+        self._jobs: dict[str, Job] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        self._build()
+
+    def _build(self) -> None:
+        """Fresh parts for a start: each owns its state, nothing is reset field by field."""
+        self.due = Due()
+        self.runner = Runs(self)
+        self.ledger = Ledger(self)
+        self.activity = Activity(lambda: bool(self.ledger.finishes))
+        self.loop = Loop(self)
+        self.early = EarlyClaims(self)
+        self.upkeep = Upkeep(self)
+
+    # -- declaring jobs -----------------------------------------------------------------
+
+    @property
+    def jobs(self) -> Mapping[str, Job]:
+        return dict(self._jobs)
+
+    def job(
+        self,
+        schedule: str | CronExpr,
+        *,
+        id: str | None = None,
+        timezone: str | None = None,
+        missed: Missed | str = Missed.RUN_ONCE,
+        catch_up_window: str | float | timedelta | None = None,
+        locking: Locking | str = Locking.PREFER_GLOBAL,
+        overlap: Overlap | str = Overlap.SKIP,
+        timeout: str | float | timedelta | None = None,
+        jitter: str | float | timedelta = 0,
+        enabled: bool = True,
+        recover: bool = False,
+        config: Mapping[str, Any] | None = None,
+        description: str | None = None,
+        team: str = DEFAULT_TEAM,
+        retry: RetryPolicy | None = None,
+        notify: NotifyPolicy | None = None,
+        auto_pause_after: int | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged.
+
+        ``retry``: run a failing handler again inside its slot; ``notify`` and
+        ``auto_pause_after``: alerts (``cronfleet.alerts.install``)."""
+        if auto_pause_after is not None and (
+            isinstance(auto_pause_after, bool) or not isinstance(auto_pause_after, int)
+            or auto_pause_after < 1
+        ):
+            raise ValueError(f"auto_pause_after: expected a whole number of at least 1, got "
+                             f"{auto_pause_after!r}")
+
+        def register(fn: Handler) -> Handler:
+            job_id = id or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
+            doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+            job = Job.create(
+                schedule,
+                fn,
+                id=job_id,
+                timezone=timezone or self.timezone,
+                missed=missed,
+                catch_up_window=(
+                    self.catch_up_window if catch_up_window is None else catch_up_window
+                ),
+                locking=locking,
+                overlap=overlap,
+                timeout=timeout,
+                jitter=jitter,
+                enabled=enabled,
+                recover=recover,
+                config=config,
+                description=description if description is not None else (doc[0] if doc else ""),
+                team=team,
+            )
+            if retry is not None or notify is not None or auto_pause_after is not None:
+                job = dataclasses.replace(
+                    job, retry=retry, notify=notify, auto_pause_after=auto_pause_after
+                )
+            self.add_job(job)
+            return fn
+
+        return register
+
+    def add_job(self, job: Job) -> Job:
+        if job.id in self._jobs:
+            raise DuplicateJob(f"job id {job.id!r} is declared twice")
+        if job.handler is None:
+            raise ValueError(f"job {job.id!r} has no handler")
+        self._jobs[job.id] = job
+        if self.running:
+            self.spawn(self._add_running(job))
+        return job
+
+    def remove_job(self, job_id: str) -> None:
+        if self._jobs.pop(job_id, None) is None:
+            raise JobNotFound(job_id)
+        self.due.forget(job_id)
+
+    def replace_job(self, job: Job) -> Job:
+        """Swap a job's definition (same id) for a new one; a running scheduler plans its
+        next slot from the new schedule. Runs already started finish as they were."""
+        self._jobs.pop(job.id, None)
+        self.due.forget(job.id)
+        return self.add_job(job)
+
+    def get_job(self, job_id: str) -> Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise JobNotFound(job_id) from None
+
+    def iter_jobs(self) -> Iterable[Job]:
+        return iter(self._jobs.values())
+
+    async def _add_running(self, job: Job) -> None:
+        states = await self.store.ensure_jobs([job.id])
+        self.due.first(job, states.get(job.id), self.clock.now())
+        self.wake()
+
+    # -- events -------------------------------------------------------------------------
+
+    def subscribe(
+        self, listener: Listener, kind: type | tuple[type, ...] = RunFinished
+    ) -> Unsubscribe:
+        """Call ``listener(event)`` for each event of ``kind`` (default: every finished
+        run, :class:`~cronfleet.runtime.events.RunFinished`); returns the unsubscriber."""
+        return self.events.subscribe(listener, kind)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Scheduler:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def loop_task(self) -> asyncio.Task[None] | None:
+        """The loop's task while it runs (``None`` without timers)."""
+        return self.loop.task
+
+    _loop_task = loop_task  # the name api/serve.py used
+
+    async def start(self) -> None:
+        """Open the store, catch up what was missed, and start the loop in the background."""
+        if self.running:
+            return
+        self._build()
+        self.event_loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
+        self.runner.threads = ThreadPoolExecutor(
+            self.max_workers, thread_name_prefix="cronfleet-job"
+        )
+        await self.store.open()
+        states = await self.store.ensure_jobs(list(self._jobs))
+        now = self.clock.now()
+        for job in self._jobs.values():
+            self.due.first(job, states.get(job.id), now)
+        self.running = True
+        self.stopping = False
+        self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
+        self.spawn(self.ledger.record_started_loop())
+        if self.timers:
+            self.loop.task = asyncio.create_task(self.loop.run(), name="cronfleet-loop")
+            self.spawn(self.upkeep.retention_loop())
+            self.spawn(self.upkeep.orphan_loop())
+            self.spawn(self.upkeep.renew_loop())
+        subscribe = getattr(self.store, "subscribe", None)
+        if subscribe is not None:
+            # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
+            # overrides are still read at fire time, so a lost notification changes nothing
+            await subscribe(self.wake)
+        log.info(
+            "cronfleet %s started with %d jobs on %s%s",
+            self.instance_id,
+            len(self._jobs),
+            self.store.url,
+            "" if self.timers else " (no timers: control only)",
+        )
+
+    def wake(self) -> None:
+        """Re-plan now (a job or an override changed): the loop wakes up."""
+        self.loop.wake.set()
+
+    _poke = wake  # the name api/app.py used
+
+    async def stop(self) -> None:
+        """Stop claiming, let running handlers finish within the grace period, release
+        leases and record what was interrupted."""
+        if not self.running:
+            return
+        self.stopping = True
+        self.wake()
+        if self.loop.task is not None:
+            await asyncio.gather(self.loop.task, return_exceptions=True)
+        await self.early.fire_before_stop()
+        await self.early.give_back()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.runner.stop(self.shutdown_grace)
+        self.running = False
+        self.ledger.flush_event.set()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        await self.ledger.flush_once()
+        await self.ledger.flush_skips()
+        await self.events.drain(self.shutdown_grace)
+        self.runner.close()
+        await self.store.close()
+        log.info("cronfleet %s stopped", self.instance_id)
+
+    def run(self) -> None:
+        """Run until SIGINT or SIGTERM, then stop gracefully (blocking)."""
+        asyncio.run(self._run_forever())
+
+    async def _run_forever(self) -> None:
+        async with self:
+            # This process belongs to the scheduler: move what start-up built (jobs, parsed
+            # schedules, imported modules) out of the cyclic GC's sight, so its full
+            # collections stop rescanning them during bursts.
+            gc.freeze()
+            raise_if_failed(await run_until_signal(self.loop.task))
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until nothing is being fired, run or written (for tests and scripts)."""
+        await self.activity.wait_idle(timeout)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cronfleet background task failed", exc_info=task.exception())
+
+    # -- reading ------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Liveness facts for readiness probes: is the loop alive, and how far behind the
+        earliest due slot is it (``overdue`` seconds; a healthy loop stays near 0)."""
+        now = self.clock.now()
+        task = self.loop.task
+        heap = self.due.heap
+        overdue = max(0.0, now - heap[0]) if self.timers and heap else 0.0
+        return {
+            "instance_id": self.instance_id,
+            "running": self.running,
+            "timers": self.timers,
+            "loop_alive": task is not None and not task.done(),
+            "last_tick": None if self.last_tick is None else from_ts(self.last_tick).isoformat(),
+            "overdue": round(overdue, 3),
+            "jobs": len(self._jobs),
+            "active_runs": len(self.runner.active),
+        }
+
+    def leases_held(self) -> int:
+        """Runs of this process that hold their job's lease."""
+        return sum(1 for a in list(self.runner.active.values()) if a.leased)
+
+    def running_jobs(self) -> list[RunRecord]:
+        return [a.run for a in self.runner.active.values()]
+
+    def next_fire_times(
+        self, job_id: str, n: int = 10, after: datetime | None = None
+    ) -> list[datetime]:
+        job = self.get_job(job_id)
+        out: list[datetime] = []
+        t = after or from_ts(self.clock.now())
+        for _ in range(n):
+            t = job.schedule.next(t)
+            out.append(t)
+        return out
+
+    # -- control (async) ----------------------------------------------------------------
+
+    async def prune(self) -> tuple[int, int]:
+        """Retention now: old claims and runs deleted (the loop does this daily)."""
+        return await self.upkeep.prune()
+
+    async def reap_orphans(self) -> list[RunRecord]:
+        """Mark runs of dead instances ``interrupted``; re-run them where ``recover=True``."""
+        return await self.upkeep.reap_orphans()
+
+    async def trigger_async(
+        self,
+        job_id: str,
+        *,
+        by: str = "manual",
+        triggered_by: TriggeredBy = TriggeredBy.MANUAL,
+        wait: bool = False,
+    ) -> RunRecord:
+        """Run a job now. Raises :class:`AlreadyExecuting` while a run holds its lease.
+
+        Inside a running scheduler the run proceeds in the background (``wait=True`` waits
+        for it); otherwise it runs to completion before this returns.
+        """
+        job = self.get_job(job_id)
+        async with _ControlScope(self) as inline:
+            item = requests.manual(
+                job,
+                self.clock.now(),
+                by=by,
+                triggered_by=triggered_by,
+                local_busy=bool(self.runner.running.get(job.id)),
+                instance_id=self.instance_id,
+            )
+            [res] = await self.store.dispatch([item], self.instance_id)
+            assert res.run is not None
+            if res.run.status is RunStatus.SKIPPED:
+                raise AlreadyExecuting(job.id, res.holder or self.instance_id, res.run)
+            if inline:
+                return await self.runner.execute_inline(job, res.run, item.lease)
+            self.runner.launch(job, res.run, leased=item.lease)
+            if wait:
+                assert res.run.id is not None
+                active = self.runner.active.get(res.run.id)
+                if active is not None and active.task is not None:
+                    await asyncio.gather(active.task, return_exceptions=True)
+                await self.ledger.flushed()
+            return res.run
+
+    async def pause_async(
+        self,
+        job_id: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+        until: datetime | str | float | timedelta | None = None,
+    ) -> JobState:
+        """Pause for every process until resumed (or until ``until``: a time or a duration)."""
+        return await self._set_override(job_id, False, by=by, note=note, until=until)
+
+    async def resume_async(
+        self, job_id: str, *, by: str | None = None, note: str | None = None
+    ) -> JobState:
+        """Force the job on for every process (even if declared ``enabled=False``)."""
+        return await self._set_override(job_id, True, by=by, note=note, until=None)
+
+    async def clear_override_async(self, job_id: str, *, by: str | None = None) -> JobState:
+        """Back to the job's declared ``enabled``."""
+        return await self._set_override(job_id, None, by=by, note=None, until=None)
+
+    async def _set_override(
+        self,
+        job_id: str,
+        enabled: bool | None,
+        *,
+        by: str | None,
+        note: str | None,
+        until: datetime | str | float | timedelta | None,
+    ) -> JobState:
+        self.get_job(job_id)
+        if isinstance(until, datetime):
+            if until.tzinfo is None:
+                raise ValueError(f"until={until.isoformat()} must be an aware datetime")
+            until_dt: datetime | None = until
+        elif until is None:
+            until_dt = None
+        else:
+            until_dt = from_ts(self.clock.now() + _secs(until, "until"))
+        async with _ControlScope(self):
+            state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
+        self.wake()
+        return state
+
+    async def state_async(self, job_id: str) -> JobState:
+        self.get_job(job_id)
+        async with _ControlScope(self):
+            states = await self.store.read_states([job_id])
+        return states.get(job_id) or JobState(job_id)
+
+    async def runs_async(
+        self, job_id: str | None = None, *, limit: int = 50, status: RunStatus | str | None = None
+    ) -> list[RunRecord]:
+        """Run history, newest first."""
+        if job_id is not None:
+            self.get_job(job_id)
+        async with _ControlScope(self):
+            return await self.store.list_runs(
+                job_id, limit=limit, status=None if status is None else RunStatus(status)
+            )
+
+    async def get_run_async(self, run_id: int) -> RunRecord | None:
+        async with _ControlScope(self):
+            return await self.store.get_run(run_id)
+
+
+class _ControlScope:
+    """Opens the store for one control call when the scheduler is not running."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.opened = False
+
+    async def __aenter__(self) -> bool:
+        if not self.s.running:
+            await self.s.store.open()
+            self.opened = True
+        return self.opened
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.opened:
+            await self.s.store.close()

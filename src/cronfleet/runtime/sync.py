@@ -1,0 +1,90 @@
+"""The blocking facade: each control method of :class:`Scheduler` without ``await``, for
+scripts and threads outside the scheduler's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar, cast
+
+from cronfleet.model import JobState, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["SyncControl", "call_sync"]
+
+T = TypeVar("T")
+
+
+def call_sync(s: Scheduler, make: Callable[[], Awaitable[T]]) -> T:
+    """Run ``make()`` to completion: on the scheduler's loop when it runs (from another
+    thread), else in a loop of its own. Refused inside an event loop."""
+
+    async def go() -> T:
+        return await make()
+
+    loop = s.event_loop
+    if s.running and loop is not None:
+        if threading.get_ident() == s.loop_thread:
+            raise RuntimeError(
+                "this is the scheduler's event loop: use the async variant "
+                "(e.g. await scheduler.trigger_async(...))"
+            )
+        return asyncio.run_coroutine_threadsafe(go(), loop).result()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(go())
+    raise RuntimeError(
+        "called from inside an event loop: use the async variant "
+        "(e.g. await scheduler.trigger_async(...))"
+    )
+
+
+class SyncControl:
+    """Mixed into :class:`Scheduler`: the blocking twins of its ``*_async`` methods."""
+
+    @property
+    def _me(self) -> Scheduler:
+        return cast("Scheduler", self)
+
+    def trigger(self, job_id: str, *, by: str = "manual",
+                wait: bool = False) -> RunRecord:
+        return call_sync(self._me, lambda: self._me.trigger_async(job_id, by=by, wait=wait))
+
+    def pause(
+        self,
+        job_id: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+        until: datetime | str | float | timedelta | None = None,
+    ) -> JobState:
+        s = self._me
+        return call_sync(s, lambda: s.pause_async(job_id, by=by, note=note, until=until))
+
+    def resume(self, job_id: str, *, by: str | None = None,
+               note: str | None = None) -> JobState:
+        return call_sync(self._me, lambda: self._me.resume_async(job_id, by=by, note=note))
+
+    def clear_override(self, job_id: str, *,
+                       by: str | None = None) -> JobState:
+        return call_sync(self._me, lambda: self._me.clear_override_async(job_id, by=by))
+
+    def state(self, job_id: str) -> JobState:
+        return call_sync(self._me, lambda: self._me.state_async(job_id))
+
+    def runs(
+        self,
+        job_id: str | None = None,
+        *,
+        limit: int = 50,
+        status: RunStatus | str | None = None,
+    ) -> list[RunRecord]:
+        return call_sync(self._me, lambda: self._me.runs_async(job_id, limit=limit, status=status))
+
+    def get_run(self, run_id: int) -> RunRecord | None:
+        return call_sync(self._me, lambda: self._me.get_run_async(run_id))

@@ -1,0 +1,100 @@
+"""Background upkeep: retention, orphan reaping (with recovery runs), queued runs polled
+for their lease, skips retried, long runs' leases renewed."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cronfleet.model import RunRecord
+from cronfleet.runtime import requests
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["Upkeep"]
+
+log = logging.getLogger("cronfleet")
+
+
+class Upkeep:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.last_reap: float | None = None
+
+    async def retention_loop(self) -> None:
+        """Retention: at start and then daily."""
+        clock = self.s.clock
+        while True:
+            await self.prune()
+            await clock.sleep_until(clock.now() + 86400.0)
+
+    async def prune(self) -> tuple[int, int]:
+        s = self.s
+        now = s.clock.now()
+        try:
+            claims, runs = await s.store.prune(
+                claims_older_than=now - s.claim_retention,
+                runs_older_than=now - s.run_retention,
+                runs_per_job=s.runs_per_job,
+            )
+        except Exception as exc:
+            log.warning("retention pass failed (%s); will retry tomorrow", exc)
+            return 0, 0
+        if claims or runs:
+            log.info("retention: deleted %d old claims and %d old runs", claims, runs)
+        return claims, runs
+
+    async def orphan_loop(self) -> None:
+        s = self.s
+        while True:
+            s.activity.enter()
+            try:
+                await self.reap_orphans()
+                await s.runner.poll_queued()
+                await s.ledger.flush_skips()
+            finally:
+                s.activity.leave()
+            await s.clock.sleep_until(s.clock.now() + min(s.orphan_interval, s.queue_poll))
+
+    async def reap_orphans(self) -> list[RunRecord]:
+        """Mark runs of dead instances ``interrupted``; re-run them where ``recover=True``."""
+        s = self.s
+        now = s.clock.now()
+        last = self.last_reap
+        if last is not None and now - last < s.orphan_interval:
+            return []
+        self.last_reap = now
+        try:
+            orphans = await s.store.reap_orphans(s.instance_id)
+        except Exception as exc:
+            log.warning("orphan check failed (%s)", exc)
+            return []
+        for run in orphans:
+            log.warning(
+                "job %s: run %s (slot %s on %s) was interrupted: its lease expired",
+                run.job_id,
+                run.id,
+                run.slot.isoformat(),
+                run.instance_id,
+            )
+            job = s._jobs.get(run.job_id)
+            if job is None or not job.recover or run.fencing_token is None or run.manual:
+                continue
+            await s.loop.dispatch([requests.recovery(job, run)])
+        return orphans
+
+    async def renew_loop(self) -> None:
+        """Keep the leases of long runs without a timeout alive while they run."""
+        s = self.s
+        while True:
+            await s.clock.sleep_until(s.clock.now() + 300.0)
+            items = [
+                (a.job.id, a.run.fencing_token, a.job.lease_seconds)
+                for a in s.runner.active.values()
+                if a.leased and a.job.timeout is None and a.run.fencing_token is not None
+            ]
+            try:
+                await s.store.renew_leases(items)
+            except Exception as exc:
+                log.warning("lease renewal failed (%s)", exc)
