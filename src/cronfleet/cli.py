@@ -33,7 +33,7 @@ from cronfleet import __version__
 if TYPE_CHECKING:
     from cronfleet.config import Loaded, Problem
     from cronfleet.model import Job, JobState, RunRecord
-    from cronfleet.overview import JobView
+    from cronfleet.views import JobView
     from cronfleet.store.base import Store
 
 T = TypeVar("T")
@@ -311,7 +311,7 @@ def _session(loaded: Loaded, fn: Callable[[Store], Coroutine[Any, Any, T]]) -> T
     import asyncio
 
     from cronfleet.errors import StoreError
-    from cronfleet.overview import opened
+    from cronfleet.views import opened
     from cronfleet.store import open_store
 
     store = open_store(loaded.config.store)
@@ -584,7 +584,7 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
     recent runs last longer than its period (read from the store).
     """
     from cronfleet.config import ConfigError, load_config
-    from cronfleet.overview import next_fires, period_of
+    from cronfleet.views import next_fires, period_of
 
     path = file or config_path
     problems: list[Problem] = []
@@ -678,7 +678,7 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
     import asyncio
     from pathlib import Path
 
-    from cronfleet.overview import RECENT_RUNS, opened, overrun_warning
+    from cronfleet.views import RECENT_RUNS, opened, overrun_warning
     from cronfleet.store import open_store
 
     url = loaded.config.store
@@ -717,7 +717,7 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
 @_JSON
 def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder."""
-    from cronfleet.overview import job_views
+    from cronfleet.views import job_views
 
     loaded = _load(config_path, strict=False)
     now = _now()
@@ -922,7 +922,7 @@ def _until(value: str, job: Job, now: datetime) -> datetime:
 
 
 def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:
-    from cronfleet.overview import state_dict
+    from cronfleet.views import state_dict
 
     now = _now()
     if as_json:
@@ -1044,7 +1044,7 @@ def status_cmd(config_path: str | None, once: bool, interval: float, n_runs: int
 
 async def _snapshot(store: Store, loaded: Loaded, n_runs: int) -> dict[str, Any]:
     from cronfleet.model import RunStatus
-    from cronfleet.overview import job_views
+    from cronfleet.views import job_views
 
     now = _now()
     return {

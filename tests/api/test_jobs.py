@@ -327,7 +327,10 @@ async def test_invalid_specs_name_each_field(api: Api) -> None:
     assert await api.api_store.job_def("alpha.bad") is None
     r = await api.post("/api/jobs", "alpha-editor", content=b"{not json",
                        headers={"Content-Type": "application/json"})
-    expect(r, 422, "VALIDATION_ERROR")
+    expect(r, 400, "BAD_REQUEST")  # docs/api.md: a body that is not JSON
+    r = await api.post("/api/jobs", "alpha-editor", content=b"id=alpha.bad",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    expect(r, 400, "BAD_REQUEST")
 
 
 async def test_every_change_is_audited_with_token_and_team(api: Api) -> None:
