@@ -23,30 +23,57 @@ Exit codes (shared by every command):
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from cronfleet import __version__
-from cronfleet.cli import check, cron, operate, run, secrets, status, tokens
 from cronfleet.cli.common import _EXIT_CODES
 
 __all__ = ["main"]
 
+# command name -> "module:attribute" under cronfleet.cli; a command's module is imported
+# when that command runs (or when --help lists them), so `cronfleet next` loads the
+# schedule tools only
+COMMANDS = {
+    "next": "cron:next_cmd",
+    "explain": "cron:explain_cmd",
+    "run": "run:run_cmd",
+    "check": "check:check_cmd",
+    "jobs": "operate:jobs_cmd",
+    "history": "operate:history_cmd",
+    "show-run": "operate:show_run_cmd",
+    "trigger": "operate:trigger_cmd",
+    "pause": "operate:pause_cmd",
+    "resume": "operate:resume_cmd",
+    "clear-override": "operate:clear_override_cmd",
+    "status": "status:status_cmd",
+    "secrets": "secrets:secrets_group",
+    "tokens": "tokens:tokens_group",
+}
+
+
+class _Commands(click.Group):
+    """A group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(f"cronfleet.cli.{module}"),
+                                         attr)
+        return command
+
 
 @click.group(
+    cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EXIT_CODES,
 )
 @click.version_option(__version__, prog_name="cronfleet")
 def main() -> None:
     """cronfleet: a cron scheduler that fires each slot exactly once across a fleet."""
-
-
-for _command in (
-    cron.next_cmd, cron.explain_cmd,
-    run.run_cmd, check.check_cmd,
-    operate.jobs_cmd, operate.history_cmd, operate.show_run_cmd, operate.trigger_cmd,
-    operate.pause_cmd, operate.resume_cmd, operate.clear_override_cmd,
-    status.status_cmd,
-    secrets.secrets_group, tokens.tokens_group,
-):
-    main.add_command(_command)
