@@ -19,6 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from cronfleet import __version__
 from cronfleet.api import audit, cron, health, jobs, overrides, runs, secrets, triggers
 from cronfleet.api.deps import ApiSettings, Context
 from cronfleet.api.errors import install, responses
@@ -43,8 +44,6 @@ def create_app(
     """The API app for ``scheduler`` (see :class:`ApiSettings`). Mount it in your own
     ASGI app or serve it with uvicorn; the scheduler must be running (``async with
     scheduler``) unless ``settings.manage_scheduler`` is set."""
-    from cronfleet import __version__
-
     settings = settings or ApiSettings()
     store = api_store or ApiStore(scheduler.store.url)
     if http_runtime is None:
