@@ -13,6 +13,7 @@ import pytest
 from cronfleet.cron import parse
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.views import (
+    find_jobs,
     fire_times,
     job_view,
     job_views,
@@ -128,3 +129,23 @@ def test_run_stats() -> None:
     assert stats["success_rate"] == 0.5
     assert stats["avg_duration"] == 3.0 and stats["max_duration"] == 4.0
     assert run_stats([])["success_rate"] is None
+
+
+def test_find_jobs_filters_and_pages() -> None:
+    jobs = [job("c", team="t"), job("a", team="t"), job("b", team="u"),
+            job("d", team="t", description="Nightly export")]
+    store = BatchedStore([run("a", 1, RunStatus.FAILED), run("c", 2)])
+
+    def find(**kw: Any) -> tuple[list[str], bool]:
+        views, more = asyncio.run(find_jobs(store, jobs, NOW, team="t", **kw))
+        return [v.job.id for v in views], more
+
+    assert find() == (["a", "c", "d"], False)
+    assert find(limit=2) == (["a", "c"], True)
+    assert find(after_id="a", limit=2) == (["c", "d"], False)
+    assert find(text="NIGHTLY") == (["d"], False)
+    assert find(status=RunStatus.FAILED) == (["a"], False)
+    assert find(paused=True) == ([], False)
+    store.calls.clear()
+    find(limit=1)
+    assert store.calls[-1] == ("last_runs", ["a", "c"])  # only what can be shown, plus one

@@ -25,7 +25,7 @@ from cronfleet.api.deps import (
 )
 from cronfleet.api.errors import responses
 from cronfleet.model import Job, RunStatus
-from cronfleet.views import JobView, job_view, job_views, next_fires, run_stats
+from cronfleet.views import JobView, find_jobs, job_view, next_fires, run_stats
 
 __all__ = ["detail", "item_router", "router", "summary"]
 
@@ -71,27 +71,12 @@ async def list_jobs(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Limit = 50,
 ) -> dict[str, Any]:
-    jobs = sorted((j for j in ctx.scheduler.jobs.values() if j.team == token.team),
-                  key=lambda j: j.id)
-    if cursor:
-        jobs = [j for j in jobs if j.id > cursor]
-    if text:
-        needle = text.lower()
-        jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
     t = now(ctx)
-    store = ctx.scheduler.store
     with store_errors("cannot read job states"):
-        states = await store.read_states([j.id for j in jobs]) if jobs else {}
-        if paused is not None:
-            jobs = [j for j in jobs
-                    if job_view(j, states.get(j.id), None, t).paused(t) == paused]
-        if status is None:
-            jobs = jobs[:limit + 1]  # one more tells whether there is a next page
-        views = await job_views(store, jobs, t, states)
-    if status is not None:
-        views = [v for v in views if v.last is not None and v.last.status is status]
-    more = len(views) > limit
-    items = [summary(ctx, v, t) for v in views[:limit]]
+        views, more = await find_jobs(
+            ctx.scheduler.store, list(ctx.scheduler.jobs.values()), t, team=token.team,
+            after_id=cursor, text=text, paused=paused, status=status, limit=limit)
+    items = [summary(ctx, v, t) for v in views]
     return {"items": items, "next_cursor": items[-1]["id"] if more else None}
 
 
