@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from cronfleet.errors import StoreError
+from cronfleet.views import opened
+
 if TYPE_CHECKING:
     from cronfleet.config import Loaded, Problem
     from cronfleet.model import Job
@@ -118,9 +121,7 @@ def _session(loaded: Loaded, fn: Callable[[Store], Coroutine[Any, Any, T]]) -> T
     """Open the configured store, run ``fn(store)``, close it; exit 1 on a store error."""
     import asyncio
 
-    from cronfleet.errors import StoreError
     from cronfleet.store import open_store
-    from cronfleet.views import opened
 
     store = open_store(loaded.config.store)
 
@@ -135,8 +136,6 @@ def _session(loaded: Loaded, fn: Callable[[Store], Coroutine[Any, Any, T]]) -> T
 
 
 def _control(fn: Callable[[], T], store: str) -> T:
-    from cronfleet.errors import StoreError
-
     try:
         return fn()
     except StoreError as exc:

@@ -37,6 +37,10 @@ from cronfleet.cli.render import (
     _status,
     _t,
 )
+from cronfleet.cron.duration import DurationError, parse_duration
+from cronfleet.errors import AlreadyExecuting
+from cronfleet.model import RunStatus
+from cronfleet.views import job_views, state_view
 
 if TYPE_CHECKING:
     from cronfleet.model import Job, JobState
@@ -49,7 +53,6 @@ if TYPE_CHECKING:
 @_JSON
 def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder."""
-    from cronfleet.views import job_views
 
     loaded = _load(config_path, strict=False)
     now = _now()
@@ -77,7 +80,6 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
 def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
                 as_json: bool) -> None:
     """The runs of JOB, newest first (also for a job no longer declared)."""
-    from cronfleet.model import RunStatus
 
     loaded = _load(config_path, strict=False)
     with loaded:
@@ -145,7 +147,6 @@ def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: b
     the fleet: when one holds the lease the skip is recorded and the command exits 3,
     naming the holder. Exits 1 when the run does not succeed.
     """
-    from cronfleet.errors import AlreadyExecuting
 
     loaded = _load(config_path, strict=False)
     with loaded:
@@ -173,7 +174,6 @@ def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: b
 def _until(value: str, job: Job, now: datetime) -> datetime:
     from datetime import timedelta
 
-    from cronfleet.cron.duration import DurationError, parse_duration
 
     try:
         td: timedelta | None = parse_duration(value)
@@ -199,13 +199,9 @@ def _until(value: str, job: Job, now: datetime) -> datetime:
 
 
 def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:
-    from cronfleet.views import state_dict
-
     now = _now()
     if as_json:
-        _echo_json({"job_id": job.id, "declared_enabled": job.enabled,
-                    "enabled": state.effective_enabled(job.enabled, now),
-                    **state_dict(state, now)})
+        _echo_json(state_view(job, state, now))
         return
     click.echo(message)
     if state.lease_live(now):

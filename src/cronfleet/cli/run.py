@@ -17,6 +17,7 @@ from cronfleet.cli.common import (
     _fail,
     _load,
 )
+from cronfleet.errors import CronfleetError
 
 if TYPE_CHECKING:
     from cronfleet.config import Loaded
@@ -60,7 +61,6 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     from cronfleet.api.app import ApiSettings
     from cronfleet.api.serve import serve
     from cronfleet.config import SCHEDULER_ENV, ConfigError, timers_from_env
-    from cronfleet.errors import CronfleetError
 
     try:
         from_env = timers_from_env()
@@ -128,7 +128,6 @@ def _has_stored_jobs(url: str) -> bool:
     """Whether the store holds jobs created over the API (False when it cannot tell)."""
     import asyncio
 
-    from cronfleet.errors import CronfleetError
     from cronfleet.store.api import ApiStore
 
     if url.startswith("sqlite:///"):
@@ -158,7 +157,6 @@ def _check_vault(loaded: Loaded) -> None:
     secrets exist that the configured key cannot decrypt."""
     import asyncio
 
-    from cronfleet.errors import CronfleetError
     from cronfleet.jobs.http import HttpJob
 
     if not any(isinstance(j.handler, HttpJob) for j in loaded.jobs):

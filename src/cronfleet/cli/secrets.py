@@ -24,6 +24,7 @@ from cronfleet.cli.render import (
     _iso,
     _t,
 )
+from cronfleet.errors import CronfleetError
 
 # -- secrets ---------------------------------------------------------------------------
 
@@ -55,7 +56,6 @@ def _vault(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, T]])
     import asyncio
 
     from cronfleet.config import ConfigError, load_config
-    from cronfleet.errors import CronfleetError
     from cronfleet.secrets import Keyring, UnknownSecret, Vault
     from cronfleet.store.secrets import open_secret_store
 

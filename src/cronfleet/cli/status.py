@@ -28,6 +28,8 @@ from cronfleet.cli.render import (
     _status,
     _t,
 )
+from cronfleet.model import RunStatus
+from cronfleet.views import job_views
 
 if TYPE_CHECKING:
     from cronfleet.config import Loaded
@@ -67,9 +69,6 @@ def status_cmd(config_path: str | None, once: bool, interval: float, n_runs: int
 
 
 async def _snapshot(store: Store, loaded: Loaded, n_runs: int) -> dict[str, Any]:
-    from cronfleet.model import RunStatus
-    from cronfleet.views import job_views
-
     now = _now()
     return {
         "now": now,

@@ -24,6 +24,8 @@ from cronfleet.cli.common import (
 from cronfleet.cli.render import (
     _iso,
 )
+from cronfleet.errors import CronfleetError
+from cronfleet.model import check_team
 
 # -- tokens ---------------------------------------------------------------------------
 
@@ -49,7 +51,6 @@ def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, 
     import asyncio
 
     from cronfleet.config import ConfigError, load_config
-    from cronfleet.errors import CronfleetError
     from cronfleet.store.api import ApiStore
 
     try:
@@ -82,7 +83,6 @@ def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, 
 def tokens_create(team: str, role: str, name: str | None, config_path: str | None,
                   as_json: bool) -> None:
     """Create a token and print it once."""
-    from cronfleet.model import check_team
 
     problem = check_team(team)
     if problem:
