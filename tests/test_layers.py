@@ -15,6 +15,8 @@ the test until it is given a layer.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,3 +234,19 @@ def test_layer_of() -> None:
     assert layer_of("cronfleet.api.jobs") > layer_of("cronfleet.views")
     with pytest.raises(LookupError):
         layer_of("cronfleet.newthing")
+
+
+def test_the_cli_starts_without_the_stores_httpx_or_cryptography() -> None:
+    """``import cronfleet`` loads no submodule; the ``next`` command loads the schedule
+    tools only (docs/architecture.md, "Import layers")."""
+    code = (
+        "import sys, cronfleet\n"
+        "root = sorted(m for m in sys.modules if m.startswith('cronfleet.'))\n"
+        "import cronfleet.cli, cronfleet.cli.cron\n"
+        "heavy = ('httpx', 'cryptography', 'fastapi', 'rich', 'cronfleet.store',\n"
+        "         'cronfleet.model', 'cronfleet.config', 'cronfleet.scheduler')\n"
+        "print(root, sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["[]", "[]"]

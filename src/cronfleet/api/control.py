@@ -7,7 +7,7 @@ reach past them are marked ``LEAD:`` (see docs/architecture.md, "API").
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import SpecInvalid, build_job
 from cronfleet.cron.duration import DurationError, to_timedelta
+from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, JobState
 
 __all__ = ["create_job", "delete_job", "invalid", "set_override", "taken", "until_time",
@@ -57,7 +58,7 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
                        note: str | None, until: datetime | None) -> JobState:
     """Pause (``False``), force on (``True``) or clear (``None``) for every process."""
     scheduler = ctx.scheduler
-    with store_errors("cannot record the change"):
+    with store_errors("cannot record the change"), _gone(job.id):
         if enabled is False:
             state: JobState = await scheduler.pause_async(job.id, by=by, note=note, until=until)
         elif enabled is None:
@@ -70,6 +71,15 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
             # runtime facade, then call it here and drop this private call.
             state = await scheduler._set_override(job.id, True, by=by, note=note, until=until)
     return state
+
+
+@contextlib.contextmanager
+def _gone(job_id: str) -> Iterator[None]:
+    """A job removed from this process meanwhile (deleted over the API) is a 404."""
+    try:
+        yield
+    except JobNotFound:
+        raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id}) from None
 
 
 def invalid(exc: SpecInvalid) -> ApiError:
