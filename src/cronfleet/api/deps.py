@@ -19,7 +19,7 @@ from cronfleet.api.errors import ApiError
 from cronfleet.catalog import Catalog
 from cronfleet.clock import from_ts
 from cronfleet.errors import StoreError
-from cronfleet.model import Job
+from cronfleet.model import Job, RunRecord
 from cronfleet.store.api import ApiStore, TokenInfo
 
 log = logging.getLogger("cronfleet.api")
@@ -42,6 +42,7 @@ __all__ = [
     "stored",
     "token",
     "visible",
+    "visible_run",
     "who",
 ]
 
@@ -182,6 +183,24 @@ async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
     if not isinstance(job, Job) or job.team != tok.team:
         raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
     return job
+
+
+async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
+    """The run if the token's team owns its job (a deleted stored job keeps its team in its
+    tombstone); otherwise 404."""
+    with store_errors("cannot read the run"):
+        run: RunRecord | None = await ctx.scheduler.store.get_run(run_id)
+        team = None
+        if run is not None:
+            job = ctx.scheduler.jobs.get(run.job_id)
+            if job is not None:
+                team = job.team
+            else:
+                d = await ctx.api_store.job_def(run.job_id)
+                team = None if d is None else d.team
+    if run is None or team != tok.team:
+        raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
+    return run
 
 
 async def stored(ctx: Context, tok: TokenInfo, job_id: str) -> Job:

@@ -39,12 +39,20 @@ async def healthz() -> dict[str, Any]:
 
 async def readyz(request: Request, response: Response) -> dict[str, Any]:
     ctx = context(request)
-    sched = ctx.scheduler
-    health: dict[str, Any] = sched.health()
+    ok, checks = await readiness(ctx.scheduler, ctx.settings.ready_max_overdue)
+    if not ok:
+        response.status_code = 503
+    return {"status": "ready" if ok else "not ready", "checks": checks}
+
+
+async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str, Any]]:
+    """Ready: the scheduler runs, the store answers within 5 s, and (with timers) the loop
+    is alive and at most ``max_overdue`` seconds behind its earliest due slot."""
+    health: dict[str, Any] = scheduler.health()
     checks: dict[str, Any] = {"scheduler": health}
-    ok = bool(sched.running)
+    ok = bool(scheduler.running)
     try:
-        await asyncio.wait_for(sched.store.list_runs(limit=1), 5.0)
+        await asyncio.wait_for(scheduler.store.list_runs(limit=1), 5.0)
         checks["store"] = "ok"
     except Exception as exc:
         checks["store"] = f"unreachable: {type(exc).__name__}: {exc}"
@@ -53,15 +61,13 @@ async def readyz(request: Request, response: Response) -> dict[str, Any]:
         if not health["loop_alive"]:
             ok = False
             checks["loop"] = "the scheduler loop is not running"
-        elif health["overdue"] > ctx.settings.ready_max_overdue:
+        elif health["overdue"] > max_overdue:
             ok = False
             checks["loop"] = (f"the loop is {health['overdue']:.1f}s behind its earliest due "
-                              f"slot (limit {ctx.settings.ready_max_overdue:g}s)")
+                              f"slot (limit {max_overdue:g}s)")
         else:
             checks["loop"] = "ok"
-    if not ok:
-        response.status_code = 503
-    return {"status": "ready" if ok else "not ready", "checks": checks}
+    return ok, checks
 
 
 async def metrics(request: Request) -> PlainTextResponse:

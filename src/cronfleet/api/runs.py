@@ -18,8 +18,9 @@ from cronfleet.api.deps import (
     not_allowed,
     store_errors,
     visible,
+    visible_run,
 )
-from cronfleet.api.errors import ApiError, responses
+from cronfleet.api.errors import responses
 from cronfleet.model import RunStatus
 
 __all__ = ["router"]
@@ -54,17 +55,5 @@ router.add_api_route("/api/jobs/{job_id:path}/runs", not_allowed("GET"),
 @router.get("/api/runs/{run_id}", response_model=S.RunOut,
             responses=responses(401, 403, 404, 503))
 async def get_run(run_id: RunIdPath, ctx: Ctx, token: Viewer) -> dict[str, Any]:
-    with store_errors("cannot read the run"):
-        run = await ctx.scheduler.store.get_run(run_id)
-        team = None
-        if run is not None:
-            job = ctx.scheduler.jobs.get(run.job_id)
-            if job is not None:
-                team = job.team
-            else:  # a deleted stored job keeps its team in its tombstone
-                d = await ctx.api_store.job_def(run.job_id)
-                team = None if d is None else d.team
-    if run is None or team != token.team:
-        raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
-    out: dict[str, Any] = run.to_dict()
+    out: dict[str, Any] = (await visible_run(ctx, token, run_id)).to_dict()
     return out
