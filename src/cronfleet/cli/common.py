@@ -36,6 +36,8 @@ Exit codes:
   2  bad input: invalid expression, time zone, option or argument;
      unknown job or run id
   3  the job is already executing (trigger)"""
+
+
 def _console(err: bool = False) -> Any:
     from rich.console import Console
 
@@ -46,7 +48,10 @@ def _fail(message: str, code: int) -> NoReturn:
     click.echo(message, err=True)
     sys.exit(code)
 
+
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
 # -- shared by the operator commands ---------------------------------------------------
 
 _CONFIG = click.option(

@@ -45,6 +45,7 @@ from cronfleet.views import job_views, state_view
 if TYPE_CHECKING:
     from cronfleet.model import Job, JobState
 
+
 # -- jobs, history, show-run ------------------------------------------------------------
 
 
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 @_JSON
 def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder."""
-
     loaded = _load(config_path, strict=False)
     now = _now()
     with loaded:
@@ -67,20 +67,22 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     _console().print(_jobs_table(views, now))
 
 
-
 @click.command("history", epilog=_EXIT_CODES)
 @click.argument("job_id", metavar="JOB")
 @click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
               help="How many runs, newest first.")
+
+
 @click.option("--status", type=click.Choice(
     ["pending", "running", "succeeded", "failed", "timed_out", "skipped", "interrupted"]),
     default=None, help="Only runs with this status.")
+
+
 @_CONFIG
 @_JSON
 def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
                 as_json: bool) -> None:
     """The runs of JOB, newest first (also for a job no longer declared)."""
-
     loaded = _load(config_path, strict=False)
     with loaded:
         declared = {j.id: j for j in loaded.jobs}
@@ -131,7 +133,6 @@ def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
     _print_run(run)
 
 
-
 # -- trigger, pause, resume, clear-override ---------------------------------------------
 
 
@@ -147,7 +148,6 @@ def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: b
     the fleet: when one holds the lease the skip is recorded and the command exits 3,
     naming the holder. Exits 1 when the run does not succeed.
     """
-
     loaded = _load(config_path, strict=False)
     with loaded:
         _job(loaded, job_id)
@@ -214,6 +214,8 @@ def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None
 @click.option("--until", "until", metavar="TIME", default=None,
               help="End of the pause: an ISO time (without an offset, read in the job's time "
                    "zone) or a duration from now (2h, 1h30m). Default: until resumed.")
+
+
 @click.option("--note", metavar="TEXT", default=None, help="Why (shown by 'cronfleet jobs').")
 @_BY
 @_CONFIG

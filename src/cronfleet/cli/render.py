@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from cronfleet.model import RunRecord
     from cronfleet.views import JobView
 
+
 def _iso(dt: datetime | None, tz: Any = None) -> str:
     if dt is None:
         return "-"
@@ -99,6 +100,7 @@ def _t(value: str) -> Any:
 
     return Text(value)
 
+
 def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None) -> Any:
     from rich.table import Table
 
@@ -120,6 +122,7 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
             _t(_override_text(v, now)), _t(v.lease_holder(now) or "-"),
         )
     return table
+
 
 def _print_run(run: RunRecord) -> None:
     from rich.text import Text

@@ -35,6 +35,7 @@ Exit codes:
   1  failure: invalid configuration, store error, no or wrong secret key
   2  bad input: invalid name, empty value, unknown secret"""
 
+
 _NAMESPACE = click.option(
     "--namespace", metavar="NAME", default="default", show_default=True,
     help="The namespace the secret belongs to.",
