@@ -74,8 +74,6 @@ class _Commands(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EXIT_CODES,
 )
-
-
 @click.version_option(__version__, prog_name="cronfleet")
 def main() -> None:
     """cronfleet: a cron scheduler that fires each slot exactly once across a fleet."""

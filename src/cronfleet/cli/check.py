@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--no-history", is_flag=True,
               help="Do not read the store (skips the runs-longer-than-their-period check).")
-
-
 @_JSON
 def check_cmd(file: str | None, config_path: str | None, strict: bool, no_history: bool,
               as_json: bool) -> None:

@@ -59,13 +59,9 @@ _TZ = click.option(
 @_TZ
 @click.option("-n", "count", type=click.IntRange(1, 10_000), default=5, show_default=True,
               help="How many fire times.")
-
-
 @click.option("--after", metavar="ISO",
               help="Start (exclusive), ISO 8601; without an offset it is read in --tz. "
                    "Default: now.")
-
-
 @_JSON
 def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
              as_json: bool) -> None:

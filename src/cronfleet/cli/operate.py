@@ -71,13 +71,9 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
 @click.argument("job_id", metavar="JOB")
 @click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
               help="How many runs, newest first.")
-
-
 @click.option("--status", type=click.Choice(
     ["pending", "running", "succeeded", "failed", "timed_out", "skipped", "interrupted"]),
     default=None, help="Only runs with this status.")
-
-
 @_CONFIG
 @_JSON
 def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
@@ -214,8 +210,6 @@ def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None
 @click.option("--until", "until", metavar="TIME", default=None,
               help="End of the pause: an ISO time (without an offset, read in the job's time "
                    "zone) or a duration from now (2h, 1h30m). Default: until resumed.")
-
-
 @click.option("--note", metavar="TEXT", default=None, help="Why (shown by 'cronfleet jobs').")
 @_BY
 @_CONFIG

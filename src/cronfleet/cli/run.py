@@ -39,13 +39,9 @@ _ROLES = {
     help="all: timers and the REST API; worker: timers only; api: the REST API, no timers. "
          "Default: all, or api when CRONFLEET_SCHEDULER=0.",
 )
-
-
 @click.option("--host", default=None, help="API address (default: [api] host, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="API port (default: [api] port, 8080; 0 picks a free one).")
-
-
 @click.option("--no-api", is_flag=True, help="Do not serve the REST API (role all or api).")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",

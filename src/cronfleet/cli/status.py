@@ -45,12 +45,8 @@ if TYPE_CHECKING:
 @click.option("--once", is_flag=True, help="Print one frame and exit (no live view).")
 @click.option("--interval", type=click.FloatRange(0.2, 3600), default=1.0, show_default=True,
               help="Seconds between refreshes.")
-
-
 @click.option("--runs", "n_runs", type=click.IntRange(1, 500), default=10, show_default=True,
               help="How many recent runs to show.")
-
-
 @click.option("--frames", type=click.IntRange(1), default=None, hidden=True)
 @_JSON
 def status_cmd(config_path: str | None, once: bool, interval: float, n_runs: int,

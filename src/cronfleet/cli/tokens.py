@@ -76,12 +76,8 @@ def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, 
 @click.option("--team", required=True, help="The team whose jobs, runs and secrets it sees.")
 @click.option("--role", type=click.Choice(["viewer", "editor", "admin"]), required=True,
               help="viewer: read; editor: also change; admin: also secrets and audit.")
-
-
 @click.option("--name", default=None, help="A label (default: <team>-<role>); shown in the "
                                            "audit log.")
-
-
 @_CONFIG
 @_JSON
 def tokens_create(team: str, role: str, name: str | None, config_path: str | None,
