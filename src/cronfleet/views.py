@@ -146,6 +146,19 @@ def _last_run(run: RunRecord | None) -> dict[str, Any] | None:
     }
 
 
+def _override_active(state: JobState | None, now: datetime) -> bool:
+    return (
+        state is not None
+        and state.enabled_override is not None
+        and (state.override_until is None or state.override_until > now)
+    )
+
+
+def _paused(state: JobState | None, now: datetime) -> bool:
+    return _override_active(state, now) and state is not None and \
+        state.enabled_override is False
+
+
 # -- one job ------------------------------------------------------------------------------
 
 
@@ -170,18 +183,12 @@ class JobView:
         return None
 
     def override_active(self, now: datetime) -> bool:
-        s = self.state
-        return (
-            s is not None
-            and s.enabled_override is not None
-            and (s.override_until is None or s.override_until > now)
-        )
+        return _override_active(self.state, now)
 
     def paused(self, now: datetime) -> bool:
         """Paused by an override that has not expired (a declared ``enabled = false`` is
         not a pause)."""
-        return self.override_active(now) and self.state is not None and \
-            self.state.enabled_override is False
+        return _paused(self.state, now)
 
     def to_dict(self, now: datetime) -> dict[str, Any]:
         job = self.job
@@ -202,6 +209,7 @@ class JobView:
 
 def job_view(job: Job, state: JobState | None, last: RunRecord | None,
              now: datetime) -> JobView:
+    """The view of ``job`` at ``now``, from its state row and newest run."""
     fires = next_fires(job, now, 1)
     return JobView(job, state, last, fires[0] if fires else None)
 
@@ -258,7 +266,7 @@ async def find_jobs(
         jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
     states = await store.read_states([j.id for j in jobs]) if jobs else {}
     if paused is not None:
-        jobs = [j for j in jobs if job_view(j, states.get(j.id), None, now).paused(now) == paused]
+        jobs = [j for j in jobs if _paused(states.get(j.id), now) == paused]
     if status is None and limit is not None:
         jobs = jobs[:limit + 1]  # one more tells whether there is more
     views = await job_views(store, jobs, now, states)
