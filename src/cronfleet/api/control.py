@@ -27,10 +27,15 @@ def _problem(field: str, message: str, detail: str) -> ApiError:
                     {"errors": [{"field": field, "message": detail}]})
 
 
-def until_time(value: datetime | str | float | None, now: datetime) -> datetime | None:
-    """The end of a timed override: an aware ISO time, or a positive duration from now."""
+def until_time(enabled: bool | None, value: datetime | str | float | None,
+               now: datetime) -> datetime | None:
+    """The end of a timed pause or force-on: an aware ISO time, or a positive duration
+    from now (a clear takes none)."""
     if value is None:
         return None
+    if enabled is None:
+        raise _problem("until", "until: only with enabled true or false",
+                       "not allowed with enabled null")
     if isinstance(value, str) and "T" in value:  # strict bodies keep ISO times as text
         with contextlib.suppress(ValueError):
             value = datetime.fromisoformat(value)

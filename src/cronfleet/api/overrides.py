@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from cronfleet.api import control
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import Ctx, Editor, JobIdPath, audit, now, visible, who
-from cronfleet.api.errors import ApiError, responses
+from cronfleet.api.errors import responses
 from cronfleet.views import state_view
 
 __all__ = ["router"]
@@ -26,11 +26,7 @@ async def set_override(job_id: JobIdPath, body: S.OverrideRequest, ctx: Ctx,
                        token: Editor) -> dict[str, Any]:
     job = await visible(ctx, token, job_id)
     t = now(ctx)
-    if body.enabled is None and body.until is not None:
-        raise ApiError(422, "VALIDATION_ERROR", "until: only with enabled true or false",
-                       {"errors": [{"field": "until",
-                                    "message": "not allowed with enabled null"}]})
-    until = control.until_time(body.until, t)
+    until = control.until_time(body.enabled, body.until, t)
     state = await control.set_override(ctx, job, body.enabled, by=who(token), note=body.note,
                                        until=until)
     await audit(ctx, token, _ACTION[body.enabled], job.id,
