@@ -250,3 +250,24 @@ def test_the_cli_starts_without_the_stores_httpx_or_cryptography() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["[]", "[]"]
+
+
+def test_every_public_name_resolves_where_type_checkers_look() -> None:
+    """``cronfleet.__all__`` names resolve on first use, to the module the
+    ``TYPE_CHECKING`` imports of cronfleet/__init__.py name (what type checkers read)."""
+    import importlib
+
+    import cronfleet
+
+    tree = ast.parse((SRC / ROOT / "__init__.py").read_text())
+    declared: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                    declared.update((a.asname or a.name, stmt.module) for a in stmt.names)
+    public = set(cronfleet.__all__) - {"__version__"}
+    assert set(declared) == public
+    assert declared == cronfleet._EXPORTS  # the lazy table and the typed imports agree
+    for name, module in declared.items():
+        assert getattr(cronfleet, name) is getattr(importlib.import_module(module), name)
