@@ -25,6 +25,8 @@ from cronfleet.store.api import ApiStore, TokenInfo
 log = logging.getLogger("cronfleet.api")
 
 __all__ = [
+    "ALL_METHODS",
+    "MAX_PAGE",
     "Admin",
     "ApiSettings",
     "Context",
@@ -37,7 +39,9 @@ __all__ = [
     "Viewer",
     "audit",
     "context",
+    "not_allowed",
     "now",
+    "ready_context",
     "store_errors",
     "stored",
     "token",
