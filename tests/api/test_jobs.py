@@ -3,8 +3,12 @@ deleting stored jobs, triggering, and every refusal with its code."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+import pytest
+
+from cronfleet.cron import CronExpr, NoFireTimeError
 from cronfleet.store.api import ApiStore
 
 from .conftest import T0_ISO, Api, MakeApi, expect, http_spec
@@ -327,7 +331,10 @@ async def test_invalid_specs_name_each_field(api: Api) -> None:
     assert await api.api_store.job_def("alpha.bad") is None
     r = await api.post("/api/jobs", "alpha-editor", content=b"{not json",
                        headers={"Content-Type": "application/json"})
-    expect(r, 422, "VALIDATION_ERROR")
+    expect(r, 400, "BAD_REQUEST")  # docs/api.md: a body that is not JSON
+    r = await api.post("/api/jobs", "alpha-editor", content=b"id=alpha.bad",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    expect(r, 400, "BAD_REQUEST")
 
 
 async def test_every_change_is_audited_with_token_and_team(api: Api) -> None:
@@ -391,3 +398,22 @@ async def test_a_definition_written_meanwhile_is_409_conflict(api: Api,
     assert stored is not None and stored.spec["schedule"] == "3h"
     await api.catalog.refresh()
     assert api.scheduler.jobs["alpha.hook"].schedule.expr == "3h"
+
+
+async def test_a_schedule_with_no_future_fire_shows_no_next_run(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule with no further fire time (``next`` raises NoFireTimeError, as it does at
+    the end of the calendar): every view says "never" (null), none fails."""
+
+    def ended(self: CronExpr, after: datetime) -> datetime:
+        raise NoFireTimeError(f"{self.expr!r}: no fire time after {after.isoformat()}")
+
+    monkeypatch.setattr(CronExpr, "next", ended)  # the fake clock stands still: no slot due
+    listed = expect(await api.get("/api/jobs", "alpha-viewer"), 200)["items"]
+    assert {j["id"]: j["next_run"] for j in listed} == {
+        "alpha.off": None, "alpha.report": None, "alpha.slow": None}
+    detail = expect(await api.get("/api/jobs/alpha.report", "alpha-viewer"), 200)
+    assert detail["next_run"] is None and detail["next_fire_times"] == []
+    preview = expect(await api.post("/api/cron/preview", "alpha-viewer",
+                                    json={"expr": "@daily"}), 200)
+    assert preview["next"] == [] and preview["valid"] is True

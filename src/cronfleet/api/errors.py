@@ -6,6 +6,7 @@ and (as a last resort) unexpected exceptions, which are logged and answered as 5
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -77,6 +78,19 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+def _not_json(errors: Sequence[Any]) -> str | None:
+    """Why the request body is not JSON (``None`` when it is, however invalid): bad JSON
+    text, or a body sent with a content type other than JSON."""
+    for e in errors:
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == "json_invalid":
+            reason = (e.get("ctx") or {}).get("error")
+            return str(reason or e.get("msg", "invalid JSON"))
+        if loc == ("body",) and isinstance(e.get("input"), bytes | bytearray):
+            return "send it as application/json"
+    return None
+
+
 def install(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
@@ -85,6 +99,10 @@ def install(app: FastAPI) -> None:
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        bad_body = _not_json(exc.errors())
+        if bad_body is not None:  # docs/api.md: a body that is not JSON is a 400
+            return JSONResponse(body("BAD_REQUEST", f"the body is not JSON: {bad_body}"),
+                                status_code=400)
         errors = []
         for e in exc.errors():
             loc = tuple(e.get("loc", ()))

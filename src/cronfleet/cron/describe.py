@@ -22,14 +22,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from .duration import format_duration
 from .fields import DAY_NAMES, MONTH_NAMES, FieldSpec
 from .parser import CronForm, IntervalForm
-
-if TYPE_CHECKING:
-    from .expr import CronExpr
 
 __all__ = ["describe", "explain"]
 
@@ -37,14 +34,15 @@ _FULL_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Frid
 _ORDINALS = ("", "first", "second", "third", "fourth", "fifth")
 
 
-def describe(expr: CronExpr) -> str:
-    form = expr._form
+def describe(form: CronForm | IntervalForm, expr: str) -> str:
+    """The description of a parsed ``form`` (``expr``: the text it was parsed from, for
+    the fallback)."""
     try:
         if isinstance(form, IntervalForm):
             return _describe_interval(form)
         return _describe_cron(form)
     except Exception:  # never let a description break a caller
-        return f"Cron schedule {expr.expr!r}"
+        return f"Cron schedule {expr!r}"
 
 
 def _describe_interval(form: IntervalForm) -> str:
@@ -185,13 +183,13 @@ def _dow_phrase(dow: FieldSpec) -> str:
 _FIELD_NAMES = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
 
 
-def explain(expr: CronExpr) -> dict[str, object]:
-    """Everything a person (or a script) needs to understand a schedule, as plain data."""
-    form = expr._form
+def explain(form: CronForm | IntervalForm, expr: str, tz: ZoneInfo) -> dict[str, object]:
+    """Everything a person (or a script) needs to understand a schedule, as plain data:
+    ``form`` parsed from the text ``expr``, bound to ``tz``."""
     out: dict[str, object] = {
-        "expr": expr.expr,
-        "tz": str(expr.tz),
-        "description": describe(expr),
+        "expr": expr,
+        "tz": str(tz),
+        "description": describe(form, expr),
     }
     if isinstance(form, IntervalForm):
         out.update(
@@ -215,7 +213,7 @@ def explain(expr: CronExpr) -> dict[str, object]:
     out.update(
         kind="cron",
         fields_count=form.nfields,
-        expanded=form.text if form.text != expr.expr.strip() else None,
+        expanded=form.text if form.text != expr.strip() else None,
         fields=fields,
         day_rule="and" if form.schedule.day_and else "or",
         dst="wall-clock" if form.wallclock else "elapsed",

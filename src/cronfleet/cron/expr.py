@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
+from .describe import describe, explain
 from .errors import NoFireTimeError
 from .parser import CronForm, IntervalForm, parse_text, resolve_tz
 from .schedule import Wall, WallSchedule
@@ -281,15 +282,11 @@ class CronExpr:
 
     def describe(self) -> str:
         """An English description, e.g. ``"At 02:30 every day"``. Never raises."""
-        from .describe import describe
-
-        return describe(self)
+        return describe(self._form, self.expr)
 
     def explain(self) -> dict[str, object]:
         """Fields, values, day rule and DST rule as JSON-ready data (used by the CLI)."""
-        from .describe import explain
-
-        return explain(self)
+        return explain(self._form, self.expr, self.tz)
 
     # -- exact paths ---------------------------------------------------------------------------
 

@@ -1,0 +1,235 @@
+"""What every route depends on: the app's context (scheduler, catalog, API store,
+settings), the bearer token and its role, team scoping (a job of another team is a 404),
+the audit trail and the mapping of store errors to 503."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from cronfleet.api.errors import ApiError
+from cronfleet.catalog import Catalog
+from cronfleet.clock import from_ts
+from cronfleet.errors import StoreError
+from cronfleet.model import Job, RunRecord
+from cronfleet.store.api import ApiStore, TokenInfo
+
+log = logging.getLogger("cronfleet.api")
+
+__all__ = [
+    "ALL_METHODS",
+    "MAX_PAGE",
+    "Admin",
+    "ApiSettings",
+    "Context",
+    "Ctx",
+    "Editor",
+    "JobIdPath",
+    "Limit",
+    "RunIdPath",
+    "SecretName",
+    "Viewer",
+    "audit",
+    "context",
+    "not_allowed",
+    "now",
+    "ready_context",
+    "store_errors",
+    "stored",
+    "token",
+    "visible",
+    "visible_run",
+    "who",
+]
+
+MAX_PAGE = 200
+JobIdPath = Annotated[str, Path(min_length=1, max_length=200, description="Job id.")]
+RunIdPath = Annotated[int, Path(ge=1, le=2**63 - 1)]
+SecretName = Annotated[str, Path(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$",
+                                 description="Letters, digits and _.- (1-128).")]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+
+
+@dataclass
+class ApiSettings:
+    """``metrics``: ``"public"`` (no token, the default: scrapers rarely carry one) or
+    ``"token"``. ``ready_max_overdue``: /readyz fails when the loop is this many seconds
+    behind its earliest due slot. ``manage_scheduler``: the app's lifespan starts and
+    stops the scheduler (for ``uvicorn module:app``)."""
+
+    metrics: Literal["public", "token"] = "public"
+    ready_max_overdue: float = 30.0
+    manage_scheduler: bool = False
+    catalog_poll: float = 2.0
+
+
+@dataclass
+class Context:
+    """What the app serves: one per app, in ``app.state.cronfleet``."""
+
+    scheduler: Any
+    api_store: ApiStore
+    settings: ApiSettings
+    catalog: Catalog
+    http_runtime: Any
+    vault: Any = None
+    started: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def get_vault(self) -> Any:
+        if self.vault is None:
+            self.vault = self.http_runtime.vault
+        return self.vault
+
+
+def context(request: Request) -> Context:
+    ctx: Context = request.app.state.cronfleet
+    return ctx
+
+
+async def ready_context(request: Request) -> Context:
+    """The context, with the catalog loaded (lazily: the app may be mounted in another
+    app whose lifespan never runs ours)."""
+    ctx = context(request)
+    if not ctx.started:
+        async with ctx.lock:
+            if not ctx.started:
+                if not ctx.scheduler.running:
+                    raise ApiError(503, "SCHEDULER_NOT_RUNNING",
+                                   "the scheduler is not running in this process")
+                try:
+                    await ctx.catalog.start()
+                except StoreError as exc:
+                    raise ApiError(503, "STORE_UNAVAILABLE", f"cannot read jobs: {exc}"
+                                   ) from None
+                ctx.started = True
+    return ctx
+
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `cronfleet tokens create`.")
+
+
+async def token(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> TokenInfo:
+    ctx = context(request)
+    if creds is None or not creds.credentials:
+        raise ApiError(401, "UNAUTHORIZED", "missing bearer token (Authorization: Bearer ...)",
+                       headers={"WWW-Authenticate": "Bearer"})
+    try:
+        info = await ctx.api_store.authenticate(creds.credentials)
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot check the token: {exc}") from None
+    if info is None:
+        raise ApiError(401, "UNAUTHORIZED", "unknown or revoked token",
+                       headers={"WWW-Authenticate": "Bearer"})
+    return info
+
+
+def _role(role: str) -> Any:
+    async def check(tok: Annotated[TokenInfo, Depends(token)]) -> TokenInfo:
+        if not tok.can(role):
+            raise ApiError(403, "FORBIDDEN",
+                           f"token {tok.name!r} has role {tok.role}; this needs {role}")
+        return tok
+
+    return check
+
+
+Viewer = Annotated[TokenInfo, Depends(_role("viewer"))]
+Editor = Annotated[TokenInfo, Depends(_role("editor"))]
+Admin = Annotated[TokenInfo, Depends(_role("admin"))]
+Ctx = Annotated[Context, Depends(ready_context)]
+
+
+@contextlib.contextmanager
+def store_errors(what: str) -> Iterator[None]:
+    """A store error inside the block answers 503: ``what``, and that nothing changed."""
+    try:
+        yield
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"{what}: {exc}; nothing changed") from None
+
+
+def who(tok: TokenInfo) -> str:
+    return f"{tok.name} (team {tok.team})"
+
+
+def now(ctx: Context) -> datetime:
+    return from_ts(ctx.scheduler.clock.now())
+
+
+async def audit(ctx: Context, tok: TokenInfo, action: str, target: str,
+                details: dict[str, Any] | None = None) -> None:
+    try:
+        await ctx.api_store.audit(team=tok.team, actor=tok.name, action=action,
+                                  target=target, details=details)
+    except StoreError as exc:  # the change itself is recorded; say loudly what is missing
+        log.error("audit entry lost (%s %s by %s): %s", action, target, who(tok), exc)
+
+
+async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
+    """The job if the token's team owns it; otherwise 404 (whoever owns it)."""
+    job = ctx.scheduler.jobs.get(job_id)
+    if job is None:
+        with contextlib.suppress(StoreError):
+            await ctx.catalog.refresh()  # created by another process a moment ago?
+        job = ctx.scheduler.jobs.get(job_id)
+    if not isinstance(job, Job) or job.team != tok.team:
+        raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
+    return job
+
+
+async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
+    """The run if the token's team owns its job (a deleted stored job keeps its team in its
+    tombstone); otherwise 404."""
+    with store_errors("cannot read the run"):
+        run: RunRecord | None = await ctx.scheduler.store.get_run(run_id)
+        team = None
+        if run is not None:
+            job = ctx.scheduler.jobs.get(run.job_id)
+            if job is not None:
+                team = job.team
+            else:
+                d = await ctx.api_store.job_def(run.job_id)
+                team = None if d is None else d.team
+    if run is None or team != tok.team:
+        raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
+    return run
+
+
+async def stored(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
+    """A visible job created over the API; 409 for a job declared in code or config."""
+    job = await visible(ctx, tok, job_id)
+    if not ctx.catalog.is_stored(job.id):
+        raise ApiError(
+            409, "JOB_READ_ONLY",
+            f"job {job.id!r} is declared in {job.source} and is read-only over the API; "
+            "change its declaration, or use PUT /api/admin/cron/{id} to pause it and "
+            "POST /api/jobs/{id}/trigger to run it", {"job_id": job.id,
+                                                      "source": job.source})
+    return job
+
+
+def not_allowed(allowed: str) -> Any:
+    """A route answering 405 with ``Allow: allowed`` (keeps PATCH /api/jobs/x/runs from
+    reaching PATCH /api/jobs/{job_id:path})."""
+
+    async def refuse(request: Request) -> None:
+        raise ApiError(405, "METHOD_NOT_ALLOWED",
+                       f"{request.method} is not allowed here (allowed: {allowed})",
+                       headers={"Allow": allowed})
+
+    return refuse
+
+
+ALL_METHODS = ("POST", "PUT", "PATCH", "DELETE", "GET", "HEAD", "OPTIONS")

@@ -1,0 +1,122 @@
+"""``/api/jobs``: list, read, create, change and delete jobs (the last three only for jobs
+created over the API)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+
+from cronfleet.api import control
+from cronfleet.api import schemas as S
+from cronfleet.api.deps import (
+    Context,
+    Ctx,
+    Editor,
+    JobIdPath,
+    Limit,
+    Viewer,
+    audit,
+    now,
+    store_errors,
+    stored,
+    visible,
+    who,
+)
+from cronfleet.api.errors import responses
+from cronfleet.model import Job, RunStatus
+from cronfleet.views import JobView, find_jobs, job_view, next_fires, run_stats
+
+__all__ = ["detail", "item_router", "router", "summary"]
+
+router = APIRouter(tags=["jobs"])
+
+RECENT = 10  # runs shown in a job's detail
+STATS_OVER = 100  # runs its statistics cover
+
+
+def summary(ctx: Context, view: JobView, now_: Any) -> dict[str, Any]:
+    """One job in a list: the shared view plus the API's team, editable and paused."""
+    return {**view.to_dict(now_), "team": view.job.team,
+            "editable": ctx.catalog.is_stored(view.job.id), "paused": view.paused(now_)}
+
+
+async def detail(ctx: Context, job: Job) -> dict[str, Any]:
+    store = ctx.scheduler.store
+    t = now(ctx)
+    with store_errors("cannot read the job's state"):
+        states = await store.read_states([job.id])
+        runs = await store.list_runs(job.id, limit=STATS_OVER)
+    out = summary(ctx, job_view(job, states.get(job.id), runs[0] if runs else None, t), t)
+    out["next_fire_times"] = [x.isoformat() for x in next_fires(job, t, 10)]
+    out["recent_runs"] = [r.to_dict() for r in runs[:RECENT]]
+    out["stats"] = run_stats(runs)
+    out["spec"] = out["version"] = None
+    if ctx.catalog.is_stored(job.id):
+        with store_errors("cannot read the job's definition"):
+            d = await ctx.api_store.job_def(job.id)
+        if d is not None:
+            out.update(spec=d.spec, version=d.version, created_by=d.created_by,
+                       updated_by=d.updated_by)
+    return out
+
+
+@router.get("/api/jobs", response_model=S.JobPage, responses=responses(401, 403, 503))
+async def list_jobs(
+    ctx: Ctx, token: Viewer,
+    paused: bool | None = None,
+    status: Annotated[RunStatus | None, Query(description="Status of the last run.")] = None,
+    text: Annotated[str | None, Query(max_length=200,
+                                      description="Substring of id or description.")] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
+    t = now(ctx)
+    with store_errors("cannot read job states"):
+        views, more = await find_jobs(
+            ctx.scheduler.store, list(ctx.scheduler.jobs.values()), t, team=token.team,
+            after_id=cursor, text=text, paused=paused, status=status, limit=limit)
+    items = [summary(ctx, v, t) for v in views]
+    return {"items": items, "next_cursor": items[-1]["id"] if more else None}
+
+
+@router.post("/api/jobs", response_model=S.JobDetail, status_code=201,
+             responses=responses(401, 403, 409, 503))
+async def create_job(body: S.JobCreate, ctx: Ctx, token: Editor) -> dict[str, Any]:
+    spec = body.model_dump(mode="json", exclude_none=True)
+    job = await control.create_job(ctx, body.id, spec, token.team, who(token))
+    await audit(ctx, token, "job.create", body.id, {"spec": spec})
+    if job is None:
+        raise control.taken(body.id)
+    return await detail(ctx, job)
+
+
+# the ``/api/jobs/{job_id:path}`` routes: the app includes this router after the runs and
+# trigger routers, whose ``.../runs`` and ``.../trigger`` the greedy path would swallow
+item_router = APIRouter(tags=["jobs"])
+
+
+@item_router.get("/api/jobs/{job_id:path}", response_model=S.JobDetail,
+                 responses=responses(401, 403, 404, 503))
+async def get_job(job_id: JobIdPath, ctx: Ctx, token: Viewer) -> dict[str, Any]:
+    return await detail(ctx, await visible(ctx, token, job_id))
+
+
+@item_router.patch("/api/jobs/{job_id:path}", response_model=S.JobDetail,
+                   responses=responses(401, 403, 404, 409, 503))
+async def patch_job(job_id: JobIdPath, body: S.JobPatch, ctx: Ctx, token: Editor
+                    ) -> dict[str, Any]:
+    job = await stored(ctx, token, job_id)
+    changes = body.model_dump(mode="json", exclude_unset=True)
+    updated = await control.update_job(ctx, job, changes, token.team, who(token))
+    await audit(ctx, token, "job.update", job.id, {"changes": changes})
+    return await detail(ctx, updated)
+
+
+@item_router.delete("/api/jobs/{job_id:path}", status_code=204, response_class=Response,
+                    responses=responses(401, 403, 404, 409, 503))
+async def delete_job(job_id: JobIdPath, ctx: Ctx, token: Editor) -> Response:
+    job = await stored(ctx, token, job_id)
+    await control.delete_job(ctx, job, token.team, who(token))
+    await audit(ctx, token, "job.delete", job.id)
+    return Response(status_code=204)

@@ -1,0 +1,5 @@
+"""``python -m cronfleet.cli``."""
+
+from cronfleet.cli import main
+
+main()

@@ -1,0 +1,175 @@
+"""Schedule tools: ``cronfleet next`` and ``cronfleet explain`` (no configuration, no
+store: they must start fast, so nothing heavy is imported here)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from cronfleet.cli.common import (
+    _JSON,
+    EXIT_BAD_INPUT,
+    EXIT_NO_ANSWER,
+    _console,
+    _fail,
+)
+from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse
+from cronfleet.views import fire_times
+
+_CRON_EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  no answer (the schedule never fires again)
+  2  bad input: invalid expression, time zone or option"""
+
+
+def _parse(words: tuple[str, ...], tz: str) -> CronExpr:
+    text = " ".join(words)
+    try:
+        return parse(text, tz)
+    except CronSyntaxError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _after(value: str | None, tz: Any) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        _fail(
+            f"--after: {value!r} is not an ISO 8601 date-time (e.g. 2024-03-31T01:30:00+01:00)",
+            EXIT_BAD_INPUT,
+        )
+    return t if t.tzinfo is not None else t.replace(tzinfo=tz)
+
+
+_EXPR = click.argument("expr", nargs=-1, required=True)
+_TZ = click.option(
+    "--tz", "tz", default="UTC", show_default=True, metavar="ZONE",
+    help="IANA time zone the schedule runs in, e.g. Europe/Paris.",
+)
+
+
+@click.command("next", epilog=_CRON_EXIT_CODES)
+@_EXPR
+@_TZ
+@click.option("-n", "count", type=click.IntRange(1, 10_000), default=5, show_default=True,
+              help="How many fire times.")
+@click.option("--after", metavar="ISO",
+              help="Start (exclusive), ISO 8601; without an offset it is read in --tz. "
+                   "Default: now.")
+@_JSON
+def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
+             as_json: bool) -> None:
+    """Print the next fire times of EXPR.
+
+    EXPR is a cron expression (5 fields, or 6 with leading seconds), a macro such as
+    @daily, or an interval such as 5m or '@every 1h30m'. Quote it so the shell does not
+    expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
+    """
+    schedule = _parse(expr, tz)
+    start = _after(after, schedule.tz)
+    times = fire_times(schedule, start, count)
+    if not times:  # say why: the schedule's own words
+        try:
+            schedule.next(start)
+        except NoFireTimeError as exc:
+            _fail(str(exc), EXIT_NO_ANSWER)
+    if as_json:
+        click.echo(json.dumps({
+            "expr": schedule.expr,
+            "tz": str(schedule.tz),
+            "description": schedule.describe(),
+            "after": start.isoformat(),
+            "next": [x.isoformat() for x in times],
+        }, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{schedule.expr}  ({schedule.tz})", caption=schedule.describe(),
+                  title_justify="left", caption_justify="left")
+    table.add_column("#", justify="right", style="dim")
+    table.add_column(f"fire time ({schedule.tz})")
+    table.add_column("day")
+    table.add_column("UTC", style="dim")
+    table.add_column("from start", justify="right")
+    for i, x in enumerate(times, 1):
+        table.add_row(str(i), x.isoformat(), x.strftime("%a"),
+                      x.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                      _delta(x.astimezone(UTC) - start.astimezone(UTC)))  # elapsed, not wall
+    _console().print(table)
+
+
+def _delta(td: Any) -> str:
+    secs = int(td.total_seconds())
+    days, rem = divmod(secs, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, seconds = divmod(rem, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours else []
+    parts += [f"{minutes}m"] if minutes else []
+    parts += [f"{seconds}s"] if seconds or not parts else []
+    return "+" + "".join(parts)
+
+
+@click.command("explain", epilog=_CRON_EXIT_CODES)
+@_EXPR
+@_TZ
+@_JSON
+def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
+    """Explain EXPR: its fields, the day-of-month/day-of-week rule and the DST rule.
+
+    Example: cronfleet explain '30 2 * * *' --tz Europe/Paris
+    """
+    schedule = _parse(expr, tz)
+    info: dict[str, Any] = schedule.explain()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]{info['description']}[/bold]")
+    console.print(f"expression  {info['expr']}")
+    if info.get("expanded"):
+        console.print(f"expands to  {info['expanded']}")
+    console.print(f"time zone   {info['tz']}")
+    if info["kind"] == "interval":
+        console.print(f"interval    every {info['period']} ({info['period_seconds']} s), "
+                      "slots counted from 1970-01-01T00:00:00Z")
+    else:
+        table = Table(show_header=True, title_justify="left")
+        table.add_column("field")
+        table.add_column("text")
+        table.add_column("matches")
+        for f in info["fields"]:
+            matches = _ranges(f["values"])
+            if f.get("specials"):
+                matches = ", ".join(filter(None, [matches, *f["specials"]]))
+            table.add_row(f["name"], f["text"], matches or "-")
+        console.print(table)
+        rule = info["day_rule"]
+        console.print(
+            "day rule    "
+            + ("AND: a day must match day-of-month and day-of-week (one starts with '*')"
+               if rule == "and" else
+               "OR: a day matching day-of-month or day-of-week fires (neither starts with '*')")
+        )
+    console.print(f"DST         {info['dst']}: {info['dst_rule']}")
+
+
+def _ranges(values: list[int]) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ",".join(out)
+

@@ -1,0 +1,281 @@
+"""Operating the jobs through the store shared with the running processes: ``jobs``,
+``history``, ``show-run``, ``trigger``, ``pause``, ``resume``, ``clear-override``."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import click
+
+from cronfleet.cli.common import (
+    _BY,
+    _CONFIG,
+    _EXIT_CODES,
+    _JSON,
+    EXIT_BAD_INPUT,
+    EXIT_BUSY,
+    EXIT_FAILED,
+    _console,
+    _control,
+    _echo_json,
+    _fail,
+    _job,
+    _load,
+    _now,
+    _session,
+    _who,
+)
+from cronfleet.cli.render import (
+    _duration,
+    _iso,
+    _jobs_table,
+    _print_run,
+    _rel,
+    _short,
+    _status,
+    _t,
+)
+from cronfleet.cron.duration import DurationError, parse_duration
+from cronfleet.errors import AlreadyExecuting
+from cronfleet.model import RunStatus
+from cronfleet.views import job_views, state_view
+
+if TYPE_CHECKING:
+    from cronfleet.model import Job, JobState
+
+
+# -- jobs, history, show-run ------------------------------------------------------------
+
+
+@click.command("jobs", epilog=_EXIT_CODES)
+@_CONFIG
+@_JSON
+def jobs_cmd(config_path: str | None, as_json: bool) -> None:
+    """List the jobs: schedule, next run, last outcome, override and lease holder."""
+    loaded = _load(config_path, strict=False)
+    now = _now()
+    with loaded:
+        views = _session(loaded, lambda store: job_views(store, loaded.jobs, now))
+    if as_json:
+        _echo_json([v.to_dict(now) for v in views])
+        return
+    if not views:
+        click.echo(f"no jobs declared in {loaded.config.display}")
+        return
+    _console().print(_jobs_table(views, now))
+
+
+@click.command("history", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="JOB")
+@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="How many runs, newest first.")
+@click.option("--status", type=click.Choice(
+    ["pending", "running", "succeeded", "failed", "timed_out", "skipped", "interrupted"]),
+    default=None, help="Only runs with this status.")
+@_CONFIG
+@_JSON
+def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
+                as_json: bool) -> None:
+    """The runs of JOB, newest first (also for a job no longer declared)."""
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        declared = {j.id: j for j in loaded.jobs}
+        st = None if status is None else RunStatus(status)
+        runs = _session(loaded, lambda store: store.list_runs(job_id, limit=limit, status=st))
+    if job_id not in declared and not runs:
+        _job(loaded, job_id)  # exits 2 with a did-you-mean
+    if as_json:
+        _echo_json([r.to_dict() for r in runs])
+        return
+    console = _console()
+    if job_id not in declared:
+        console.print(_t(f"note: {job_id!r} is not declared in {loaded.config.display}; "
+                         "showing its recorded history"), style="yellow")
+    if not runs:
+        click.echo(f"no runs of {job_id!r}" + (f" with status {status}" if status else ""))
+        return
+    from rich.table import Table
+
+    tz = declared[job_id].schedule.tz if job_id in declared else None
+    table = Table(title=f"{job_id}: last {len(runs)} run(s)", title_justify="left")
+    now = _now()
+    for col in ("run", "slot", "trigger", "status", "duration", "instance", "error"):
+        table.add_column(col, justify="right" if col == "run" else "left", overflow="fold")
+    for r in runs:
+        table.add_row(
+            str(r.id), _t(_short(r.slot, now, tz)), _t(r.triggered_by.value), _status(r),
+            _t(_duration(r.duration)), _t(r.instance_id or "-"),
+            _t((r.error or "").splitlines()[0][:80] if r.error else ""),
+        )
+    console.print(table)
+
+
+@click.command("show-run", epilog=_EXIT_CODES)
+@click.argument("run_id", type=int)
+@_CONFIG
+@_JSON
+def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
+    """One run in full: times, outcome, result, error and logs."""
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        run = _session(loaded, lambda store: store.get_run(run_id))
+    if run is None:
+        _fail(f"no run with id {run_id} in {loaded.config.store}", EXIT_BAD_INPUT)
+    if as_json:
+        _echo_json(run.to_dict())
+        return
+    _print_run(run)
+
+
+# -- trigger, pause, resume, clear-override ---------------------------------------------
+
+
+@click.command("trigger", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="JOB")
+@_BY
+@_CONFIG
+@_JSON
+def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: bool) -> None:
+    """Run JOB now, in this process, and wait for it to end.
+
+    The run takes the job's lease like any run, so it never overlaps a run elsewhere in
+    the fleet: when one holds the lease the skip is recorded and the command exits 3,
+    naming the holder. Exits 1 when the run does not succeed.
+    """
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        _job(loaded, job_id)
+        scheduler = loaded.scheduler(timers=False)
+        try:
+            run = _control(lambda: scheduler.trigger(job_id, by=by or _who()),
+                           loaded.config.store)
+        except AlreadyExecuting as exc:
+            if as_json:
+                _echo_json(exc.to_dict())
+            _fail(
+                f"job {job_id!r} is already executing: the lease is held by "
+                f"{exc.holder or 'another run'} (skip recorded as run {exc.record.id})",
+                EXIT_BUSY,
+            )
+    if as_json:
+        _echo_json(run.to_dict())
+    else:
+        _print_run(run)
+    if run.status.value != "succeeded":
+        sys.exit(EXIT_FAILED)
+
+
+def _until(value: str, job: Job, now: datetime) -> datetime:
+    from datetime import timedelta
+
+
+    try:
+        td: timedelta | None = parse_duration(value)
+    except DurationError:
+        td = None
+    if td is not None:
+        if td.total_seconds() <= 0:
+            _fail(f"--until: {value!r} must be a positive duration", EXIT_BAD_INPUT)
+        return now + td
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        _fail(
+            f"--until: {value!r} is neither an ISO 8601 time (e.g. 2026-03-02T18:00:00+01:00) "
+            "nor a duration (e.g. 2h, 1h30m)",
+            EXIT_BAD_INPUT,
+        )
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=job.schedule.tz)
+    if t <= now:
+        _fail(f"--until: {t.isoformat()} is in the past", EXIT_BAD_INPUT)
+    return t
+
+
+def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:
+    now = _now()
+    if as_json:
+        _echo_json(state_view(job, state, now))
+        return
+    click.echo(message)
+    if state.lease_live(now):
+        click.echo(f"note: a run is in progress (lease held by {state.lease_holder}); "
+                   "this does not stop it")
+
+
+@click.command("pause", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="JOB")
+@click.option("--until", "until", metavar="TIME", default=None,
+              help="End of the pause: an ISO time (without an offset, read in the job's time "
+                   "zone) or a duration from now (2h, 1h30m). Default: until resumed.")
+@click.option("--note", metavar="TEXT", default=None, help="Why (shown by 'cronfleet jobs').")
+@_BY
+@_CONFIG
+@_JSON
+def pause_cmd(job_id: str, until: str | None, note: str | None, by: str | None,
+              config_path: str | None, as_json: bool) -> None:
+    """Pause JOB for every process sharing the store, until resumed or until TIME.
+
+    Paused slots are recorded as skipped (reason paused); a run in progress is not stopped.
+    """
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        job = _job(loaded, job_id)
+        until_dt = None if until is None else _until(until, job, _now())
+        scheduler = loaded.scheduler(timers=False)
+        who = by or _who()
+        state = _control(lambda: scheduler.pause(job_id, by=who, note=note, until=until_dt),
+                         loaded.config.store)
+    msg = f"paused {job_id!r} by {who}"
+    if until_dt is not None:
+        msg += f" until {_iso(until_dt, job.schedule.tz)} ({_rel(until_dt, _now())})"
+    if note:
+        msg += f": {note}"
+    _print_state(job, state, msg, as_json)
+
+
+@click.command("resume", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="JOB")
+@click.option("--note", metavar="TEXT", default=None, help="Why.")
+@_BY
+@_CONFIG
+@_JSON
+def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str | None,
+               as_json: bool) -> None:
+    """Force JOB on for every process (even if declared enabled = false).
+
+    'cronfleet clear-override JOB' returns it to its declared setting instead.
+    """
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        job = _job(loaded, job_id)
+        scheduler = loaded.scheduler(timers=False)
+        who = by or _who()
+        state = _control(lambda: scheduler.resume(job_id, by=who, note=note),
+                         loaded.config.store)
+    extra = "" if job.enabled else " although it is declared enabled = false"
+    _print_state(job, state, f"resumed {job_id!r} by {who}: forced on{extra}", as_json)
+
+
+@click.command("clear-override", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="JOB")
+@_BY
+@_CONFIG
+@_JSON
+def clear_override_cmd(job_id: str, by: str | None, config_path: str | None,
+                       as_json: bool) -> None:
+    """Remove JOB's pause or force-on: back to its declared enabled setting."""
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        job = _job(loaded, job_id)
+        scheduler = loaded.scheduler(timers=False)
+        who = by or _who()
+        state = _control(lambda: scheduler.clear_override(job_id, by=who),
+                         loaded.config.store)
+    declared = "enabled" if job.enabled else "disabled (enabled = false)"
+    _print_state(job, state, f"cleared the override of {job_id!r}: back to its declared "
+                             f"setting, {declared}", as_json)
+
+

@@ -1,0 +1,159 @@
+"""How the operator commands show things: times, durations, run statuses, overrides,
+the jobs table and one run in full (rich)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.cli.common import (
+    _console,
+)
+
+if TYPE_CHECKING:
+    from cronfleet.model import RunRecord
+    from cronfleet.views import JobView
+
+
+def _iso(dt: datetime | None, tz: Any = None) -> str:
+    if dt is None:
+        return "-"
+    return (dt.astimezone(tz) if tz is not None else dt).isoformat(sep=" ", timespec="seconds")
+
+
+def _short(dt: datetime | None, now: datetime, tz: Any = None) -> str:
+    """Compact time for tables: the time of day when it is today (in ``tz``, default UTC),
+    with the date otherwise; always with its offset (Z for UTC)."""
+    if dt is None:
+        return "-"
+    local = dt.astimezone(tz or UTC)
+    offset = local.strftime("%z")
+    zone = "Z" if offset == "+0000" else f"{offset[:3]}:{offset[3:]}"
+    if local.date() == now.astimezone(local.tzinfo).date():
+        return local.strftime("%H:%M:%S") + zone
+    return local.strftime("%Y-%m-%d %H:%M:%S") + zone
+
+
+def _span(seconds: float) -> str:
+    s = round(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _rel(dt: datetime | None, now: datetime) -> str:
+    if dt is None:
+        return ""
+    delta = (dt - now).total_seconds()
+    return f"in {_span(delta)}" if delta >= 0 else f"{_span(delta)} ago"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.3f}s" if seconds < 10 else _span(seconds)
+
+
+_STATUS_STYLE = {
+    "succeeded": "green", "failed": "bold red", "timed_out": "red", "skipped": "yellow",
+    "interrupted": "magenta", "running": "cyan", "pending": "blue",
+}
+
+
+def _status(run: RunRecord | None) -> Any:
+    from rich.text import Text
+
+    if run is None:
+        return Text("never run", style="dim")
+    text = Text(run.status.value, style=_STATUS_STYLE.get(run.status.value, ""))
+    if run.reason:
+        text.append(f" ({run.reason})", style="dim")
+    return text
+
+
+def _override_text(view: JobView, now: datetime) -> str:
+    s = view.state
+    if view.override_active(now) and s is not None:
+        if s.enabled_override:
+            out = f"forced on by {s.override_by or '?'}"
+        else:
+            out = f"paused by {s.override_by or '?'}"
+            if s.override_until is not None:
+                out += f" until {_short(s.override_until, now, view.job.schedule.tz)}"
+        if s.override_note:
+            out += f": {s.override_note}"
+        return out
+    if not view.job.enabled:
+        return "disabled (declared)"
+    return "-"
+
+
+def _t(value: str) -> Any:
+    """Plain text for a rich cell: ids and notes are never read as markup."""
+    from rich.text import Text
+
+    return Text(value)
+
+
+def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in ("job", "schedule", "description", "next run", "last run", "override",
+                "lease holder"):
+        table.add_column(col, overflow="fold")
+    for v in views:
+        job = v.job
+        nxt = "never" if v.next_fire is None else \
+            f"{_short(v.next_fire, now, job.schedule.tz)} ({_rel(v.next_fire, now)})"
+        last = _status(v.last)
+        if v.last is not None:
+            when = v.last.finished_at or v.last.started_at or v.last.slot
+            last.append(f"\n{_rel(when, now)}", style="dim")
+        table.add_row(
+            _t(job.id), _t(f"{job.schedule.expr}\n{job.schedule.tz}"),
+            _t(job.description or job.schedule.describe()), _t(nxt), last,
+            _t(_override_text(v, now)), _t(v.lease_holder(now) or "-"),
+        )
+    return table
+
+
+def _print_run(run: RunRecord) -> None:
+    from rich.text import Text
+
+    console = _console()
+    title = Text(f"run {run.id} · job {run.job_id} · ", style="bold")
+    title.append_text(_status(run))
+    console.print(title)
+    flags = [name for name, on in (
+        ("manual", run.manual and run.triggered_by.value != "manual"),
+        ("catch-up", run.is_catchup and run.triggered_by.value != "catchup"),
+        ("recovery", run.is_recovery and run.triggered_by.value != "recovery"),
+    ) if on]
+    late = "" if run.lateness is None else f" (late {run.lateness:.3f}s)"
+    rows = [
+        ("slot", _iso(run.slot)),
+        ("triggered by", run.triggered_by.value + (f" ({', '.join(flags)})" if flags else "")),
+        ("instance", run.instance_id or "-"),
+        ("fencing token", "-" if run.fencing_token is None else str(run.fencing_token)),
+        ("attempt", str(run.attempt)),
+        ("claimed", _iso(run.claimed_at)),
+        ("started", _iso(run.started_at) + late),
+        ("finished", _iso(run.finished_at)),
+        ("duration", _duration(run.duration)),
+        ("reason", run.reason or "-"),
+        ("result", "-" if run.result is None else json.dumps(run.result, default=str)),
+        ("error", run.error or "-"),
+    ]
+    for key, value in rows:
+        console.print(Text(f"{key:<14}", style="dim") + Text(value))
+    console.print(Text(f"logs ({len(run.logs)} line(s))", style="bold"))
+    for line in run.logs:
+        console.print(Text("  " + line.replace("\n", "\n  ")))
+

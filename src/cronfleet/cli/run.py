@@ -1,0 +1,181 @@
+"""``cronfleet run``: the declared jobs (and those created over the API) until SIGINT or
+SIGTERM, with the REST API unless the role says otherwise."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from cronfleet.cli.common import (
+    _CONFIG,
+    _EXIT_CODES,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    _fail,
+    _load,
+)
+from cronfleet.errors import CronfleetError
+
+if TYPE_CHECKING:
+    from cronfleet.config import Loaded
+
+
+# -- run ------------------------------------------------------------------------------
+
+_ROLES = {
+    "all": "timers on, REST API on",
+    "worker": "timers on, no REST API",
+    "api": "no timers: this process fires nothing (manual triggers run here); REST API on",
+}
+
+
+@click.command("run", epilog=_EXIT_CODES)
+@_CONFIG
+@click.option(
+    "--role", type=click.Choice(["all", "worker", "api"]), default=None,
+    help="all: timers and the REST API; worker: timers only; api: the REST API, no timers. "
+         "Default: all, or api when CRONFLEET_SCHEDULER=0.",
+)
+@click.option("--host", default=None, help="API address (default: [api] host, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="API port (default: [api] port, 8080; 0 picks a free one).")
+@click.option("--no-api", is_flag=True, help="Do not serve the REST API (role all or api).")
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+    show_default=True, help="Log verbosity (logs go to stderr).",
+)
+
+
+def run_cmd(config_path: str | None, role: str | None, host: str | None, port: int | None,
+            no_api: bool, log_level: str) -> None:
+    """Run the declared jobs (and those created over the API) until SIGINT or SIGTERM,
+    then stop gracefully.
+
+    Everything is validated first (the config, every plugin, every schedule); any problem
+    stops the start with exit code 1 -- nothing fires. Start the same command on several
+    hosts against one store: each slot runs once across all of them.
+    """
+    import asyncio
+    import logging
+
+    from cronfleet.api.app import ApiSettings
+    from cronfleet.api.serve import serve
+    from cronfleet.config import SCHEDULER_ENV, ConfigError, timers_from_env
+
+    try:
+        from_env = timers_from_env()
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    role_origin = "--role"
+    if role is None:
+        role = "api" if from_env is False else "all"
+        role_origin = f"{SCHEDULER_ENV}=0" if from_env is False else "default"
+    loaded = _load(config_path, strict=True)
+    config = loaded.config
+    api_on = role in ("all", "api") and config.api_enabled and not no_api
+    if role == "api" and not api_on:
+        loaded.cleanup()
+        _fail("--role api serves only the REST API, which is off here "
+              "(--no-api or [api] enabled = false)", EXIT_BAD_INPUT)
+    if not loaded.jobs and not api_on and not _has_stored_jobs(config.store):
+        loaded.cleanup()
+        _fail(
+            f"nothing to run: {config.display} declares no [[tasks]], no plugin declares a "
+            "schedule, no job was created over the API, and the API is off (pass --config "
+            "FILE or set CRONFLEET_CONFIG)",
+            EXIT_FAILED,
+        )
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+    )
+    log = logging.getLogger("cronfleet.cli")
+    log.info("config %s; store %s (from %s)", config.display, config.store, config.store_origin)
+    for p in loaded.plugins:
+        log.info(
+            "%s %r (%s, priority %d): %d job(s)%s",
+            "provider" if p.provider else "plugin", p.name, p.origin, p.priority, len(p.jobs),
+            (": " + ", ".join(p.jobs[:8]) + (", ..." if len(p.jobs) > 8 else ""))
+            if p.jobs else "",
+        )
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
+    if not loaded.jobs:
+        log.info("no declared jobs: running the jobs created over the API")
+    if from_env is False and role != "api":
+        log.warning("--role %s overrides %s=0: timers are on", role, SCHEDULER_ENV)
+    log.info("role %s (%s): %s", role, role_origin,
+             _ROLES[role] if api_on or role == "worker" else "timers on, REST API off")
+    _check_vault(loaded)
+    code = EXIT_OK
+    try:
+        scheduler = loaded.scheduler(timers=role != "api")
+        settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
+                               ready_max_overdue=config.api_ready_max_overdue)
+        asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
+                          port=config.api_port if port is None else port, settings=settings,
+                          http_runtime=config.http_runtime()))
+    except CronfleetError as exc:
+        log.error("cronfleet cannot run: %s", exc)
+        code = EXIT_FAILED
+    finally:
+        loaded.cleanup()
+    sys.exit(code)
+
+
+def _has_stored_jobs(url: str) -> bool:
+    """Whether the store holds jobs created over the API (False when it cannot tell)."""
+    import asyncio
+
+    from cronfleet.store.api import ApiStore
+
+    if url.startswith("sqlite:///"):
+        import os
+
+        from cronfleet.store.sqlite import SQLiteStore
+
+        path = SQLiteStore.from_url(url).path
+        if path == ":memory:" or not os.path.exists(path):
+            return False
+
+    async def go() -> bool:
+        store = ApiStore(url)
+        try:
+            return bool(await store.job_defs())
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except (CronfleetError, OSError):
+        return False
+
+
+def _check_vault(loaded: Loaded) -> None:
+    """With HTTP jobs declared, refuse to start (exit 1, a clear message) when encrypted
+    secrets exist that the configured key cannot decrypt."""
+    import asyncio
+
+    from cronfleet.jobs.http import HttpJob
+
+    if not any(isinstance(j.handler, HttpJob) for j in loaded.jobs):
+        return
+    from cronfleet.secrets import Keyring, Vault
+    from cronfleet.store.secrets import open_secret_store
+
+    async def go() -> None:
+        store = open_secret_store(loaded.config.store)
+        try:
+            await Vault(store, Keyring.from_env()).check()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(go())
+    except CronfleetError as exc:
+        loaded.cleanup()
+        _fail(f"cronfleet cannot run: secrets: {exc}", EXIT_FAILED)

@@ -1,0 +1,151 @@
+"""``cronfleet status``: a live view of the jobs, running leases and recent runs."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cronfleet.cli.common import (
+    _CONFIG,
+    _EXIT_CODES,
+    _JSON,
+    _console,
+    _echo_json,
+    _load,
+    _now,
+    _session,
+)
+from cronfleet.cli.render import (
+    _duration,
+    _iso,
+    _override_text,
+    _rel,
+    _short,
+    _span,
+    _status,
+    _t,
+)
+from cronfleet.model import RunStatus
+from cronfleet.views import job_views
+
+if TYPE_CHECKING:
+    from cronfleet.config import Loaded
+    from cronfleet.store.base import Store
+    from cronfleet.views import JobView
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+@click.command("status", epilog=_EXIT_CODES)
+@_CONFIG
+@click.option("--once", is_flag=True, help="Print one frame and exit (no live view).")
+@click.option("--interval", type=click.FloatRange(0.2, 3600), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--runs", "n_runs", type=click.IntRange(1, 500), default=10, show_default=True,
+              help="How many recent runs to show.")
+@click.option("--frames", type=click.IntRange(1), default=None, hidden=True)
+@_JSON
+def status_cmd(config_path: str | None, once: bool, interval: float, n_runs: int,
+               frames: int | None, as_json: bool) -> None:
+    """A live view: jobs with their next fire counting down, running leases, recent runs.
+
+    Ctrl-C leaves. --once (or --json) prints a single frame.
+    """
+    loaded = _load(config_path, strict=False)
+    with loaded:
+        if as_json:
+            snap = _session(loaded, lambda store: _snapshot(store, loaded, n_runs))
+            _echo_json(_snapshot_dict(snap))
+            return
+        if once:
+            snap = _session(loaded, lambda store: _snapshot(store, loaded, n_runs))
+            _console().print(_render(snap, _now()))
+            return
+        with contextlib.suppress(KeyboardInterrupt):
+            _session(loaded, lambda store: _live(store, loaded, n_runs, interval, frames))
+
+
+async def _snapshot(store: Store, loaded: Loaded, n_runs: int) -> dict[str, Any]:
+    now = _now()
+    return {
+        "now": now,
+        "loaded": loaded,
+        "views": await job_views(store, loaded.jobs, now),
+        "running": await store.list_runs(None, limit=100, status=RunStatus.RUNNING),
+        "recent": await store.list_runs(None, limit=n_runs),
+    }
+
+
+def _snapshot_dict(snap: dict[str, Any]) -> dict[str, Any]:
+    now = snap["now"]
+    return {
+        "now": now.isoformat(),
+        "store": snap["loaded"].config.store,
+        "jobs": [v.to_dict(now) for v in snap["views"]],
+        "running": [r.to_dict() for r in snap["running"]],
+        "recent": [r.to_dict() for r in snap["recent"]],
+    }
+
+
+def _render(snap: dict[str, Any], now: datetime) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    views: list[JobView] = sorted(
+        snap["views"], key=lambda v: (v.next_fire is None, v.next_fire or now)
+    )
+    header = Text(f"cronfleet status · {_iso(now)} · store {snap['loaded'].config.store}",
+                  style="bold")
+    jobs = Table(title="jobs (next fire first)", title_justify="left", expand=False)
+    for col in ("job", "next fire", "in", "last run", "override", "lease holder"):
+        jobs.add_column(col, no_wrap=col == "in", overflow="fold")
+    for v in views:
+        paused = not v.enabled(now)
+        countdown = Text(_rel(v.next_fire, now) if v.next_fire else "never",
+                         style="dim" if paused else "bold")
+        jobs.add_row(_t(v.job.id), _t(_short(v.next_fire, now, v.job.schedule.tz)), countdown,
+                     _status(v.last), _t(_override_text(v, now)),
+                     _t(v.lease_holder(now) or "-"))
+    running = Table(title="running now", title_justify="left")
+    for col in ("run", "job", "slot", "for", "instance"):
+        running.add_column(col, overflow="fold")
+    for r in snap["running"]:
+        running.add_row(str(r.id), _t(r.job_id), _t(_short(r.slot, now)),
+                        _t(_span((now - r.started_at).total_seconds()) if r.started_at else "-"),
+                        _t(r.instance_id or "-"))
+    if not snap["running"]:
+        running.add_row("-", Text("nothing running", style="dim"), "", "", "")
+    recent = Table(title="recent runs", title_justify="left")
+    for col in ("run", "job", "slot", "status", "duration", "instance"):
+        recent.add_column(col, overflow="fold")
+    for r in snap["recent"]:
+        recent.add_row(str(r.id), _t(r.job_id), _t(_short(r.slot, now)), _status(r),
+                       _t(_duration(r.duration)), _t(r.instance_id or "-"))
+    return Group(header, jobs, running, recent)
+
+
+async def _live(store: Store, loaded: Loaded, n_runs: int, interval: float,
+                frames: int | None) -> None:
+    import asyncio
+
+    from rich.live import Live
+
+    snap = await _snapshot(store, loaded, n_runs)
+    shown = 1
+    with Live(_render(snap, _now()), console=_console(), refresh_per_second=4,
+              transient=False) as live:
+        next_read = asyncio.get_running_loop().time() + interval
+        while frames is None or shown < frames:
+            await asyncio.sleep(min(1.0, interval))
+            if asyncio.get_running_loop().time() >= next_read:
+                snap = await _snapshot(store, loaded, n_runs)
+                next_read += interval
+            live.update(_render(snap, _now()))  # countdowns move every second
+            shown += 1
+
+

@@ -1,0 +1,344 @@
+"""The read model of a job and its runs: what the CLI and the REST API show.
+
+One place composes the public store reads (``read_states``, ``last_runs``, ``list_runs``)
+with each job's schedule: next fire times, effective override, live lease, last run, run
+statistics, and the signature of a job that runs longer than its period. Both faces render
+these views; nothing here writes. Next fire times are computed here only
+(:func:`fire_times`), and a schedule with no future fire (``NoFireTimeError``) gives an
+empty list -- "never" -- in every view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.cron import NoFireTimeError
+from cronfleet.cron.duration import format_duration
+
+if TYPE_CHECKING:
+    from cronfleet.cron import CronExpr
+    from cronfleet.model import Job, JobState, RunRecord, RunStatus
+    from cronfleet.store.base import Store
+
+__all__ = [
+    "RECENT_RUNS",
+    "JobView",
+    "find_jobs",
+    "fire_times",
+    "job_view",
+    "job_views",
+    "last_runs",
+    "next_fires",
+    "opened",
+    "overrun_warning",
+    "period_of",
+    "run_stats",
+    "state_dict",
+    "state_view",
+]
+
+# how many recent runs the too-long check looks at, and how many overlap skips in them
+# make a pattern rather than a one-off
+RECENT_RUNS = 20
+SKIPS_FOR_WARNING = 2
+
+
+@contextlib.asynccontextmanager
+async def opened(store: Store) -> AsyncIterator[Store]:
+    """The store, opened for the block and closed after it."""
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+# -- fire times ---------------------------------------------------------------------------
+
+
+def fire_times(schedule: CronExpr, after: datetime, n: int) -> list[datetime]:
+    """Up to ``n`` fire times of ``schedule`` after ``after``: fewer (maybe none) when the
+    schedule has no further fire (``NoFireTimeError``, or past the calendar's end)."""
+    out: list[datetime] = []
+    t = after
+    for _ in range(n):
+        try:
+            t = schedule.next(t)
+        except (NoFireTimeError, OverflowError):
+            break
+        out.append(t)
+    return out
+
+
+def next_fires(job: Job, after: datetime, n: int) -> list[datetime]:
+    """Up to ``n`` fire times of ``job`` after ``after`` (see :func:`fire_times`)."""
+    return fire_times(job.schedule, after, n)
+
+
+def period_of(job: Job, now: datetime) -> float | None:
+    """Seconds between slots: the interval, or the shortest gap among the next few fires
+    of a cron schedule."""
+    if job.period:
+        return job.period
+    times = next_fires(job, now, 5)
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    return min(gaps) if gaps else None
+
+
+# -- state rows ---------------------------------------------------------------------------
+
+
+def _iso(d: datetime | None) -> str | None:
+    return None if d is None else d.isoformat()
+
+
+def state_dict(state: JobState | None, now: datetime) -> dict[str, Any]:
+    """The override and lease of a job state row, JSON-ready."""
+    if state is None:
+        return {"override": None, "lease": None}
+    override = None
+    if state.enabled_override is not None:
+        expired = state.override_until is not None and state.override_until <= now
+        override = {
+            "enabled": state.enabled_override,
+            "by": state.override_by,
+            "at": _iso(state.override_at),
+            "note": state.override_note,
+            "until": _iso(state.override_until),
+            "expired": expired,
+        }
+    lease = None
+    if state.lease_live(now):
+        lease = {"holder": state.lease_holder, "until": _iso(state.lease_until),
+                 "token": state.lease_token}
+    return {"override": override, "lease": lease}
+
+
+def state_view(job: Job, state: JobState, now: datetime) -> dict[str, Any]:
+    """A job's state after a pause / resume / clear: what the CLI's ``--json`` and the
+    API's ``PUT /api/admin/cron/{id}`` answer."""
+    return {"job_id": job.id, "declared_enabled": job.enabled,
+            "enabled": state.effective_enabled(job.enabled, now), **state_dict(state, now)}
+
+
+def _describe(job: Job) -> str:
+    try:
+        return job.schedule.describe()
+    except Exception:  # a description never breaks a view
+        return job.schedule.expr
+
+
+def _last_run(run: RunRecord | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "id": run.id,
+        "status": run.status.value,
+        "reason": run.reason,
+        "slot": run.slot.isoformat(),
+        "finished_at": _iso(run.finished_at),
+        "error": run.error,
+    }
+
+
+def _override_active(state: JobState | None, now: datetime) -> bool:
+    return (
+        state is not None
+        and state.enabled_override is not None
+        and (state.override_until is None or state.override_until > now)
+    )
+
+
+def _paused(state: JobState | None, now: datetime) -> bool:
+    return _override_active(state, now) and state is not None and \
+        state.enabled_override is False
+
+
+# -- one job ------------------------------------------------------------------------------
+
+
+@dataclass
+class JobView:
+    """One job as an operator sees it: its declaration, its state row (override, lease),
+    its newest run and its next fire time (``None``: it never fires again)."""
+
+    job: Job
+    state: JobState | None
+    last: RunRecord | None
+    next_fire: datetime | None
+
+    def enabled(self, now: datetime) -> bool:
+        if self.state is None:
+            return self.job.enabled
+        return self.state.effective_enabled(self.job.enabled, now)
+
+    def lease_holder(self, now: datetime) -> str | None:
+        if self.state is not None and self.state.lease_live(now):
+            return self.state.lease_holder
+        return None
+
+    def override_active(self, now: datetime) -> bool:
+        return _override_active(self.state, now)
+
+    def paused(self, now: datetime) -> bool:
+        """Paused by an override that has not expired (a declared ``enabled = false`` is
+        not a pause)."""
+        return _paused(self.state, now)
+
+    def to_dict(self, now: datetime) -> dict[str, Any]:
+        job = self.job
+        return {
+            "id": job.id,
+            "source": job.source,
+            "schedule": job.schedule.expr,
+            "timezone": str(job.schedule.tz),
+            "description": job.description,
+            "when": _describe(job),
+            "declared_enabled": job.enabled,
+            "enabled": self.enabled(now),
+            "next_run": _iso(self.next_fire),
+            "last_run": _last_run(self.last),
+            **state_dict(self.state, now),
+        }
+
+
+def job_view(job: Job, state: JobState | None, last: RunRecord | None,
+             now: datetime) -> JobView:
+    """The view of ``job`` at ``now``, from its state row and newest run."""
+    fires = next_fires(job, now, 1)
+    return JobView(job, state, last, fires[0] if fires else None)
+
+
+async def last_runs(store: Store, job_ids: Sequence[str]) -> Mapping[str, RunRecord]:
+    """The newest run of each job that has one, in one store call."""
+    if not job_ids:
+        return {}
+    # LEAD: after the merge every store has ``last_runs`` (rd-store); drop this fallback
+    # and call ``store.last_runs(job_ids)`` directly.
+    batched = getattr(store, "last_runs", None)
+    if batched is not None:
+        found: Mapping[str, RunRecord] = await batched(list(job_ids))
+        return found
+    out: dict[str, RunRecord] = {}
+    for job_id in job_ids:
+        runs = await store.list_runs(job_id, limit=1)
+        if runs:
+            out[job_id] = runs[0]
+    return out
+
+
+async def job_views(store: Store, jobs: Sequence[Job], now: datetime,
+                    states: Mapping[str, JobState] | None = None) -> list[JobView]:
+    """Every job's view: one read of the state rows (unless given), one of the last runs."""
+    ids = [j.id for j in jobs]
+    if states is None:
+        states = await store.read_states(ids) if ids else {}
+    last = await last_runs(store, ids)
+    return [job_view(job, states.get(job.id), last.get(job.id), now) for job in jobs]
+
+
+async def find_jobs(
+    store: Store,
+    jobs: Sequence[Job],
+    now: datetime,
+    *,
+    team: str | None = None,
+    after_id: str | None = None,
+    text: str | None = None,
+    paused: bool | None = None,
+    status: RunStatus | None = None,
+    limit: int | None = None,
+) -> tuple[list[JobView], bool]:
+    """The views of ``jobs`` in id order: of ``team``, with ids after ``after_id``, with
+    ``text`` in the id or description (any case), ``paused`` (or not), whose last run has
+    ``status``; at most ``limit``, and whether more matched. The newest runs are read (in
+    one call) only for the jobs that can be shown."""
+    jobs = sorted((j for j in jobs if team is None or j.team == team), key=lambda j: j.id)
+    if after_id:
+        jobs = [j for j in jobs if j.id > after_id]
+    if text:
+        needle = text.lower()
+        jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
+    states = await store.read_states([j.id for j in jobs]) if jobs else {}
+    if paused is not None:
+        jobs = [j for j in jobs if _paused(states.get(j.id), now) == paused]
+    if status is None and limit is not None:
+        jobs = jobs[:limit + 1]  # one more tells whether there is more
+    views = await job_views(store, jobs, now, states)
+    if status is not None:
+        views = [v for v in views if v.last is not None and v.last.status is status]
+    if limit is None:
+        return views, False
+    return views[:limit], len(views) > limit
+
+
+# -- runs ---------------------------------------------------------------------------------
+# (cronfleet.model is imported where it is used: `cronfleet next` needs fire_times only
+# and starts faster without it)
+
+
+def run_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """Counts by status, success rate, durations and lateness of ``runs``."""
+    from cronfleet.model import RunStatus
+
+    ended_statuses = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT,
+                      RunStatus.INTERRUPTED)
+    by_status: dict[str, int] = {}
+    for r in runs:
+        by_status[r.status.value] = by_status.get(r.status.value, 0) + 1
+    ended = [r for r in runs if r.status in ended_statuses]
+    ok = sum(1 for r in ended if r.status is RunStatus.SUCCEEDED)
+    durations = [d for r in ended if (d := r.duration) is not None]
+    lateness = [v for r in runs if (v := r.lateness) is not None]
+    return {
+        "runs": len(runs), "by_status": by_status,
+        "success_rate": round(ok / len(ended), 4) if ended else None,
+        "avg_duration": round(sum(durations) / len(durations), 6) if durations else None,
+        "max_duration": max(durations) if durations else None,
+        "avg_lateness": round(sum(lateness) / len(lateness), 6) if lateness else None,
+    }
+
+
+def overrun_warning(job: Job, runs: Sequence[RunRecord], now: datetime | None = None) -> str | None:
+    """A warning when recent runs last longer than the job's period.
+
+    The signature is a series of ``already_executing`` skips (a slot came due while the
+    previous run still held the lease), or a run that took longer than the period.
+    """
+    from cronfleet.model import RunStatus, SkipReason
+
+    period = period_of(job, now or datetime.now(UTC))
+    if not period:
+        return None
+    skips = sum(  # a manual trigger refused while a run holds the lease says nothing
+        1 for r in runs
+        if r.status is RunStatus.SKIPPED and r.reason == SkipReason.ALREADY_EXECUTING.value
+        and not r.manual
+    )
+    durations = [d for r in runs if (d := r.duration) is not None]
+    longest = max(durations, default=0.0)
+    if skips < SKIPS_FOR_WARNING and longest <= period:
+        return None
+    facts = []
+    if skips:
+        facts.append(f"{skips} of its last {len(runs)} runs were slots skipped because the "
+                     "previous run still held the lease (already_executing)")
+    if longest:
+        facts.append(f"runs took up to {_secs(longest)}")
+    return (
+        f"job {job.id!r} runs longer than its period of {_secs(period)}: "
+        + "; ".join(facts)
+        + ". Lengthen the period, speed the job up, or set overlap = \"queue_one\" if "
+        "every slot must run."
+    )
+
+
+def _secs(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds != int(seconds) else f"{int(seconds)}s"
+    return format_duration(timedelta(seconds=round(seconds)))

@@ -1,0 +1,151 @@
+"""views.py: the one read model of a job and its runs (CLI and API), with tiny fake
+stores -- the views only read ``read_states``, ``last_runs`` / ``list_runs``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cronfleet.cron import parse
+from cronfleet.model import Job, JobState, RunRecord, RunStatus, TriggeredBy
+from cronfleet.views import (
+    find_jobs,
+    fire_times,
+    job_view,
+    job_views,
+    last_runs,
+    next_fires,
+    period_of,
+    run_stats,
+    state_view,
+)
+
+NOW = datetime(2026, 5, 28, 20, 0, tzinfo=UTC)
+
+
+def job(job_id: str = "j", schedule: str = "0 9 * * *", **kw: Any) -> Job:
+    return Job.create(schedule, None, id=job_id, **kw)
+
+
+def run(job_id: str, run_id: int, status: RunStatus = RunStatus.SUCCEEDED,
+        seconds: float | None = None) -> RunRecord:
+    started = NOW - timedelta(minutes=run_id)
+    return RunRecord(run_id, job_id, started, TriggeredBy.SCHEDULE, status,
+                     started_at=started,
+                     finished_at=None if seconds is None else started + timedelta(seconds=seconds))
+
+
+class ListRunsStore:
+    """A store without ``last_runs``: the views fall back to one query per job."""
+
+    def __init__(self, runs: Sequence[RunRecord]) -> None:
+        self.runs = list(runs)
+        self.calls: list[Any] = []
+
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        self.calls.append(("read_states", list(job_ids)))
+        return {}
+
+    async def list_runs(self, job_id: str | None = None, *, limit: int = 50,
+                        **kw: Any) -> list[RunRecord]:
+        self.calls.append(("list_runs", job_id))
+        return [r for r in self.runs if r.job_id == job_id][:limit]
+
+
+class BatchedStore(ListRunsStore):
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        self.calls.append(("last_runs", list(job_ids)))
+        return {r.job_id: r for r in reversed(self.runs) if r.job_id in job_ids}
+
+
+def test_fire_times_stop_where_the_schedule_ends() -> None:
+    daily = parse("0 9 * * *")
+    assert [t.day for t in fire_times(daily, NOW, 3)] == [29, 30, 31]
+    end = datetime(9999, 12, 29, 12, tzinfo=UTC)
+    assert fire_times(daily, end, 3) == []  # NoFireTimeError: "never", not an error
+    assert next_fires(job(), end, 1) == []
+    assert period_of(job(), end) is None
+
+
+def test_period_of_cron_and_interval() -> None:
+    assert period_of(job(schedule="*/5 * * * *"), NOW) == 300
+    assert period_of(job(schedule="90s"), NOW) == 90
+
+
+def test_last_runs_batched_in_one_call() -> None:
+    store = BatchedStore([run("a", 2), run("a", 1), run("b", 3)])
+    found = asyncio.run(last_runs(store, ["a", "b", "c"]))
+    assert {k: v.id for k, v in found.items()} == {"a": 2, "b": 3}
+    assert store.calls == [("last_runs", ["a", "b", "c"])]
+
+
+def test_last_runs_fallback_per_job() -> None:
+    store = ListRunsStore([run("a", 2), run("a", 1)])
+    found = asyncio.run(last_runs(store, ["a", "b"]))
+    assert {k: v.id for k, v in found.items()} == {"a": 2}
+    assert store.calls == [("list_runs", "a"), ("list_runs", "b")]
+
+
+def test_job_views_read_states_once_and_last_runs_once() -> None:
+    store = BatchedStore([run("a", 1, RunStatus.FAILED)])
+    views = asyncio.run(job_views(store, [job("a"), job("b")], NOW))
+    assert [v.last.id if v.last else None for v in views] == [1, None]
+    assert [c[0] for c in store.calls] == ["read_states", "last_runs"]
+    d = views[0].to_dict(NOW)
+    assert d["last_run"]["status"] == "failed" and d["next_run"] == "2026-05-29T09:00:00+00:00"
+
+
+@pytest.mark.parametrize(("override", "until", "paused", "enabled"), [
+    (None, None, False, True),
+    (False, None, True, False),
+    (False, NOW - timedelta(seconds=1), False, True),  # an expired pause
+    (False, NOW + timedelta(hours=1), True, False),
+    (True, None, False, True),
+])
+def test_paused_and_enabled(override: bool | None, until: datetime | None, paused: bool,
+                            enabled: bool) -> None:
+    state = JobState("j", enabled_override=override, override_until=until, override_by="ops")
+    view = job_view(job(), state, None, NOW)
+    assert view.paused(NOW) is paused
+    assert view.enabled(NOW) is enabled
+    assert state_view(job(), state, NOW)["enabled"] is enabled
+
+
+def test_declared_disabled_is_not_paused() -> None:
+    view = job_view(job(enabled=False), None, None, NOW)
+    assert view.paused(NOW) is False and view.enabled(NOW) is False
+
+
+def test_run_stats() -> None:
+    runs = [run("a", 1, seconds=2.0), run("a", 2, RunStatus.FAILED, seconds=4.0),
+            run("a", 3, RunStatus.SKIPPED)]
+    stats = run_stats(runs)
+    assert stats["runs"] == 3
+    assert stats["by_status"] == {"succeeded": 1, "failed": 1, "skipped": 1}
+    assert stats["success_rate"] == 0.5
+    assert stats["avg_duration"] == 3.0 and stats["max_duration"] == 4.0
+    assert run_stats([])["success_rate"] is None
+
+
+def test_find_jobs_filters_and_pages() -> None:
+    jobs = [job("c", team="t"), job("a", team="t"), job("b", team="u"),
+            job("d", team="t", description="Nightly export")]
+    store = BatchedStore([run("a", 1, RunStatus.FAILED), run("c", 2)])
+
+    def find(**kw: Any) -> tuple[list[str], bool]:
+        views, more = asyncio.run(find_jobs(store, jobs, NOW, team="t", **kw))
+        return [v.job.id for v in views], more
+
+    assert find() == (["a", "c", "d"], False)
+    assert find(limit=2) == (["a", "c"], True)
+    assert find(after_id="a", limit=2) == (["c", "d"], False)
+    assert find(text="NIGHTLY") == (["d"], False)
+    assert find(status=RunStatus.FAILED) == (["a"], False)
+    assert find(paused=True) == ([], False)
+    store.calls.clear()
+    find(limit=1)
+    assert store.calls[-1] == ("last_runs", ["a", "c"])  # only what can be shown, plus one
