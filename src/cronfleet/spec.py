@@ -100,7 +100,7 @@ SPEC_KEYS = (
     "notify", "auto_pause_after", "allow_private_targets", "http",
 )
 HTTP_KEYS = (
-    "url", "method", "headers", "body", "timeout", "follow_redirects", "accept_status",
+    "method", "url", "headers", "body", "timeout", "follow_redirects", "accept_status",
     "body_contains", "body_not_contains", "body_regex", "body_not_regex", "signing_secret",
     "namespace", "allow_private_targets",
 )
