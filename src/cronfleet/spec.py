@@ -670,8 +670,8 @@ def validate_job(
 
     job_id = fields.get("id")
     if job_id is None:
-        problems.append(FieldProblem("id", 'missing (every job needs a unique id, e.g. '
-                                           'id = "cleanup")'))
+        problems.append(FieldProblem("id", 'missing: every job needs a unique id (e.g. '
+                                           '"cleanup")'))
     else:
         problem = check_job_id(job_id) if nested_id else check_name(job_id, "id")
         if problem:
