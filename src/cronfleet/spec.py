@@ -25,6 +25,7 @@ id, so ids with ``/`` declared in code keep working.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import sys
@@ -677,7 +678,7 @@ def validate_job(
         if problem:
             problems.append(FieldProblem("id", problem))
     for key in ("description", "timezone"):
-        check(key, lambda v, key=key: text(v, TEXT_LIMITS[key]))
+        check(key, functools.partial(text, limit=TEXT_LIMITS[key]))
     tz = out.get("timezone", timezone)
     if "timezone" in out:
         try:  # the zone on its own, so that a bad expression does not hide it
@@ -707,7 +708,7 @@ def validate_job(
         check(key, duration)
     check("timeout", lambda v: duration(v, positive=True))
     for key, enum in _ENUMS.items():
-        check(key, lambda v, enum=enum: enum_value(enum, v))
+        check(key, functools.partial(enum_value, enum))
     for key in ("enabled", "recover"):
         check(key, boolean)
     check("allow_private_targets", boolean)

@@ -118,7 +118,7 @@ def _doc(tp: Any) -> Any:
 
 
 _SPEC_DOC = "Every problem of the body is reported at once (`details.errors`)."
-_NOT_OTHERS = {"additionalProperties": False}
+_NOT_OTHERS: Any = {"additionalProperties": False}
 
 
 class JobFields(BaseModel):

@@ -132,11 +132,11 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         handler = _http_job(result, config, bad)
     if failed or result is None or (handler is None and (is_http or handler_path)):
         return None
-    schedule = Schedule(
-        **{k: raw[k] for k in _SCHEDULE_FIELDS if k in raw},
-        **({"description": result.description} if is_http else {}),
-        retry=result.retry, notify=result.notify, auto_pause_after=result.auto_pause_after,
-    )
+    kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
+    if is_http:
+        kwargs["description"] = result.description
+    schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
+                        auto_pause_after=result.auto_pause_after)
     return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
 
 
