@@ -656,9 +656,8 @@ def validate_job(
 
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
-
-    def get(key: str) -> Any:
-        return fields.get(key) if key in keys else None
+    known = fields if keys is SPEC_KEYS else {k: v for k, v in fields.items() if k in keys}
+    get = known.get
 
     def check(key: str, convert: Callable[[Any], Any]) -> None:
         value = get(key)
