@@ -278,3 +278,42 @@ def test_the_default_id_of_a_lambda_and_a_callable_object() -> None:
             return None
 
     assert spec.check_job_id(spec.default_job_id(Task())) is None
+
+
+def test_a_config_task_and_an_api_body_make_the_same_job(tmp_path: Path) -> None:
+    from cronfleet.catalog import build_job
+    from cronfleet.config import load_config
+
+    (tmp_path / "cronfleet.toml").write_text("""
+[[tasks]]
+id = "hook"
+cron = "0 6 * * MON-FRI"
+timezone = "Europe/Paris"
+recover = true
+timeout = "5m"
+config_json = '{"a": 1}'
+allow_private_targets = true
+http = { url = "https://example.com/run", method = "post" }
+retry = { attempts = 3, backoff = "linear", delay = "10s" }
+notify = { on = ["failure"], webhook = "https://hooks.example.com/x" }
+auto_pause_after = 4
+""")
+    with load_config(tmp_path / "cronfleet.toml").load() as loaded:
+        (from_toml,) = loaded.jobs
+    from_api = build_job({
+        "id": "hook", "schedule": "0 6 * * MON-FRI", "timezone": "Europe/Paris",
+        "recover": True, "timeout": "5m", "config": {"a": 1}, "allow_private_targets": True,
+        "http": {"url": "https://example.com/run", "method": "post"},
+        "retry": {"attempts": 3, "backoff": "linear", "delay": "10s"},
+        "notify": {"on": ["failure"], "webhook": "https://hooks.example.com/x"},
+        "auto_pause_after": 4})
+    fields = ("id", "missed", "catch_up_window", "locking", "overlap", "timeout", "jitter",
+              "enabled", "recover", "config", "description", "retry", "notify",
+              "auto_pause_after")
+    assert {f: getattr(from_toml, f) for f in fields} == {f: getattr(from_api, f)
+                                                          for f in fields}
+    assert from_toml.schedule.expr == from_api.schedule.expr
+    assert str(from_toml.schedule.tz) == str(from_api.schedule.tz)
+    for attr in ("url", "method", "retry", "allow_private_targets", "notify",
+                 "auto_pause_after"):
+        assert getattr(from_toml.handler, attr) == getattr(from_api.handler, attr)
