@@ -6,12 +6,14 @@ holds)::
 
     {"id": "invoice-run", "schedule": "0 6 * * MON-FRI", "timezone": "Europe/Paris",
      "http": {"url": "https://billing.example.com/run", "method": "POST"},
-     "retry": {"attempts": 3, "delay": "10s"}, "timeout": "5m", "overlap": "skip"}
+     "retry": {"attempts": 3, "delay": "10s"}, "timeout": "5m", "overlap": "skip",
+     "notify": {"webhook": "https://hooks.example.com/x"}, "allow_private_targets": false}
 
-Validation reuses what config files use (:func:`~cronfleet.plugins.schedule_to_job` for
-the schedule fields, :class:`~cronfleet.jobs.http.HttpJob` for the request), so a spec is
-judged by the same rules whichever way it arrives; every problem is reported at once as
-``(field, message, column)``.
+A spec takes the keys a ``[[tasks]]`` entry takes (``schedule`` for ``cron``, ``config`` as
+an object for ``config_json``; no ``team``, no ``http.namespace``: both are the token's
+team) and is checked by :func:`cronfleet.spec.validate_job`, the one validator of every
+face, so a spec is judged by the same rules whichever way it arrives; every problem is
+reported at once as ``(field, message, column)``.
 
 :class:`Catalog` loads the definitions when the scheduler starts and then follows changes:
 at once for writes made through this process, on a PostgreSQL notification, and otherwise
@@ -22,157 +24,57 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cronfleet import spec as _spec
 from cronfleet.model import DEFAULT_TEAM, Job
-from cronfleet.plugins import Schedule, ScheduleError, duration_seconds, schedule_to_job
+from cronfleet.spec import FieldProblem, SpecInvalid
 
 if TYPE_CHECKING:
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.scheduler import Scheduler
     from cronfleet.store.api import ApiStore, JobDef
 
-__all__ = ["SCHEDULE_FIELDS", "Catalog", "SpecInvalid", "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "SpecInvalid", "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
 SOURCE = "api"
-# spec keys that map onto Schedule fields (the rest: id, http, retry, auto_pause_after)
-SCHEDULE_FIELDS = ("schedule", "timezone", "description", "enabled", "missed",
-                   "catch_up_window", "locking", "overlap", "timeout", "jitter", "config")
-SPEC_FIELDS = ("id", *SCHEDULE_FIELDS, "http", "retry", "auto_pause_after")
-HTTP_FIELDS = ("url", "method", "headers", "body", "timeout", "follow_redirects",
-               "accept_status", "body_contains", "body_not_contains", "body_regex",
-               "body_not_regex", "signing_secret", "allow_private_targets")
-RETRY_FIELDS = ("attempts", "backoff", "delay")
+# what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
+# (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
+# inside "http" is read too: jobs stored before it moved next to "retry" keep working.
+API_KEYS = tuple(k for k in _spec.SPEC_KEYS if k != "team")
+API_HTTP_KEYS = tuple(k for k in _spec.HTTP_KEYS if k != "namespace")
+SpecProblem = FieldProblem  # (field, message, column): the name this module used
 
 
-@dataclass(frozen=True)
-class SpecProblem:
-    field: str
-    message: str
-    column: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"field": self.field, "message": self.message}
-        if self.column is not None:
-            out["column"] = self.column
-        return out
-
-
-class SpecInvalid(ValueError):
-    """Every problem of a job spec."""
-
-    def __init__(self, problems: list[SpecProblem]) -> None:
-        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
-        self.problems = problems
-
-
-def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str
-             ) -> list[SpecProblem]:
-    return [SpecProblem(f"{prefix}{k}", f"unknown key (expected one of {', '.join(allowed)})")
-            for k in table if k not in allowed]
+def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM
+                  ) -> tuple[_spec.JobSpec | None, list[FieldProblem]]:
+    """Every problem of a stored job's spec (API keys), at once; the job is ``team``'s."""
+    result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
+                                          require_http=True)
+    return (None if result is None else dataclasses.replace(result, team=team)), problems
 
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
               runtime: HttpRuntime | None = None) -> Job:
     """The :class:`Job` a spec describes; raises :class:`SpecInvalid` listing every
     problem. The request's secrets are looked up in the team's namespace."""
-    from cronfleet.jobs.http import HttpJob, HttpJobInvalid, RetryPolicy
+    from cronfleet.jobs.http import HttpJob, HttpJobInvalid
 
-    problems = _unknown(spec, SPEC_FIELDS, "")
-    job_id = spec.get("id")
-    if not isinstance(job_id, str):
-        problems.append(SpecProblem("id", "required: a job id (text)"))
-    if "schedule" not in spec:
-        problems.append(SpecProblem("schedule", "required: a cron expression, macro or "
-                                                "interval (e.g. \"0 6 * * *\" or \"15m\")"))
-    config = spec.get("config", {})
-    if not isinstance(config, dict):
-        problems.append(SpecProblem("config", "expected a JSON object"))
-        config = {}
-    fields: dict[str, Any] = {
-        "id": job_id if isinstance(job_id, str) else "placeholder",
-        "cron": spec.get("schedule", "@daily"),
-        "config_json": json.dumps(config) if config else "",
-        "team": team,
-    }
-    for key in ("timezone", "description", "enabled", "missed", "catch_up_window",
-                "locking", "overlap", "timeout", "jitter"):
-        if key in spec and spec[key] is not None:
-            fields[key] = spec[key]
-    schedule = Schedule(**fields)
-    job, errors = schedule_to_job(
-        schedule, job_id=fields["id"], handler=_placeholder, timezone="UTC",
-        catch_up_window=3600.0, source=SOURCE, config_must_be_object=True)
-    for err in errors:
-        if err.key == "id" and not isinstance(job_id, str):
-            continue
-        key = {"cron": "schedule", "config_json": "config"}.get(err.key, err.key)
-        problems.append(SpecProblem(key, err.message, err.column))
-
-    http = spec.get("http")
-    handler = None
-    if not isinstance(http, dict):
-        problems.append(SpecProblem("http", 'required: the request, e.g. {"url": '
-                                            '"https://example.com/hook"}'))
-    else:
-        problems += _unknown(http, HTTP_FIELDS, "http.")
-        retry_spec = spec.get("retry") or {}
-        retry = None
-        if not isinstance(retry_spec, dict):
-            problems.append(SpecProblem("retry", "expected an object with attempts, backoff, "
-                                                 "delay"))
-        else:
-            problems += _unknown(retry_spec, RETRY_FIELDS, "retry.")
-            try:
-                kw = {k: v for k, v in retry_spec.items() if k in RETRY_FIELDS}
-                if "delay" in kw:
-                    kw["delay"] = duration_seconds(kw["delay"])
-                retry = RetryPolicy(**kw)
-            except ScheduleError as exc:
-                problems.append(SpecProblem("retry.delay", exc.message))
-            except (ValueError, TypeError) as exc:
-                key, _, message = str(exc).partition(": ")
-                problems.append(SpecProblem(f"retry.{key}" if message else "retry",
-                                            message or str(exc)))
-        kwargs = {k: v for k, v in http.items() if k in HTTP_FIELDS}
-        if "timeout" in kwargs:
-            try:
-                kwargs["timeout"] = duration_seconds(kwargs["timeout"])
-            except ScheduleError as exc:
-                problems.append(SpecProblem("http.timeout", exc.message))
-                kwargs.pop("timeout")
-        if isinstance(kwargs.get("accept_status"), list):
-            kwargs["accept_status"] = tuple(kwargs["accept_status"])
-        if "url" not in kwargs:
-            problems.append(SpecProblem("http.url", "required: an http(s) URL"))
-        elif retry is not None:
-            try:
-                handler = HttpJob(**kwargs, retry=retry, namespace=team, runtime=runtime,
-                                  auto_pause_after=spec.get("auto_pause_after"))
-            except HttpJobInvalid as exc:
-                for key, message in exc.problems:
-                    name = "auto_pause_after" if key == "auto_pause_after" else f"http.{key}"
-                    problems.append(SpecProblem(name, message))
-            except TypeError as exc:
-                problems.append(SpecProblem("http", str(exc)))
-    if problems or job is None or handler is None:
-        raise SpecInvalid(problems or [SpecProblem("spec", "invalid")])
-    description = job.description or f"{handler.method} {handler.url}"
-    return Job.create(
-        job.schedule, handler, id=job.id, missed=job.missed,
-        catch_up_window=job.catch_up_window, locking=job.locking, overlap=job.overlap,
-        timeout=job.timeout, jitter=job.jitter, enabled=job.enabled, config=job.config,
-        description=description, source=SOURCE, team=team)
-
-
-def _placeholder(ctx: Any) -> None:  # pragma: no cover - replaced by the HTTP handler
-    return None
+    result, problems = validate_spec(spec, team=team)
+    if result is None:
+        raise SpecInvalid(problems)
+    try:
+        handler = HttpJob.from_spec(result, runtime=runtime, namespace=team)
+    except HttpJobInvalid as exc:
+        raise SpecInvalid([
+            FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
+            for key, message in exc.problems]) from None
+    return Job(handler=handler, source=SOURCE, **result.job_fields())
 
 
 class Catalog:

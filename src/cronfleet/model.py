@@ -16,8 +16,6 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from cronfleet.cron.duration import DurationError, to_timedelta
-
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
 
@@ -105,7 +103,6 @@ class SkipReason(StrEnum):
 RunResult = Any
 Handler = Callable[["RunContext"], Awaitable[Any] | Any]
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 DEFAULT_CATCH_UP_WINDOW = 3600.0
 # Teams scope what an API token sees; jobs declared without one belong to this team.
 DEFAULT_TEAM = "default"
@@ -122,23 +119,19 @@ LEASE_GRACE = 30.0
 LEASE_WITHOUT_TIMEOUT = 3600.0
 
 
-def _seconds(value: str | float | timedelta | None, field_name: str, job_id: str) -> float:
-    try:
-        return to_timedelta(value, field=field_name).total_seconds()
-    except DurationError as exc:
-        raise ValueError(f"job {job_id!r}: {exc}") from None
-
-
-def _enum(enum: type[Any], value: Any, field_name: str, job_id: str) -> Any:
-    if isinstance(value, enum):
-        return value
-    try:
-        return enum(str(value).lower())
-    except ValueError:
-        allowed = ", ".join(m.name for m in enum)
-        raise ValueError(
-            f"job {job_id!r}: {field_name}: {value!r} is not one of {allowed}"
-        ) from None
+def _problems_text(job_id: object, schedule: object, problems: list[Any]) -> str:
+    """``job 'x': timeout: ...; schedule '61 * * * *': ...``: every problem of a job."""
+    parts = []
+    for p in problems:
+        if p.key == "id":
+            parts.append(p.message if p.message.startswith("job id") else
+                         f"job id {job_id!r}: {p.message}")
+        elif p.key == "schedule" and isinstance(schedule, str):
+            parts.append(f"schedule {schedule!r}: {p.message}")
+        else:
+            parts.append(str(p))
+    head = "" if problems and problems[0].key == "id" else f"job {job_id!r}: "
+    return head + "; ".join(parts)
 
 
 BACKOFF_STRATEGIES = ("exponential", "linear", "fixed")
@@ -260,46 +253,26 @@ class Job:
         description: str = "",
         source: str = "code",
         team: str = DEFAULT_TEAM,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        notify: NotifyPolicy | Mapping[str, Any] | None = None,
+        auto_pause_after: int | None = None,
     ) -> Job:
-        if not isinstance(id, str) or not _JOB_ID.match(id):
-            raise ValueError(
-                f"job id {id!r} is invalid: use 1-200 characters from letters, digits and "
-                "._:/@+- starting with a letter or digit"
-            )
-        if isinstance(schedule, str):
-            from cronfleet.cron import parse
+        """Validate every field (see :func:`cronfleet.spec.validate_job`) and build the
+        job; raises ``ValueError`` naming every problem at once."""
+        from cronfleet.spec import validate_job  # spec builds on this module's types
 
-            try:
-                expr = parse(schedule, tz=timezone or "UTC")
-            except ValueError as exc:
-                raise ValueError(f"job {id!r}: schedule {schedule!r}: {exc}") from None
-        else:
-            expr = schedule
-        tmo = None if timeout is None else _seconds(timeout, "timeout", id)
-        if tmo is not None and tmo <= 0:
-            raise ValueError(f"job {id!r}: timeout must be positive (got {timeout!r})")
-        if not isinstance(enabled, bool):
-            raise ValueError(f"job {id!r}: enabled must be true or false (got {enabled!r})")
-        problem = check_team(team)
-        if problem:
-            raise ValueError(f"job {id!r}: {problem}")
-        return cls(
-            id=id,
-            schedule=expr,
-            handler=handler,
-            missed=_enum(Missed, missed, "missed", id),
-            catch_up_window=_seconds(catch_up_window, "catch_up_window", id),
-            locking=_enum(Locking, locking, "locking", id),
-            overlap=_enum(Overlap, overlap, "overlap", id),
-            timeout=tmo,
-            jitter=_seconds(jitter, "jitter", id),
-            enabled=enabled,
-            recover=bool(recover),
-            config=dict(config or {}),
-            description=description,
-            source=source,
-            team=team,
+        spec, problems = validate_job(
+            {"id": id, "schedule": schedule, "timezone": timezone, "missed": missed,
+             "catch_up_window": catch_up_window, "locking": locking, "overlap": overlap,
+             "timeout": timeout, "jitter": jitter, "enabled": enabled, "recover": recover,
+             "config": {} if config is None else config, "description": description,
+             "team": team, "retry": retry, "notify": notify,
+             "auto_pause_after": auto_pause_after},
+            nested_id=True,
         )
+        if spec is None:
+            raise ValueError(_problems_text(id, schedule, problems))
+        return cls(handler=handler, source=source, **spec.job_fields())
 
     @cached_property
     def period(self) -> float | None:

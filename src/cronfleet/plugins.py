@@ -20,28 +20,26 @@ keeps their history, overrides and claims.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import difflib
 import importlib
 import inspect
-import json
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from importlib import metadata
 from typing import Any
 
-from cronfleet.cron import CronSyntaxError, parse
-from cronfleet.cron.duration import DurationError, to_timedelta
+from cronfleet import spec
 from cronfleet.model import (
     DEFAULT_TEAM,
     Handler,
     Job,
     Locking,
     Missed,
+    NotifyPolicy,
     Overlap,
+    RetryPolicy,
     RunContext,
-    check_team,
 )
 
 __all__ = [
@@ -63,10 +61,7 @@ ENTRY_POINT_GROUP = "cronfleet.plugins"
 DEFAULT_PRIORITY = 1000
 BUILTIN_PROVIDER = "cron"
 
-# a schedule id, task id or plugin name: like a job id, without "/" (it separates the
-# plugin name from the schedule id in job ids)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}$")
-_NAME_RULE = "use 1-100 characters from letters, digits and ._:@+- starting with a letter or digit"
+# a schedule id, task id or plugin name is one part of a job id (see cronfleet.spec)
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,10 @@ class Schedule:
 
     ``cron``: a cron expression, macro or interval (see docs/cron.md). ``timezone`` and
     ``catch_up_window`` default to the ``[scheduler]`` values. Durations are ``"30s"``-style
-    text or seconds. ``config_json`` is an opaque string shown to operators; when it holds
+    text or seconds. ``retry`` (``{"attempts": 3, "backoff": "exponential", "delay": "5s"}``),
+    ``notify`` and ``auto_pause_after`` mean what they mean for a ``[[tasks]]`` entry (see
+    docs/configuration.md); every field is checked by :func:`cronfleet.spec.validate_job`.
+    ``config_json`` is an opaque string shown to operators; when it holds
     a JSON object the handler receives it parsed as ``ctx.config``.
     """
 
@@ -93,6 +91,9 @@ class Schedule:
     config_json: str = ""
     recover: bool = False
     team: str = DEFAULT_TEAM
+    retry: RetryPolicy | Mapping[str, Any] | None = None
+    notify: NotifyPolicy | Mapping[str, Any] | None = None
+    auto_pause_after: int | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -174,8 +175,8 @@ class CronProvider(ScheduledPlugin):
 
 
 class ScheduleError(ValueError):
-    """One invalid field of a schedule. ``key`` names the field; for cron syntax errors
-    ``column`` is the 1-based column inside the expression."""
+    """One invalid field of a schedule. ``key`` names the field (``cron``, ``retry`` ...);
+    for cron syntax errors ``column`` is the 1-based column inside the expression."""
 
     def __init__(self, key: str, message: str, column: int | None = None) -> None:
         super().__init__(f"{key}: {message}")
@@ -186,12 +187,25 @@ class ScheduleError(ValueError):
 
 def check_name(value: object, what: str) -> str | None:
     """The problem with a task id, schedule id or plugin name, or None."""
-    if not isinstance(value, str):
-        return f"{what} must be a string, got {describe_value(value)}"
-    if not _NAME.match(value):
-        hint = " ('/' separates a plugin's name from its schedule ids)" if "/" in value else ""
-        return f"{what} {value!r} is invalid: {_NAME_RULE}{hint}"
-    return None
+    return spec.check_name(value, what)
+
+
+# Schedule field -> spec key, where they differ
+_TO_SPEC = {"cron": "schedule"}
+_FROM_SPEC = {"schedule": "cron", "config": "config_json"}
+SCHEDULE_SPEC_KEYS = tuple(k for k in spec.SPEC_KEYS
+                           if k not in ("http", "allow_private_targets"))
+
+
+def schedule_error(problem: spec.FieldProblem) -> ScheduleError:
+    """A spec problem in a Schedule's terms: ``retry.attempts`` -> key ``retry``, message
+    ``attempts: ...``; ``schedule`` -> ``cron``."""
+    top, _, rest = problem.key.partition(".")
+    key = _FROM_SPEC.get(top, top)
+    message = problem.message
+    if rest and not message.startswith("unknown key"):
+        message = f"{rest}: {message}"
+    return ScheduleError(key, message, problem.column)
 
 
 def schedule_to_job(
@@ -204,153 +218,45 @@ def schedule_to_job(
     source: str,
     config_must_be_object: bool = False,
 ) -> tuple[Job | None, list[ScheduleError]]:
-    """Validate every field of ``schedule`` and build its :class:`Job`.
+    """Validate every field of ``schedule`` (through :func:`cronfleet.spec.validate_job`)
+    and build its :class:`Job`.
 
     Returns the job, or ``None`` with one :class:`ScheduleError` per invalid field (all of
     them, not just the first). ``config_must_be_object``: a ``config_json`` that is not a
     JSON object is an error (config tasks) rather than passed on as ``{}`` (plugins).
     """
     errors: list[ScheduleError] = []
-    s = schedule
-    problem = check_name(s.id, "id")
-    if problem:
-        errors.append(ScheduleError("id", problem))
-    if not isinstance(s.description, str):
-        errors.append(
-            ScheduleError("description", f"expected a string, got {describe_value(s.description)}")
-        )
-    tz = timezone if s.timezone is None else s.timezone
-    expr = None
-    if not isinstance(tz, str):
-        errors.append(ScheduleError("timezone", f"expected an IANA name, got {describe_value(tz)}"))
-    elif not isinstance(s.cron, str):
-        errors.append(ScheduleError("cron", f"expected a string, got {describe_value(s.cron)}"))
-    else:
-        try:
-            expr = parse(s.cron, tz)
-        except CronSyntaxError as exc:
-            if exc.field == "timezone":
-                errors.append(ScheduleError("timezone", exc.reason))
-            else:
-                errors.append(ScheduleError("cron", str(exc), exc.column))
-    durations: dict[str, float | None] = {}
-    for key, value, default in (
-        ("jitter", s.jitter, 0.0),
-        ("catch_up_window", s.catch_up_window, catch_up_window),
-        ("timeout", s.timeout, None),
-    ):
-        if value is None:
-            durations[key] = default
-            continue
-        try:
-            durations[key] = duration_seconds(value)
-        except ScheduleError as exc:
-            errors.append(ScheduleError(key, exc.message))
-    if durations.get("timeout") == 0:
-        errors.append(ScheduleError("timeout", f"must be positive (got {s.timeout!r})"))
-    enums: dict[str, Any] = {}
-    for key, enum, value in (
-        ("missed", Missed, s.missed),
-        ("locking", Locking, s.locking),
-        ("overlap", Overlap, s.overlap),
-    ):
-        try:
-            enums[key] = _enum(enum, value)
-        except ScheduleError as exc:
-            errors.append(ScheduleError(key, exc.message))
-    team_problem = check_team(s.team)
-    if team_problem:
-        errors.append(ScheduleError("team", team_problem))
-    for key, value in (("enabled", s.enabled), ("recover", s.recover)):
-        if not isinstance(value, bool):
-            errors.append(
-                ScheduleError(key, f"expected true or false, got {describe_value(value)}")
-            )
-    config: dict[str, Any] = {}
-    if not isinstance(s.config_json, str):
-        errors.append(
-            ScheduleError("config_json", f"expected a string, got {describe_value(s.config_json)}")
-        )
-    elif s.config_json.strip():
-        if config_must_be_object:
-            try:
-                value = json.loads(s.config_json)
-            except json.JSONDecodeError as exc:
-                errors.append(ScheduleError("config_json", f"invalid JSON: {exc}"))
-            else:
-                if isinstance(value, dict):
-                    config = value
-                else:
-                    errors.append(ScheduleError(
-                        "config_json",
-                        f"must be a JSON object ({{...}}), got {type(value).__name__} "
-                        f"{s.config_json.strip()[:40]!r}",
-                    ))
-        else:
-            config = _json_object(s.config_json) or {}
-    if errors or expr is None:
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Schedule):
+        if f.name != "config_json":
+            fields[_TO_SPEC.get(f.name, f.name)] = getattr(schedule, f.name)
+    try:
+        fields["config"] = spec.config_from_json(schedule.config_json,
+                                                 strict=config_must_be_object)
+    except spec.FieldError as exc:
+        errors.append(ScheduleError("config_json", exc.message))
+    result, problems = spec.validate_job(fields, keys=SCHEDULE_SPEC_KEYS, timezone=timezone,
+                                         catch_up_window=catch_up_window)
+    errors += [schedule_error(p) for p in problems]
+    if errors or result is None:
         return None, errors
-    job = Job.create(
-        expr,
-        handler,
-        id=job_id,
-        missed=enums["missed"],
-        catch_up_window=durations["catch_up_window"] or 0.0,
-        locking=enums["locking"],
-        overlap=enums["overlap"],
-        timeout=durations["timeout"],
-        jitter=durations["jitter"] or 0.0,
-        enabled=s.enabled,
-        recover=s.recover,
-        config=config,
-        description=s.description,
-        source=source,
-        team=s.team,
-    )
+    job = Job(handler=handler, source=source,
+              **{**result.job_fields(), "id": job_id})
     return job, []
 
 
 def duration_seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, str | int | float | timedelta):
-        raise ScheduleError("", f"expected a duration like '30s' or a number of seconds, "
-                                f"got {describe_value(value)}")
     try:
-        return to_timedelta(value).total_seconds()
-    except DurationError as exc:
-        text = str(exc).removeprefix("duration: ")
-        raise ScheduleError("", text) from None
-
-
-def _enum(enum: Any, value: object) -> Any:
-    if isinstance(value, enum):
-        return value
-    allowed = [m.value for m in enum]
-    if isinstance(value, str) and value.lower() in allowed:
-        return enum(value.lower())
-    hint = ""
-    if isinstance(value, str):
-        close = difflib.get_close_matches(value.lower(), allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ScheduleError("", f"{value!r} is not one of {', '.join(allowed)}{hint}")
+        return spec.duration(value)
+    except spec.FieldError as exc:
+        raise ScheduleError("", exc.message) from None
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return spec.config_from_json(text, strict=False) if isinstance(text, str) else None
 
 
-def describe_value(value: object) -> str:
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
-             list: "an array", dict: "a table"}
-    for t, name in names.items():
-        if type(value) is t:
-            return f"{name} ({value!r})" if t is not dict else name
-    return type(value).__name__
+describe_value = spec.describe_value
 
 
 # -- importing handlers and plugins --------------------------------------------------------
@@ -452,10 +358,10 @@ def discover_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPointSpec
     # one distribution can be visible twice on sys.path; keep the first of each name+value
     seen: set[tuple[str, str]] = set()
     unique = []
-    for spec in sorted(specs, key=lambda s: (s.name, s.value)):
-        if (spec.name, spec.value) not in seen:
-            seen.add((spec.name, spec.value))
-            unique.append(spec)
+    for ep_spec in sorted(specs, key=lambda s: (s.name, s.value)):
+        if (ep_spec.name, ep_spec.value) not in seen:
+            seen.add((ep_spec.name, ep_spec.value))
+            unique.append(ep_spec)
     return unique
 
 

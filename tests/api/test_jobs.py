@@ -417,3 +417,41 @@ async def test_a_schedule_with_no_future_fire_shows_no_next_run(
     preview = expect(await api.post("/api/cron/preview", "alpha-viewer",
                                     json={"expr": "@daily"}), 200)
     assert preview["next"] == [] and preview["valid"] is True
+
+
+async def test_every_problem_of_a_body_is_named_at_once(api: Api) -> None:
+    # tried as a new user would: the 422 used to name only retry.attempts
+    body = expect(await api.post("/api/jobs", "alpha-editor", json={
+        "id": "alpha.bad", "schedule": "0 6 * * MON-FRY", "timezone": "Mars/Olympus",
+        "retry": {"attempts": 20}, "http": {"url": "ftp://example.com/x"}}),
+        422, "VALIDATION_ERROR")
+    errors = {e["field"]: e for e in body["details"]["errors"]}
+    assert set(errors) == {"schedule", "timezone", "retry.attempts", "http.url"}
+    assert errors["schedule"]["column"] == 13 and "FRY" in errors["schedule"]["message"]
+    assert "Mars/Olympus" in errors["timezone"]["message"]
+    assert body["message"].endswith("(and 3 more)")
+    # types, unknown keys and missing fields are in the same report
+    body = expect(await api.post("/api/jobs", "alpha-editor", json={
+        "schedule": "1h", "enabled": "yes", "colour": "red",
+        "retry": {"backoff": "fibonacci"}, "http": {"url": HOOK, "verb": "GET"}}),
+        422, "VALIDATION_ERROR")
+    assert sorted(e["field"] for e in body["details"]["errors"]) == [
+        "colour", "enabled", "http.verb", "id", "retry.backoff"]
+
+
+async def test_a_body_takes_what_a_config_task_takes(api: Api) -> None:
+    body = await api.create_job(
+        "alpha.hook", HOOK, recover=True, auto_pause_after=3, allow_private_targets=True,
+        notify={"on": ["failure"], "webhook": "https://hooks.example.com/x"},
+        http={"url": HOOK})
+    assert body["spec"]["recover"] is True and body["spec"]["allow_private_targets"] is True
+    job = api.scheduler.jobs["alpha.hook"]
+    assert job.recover is True and job.auto_pause_after == 3
+    assert job.notify is not None and job.notify.webhook == "https://hooks.example.com/x"
+    assert job.handler.allow_private_targets is True  # type: ignore[union-attr]
+    assert job.handler.notify == job.notify  # type: ignore[union-attr]
+    body = expect(await api.post("/api/jobs", "alpha-editor", json={
+        "id": "alpha.two", "schedule": "1h", "team": "beta", "allow_private_targets": False,
+        "http": {"url": HOOK, "allow_private_targets": True}}), 422, "VALIDATION_ERROR")
+    assert sorted(e["field"] for e in body["details"]["errors"]) == [
+        "http.allow_private_targets", "team"]

@@ -7,12 +7,20 @@ ignored setting. Durations are ``"30s"``-style text or seconds, as everywhere el
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
 Duration = str | float
-JobId = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")
 
 
 class Strict(BaseModel):
@@ -27,6 +35,12 @@ class ErrorBody(BaseModel):
 
 
 # -- jobs ---------------------------------------------------------------------------------
+#
+# A job body is the job spec (cronfleet.spec): the keys a [[tasks]] entry takes, checked by
+# spec.validate_job together -- every problem of a body in one 422, as for a config file.
+# So the body models below only *document* the fields (their OpenAPI schema is the typed
+# model) and accept any JSON value: a wrong type, an unknown key or a value out of range is
+# reported by the spec alongside every other problem, never alone by pydantic first.
 
 
 class HttpSpec(Strict):
@@ -42,7 +56,9 @@ class HttpSpec(Strict):
     body_regex: str | None = None
     body_not_regex: str | None = None
     signing_secret: str | None = None
-    allow_private_targets: bool | None = None
+    allow_private_targets: bool | None = Field(
+        default=None, description="Deprecated here: give it next to `http` (as in a config "
+                                  "file); still read for jobs stored before.")
 
 
 class HttpPatch(HttpSpec):
@@ -57,37 +73,130 @@ class RetrySpec(Strict):
     delay: Duration = 1.0
 
 
-class JobFields(Strict):
+class EmailSpec(Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    host: str
+    to: list[str] | str
+    sender: str | None = Field(default=None, alias="from")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    starttls: bool | None = None
+    ssl: bool | None = None
+    username: str | None = None
+    password: str | None = Field(default=None, description="May be ${secrets.NAME}.")
+    timeout: Duration | None = None
+
+
+class NotifySpec(Strict):
+    on: list[Literal["failure", "recovery", "success"]] | None = None
+    after_failures: int | None = Field(default=None, ge=1)
+    webhook: str | None = None
+    slack: str | None = None
+    email: EmailSpec | None = None
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` references replaced by the definitions."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(dict(defs[ref.removeprefix("#/$defs/")]))
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return cast(dict[str, Any], walk(schema))
+
+
+def _doc(tp: Any) -> Any:
+    """Any JSON value, documented in the OpenAPI schema as ``tp``."""
+    return Annotated[Any, WithJsonSchema(_inline(TypeAdapter(tp).json_schema()))]
+
+
+_SPEC_DOC = "Every problem of the body is reported at once (`details.errors`)."
+_NOT_OTHERS: Any = {"additionalProperties": False}
+
+
+class JobFields(BaseModel):
     """Every field of a stored job except its id (all optional: used by PATCH too)."""
 
-    schedule: str | None = Field(default=None, max_length=1000,
-                                 description="Cron expression, macro or interval.")
-    timezone: str | None = Field(default=None, max_length=100)
-    description: str | None = Field(default=None, max_length=2000)
-    enabled: bool | None = None
-    missed: Literal["skip", "run_once", "run_all"] | None = None
-    catch_up_window: Duration | None = None
-    locking: Literal["node_local", "prefer_global", "require_global"] | None = None
-    overlap: Literal["skip", "queue_one", "allow"] | None = None
-    timeout: Duration | None = None
-    jitter: Duration | None = None
-    config: dict[str, Any] | None = None
-    http: HttpSpec | None = None
-    retry: RetrySpec | None = None
-    auto_pause_after: int | None = Field(default=None, ge=1)
+    model_config = ConfigDict(extra="allow", json_schema_extra=_NOT_OTHERS)
+
+    schedule: _doc(Annotated[str, Field(max_length=1000)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Cron expression, macro or interval.")
+    timezone: _doc(Annotated[str, Field(max_length=100)] | None) = None  # type: ignore[valid-type]
+    description: _doc(Annotated[str, Field(max_length=2000)] | None) = None  # type: ignore[valid-type]
+    enabled: _doc(bool | None) = None  # type: ignore[valid-type]
+    missed: _doc(Literal["skip", "run_once", "run_all"] | None) = None  # type: ignore[valid-type]
+    catch_up_window: _doc(Duration | None) = None  # type: ignore[valid-type]
+    locking: _doc(Literal["node_local", "prefer_global", "require_global"] | None) = None  # type: ignore[valid-type]
+    overlap: _doc(Literal["skip", "queue_one", "allow"] | None) = None  # type: ignore[valid-type]
+    timeout: _doc(Duration | None) = None  # type: ignore[valid-type]
+    jitter: _doc(Duration | None) = None  # type: ignore[valid-type]
+    recover: _doc(bool | None) = None  # type: ignore[valid-type]
+    config: _doc(dict[str, Any] | None) = None  # type: ignore[valid-type]
+    http: _doc(HttpSpec | None) = None  # type: ignore[valid-type]
+    retry: _doc(RetrySpec | None) = None  # type: ignore[valid-type]
+    notify: _doc(NotifySpec | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Notifications on failure / recovery / success.")
+    auto_pause_after: _doc(Annotated[int, Field(ge=1)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Pause the job after this many failures in a row.")
+    allow_private_targets: _doc(bool | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Let the request (and webhooks) reach private addresses.")
 
 
 class JobCreate(JobFields):
-    id: str = JobId
-    schedule: str = Field(max_length=1000, description="Cron expression, macro or interval.")
-    http: HttpSpec
+    __doc__ = f"A job to store. {_SPEC_DOC}"
+    # required in the schema; a missing one is reported by the spec with the rest
+    model_config = ConfigDict(extra="allow", json_schema_extra={
+        **_NOT_OTHERS, "required": ["id", "schedule", "http"]})
+
+    id: _doc(Annotated[str, Field(min_length=1, max_length=200,  # type: ignore[valid-type]
+                                  pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")]) = None
+    schedule: _doc(Annotated[str, Field(max_length=1000)]) = Field(  # type: ignore[valid-type]
+        default=None, description="Cron expression, macro or interval.")
+    http: _doc(HttpSpec) = None  # type: ignore[valid-type]
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_text(cls, value: Any) -> Any:
+        # the one check made before the spec's: the handler looks the id up first
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"expected a job id (text), got {type(value).__name__}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        # the stored spec spells out the request's and the retry's defaults, as it did
+        if isinstance(data, dict):
+            data = dict(data)
+            if isinstance(data.get("http"), dict):
+                data["http"] = {"method": "GET", "headers": {}, "follow_redirects": True,
+                                **data["http"]}
+            if isinstance(data.get("retry"), dict):
+                data["retry"] = {"attempts": 1, "backoff": "exponential", "delay": 1.0,
+                                 **data["retry"]}
+        return data
 
 
 class JobPatch(JobFields):
     """Fields to change; ``null`` resets a field to its default. ``http`` and ``retry``
-    are merged key by key into the stored ones."""
+    are merged key by key into the stored ones (``notify`` is replaced whole)."""
 
-    http: HttpPatch | None = None
+    http: _doc(HttpPatch | None) = None  # type: ignore[valid-type]
+    id: SkipJsonSchema[Any] = Field(default=None, exclude=True)
+
+    @field_validator("id")
+    @classmethod
+    def _no_rename(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError("a job's id cannot be changed (create a new job)")
+        return value
 
 
 class Override(BaseModel):

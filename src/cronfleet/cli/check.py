@@ -27,7 +27,7 @@ from cronfleet.cli.render import (
 )
 
 if TYPE_CHECKING:
-    from cronfleet.config import Loaded, Problem
+    from cronfleet.config import Loaded
 
 
 # -- check ----------------------------------------------------------------------------
@@ -47,18 +47,13 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
     Exit 1 on any error (with --strict, on any warning too). Also warns when a job's
     recent runs last longer than its period (read from the store).
     """
-    from cronfleet.config import ConfigError, load_config
+    from cronfleet.config import check_config
     from cronfleet.views import next_fires, period_of
 
     path = file or config_path
-    problems: list[Problem] = []
-    loaded = None
-    try:
-        loaded = load_config(path).load(strict=False)
-        problems = loaded.problems
-    except ConfigError as exc:
-        problems = exc.problems
-    warnings: list[str] = list(loaded.warnings) if loaded else []
+    report = check_config(path)
+    loaded, problems = report.loaded, report.problems
+    warnings: list[str] = [str(w) for w in report.warnings]
     notes: list[str] = []
     now = _now()
     rows: list[dict[str, Any]] = []

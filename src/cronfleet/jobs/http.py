@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
     from cronfleet.model import Job, RunContext
     from cronfleet.notify import Notifier, NotifyPolicy
+    from cronfleet.spec import JobSpec
     from cronfleet.store.health import HealthStore
 
 __all__ = [
@@ -425,6 +426,9 @@ class HttpJob:
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
     runtime: HttpRuntime | None = field(default=None, repr=False)
+    # the request retries itself (attempts inside one run, Retry-After honoured): the
+    # scheduler must not retry an HttpJob again on top of its own policy
+    retries_itself: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -436,59 +440,25 @@ class HttpJob:
             object.__setattr__(self, "accept_status", tuple(self.accept_status))
 
     def problems(self) -> list[tuple[str, str]]:
-        """``(key, message)`` for every invalid field."""
-        out: list[tuple[str, str]] = []
-        if not isinstance(self.url, str) or not self.url.strip():
-            out.append(("url", f"expected an http(s) URL, got {self.url!r}"))
-        else:
-            scheme = self.url.split("://", 1)[0].lower() if "://" in self.url else ""
-            if scheme not in ("http", "https") and not self.url.startswith("${secrets."):
-                out.append(("url", f"expected an http:// or https:// URL, got {self.url!r}"))
-        if not isinstance(self.method, str) or self.method.upper() not in METHODS:
-            out.append(("method", f"{self.method!r} is not one of {', '.join(METHODS)}"))
-        if not isinstance(self.headers, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
-        ):
-            out.append(("headers", "expected a table of text values"))
-        if self.body is not None and not isinstance(self.body, str):
-            out.append(("body", f"expected text, got {type(self.body).__name__}"))
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or (
-            self.timeout <= 0
-        ):
-            out.append(("timeout", f"must be a positive duration (got {self.timeout!r})"))
-        if not isinstance(self.follow_redirects, bool):
-            out.append(("follow_redirects", "expected true or false"))
-        if self.accept_status is not None and (
-            isinstance(self.accept_status, str | bytes)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 100 <= s <= 599
-                       for s in self.accept_status)
-            or not self.accept_status
-        ):
-            out.append(("accept_status", "expected a non-empty list of status codes 100-599"))
-        for key in ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
-                    "signing_secret"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or not value):
-                out.append((key, "expected non-empty text"))
-        for key in ("body_regex", "body_not_regex"):
-            value = getattr(self, key)
-            if isinstance(value, str) and value:
-                try:
-                    re.compile(value)
-                except re.error as exc:
-                    out.append((key, f"invalid regular expression: {exc}"))
+        """``(key, message)`` for every invalid field: the request fields are checked by
+        :func:`cronfleet.spec.check_http` (the rules every face shares), the policies by
+        their spec converters, secret references here."""
+        from cronfleet import spec
+
+        fields = {k: getattr(self, k) for k in spec.HTTP_KEYS if k != "allow_private_targets"}
+        _, problems = spec.check_http(fields)
+        out = [(p.key, p.message) for p in problems]
         if self.allow_private_targets is not None and not isinstance(
             self.allow_private_targets, bool
         ):
             out.append(("allow_private_targets", "expected true or false"))
         if not isinstance(self.retry, RetryPolicy):
             out.append(("retry", "expected a RetryPolicy"))
-        if self.auto_pause_after is not None and (
-            isinstance(self.auto_pause_after, bool) or not isinstance(self.auto_pause_after, int)
-            or self.auto_pause_after < 1
-        ):
-            out.append(("auto_pause_after", f"expected a whole number of at least 1, got "
-                                            f"{self.auto_pause_after!r}"))
+        if self.auto_pause_after is not None:
+            try:
+                spec.whole_number(self.auto_pause_after, 1)
+            except spec.FieldError as exc:
+                out.append(("auto_pause_after", exc.message))
         from cronfleet.notify import policy_texts
 
         texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
@@ -505,12 +475,29 @@ class HttpJob:
                 out.append(("secrets", f"${{secrets.{name}}}: {problem}"))
         return out
 
+    @classmethod
+    def from_spec(cls, job_spec: JobSpec, *, runtime: HttpRuntime | None = None,
+                  namespace: str | None = None) -> HttpJob:
+        """The request of a validated :class:`~cronfleet.spec.JobSpec` (its ``http``
+        part, retry, notify, auto_pause_after and allow_private_targets). ``namespace``
+        overrides the spec's (stored API jobs use their team's)."""
+        assert job_spec.http is not None, "not an HTTP job spec"
+        kwargs = job_spec.http.kwargs()
+        if namespace is not None:
+            kwargs["namespace"] = namespace
+        return cls(**kwargs, retry=job_spec.retry or RetryPolicy(),
+                   allow_private_targets=job_spec.allow_private_targets,
+                   notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
+                   runtime=runtime)
+
     def job(self, schedule: str | CronExpr, *, id: str, **options: Any) -> Job:
         """A :class:`~cronfleet.Job` that runs this request (``options`` as for
         :meth:`Job.create`)."""
         from cronfleet.model import Job
 
         options.setdefault("description", f"{self.method} {self.url}")
+        for key in ("retry", "notify", "auto_pause_after"):  # on the Job too (alerts)
+            options.setdefault(key, getattr(self, key))
         return Job.create(schedule, self, id=id, **options)
 
     # -- running ----------------------------------------------------------------------

@@ -213,3 +213,41 @@ def test_the_example_config_is_valid(cli: Callable[..., Result]) -> None:
     assert [j["id"] for j in data["jobs"]] == ["heartbeat", "sync-inventory", "slow-export",
                                                "minutely-report"]
     assert data["store"] == f"sqlite:///{example.parent / 'cronfleet.db'}"
+
+
+def test_an_unknown_backoff_fails_the_check_once_and_is_in_the_json(
+        cli: Callable[..., Result], write: Callable[..., Path]) -> None:
+    # it was a bare log line repeated by every command, absent from --json, and --strict
+    # passed; now it is a located problem of the check report
+    write("cronfleet.toml", '[[tasks]]\nid = "x"\ncron = "5m"\nhttp = { url = "https://x" }\n'
+                            'retry = { attempts = 2, backoff = "fibonaci" }\n')
+    r = cli("check", "--json")
+    assert r.exit_code == 1
+    (error,) = json.loads(r.stdout)["errors"]
+    assert error["key"] == "retry" and error["line"] == 5
+    assert "backoff: 'fibonaci' is not one of exponential, linear, fixed" in error["message"]
+    assert "unknown" not in r.stderr
+
+
+def test_check_accepts_retry_and_notify_on_a_handler_task(cli: Callable[..., Result],
+                                                          project: Path) -> None:
+    project.write_text(project.read_text().replace(
+        'description = "a task that works"',
+        'description = "a task that works"\nretry = { attempts = 3, delay = "1s" }\n'
+        'notify = { webhook = "https://hooks.example.com/x" }\nauto_pause_after = 5'))
+    r = cli("check")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_check_config_reports_warnings_as_located_problems(project: Path,
+                                                           write: Callable[..., Path]) -> None:
+    from cronfleet.config import check_config
+
+    write("plugs.py", PLUGIN)
+    project.write_text(project.read_text().replace(
+        'store = "sqlite:///ops.db"', 'store = "sqlite:///ops.db"\nplugins = ["plugs:Shadow"]'))
+    report = check_config(str(project))
+    assert report.valid and report.loaded is not None
+    (warning,) = report.warnings
+    assert "schedule id 'tick' is declared twice" in str(warning)
+    assert warning.to_dict()["message"] == str(warning)

@@ -207,7 +207,7 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         (TASK.replace('id = "gc"\n', ""),
          '1:1: task #1: id: missing (every task needs a unique id, e.g. id = "cleanup")'),
         (TASK.replace('"gc"', '"reports/gc"', 1),
-         "2:6: task 'reports/gc': id: id 'reports/gc' is invalid: use 1-100 characters from "
+         "2:6: task 'reports/gc': id: id 'reports/gc' is invalid: use 1-200 characters from "
          "letters, digits and ._:@+- starting with a letter or digit ('/' separates a "
          "plugin's name from its schedule ids)"),
         (TASK + "\n" + TASK,
@@ -258,7 +258,7 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          "4:3: scheduler: plugins: 'myapp.Reports' is not an import path: expected "
          "'module:Class', e.g. 'myapp.jobs:Reports'"),
         ('[scheduler]\nprovider = "my/provider"\n',
-         "2:12: scheduler: provider: 'my/provider' is invalid: use 1-100 characters from "
+         "2:12: scheduler: provider: 'my/provider' is invalid: use 1-200 characters from "
          "letters, digits and ._:@+- starting with a letter or digit ('/' separates a "
          "plugin's name from its schedule ids)"),
     ],

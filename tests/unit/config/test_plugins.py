@@ -244,7 +244,7 @@ def test_an_instance_can_be_listed(conf: Callable[..., Path]) -> None:
                         "cronfleet.Schedule"),
         ("plugs:Abstract", "plugin {origin}: cannot create it: TypeError: Can't instantiate "
                            "abstract class Abstract with abstract method run"),
-        ("plugs:Slash", "plugin {origin}: name() 're/ports' is invalid: use 1-100 characters "
+        ("plugs:Slash", "plugin {origin}: name() 're/ports' is invalid: use 1-200 characters "
                         "from letters, digits and ._:@+- starting with a letter or digit ('/' "
                         "separates a plugin's name from its schedule ids)"),
         ("plugs:BadPriority", "plugin {origin}: TypeError: priority() must return an int, got "

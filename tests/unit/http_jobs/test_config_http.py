@@ -108,7 +108,9 @@ cron = "5m"
     assert any(p.startswith(expected) for p in found), found
 
 
-def test_unknown_backoff_is_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_backoff_is_an_error_located_at_retry(tmp_path: Path) -> None:
+    # it used to be a bare log warning (and a silent fallback to "fixed") printed by every
+    # command; it is a problem like any other now, as it already was over the API
     path = write(tmp_path, """
 [[tasks]]
 id = "ping"
@@ -116,20 +118,76 @@ cron = "5m"
 http = { url = "https://x" }
 retry = { attempts = 2, backoff = "random" }
 """)
-    (task,) = load_config(path).tasks
-    assert task.handler.retry.backoff == "fixed"
-    assert "'random' is unknown" in caplog.text
+    assert problems(path) == [
+        "6:9: task 'ping': retry: backoff: 'random' is not one of exponential, linear, fixed"]
 
 
-def test_retry_without_http_is_an_error(tmp_path: Path) -> None:
+def test_every_problem_of_a_task_in_one_round(tmp_path: Path) -> None:
+    # a bad retry table or an unknown http key no longer hides the url and the method
+    path = write(tmp_path, """
+[[tasks]]
+id = "ping"
+cron = "0 9 * * MON-FRY"
+http = { url = "ftp://x", method = "FETCH", verb = "GET" }
+retry = { attempts = 20 }
+""")
+    found = problems(path)
+    assert any("4:21: task 'ping': cron: day-of-week: 'FRY'" in p for p in found), found
+    assert any("task 'ping': http: url: expected an http:// or https:// URL" in p
+               for p in found), found
+    assert any("task 'ping': http: method: 'FETCH' is not one of" in p for p in found), found
+    assert any("task 'ping': http: unknown key 'verb'" in p for p in found), found
+    assert any("task 'ping': retry: attempts: expected a whole number from 1 to 10, got 20"
+               in p for p in found), found
+    assert len(found) == 5, found
+
+
+def test_retry_notify_and_auto_pause_on_a_handler_task(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[[tasks]]
+id = "gc"
+cron = "5m"
+handler = "os:fspath"
+retry = { attempts = 2, backoff = "linear", delay = "3s" }
+notify = { webhook = "https://h/w" }
+auto_pause_after = 4
+""")
+    config = load_config(path)
+    (task,) = config.tasks
+    assert task.schedule.retry.attempts == 2 and task.schedule.auto_pause_after == 4
+    with config.load() as loaded:
+        (job,) = loaded.jobs
+    assert (job.retry.attempts, job.retry.backoff, job.retry.delay) == (2, "linear", 3.0)
+    assert job.notify.webhook == "https://h/w" and job.auto_pause_after == 4
+
+
+def test_http_task_policies_are_on_the_job_too(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[[tasks]]
+id = "ping"
+cron = "5m"
+http = { url = "https://x" }
+retry = { attempts = 3 }
+notify = { webhook = "https://h/w" }
+auto_pause_after = 2
+""")
+    with load_config(path).load() as loaded:
+        (job,) = loaded.jobs
+    assert job.retry == job.handler.retry and job.retry.attempts == 3
+    assert job.notify == job.handler.notify and job.auto_pause_after == 2
+    assert job.handler.retries_itself  # the runtime must not retry it once more
+
+
+def test_allow_private_targets_without_http_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, """
 [[tasks]]
 id = "gc"
 cron = "5m"
 handler = "os:getcwd"
-retry = { attempts = 2 }
+allow_private_targets = true
 """)
-    assert any("retry: only applies to http tasks" in p for p in problems(path))
+    assert any("allow_private_targets: only applies to http tasks" in p
+               for p in problems(path))
 
 
 async def test_configured_http_task_runs(tmp_path: Path, server: Server) -> None:
@@ -175,7 +233,7 @@ notify = { on = ["failure", "recovery", "success"], after_failures = 2, webhook 
 
 
 @pytest.mark.parametrize(("body", "expected"), [
-    ('notify = { webhook = "https://h" }', "task 'ping': notify: only applies to http tasks"),
+    ('notify = { webhook = "ftp" }', "task 'ping': notify: webhook: expected an http(s) URL"),
     ('http = { url = "https://x" }\nnotify = { on = ["never"], webhook = "https://h" }',
      "task 'ping': notify: on: 'never' is not one of failure, recovery, success"),
     ('http = { url = "https://x" }\nnotify = { on = ["failure"] }',

@@ -1,0 +1,51 @@
+"""The keys a ``cronfleet.toml`` may have, the environment variables it reads, and the
+did-you-mean hints for keys people reach for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cronfleet import spec
+
+CONFIG_ENV = "CRONFLEET_CONFIG"
+STORE_ENV = "CRONFLEET_STORE"
+SCHEDULER_ENV = "CRONFLEET_SCHEDULER"
+DEFAULT_CONFIG = "cronfleet.toml"
+DEFAULT_STORE = "sqlite:///cronfleet.db"
+
+SCHEDULER_KEYS = (
+    "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
+    "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
+)
+API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue")
+TASK_KEYS = (
+    "id", "cron", "handler", "description", "timezone", "jitter", "missed",
+    "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
+    "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
+)
+# keys of a task's http = {...}, retry = {...} and notify = {...} tables: the spec's
+HTTP_KEYS = tuple(k for k in spec.HTTP_KEYS if k != "allow_private_targets")
+RETRY_KEYS = spec.RETRY_KEYS
+NOTIFY_KEYS = spec.NOTIFY_KEYS
+EMAIL_KEYS = spec.EMAIL_KEYS
+# task keys that name a spec key differently ("config_json" is JSON text of "config")
+TASK_TO_SPEC = {"cron": "schedule", "config_json": "config"}
+SPEC_TO_TASK = {v: k for k, v in TASK_TO_SPEC.items()}
+# keys that only mean something for an http task
+HTTP_ONLY = ("allow_private_targets",)
+# names people reach for that difflib would not connect to ours
+_HINTS = {
+    "schedule": "cron", "expr": "cron", "expression": "cron", "every": "cron",
+    "interval": "cron", "tz": "timezone", "zone": "timezone", "name": "id",
+    "func": "handler", "function": "handler", "callable": "handler", "target": "handler",
+    "config": "config_json", "args": "config_json", "params": "config_json",
+    "disabled": "enabled", "misfire": "missed", "misfire_grace_time": "catch_up_window",
+    "max_instances": "overlap", "database": "store", "db": "store", "url": "store",
+    "task": "tasks", "jobs": "tasks", "job": "tasks",
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def did_you_mean(name: str, allowed: Sequence[str]) -> str:
+    return spec.did_you_mean(name, allowed, _HINTS)

@@ -1,0 +1,352 @@
+"""Reading ``cronfleet.toml``: :func:`load_config` and the ``[scheduler]``/``[api]``
+tables (the ``[[tasks]]`` are read by :mod:`cronfleet.config.tasks`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cronfleet.config.keys import (
+    API_KEYS,
+    CONFIG_ENV,
+    DEFAULT_CONFIG,
+    DEFAULT_STORE,
+    SCHEDULER_KEYS,
+    STORE_ENV,
+    did_you_mean,
+)
+from cronfleet.config.locate import Locator
+from cronfleet.config.problems import ConfigError, Problem
+from cronfleet.config.settings import Config, PluginRef
+from cronfleet.config.tasks import read_tasks
+from cronfleet.cron import CronSyntaxError, parse
+from cronfleet.errors import StoreError
+from cronfleet.plugins import ScheduleError, check_name, describe_value, duration_seconds
+
+
+def load_config(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Config:
+    """Read and validate a ``cronfleet.toml``.
+
+    Which file: ``path``, else ``$CRONFLEET_CONFIG``, else ``./cronfleet.toml`` if it
+    exists, else none (the defaults: no tasks, the default store, entry-point plugins).
+    ``$CRONFLEET_STORE`` replaces ``[scheduler] store``. The file's directory is put
+    first on ``sys.path`` so that handlers and plugins next to it import.
+    Raises :class:`ConfigError` listing every problem.
+    """
+    env = os.environ if env is None else env
+    named_by = None
+    if path is None and env.get(CONFIG_ENV):
+        path, named_by = env[CONFIG_ENV], CONFIG_ENV
+    if path is None and Path(DEFAULT_CONFIG).is_file():
+        path = DEFAULT_CONFIG
+    if path is None:
+        config = Config()
+        problems: list[Problem] = []
+        _apply_store_env(config, env, problems)
+        if problems:
+            raise ConfigError(problems)
+        return config
+    display = str(path)
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        what = f"{named_by}={display}" if named_by else display
+        raise ConfigError([Problem(f"cannot read the configuration {what}: "
+                                   f"{exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem(f"not UTF-8 text: {exc}", file=display)]) from None
+    directory = str(file.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return Reader(file, display, text, env).read()
+
+
+def _apply_store_env(config: Config, env: Mapping[str, str], problems: list[Problem]) -> None:
+    url = env.get(STORE_ENV, "").strip()
+    if not url:
+        return
+    error = _store_problem(url)
+    if error:
+        problems.append(Problem(f"{STORE_ENV}: {error}", key="store"))
+        return
+    config.store, config.store_origin = url, STORE_ENV
+
+
+def _store_problem(url: str) -> str | None:
+    from cronfleet.store import open_store
+
+    try:
+        open_store(url)
+    except StoreError as exc:
+        return str(exc)
+    return None
+
+
+def _resolve_sqlite(url: str, base: Path) -> str:
+    """``sqlite:///relative.db`` in a config file is relative to the file's directory."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    rest = url[len(prefix):]
+    if rest.startswith("/") or rest.startswith(":memory:"):
+        return url
+    return prefix + str((base / rest).resolve())
+
+
+class Reader:
+    """Turns the parsed document into a :class:`Config`, collecting every problem."""
+
+    def __init__(self, file: Path, display: str, text: str, env: Mapping[str, str]) -> None:
+        self.file = file
+        self.display = display
+        self.text = text
+        self.env = env
+        self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.loc = Locator(text)
+
+    # problem helpers
+
+    def problem(
+        self,
+        message: str,
+        *,
+        at: tuple[int, int] | None = None,
+        line: int | None = None,
+        task: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        column = None
+        if at is not None:
+            line, column = at
+        elif line is not None:
+            column = 1
+        self.problems.append(Problem(
+            message, file=self.display, line=line, column=column, task=task, key=key,
+            source=self.loc.source(line),
+        ))
+
+    def warn(self, message: str, *, at: tuple[int, int] | None = None,
+             task: str | None = None, key: str | None = None) -> None:
+        """A located warning (``cronfleet check`` reports it; ``--strict`` fails on it)."""
+        line, column = at if at is not None else (None, None)
+        self.warnings.append(Problem(message, file=self.display, line=line, column=column,
+                                     task=task, key=key, source=self.loc.source(line)))
+
+    def where(self, table: str, index: int, key: str | None) -> tuple[int, int] | None:
+        """The key's value position, else its table's header."""
+        if key is not None:
+            at = self.loc.key(table, index, key)
+            if at is not None:
+                return at
+        line = self.loc.table(table, index)
+        return (line, 1) if line is not None else None
+
+    def key_position(self, table: str, index: int, key: str) -> tuple[int, int] | None:
+        """Where the key itself starts (for unknown keys), else its table's header."""
+        at = self.loc.key(table, index, key)
+        if at is not None:
+            line = at[0]
+            text = self.loc.lines[line - 1]
+            return line, len(text) - len(text.lstrip()) + 1
+        return self.where(table, index, None)
+
+    # reading
+
+    def read(self) -> Config:
+        try:
+            doc = tomllib.loads(self.text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = str(exc)
+            m = re.search(r"\(at line (\d+), column (\d+)\)$", msg)
+            if m:
+                line, col = int(m.group(1)), int(m.group(2))
+                self.problem(f"invalid TOML: {msg[: m.start()].strip()}", at=(line, col))
+            else:
+                self.problems.append(Problem(f"invalid TOML: {msg}", file=self.display))
+            raise ConfigError(self.problems) from None
+        config = Config(path=self.file, display=self.display, source_lines=self.loc.lines)
+        config.store = _resolve_sqlite(DEFAULT_STORE, self.file.resolve().parent)
+        for key in doc:
+            if key not in ("scheduler", "tasks", "api"):
+                value = doc[key]
+                if isinstance(value, dict):
+                    kind, at = "table", self.where(key, -1, None)
+                elif isinstance(value, list) and value and isinstance(value[0], dict):
+                    kind, at = "table", self.where(key, 0, None)  # [[key]]
+                else:
+                    kind, at = "key", None
+                at = at or self.key_position("", -1, key)
+                self.problem(
+                    f"unknown {kind} {key!r}"
+                    f"{did_you_mean(key, ['scheduler', 'tasks', 'api'])} "
+                    "(expected [scheduler], [api] and [[tasks]])",
+                    at=at, key=key,
+                )
+        sched = doc.get("scheduler", {})
+        if isinstance(sched, dict):
+            self.read_scheduler(sched, config)
+        else:
+            self.problem("scheduler: expected a table ([scheduler])",
+                         at=self.key_position("", -1, "scheduler"), key="scheduler")
+        api = doc.get("api", {})
+        if isinstance(api, dict):
+            self.read_api(api, config)
+        else:
+            self.problem("api: expected a table ([api])",
+                         at=self.key_position("", -1, "api"), key="api")
+        _apply_store_env(config, self.env, self.problems)
+        tasks = doc.get("tasks", [])
+        if isinstance(tasks, dict):
+            self.problem(
+                "tasks: expected [[tasks]] entries (an array of tables), got a single [tasks] "
+                "table: write each task under its own [[tasks]] header",
+                at=self.where("tasks", -1, None), key="tasks",
+            )
+        elif not isinstance(tasks, list):
+            self.problem("tasks: expected [[tasks]] entries",
+                         at=self.key_position("", -1, "tasks"), key="tasks")
+        else:
+            read_tasks(self, tasks, config)
+        if self.problems:
+            self.problems.sort(key=lambda p: (p.line or 0, p.column or 0))
+            raise ConfigError(self.problems)
+        config.warnings = sorted(self.warnings, key=lambda p: (p.line or 0, p.column or 0))
+        return config
+
+    def read_scheduler(self, sched: dict[str, Any], config: Config) -> None:
+        def bad(key: str, message: str) -> None:
+            self.problem(f"scheduler: {key}: {message}", at=self.where("scheduler", -1, key),
+                         key=key)
+
+        for key in sched:
+            if key not in SCHEDULER_KEYS:
+                self.problem(
+                    f"scheduler: unknown key {key!r}{did_you_mean(key, SCHEDULER_KEYS)}",
+                    at=self.key_position("scheduler", -1, key), key=key,
+                )
+        if "store" in sched:
+            url = sched["store"]
+            if not isinstance(url, str):
+                bad("store", f"expected a URL string, got {describe_value(url)}")
+            elif (error := _store_problem(url)) is not None:
+                bad("store", error)
+            else:
+                config.store = _resolve_sqlite(url, self.file.resolve().parent)
+                config.store_origin = self.display
+        if "timezone" in sched:
+            tz = sched["timezone"]
+            if not isinstance(tz, str):
+                bad("timezone", f"expected an IANA name, got {describe_value(tz)}")
+            else:
+                try:
+                    parse("1d", tz)
+                    config.timezone = tz
+                except CronSyntaxError as exc:
+                    bad("timezone", exc.reason)
+        for key in ("catch_up_window", "shutdown_grace", "run_retention"):
+            if key in sched:
+                try:
+                    setattr(config, key, duration_seconds(sched[key]))
+                except ScheduleError as exc:
+                    bad(key, exc.message)
+        if "runs_per_job" in sched:
+            n = sched["runs_per_job"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                bad("runs_per_job", f"expected a whole number of at least 1, got "
+                                    f"{describe_value(n)}")
+            else:
+                config.runs_per_job = n
+        if "allow_private_targets" in sched:
+            value = sched["allow_private_targets"]
+            if not isinstance(value, bool):
+                bad("allow_private_targets",
+                    f"expected true or false, got {describe_value(value)}")
+            else:
+                config.allow_private_targets = value
+        if "entry_points" in sched:
+            value = sched["entry_points"]
+            if not isinstance(value, bool):
+                bad("entry_points", f"expected true or false, got {describe_value(value)}")
+            else:
+                config.entry_points = value
+        if "provider" in sched:
+            name = sched["provider"]
+            problem = check_name(name, "provider")
+            if problem:
+                bad("provider", problem.removeprefix("provider "))
+            else:
+                config.provider = name
+                config.provider_at = self.where("scheduler", -1, "provider")
+        if "plugins" in sched:
+            refs = sched["plugins"]
+            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+                bad("plugins", 'expected a list of import paths, e.g. ["myapp.jobs:Reports"]')
+            else:
+                self.read_plugin_refs(refs, config)
+
+    def read_api(self, api: dict[str, Any], config: Config) -> None:
+        def bad(key: str, message: str) -> None:
+            self.problem(f"api: {key}: {message}", at=self.where("api", -1, key), key=key)
+
+        for key in api:
+            if key not in API_KEYS:
+                self.problem(f"api: unknown key {key!r}{did_you_mean(key, API_KEYS)}",
+                             at=self.key_position("api", -1, key), key=key)
+        if "enabled" in api:
+            if not isinstance(api["enabled"], bool):
+                bad("enabled", f"expected true or false, got {describe_value(api['enabled'])}")
+            else:
+                config.api_enabled = api["enabled"]
+        if "host" in api:
+            if not isinstance(api["host"], str) or not api["host"]:
+                bad("host", f"expected a host name or address, got {describe_value(api['host'])}")
+            else:
+                config.api_host = api["host"]
+        if "port" in api:
+            port = api["port"]
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                bad("port", f"expected a port number 0-65535, got {describe_value(port)}")
+            else:
+                config.api_port = port
+        if "metrics" in api:
+            if api["metrics"] not in ("public", "token"):
+                got = describe_value(api["metrics"])
+                bad("metrics", f'expected "public" or "token", got {got}')
+            else:
+                config.api_metrics = api["metrics"]
+        if "ready_max_overdue" in api:
+            try:
+                config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])
+            except ScheduleError as exc:
+                bad("ready_max_overdue", exc.message)
+
+    def read_plugin_refs(self, refs: list[str], config: Config) -> None:
+        key_at = self.where("scheduler", -1, "plugins")
+        start = key_at[0] if key_at else 1
+        seen: set[str] = set()
+        for ref in refs:
+            at = self.loc.find(f'"{ref}"', start) or self.loc.find(f"'{ref}'", start) or key_at
+            line, col = at if at else (None, None)
+            if ref in seen:
+                self.problem(f"scheduler: plugins: {ref!r} is listed twice", at=at, key="plugins")
+                continue
+            seen.add(ref)
+            if ":" not in ref.strip(":") or ref.startswith(":") or ref.endswith(":"):
+                self.problem(
+                    f"scheduler: plugins: {ref!r} is not an import path: expected "
+                    "'module:Class', e.g. 'myapp.jobs:Reports'",
+                    at=at, key="plugins",
+                )
+                continue
+            config.plugins.append(PluginRef(
+                ref, self.display, line, col, self.loc.source(line)
+            ))

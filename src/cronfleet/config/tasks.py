@@ -1,0 +1,180 @@
+"""The ``[[tasks]]`` of ``cronfleet.toml``, mapped onto the one job spec.
+
+Each entry is renamed into spec keys (``cron`` -> ``schedule``, ``config_json`` parsed into
+``config``) and checked by :func:`cronfleet.spec.validate_job` in one go, so every problem
+of a task -- its schedule, its ``http`` table, ``retry``, ``notify`` -- is reported in the
+same round; each problem is placed at its key (the column inside a cron expression for a
+syntax error). Handler tasks and http tasks accept the same keys (``retry``, ``notify``
+and ``auto_pause_after`` included); only ``allow_private_targets`` is for http tasks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cronfleet import spec
+from cronfleet.config.keys import (
+    HTTP_KEYS,
+    HTTP_ONLY,
+    SPEC_TO_TASK,
+    TASK_KEYS,
+    TASK_TO_SPEC,
+    did_you_mean,
+)
+from cronfleet.config.settings import Config
+from cronfleet.plugins import (
+    BUILTIN_PROVIDER,
+    Schedule,
+    Task,
+    check_handler,
+    describe_value,
+    import_object,
+)
+
+if TYPE_CHECKING:
+    from cronfleet.config.reader import Reader
+
+__all__ = ["read_tasks", "task_problem"]
+
+_SPEC_KEYS = spec.SPEC_KEYS
+_SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
+                    "catch_up_window", "locking", "overlap", "timeout", "enabled",
+                    "config_json", "recover", "team")
+
+
+def task_problem(problem: spec.FieldProblem) -> tuple[str, str]:
+    """A spec problem as ``(task key, message)``: ``http.url`` -> ``("http", "url: ...")``,
+    ``notify.email.host`` -> ``("notify", "email: host: ...")``, ``schedule`` -> ``cron``."""
+    top, _, rest = problem.key.partition(".")
+    key = SPEC_TO_TASK.get(top, top)
+    if rest and not problem.message.startswith("unknown key"):
+        return key, f"{rest.replace('.', ': ')}: {problem.message}"
+    return key, problem.message
+
+
+def read_tasks(r: Reader, tasks: list[Any], config: Config) -> None:
+    """Check every ``[[tasks]]`` entry; the valid ones become ``config.tasks``."""
+    first_line: dict[str, int | None] = {}
+    for index, raw in enumerate(tasks):
+        header = r.loc.table("tasks", index)
+        if not isinstance(raw, dict):
+            r.problem(f"task #{index + 1}: expected a table", line=header, key="tasks")
+            continue
+        task = _read_task(r, index, raw, config, first_line)
+        if task is not None:
+            config.tasks.append(task)
+
+
+def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
+               first_line: dict[str, int | None]) -> Task | None:
+    task_id = raw.get("id")
+    label = f"{task_id!r}" if isinstance(task_id, str) and task_id else f"#{index + 1}"
+    tid = task_id if isinstance(task_id, str) else None
+    where = f"task {label}"
+    failed = False
+
+    def bad(key: str, message: str, at: tuple[int, int] | None = None) -> None:
+        nonlocal failed
+        failed = True
+        r.problem(f"{where}: {key}: {message}", at=at or r.where("tasks", index, key),
+                  task=tid, key=key)
+
+    for key in raw:
+        if key not in TASK_KEYS:
+            r.problem(f"{where}: unknown key {key!r}{did_you_mean(key, TASK_KEYS)}",
+                      at=r.key_position("tasks", index, key), task=tid, key=key)
+    if "id" not in raw:
+        bad("id", 'missing (every task needs a unique id, e.g. id = "cleanup")')
+    if "cron" not in raw:
+        bad("cron", 'missing (when it runs, e.g. cron = "*/5 * * * *" or cron = "5m")')
+    handler_path = raw.get("handler")
+    is_http = "http" in raw
+    if is_http and handler_path is not None:
+        bad("http", "a task has either a handler or an http request, not both")
+    elif not is_http:
+        for key in HTTP_ONLY:
+            if key in raw:
+                bad(key, "only applies to http tasks (add http = { url = \"...\" })")
+    if handler_path is None and not is_http and config.provider == BUILTIN_PROVIDER:
+        bad("handler", f"missing (the built-in {BUILTIN_PROVIDER!r} provider calls it, e.g. "
+                       'handler = "myapp.tasks:cleanup")')
+    if isinstance(task_id, str) and task_id in first_line:
+        bad("id", f"duplicate id {task_id!r} (first declared at line {first_line[task_id]})")
+    elif isinstance(task_id, str):
+        first_line[task_id] = (r.where("tasks", index, "id") or (None, 0))[0]
+
+    fields: dict[str, Any] = {
+        TASK_TO_SPEC.get(k, k): v for k, v in raw.items()
+        if k in TASK_KEYS and k not in ("handler", "config_json")
+        and (is_http or k not in HTTP_ONLY)
+    }
+    fields.setdefault("id", "placeholder")  # reported above; check the other keys
+    fields.setdefault("schedule", "@daily")
+    if "config_json" in raw:
+        try:
+            fields["config"] = spec.config_from_json(raw["config_json"])
+        except spec.FieldError as exc:
+            bad("config_json", exc.message)
+    result, problems = spec.validate_job(
+        fields, keys=_SPEC_KEYS, http_keys=HTTP_KEYS, timezone=config.timezone,
+        catch_up_window=config.catch_up_window)
+    for p in problems:
+        key, message = task_problem(p)
+        at = r.where("tasks", index, key)
+        if key == "cron" and p.column is not None and at is not None \
+                and isinstance(raw.get("cron"), str):
+            at = _cron_column(r, at, raw["cron"], p.column)
+        bad(key, message, at)
+    handler = None
+    if handler_path is not None:
+        handler = _read_handler(handler_path, bad)
+    elif is_http and result is not None and result.http is not None:
+        handler = _http_job(result, config, bad)
+    if failed or result is None or (handler is None and (is_http or handler_path)):
+        return None
+    kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
+    if is_http:
+        kwargs["description"] = result.description
+    schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
+                        auto_pause_after=result.auto_pause_after)
+    return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
+
+
+def _http_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:
+    """The task's :class:`~cronfleet.jobs.http.HttpJob` (secret references are checked
+    there), or None after reporting."""
+    from cronfleet.jobs.http import HttpJob, HttpJobInvalid
+
+    try:
+        return HttpJob.from_spec(result, runtime=config.http_runtime())
+    except HttpJobInvalid as exc:
+        for key, message in exc.problems:
+            bad("http", f"{key}: {message}")
+    return None
+
+
+def _read_handler(path: object, bad: Any) -> Any:
+    if not isinstance(path, str):
+        bad("handler", f"expected 'module:function' text, got {describe_value(path)}")
+        return None
+    try:
+        fn = import_object(path)
+    except ValueError as exc:
+        bad("handler", str(exc))
+        return None
+    problem = check_handler(fn, path)
+    if problem:
+        bad("handler", problem)
+        return None
+    return fn
+
+
+def _cron_column(r: Reader, at: tuple[int, int], expr: str, column: int) -> tuple[int, int]:
+    """Point at the offending token inside the quoted expression when the text in the
+    file is the expression verbatim (no escapes)."""
+    line, col = at
+    text = r.loc.lines[line - 1]
+    quote = text[col - 1: col]
+    if quote in ("'", '"') and text[col: col + len(expr)] == expr:
+        return line, col + column
+    return at

@@ -1,0 +1,770 @@
+"""One job spec: every field a job can have, declared and checked in one place.
+
+Every way of declaring a job maps onto :func:`validate_job`: :meth:`Job.create` (and the
+``@scheduler.job`` decorator), a ``[[tasks]]`` entry of ``cronfleet.toml``, a plugin's
+:class:`~cronfleet.plugins.Schedule`, a job stored over the REST API (the catalog) and the
+request part of :class:`~cronfleet.jobs.http.HttpJob`. It returns a :class:`JobSpec` (the
+converted values) or *every* problem at once as :class:`FieldProblem` -- ``key`` is the
+canonical, dotted field name (``schedule``, ``retry.attempts``, ``http.url``), ``column``
+the 1-based column inside a cron expression. Each face only renames keys (``cron`` ->
+``schedule`` in TOML) and places the problems (file:line:column, a 422 body, a
+ValueError).
+
+The value converters live here too -- durations, enums, booleans, whole numbers, the
+retry and notify policies, the pause ``until`` -- and raise :class:`FieldError` with a
+message that does not repeat the key (the caller knows it).
+
+Job ids (one rule): a *name* is 1-200 characters from letters, digits and ``._:@+-``
+starting with a letter or a digit; a *job id* is a name or names joined by ``/`` (a
+plugin's jobs are ``<plugin name>/<schedule id>``), 200 characters at most. What people
+declare by hand -- a ``[[tasks]]`` id, a job stored over the API, a schedule id, a plugin
+name -- is a name (``/`` is kept for the plugin prefix); :meth:`Job.create` takes any job
+id, so ids with ``/`` declared in code keep working.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.cron.duration import DurationError, to_timedelta
+from cronfleet.model import (
+    BACKOFF_STRATEGIES,
+    DEFAULT_CATCH_UP_WINDOW,
+    DEFAULT_TEAM,
+    EVENTS,
+    EmailSettings,
+    Locking,
+    Missed,
+    NotifyPolicy,
+    Overlap,
+    RetryPolicy,
+    check_team,
+)
+
+if TYPE_CHECKING:
+    from cronfleet.cron import CronExpr
+
+__all__ = [
+    "HTTP_KEYS",
+    "HTTP_METHODS",
+    "JOB_ID_MAX",
+    "SPEC_KEYS",
+    "FieldError",
+    "FieldProblem",
+    "HttpRequest",
+    "JobSpec",
+    "SpecInvalid",
+    "boolean",
+    "check_job_id",
+    "check_name",
+    "config_from_json",
+    "default_job_id",
+    "describe_value",
+    "did_you_mean",
+    "duration",
+    "enum_value",
+    "notify_policy",
+    "pause_until",
+    "retry_policy",
+    "validate_job",
+    "whole_number",
+]
+
+JOB_ID_MAX = 200
+_NAME_PART = r"[A-Za-z0-9][A-Za-z0-9._:@+-]*"
+_NAME = re.compile(rf"^{_NAME_PART}$")
+_JOB_ID = re.compile(rf"^{_NAME_PART}(?:/{_NAME_PART})*$")
+NAME_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- starting with "
+             "a letter or digit")
+JOB_ID_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- starting "
+               "with a letter or digit ('/' only between such parts, as in plugin/schedule)")
+
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+DEFAULT_HTTP_TIMEOUT = 30.0
+MAX_URL = 4096
+
+# the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
+# a JSON text of "config"; the API says "schedule" and "config")
+SPEC_KEYS = (
+    "id", "schedule", "timezone", "description", "enabled", "missed", "catch_up_window",
+    "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
+    "notify", "auto_pause_after", "allow_private_targets", "http",
+)
+HTTP_KEYS = (
+    "method", "url", "headers", "body", "timeout", "follow_redirects", "accept_status",
+    "body_contains", "body_not_contains", "body_regex", "body_not_regex", "signing_secret",
+    "namespace", "allow_private_targets",
+)
+RETRY_KEYS = ("attempts", "backoff", "delay")
+NOTIFY_KEYS = ("on", "after_failures", "webhook", "slack", "email")
+EMAIL_KEYS = ("host", "port", "from", "to", "starttls", "ssl", "username", "password",
+              "timeout")
+TEXT_LIMITS = {"schedule": 1000, "timezone": 100, "description": 2000}
+
+
+# -- problems ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One invalid field: ``key`` is dotted (``retry.attempts``); ``column`` is the
+    1-based column inside the cron expression for a ``schedule`` syntax error."""
+
+    key: str
+    message: str
+    column: int | None = None
+
+    @property
+    def field(self) -> str:  # the API's name for the key
+        return self.key
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}" if self.key else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"field": self.key, "message": self.message}
+        if self.column is not None:
+            out["column"] = self.column
+        return out
+
+    def under(self, prefix: str) -> FieldProblem:
+        """The same problem with ``prefix.`` in front of its key."""
+        return FieldProblem(f"{prefix}.{self.key}" if self.key else prefix, self.message,
+                            self.column)
+
+
+class FieldError(ValueError):
+    """What a converter raises: the problem with one value (the key is the caller's)."""
+
+    def __init__(self, message: str, column: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.column = column
+
+
+class SpecInvalid(ValueError):
+    """Every problem of a job spec (``problems``), in one exception."""
+
+    def __init__(self, problems: Sequence[FieldProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+# -- value converters --------------------------------------------------------------------
+
+
+def describe_value(value: object) -> str:
+    """``a string ('yes')``, ``a number (3)``, ``a table``: what a wrong value is."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+             list: "an array", dict: "a table"}
+    for t, name in names.items():
+        if type(value) is t:
+            return f"{name} ({value!r})" if t is not dict else name
+    return "nothing (null)" if value is None else type(value).__name__
+
+
+def did_you_mean(name: str, allowed: Sequence[str], hints: Mapping[str, str] | None = None
+                 ) -> str:
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    if not close and hints and hints.get(name.lower()) in allowed:
+        close = [hints[name.lower()]]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def duration(value: object, *, positive: bool = False) -> float:
+    """Seconds from ``"30s"``-style text, a number of seconds or a timedelta."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float | timedelta):
+        raise FieldError(f"expected a duration like '30s' or a number of seconds, got "
+                         f"{describe_value(value)}")
+    try:
+        seconds = to_timedelta(value).total_seconds()
+    except DurationError as exc:
+        raise FieldError(str(exc).removeprefix("duration: ")) from None
+    if positive and seconds <= 0:
+        raise FieldError(f"must be positive (got {value!r})")
+    return seconds
+
+
+def enum_value(enum: type[Enum], value: object) -> Any:
+    """The member of ``enum`` named by ``value`` (case-insensitive)."""
+    if isinstance(value, enum):
+        return value
+    allowed = [str(m.value) for m in enum]
+    if isinstance(value, str) and value.lower() in allowed:
+        return enum(value.lower())
+    hint = did_you_mean(value.lower(), allowed) if isinstance(value, str) else ""
+    raise FieldError(f"{value!r} is not one of {', '.join(allowed)}{hint}")
+
+
+def boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise FieldError(f"expected true or false, got {describe_value(value)}")
+    return value
+
+
+def whole_number(value: object, low: int = 1, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        what = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        got = value if isinstance(value, int) and not isinstance(value, bool) \
+            else describe_value(value)
+        raise FieldError(f"expected a whole number {what}, got {got}")
+    return value
+
+
+def text(value: object, limit: int | None = None, *, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise FieldError(f"expected text, got {describe_value(value)}")
+    if not empty and not value:
+        raise FieldError("expected non-empty text")
+    if limit is not None and len(value) > limit:
+        raise FieldError(f"longer than {limit} characters")
+    return value
+
+
+def config_from_json(value: object, *, strict: bool = True) -> dict[str, Any]:
+    """A handler's config from JSON text. ``strict``: anything but a JSON object (or empty
+    text) is a problem; otherwise it is passed on as ``{}`` (plugins' opaque text)."""
+    if not isinstance(value, str):
+        raise FieldError(f"expected a string, got {describe_value(value)}")
+    if not value.strip():
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        if strict:
+            raise FieldError(f"invalid JSON: {exc}") from None
+        return {}
+    if isinstance(parsed, dict):
+        return parsed
+    if strict:
+        raise FieldError(f"must be a JSON object ({{...}}), got {type(parsed).__name__} "
+                         f"{value.strip()[:40]!r}")
+    return {}
+
+
+def _table(value: object, keys: Sequence[str], example: str) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise FieldError(f"expected a table ({example}), got {describe_value(value)}")
+
+
+def _unknown(table: Mapping[str, Any], allowed: Sequence[str], *, listed: bool = True
+             ) -> list[FieldProblem]:
+    """Unknown keys, each keyed by itself (the caller prefixes its table)."""
+    expected = f" (expected {', '.join(allowed)})" if listed else ""
+    return [FieldProblem(str(k), f"unknown key {k!r}{did_you_mean(str(k), allowed)}{expected}")
+            for k in table if k not in allowed]
+
+
+def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]:
+    """``{attempts, backoff, delay}`` (or a RetryPolicy) -> the policy, or every problem
+    (keys relative to the table). An unknown backoff is a problem, not a fallback."""
+    if isinstance(value, RetryPolicy):
+        if value.backoff not in BACKOFF_STRATEGIES:
+            return None, [FieldProblem("backoff", _backoff_problem(value.backoff))]
+        return value, []
+    try:
+        table = _table(value, RETRY_KEYS, "attempts, backoff, delay")
+    except FieldError as exc:
+        return None, [FieldProblem("", exc.message)]
+    problems = _unknown(table, RETRY_KEYS)
+    kwargs: dict[str, Any] = {}
+    checks: list[tuple[str, Callable[[Any], Any]]] = [
+        ("attempts", lambda v: whole_number(v, 1, 10)),
+        ("backoff", _backoff),
+        ("delay", duration),
+    ]
+    for key, convert in checks:
+        if key in table:
+            try:
+                kwargs[key] = convert(table[key])
+            except FieldError as exc:
+                problems.append(FieldProblem(key, exc.message))
+    if problems:
+        return None, problems
+    return RetryPolicy(**kwargs), []
+
+
+def _backoff_problem(value: object) -> str:
+    hint = did_you_mean(value, BACKOFF_STRATEGIES) if isinstance(value, str) else ""
+    return f"{value!r} is not one of {', '.join(BACKOFF_STRATEGIES)}{hint}"
+
+
+def _backoff(value: object) -> str:
+    if not isinstance(value, str) or value not in BACKOFF_STRATEGIES:
+        if not isinstance(value, str):
+            raise FieldError(f"expected a string, got {describe_value(value)}")
+        raise FieldError(_backoff_problem(value))
+    return value
+
+
+def notify_policy(value: object) -> tuple[NotifyPolicy | None, list[FieldProblem]]:
+    """``{on, after_failures, webhook, slack, email}`` (or a NotifyPolicy) -> the policy,
+    or every problem (keys relative to the table)."""
+    if isinstance(value, NotifyPolicy):
+        return value, []
+    try:
+        table = _table(value, NOTIFY_KEYS, 'notify = { webhook = "https://..." }')
+    except FieldError as exc:
+        return None, [FieldProblem("", exc.message)]
+    problems = _unknown(table, NOTIFY_KEYS)
+    kwargs: dict[str, Any] = {}
+    if "on" in table:
+        on = table["on"]
+        if isinstance(on, str):
+            on = [on]
+        if not isinstance(on, list | tuple) or not all(isinstance(e, str) for e in on):
+            problems.append(FieldProblem("on", 'expected a list of events, e.g. ["failure", '
+                                               '"recovery"]'))
+        else:
+            bad = [e for e in on if e not in EVENTS]
+            if bad:
+                problems.append(FieldProblem(
+                    "on", f"{bad[0]!r} is not one of {', '.join(EVENTS)}"
+                          f"{did_you_mean(bad[0], EVENTS)}"))
+            kwargs["on"] = tuple(on)
+    if "after_failures" in table:
+        try:
+            kwargs["after_failures"] = whole_number(table["after_failures"], 1)
+        except FieldError as exc:
+            problems.append(FieldProblem("after_failures", exc.message))
+    for key in ("webhook", "slack"):
+        if key in table:
+            url = table[key]
+            if not isinstance(url, str) or "://" not in url:
+                problems.append(FieldProblem(key, f"expected an http(s) URL, got "
+                                                  f"{describe_value(url)}"))
+            else:
+                kwargs[key] = url
+    if "email" in table:
+        email, email_problems = _email(table["email"])
+        problems += [p.under("email") for p in email_problems]
+        kwargs["email"] = email
+    if not problems and not (kwargs.get("webhook") or kwargs.get("slack")
+                             or kwargs.get("email")):
+        problems.append(FieldProblem("", "no channel: set webhook, slack and/or email"))
+    if problems:
+        return None, problems
+    return NotifyPolicy(**kwargs), []
+
+
+def _email(value: object) -> tuple[EmailSettings | None, list[FieldProblem]]:
+    try:
+        table = _table(value, EMAIL_KEYS, 'email = { host = "smtp.example.com", to = [...] }')
+    except FieldError as exc:
+        return None, [FieldProblem("", exc.message)]
+    problems = _unknown(table, EMAIL_KEYS)
+    fields: dict[str, Any] = {}
+    host = table.get("host")
+    if not isinstance(host, str) or not host:
+        problems.append(FieldProblem("host", 'missing (the SMTP server, e.g. host = '
+                                             '"smtp.example.com")'))
+    else:
+        fields["host"] = host
+    to = table.get("to")
+    if isinstance(to, str):
+        to = [to]
+    if not isinstance(to, list | tuple) or not to or not all(isinstance(t, str) for t in to):
+        problems.append(FieldProblem("to", 'expected a list of addresses, e.g. to = '
+                                           '["ops@example.com"]'))
+    else:
+        fields["to"] = tuple(to)
+    converters: dict[str, Callable[[Any], Any]] = {
+        "from": text, "username": text, "password": text, "starttls": boolean, "ssl": boolean,
+        "port": lambda v: whole_number(v, 1, 65535), "timeout": lambda v: duration(v),
+    }
+    for key, convert in converters.items():
+        if key in table:
+            try:
+                fields["sender" if key == "from" else key] = convert(table[key])
+            except FieldError as exc:
+                problems.append(FieldProblem(key, exc.message))
+    if problems:
+        return None, problems
+    return EmailSettings(**fields), []
+
+
+def pause_until(value: object, *, now: datetime, tz: tzinfo) -> datetime:
+    """When a pause ends: an aware datetime, ISO 8601 text, or a duration from ``now``.
+
+    The one rule for the scheduler, the API and the CLI: a time **without a UTC offset
+    is read in the job's time zone** ``tz`` (what ``cronfleet jobs`` shows); the end must
+    be in the future.
+    """
+    when: datetime | None = None
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, str) and not _looks_like_duration(value):
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise FieldError(
+                f"{value!r} is neither an ISO 8601 time (e.g. 2026-03-02T18:00:00+01:00) nor "
+                "a duration (e.g. 2h, 1h30m)") from None
+    if when is None:
+        seconds = duration(value)
+        if seconds <= 0:
+            raise FieldError(f"{value!r} must be a positive duration")
+        try:
+            when = now + timedelta(seconds=seconds)
+        except OverflowError:
+            raise FieldError(f"{value!r} is too far in the future") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=tz)
+    if when <= now:
+        raise FieldError(f"{when.isoformat()} is in the past")
+    return when
+
+
+def _looks_like_duration(value: str) -> bool:
+    try:
+        to_timedelta(value)
+    except DurationError:
+        return False
+    return True
+
+
+# -- ids -------------------------------------------------------------------------------------
+
+
+def check_name(value: object, what: str = "id") -> str | None:
+    """The problem with a task id, API job id, schedule id or plugin name, or None: one
+    part of a job id (no ``/``, which separates a plugin's name from its schedule ids)."""
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {describe_value(value)}"
+    if not _NAME.match(value) or len(value) > JOB_ID_MAX:
+        hint = " ('/' separates a plugin's name from its schedule ids)" if "/" in value else ""
+        return f"{what} {value!r} is invalid: {NAME_RULE}{hint}"
+    return None
+
+
+def check_job_id(value: object) -> str | None:
+    """The problem with a job id, or None (see the module docstring for the rule)."""
+    if not isinstance(value, str) or not _JOB_ID.match(value) or len(value) > JOB_ID_MAX:
+        return f"job id {value!r} is invalid: {JOB_ID_RULE}"
+    return None
+
+
+def _main_module_name() -> str | None:
+    """What ``__main__`` is called when imported: ``python -m pkg.mod`` -> ``pkg.mod``,
+    ``python myjobs.py`` -> ``myjobs``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name:
+        return name.removesuffix(".__main__")
+    file = getattr(main, "__file__", None)
+    return Path(file).stem if isinstance(file, str) and file else None
+
+
+def default_job_id(fn: Callable[..., Any]) -> str:
+    """The id of a job declared without one: ``<module>.<qualified name>`` of ``fn``,
+    the same whether its file runs as a script (``python myjobs.py``) or is imported
+    (``import myjobs``): ``__main__`` is replaced by the module's own name."""
+    module = getattr(fn, "__module__", None) or ""
+    if module == "__main__":
+        code = getattr(fn, "__code__", None)
+        module = _main_module_name() or (
+            Path(code.co_filename).stem if code is not None else "main")
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) \
+        or type(fn).__name__
+    qualname = qualname.replace("<locals>.", "").replace("<lambda>", "lambda")
+    raw = f"{module}.{qualname}" if module else qualname
+    clean = re.sub(r"[^A-Za-z0-9._:@+-]", "_", raw).lstrip("._:@+-") or "job"
+    return clean[:JOB_ID_MAX]
+
+
+# -- the spec ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """The request part of an HTTP job, validated (see :class:`~cronfleet.jobs.http.HttpJob`
+    for what each field does)."""
+
+    url: str
+    method: str = "GET"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: str | None = None
+    timeout: float = DEFAULT_HTTP_TIMEOUT
+    follow_redirects: bool = True
+    accept_status: tuple[int, ...] | None = None
+    body_contains: str | None = None
+    body_not_contains: str | None = None
+    body_regex: str | None = None
+    body_not_regex: str | None = None
+    signing_secret: str | None = None
+    namespace: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if out["namespace"] is None:
+            del out["namespace"]
+        return out
+
+
+def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
+               ) -> tuple[HttpRequest | None, list[FieldProblem]]:
+    """The request, or every problem (keys relative to the ``http`` table).
+    ``allow_private_targets`` inside ``http`` is read by :func:`validate_job`."""
+    problems = _unknown(table, keys)
+    kw: dict[str, Any] = {}
+    url = table.get("url")
+    if "url" not in table:
+        problems.append(FieldProblem("url", 'missing (e.g. http = { url = '
+                                            '"https://example.com/hook" })'))
+    elif not isinstance(url, str) or not url.strip():
+        problems.append(FieldProblem("url", f"expected an http(s) URL, got {url!r}"))
+    else:
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in ("http", "https") and not url.startswith("${secrets."):
+            problems.append(FieldProblem("url", f"expected an http:// or https:// URL, got "
+                                                f"{url!r}"))
+        elif len(url) > MAX_URL:
+            problems.append(FieldProblem("url", f"longer than {MAX_URL} characters"))
+        kw["url"] = url
+    if "method" in table:
+        method = table["method"]
+        if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
+            hint = did_you_mean(method.upper(), HTTP_METHODS) if isinstance(method, str) else ""
+            problems.append(FieldProblem("method", f"{method!r} is not one of "
+                                                   f"{', '.join(HTTP_METHODS)}{hint}"))
+        else:
+            kw["method"] = method.upper()
+    if "headers" in table:
+        headers = table["headers"]
+        if not isinstance(headers, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            problems.append(FieldProblem("headers", "expected a table of text values"))
+        else:
+            kw["headers"] = dict(headers)
+    if table.get("body") is not None:
+        if not isinstance(table["body"], str):
+            problems.append(FieldProblem("body", f"expected text, got "
+                                                 f"{type(table['body']).__name__}"))
+        else:
+            kw["body"] = table["body"]
+    if table.get("timeout") is not None:
+        try:
+            kw["timeout"] = duration(table["timeout"], positive=True)
+        except FieldError as exc:
+            problems.append(FieldProblem("timeout", exc.message))
+    if "follow_redirects" in table:
+        try:
+            kw["follow_redirects"] = boolean(table["follow_redirects"])
+        except FieldError as exc:
+            problems.append(FieldProblem("follow_redirects", exc.message))
+    status = table.get("accept_status")
+    if status is not None:
+        if isinstance(status, str | bytes) or not isinstance(status, list | tuple) \
+                or not status or not all(isinstance(s, int) and not isinstance(s, bool)
+                                         and 100 <= s <= 599 for s in status):
+            problems.append(FieldProblem("accept_status",
+                                         "expected a non-empty list of status codes 100-599"))
+        else:
+            kw["accept_status"] = tuple(status)
+    for key in ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
+                "signing_secret", "namespace"):
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            problems.append(FieldProblem(key, "expected non-empty text"))
+            continue
+        if key in ("body_regex", "body_not_regex"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                problems.append(FieldProblem(key, f"invalid regular expression: {exc}"))
+                continue
+        kw[key] = value
+    if problems:
+        return None, problems
+    return HttpRequest(**kw), []
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Every field of a job, converted and valid (build it with :func:`validate_job`)."""
+
+    id: str
+    schedule: CronExpr
+    description: str = ""
+    enabled: bool = True
+    missed: Missed = Missed.RUN_ONCE
+    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
+    locking: Locking = Locking.PREFER_GLOBAL
+    overlap: Overlap = Overlap.SKIP
+    timeout: float | None = None
+    jitter: float = 0.0
+    recover: bool = False
+    config: Mapping[str, Any] = field(default_factory=dict)
+    team: str = DEFAULT_TEAM
+    retry: RetryPolicy | None = None
+    notify: NotifyPolicy | None = None
+    auto_pause_after: int | None = None
+    allow_private_targets: bool | None = None
+    http: HttpRequest | None = None
+
+    def job_fields(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~cronfleet.model.Job` (all but handler/source)."""
+        return {
+            "id": self.id, "schedule": self.schedule, "missed": self.missed,
+            "catch_up_window": self.catch_up_window, "locking": self.locking,
+            "overlap": self.overlap, "timeout": self.timeout, "jitter": self.jitter,
+            "enabled": self.enabled, "recover": self.recover, "config": dict(self.config),
+            "description": self.description, "team": self.team, "retry": self.retry,
+            "notify": self.notify, "auto_pause_after": self.auto_pause_after,
+        }
+
+
+_ENUMS: dict[str, type[Enum]] = {"missed": Missed, "locking": Locking, "overlap": Overlap}
+
+
+def validate_job(
+    fields: Mapping[str, Any],
+    *,
+    keys: Sequence[str] = SPEC_KEYS,
+    http_keys: Sequence[str] = HTTP_KEYS,
+    timezone: str = "UTC",
+    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW,
+    nested_id: bool = False,
+    require_http: bool = False,
+) -> tuple[JobSpec | None, list[FieldProblem]]:
+    """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
+
+    ``fields`` uses the canonical keys (:data:`SPEC_KEYS`); a key outside ``keys`` is a
+    problem (with a did-you-mean), as is one outside ``http_keys`` in ``http``. Absent or
+    ``None`` values take their defaults; ``timezone`` and ``catch_up_window`` are the
+    defaults of the face (``[scheduler]`` values for config tasks). ``schedule`` may be a
+    parsed :class:`~cronfleet.cron.CronExpr`. ``nested_id``: the id may contain ``/``
+    (a job id, as :meth:`Job.create` takes); otherwise it must be a single name.
+    ``require_http``: the job is an HTTP request (a stored API job has no handler).
+    """
+    from cronfleet.cron import CronExpr, CronSyntaxError, parse
+
+    problems = _unknown(fields, keys, listed=False)
+    out: dict[str, Any] = {}
+    known = fields if keys is SPEC_KEYS else {k: v for k, v in fields.items() if k in keys}
+    get = known.get
+
+    def check(key: str, convert: Callable[[Any], Any]) -> None:
+        value = get(key)
+        if value is None:
+            return
+        try:
+            out[key] = convert(value)
+        except FieldError as exc:
+            problems.append(FieldProblem(key, exc.message, exc.column))
+
+    job_id = fields.get("id")
+    if job_id is None:
+        problems.append(FieldProblem("id", 'missing: every job needs a unique id (e.g. '
+                                           '"cleanup")'))
+    else:
+        problem = check_job_id(job_id) if nested_id else check_name(job_id, "id")
+        if problem:
+            problems.append(FieldProblem("id", problem))
+    for key in ("description", "timezone"):
+        check(key, functools.partial(text, limit=TEXT_LIMITS[key]))
+    tz = out.get("timezone", timezone)
+    if "timezone" in out:
+        try:  # the zone on its own, so that a bad expression does not hide it
+            parse("1d", tz)
+        except CronSyntaxError as exc:
+            problems.append(FieldProblem("timezone", exc.reason))
+            tz = "UTC"
+    schedule = fields.get("schedule")
+    expr: CronExpr | None = None
+    if schedule is None:
+        problems.append(FieldProblem("schedule", 'missing: a cron expression, macro or '
+                                                 'interval (e.g. "0 6 * * *" or "15m")'))
+    elif isinstance(schedule, CronExpr):
+        expr = schedule
+    elif not isinstance(schedule, str):
+        problems.append(FieldProblem("schedule", f"expected a string, got "
+                                                 f"{describe_value(schedule)}"))
+    elif len(schedule) > TEXT_LIMITS["schedule"]:
+        problems.append(FieldProblem("schedule", f"longer than {TEXT_LIMITS['schedule']} "
+                                                 "characters"))
+    else:
+        try:
+            expr = parse(schedule, tz)
+        except CronSyntaxError as exc:
+            problems.append(FieldProblem("schedule", str(exc), exc.column))
+    for key in ("jitter", "catch_up_window"):
+        check(key, duration)
+    check("timeout", lambda v: duration(v, positive=True))
+    for key, enum in _ENUMS.items():
+        check(key, functools.partial(enum_value, enum))
+    for key in ("enabled", "recover"):
+        check(key, boolean)
+    check("allow_private_targets", boolean)
+    check("auto_pause_after", lambda v: whole_number(v, 1))
+    team = get("team")
+    if team is not None:
+        problem = check_team(team)
+        if problem:
+            problems.append(FieldProblem("team", problem))
+        else:
+            out["team"] = team
+    config = get("config")
+    if config is not None:
+        if not isinstance(config, Mapping):
+            problems.append(FieldProblem("config", f"expected an object, got "
+                                                   f"{describe_value(config)}"))
+        else:
+            out["config"] = dict(config)
+    for key, convert_policy in (("retry", retry_policy), ("notify", notify_policy)):
+        value = get(key)
+        if value is not None:
+            policy, policy_problems = convert_policy(value)
+            problems += [p.under(key) for p in policy_problems]
+            out[key] = policy
+    http = get("http")
+    if http is None and require_http:
+        problems.append(FieldProblem("http", 'missing: the request, e.g. {"url": '
+                                             '"https://example.com/hook"}'))
+    elif http is not None:
+        if not isinstance(http, Mapping):
+            problems.append(FieldProblem("http", f"expected a table (http = {{ ... }}), got "
+                                                 f"{describe_value(http)}"))
+        else:
+            request, http_problems = check_http(http, keys=http_keys)
+            problems += [p.under("http") for p in http_problems]
+            out["http"] = request
+            inner = http.get("allow_private_targets")
+            if inner is not None and "allow_private_targets" in http_keys:
+                try:
+                    inner = boolean(inner)
+                except FieldError as exc:
+                    problems.append(FieldProblem("http.allow_private_targets", exc.message))
+                else:
+                    outer = out.get("allow_private_targets")
+                    if outer is not None and outer != inner:
+                        problems.append(FieldProblem(
+                            "http.allow_private_targets",
+                            "conflicts with allow_private_targets (give it once, outside "
+                            "http)"))
+                    out["allow_private_targets"] = inner
+    if problems:
+        return None, problems
+    assert expr is not None and isinstance(job_id, str)
+    description = out.pop("description", "")
+    request = out.get("http")
+    if request is not None and not description:
+        description = f"{request.method} {request.url}"
+    out.pop("timezone", None)
+    out.setdefault("catch_up_window", catch_up_window)
+    return JobSpec(id=job_id, schedule=expr, description=description, **out), []

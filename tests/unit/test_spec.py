@@ -1,0 +1,319 @@
+"""cronfleet.spec: the one job spec -- every problem at once, the converters, the id rule,
+the default id, the pause ``until`` rule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cronfleet import spec
+from cronfleet.model import Job, RetryPolicy
+from cronfleet.plugins import Schedule, schedule_to_job
+from cronfleet.spec import FieldError, FieldProblem, validate_job
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def keys(problems: list[FieldProblem]) -> list[str]:
+    return sorted(p.key for p in problems)
+
+
+def test_every_problem_at_once() -> None:
+    result, problems = validate_job({
+        "id": "x", "schedule": "0 6 * * MON-FRY", "timezone": "Mars/Olympus",
+        "retry": {"attempts": 20, "backoff": "sometimes"}, "timeout": 0, "missed": "never",
+        "enabled": "yes", "colour": "red",
+        "http": {"url": "ftp://x", "method": "FETCH", "verb": "GET"},
+        "notify": {"on": ["failure"]}, "auto_pause_after": 0,
+    }, require_http=True)
+    assert result is None
+    assert keys(problems) == [
+        "auto_pause_after", "colour", "enabled", "http.method", "http.url", "http.verb",
+        "missed", "notify", "retry.attempts", "retry.backoff", "schedule", "timeout",
+        "timezone"]
+    (cron,) = [p for p in problems if p.key == "schedule"]
+    assert cron.column == 13 and cron.to_dict()["column"] == 13
+    assert str(next(p for p in problems if p.key == "missed")) == (
+        "missed: 'never' is not one of skip, run_once, run_all")
+
+
+def test_a_valid_spec_is_converted() -> None:
+    result, problems = validate_job({
+        "id": "hook", "schedule": "5m", "timeout": "30s", "jitter": 2, "overlap": "ALLOW",
+        "retry": {"attempts": 3, "delay": "10s"}, "notify": {"webhook": "https://h/x"},
+        "http": {"url": "https://example.com", "method": "post", "allow_private_targets": True},
+    }, catch_up_window=60.0)
+    assert problems == [] and result is not None
+    assert (result.timeout, result.jitter, result.catch_up_window) == (30.0, 2.0, 60.0)
+    assert result.retry == RetryPolicy(attempts=3, delay=10.0)
+    assert result.http is not None and result.http.method == "POST"
+    assert result.allow_private_targets is True
+    assert result.description == "POST https://example.com"
+
+
+def test_keys_outside_the_face_are_unknown() -> None:
+    _, problems = validate_job({"id": "x", "schedule": "5m", "team": "a"},
+                               keys=("id", "schedule"))
+    assert [str(p) for p in problems] == ["team: unknown key 'team'"]
+    _, problems = validate_job({"id": "x", "schedule": "5m", "http": {"url": "https://x",
+                                                                      "namespace": "n"}},
+                               http_keys=("url",))
+    assert keys(problems) == ["http.namespace"]
+
+
+def test_http_allow_private_targets_inside_http_must_agree() -> None:
+    _, problems = validate_job({"id": "x", "schedule": "5m", "allow_private_targets": False,
+                                "http": {"url": "https://x", "allow_private_targets": True}})
+    assert keys(problems) == ["http.allow_private_targets"]
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ({"attempts": 0}, "attempts: expected a whole number from 1 to 10, got 0"),
+    ({"attempts": True}, "attempts: expected a whole number from 1 to 10, got a boolean"),
+    ({"backoff": "exponentail"}, "backoff: 'exponentail' is not one of exponential, linear, "
+                                 "fixed (did you mean 'exponential'?)"),
+    ({"delay": "-1s"}, "delay: invalid duration '-1s'"),
+    ({"tries": 3}, "tries: unknown key 'tries'"),
+    ("3", ": expected a table"),
+])
+def test_retry_policy_problems(value: object, problem: str) -> None:
+    policy, problems = spec.retry_policy(value)
+    assert policy is None and str(problems[0]).startswith(problem.lstrip(": ")), problems
+
+
+def test_an_unknown_backoff_in_a_policy_object_is_a_problem_too() -> None:
+    _, problems = spec.retry_policy(RetryPolicy.__new__(RetryPolicy))  # bypass __post_init__
+    assert problems == []
+    bad = object.__new__(RetryPolicy)
+    object.__setattr__(bad, "attempts", 2)
+    object.__setattr__(bad, "backoff", "random")
+    object.__setattr__(bad, "delay", 1.0)
+    _, problems = spec.retry_policy(bad)
+    assert keys(problems) == ["backoff"]
+
+
+def test_notify_policy() -> None:
+    policy, problems = spec.notify_policy({
+        "on": "failure", "webhook": "https://h",
+        "email": {"host": "smtp", "to": "ops@example.com", "from": "cf@x", "port": 587}})
+    assert problems == [] and policy is not None
+    assert policy.on == ("failure",) and policy.email is not None
+    assert policy.email.sender == "cf@x" and policy.email.to == ("ops@example.com",)
+    _, problems = spec.notify_policy({"email": {"to": []}, "on": ["sometimes"]})
+    assert keys(problems) == ["email.host", "email.to", "on"]
+
+
+# -- converters ----------------------------------------------------------------------------
+
+
+def test_durations() -> None:
+    assert spec.duration("1m30s") == 90.0 and spec.duration(5) == 5.0
+    assert spec.duration(timedelta(hours=1)) == 3600.0
+    for bad in (True, None, [], "soon"):
+        with pytest.raises(FieldError):
+            spec.duration(bad)
+    with pytest.raises(FieldError, match="must be positive"):
+        spec.duration(0, positive=True)
+
+
+def test_config_from_json() -> None:
+    assert spec.config_from_json('{"a": 1}') == {"a": 1}
+    assert spec.config_from_json("  ") == {}
+    assert spec.config_from_json("[1]", strict=False) == {}
+    with pytest.raises(FieldError, match="must be a JSON object"):
+        spec.config_from_json("[1]")
+    with pytest.raises(FieldError, match="invalid JSON"):
+        spec.config_from_json("{")
+
+
+# -- the pause until: one rule -------------------------------------------------------------
+
+
+def test_until_without_an_offset_is_read_in_the_jobs_zone() -> None:
+    until = spec.pause_until("2026-03-02T18:00", now=NOW, tz=PARIS)
+    assert until == datetime(2026, 3, 2, 17, 0, tzinfo=UTC)
+    naive = spec.pause_until(datetime(2026, 3, 2, 18, 0), now=NOW, tz=PARIS)
+    assert naive == until
+
+
+def test_until_with_an_offset_a_datetime_or_a_duration() -> None:
+    assert spec.pause_until("2026-03-02T18:00:00Z", now=NOW, tz=PARIS) == \
+        datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
+    aware = datetime(2026, 3, 3, tzinfo=UTC)
+    assert spec.pause_until(aware, now=NOW, tz=PARIS) == aware
+    assert spec.pause_until("2h", now=NOW, tz=PARIS) == NOW + timedelta(hours=2)
+    assert spec.pause_until(90, now=NOW, tz=PARIS) == NOW + timedelta(seconds=90)
+    assert spec.pause_until(timedelta(minutes=1), now=NOW, tz=PARIS) == NOW + timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("2026-03-01T10:00", "is in the past"),
+    ("0s", "must be a positive duration"),
+    ("tomorrow", "is neither an ISO 8601 time"),
+    (True, "expected a duration"),
+])
+def test_until_problems(value: object, message: str) -> None:
+    with pytest.raises(FieldError, match=message):
+        spec.pause_until(value, now=NOW, tz=PARIS)
+
+
+# -- ids -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_id", ["cleanup", "a.b:c@d+e-f", "reports/daily", "a/b/c",
+                                    "x" * 200, "mymod.Klass.method"])
+def test_valid_job_ids(job_id: str) -> None:
+    assert spec.check_job_id(job_id) is None
+
+
+@pytest.mark.parametrize("job_id", ["", "-x", "a b", "a//b", "/a", "a/", "a/.b", "x" * 201,
+                                    "é", 3, None])
+def test_invalid_job_ids(job_id: object) -> None:
+    assert spec.check_job_id(job_id) is not None
+
+
+def test_a_name_is_a_job_id_without_slash() -> None:
+    assert spec.check_name("daily") is None and spec.check_name("x" * 200) is None
+    problem = spec.check_name("reports/daily", "id")
+    assert problem is not None and "'/' separates a plugin's name" in problem
+
+
+def test_job_create_names_every_problem_in_one_value_error() -> None:
+    with pytest.raises(ValueError) as info:
+        Job.create("61 * * * *", None, id="w", timeout=0, missed="never",
+                   retry={"attempts": 11})
+    text = str(info.value)
+    assert text.startswith("job 'w': ")
+    for part in ("schedule '61 * * * *': minute", "timeout: must be positive",
+                 "missed: 'never'", "retry.attempts: expected a whole number"):
+        assert part in text, text
+    with pytest.raises(ValueError, match="job id 'bad id' is invalid"):
+        Job.create("5m", None, id="bad id")
+
+
+def test_job_create_takes_the_policies_for_any_handler() -> None:
+    job = Job.create("5m", lambda ctx: None, id="plugin/job", retry={"attempts": 3},
+                     notify={"webhook": "https://h/x"}, auto_pause_after=2)
+    assert job.retry == RetryPolicy(attempts=3)
+    assert job.notify is not None and job.notify.webhook == "https://h/x"
+    assert job.auto_pause_after == 2
+
+
+def test_a_plugin_schedule_takes_the_policies() -> None:
+    schedule = Schedule("daily", "@daily", retry={"attempts": 2, "backoff": "linear"},
+                        auto_pause_after=3)
+    job, errors = schedule_to_job(schedule, job_id="p/daily", handler=lambda ctx: None,
+                                  timezone="UTC", catch_up_window=60.0, source="plugin p")
+    assert errors == [] and job is not None
+    assert job.retry == RetryPolicy(attempts=2, backoff="linear") and job.auto_pause_after == 3
+    _, errors = schedule_to_job(Schedule("daily", "@daily", retry={"attempts": 0},
+                                         notify={"on": ["failure"]}),
+                                job_id="p/daily", handler=lambda ctx: None, timezone="UTC",
+                                catch_up_window=60.0, source="plugin p")
+    assert sorted((e.key, e.message) for e in errors) == [
+        ("notify", "no channel: set webhook, slack and/or email"),
+        ("retry", "attempts: expected a whole number from 1 to 10, got 0")]
+
+
+# -- the default id ------------------------------------------------------------------------
+
+SCRIPT = """
+from cronfleet.spec import default_job_id
+
+
+def auto_named(ctx):
+    return None
+
+
+def outer():
+    def inner(ctx):
+        return None
+    return inner
+
+
+if __name__ == "__main__":
+    print(default_job_id(auto_named), default_job_id(outer()))
+"""
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+                         timeout=60, check=True)
+    return out.stdout.strip()
+
+
+def test_the_default_id_does_not_depend_on_how_the_module_was_loaded(tmp_path: Path) -> None:
+    (tmp_path / "myjobs.py").write_text(SCRIPT)
+    as_script = _run(["myjobs.py"], tmp_path)
+    as_module = _run(["-m", "myjobs"], tmp_path)
+    imported = _run(["-c", "import myjobs\nfrom cronfleet.spec import default_job_id\n"
+                           "print(default_job_id(myjobs.auto_named), "
+                           "default_job_id(myjobs.outer()))"], tmp_path)
+    assert as_script == as_module == imported == "myjobs.auto_named myjobs.outer.inner"
+    assert all(spec.check_job_id(i) is None for i in imported.split())
+
+
+def test_the_default_id_of_a_package_main_and_an_odd_file_name(tmp_path: Path) -> None:
+    pkg = tmp_path / "tools"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(SCRIPT)
+    assert _run(["-m", "tools"], tmp_path) == "tools.auto_named tools.outer.inner"
+    (tmp_path / "my jobs.py").write_text(SCRIPT)
+    assert _run(["my jobs.py"], tmp_path) == "my_jobs.auto_named my_jobs.outer.inner"
+
+
+def test_the_default_id_of_a_lambda_and_a_callable_object() -> None:
+    assert spec.default_job_id(lambda ctx: None) == (
+        "test_spec.test_the_default_id_of_a_lambda_and_a_callable_object.lambda")
+
+    class Task:
+        def __call__(self, ctx: object) -> None:
+            return None
+
+    assert spec.check_job_id(spec.default_job_id(Task())) is None
+
+
+def test_a_config_task_and_an_api_body_make_the_same_job(tmp_path: Path) -> None:
+    from cronfleet.catalog import build_job
+    from cronfleet.config import load_config
+
+    (tmp_path / "cronfleet.toml").write_text("""
+[[tasks]]
+id = "hook"
+cron = "0 6 * * MON-FRI"
+timezone = "Europe/Paris"
+recover = true
+timeout = "5m"
+config_json = '{"a": 1}'
+allow_private_targets = true
+http = { url = "https://example.com/run", method = "post" }
+retry = { attempts = 3, backoff = "linear", delay = "10s" }
+notify = { on = ["failure"], webhook = "https://hooks.example.com/x" }
+auto_pause_after = 4
+""")
+    with load_config(tmp_path / "cronfleet.toml").load() as loaded:
+        (from_toml,) = loaded.jobs
+    from_api = build_job({
+        "id": "hook", "schedule": "0 6 * * MON-FRI", "timezone": "Europe/Paris",
+        "recover": True, "timeout": "5m", "config": {"a": 1}, "allow_private_targets": True,
+        "http": {"url": "https://example.com/run", "method": "post"},
+        "retry": {"attempts": 3, "backoff": "linear", "delay": "10s"},
+        "notify": {"on": ["failure"], "webhook": "https://hooks.example.com/x"},
+        "auto_pause_after": 4})
+    fields = ("id", "missed", "catch_up_window", "locking", "overlap", "timeout", "jitter",
+              "enabled", "recover", "config", "description", "retry", "notify",
+              "auto_pause_after")
+    assert {f: getattr(from_toml, f) for f in fields} == {f: getattr(from_api, f)
+                                                          for f in fields}
+    assert from_toml.schedule.expr == from_api.schedule.expr
+    assert str(from_toml.schedule.tz) == str(from_api.schedule.tz)
+    for attr in ("url", "method", "retry", "allow_private_targets", "notify",
+                 "auto_pause_after"):
+        assert getattr(from_toml.handler, attr) == getattr(from_api.handler, attr)
