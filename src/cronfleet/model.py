@@ -157,9 +157,8 @@ class RetryPolicy:
         if self.delay < 0:
             raise ValueError(f"delay: must not be negative (got {self.delay!r})")
         if self.backoff not in BACKOFF_STRATEGIES:
-            _log.warning("retry backoff %r is unknown (expected %s): using 'fixed'",
-                        self.backoff, ", ".join(BACKOFF_STRATEGIES))
-            object.__setattr__(self, "backoff", "fixed")
+            raise ValueError(f"backoff: {self.backoff!r} is not one of "
+                             f"{', '.join(BACKOFF_STRATEGIES)}")
 
     def wait(self, failed_attempt: int) -> float:
         n = failed_attempt - 1

@@ -45,6 +45,9 @@ async def test_pause_records_who_when_and_why(api: Api) -> None:
     (3600, "2026-05-28T21:26:40+00:00"),
     ("2026-05-29T00:00:00Z", "2026-05-29T00:00:00+00:00"),
     ("2026-05-29T08:00:00+02:00", "2026-05-29T06:00:00+00:00"),
+    # no offset: read in the job's time zone (UTC for this job), as the CLI and the
+    # scheduler read it (one rule: spec.pause_until)
+    ("2026-05-29T00:00:00", "2026-05-29T00:00:00+00:00"),
 ])
 async def test_timed_pause_ends_by_itself(api: Api, clock: FakeClock, until: Any,
                                           expected: str) -> None:
@@ -93,7 +96,7 @@ async def test_the_pause_is_seen_by_another_process(make_api: MakeApi) -> None:
     ({"enabled": False, "until": "soon"}, "until"),
     ({"enabled": False, "until": -5}, "until"),
     ({"enabled": False, "until": "2020-01-01T00:00:00Z"}, "until"),  # in the past
-    ({"enabled": False, "until": "2026-05-29T00:00:00"}, "until"),  # no time zone
+    ({"enabled": False, "until": "2026-05-28T00:00:00"}, "until"),  # job's zone: past
     ({"enabled": None, "until": "1h"}, "until"),
     ({"enabled": "false"}, "enabled"),
     ({"enabled": False, "notes": "typo"}, "notes"),

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import SpecInvalid, build_job
-from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, JobState
+from cronfleet.spec import FieldError, pause_until
 
 __all__ = ["create_job", "delete_job", "invalid", "set_override", "taken", "until_time",
            "update_job"]
@@ -27,36 +27,20 @@ def _problem(field: str, message: str, detail: str) -> ApiError:
                     {"errors": [{"field": field, "message": detail}]})
 
 
-def until_time(enabled: bool | None, value: datetime | str | float | None,
+def until_time(enabled: bool | None, value: datetime | str | float | None, job: Job,
                now: datetime) -> datetime | None:
-    """The end of a timed pause or force-on: an aware ISO time, or a positive duration
-    from now (a clear takes none)."""
+    """The end of a timed pause or force-on (a clear takes none), by the one rule of
+    :func:`cronfleet.spec.pause_until`: an ISO time (without an offset: in the job's time
+    zone) or a positive duration from now, in the future."""
     if value is None:
         return None
     if enabled is None:
         raise _problem("until", "until: only with enabled true or false",
                        "not allowed with enabled null")
-    if isinstance(value, str) and "T" in value:  # strict bodies keep ISO times as text
-        with contextlib.suppress(ValueError):
-            value = datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise _problem("until", "until: give a time zone (e.g. ...Z)", "naive datetime")
-        until = value
-    else:
-        try:
-            delta = to_timedelta(value, field="until")
-        except DurationError as exc:
-            raise _problem("until", str(exc), str(exc)) from None
-        if delta <= timedelta(0):
-            raise _problem("until", "until: must be a positive duration", "not positive")
-        try:
-            until = now + delta
-        except OverflowError:
-            raise _problem("until", "until: too far in the future", "too large") from None
-    if until <= now:
-        raise _problem("until", "until: must be in the future", "in the past")
-    return until
+    try:
+        return pause_until(value, now=now, tz=job.schedule.tz)
+    except FieldError as exc:
+        raise _problem("until", f"until: {exc.message}", exc.message) from None
 
 
 async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
@@ -68,13 +52,8 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
             state: JobState = await scheduler.pause_async(job.id, by=by, note=note, until=until)
         elif enabled is None:
             state = await scheduler.clear_override_async(job.id, by=by)
-        elif until is None:
-            state = await scheduler.resume_async(job.id, by=by, note=note)
         else:
-            # LEAD: the Scheduler has no public "force on until": add
-            # ``resume_async(job_id, *, by, note, until=None)`` (and ``resume``) to the
-            # runtime facade, then call it here and drop this private call.
-            state = await scheduler._set_override(job.id, True, by=by, note=note, until=until)
+            state = await scheduler.resume_async(job.id, by=by, note=note, until=until)
     return state
 
 

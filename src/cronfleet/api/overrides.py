@@ -26,7 +26,7 @@ async def set_override(job_id: JobIdPath, body: S.OverrideRequest, ctx: Ctx,
                        token: Editor) -> dict[str, Any]:
     job = await visible(ctx, token, job_id)
     t = now(ctx)
-    until = control.until_time(body.enabled, body.until, t)
+    until = control.until_time(body.enabled, body.until, job, t)
     state = await control.set_override(ctx, job, body.enabled, by=who(token), note=body.note,
                                        until=until)
     await audit(ctx, token, _ACTION[body.enabled], job.id,

@@ -37,7 +37,6 @@ from cronfleet.cli.render import (
     _status,
     _t,
 )
-from cronfleet.cron.duration import DurationError, parse_duration
 from cronfleet.errors import AlreadyExecuting
 from cronfleet.model import RunStatus
 from cronfleet.views import job_views, state_view
@@ -168,30 +167,12 @@ def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: b
 
 
 def _until(value: str, job: Job, now: datetime) -> datetime:
-    from datetime import timedelta
-
+    from cronfleet.spec import FieldError, pause_until
 
     try:
-        td: timedelta | None = parse_duration(value)
-    except DurationError:
-        td = None
-    if td is not None:
-        if td.total_seconds() <= 0:
-            _fail(f"--until: {value!r} must be a positive duration", EXIT_BAD_INPUT)
-        return now + td
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        _fail(
-            f"--until: {value!r} is neither an ISO 8601 time (e.g. 2026-03-02T18:00:00+01:00) "
-            "nor a duration (e.g. 2h, 1h30m)",
-            EXIT_BAD_INPUT,
-        )
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=job.schedule.tz)
-    if t <= now:
-        _fail(f"--until: {t.isoformat()} is in the past", EXIT_BAD_INPUT)
-    return t
+        return pause_until(value, now=now, tz=job.schedule.tz)
+    except FieldError as exc:
+        _fail(f"--until: {exc.message}", EXIT_BAD_INPUT)
 
 
 def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:

@@ -426,9 +426,10 @@ class HttpJob:
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
     runtime: HttpRuntime | None = field(default=None, repr=False)
-    # the request retries itself (attempts inside one run, Retry-After honoured): the
-    # scheduler must not retry an HttpJob again on top of its own policy
-    retries_itself: ClassVar[bool] = True
+    # retry (per request, Retry-After honoured), health, auto-pause and notifications are
+    # applied inside the handler (their results go into the run's result): the runtime does
+    # not retry this job again and cronfleet.alerts leaves it alone
+    applies_job_policies: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -542,10 +543,6 @@ class HttpJob:
             return result
         ctx.log("attempts: " + json.dumps(result, ensure_ascii=False))
         raise HttpJobFailed(message, result)
-
-    # retry (per request), health, auto-pause and notifications are applied here, inside
-    # the handler: the runtime does not retry this job and cronfleet.alerts leaves it alone
-    applies_job_policies = True
 
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
                          result: dict[str, Any], duration: float, message: str,

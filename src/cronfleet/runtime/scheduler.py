@@ -16,7 +16,6 @@ start:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
 import os
@@ -58,6 +57,7 @@ from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.upkeep import Upkeep
+from cronfleet.spec import default_job_id, pause_until
 from cronfleet.store import Store, open_store
 
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
@@ -171,23 +171,19 @@ class Scheduler(SyncControl):
         config: Mapping[str, Any] | None = None,
         description: str | None = None,
         team: str = DEFAULT_TEAM,
-        retry: RetryPolicy | None = None,
-        notify: NotifyPolicy | None = None,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        notify: NotifyPolicy | Mapping[str, Any] | None = None,
         auto_pause_after: int | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged.
 
-        ``retry``: run a failing handler again inside its slot; ``notify`` and
-        ``auto_pause_after``: alerts (``cronfleet.alerts.install``)."""
-        if auto_pause_after is not None and (
-            isinstance(auto_pause_after, bool) or not isinstance(auto_pause_after, int)
-            or auto_pause_after < 1
-        ):
-            raise ValueError(f"auto_pause_after: expected a whole number of at least 1, got "
-                             f"{auto_pause_after!r}")
+        The id defaults to ``module.function`` with the module named as it would be when
+        imported (also when the file runs as a script). ``retry``: run a failing handler
+        again inside its slot; ``notify`` and ``auto_pause_after``: alerts
+        (``cronfleet.alerts.install``)."""
 
         def register(fn: Handler) -> Handler:
-            job_id = id or f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}"
+            job_id = id or default_job_id(fn)
             doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
             job = Job.create(
                 schedule,
@@ -207,11 +203,10 @@ class Scheduler(SyncControl):
                 config=config,
                 description=description if description is not None else (doc[0] if doc else ""),
                 team=team,
+                retry=retry,
+                notify=notify,
+                auto_pause_after=auto_pause_after,
             )
-            if retry is not None or notify is not None or auto_pause_after is not None:
-                job = dataclasses.replace(
-                    job, retry=retry, notify=notify, auto_pause_after=auto_pause_after
-                )
             self.add_job(job)
             return fn
 
@@ -319,7 +314,6 @@ class Scheduler(SyncControl):
         """Re-plan now (a job or an override changed): the loop wakes up."""
         self.loop.wake.set()
 
-    _poke = wake  # the name api/app.py used
 
     async def stop(self) -> None:
         """Stop claiming, let running handlers finish within the grace period, release
@@ -472,10 +466,16 @@ class Scheduler(SyncControl):
         return await self._set_override(job_id, False, by=by, note=note, until=until)
 
     async def resume_async(
-        self, job_id: str, *, by: str | None = None, note: str | None = None
+        self,
+        job_id: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+        until: datetime | str | float | timedelta | None = None,
     ) -> JobState:
-        """Force the job on for every process (even if declared ``enabled=False``)."""
-        return await self._set_override(job_id, True, by=by, note=note, until=None)
+        """Force the job on for every process (even if declared ``enabled=False``), until
+        resumed otherwise (or until ``until``: a time or a duration)."""
+        return await self._set_override(job_id, True, by=by, note=note, until=until)
 
     async def clear_override_async(self, job_id: str, *, by: str | None = None) -> JobState:
         """Back to the job's declared ``enabled``."""
@@ -490,15 +490,10 @@ class Scheduler(SyncControl):
         note: str | None,
         until: datetime | str | float | timedelta | None,
     ) -> JobState:
-        self.get_job(job_id)
-        if isinstance(until, datetime):
-            if until.tzinfo is None:
-                raise ValueError(f"until={until.isoformat()} must be an aware datetime")
-            until_dt: datetime | None = until
-        elif until is None:
-            until_dt = None
-        else:
-            until_dt = from_ts(self.clock.now() + _secs(until, "until"))
+        job = self.get_job(job_id)
+        until_dt = None if until is None else pause_until(
+            until, now=from_ts(self.clock.now()), tz=job.schedule.tz
+        )
         async with _ControlScope(self):
             state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
         self.wake()

@@ -66,9 +66,16 @@ class SyncControl:
         s = self._me
         return call_sync(s, lambda: s.pause_async(job_id, by=by, note=note, until=until))
 
-    def resume(self, job_id: str, *, by: str | None = None,
-               note: str | None = None) -> JobState:
-        return call_sync(self._me, lambda: self._me.resume_async(job_id, by=by, note=note))
+    def resume(
+        self,
+        job_id: str,
+        *,
+        by: str | None = None,
+        note: str | None = None,
+        until: datetime | str | float | timedelta | None = None,
+    ) -> JobState:
+        s = self._me
+        return call_sync(s, lambda: s.resume_async(job_id, by=by, note=note, until=until))
 
     def clear_override(self, job_id: str, *,
                        by: str | None = None) -> JobState:

@@ -175,7 +175,7 @@ auto_pause_after = 2
         (job,) = loaded.jobs
     assert job.retry == job.handler.retry and job.retry.attempts == 3
     assert job.notify == job.handler.notify and job.auto_pause_after == 2
-    assert job.handler.retries_itself  # the runtime must not retry it once more
+    assert job.handler.applies_job_policies  # the runtime must not retry it once more
 
 
 def test_allow_private_targets_without_http_is_an_error(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
 import subprocess
 import sys
 import textwrap
@@ -116,12 +115,12 @@ async def test_backoff_schedules(server: Server, runtime: HttpRuntime, sleeps: S
     assert json.loads(logged[-1].removeprefix("attempts: "))["attempts"][3]["attempt"] == 4
 
 
-def test_unknown_backoff_falls_back_to_fixed_with_a_warning(
-        caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        policy = RetryPolicy(attempts=3, backoff="fibonacci", delay=2)
-    assert policy.backoff == "fixed" and policy.wait(1) == policy.wait(2) == 2
-    assert "fibonacci" in caplog.text and "fixed" in caplog.text
+def test_unknown_backoff_is_an_error() -> None:
+    # it used to fall back to "fixed" with a warning printed by every command; the spec
+    # reports it as a problem of the job (config, API, Job.create), and so does the policy
+    with pytest.raises(ValueError, match="backoff: 'fibonacci' is not one of exponential"):
+        RetryPolicy(attempts=3, backoff="fibonacci", delay=2)
+    assert RetryPolicy(attempts=3, backoff="fixed", delay=2).wait(2) == 2
 
 
 @pytest.mark.parametrize("attempts", [0, 11, True, 2.5])
