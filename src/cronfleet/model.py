@@ -7,7 +7,6 @@ Times inside records are aware UTC datetimes; the loop itself works in epoch sec
 from __future__ import annotations
 
 import inspect
-import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
-
-_log = logging.getLogger("cronfleet")
 
 __all__ = [
     "BACKOFF_STRATEGIES",
