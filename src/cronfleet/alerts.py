@@ -233,13 +233,24 @@ class Alerts:
 
 def install(
     scheduler: Scheduler,
-    services: AlertServices,
+    services: AlertServices | None = None,
     *,
     scope: Scope | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> Unsubscribe:
     """Alerts for the jobs of ``scheduler``; auto-pause goes through
-    ``scheduler.pause_async`` (an override with a note, for the whole fleet)."""
+    ``scheduler.pause_async`` (an override with a note, for the whole fleet).
+
+    ``services`` defaults to an :class:`~cronfleet.jobs.http.HttpRuntime` on the
+    scheduler's store (health shared by the fleet, the store's vault for secrets in a
+    notification policy, the SSRF guard on); its ``scope`` is used when none is given.
+    ``cronfleet run`` installs alerts by itself; a library user calls this once."""
+    if services is None:
+        from cronfleet.jobs.http import HttpRuntime
+
+        services = HttpRuntime(store=scheduler.store.url)
+    if scope is None:
+        scope = getattr(services, "scope", None)
 
     async def pause(job_id: str, note: str) -> bool:
         await scheduler.pause_async(job_id, by="cronfleet (auto-pause)", note=note)

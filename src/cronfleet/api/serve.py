@@ -11,6 +11,7 @@ import socket
 from collections.abc import Generator
 from typing import Any
 
+from cronfleet import alerts
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
@@ -75,6 +76,12 @@ async def serve(
     stop = stop or asyncio.Event()
     set_on_signals(stop)
     api_store = ApiStore(scheduler.store.url)
+    if http_runtime is None:
+        from cronfleet.jobs.http import HttpRuntime
+
+        http_runtime = HttpRuntime(store=scheduler.store.url)
+    # health, auto-pause and notifications for every job kind that asks for them
+    unsubscribe_alerts = alerts.install(scheduler, http_runtime)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll)
     server: Any = None
@@ -114,5 +121,6 @@ async def serve(
             await catalog.stop()
             raise_if_failed(loop_task)
     finally:
+        unsubscribe_alerts()
         await catalog.stop()
         await api_store.close()

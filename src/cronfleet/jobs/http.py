@@ -18,7 +18,9 @@ holds the same record, which is also written to the run's log).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -27,7 +29,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -262,6 +264,20 @@ class HttpRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._health = health
         self._notifier = notifier
+
+    @contextlib.contextmanager
+    def scope(self, redact: Redactor, allow_private: bool | None = None) -> Iterator[None]:
+        """While notifications are sent: the SSRF guard's setting (``allow_private``, or
+        this runtime's default) and the redactor for every text the client logs."""
+        token = _allow_private.set(
+            self.allow_private_targets if allow_private is None else allow_private
+        )
+        redact_token = _redactor.set(redact)
+        try:
+            yield
+        finally:
+            _allow_private.reset(token)
+            _redactor.reset(redact_token)
 
     @property
     def health(self) -> HealthStore:
@@ -549,23 +565,7 @@ class HttpJob:
                          redact: Redactor) -> None:
         """Health, auto-pause and notifications (``cronfleet.alerts``), written into the
         result; this job applies its policies itself (``applies_job_policies``)."""
-        import contextlib
-        from collections.abc import Iterator
-
         from cronfleet.alerts import RunFacts, record_and_alert
-
-        allow = (self.allow_private_targets if self.allow_private_targets is not None
-                 else rt.allow_private_targets)
-
-        @contextlib.contextmanager
-        def scope(redact: Redactor) -> Iterator[None]:
-            token = _allow_private.set(allow)
-            redact_token = _redactor.set(redact)
-            try:
-                yield
-            finally:
-                _allow_private.reset(token)
-                _redactor.reset(redact_token)
 
         facts = RunFacts(
             job_id=ctx.job_id, slot=ctx.slot, instance_id=ctx.instance_id, ok=ok,
@@ -576,7 +576,8 @@ class HttpJob:
         await record_and_alert(facts, rt, result, notify=self.notify,
                                auto_pause_after=self.auto_pause_after,
                                namespace=self.namespace, redact=redact, log_line=ctx.log,
-                               scope=scope)
+                               scope=functools.partial(rt.scope,
+                                                       allow_private=self.allow_private_targets))
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \
