@@ -543,15 +543,13 @@ def _has_stored_jobs(url: str) -> bool:
 
     from cronfleet.errors import CronfleetError
     from cronfleet.store.api import ApiStore
+    from cronfleet.store.url import parse_store_url
 
-    if url.startswith("sqlite:///"):
-        import os
-
-        from cronfleet.store.sqlite import SQLiteStore
-
-        path = SQLiteStore.from_url(url).path
-        if path == ":memory:" or not os.path.exists(path):
+    try:
+        if parse_store_url(url).no_file_yet:
             return False
+    except CronfleetError:
+        return False
 
     async def go() -> bool:
         store = ApiStore(url)
@@ -676,17 +674,15 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
     """Warnings for jobs whose recent runs outlast their period; a note when the history
     could not be read (never an error: check must work before the first run)."""
     import asyncio
-    from pathlib import Path
 
     from cronfleet.overview import RECENT_RUNS, opened, overrun_warning
     from cronfleet.store import open_store
+    from cronfleet.store.url import parse_store_url
 
     url = loaded.config.store
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        if path == ":memory:" or not Path(path).exists():
-            return [], "no run history yet (the store file does not exist), so the " \
-                       "runs-longer-than-their-period check was skipped"
+    if parse_store_url(url).no_file_yet:
+        return [], "no run history yet (the store file does not exist), so the " \
+                   "runs-longer-than-their-period check was skipped"
     store = open_store(url)
 
     async def read() -> list[str]:

@@ -8,6 +8,7 @@ from cronfleet.clock import Clock
 from cronfleet.errors import StoreError
 from cronfleet.store.base import Store
 from cronfleet.store.sqlite import SQLiteStore
+from cronfleet.store.url import parse_store_url
 
 if TYPE_CHECKING:
     from cronfleet.store.postgres import PostgresStore
@@ -36,13 +37,9 @@ def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
         if not isinstance(target, Store):
             raise StoreError(f"expected a store URL or a Store object, got {target!r}")
         return target
-    scheme = target.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        return SQLiteStore.from_url(target, clock=clock)
-    if scheme in ("postgresql", "postgres"):
-        from cronfleet.store.postgres import PostgresStore
+    parsed = parse_store_url(target)
+    if parsed.dialect == "sqlite":
+        return SQLiteStore(parsed.path, clock=clock)
+    from cronfleet.store.postgres import PostgresStore
 
-        return PostgresStore.from_url(target, clock=clock)
-    raise StoreError(
-        f"unknown store URL {target!r}: expected sqlite:///path.db or postgresql://user@host/db"
-    )
+    return PostgresStore(target, clock=clock)

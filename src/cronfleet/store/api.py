@@ -27,6 +27,7 @@ from typing import Any
 
 from cronfleet.errors import StoreError
 from cronfleet.store.side import SideDB, open_side_db
+from cronfleet.store.url import parse_store_url
 
 __all__ = [
     "ROLES",
@@ -160,8 +161,8 @@ class ApiStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        scheme = url.split(":", 1)[0].lower()
-        ddl = _POSTGRES_DDL if scheme in ("postgresql", "postgres") else _SQLITE_DDL
+        dialect = parse_store_url(url).dialect
+        ddl = _POSTGRES_DDL if dialect == "postgres" else _SQLITE_DDL
         self._db: SideDB = open_side_db(url, ddl, "API tables")
         self._touched: dict[str, float] = {}
 

@@ -38,7 +38,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
@@ -57,16 +56,16 @@ from cronfleet.store.common import (
     ms,
     skip_result,
 )
+from cronfleet.store.url import parse_store_url, redact_url, split_pg_url
+from cronfleet.store.url import split_pg_url as split_url  # the old name, kept
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "split_url"]
 
 log = logging.getLogger("cronfleet.store.postgres")
 T = TypeVar("T")
 Query = str | bytes | sql.SQL | sql.Composed
 TimeSource = Literal["database", "clock"]
 
-# our options in the URL query; everything else is passed to libpq untouched
-_URL_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
 # the first of the advisory-lock key pair used by migrations ("cfmg")
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
@@ -326,28 +325,6 @@ def _run_rows(recs: Sequence[RunRecord]) -> str:
     )
 
 
-def _redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """``(libpq conninfo, our options)``: the query keys cronfleet reads (``schema``,
-    ``pool_min``, ``pool_max``, ``time_source``) are removed, the rest is left to libpq."""
-    if "://" not in url:
-        return url, {}  # a libpq "key=value" string
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in _URL_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in _URL_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), ours
-
-
 class Cursor:
     """The cursor a transaction body gets: table names written ``__S__.claims`` in our SQL
     resolve to this store's schema, so nothing depends on ``search_path``."""
@@ -400,9 +377,9 @@ class PostgresStore:
         skew_interval: float = 60.0,
         max_backoff: float = 5.0,
     ) -> None:
-        conninfo, opts = split_url(url)
+        conninfo, opts = split_pg_url(url)
         self.conninfo = conninfo
-        self.url = _redact(url)
+        self.url = redact_url(url)
         self.schema = schema or opts.get("schema") or "cronfleet"
         if len(self.schema) > 50:
             raise StoreError(f"PostgreSQL store: schema name {self.schema!r} is too long")
@@ -444,7 +421,11 @@ class PostgresStore:
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
-        if not url.lower().startswith(("postgresql://", "postgres://")):
+        try:
+            ok = parse_store_url(url).dialect == "postgres"
+        except StoreError:
+            ok = False
+        if not ok:
             raise StoreError(
                 f"invalid PostgreSQL URL {url!r}: expected postgresql://user@host:5432/dbname"
             )

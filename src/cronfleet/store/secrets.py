@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from cronfleet.errors import StoreError
 from cronfleet.store.side import SideDB, SidePostgres, SideSQLite
+from cronfleet.store.url import parse_store_url
 
 __all__ = [
     "MemorySecretStore",
@@ -188,12 +188,7 @@ class PostgresSecretStore(_SideSecretStore):
 
 def open_secret_store(url: str) -> SecretStore:
     """The secret store next to the run store named by ``url``."""
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from cronfleet.store.sqlite import SQLiteStore
-
-        return SQLiteSecretStore(SQLiteStore.from_url(url).path)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresSecretStore(url)
-    raise StoreError(f"unknown store URL {url!r}: expected sqlite:///path.db or "
-                     "postgresql://user@host/db")
+    parsed = parse_store_url(url)
+    if parsed.dialect == "sqlite":
+        return SQLiteSecretStore(parsed.path)
+    return PostgresSecretStore(url)

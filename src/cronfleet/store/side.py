@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from cronfleet.errors import StoreError
+from cronfleet.store.url import parse_store_url
 
 __all__ = ["Rows", "SideDB", "SidePostgres", "SideSQLite", "open_side_db"]
 
@@ -87,10 +88,8 @@ class SideSQLite:
 
 class SidePostgres:
     def __init__(self, url: str, ddl: Sequence[str], what: str) -> None:
-        from cronfleet.store.postgres import split_url
-
-        self.conninfo, opts = split_url(url)
-        self.schema = opts.get("schema") or "cronfleet"
+        parsed = parse_store_url(url)
+        self.conninfo, self.schema = parsed.conninfo, parsed.schema
         self.what = what
         self.channel = f"cronfleet_{self.schema}"
         self._prefix = '"' + self.schema.replace('"', '""') + '".'
@@ -151,12 +150,7 @@ class SidePostgres:
 def open_side_db(url: str, ddl: Sequence[str], what: str) -> SideSQLite | SidePostgres:
     """The side-table connection for the store named by ``url``. ``ddl``: statements with
     ``{p}`` before table names, in SQL both dialects accept."""
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from cronfleet.store.sqlite import SQLiteStore
-
-        return SideSQLite(SQLiteStore.from_url(url).path, ddl, what)
-    if scheme in ("postgresql", "postgres"):
-        return SidePostgres(url, ddl, what)
-    raise StoreError(f"unknown store URL {url!r}: expected sqlite:///path.db or "
-                     "postgresql://user@host/db")
+    parsed = parse_store_url(url)
+    if parsed.dialect == "sqlite":
+        return SideSQLite(parsed.path, ddl, what)
+    return SidePostgres(url, ddl, what)

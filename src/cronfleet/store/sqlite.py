@@ -37,6 +37,7 @@ from cronfleet.store.common import (
     ms,
     skip_result,
 )
+from cronfleet.store.url import parse_store_url
 
 __all__ = ["SQLiteStore"]
 
@@ -249,18 +250,12 @@ class SQLiteStore:
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
-        prefix = "sqlite:///"
-        if not url.startswith(prefix):
+        if not url.startswith("sqlite:///"):
             raise StoreError(
                 f"invalid SQLite URL {url!r}: expected sqlite:///relative/path.db "
                 "or sqlite:////absolute/path.db"
             )
-        path, _, query = url[len(prefix) :].partition("?")
-        if not path:
-            raise StoreError(f"invalid SQLite URL {url!r}: no file path after 'sqlite:///'")
-        if query:
-            raise StoreError(f"invalid SQLite URL {url!r}: query options are not supported")
-        return cls(path, clock=clock)
+        return cls(parse_store_url(url).path, clock=clock)
 
     # -- plumbing ---------------------------------------------------------------------
 
