@@ -46,15 +46,28 @@ from psycopg_pool import AsyncConnectionPool
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
-from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import (
-    busy_log,
-    busy_result,
-    history_query,
-    migrations,
+from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.store import ledger
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    Finish,
+    Skip,
+    Start,
+    Started,
+)
+from cronfleet.store.common import history_query, migrations
+from cronfleet.store.rows import (
+    RUN_COLUMNS,
+    RUN_INSERT_COLUMNS,
+    dumps,
     ms,
-    skip_result,
+    msd,
+    pg_finish_row,
+    pg_run,
+    pg_run_rows,
+    pg_state,
 )
 from cronfleet.store.url import parse_store_url, redact_url, split_pg_url
 from cronfleet.store.url import split_pg_url as split_url  # the old name, kept
@@ -70,14 +83,17 @@ TimeSource = Literal["database", "clock"]
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
 
-_RUN_COLS = (
-    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
-    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
-    "result, error, logs"
-)
+_RUN_COLS = RUN_COLUMNS
+# last_slot is derived by the watermark rule (store/base.py), exactly as on SQLite: the
+# newest claimed slot (retention keeps each job's newest claim) or claim-less skip. The
+# job_state.last_slot column of schema v1 is no longer written or read (a process of the
+# previous release may still write it during a rolling upgrade; nothing reads it).
 _STATE_COLS = (
-    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
-    "lease_holder, lease_token, lease_until, last_slot, created_at"
+    "s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note, "
+    "s.override_until, s.lease_holder, s.lease_token, s.lease_until, "
+    "greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id), "
+    "(SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id "
+    "AND r.dedupe IS NOT NULL)), s.created_at"
 )
 
 # A batch travels as ONE jsonb parameter (an array of row arrays) read with
@@ -136,27 +152,20 @@ kept AS (
     AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
   ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
 )"""
-# rows: [job, watermark ms | null, lease token | null, lease until ms | null, early]
-# (early: the watermark moves only if the lease is taken -- an early claim is kept only
-# together with its lease)
+# rows: [job, lease token, lease until ms]
 _STATE_SQL = f"""
 WITH {_LOCK_CTE}__KEEP__,
-v AS (SELECT e->>0 AS j, {_TS.format("e->>1")} AS mark, (e->>2)::bigint AS tok,
-             {_TS.format("e->>3")} AS until, coalesce((e->>4)::boolean, false) AS early
+v AS (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format("e->>2")} AS until
       FROM {_ROWS} AS e)
 UPDATE __S__.job_state s SET
-  last_slot = CASE WHEN v.mark IS NOT NULL AND (s.last_slot IS NULL OR s.last_slot < v.mark)
-                        AND (NOT v.early OR (v.tok IS NOT NULL AND {_FREE}))
-                   THEN v.mark ELSE s.last_slot END,
-  lease_holder = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN %(inst)s ELSE s.lease_holder END,
-  lease_token = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.tok ELSE s.lease_token END,
-  lease_until = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.until ELSE s.lease_until END
+  lease_holder = CASE WHEN {_FREE} THEN %(inst)s ELSE s.lease_holder END,
+  lease_token = CASE WHEN {_FREE} THEN v.tok ELSE s.lease_token END,
+  lease_until = CASE WHEN {_FREE} THEN v.until ELSE s.lease_until END
 FROM v
 WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
 RETURNING s.job_id, s.lease_token, s.lease_holder
 """
-_STATE_LEASE_SQL = _STATE_SQL.replace("__KEEP__", _KEEP_LOST_CTE)
-_STATE_SQL = _STATE_SQL.replace("__KEEP__", "")
+_STATE_SQL = _STATE_SQL.replace("__KEEP__", _KEEP_LOST_CTE)
 # rows: [job, token]
 _RELEASE_SQL = f"""
 WITH {_LOCK_CTE}
@@ -164,8 +173,8 @@ UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_unti
 FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok FROM {_ROWS} AS e) AS v
 WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
 """
-# rows: [job, slot ms, token]; early claims given back: each deleted (fenced by token),
-# then the jobs' watermarks recomputed from what is left, as if the claim was never made
+# rows: [job, slot ms, token]; early claims given back: each deleted (fenced by token), so
+# the derived watermark is as if the claim was never made
 _WITHDRAW_SQL = f"""
 DELETE FROM __S__.claims c
 USING (SELECT e->>0 AS j, {_TS.format("e->>1")} AS slot, (e->>2)::bigint AS tok
@@ -173,21 +182,9 @@ USING (SELECT e->>0 AS j, {_TS.format("e->>1")} AS slot, (e->>2)::bigint AS tok
 WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
 RETURNING c.job_id
 """
-_REMARK_SQL = f"""
-WITH {_LOCK_CTE.replace("SELECT e->>0 FROM", "SELECT e FROM").replace(_ROWS, _IDS)}
-UPDATE __S__.job_state s SET last_slot = (
-  SELECT max(m.slot) FROM (
-    SELECT max(c.slot) AS slot FROM __S__.claims c WHERE c.job_id = s.job_id
-    UNION ALL
-    SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL
-  ) AS m)
-WHERE s.job_id IN (SELECT job_id FROM locked)
-"""
 # rows: see _run_rows()
 _INSERT_RUNS_SQL = f"""
-INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
-                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
-                  finished_at, deadline, result, error, logs)
+INSERT INTO __S__.runs ({RUN_INSERT_COLUMNS})
 SELECT e->>0, {_TS.format("e->>1")}, e->>2, e->>3, e->>4, e->>5, (e->>6)::bigint,
        (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
        {_TS.format("e->>11")}, {_TS.format("e->>12")}, {_TS.format("e->>13")},
@@ -231,12 +228,10 @@ ORDER BY (e->>0) COLLATE "C", 2, 5
 ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 _REAP_SQL = f"""
-UPDATE __S__.runs SET status = 'interrupted', reason = 'lease_expired', finished_at = %(now)s,
-  deadline = NULL,
-  error = 'the instance running it stopped answering; its lease expired',
+UPDATE __S__.runs SET status = 'interrupted', reason = %(reason)s, finished_at = %(now)s,
+  deadline = NULL, error = %(error)s,
   logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
-    'Interrupted: ' || coalesce(instance_id, 'an instance')
-    || ' did not finish this run before its lease expired (marked by ' || %(inst)s || ')')
+    %(before)s::text || coalesce(instance_id, %(anon)s::text) || %(after)s::text)
 WHERE status IN ('running', 'pending') AND deadline < %(now)s
   AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
                   AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
@@ -255,74 +250,15 @@ FOR UPDATE OF s SKIP LOCKED
 """
 
 
-def _msd(d: datetime | None) -> int | None:
-    return None if d is None else round(d.timestamp() * 1000)
-
-
-def _dumps(rows: Any) -> str:
-    """A batch as one compact JSON document (``default=str`` as on SQLite)."""
-    return json.dumps(rows, default=str, separators=(",", ":"))
+_msd = msd
+_dumps = dumps
+_state = pg_state
+_run = pg_run
+_run_rows = pg_run_rows
 
 
 def _run_id(r: RunRecord) -> int:
     return r.id or 0
-
-
-def _state(row: Sequence[Any]) -> JobState:
-    return JobState(*row)
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=row[2],
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=row[8],
-        is_catchup=row[9],
-        is_recovery=row[10],
-        attempt=row[11],
-        claimed_at=row[12],
-        started_at=row[13],
-        finished_at=row[14],
-        deadline=row[15],
-        result=row[16],
-        error=row[17],
-        logs=[] if row[18] is None else list(row[18]),
-    )
-
-
-def _run_rows(recs: Sequence[RunRecord]) -> str:
-    """The rows of ``_INSERT_RUNS_SQL`` for these records, as one JSON document."""
-    return _dumps(
-        [
-            [
-                r.job_id,
-                _msd(r.slot),
-                r.triggered_by.value,
-                r.status.value,
-                r.reason,
-                r.instance_id,
-                r.fencing_token,
-                r.manual,
-                r.is_catchup,
-                r.is_recovery,
-                r.attempt,
-                _msd(r.claimed_at),
-                _msd(r.started_at),
-                _msd(r.finished_at),
-                None if r.status.finished else _msd(r.deadline),
-                r.result,
-                r.error,
-                r.logs or [],
-            ]
-            for r in recs
-        ]
-    )
 
 
 class Cursor:
@@ -516,8 +452,6 @@ class PostgresStore:
         await cur.execute(_WITHDRAW_SQL, {"rows": _dumps([list(r) for r in rows])})
         deleted = [r[0] for r in await cur.fetchall()]
         await cur.execute(_RELEASE_SQL, {"rows": _dumps([[j, tok] for j, _, tok in rows])})
-        if deleted:
-            await cur.execute(_REMARK_SQL, {"ids": _dumps(sorted(set(deleted)))})
         return len(deleted)
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
@@ -881,7 +815,7 @@ class PostgresStore:
     @staticmethod
     async def _select_states(cur: Cursor, ids: list[str]) -> dict[str, JobState]:
         await cur.execute(
-            f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE job_id IN (SELECT {_IDS})",
+            f"SELECT {_STATE_COLS} FROM __S__.job_state s WHERE s.job_id IN (SELECT {_IDS})",
             {"ids": _dumps(ids)},
         )
         return {r[0]: _state(r) for r in await cur.fetchall()}
@@ -899,7 +833,8 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
             await cur.execute(
-                f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE enabled_override IS NOT NULL"
+                f"SELECT {_STATE_COLS} FROM __S__.job_state s "
+                "WHERE s.enabled_override IS NOT NULL"
             )
             return {r[0]: _state(r) for r in await cur.fetchall()}
 
@@ -925,9 +860,9 @@ class PostgresStore:
                 (job_id, now),
             )
             await cur.execute(
-                "UPDATE __S__.job_state SET enabled_override = %s, override_by = %s, "
+                "UPDATE __S__.job_state s SET enabled_override = %s, override_by = %s, "
                 "override_at = %s, override_note = %s, override_until = %s "
-                f"WHERE job_id = %s RETURNING {_STATE_COLS}",
+                f"WHERE s.job_id = %s RETURNING {_STATE_COLS}",
                 (enabled, by, now, note, until, job_id),
             )
             row = await cur.fetchone()
@@ -943,31 +878,21 @@ class PostgresStore:
         self,
         cur: Cursor,
         now: datetime,
-        marks: dict[str, int],
         leases: list[tuple[str, int | None, float]],
         instance: str,
-        early: set[str] | None = None,
     ) -> tuple[set[str], dict[str, str | None]]:
-        """One statement per batch: advance watermarks and take ``(job, token, hold)``
-        leases. Returns the jobs whose lease was taken and the holders of the busy ones.
-        For the ``early`` jobs the watermark moves only if the lease is taken."""
-        if not marks and not leases:
+        """One statement per batch: take ``(job, token, hold)`` leases that are free or
+        expired (keeping a dead holder's unwritten run first). Returns the jobs whose lease
+        was taken and the holders of the busy ones."""
+        if not leases:
             return set(), {}
         ids = [w[0] for w in leases]
         unknown = [j for j in ids if j not in self._known]
         if unknown:
             await cur.execute(_ENSURE_SQL, {"now": now, "ids": _dumps(unknown)})
         now_ms = _msd(now) or 0
-        rows: dict[str, list[Any]] = {j: [j, s, None, None] for j, s in marks.items()}
-        for j, tok, hold in leases:
-            row = rows.setdefault(j, [j, None, None, None])
-            row[2], row[3] = tok, now_ms + ms(hold)
-        for j in early or ():
-            rows[j].append(True)
-        await cur.execute(
-            _STATE_LEASE_SQL if leases else _STATE_SQL,
-            {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))},
-        )
+        rows = [[j, tok, now_ms + ms(hold)] for j, tok, hold in leases]
+        await cur.execute(_STATE_SQL, {"inst": instance, "now": now, "rows": _dumps(rows)})
         wanted = {j: tok for j, tok, _ in leases}
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
@@ -1013,7 +938,9 @@ class PostgresStore:
         slot_ms = [ms(it.slot) for it in items]
         # 1. claims: one statement for every unique slot claim in the batch
         slot_idx = [
-            i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+            i
+            for i, it in enumerate(items)
+            if it.claim == "slot" and it.kind is not DispatchKind.RECOVERY
         ]
         if slot_idx:
             await cur.execute(
@@ -1029,9 +956,7 @@ class PostgresStore:
                 tok = won.get((items[i].job_id, slot_ms[i]))
                 if tok is not None:
                     out[i].won, out[i].token = True, tok
-        token_idx = [
-            i for i, it in enumerate(items) if it.claim == "token" and it.reclaim_token is None
-        ]
+        token_idx = [i for i, it in enumerate(items) if it.claim == "token"]
         if token_idx:  # manual runs: a fencing token without a slot
             await cur.execute(
                 _TOKEN_SQL,
@@ -1045,7 +970,7 @@ class PostgresStore:
             for i, tok in zip(token_idx, tokens, strict=True):
                 out[i].won, out[i].token = True, tok
         for i, it in enumerate(items):
-            if it.reclaim_token is not None:  # crash recovery: rare, one row at a time
+            if it.kind is DispatchKind.RECOVERY:  # crash recovery: rare, one row at a time
                 await cur.execute(
                     "DELETE FROM __S__.claims WHERE job_id = %s AND token = %s",
                     (it.job_id, it.reclaim_token),
@@ -1061,29 +986,26 @@ class PostgresStore:
                     out[i].won, out[i].token = True, row[0]
             elif it.claim == "none":
                 out[i].won = True
-        # 2 + 3. per-job watermark of processed slots (drives catch-up after a restart)
-        # and the leases of the runs that start now, in one statement
-        marks: dict[str, int] = {}
-        for i in slot_idx:
-            if out[i].won and marks.get(items[i].job_id, -1) < slot_ms[i]:
-                marks[items[i].job_id] = slot_ms[i]
+        # 2. the leases of the runs that start now, one statement (the watermark is
+        #    derived from the claims: nothing to write for it)
         lease_idx = [
             i
             for i, d in enumerate(out)
             if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
         ]
-        early = {items[i].job_id for i in lease_idx if items[i].early}
         acquired, holders = await self._update_states(
             cur,
             now,
-            marks,
             [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
             instance,
-            early,
         )
         # an early claim is kept only with its lease: where the lease is busy, the claim
         # goes again (no other transaction ever saw it) and the slot is decided at its time
-        gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+        gone = [
+            i
+            for i in lease_idx
+            if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+        ]
         if gone:
             await cur.execute(
                 "DELETE FROM __S__.claims WHERE token IN "
@@ -1094,11 +1016,12 @@ class PostgresStore:
                 d = out[i]
                 d.won, d.token, d.busy = False, None, True
                 d.holder = holders.get(d.request.job_id)
-        # 4. a ledger row per won slot; fast-path runs (record=False) are written by the
-        #    scheduler's group commit after their handler has started
+        # 3. the run row of each won slot, as the ledger decides; fast-path runs
+        #    (record=False) are written by the scheduler's group commit after their
+        #    handler has started
         to_insert: list[RunRecord] = []
         slot_dt: dict[int, datetime] = {}
-        running = RunStatus.RUNNING
+        decide = ledger.dispatch_run
         for i, d in enumerate(out):
             if not d.won:
                 continue
@@ -1107,62 +1030,21 @@ class PostgresStore:
             slot = slot_dt.get(at)
             if slot is None:
                 slot = slot_dt[at] = datetime.fromtimestamp(at / 1000, UTC)
-            logs = list(it.logs) if it.logs else []
-            if (
-                not it.record
-                and not it.defer
-                and not it.skip_reason
-                and (not it.lease or it.job_id in acquired)
-            ):
-                # the hot path: a leased run that starts now, its row written later
-                d.run = RunRecord(
-                    None, it.job_id, slot, it.triggered_by, running, instance, d.token,
-                    it.manual, it.is_catchup, it.is_recovery, 1, None, now, now, None,
-                    now + timedelta(seconds=it.hold), it.result, None, logs,
-                )  # fmt: skip
-                continue
-            status, reason, result = running, None, it.result
-            started: datetime | None = now
-            finished: datetime | None = None
-            deadline: datetime | None = now + timedelta(seconds=it.hold)
-            if it.skip_reason:
-                status, reason, started, finished, deadline = (
-                    RunStatus.SKIPPED, it.skip_reason, None, now, None,
-                )  # fmt: skip
-                if result is None:
-                    result = skip_result(it.skip_reason)
-            elif it.defer:
-                status, started = RunStatus.PENDING, None
-            elif it.lease and it.job_id not in acquired:
-                d.holder = holders.get(it.job_id)
-                if it.wait_if_busy:
-                    status, started = RunStatus.PENDING, None
-                else:
-                    status, reason, started, finished, deadline = (
-                        RunStatus.SKIPPED, SkipReason.ALREADY_EXECUTING.value, None, now, None,
-                    )  # fmt: skip
-                    result = busy_result()
-                    logs.append(busy_log(d.holder))
-            d.run = RunRecord(
-                id=None,
-                job_id=it.job_id,
+            rec, write, busy = decide(
+                it,
                 slot=slot,
-                triggered_by=it.triggered_by,
-                status=status,
-                instance_id=instance,
-                fencing_token=d.token,
-                manual=it.manual,
-                is_catchup=it.is_catchup,
-                is_recovery=it.is_recovery,
-                reason=reason,
-                claimed_at=now,
-                started_at=started,
-                finished_at=finished,
-                deadline=deadline,
-                result=result,
-                logs=logs,
+                now=now,
+                deadline=now + timedelta(seconds=it.hold),
+                token=d.token,
+                instance=instance,
+                lease_taken=it.job_id in acquired,
+                holder=holders.get(it.job_id),
             )
-            to_insert.append(d.run)
+            d.run = rec
+            if busy:
+                d.holder = holders.get(it.job_id)
+            if write:
+                to_insert.append(rec)
         ids = await self._insert_runs(cur, to_insert)
         for rec, rid in zip(to_insert, ids, strict=True):
             rec.id = rid
@@ -1224,7 +1106,7 @@ class PostgresStore:
         if len({it.job_id for it in leased}) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         acquired, holders = await self._update_states(
-            cur, now, {}, [(it.job_id, it.token, it.hold) for it in leased], instance
+            cur, now, [(it.job_id, it.token, it.hold) for it in leased], instance
         )
         now_ms = _msd(now) or 0
         run_now: list[tuple[int, int]] = []
@@ -1236,7 +1118,7 @@ class PostgresStore:
                 if it.wait_if_busy:
                     waiting.add(it.run_id)
                 else:
-                    skip_now.append((it.run_id, busy_log(st.holder)))
+                    skip_now.append((it.run_id, ledger.busy_log(st.holder)))
                 continue
             run_now.append((it.run_id, now_ms + ms(it.hold)))
         if run_now:
@@ -1255,7 +1137,7 @@ class PostgresStore:
                 {
                     "reason": SkipReason.ALREADY_EXECUTING.value,
                     "now": now,
-                    "result": _dumps(busy_result()),
+                    "result": _dumps(ledger.busy_result()),
                     "rows": _dumps(skip_now),
                 },
             )
@@ -1278,17 +1160,7 @@ class PostgresStore:
         new = [f.run for f in reqs if f.run.id is None]
         updates = _dumps(
             [
-                [
-                    r.id,
-                    r.status.value,
-                    r.reason,
-                    _msd(r.started_at),
-                    _msd(r.finished_at),
-                    None if r.status.finished else _msd(r.deadline),
-                    r.result,
-                    r.error,
-                    r.logs or [],
-                ]
+                pg_finish_row(r)
                 for r in sorted((f.run for f in reqs if f.run.id is not None), key=_run_id)
             ]
         )
@@ -1310,21 +1182,17 @@ class PostgresStore:
         if not items:
             return 0
         rows: list[list[Any]] = []
-        marks: dict[str, int] = {}
         for sk in items:
-            at = ms(sk.slot)
-            result = sk.result if sk.result is not None else skip_result(sk.reason)
+            result = sk.result if sk.result is not None else ledger.skip_result(sk.reason)
             rows.append(
-                [sk.job_id, at, sk.triggered_by.value, sk.reason, sk.instance_id, result, sk.logs]
+                [sk.job_id, ms(sk.slot), sk.triggered_by.value, sk.reason, sk.instance_id,
+                 result, sk.logs]
             )
-            marks[sk.job_id] = max(marks.get(sk.job_id, at), at)
         payload = _dumps(rows)
 
         async def go(cur: Cursor, now: datetime) -> int:
             await cur.execute(_SKIPS_SQL, {"now": now, "rows": payload})
-            written = cur.rowcount
-            await self._update_states(cur, now, marks, [], "")
-            return max(written, 0)
+            return max(cur.rowcount, 0)
 
         return await self._run(go)
 
@@ -1355,26 +1223,23 @@ class PostgresStore:
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
         async def go(cur: Cursor, now: datetime) -> tuple[list[RunRecord], list[RunRecord]]:
-            await cur.execute(_REAP_SQL, {"now": now, "inst": instance_id})
+            before, anon, after = ledger.interrupted_log_parts(instance_id)
+            await cur.execute(
+                _REAP_SQL,
+                {
+                    "now": now,
+                    "reason": ledger.INTERRUPTED_REASON,
+                    "error": ledger.INTERRUPTED_ERROR,
+                    "before": before,
+                    "anon": anon,
+                    "after": after,
+                },
+            )
             reaped = [_run(r) for r in await cur.fetchall()]
             await cur.execute(_LOST_SQL, {"now": now})
             rebuilt = [
-                RunRecord(
-                    id=None,
-                    job_id=job_id,
-                    slot=slot if slot is not None else claimed,
-                    triggered_by=TriggeredBy.SCHEDULE,
-                    status=RunStatus.INTERRUPTED,
-                    instance_id=holder,
-                    fencing_token=token,
-                    reason="lease_expired",
-                    claimed_at=claimed,
-                    finished_at=now,
-                    error="the instance running it stopped answering; its lease expired",
-                    logs=[
-                        f"Interrupted: {holder or 'an instance'} did not finish this run "
-                        f"before its lease expired (marked by {instance_id})"
-                    ],
+                ledger.lost_run(
+                    job_id, token, holder, slot, claimed, now=now, marked_by=instance_id
                 )
                 for job_id, token, holder, slot, claimed in await cur.fetchall()
             ]
@@ -1430,15 +1295,23 @@ class PostgresStore:
         runs_before = datetime.fromtimestamp(runs_older_than, UTC)
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
+            # RETENTION_RULE (store/base.py): each job's newest claimed slot and newest
+            # claim-less skip stay, the watermark reads them
             await cur.execute(
-                "DELETE FROM __S__.claims WHERE claimed_at < %s AND token NOT IN "
-                "(SELECT max(token) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                "DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR "
+                "(job_id, slot) NOT IN "
+                "(SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL "
+                "GROUP BY job_id))",
                 (claims_before,),
             )
             claims = cur.rowcount
+            keep = (
+                "id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL "
+                "GROUP BY job_id)"
+            )
             await cur.execute(
                 "DELETE FROM __S__.runs WHERE finished_at < %s "
-                "AND status NOT IN ('running', 'pending')",
+                f"AND status NOT IN ('running', 'pending') AND {keep}",
                 (runs_before,),
             )
             runs = cur.rowcount
@@ -1446,7 +1319,7 @@ class PostgresStore:
                 "DELETE FROM __S__.runs WHERE id IN (SELECT id FROM (SELECT id, status, "
                 "row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n "
                 "FROM __S__.runs) AS ranked "
-                "WHERE n > %s AND status NOT IN ('running', 'pending'))",
+                f"WHERE n > %s AND status NOT IN ('running', 'pending')) AND {keep}",
                 (runs_per_job,),
             )
             runs += cur.rowcount

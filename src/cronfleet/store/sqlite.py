@@ -20,22 +20,33 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
-from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import (
-    busy_log,
-    busy_result,
+from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.store import ledger
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    Finish,
+    Skip,
+    Start,
+    Started,
+)
+from cronfleet.store.common import history_query, migrations
+from cronfleet.store.rows import (
+    RUN_COLUMNS,
+    RUN_INSERT_COLUMNS,
     dt,
-    history_query,
-    migrations,
     ms,
-    skip_result,
+    sqlite_finish_row,
+    sqlite_run,
+    sqlite_run_row,
+    sqlite_state,
 )
 from cronfleet.store.url import parse_store_url
 
@@ -44,11 +55,7 @@ __all__ = ["SQLiteStore"]
 log = logging.getLogger("cronfleet.store.sqlite")
 T = TypeVar("T")
 
-_RUN_COLS = (
-    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
-    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
-    "result, error, logs"
-)
+_RUN_COLS = RUN_COLUMNS
 # last_slot is derived, not stored: the newest claimed slot (retention keeps each job's
 # newest claim) or deliberately skipped slot of the job. Keeping it out of the hot path
 # saves a write per job per instant.
@@ -84,10 +91,8 @@ _ENSURE_SQL = """
 INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
 ON CONFLICT (job_id) DO NOTHING
 """
-_INSERT_RUN_SQL = """
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
-                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at,
-                  deadline, result, error, logs)
+_INSERT_RUN_SQL = f"""
+INSERT INTO runs ({RUN_INSERT_COLUMNS})
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _FINISH_SQL = """
@@ -110,42 +115,8 @@ ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
 """
 
 
-def _dt_req(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
-
-
-def _ms_or_none(d: datetime | None) -> int | None:
-    return None if d is None else round(d.timestamp() * 1000)
-
-
-_EMPTY_LOGS = "[]"
-
-
-def _run_row(r: RunRecord) -> tuple[Any, ...]:
-    return (
-        r.job_id,
-        round(r.slot.timestamp() * 1000),
-        r.triggered_by.value,
-        r.status.value,
-        r.reason,
-        r.instance_id,
-        r.fencing_token,
-        int(r.manual),
-        int(r.is_catchup),
-        int(r.is_recovery),
-        r.attempt,
-        _ms_or_none(r.claimed_at),
-        _ms_or_none(r.started_at),
-        _ms_or_none(r.finished_at),
-        None if r.status.finished else _ms_or_none(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-    )
 
 
 def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
@@ -161,7 +132,7 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
         "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0), "
         "coalesce((SELECT max(id) FROM runs), 0))"
     ).fetchone()[0]
-    c.executemany(_INSERT_RUN_SQL, [_run_row(r) for r in recs])
+    c.executemany(_INSERT_RUN_SQL, [sqlite_run_row(r) for r in recs])
     last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
     if last != base + len(recs):
         raise StoreError(f"run ids were not consecutive ({base}+{len(recs)} != {last})")
@@ -169,44 +140,13 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
         r.id = i
 
 
-def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
-    return JobState(
-        job_id=row[0],
-        enabled_override=None if row[1] is None else bool(row[1]),
-        override_by=row[2],
-        override_at=dt(row[3]),
-        override_note=row[4],
-        override_until=dt(row[5]),
-        lease_holder=row[6],
-        lease_token=row[7],
-        lease_until=dt(row[8]),
-        last_slot=dt(row[9] or None),
-        created_at=dt(row[10]),
-    )
+_state = sqlite_state
+_run = sqlite_run
 
 
-def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=_dt_req(row[2]),
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=bool(row[8]),
-        is_catchup=bool(row[9]),
-        is_recovery=bool(row[10]),
-        attempt=row[11],
-        claimed_at=dt(row[12]),
-        started_at=dt(row[13]),
-        finished_at=dt(row[14]),
-        deadline=dt(row[15]),
-        result=None if row[16] is None else json.loads(row[16]),
-        error=row[17],
-        logs=[] if row[18] is None else json.loads(row[18]),
-    )
+def _req(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
 
 
 def _split_sql(script: str) -> list[str]:
@@ -525,20 +465,13 @@ class SQLiteStore:
         """
         lost = c.execute(_LOST_SQL, (now,)).fetchall()
         if lost:
+            overdue = dt(now - 1)
+            assert overdue is not None
             insert_runs(
                 c,
                 [
-                    RunRecord(
-                        id=None,
-                        job_id=job_id,
-                        slot=_dt_req(slot if slot is not None else claimed),
-                        triggered_by=TriggeredBy.SCHEDULE,
-                        status=RunStatus.RUNNING,
-                        instance_id=holder,
-                        fencing_token=token,
-                        manual=slot is None,
-                        claimed_at=dt(claimed),
-                        deadline=dt(now - 1),
+                    ledger.kept_lost_run(
+                        job_id, token, holder, dt(slot), _req(dt(claimed)), overdue=overdue
                     )
                     for job_id, token, holder, slot, claimed in lost
                 ],
@@ -551,7 +484,9 @@ class SQLiteStore:
             # 1. claims: one statement for every unique slot claim in the batch
             slot_ms = [ms(it.slot) for it in items]
             slot_idx = [
-                i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+                i
+                for i, it in enumerate(items)
+                if it.claim == "slot" and it.kind is not DispatchKind.RECOVERY
             ]
             if slot_idx:
                 payload = json.dumps([[items[i].job_id, slot_ms[i]] for i in slot_idx])
@@ -561,7 +496,7 @@ class SQLiteStore:
                     if tok is not None:
                         out[i].won, out[i].token = True, tok
             for i, it in enumerate(items):
-                if it.reclaim_token is not None:
+                if it.kind is DispatchKind.RECOVERY:
                     if c.execute(
                         "DELETE FROM claims WHERE token = ?", (it.reclaim_token,)
                     ).rowcount:
@@ -591,7 +526,11 @@ class SQLiteStore:
             )
             # an early claim is kept only with its lease: where the lease is busy, the claim
             # goes again (this transaction is the only one that saw it)
-            gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+            gone = [
+                i
+                for i in lease_idx
+                if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+            ]
             if gone:
                 c.execute(
                     "DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?))",
@@ -601,106 +540,38 @@ class SQLiteStore:
                     d = out[i]
                     d.won, d.token, d.busy = False, None, True
                     d.holder = holders.get(d.request.job_id)
-            # 3. one ledger row per won slot
-            # 4. a ledger row per won slot; fast-path runs (record=False) are written by
-            #    the scheduler's group commit after their handler has started
+            # 3. the run row of each won slot, as the ledger decides; fast-path runs
+            #    (record=False) are written by the scheduler's group commit after their
+            #    handler has started
             to_insert: list[RunRecord] = []
             memo: dict[int | None, datetime | None] = {None: None}
 
-            def when(value: int | None) -> datetime | None:  # one datetime per instant
-                if value not in memo:
-                    memo[value] = dt(value)
-                return memo[value]
+            def when(value: int) -> datetime:  # one datetime per instant
+                got = memo.get(value)
+                if got is None:
+                    got = memo[value] = dt(value)
+                return got  # type: ignore[return-value]
 
-            running, now_dt = RunStatus.RUNNING, when(now)
+            now_dt = when(now)
+            decide = ledger.dispatch_run
             for i, d in enumerate(out):
                 if not d.won:
                     continue
                 it = items[i]
-                if (
-                    not it.record
-                    and not it.defer
-                    and not it.skip_reason
-                    and (not it.lease or it.job_id in acquired)
-                ):
-                    # the hot path: a leased run that starts now, its row written later
-                    d.run = RunRecord(
-                        None,
-                        it.job_id,
-                        cast(datetime, when(slot_ms[i])),
-                        it.triggered_by,
-                        running,
-                        instance,
-                        d.token,
-                        it.manual,
-                        it.is_catchup,
-                        it.is_recovery,
-                        1,
-                        None,
-                        now_dt,
-                        now_dt,
-                        None,
-                        when(now + ms(it.hold)),
-                        it.result,
-                        None,
-                        list(it.logs) if it.logs else [],
-                    )
-                    continue
-                status, reason, result = RunStatus.RUNNING, None, it.result
-                logs = list(it.logs) if it.logs else []
-                started: int | None = now
-                finished: int | None = None
-                deadline: int | None = now + ms(it.hold)
-                record = it.record
-                if it.skip_reason:
-                    status, reason, started, finished, deadline = (
-                        RunStatus.SKIPPED,
-                        it.skip_reason,
-                        None,
-                        now,
-                        None,
-                    )
-                    if result is None:
-                        result = skip_result(it.skip_reason)
-                    record = True
-                elif it.defer:
-                    status, started, record = RunStatus.PENDING, None, True
-                elif it.lease and it.job_id not in acquired:
-                    d.holder = holders.get(it.job_id)
-                    record = True
-                    if it.wait_if_busy:
-                        status, started = RunStatus.PENDING, None
-                    else:
-                        status, reason, started, finished, deadline = (
-                            RunStatus.SKIPPED,
-                            SkipReason.ALREADY_EXECUTING.value,
-                            None,
-                            now,
-                            None,
-                        )
-                        result = busy_result()
-                        logs.append(busy_log(d.holder))
-                rec = RunRecord(
-                    id=None,
-                    job_id=it.job_id,
-                    slot=when(slot_ms[i]),  # type: ignore[arg-type]
-                    triggered_by=it.triggered_by,
-                    status=status,
-                    instance_id=instance,
-                    fencing_token=d.token,
-                    manual=it.manual,
-                    is_catchup=it.is_catchup,
-                    is_recovery=it.is_recovery,
-                    reason=reason,
-                    claimed_at=when(now),
-                    started_at=when(started),
-                    finished_at=when(finished),
-                    deadline=when(deadline),
-                    result=result,
-                    logs=logs,
+                rec, write, busy = decide(
+                    it,
+                    slot=when(slot_ms[i]),
+                    now=now_dt,
+                    deadline=when(now + ms(it.hold)),
+                    token=d.token,
+                    instance=instance,
+                    lease_taken=it.job_id in acquired,
+                    holder=holders.get(it.job_id),
                 )
                 d.run = rec
-                if record:
+                if busy:
+                    d.holder = holders.get(it.job_id)
+                if write:
                     to_insert.append(rec)
             insert_runs(c, to_insert)
         return out
@@ -741,9 +612,8 @@ class SQLiteStore:
                     if it.wait_if_busy:
                         waiting.add(it.run_id)
                     else:
-                        skip_now.append(
-                            [it.run_id, json.dumps(busy_result()), busy_log(st.holder)]
-                        )
+                        busy = json.dumps(ledger.busy_result())
+                        skip_now.append([it.run_id, busy, ledger.busy_log(st.holder)])
                     continue
                 run_now.append([it.run_id, now + ms(it.hold)])
             if run_now:
@@ -783,21 +653,7 @@ class SQLiteStore:
 
     def _finish(self, items: list[Finish]) -> None:
         new = [f.run for f in items if f.run.id is None]
-        updates = [
-            (
-                r.status.value,
-                r.reason,
-                _ms_or_none(r.started_at),
-                _ms_or_none(r.finished_at),
-                None if r.status.finished else _ms_or_none(r.deadline),
-                _json(r.result),
-                r.error,
-                json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-                r.id,
-            )
-            for f in items
-            if (r := f.run).id is not None
-        ]
+        updates = [sqlite_finish_row(f.run) for f in items if f.run.id is not None]
         releases = [(f.run.job_id, f.release_token) for f in items if f.release_token is not None]
         try:
             with self._tx() as c:
@@ -824,7 +680,7 @@ class SQLiteStore:
                 s.triggered_by.value,
                 s.reason,
                 s.instance_id,
-                _json(s.result if s.result is not None else skip_result(s.reason)),
+                _json(s.result if s.result is not None else ledger.skip_result(s.reason)),
                 json.dumps(s.logs),
             ]
             for s in items
@@ -861,42 +717,27 @@ class SQLiteStore:
     def _reap(self, instance: str) -> list[RunRecord]:
         with self._tx() as c:
             now = self._now_ms()
+            before, anon, after = ledger.interrupted_log_parts(instance)
             rows = c.execute(
-                "UPDATE runs SET status = 'interrupted', reason = 'lease_expired', "
-                "finished_at = ?1, deadline = NULL, error = 'the instance running it stopped "
-                "answering; its lease expired', logs = json_insert(coalesce(logs, '[]'), "
-                "'$[#]', 'Interrupted: ' || coalesce(instance_id, 'an instance') || "
-                "' did not finish this run before its lease expired (marked by ' || ?2 || ')') "
+                "UPDATE runs SET status = 'interrupted', reason = ?2, finished_at = ?1, "
+                "deadline = NULL, error = ?3, logs = json_insert(coalesce(logs, '[]'), '$[#]', "
+                "?4 || coalesce(instance_id, ?5) || ?6) "
                 "WHERE status IN ('running', 'pending') AND deadline < ?1 "
                 "AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id "
                 "AND s.lease_token = runs.fencing_token AND s.lease_until > ?1) "
                 f"RETURNING {_RUN_COLS}",
-                (now, instance),
+                (now, ledger.INTERRUPTED_REASON, ledger.INTERRUPTED_ERROR, before, anon, after),
             ).fetchall()
             reaped = [_run(r) for r in rows]
             # claimed and leased, but the holder died before its run row was written
-            lost = c.execute(_LOST_SQL, (now,)).fetchall()
-            rebuilt = []
-            for job_id, token, holder, slot, claimed in lost:
-                rebuilt.append(
-                    RunRecord(
-                        id=None,
-                        job_id=job_id,
-                        slot=_dt_req(slot if slot is not None else claimed),
-                        triggered_by=TriggeredBy.SCHEDULE,
-                        status=RunStatus.INTERRUPTED,
-                        instance_id=holder,
-                        fencing_token=token,
-                        reason="lease_expired",
-                        claimed_at=dt(claimed),
-                        finished_at=dt(now),
-                        error="the instance running it stopped answering; its lease expired",
-                        logs=[
-                            f"Interrupted: {holder or 'an instance'} did not finish this run "
-                            f"before its lease expired (marked by {instance})"
-                        ],
-                    )
+            now_dt = _req(dt(now))
+            rebuilt = [
+                ledger.lost_run(
+                    job_id, token, holder, dt(slot), _req(dt(claimed)),
+                    now=now_dt, marked_by=instance,
                 )
+                for job_id, token, holder, slot, claimed in c.execute(_LOST_SQL, (now,))
+            ]
             insert_runs(c, rebuilt)
             if rebuilt:
                 freed = [[r.job_id, r.fencing_token] for r in rebuilt]
@@ -943,8 +784,9 @@ class SQLiteStore:
     def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
         with self._tx() as c:
             claims = c.execute(
-                "DELETE FROM claims WHERE claimed_at < ? AND (job_id, slot) NOT IN "
-                "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
+                "DELETE FROM claims WHERE claimed_at < ? AND (slot IS NULL OR "
+                "(job_id, slot) NOT IN "
+                "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id))",
                 (ms(claims_before),),
             ).rowcount
             # each job's newest deliberate skip is kept, like its newest claim: together
