@@ -485,6 +485,10 @@ class Store(Protocol):
 
     async def get_run(self, run_id: int) -> RunRecord | None: ...
 
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        """The newest run (highest id) of each of these jobs that has one, one statement:
+        job lists read it instead of one ``list_runs(limit=1)`` per job."""
+
     async def prune(
         self,
         *,

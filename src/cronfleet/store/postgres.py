@@ -1288,6 +1288,22 @@ class PostgresStore:
 
         return await self._run(go, tx=False)
 
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        """The newest run of each job, one statement (an index probe per job)."""
+        if not job_ids:
+            return {}
+        ids = _dumps(list(dict.fromkeys(job_ids)))
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, RunRecord]:
+            await cur.execute(
+                f"SELECT r.* FROM {_IDS} AS v(j) CROSS JOIN LATERAL (SELECT {_RUN_COLS} "
+                "FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r",
+                {"ids": ids},
+            )
+            return {r[1]: _run(r) for r in await cur.fetchall()}
+
+        return await self._run(go, tx=False)
+
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:

@@ -776,6 +776,19 @@ class SQLiteStore:
         row = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else _run(row)
 
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        if not job_ids:
+            return {}
+        return await self._call(self._last_runs, list(job_ids))
+
+    def _last_runs(self, job_ids: list[str]) -> dict[str, RunRecord]:
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLS} FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r "
+            "WHERE r.job_id = v.value) FROM json_each(?) AS v)",
+            (json.dumps(job_ids),),
+        )
+        return {r[1]: _run(r) for r in rows}
+
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
