@@ -36,7 +36,7 @@ def busy_result() -> dict[str, Any]:
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """``(version, name, sql)`` of the packaged migration files of ``dialect``, in order."""
-    folder = resources.files("cronfleet.store").joinpath("sql", dialect)
+    folder = resources.files(f"cronfleet.store.{dialect}").joinpath("migrations")
     found = []
     for entry in folder.iterdir():
         name = entry.name
