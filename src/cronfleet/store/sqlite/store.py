@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
     Dispatch,
@@ -37,10 +37,9 @@ from cronfleet.store.base import (
     Start,
     Started,
 )
-from cronfleet.store.common import history_query, migrations
+from cronfleet.store.common import history_query
+from cronfleet.store.queries import load_queries, migrations
 from cronfleet.store.rows import (
-    RUN_COLUMNS,
-    RUN_INSERT_COLUMNS,
     dt,
     ms,
     sqlite_finish_row,
@@ -55,64 +54,8 @@ __all__ = ["SQLiteStore"]
 log = logging.getLogger("cronfleet.store.sqlite")
 T = TypeVar("T")
 
-_RUN_COLS = RUN_COLUMNS
-# last_slot is derived, not stored: the newest claimed slot (retention keeps each job's
-# newest claim) or deliberately skipped slot of the job. Keeping it out of the hot path
-# saves a write per job per instant.
-_STATE_COLS = (
-    "s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note, "
-    "s.override_until, s.lease_holder, s.lease_token, s.lease_until, "
-    "max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0), "
-    "coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id "
-    "AND r.dedupe IS NOT NULL), 0)), s.created_at"
-)
-
-_CLAIM_SQL = """
-INSERT INTO claims (job_id, slot, instance_id, claimed_at)
-SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
-ON CONFLICT (job_id, slot) DO NOTHING
-RETURNING token, job_id, slot
-"""
-_LEASE_SQL = """
-UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
-FROM json_each(?3) AS v
-WHERE job_state.job_id = v.value->>0
-  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?2)
-RETURNING job_state.job_id
-"""
-_LOST_SQL = """
-SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM job_state s JOIN claims c ON c.token = s.lease_token
-WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
-  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
-                  AND r.fencing_token = s.lease_token)
-"""
-_ENSURE_SQL = """
-INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
-ON CONFLICT (job_id) DO NOTHING
-"""
-_INSERT_RUN_SQL = f"""
-INSERT INTO runs ({RUN_INSERT_COLUMNS})
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-_FINISH_SQL = """
-UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
-                result = ?, error = ?, logs = ?
-WHERE id = ?
-"""
-_RELEASE_SQL = """
-UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-FROM json_each(?1) AS v
-WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1
-"""
-_SKIPS_SQL = """
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
-                  finished_at, result, logs, dedupe)
-SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,
-       value->>5, value->>6, value->>3
-FROM json_each(?2) WHERE true
-ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
-"""
+# the named queries of queries.sql; the SQL lives there, not in Python strings
+Q = load_queries("cronfleet.store.sqlite")
 
 
 def _json(value: Any) -> str | None:
@@ -128,12 +71,9 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
     """
     if not recs:
         return
-    base = c.execute(
-        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0), "
-        "coalesce((SELECT max(id) FROM runs), 0))"
-    ).fetchone()[0]
-    c.executemany(_INSERT_RUN_SQL, [sqlite_run_row(r) for r in recs])
-    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+    base = c.execute(Q["next_run_id"]).fetchone()[0]
+    c.executemany(Q["insert_run"], [sqlite_run_row(r) for r in recs])
+    last = c.execute(Q["last_insert_rowid"]).fetchone()[0]
     if last != base + len(recs):
         raise StoreError(f"run ids were not consecutive ({base}+{len(recs)} != {last})")
     for i, r in enumerate(recs, start=base + 1):
@@ -294,14 +234,11 @@ class SQLiteStore:
                 time.sleep(0.01)
 
     def _migrate(self) -> None:
-        known = migrations("sqlite")
+        known = migrations("cronfleet.store.sqlite")
         latest = known[-1][0] if known else 0
         with self._tx() as c:
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
-            )
-            row = c.execute("SELECT max(version) FROM schema_migrations").fetchone()
+            c.execute(Q["schema_migrations"])
+            row = c.execute(Q["schema_version"]).fetchone()
             current = row[0] or 0
             if current > latest:
                 raise StoreError(
@@ -313,10 +250,7 @@ class SQLiteStore:
                     continue
                 for stmt in _split_sql(sql):
                     c.execute(stmt)
-                c.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, self._now_ms()),
-                )
+                c.execute(Q["migration_applied"], (version, name, self._now_ms()))
                 log.info("SQLite store %s: applied migration %s", self.path, name)
 
     async def close(self) -> None:
@@ -343,7 +277,7 @@ class SQLiteStore:
 
     def _ensure_jobs(self, job_ids: list[str]) -> dict[str, JobState]:
         with self._tx() as c:
-            c.execute(_ENSURE_SQL, (self._now_ms(), json.dumps(job_ids)))
+            c.execute(Q["ensure_jobs"], (self._now_ms(), json.dumps(job_ids)))
         self._known.update(job_ids)
         return self._read_states(job_ids)
 
@@ -351,11 +285,7 @@ class SQLiteStore:
         return await self._call(self._read_states, list(job_ids))
 
     def _read_states(self, job_ids: list[str]) -> dict[str, JobState]:
-        rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state s "
-            "WHERE s.job_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(job_ids),),
-        ).fetchall()
+        rows = self.conn.execute(Q["read_states"], (json.dumps(job_ids),)).fetchall()
         return {r[0]: _state(r) for r in rows}
 
     async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -371,9 +301,7 @@ class SQLiteStore:
 
     def _read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         wanted = set(job_ids)
-        rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state s WHERE s.enabled_override IS NOT NULL"
-        ).fetchall()
+        rows = self.conn.execute(Q["read_overrides"]).fetchall()
         return {r[0]: _state(r) for r in rows if r[0] in wanted}
 
     async def set_override(
@@ -397,14 +325,9 @@ class SQLiteStore:
     ) -> JobState:
         now = self._now_ms()
         with self._tx() as c:
+            c.execute(Q["ensure_job"], (job_id, now))
             c.execute(
-                "INSERT INTO job_state (job_id, created_at) VALUES (?, ?) "
-                "ON CONFLICT (job_id) DO NOTHING",
-                (job_id, now),
-            )
-            c.execute(
-                "UPDATE job_state SET enabled_override = ?, override_by = ?, override_at = ?, "
-                "override_note = ?, override_until = ? WHERE job_id = ?",
+                Q["set_override"],
                 (
                     None if enabled is None else int(enabled),
                     by,
@@ -437,20 +360,16 @@ class SQLiteStore:
         now = self._now_ms()
         unknown = [j for j in ids if j not in self._known]
         if unknown:
-            c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
+            c.execute(Q["ensure_jobs"], (now, json.dumps(unknown)))
             self._known.update(unknown)
         self._keep_lost_runs(c, now)
         payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in leases])
-        acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, now, payload))}
+        acquired = {r[0] for r in c.execute(Q["take_leases"], (instance, now, payload))}
         holders: dict[str, str | None] = {}
         if len(acquired) < len(ids):
             busy = [j for j in ids if j not in acquired]
             holders = dict(
-                c.execute(
-                    "SELECT job_id, lease_holder FROM job_state "
-                    "WHERE job_id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(busy),),
-                ).fetchall()
+                c.execute(Q["lease_holders"], (json.dumps(busy),)).fetchall()
             )
         return acquired, holders
 
@@ -463,7 +382,7 @@ class SQLiteStore:
         passed — and the orphan reaper marks it ``interrupted`` (and recovers it where the
         job asks). Cheap: the partial index holds only unreleased leases.
         """
-        lost = c.execute(_LOST_SQL, (now,)).fetchall()
+        lost = c.execute(Q["lost_runs"], (now,)).fetchall()
         if lost:
             overdue = dt(now - 1)
             assert overdue is not None
@@ -490,28 +409,22 @@ class SQLiteStore:
             ]
             if slot_idx:
                 payload = json.dumps([[items[i].job_id, slot_ms[i]] for i in slot_idx])
-                won = {(j, s): tok for tok, j, s in c.execute(_CLAIM_SQL, (instance, now, payload))}
+                won = {(j, s): tok for tok, j, s in c.execute(Q["claim"], (instance, now, payload))}
                 for i in slot_idx:
                     tok = won.get((items[i].job_id, slot_ms[i]))
                     if tok is not None:
                         out[i].won, out[i].token = True, tok
             for i, it in enumerate(items):
                 if it.kind is DispatchKind.RECOVERY:
-                    if c.execute(
-                        "DELETE FROM claims WHERE token = ?", (it.reclaim_token,)
-                    ).rowcount:
+                    if c.execute(Q["delete_claim"], (it.reclaim_token,)).rowcount:
                         out[i].won = True
                         out[i].token = c.execute(
-                            "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
-                            "VALUES (?, ?, ?, ?) RETURNING token",
-                            (it.job_id, slot_ms[i], instance, now),
+                            Q["claim_one"], (it.job_id, slot_ms[i], instance, now)
                         ).fetchone()[0]
                 elif it.claim == "token":
                     out[i].won = True
                     out[i].token = c.execute(
-                        "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
-                        "VALUES (?, NULL, ?, ?) RETURNING token",
-                        (it.job_id, instance, now),
+                        Q["draw_token"], (it.job_id, instance, now)
                     ).fetchone()[0]
                 elif it.claim == "none":
                     out[i].won = True
@@ -532,10 +445,7 @@ class SQLiteStore:
                 if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
             ]
             if gone:
-                c.execute(
-                    "DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?))",
-                    (json.dumps([out[i].token for i in gone]),),
-                )
+                c.execute(Q["delete_claims"], (json.dumps([out[i].token for i in gone]),))
                 for i in gone:
                     d = out[i]
                     d.won, d.token, d.busy = False, None, True
@@ -584,10 +494,8 @@ class SQLiteStore:
     def _withdraw(self, items: list[tuple[str, float, int]]) -> int:
         rows = [(token, job_id, ms(slot)) for job_id, slot, token in items]
         with self._tx() as c:
-            deleted = c.executemany(
-                "DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?", rows
-            ).rowcount
-            c.execute(_RELEASE_SQL, (json.dumps([[j, tok] for j, _, tok in items]),))
+            deleted = c.executemany(Q["withdraw_claim"], rows).rowcount
+            c.execute(Q["release_leases"], (json.dumps([[j, tok] for j, _, tok in items]),))
         return max(deleted, 0)
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
@@ -617,29 +525,16 @@ class SQLiteStore:
                     continue
                 run_now.append([it.run_id, now + ms(it.hold)])
             if run_now:
-                c.execute(
-                    "UPDATE runs SET status = 'running', started_at = ?1, "
-                    "deadline = v.value->>1 FROM json_each(?2) AS v "
-                    "WHERE runs.id = v.value->>0 AND runs.status = 'pending'",
-                    (now, json.dumps(run_now)),
-                )
+                c.execute(Q["start_runs"], (now, json.dumps(run_now)))
             if skip_now:
                 c.execute(
-                    "UPDATE runs SET status = 'skipped', reason = ?1, finished_at = ?2, "
-                    "deadline = NULL, result = v.value->>1, "
-                    "logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2) "
-                    "FROM json_each(?3) AS v WHERE runs.id = v.value->>0",
-                    (SkipReason.ALREADY_EXECUTING.value, now, json.dumps(skip_now)),
+                    Q["skip_busy_runs"], (ledger.ALREADY_EXECUTING, now, json.dumps(skip_now))
                 )
             touched = [it.run_id for it in items if it.run_id not in waiting]
             if touched:
                 by_id = {
                     r[0]: _run(r)
-                    for r in c.execute(
-                        f"SELECT {_RUN_COLS} FROM runs "
-                        "WHERE id IN (SELECT value FROM json_each(?))",
-                        (json.dumps(touched),),
-                    )
+                    for r in c.execute(Q["runs_by_id"], (json.dumps(touched),))
                 }
                 for st in out:
                     if st.request.run_id not in waiting:
@@ -659,9 +554,9 @@ class SQLiteStore:
             with self._tx() as c:
                 insert_runs(c, new)
                 if updates:
-                    c.executemany(_FINISH_SQL, updates)
+                    c.executemany(Q["finish_run"], updates)
                 if releases:  # one statement: thousands of tiny ones would queue on the GIL
-                    c.execute(_RELEASE_SQL, (json.dumps(releases),))
+                    c.execute(Q["release_leases"], (json.dumps(releases),))
         except BaseException:
             for r in new:  # rolled back: a retry must insert them again, not update
                 r.id = None
@@ -687,7 +582,7 @@ class SQLiteStore:
         ]
         with self._tx() as c:
             now = self._now_ms()
-            written = c.execute(_SKIPS_SQL, (now, json.dumps(rows))).rowcount
+            written = c.execute(Q["record_skips"], (now, json.dumps(rows))).rowcount
         return max(written, 0)
 
     async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
@@ -699,17 +594,8 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in items])
-            c.execute(
-                "UPDATE job_state SET lease_until = v.value->>2 FROM json_each(?1) AS v "
-                "WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1",
-                (payload,),
-            )
-            c.execute(
-                "UPDATE runs SET deadline = v.value->>2 FROM json_each(?1) AS v "
-                "WHERE runs.job_id = v.value->>0 AND runs.fencing_token = v.value->>1 "
-                "AND runs.status = 'running'",
-                (payload,),
-            )
+            c.execute(Q["renew_leases"], (payload,))
+            c.execute(Q["renew_deadlines"], (payload,))
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
         return await self._call(self._reap, instance_id)
@@ -719,13 +605,7 @@ class SQLiteStore:
             now = self._now_ms()
             before, anon, after = ledger.interrupted_log_parts(instance)
             rows = c.execute(
-                "UPDATE runs SET status = 'interrupted', reason = ?2, finished_at = ?1, "
-                "deadline = NULL, error = ?3, logs = json_insert(coalesce(logs, '[]'), '$[#]', "
-                "?4 || coalesce(instance_id, ?5) || ?6) "
-                "WHERE status IN ('running', 'pending') AND deadline < ?1 "
-                "AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id "
-                "AND s.lease_token = runs.fencing_token AND s.lease_until > ?1) "
-                f"RETURNING {_RUN_COLS}",
+                Q["reap"],
                 (now, ledger.INTERRUPTED_REASON, ledger.INTERRUPTED_ERROR, before, anon, after),
             ).fetchall()
             reaped = [_run(r) for r in rows]
@@ -736,12 +616,12 @@ class SQLiteStore:
                     job_id, token, holder, dt(slot), _req(dt(claimed)),
                     now=now_dt, marked_by=instance,
                 )
-                for job_id, token, holder, slot, claimed in c.execute(_LOST_SQL, (now,))
+                for job_id, token, holder, slot, claimed in c.execute(Q["lost_runs"], (now,))
             ]
             insert_runs(c, rebuilt)
             if rebuilt:
                 freed = [[r.job_id, r.fencing_token] for r in rebuilt]
-                c.execute(_RELEASE_SQL, (json.dumps(freed),))
+                c.execute(Q["release_leases"], (json.dumps(freed),))
         return reaped + rebuilt
 
     # -- reading the ledger -----------------------------------------------------------
@@ -760,7 +640,7 @@ class SQLiteStore:
         self, job_id: str | None, limit: int, status: RunStatus | None, before_id: int | None
     ) -> list[RunRecord]:
         sql, args = history_query(
-            f"SELECT {_RUN_COLS} FROM runs",
+            Q["runs"].rstrip(),
             job_id=job_id,
             status=None if status is None else RunStatus(status).value,
             before_id=before_id,
@@ -773,7 +653,7 @@ class SQLiteStore:
         return await self._call(self._get_run, run_id)
 
     def _get_run(self, run_id: int) -> RunRecord | None:
-        row = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self.conn.execute(Q["get_run"], (run_id,)).fetchone()
         return None if row is None else _run(row)
 
     async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
@@ -782,11 +662,7 @@ class SQLiteStore:
         return await self._call(self._last_runs, list(job_ids))
 
     def _last_runs(self, job_ids: list[str]) -> dict[str, RunRecord]:
-        rows = self.conn.execute(
-            f"SELECT {_RUN_COLS} FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r "
-            "WHERE r.job_id = v.value) FROM json_each(?) AS v)",
-            (json.dumps(job_ids),),
-        )
+        rows = self.conn.execute(Q["last_runs"], (json.dumps(job_ids),))
         return {r[1]: _run(r) for r in rows}
 
     async def prune(
@@ -796,26 +672,8 @@ class SQLiteStore:
 
     def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
         with self._tx() as c:
-            claims = c.execute(
-                "DELETE FROM claims WHERE claimed_at < ? AND (slot IS NULL OR "
-                "(job_id, slot) NOT IN "
-                "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id))",
-                (ms(claims_before),),
-            ).rowcount
-            # each job's newest deliberate skip is kept, like its newest claim: together
-            # they say where a restart's catch-up starts
-            keep = (
-                "id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id)"
-            )
-            runs = c.execute(
-                "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending') "
-                f"AND {keep}",
-                (ms(runs_before),),
-            ).rowcount
-            runs += c.execute(
-                "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
-                "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) "
-                f"WHERE n > ? AND status NOT IN ('running', 'pending')) AND {keep}",
-                (per_job,),
-            ).rowcount
+            # RETENTION_RULE (store/base.py)
+            claims = c.execute(Q["prune_claims"], (ms(claims_before),)).rowcount
+            runs = c.execute(Q["prune_old_runs"], (ms(runs_before),)).rowcount
+            runs += c.execute(Q["prune_runs_per_job"], (per_job,)).rowcount
         return claims, runs
