@@ -35,7 +35,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -46,7 +46,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
     Dispatch,
@@ -57,10 +57,9 @@ from cronfleet.store.base import (
     Start,
     Started,
 )
-from cronfleet.store.common import history_query, migrations
+from cronfleet.store.common import history_query
+from cronfleet.store.queries import load_queries, migrations
 from cronfleet.store.rows import (
-    RUN_COLUMNS,
-    RUN_INSERT_COLUMNS,
     dumps,
     ms,
     msd,
@@ -83,173 +82,6 @@ TimeSource = Literal["database", "clock"]
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
 
-_RUN_COLS = RUN_COLUMNS
-# last_slot is derived by the watermark rule (store/base.py), exactly as on SQLite: the
-# newest claimed slot (retention keeps each job's newest claim) or claim-less skip. The
-# job_state.last_slot column of schema v1 is no longer written or read (a process of the
-# previous release may still write it during a rolling upgrade; nothing reads it).
-_STATE_COLS = (
-    "s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note, "
-    "s.override_until, s.lease_holder, s.lease_token, s.lease_until, "
-    "greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id), "
-    "(SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id "
-    "AND r.dedupe IS NOT NULL)), s.created_at"
-)
-
-# A batch travels as ONE jsonb parameter (an array of row arrays) read with
-# jsonb_array_elements: adapting 1,000 datetimes as a typed array costs ~13 ms of Python,
-# json.dumps of the same rows well under 1 ms. Times travel as integer epoch milliseconds
-# (a slot is then the key every instance computes alike, as on SQLite) and are stored as
-# timestamptz; RETURNING gives slots back as the same integers.
-_TS = "to_timestamp(({})::bigint / 1000.0)"
-_MS = "(extract(epoch FROM {}) * 1000)::bigint"
-_ROWS = "jsonb_array_elements(%(rows)s::jsonb)"
-_IDS = "jsonb_array_elements_text(%(ids)s::jsonb)"
-
-_CLAIM_SQL = f"""
-INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
-SELECT e->>0, {_TS.format("e->>1")}, %(inst)s, %(now)s
-FROM {_ROWS} AS e
-ORDER BY (e->>0) COLLATE "C", 2
-ON CONFLICT (job_id, slot) DO NOTHING
-RETURNING token, job_id, {_MS.format("slot")}
-"""
-_TOKEN_SQL = f"""
-INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
-SELECT v.j, NULL, %(inst)s, %(now)s
-FROM {_IDS} WITH ORDINALITY AS v(j, n)
-ORDER BY v.n
-RETURNING token
-"""
-_ENSURE_SQL = f"""
-INSERT INTO __S__.job_state (job_id, created_at)
-SELECT v.j, %(now)s FROM {_IDS} AS v(j) ORDER BY v.j COLLATE "C"
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id
-"""
-# Every multi-row write to job_state first locks its rows in job_id order (a materialized
-# CTE), so concurrent batches of different instances never lock them in crossing orders.
-_LOCK_CTE = f"""
-locked AS MATERIALIZED (
-  SELECT job_id FROM __S__.job_state WHERE job_id IN (SELECT e->>0 FROM {_ROWS} AS e)
-  ORDER BY job_id FOR UPDATE
-)"""
-_FREE = "(s.lease_holder IS NULL OR s.lease_until <= %(now)s)"
-# Before an expired lease is taken over, keep what it proves: a fast-path run's row is
-# written after its handler starts, so if the holder died before that, the claim and the
-# unreleased lease are its only trace. Its run is written first (open, deadline passed) and
-# the orphan reaper marks it interrupted (and recovers it where the job asks).
-_KEEP_LOST_CTE = """,
-kept AS (
-  INSERT INTO __S__.runs (job_id, slot, triggered_by, status, instance_id, fencing_token,
-                          manual, claimed_at, deadline, logs)
-  SELECT s.job_id, coalesce(c.slot, c.claimed_at), 'schedule', 'running', s.lease_holder,
-         s.lease_token, c.slot IS NULL, c.claimed_at, %(now)s - interval '1 millisecond',
-         '[]'::jsonb
-  FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token AND c.job_id = s.job_id
-  WHERE s.job_id IN (SELECT job_id FROM locked) AND s.lease_token IS NOT NULL
-    AND s.lease_until <= %(now)s
-    AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
-  ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
-)"""
-# rows: [job, lease token, lease until ms]
-_STATE_SQL = f"""
-WITH {_LOCK_CTE}__KEEP__,
-v AS (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format("e->>2")} AS until
-      FROM {_ROWS} AS e)
-UPDATE __S__.job_state s SET
-  lease_holder = CASE WHEN {_FREE} THEN %(inst)s ELSE s.lease_holder END,
-  lease_token = CASE WHEN {_FREE} THEN v.tok ELSE s.lease_token END,
-  lease_until = CASE WHEN {_FREE} THEN v.until ELSE s.lease_until END
-FROM v
-WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
-RETURNING s.job_id, s.lease_token, s.lease_holder
-"""
-_STATE_SQL = _STATE_SQL.replace("__KEEP__", _KEEP_LOST_CTE)
-# rows: [job, token]
-_RELEASE_SQL = f"""
-WITH {_LOCK_CTE}
-UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok FROM {_ROWS} AS e) AS v
-WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
-"""
-# rows: [job, slot ms, token]; early claims given back: each deleted (fenced by token), so
-# the derived watermark is as if the claim was never made
-_WITHDRAW_SQL = f"""
-DELETE FROM __S__.claims c
-USING (SELECT e->>0 AS j, {_TS.format("e->>1")} AS slot, (e->>2)::bigint AS tok
-       FROM {_ROWS} AS e) AS v
-WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
-RETURNING c.job_id
-"""
-# rows: see _run_rows()
-_INSERT_RUNS_SQL = f"""
-INSERT INTO __S__.runs ({RUN_INSERT_COLUMNS})
-SELECT e->>0, {_TS.format("e->>1")}, e->>2, e->>3, e->>4, e->>5, (e->>6)::bigint,
-       (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
-       {_TS.format("e->>11")}, {_TS.format("e->>12")}, {_TS.format("e->>13")},
-       {_TS.format("e->>14")}, nullif(e->15, 'null'), e->>16, e->17
-FROM {_ROWS} WITH ORDINALITY AS v(e, n)
-ORDER BY v.n
-"""
-# A fencing token belongs to one run: writing a run that carries one is idempotent, so a
-# group commit retried after a connection lost during COMMIT does not write it twice, and
-# a slow holder's real outcome replaces the row the reaper wrote when it looked dead.
-_UPSERT_RUNS_SQL = (
-    _INSERT_RUNS_SQL
-    + """ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
-  status = EXCLUDED.status, reason = EXCLUDED.reason, started_at = EXCLUDED.started_at,
-  finished_at = EXCLUDED.finished_at, deadline = EXCLUDED.deadline, result = EXCLUDED.result,
-  error = EXCLUDED.error, logs = EXCLUDED.logs
-RETURNING id, fencing_token
-"""
-)
-_INSERT_RUNS_SQL += "RETURNING id\n"
-# rows: [id, status, reason, started ms, finished ms, deadline ms, result, error, logs]
-_FINISH_SQL = f"""
-UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
-  finished_at = v.finished_at, deadline = v.deadline, result = v.result, error = v.error,
-  logs = v.logs
-FROM (SELECT (e->>0)::bigint AS id, e->>1 AS status, e->>2 AS reason,
-             {_TS.format("e->>3")} AS started_at, {_TS.format("e->>4")} AS finished_at,
-             {_TS.format("e->>5")} AS deadline, nullif(e->6, 'null') AS result,
-             e->>7 AS error, e->8 AS logs
-      FROM {_ROWS} AS e) AS v
-WHERE r.id = v.id
-"""
-# rows: [job, slot ms, triggered_by, reason, instance, result, logs]
-_SKIPS_SQL = f"""
-INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
-                  finished_at, result, logs, dedupe)
-SELECT e->>0, {_TS.format("e->>1")}, e->>2, 'skipped', e->>3, e->>4, %(now)s, %(now)s,
-       e->5, e->6, e->>3
-FROM {_ROWS} AS e
-ORDER BY (e->>0) COLLATE "C", 2, 5
-ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
-"""
-_REAP_SQL = f"""
-UPDATE __S__.runs SET status = 'interrupted', reason = %(reason)s, finished_at = %(now)s,
-  deadline = NULL, error = %(error)s,
-  logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
-    %(before)s::text || coalesce(instance_id, %(anon)s::text) || %(after)s::text)
-WHERE status IN ('running', 'pending') AND deadline < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
-                  AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
-RETURNING {_RUN_COLS}
-"""
-# claimed and leased, but the holder died before writing its run row; SKIP LOCKED: two
-# reapers never rebuild the same row (the other one sees it at its next pass, released)
-_LOST_SQL = """
-SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM __S__.job_state s JOIN __S__.claims c ON c.job_id = s.job_id AND c.token = s.lease_token
-WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
-                  AND r.fencing_token = s.lease_token)
-ORDER BY s.job_id
-FOR UPDATE OF s SKIP LOCKED
-"""
-
-
 _msd = msd
 _dumps = dumps
 _state = pg_state
@@ -261,19 +93,45 @@ def _run_id(r: RunRecord) -> int:
     return r.id or 0
 
 
+async def apply_migrations(cur: Cursor, schema: str, label: str) -> list[str]:
+    """Bring ``schema`` to the newest version, inside the caller's transaction, under a
+    per-schema advisory lock (concurrent starters wait, then find nothing to do). Used by
+    the store and by the side-table connections. Returns the files applied."""
+    known = migrations("cronfleet.store.postgres")
+    latest = known[-1][0] if known else 0
+    q = cur.q
+    await cur.execute(q["migration_lock"], (_MIGRATION_LOCK, schema))
+    await cur.execute(q["create_schema"])
+    await cur.execute(q["schema_migrations"])
+    await cur.execute(q["schema_version"])
+    row = await cur.fetchone()
+    current = (row[0] if row else None) or 0
+    if current > latest:
+        raise StoreError(
+            f"PostgreSQL store {label}: schema {schema!r} is at version {current}, newer "
+            f"than this cronfleet understands ({latest}); upgrade cronfleet"
+        )
+    pending = [(v, n, t) for v, n, t in known if v > current]
+    if pending:  # the migration files name tables without a schema
+        await cur.execute(q["search_path"])
+    for version, name, text in pending:
+        await cur.execute(text.encode())  # a script: no parameters, many statements
+        await cur.execute(q["migration_applied"], (version, name))
+        log.info("PostgreSQL store %s: applied migration %s", label, name)
+    return [n for _, n, _ in pending]
+
+
 class Cursor:
-    """The cursor a transaction body gets: table names written ``__S__.claims`` in our SQL
-    resolve to this store's schema, so nothing depends on ``search_path``."""
+    """The cursor a transaction body gets: ``q`` holds this store's named queries (its
+    schema already in place, so nothing depends on ``search_path``)."""
 
-    __slots__ = ("_cur", "_schema")
+    __slots__ = ("_cur", "q")
 
-    def __init__(self, cur: AsyncCursor[tuple[Any, ...]], schema: str) -> None:
+    def __init__(self, cur: AsyncCursor[tuple[Any, ...]], queries: Mapping[str, str]) -> None:
         self._cur = cur
-        self._schema = schema
+        self.q = queries
 
     async def execute(self, query: Query, params: Any = None) -> None:
-        if isinstance(query, str):
-            query = query.replace("__S__", self._schema)
         await self._cur.execute(query, params)
 
     async def fetchone(self) -> tuple[Any, ...] | None:
@@ -337,6 +195,7 @@ class PostgresStore:
         self.max_backoff = max_backoff
         self.channel = f"cronfleet_{self.schema}"
         self._qschema = '"' + self.schema.replace('"', '""') + '"'
+        self.q = load_queries("cronfleet.store.postgres", self._qschema)
         self.clock_skew: float | None = None
         """Host clock minus database clock in seconds (``None`` until measured, or when a
         test clock is in use); refreshed every ``skew_interval`` seconds."""
@@ -440,7 +299,7 @@ class PostgresStore:
         conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
         try:
             async with conn.transaction():
-                cur = Cursor(conn.cursor(), self._qschema)
+                cur = Cursor(conn.cursor(), self.q)
                 await self._withdraw_in(cur, rows)
         finally:
             await conn.close()
@@ -449,9 +308,10 @@ class PostgresStore:
                     "acknowledged", self.url, len(rows))
 
     async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
-        await cur.execute(_WITHDRAW_SQL, {"rows": _dumps([list(r) for r in rows])})
+        await cur.execute(cur.q["withdraw_claims"], {"rows": _dumps([list(r) for r in rows])})
         deleted = [r[0] for r in await cur.fetchall()]
-        await cur.execute(_RELEASE_SQL, {"rows": _dumps([[j, tok] for j, _, tok in rows])})
+        released = _dumps([[j, tok] for j, _, tok in rows])
+        await cur.execute(cur.q["release_leases"], {"rows": released})
         return len(deleted)
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
@@ -477,14 +337,7 @@ class PostgresStore:
         self._ambiguous.clear()
 
         async def go(cur: Cursor, now: datetime) -> int:
-            await cur.execute(
-                _RELEASE_SQL.replace(
-                    "AND s.job_id IN",
-                    "AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok) "
-                    "AND s.job_id IN",
-                ),
-                {"rows": _dumps(pairs)},
-            )
+            await cur.execute(cur.q["release_unrun_leases"], {"rows": _dumps(pairs)})
             return cur.rowcount
 
         try:
@@ -534,7 +387,7 @@ class PostgresStore:
                 # cannot reconnect: a down database has to fail fast
                 async with pool.connection(None if attempt == 1 else 1.0) as conn:
                     raw = conn.cursor()
-                    cur = Cursor(raw, self._qschema)
+                    cur = Cursor(raw, self.q)
                     if not tx:
                         now = self._clock_now() or datetime.now(UTC)
                         began = True
@@ -635,41 +488,8 @@ class PostgresStore:
             self._spawn(self._skew_loop(), "cronfleet-pg-skew")
 
     async def _migrate(self) -> None:
-        known = migrations("postgres")
-        latest = known[-1][0] if known else 0
-        schema = sql.Identifier(self.schema)
-
         async def go(cur: Cursor, now: datetime) -> None:
-            # one lock per schema: concurrent starters wait here, then find nothing to do
-            await cur.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATION_LOCK, self.schema)
-            )
-            await cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await cur.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY "
-                    "KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(schema)
-            )
-            await cur.execute(
-                sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(schema)
-            )
-            row = await cur.fetchone()
-            current = (row[0] if row else None) or 0
-            if current > latest:
-                raise StoreError(
-                    f"PostgreSQL store {self.url}: schema {self.schema!r} is at version "
-                    f"{current}, newer than this cronfleet understands ({latest}); "
-                    "upgrade cronfleet"
-                )
-            pending = [(v, n, t) for v, n, t in known if v > current]
-            if pending:  # the migration files name tables without a schema
-                await cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-            for version, name, text in pending:
-                await cur.execute(text.encode())  # a script: no parameters, many statements
-                insert = "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
-                await cur.execute(sql.SQL(insert).format(schema), (version, name))
-                log.info("PostgreSQL store %s: applied migration %s", self.url, name)
+            await apply_migrations(cur, self.schema, self.url)
 
         await self._run(go)
 
@@ -691,7 +511,7 @@ class PostgresStore:
             return self.host_clock.now()
 
         async def go(cur: Cursor, now: datetime) -> float:
-            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            await cur.execute(self.q["clock"])
             row = await cur.fetchone()
             assert row is not None
             return float(row[0])
@@ -707,7 +527,7 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> float:
             t0 = self.host_clock.now()
-            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            await cur.execute(self.q["clock"])
             row = await cur.fetchone()
             t1 = self.host_clock.now()
             assert row is not None
@@ -794,7 +614,7 @@ class PostgresStore:
 
     async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
         payload = json.dumps({"kind": kind, "jobs": list(job_ids)[:100]})
-        await cur.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+        await cur.execute(cur.q["notify"], (self.channel, payload))
 
     # -- job state --------------------------------------------------------------------
 
@@ -802,7 +622,7 @@ class PostgresStore:
         ids = list(job_ids)
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
-            await cur.execute(_ENSURE_SQL, {"now": now, "ids": _dumps(ids)})
+            await cur.execute(cur.q["ensure_jobs"], {"now": now, "ids": _dumps(ids)})
             created = [r[0] for r in await cur.fetchall()]
             if created:
                 await self._announce(cur, "jobs", created)
@@ -814,10 +634,7 @@ class PostgresStore:
 
     @staticmethod
     async def _select_states(cur: Cursor, ids: list[str]) -> dict[str, JobState]:
-        await cur.execute(
-            f"SELECT {_STATE_COLS} FROM __S__.job_state s WHERE s.job_id IN (SELECT {_IDS})",
-            {"ids": _dumps(ids)},
-        )
+        await cur.execute(cur.q["read_states"], {"ids": _dumps(ids)})
         return {r[0]: _state(r) for r in await cur.fetchall()}
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -832,10 +649,7 @@ class PostgresStore:
         """Only the rows with an override (a partial index): the batch's ids never travel."""
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
-            await cur.execute(
-                f"SELECT {_STATE_COLS} FROM __S__.job_state s "
-                "WHERE s.enabled_override IS NOT NULL"
-            )
+            await cur.execute(cur.q["read_overrides"])
             return {r[0]: _state(r) for r in await cur.fetchall()}
 
         found = await self._run(go, tx=False)
@@ -854,17 +668,8 @@ class PostgresStore:
         until: datetime | None,
     ) -> JobState:
         async def go(cur: Cursor, now: datetime) -> JobState:
-            await cur.execute(
-                "INSERT INTO __S__.job_state (job_id, created_at) VALUES (%s, %s) "
-                "ON CONFLICT (job_id) DO NOTHING",
-                (job_id, now),
-            )
-            await cur.execute(
-                "UPDATE __S__.job_state s SET enabled_override = %s, override_by = %s, "
-                "override_at = %s, override_note = %s, override_until = %s "
-                f"WHERE s.job_id = %s RETURNING {_STATE_COLS}",
-                (enabled, by, now, note, until, job_id),
-            )
+            await cur.execute(cur.q["ensure_job"], (job_id, now))
+            await cur.execute(cur.q["set_override"], (enabled, by, now, note, until, job_id))
             row = await cur.fetchone()
             assert row is not None
             await self._announce(cur, "override", [job_id])
@@ -889,10 +694,12 @@ class PostgresStore:
         ids = [w[0] for w in leases]
         unknown = [j for j in ids if j not in self._known]
         if unknown:
-            await cur.execute(_ENSURE_SQL, {"now": now, "ids": _dumps(unknown)})
+            await cur.execute(cur.q["ensure_jobs"], {"now": now, "ids": _dumps(unknown)})
         now_ms = _msd(now) or 0
         rows = [[j, tok, now_ms + ms(hold)] for j, tok, hold in leases]
-        await cur.execute(_STATE_SQL, {"inst": instance, "now": now, "rows": _dumps(rows)})
+        await cur.execute(
+            cur.q["take_leases"], {"inst": instance, "now": now, "rows": _dumps(rows)}
+        )
         wanted = {j: tok for j, tok, _ in leases}
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
@@ -944,7 +751,7 @@ class PostgresStore:
         ]
         if slot_idx:
             await cur.execute(
-                _CLAIM_SQL,
+                cur.q["claim"],
                 {
                     "inst": instance,
                     "now": now,
@@ -959,7 +766,7 @@ class PostgresStore:
         token_idx = [i for i, it in enumerate(items) if it.claim == "token"]
         if token_idx:  # manual runs: a fencing token without a slot
             await cur.execute(
-                _TOKEN_SQL,
+                cur.q["draw_tokens"],
                 {
                     "inst": instance,
                     "now": now,
@@ -971,15 +778,10 @@ class PostgresStore:
                 out[i].won, out[i].token = True, tok
         for i, it in enumerate(items):
             if it.kind is DispatchKind.RECOVERY:  # crash recovery: rare, one row at a time
-                await cur.execute(
-                    "DELETE FROM __S__.claims WHERE job_id = %s AND token = %s",
-                    (it.job_id, it.reclaim_token),
-                )
+                await cur.execute(cur.q["delete_claim"], (it.job_id, it.reclaim_token))
                 if cur.rowcount:
                     await cur.execute(
-                        "INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at) "
-                        "VALUES (%s, to_timestamp(%s / 1000.0), %s, %s) RETURNING token",
-                        (it.job_id, slot_ms[i], instance, now),
+                        cur.q["claim_one"], (it.job_id, slot_ms[i], instance, now)
                     )
                     row = await cur.fetchone()
                     assert row is not None
@@ -1008,9 +810,7 @@ class PostgresStore:
         ]
         if gone:
             await cur.execute(
-                "DELETE FROM __S__.claims WHERE token IN "
-                "(SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint)",
-                {"ids": _dumps([out[i].token for i in gone])},
+                cur.q["delete_claims"], {"ids": _dumps([out[i].token for i in gone])}
             )
             for i in gone:
                 d = out[i]
@@ -1064,12 +864,12 @@ class PostgresStore:
         fenced = [i for i, r in enumerate(recs) if r.fencing_token is not None]
         plain = [i for i, r in enumerate(recs) if r.fencing_token is None]
         if fenced:
-            await cur.execute(_UPSERT_RUNS_SQL, {"rows": _run_rows([recs[i] for i in fenced])})
+            await cur.execute(cur.q["upsert_runs"], {"rows": _run_rows([recs[i] for i in fenced])})
             by_token = {tok: rid for rid, tok in await cur.fetchall()}
             for i in fenced:
                 ids[i] = by_token[recs[i].fencing_token]
         if plain:
-            await cur.execute(_INSERT_RUNS_SQL, {"rows": _run_rows([recs[i] for i in plain])})
+            await cur.execute(cur.q["insert_runs"], {"rows": _run_rows([recs[i] for i in plain])})
             got = sorted(r[0] for r in await cur.fetchall())
             if len(got) != len(plain):
                 raise StoreError(f"inserted {len(got)} run rows for {len(plain)} records")
@@ -1122,20 +922,12 @@ class PostgresStore:
                 continue
             run_now.append((it.run_id, now_ms + ms(it.hold)))
         if run_now:
-            await cur.execute(
-                "UPDATE __S__.runs SET status = 'running', started_at = %(now)s, "
-                f"deadline = {_TS.format('e->>1')} FROM {_ROWS} AS e "
-                "WHERE runs.id = (e->>0)::bigint AND runs.status = 'pending'",
-                {"now": now, "rows": _dumps(run_now)},
-            )
+            await cur.execute(cur.q["start_runs"], {"now": now, "rows": _dumps(run_now)})
         if skip_now:
             await cur.execute(
-                "UPDATE __S__.runs SET status = 'skipped', reason = %(reason)s, "
-                "finished_at = %(now)s, deadline = NULL, result = %(result)s::jsonb, "
-                "logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(e->>1) "
-                f"FROM {_ROWS} AS e WHERE runs.id = (e->>0)::bigint",
+                cur.q["skip_busy_runs"],
                 {
-                    "reason": SkipReason.ALREADY_EXECUTING.value,
+                    "reason": ledger.ALREADY_EXECUTING,
                     "now": now,
                     "result": _dumps(ledger.busy_result()),
                     "rows": _dumps(skip_now),
@@ -1143,10 +935,7 @@ class PostgresStore:
             )
         touched = [it.run_id for it in items if it.run_id not in waiting]
         if touched:
-            await cur.execute(
-                f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id IN (SELECT ({_IDS})::bigint)",
-                {"ids": _dumps(touched)},
-            )
+            await cur.execute(cur.q["runs_by_id"], {"ids": _dumps(touched)})
             by_id = {r[0]: _run(r) for r in await cur.fetchall()}
             for st in out:
                 if st.request.run_id not in waiting:
@@ -1169,9 +958,9 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> list[int]:
             ids = await self._insert_runs(cur, new)
             if len(new) < len(reqs):
-                await cur.execute(_FINISH_SQL, {"rows": updates})
+                await cur.execute(cur.q["finish_runs"], {"rows": updates})
             if releases:
-                await cur.execute(_RELEASE_SQL, {"rows": _dumps(releases)})
+                await cur.execute(cur.q["release_leases"], {"rows": _dumps(releases)})
             return ids
 
         ids = await self._run(go)
@@ -1191,7 +980,7 @@ class PostgresStore:
         payload = _dumps(rows)
 
         async def go(cur: Cursor, now: datetime) -> int:
-            await cur.execute(_SKIPS_SQL, {"now": now, "rows": payload})
+            await cur.execute(cur.q["record_skips"], {"now": now, "rows": payload})
             return max(cur.rowcount, 0)
 
         return await self._run(go)
@@ -1204,20 +993,8 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> None:
             now_ms = _msd(now) or 0
             args = {"rows": _dumps([[j, tok, now_ms + ms(h)] for j, tok, h in reqs])}
-            await cur.execute(
-                f"WITH {_LOCK_CTE} UPDATE __S__.job_state s SET lease_until = v.u "
-                f"FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format('e->>2')} AS u "
-                f"FROM {_ROWS} AS e) AS v WHERE s.job_id = v.j AND s.lease_token = v.tok "
-                "AND s.job_id IN (SELECT job_id FROM locked)",
-                args,
-            )
-            await cur.execute(
-                "UPDATE __S__.runs r SET deadline = v.u "
-                f"FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format('e->>2')} AS u "
-                f"FROM {_ROWS} AS e) AS v WHERE r.fencing_token = v.tok AND r.job_id = v.j "
-                "AND r.status = 'running'",
-                args,
-            )
+            await cur.execute(cur.q["renew_leases"], args)
+            await cur.execute(cur.q["renew_deadlines"], args)
 
         await self._run(go)
 
@@ -1225,7 +1002,7 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> tuple[list[RunRecord], list[RunRecord]]:
             before, anon, after = ledger.interrupted_log_parts(instance_id)
             await cur.execute(
-                _REAP_SQL,
+                cur.q["reap"],
                 {
                     "now": now,
                     "reason": ledger.INTERRUPTED_REASON,
@@ -1236,7 +1013,7 @@ class PostgresStore:
                 },
             )
             reaped = [_run(r) for r in await cur.fetchall()]
-            await cur.execute(_LOST_SQL, {"now": now})
+            await cur.execute(cur.q["lost_runs"], {"now": now})
             rebuilt = [
                 ledger.lost_run(
                     job_id, token, holder, slot, claimed, now=now, marked_by=instance_id
@@ -1248,7 +1025,8 @@ class PostgresStore:
                 rec.id = rid
             if rebuilt:
                 await cur.execute(
-                    _RELEASE_SQL, {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])}
+                    cur.q["release_leases"],
+                    {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])},
                 )
             return reaped, rebuilt
 
@@ -1266,7 +1044,7 @@ class PostgresStore:
         before_id: int | None = None,
     ) -> list[RunRecord]:
         query, args = history_query(
-            f"SELECT {_RUN_COLS} FROM __S__.runs",
+            self.q["runs"].rstrip(),
             job_id=job_id,
             status=None if status is None else RunStatus(status).value,
             before_id=before_id,
@@ -1282,7 +1060,7 @@ class PostgresStore:
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         async def go(cur: Cursor, now: datetime) -> RunRecord | None:
-            await cur.execute(f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id = %s", (run_id,))
+            await cur.execute(cur.q["get_run"], (run_id,))
             row = await cur.fetchone()
             return None if row is None else _run(row)
 
@@ -1295,11 +1073,7 @@ class PostgresStore:
         ids = _dumps(list(dict.fromkeys(job_ids)))
 
         async def go(cur: Cursor, now: datetime) -> dict[str, RunRecord]:
-            await cur.execute(
-                f"SELECT r.* FROM {_IDS} AS v(j) CROSS JOIN LATERAL (SELECT {_RUN_COLS} "
-                "FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r",
-                {"ids": ids},
-            )
+            await cur.execute(cur.q["last_runs"], {"ids": ids})
             return {r[1]: _run(r) for r in await cur.fetchall()}
 
         return await self._run(go, tx=False)
@@ -1311,33 +1085,12 @@ class PostgresStore:
         runs_before = datetime.fromtimestamp(runs_older_than, UTC)
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
-            # RETENTION_RULE (store/base.py): each job's newest claimed slot and newest
-            # claim-less skip stay, the watermark reads them
-            await cur.execute(
-                "DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR "
-                "(job_id, slot) NOT IN "
-                "(SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL "
-                "GROUP BY job_id))",
-                (claims_before,),
-            )
+            # RETENTION_RULE (store/base.py)
+            await cur.execute(cur.q["prune_claims"], (claims_before,))
             claims = cur.rowcount
-            keep = (
-                "id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL "
-                "GROUP BY job_id)"
-            )
-            await cur.execute(
-                "DELETE FROM __S__.runs WHERE finished_at < %s "
-                f"AND status NOT IN ('running', 'pending') AND {keep}",
-                (runs_before,),
-            )
+            await cur.execute(cur.q["prune_old_runs"], (runs_before,))
             runs = cur.rowcount
-            await cur.execute(
-                "DELETE FROM __S__.runs WHERE id IN (SELECT id FROM (SELECT id, status, "
-                "row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n "
-                "FROM __S__.runs) AS ranked "
-                f"WHERE n > %s AND status NOT IN ('running', 'pending')) AND {keep}",
-                (runs_per_job,),
-            )
+            await cur.execute(cur.q["prune_runs_per_job"], (runs_per_job,))
             runs += cur.rowcount
             return claims, runs
 
