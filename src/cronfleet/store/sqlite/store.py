@@ -105,6 +105,32 @@ def _split_sql(script: str) -> list[str]:
     return out
 
 
+def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]:
+    """Bring the file to the newest schema version inside the caller's ``BEGIN
+    IMMEDIATE`` (processes starting together apply each migration once). Used by the store
+    and by the side-table connections. Returns the files applied."""
+    known = migrations("cronfleet.store.sqlite")
+    latest = known[-1][0] if known else 0
+    c.execute(Q["schema_migrations"])
+    row = c.execute(Q["schema_version"]).fetchone()
+    current = row[0] or 0
+    if current > latest:
+        raise StoreError(
+            f"SQLite store {path}: schema version {current} is newer than this "
+            f"cronfleet understands ({latest}); upgrade cronfleet"
+        )
+    applied = []
+    for version, name, sql in known:
+        if version <= current:
+            continue
+        for stmt in _split_sql(sql):
+            c.execute(stmt)
+        c.execute(Q["migration_applied"], (version, name, now_ms))
+        log.info("SQLite store %s: applied migration %s", path, name)
+        applied.append(name)
+    return applied
+
+
 class SQLiteStore:
     """Claims, leases, overrides and the run ledger in one SQLite file."""
 
@@ -234,24 +260,14 @@ class SQLiteStore:
                 time.sleep(0.01)
 
     def _migrate(self) -> None:
-        known = migrations("cronfleet.store.sqlite")
-        latest = known[-1][0] if known else 0
-        with self._tx() as c:
-            c.execute(Q["schema_migrations"])
-            row = c.execute(Q["schema_version"]).fetchone()
-            current = row[0] or 0
-            if current > latest:
-                raise StoreError(
-                    f"SQLite store {self.path}: schema version {current} is newer than this "
-                    f"cronfleet understands ({latest}); upgrade cronfleet"
-                )
-            for version, name, sql in known:
-                if version <= current:
-                    continue
-                for stmt in _split_sql(sql):
-                    c.execute(stmt)
-                c.execute(Q["migration_applied"], (version, name, self._now_ms()))
-                log.info("SQLite store %s: applied migration %s", self.path, name)
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            apply_migrations(c, self.path, self._now_ms())
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
 
     async def close(self) -> None:
         if self._executor is None:
