@@ -58,6 +58,9 @@ class MemoryDatabase:
     last_run_id: int = 0
     dedupe: dict[tuple[str, int, str], int] = field(default_factory=dict)  # -> run id
     fenced: dict[int, int] = field(default_factory=dict)  # fencing token -> run id
+    # what the watermark rule reads, per job: claimed slots and claim-less skip slots (ms)
+    claimed: dict[str, set[int]] = field(default_factory=dict)
+    skipped: dict[str, dict[int, int]] = field(default_factory=dict)  # slot -> skip rows
 
 
 def _copy(r: RunRecord) -> RunRecord:
@@ -91,9 +94,8 @@ class MemoryStore:
         return ms(self.clock.now())
 
     def _watermark(self, job_id: str) -> datetime | None:
-        db = self.db
-        claimed = [c.slot for c in db.claims.values() if c.job_id == job_id and c.slot is not None]
-        skipped = [slot for (j, slot, _), rid in db.dedupe.items() if j == job_id]
+        claimed = self.db.claimed.get(job_id)
+        skipped = self.db.skipped.get(job_id)
         mark = watermark(
             max(claimed) if claimed else None, max(skipped) if skipped else None
         )
@@ -129,7 +131,10 @@ class MemoryStore:
         if token is not None:
             db.fenced[token] = rec.id
         if dedupe is not None:
-            db.dedupe[(rec.job_id, msd(rec.slot) or 0, dedupe)] = rec.id
+            at = msd(rec.slot) or 0
+            db.dedupe[(rec.job_id, at, dedupe)] = rec.id
+            counts = db.skipped.setdefault(rec.job_id, {})
+            counts[at] = counts.get(at, 0) + 1
 
     def _update(self, rec: RunRecord) -> None:
         stored = self.db.runs.get(rec.id or 0)
@@ -206,12 +211,14 @@ class MemoryStore:
         db.tokens[claim.token] = claim
         if slot is not None:
             db.claims[(job_id, slot)] = claim
+            db.claimed.setdefault(job_id, set()).add(slot)
         return claim
 
     def _drop_claim(self, claim: _Claim) -> None:
         self.db.tokens.pop(claim.token, None)
         if claim.slot is not None:
             self.db.claims.pop((claim.job_id, claim.slot), None)
+            self.db.claimed.get(claim.job_id, set()).discard(claim.slot)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -526,4 +533,9 @@ class MemoryStore:
             gone = set(doomed)
             for key in [k for k, rid in db.dedupe.items() if rid in gone]:
                 del db.dedupe[key]
+                job_id, at, _ = key
+                counts = db.skipped[job_id]
+                counts[at] -= 1
+                if not counts[at]:
+                    del counts[at]
         return len(old), len(doomed)

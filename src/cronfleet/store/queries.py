@@ -17,8 +17,9 @@ import functools
 from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
-__all__ = ["SCHEMA_MARK", "load_queries", "migrations", "read_queries"]
+__all__ = ["SCHEMA_MARK", "history_query", "load_queries", "migrations", "read_queries"]
 
 SCHEMA_MARK = "__S__"
 _NAME = "-- name:"
@@ -68,3 +69,27 @@ def migrations(package: str) -> list[tuple[int, str, str]]:
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
     return sorted(found)
+
+
+def history_query(
+    select: str,
+    *,
+    job_id: str | None,
+    status: str | None,
+    before_id: int | None,
+    limit: int,
+    placeholder: str,
+) -> tuple[str, list[Any]]:
+    """``select`` (a named query) filtered by job, status and cursor, newest first: the
+    run history query both stores answer, in their own parameter style (``?`` or ``%s``)."""
+    where: list[str] = []
+    args: list[Any] = []
+    for clause, value in (("job_id =", job_id), ("status =", status), ("id <", before_id)):
+        if value is not None:
+            where.append(f"{clause} {placeholder}")
+            args.append(value)
+    sql = select
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    args.append(int(limit))
+    return f"{sql} ORDER BY id DESC LIMIT {placeholder}", args

@@ -37,8 +37,7 @@ from cronfleet.store.base import (
     Start,
     Started,
 )
-from cronfleet.store.common import history_query
-from cronfleet.store.queries import load_queries, migrations
+from cronfleet.store.queries import history_query, load_queries, migrations
 from cronfleet.store.rows import (
     dt,
     ms,
