@@ -120,6 +120,7 @@ KINDS: list[tuple[Dispatch, DispatchKind]] = [
     (item(claim="none", skip_reason="missed"), DispatchKind.MISSED),
     (item(claim="token", manual=True), DispatchKind.MANUAL),
     (item(claim="none", manual=True), DispatchKind.MANUAL),
+    (item(claim="token", lease=True), DispatchKind.MANUAL),  # a token: asked for now
     (item(reclaim_token=3, is_recovery=True), DispatchKind.RECOVERY),
     (item(claim="none"), DispatchKind.LOCAL),
     (Dispatch.scheduled("a", 1.0, lease=True), DispatchKind.SCHEDULED),
@@ -165,7 +166,7 @@ IMPOSSIBLE: list[tuple[str, dict[str, Any]]] = [
     ("early deferred", {"early": True, "lease": True, "record": False, "defer": True}),
     ("early skipped", {"early": True, "lease": True, "record": False, "skip_reason": "x"}),
     ("early node-local", {"early": True, "lease": True, "record": False, "claim": "none"}),
-    ("token without manual", {"claim": "token"}),
+    ("early token", {"claim": "token", "early": True, "lease": True, "record": False}),
     ("manual slot claim", {"manual": True}),
     ("manual recovery", {"manual": True, "claim": "token", "reclaim_token": 3}),
     ("recovery without claim", {"claim": "none", "reclaim_token": 3}),

@@ -82,12 +82,10 @@ def _derive_kind(d: Dispatch) -> DispatchKind:
     """The kind the flags describe; raises ``ValueError`` on an impossible combination."""
     if d.claim not in ("slot", "token", "none"):
         raise ValueError(f"Dispatch.claim must be slot, token or none, not {d.claim!r}")
-    if d.manual:
+    if d.manual or d.claim == "token":  # a token without a slot: a run asked for now
         if d.claim == "slot" or d.reclaim_token is not None or d.early:
             raise ValueError("a manual Dispatch claims a token (or nothing), never a slot")
         return DispatchKind.MANUAL
-    if d.claim == "token":
-        raise ValueError("only manual runs draw a token without a slot (claim='token')")
     if d.reclaim_token is not None:
         if d.claim != "slot" or d.early or d.skip_reason is not None:
             raise ValueError("a recovery Dispatch (reclaim_token) re-claims its slot and runs")
