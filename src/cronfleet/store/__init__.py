@@ -11,9 +11,10 @@ from cronfleet.store.sqlite import SQLiteStore
 from cronfleet.store.url import parse_store_url
 
 if TYPE_CHECKING:
+    from cronfleet.store.memory import MemoryStore
     from cronfleet.store.postgres import PostgresStore
 
-__all__ = ["PostgresStore", "SQLiteStore", "Store", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "open_store"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +23,10 @@ def __getattr__(name: str) -> Any:
         from cronfleet.store.postgres import PostgresStore
 
         return PostgresStore
+    if name == "MemoryStore":
+        from cronfleet.store.memory import MemoryStore
+
+        return MemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
