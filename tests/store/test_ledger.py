@@ -197,3 +197,35 @@ def test_watermark_rule(
 
 def test_retention_rule_is_stated() -> None:
     assert "newest slot" in RETENTION_RULE and "claim-less skip" in RETENTION_RULE
+
+
+def test_dispatch_runs_decides_like_dispatch_run_for_every_case() -> None:
+    """The batch form (what the stores call) inlines only the hot path; every row it makes
+    equals the single decision's."""
+    from cronfleet.store.base import Dispatched
+
+    out = [
+        Dispatched(request=req, won=True, token=5)
+        for _, req, _, _, _, _, _ in CASES
+    ]
+    lost = Dispatched(request=item(), won=False)
+    acquired = {f"j{i}" for i, case in enumerate(CASES) if case[2]}
+    for i, d in enumerate(out):
+        d.request.job_id = f"j{i}"
+    written = ledger.dispatch_runs(
+        [*out, lost], slots=[SLOT] * (len(out) + 1), deadlines=[DEADLINE] * (len(out) + 1),
+        now=NOW, instance="i1", acquired=acquired, holders={j.request.job_id: "other"
+                                                            for j in out},
+    )  # fmt: skip
+    assert lost.run is None
+    expected_written = []
+    for d in out:
+        run, write, busy = ledger.dispatch_run(
+            d.request, slot=SLOT, now=NOW, deadline=DEADLINE, token=5, instance="i1",
+            lease_taken=d.request.job_id in acquired, holder="other",
+        )  # fmt: skip
+        assert d.run == run
+        assert d.holder == ("other" if busy else None)
+        if write:
+            expected_written.append(run)
+    assert written == expected_written

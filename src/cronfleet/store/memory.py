@@ -67,6 +67,11 @@ def _copy(r: RunRecord) -> RunRecord:
     return dataclasses.replace(r, logs=list(r.logs))
 
 
+def _req(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
+
+
 def _ms_dt(d: datetime | None) -> datetime | None:
     return dt(msd(d))
 
@@ -309,22 +314,13 @@ class MemoryStore:
                 d.holder = holders.get(items[i].job_id)
         now_dt = dt(now)
         assert now_dt is not None
-        for d, it in zip(out, items, strict=True):
-            if not d.won:
-                continue
-            slot = dt(ms(it.slot))
-            deadline = dt(now + ms(it.hold))
-            assert slot is not None and deadline is not None
-            rec, write, busy = ledger.dispatch_run(
-                it, slot=slot, now=now_dt, deadline=deadline, token=d.token,
-                instance=instance_id, lease_taken=it.job_id in acquired,
-                holder=holders.get(it.job_id),
-            )  # fmt: skip
-            d.run = rec
-            if busy:
-                d.holder = holders.get(it.job_id)
-            if write:
-                self._insert(rec)
+        slots = [_req(dt(ms(it.slot))) for it in items]
+        deadlines = [_req(dt(now + ms(it.hold))) for it in items]
+        for rec in ledger.dispatch_runs(
+            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance_id,
+            acquired=acquired, holders=holders,
+        ):
+            self._insert(rec)
         return out
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:

@@ -818,32 +818,29 @@ class PostgresStore:
         # 3. the run row of each won slot, as the ledger decides; fast-path runs
         #    (record=False) are written by the scheduler's group commit after their
         #    handler has started
-        to_insert: list[RunRecord] = []
         slot_dt: dict[int, datetime] = {}
-        decide = ledger.dispatch_run
-        for i, d in enumerate(out):
-            if not d.won:
-                continue
-            it = items[i]
-            at = slot_ms[i]
+        until: dict[float, datetime] = {}
+        slots = []
+        for at in slot_ms:
             slot = slot_dt.get(at)
             if slot is None:
                 slot = slot_dt[at] = datetime.fromtimestamp(at / 1000, UTC)
-            rec, write, busy = decide(
-                it,
-                slot=slot,
-                now=now,
-                deadline=now + timedelta(seconds=it.hold),
-                token=d.token,
-                instance=instance,
-                lease_taken=it.job_id in acquired,
-                holder=holders.get(it.job_id),
-            )
-            d.run = rec
-            if busy:
-                d.holder = holders.get(it.job_id)
-            if write:
-                to_insert.append(rec)
+            slots.append(slot)
+        deadlines = []
+        for it in items:
+            deadline = until.get(it.hold)
+            if deadline is None:
+                deadline = until[it.hold] = now + timedelta(seconds=it.hold)
+            deadlines.append(deadline)
+        to_insert = ledger.dispatch_runs(
+            out,
+            slots=slots,
+            deadlines=deadlines,
+            now=now,
+            instance=instance,
+            acquired=acquired,
+            holders=holders,
+        )
         ids = await self._insert_runs(cur, to_insert)
         for rec, rid in zip(to_insert, ids, strict=True):
             rec.id = rid

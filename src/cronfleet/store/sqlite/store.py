@@ -468,36 +468,23 @@ class SQLiteStore:
             # 3. the run row of each won slot, as the ledger decides; fast-path runs
             #    (record=False) are written by the scheduler's group commit after their
             #    handler has started
-            to_insert: list[RunRecord] = []
-            memo: dict[int | None, datetime | None] = {None: None}
+            memo: dict[int, datetime] = {}
 
             def when(value: int) -> datetime:  # one datetime per instant
                 got = memo.get(value)
                 if got is None:
-                    got = memo[value] = dt(value)
-                return got  # type: ignore[return-value]
+                    got = memo[value] = _req(dt(value))
+                return got
 
-            now_dt = when(now)
-            decide = ledger.dispatch_run
-            for i, d in enumerate(out):
-                if not d.won:
-                    continue
-                it = items[i]
-                rec, write, busy = decide(
-                    it,
-                    slot=when(slot_ms[i]),
-                    now=now_dt,
-                    deadline=when(now + ms(it.hold)),
-                    token=d.token,
-                    instance=instance,
-                    lease_taken=it.job_id in acquired,
-                    holder=holders.get(it.job_id),
-                )
-                d.run = rec
-                if busy:
-                    d.holder = holders.get(it.job_id)
-                if write:
-                    to_insert.append(rec)
+            to_insert = ledger.dispatch_runs(
+                out,
+                slots=[when(v) for v in slot_ms],
+                deadlines=[when(now + ms(it.hold)) for it in items],
+                now=when(now),
+                instance=instance,
+                acquired=acquired,
+                holders=holders,
+            )
             insert_runs(c, to_insert)
         return out
 
