@@ -78,6 +78,10 @@ class DispatchKind(enum.Enum):
     LOCAL = "local"
 
 
+_SCHEDULED = DispatchKind.SCHEDULED
+_EARLY = DispatchKind.EARLY
+
+
 def _derive_kind(d: Dispatch) -> DispatchKind:
     """The kind the flags describe; raises ``ValueError`` on an impossible combination."""
     if d.claim not in ("slot", "token", "none"):
@@ -104,7 +108,7 @@ def _derive_kind(d: Dispatch) -> DispatchKind:
     return DispatchKind.SCHEDULED
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Dispatch:
     """One slot to claim (and usually start) in a batch.
 
@@ -131,7 +135,9 @@ class Dispatch:
     lease is busy, the claim is removed again in the same transaction and the result says
     ``busy`` (nothing of it remains; the slot is handled at its time as usual).
 
-    ``kind`` is fixed at construction: the scheduler may still set ``defer`` or
+    ``kind`` is derived (and checked) at construction, in a hand-written ``__init__`` that
+    reads the arguments rather than the attributes (a burst builds one per slot). It is
+    fixed then: the scheduler may still set ``defer`` or
     ``skip_reason`` afterwards on a node-local or manual request (its own overlap check);
     the stores read those flags for the row, and ``kind`` for what to claim.
     """
@@ -155,14 +161,64 @@ class Dispatch:
     early: bool = False
     kind: DispatchKind | None = None
 
-    def __post_init__(self) -> None:
-        derived = _derive_kind(self)
-        if self.kind is None:
+    def __init__(
+        self,
+        job_id: str,
+        slot: float,
+        triggered_by: TriggeredBy,
+        claim: ClaimKind = "slot",
+        lease: bool = False,
+        hold: float = 3600.0,
+        defer: bool = False,
+        wait_if_busy: bool = False,
+        is_catchup: bool = False,
+        is_recovery: bool = False,
+        manual: bool = False,
+        skip_reason: str | None = None,
+        result: Any = None,
+        logs: list[str] | None = None,
+        reclaim_token: int | None = None,
+        record: bool = True,
+        early: bool = False,
+        kind: DispatchKind | None = None,
+    ) -> None:
+        # written out (not generated) so that the kind of the common requests is derived
+        # from the arguments, not from attribute reads: a burst builds one per slot
+        self.job_id = job_id
+        self.slot = slot
+        self.triggered_by = triggered_by
+        self.claim = claim
+        self.lease = lease
+        self.hold = hold
+        self.defer = defer
+        self.wait_if_busy = wait_if_busy
+        self.is_catchup = is_catchup
+        self.is_recovery = is_recovery
+        self.manual = manual
+        self.skip_reason = skip_reason
+        self.result = result
+        self.logs = [] if logs is None else logs
+        self.reclaim_token = reclaim_token
+        self.record = record
+        self.early = early
+        if (
+            claim == "slot"
+            and not manual
+            and reclaim_token is None
+            and skip_reason is None
+            and (not early or (lease and not record and not defer))
+        ):
+            derived = _EARLY if early else _SCHEDULED
+        else:
+            derived = _derive_kind(self)
+        if kind is None:
             self.kind = derived
-        elif self.kind is not derived:
+        elif kind is not derived:
             raise ValueError(
-                f"Dispatch kind {self.kind.value} does not match its fields ({derived.value})"
+                f"Dispatch kind {kind.value} does not match its fields ({derived.value})"
             )
+        else:
+            self.kind = kind
 
     # -- named constructors: one per kind ------------------------------------------------
 
