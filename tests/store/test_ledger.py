@@ -229,3 +229,29 @@ def test_dispatch_runs_decides_like_dispatch_run_for_every_case() -> None:
         if write:
             expected_written.append(run)
     assert written == expected_written
+
+
+def test_the_schedulers_wordings_live_here_unchanged() -> None:
+    """The words the scheduler writes today (scheduler.py at c879552), one home for them."""
+    assert ledger.override_skip_log("paused", "ops", "vendor down") == (
+        "Skipped: the job is paused by ops (vendor down)"
+    )
+    assert ledger.override_skip_log("disabled", None, None) == "Skipped: the job is disabled"
+    assert ledger.removed_or_skipped_log("paused", True) == "Skipped: the job is paused"
+    assert ledger.removed_or_skipped_log("paused", False) == "Skipped: the job was removed"
+    assert ledger.missed_log("2026-01-01T00:00:00+00:00", "missed while no scheduler ran it",
+                             "RUN_ONCE", 3600.0) == (
+        "Skipped: slot 2026-01-01T00:00:00+00:00 missed while no scheduler ran it "
+        "(policy RUN_ONCE, window 3600s)"
+    )
+    why, result = ledger.missed_summary(None, "a", "b")
+    assert why == "many missed slots from a to b summarised in this record"
+    assert result == {"skipped": True, "reason": "missed", "count": None, "first": "a",
+                      "last": "b"}
+    assert ledger.store_unavailable_log("down") == (
+        "Skipped: the store was unavailable (down) and the job requires a global claim"
+    )
+    assert ledger.shutdown_log() == (
+        "Interrupted: the scheduler stopped before the run finished"
+    )
+    assert ledger.SHUTDOWN_REASON == "shutdown"

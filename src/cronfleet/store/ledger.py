@@ -18,6 +18,8 @@ from cronfleet.store.base import Dispatch, Dispatched
 __all__ = [
     "INTERRUPTED_ERROR",
     "INTERRUPTED_REASON",
+    "SHUTDOWN_REASON",
+    "STOPPED_BEFORE_FINISH",
     "busy_log",
     "busy_result",
     "dispatch_run",
@@ -26,7 +28,13 @@ __all__ = [
     "interrupted_log_parts",
     "kept_lost_run",
     "lost_run",
+    "missed_log",
+    "missed_summary",
+    "override_skip_log",
+    "removed_or_skipped_log",
+    "shutdown_log",
     "skip_result",
+    "store_unavailable_log",
 ]
 
 RUNNING = RunStatus.RUNNING
@@ -52,6 +60,48 @@ def skip_result(reason: str) -> dict[str, Any]:
 
 def busy_result() -> dict[str, Any]:
     return skip_result(ALREADY_EXECUTING)
+
+
+def override_skip_log(reason: str, by: str | None, note: str | None) -> str:
+    """A slot skipped without a claim because the job is paused / disabled."""
+    who = f" by {by}" if by else ""
+    why = f" ({note})" if note else ""
+    return f"Skipped: the job is {reason}{who}{why}"
+
+
+def removed_or_skipped_log(reason: str, live: bool) -> str:
+    """An early claim given up at its instant: the job is paused / disabled, or gone."""
+    return f"Skipped: the job is {reason}" if live else "Skipped: the job was removed"
+
+
+def missed_log(slot_iso: str, why: str, policy: str, window: float) -> str:
+    """A slot recorded ``missed`` by the catch-up policy."""
+    return f"Skipped: slot {slot_iso} {why} (policy {policy}, window {window:g}s)"
+
+
+def missed_summary(count: int | None, first_iso: str, last_iso: str) -> tuple[str, dict[str, Any]]:
+    """``(why, result)`` of the one record that summarises many missed slots."""
+    why = (
+        f"{'many' if count is None else count} missed slots from {first_iso} to {last_iso} "
+        "summarised in this record"
+    )
+    result = {**skip_result(SkipReason.MISSED.value), "count": count, "first": first_iso,
+              "last": last_iso}
+    return why, result
+
+
+def store_unavailable_log(error: object) -> str:
+    """A slot of a job that requires a global claim, skipped while the store was down."""
+    return f"Skipped: the store was unavailable ({error}) and the job requires a global claim"
+
+
+SHUTDOWN_REASON = "shutdown"
+STOPPED_BEFORE_FINISH = "the scheduler stopped before the run finished"
+
+
+def shutdown_log(why: str = STOPPED_BEFORE_FINISH) -> str:
+    """The log line of a run interrupted by this process's own stop."""
+    return f"Interrupted: {why}"
 
 
 def interrupted_log(holder: str | None, marked_by: str) -> str:
