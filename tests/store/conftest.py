@@ -1,4 +1,5 @@
-"""One conformance suite for every store: each test runs against every store factory.
+"""One conformance suite for every store: each test runs against every store factory
+(memory, SQLite, PostgreSQL).
 
 PostgreSQL: ``CRONFLEET_TEST_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 each test gets a fresh schema, dropped afterwards. Unreachable, the PostgreSQL tests skip
@@ -14,6 +15,7 @@ import pytest
 
 from cronfleet.clock import FakeClock
 from cronfleet.store import PostgresStore, SQLiteStore, Store
+from cronfleet.store.memory import MemoryDatabase, MemoryStore
 
 from .pg import drop_schema, new_schema, pg_url, require_pg
 
@@ -22,7 +24,7 @@ T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z, a fixed "now" for the fake clock
 StoreFactory = Callable[[], Store]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -49,6 +51,9 @@ def make_store(
     store_kind: str, tmp_path: Path, clock: FakeClock, pg_schema: str | None
 ) -> StoreFactory:
     """Returns a factory: each call is a new store object (a new "instance") on one database."""
+    if store_kind == "memory":
+        db = MemoryDatabase()
+        return lambda: MemoryStore(db, clock=clock)
     if store_kind == "sqlite":
         path = tmp_path / "cronfleet.db"
         return lambda: SQLiteStore(path, clock=clock)

@@ -457,3 +457,81 @@ async def test_withdrawn_early_claim_is_as_if_never_made(store: Store, other: St
     # withdrawing a claim whose lease another run took leaves that lease alone
     assert await es.withdraw([("a", T0, a.token)]) == 0
     assert (await es.read_states(["a"]))["a"].lease_token == b.token
+
+
+# -- the watermark rule, the retention rule and last_runs (store/base.py) ----------------------
+
+
+async def test_watermark_is_the_one_rule(store: Store, clock: FakeClock) -> None:
+    """``last_slot`` = watermark(newest claimed slot, newest claim-less skip), on every
+    store; manual tokens and lost early claims do not move it."""
+    from cronfleet.store.base import watermark
+
+    await store.ensure_jobs(["a", "b"])
+    assert (await store.read_states(["a"]))["a"].last_slot is None  # from created_at then
+    await store.dispatch([slot_item("a", T0 - 60)], "one")
+    await store.dispatch([slot_item("a", T0, claim="token", manual=True)], "one")
+    await store.record_skips([Skip("a", T0 - 120, "paused")])
+    state = (await store.read_states(["a"]))["a"]
+    assert state.last_slot is not None
+    assert state.last_slot.timestamp() == watermark(T0 - 60, T0 - 120) == T0 - 60
+    await store.record_skips([Skip("a", T0 + 30, "disabled")])
+    state = (await store.read_states(["a"]))["a"]
+    assert state.last_slot is not None and state.last_slot.timestamp() == T0 + 30
+    # the same value wherever a state is read
+    await store.set_override("a", False, by="t", note=None, until=None)
+    over = (await store.read_overrides(["a"]))["a"]
+    assert over.last_slot == state.last_slot
+    assert (await store.ensure_jobs(["a"]))["a"].last_slot == state.last_slot
+    # an early claim kept only with its lease: a busy lease leaves the watermark alone
+    await store.dispatch([slot_item("b", T0, lease=True, hold=600)], "one")
+    [busy] = await store.dispatch(
+        [slot_item("b", T0 + 60, lease=True, hold=60, record=False, early=True)], "two"
+    )
+    assert busy.busy
+    b = (await store.read_states(["b"]))["b"]
+    assert b.last_slot is not None and b.last_slot.timestamp() == T0
+
+
+async def test_retention_keeps_what_the_watermark_reads(store: Store, clock: FakeClock) -> None:
+    """RETENTION_RULE: each job's newest claimed slot and newest claim-less skip survive any
+    age, so the watermark is the same before and after prune; manual tokens do not."""
+    await store.ensure_jobs(["a"])
+    [first] = await store.dispatch([slot_item("a", T0, lease=True, hold=30)], "one")
+    await store.dispatch([slot_item("a", T0 + 60)], "one")
+    # a recovery re-claims the older slot with a newer token: the newest SLOT is kept
+    assert first.token is not None
+    [rec] = await store.dispatch(
+        [slot_item("a", T0, reclaim_token=first.token, is_recovery=True)], "one"
+    )
+    assert rec.won
+    await store.dispatch([slot_item("a", T0, claim="token", manual=True)], "one")
+    await store.record_skips([Skip("a", T0 - 60, "paused")])
+    before = (await store.read_states(["a"]))["a"].last_slot
+    clock.advance(400 * 86400)
+    claims, _ = await store.prune(
+        claims_older_than=clock.now() - 7 * 86400,
+        runs_older_than=clock.now() - 30 * 86400,
+        runs_per_job=1,
+    )
+    assert claims == 2  # slot T0 (re-claimed) and the manual token; T0 + 60 stays
+    after = (await store.read_states(["a"]))["a"].last_slot
+    assert after == before and after is not None and after.timestamp() == T0 + 60
+    [dup] = await store.dispatch([slot_item("a", T0 + 60)], "two")
+    assert not dup.won
+    skips = [r for r in await store.list_runs("a", limit=100) if r.reason == "paused"]
+    assert len(skips) == 1  # the newest claim-less skip outlives both age and count limits
+
+
+async def test_last_runs_is_the_newest_run_of_each_job(store: Store) -> None:
+    await store.ensure_jobs(["a", "b", "c"])
+    assert await store.last_runs([]) == {}
+    for i in range(3):
+        await store.dispatch([slot_item("a", T0 + i), slot_item("b", T0 + i)], "one")
+    await store.record_skips([Skip("a", T0 + 10, "paused")])
+    last = await store.last_runs(["a", "b", "c", "unknown"])
+    assert set(last) == {"a", "b"}
+    assert last["a"].reason == "paused" and last["a"].slot.timestamp() == T0 + 10
+    assert last["b"].slot.timestamp() == T0 + 2
+    newest_b = (await store.list_runs("b", limit=1))[0]
+    assert last["b"] == newest_b

@@ -135,17 +135,15 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
     """Warnings for jobs whose recent runs outlast their period; a note when the history
     could not be read (never an error: check must work before the first run)."""
     import asyncio
-    from pathlib import Path
 
     from cronfleet.store import open_store
+    from cronfleet.store.url import parse_store_url
     from cronfleet.views import RECENT_RUNS, opened, overrun_warning
 
     url = loaded.config.store
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        if path == ":memory:" or not Path(path).exists():
-            return [], "no run history yet (the store file does not exist), so the " \
-                       "runs-longer-than-their-period check was skipped"
+    if parse_store_url(url).no_file_yet:
+        return [], "no run history yet (the store file does not exist), so the " \
+                   "runs-longer-than-their-period check was skipped"
     store = open_store(url)
 
     async def read() -> list[str]:

@@ -132,15 +132,13 @@ def _has_stored_jobs(url: str) -> bool:
     import asyncio
 
     from cronfleet.store.api import ApiStore
+    from cronfleet.store.url import parse_store_url
 
-    if url.startswith("sqlite:///"):
-        import os
-
-        from cronfleet.store.sqlite import SQLiteStore
-
-        path = SQLiteStore.from_url(url).path
-        if path == ":memory:" or not os.path.exists(path):
+    try:
+        if parse_store_url(url).no_file_yet:
             return False
+    except CronfleetError:
+        return False
 
     async def go() -> bool:
         store = ApiStore(url)

@@ -92,13 +92,9 @@ def _store_problem(url: str) -> str | None:
 
 def _resolve_sqlite(url: str, base: Path) -> str:
     """``sqlite:///relative.db`` in a config file is relative to the file's directory."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix):
-        return url
-    rest = url[len(prefix):]
-    if rest.startswith("/") or rest.startswith(":memory:"):
-        return url
-    return prefix + str((base / rest).resolve())
+    from cronfleet.store.url import resolve_sqlite_url
+
+    return resolve_sqlite_url(url, base)
 
 
 class Reader:

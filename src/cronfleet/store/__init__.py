@@ -8,11 +8,13 @@ from cronfleet.clock import Clock
 from cronfleet.errors import StoreError
 from cronfleet.store.base import Store
 from cronfleet.store.sqlite import SQLiteStore
+from cronfleet.store.url import parse_store_url
 
 if TYPE_CHECKING:
+    from cronfleet.store.memory import MemoryStore
     from cronfleet.store.postgres import PostgresStore
 
-__all__ = ["PostgresStore", "SQLiteStore", "Store", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "open_store"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +23,10 @@ def __getattr__(name: str) -> Any:
         from cronfleet.store.postgres import PostgresStore
 
         return PostgresStore
+    if name == "MemoryStore":
+        from cronfleet.store.memory import MemoryStore
+
+        return MemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -36,13 +42,9 @@ def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
         if not isinstance(target, Store):
             raise StoreError(f"expected a store URL or a Store object, got {target!r}")
         return target
-    scheme = target.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        return SQLiteStore.from_url(target, clock=clock)
-    if scheme in ("postgresql", "postgres"):
-        from cronfleet.store.postgres import PostgresStore
+    parsed = parse_store_url(target)
+    if parsed.dialect == "sqlite":
+        return SQLiteStore(parsed.path, clock=clock)
+    from cronfleet.store.postgres import PostgresStore
 
-        return PostgresStore.from_url(target, clock=clock)
-    raise StoreError(
-        f"unknown store URL {target!r}: expected sqlite:///path.db or postgresql://user@host/db"
-    )
+    return PostgresStore(target, clock=clock)

@@ -1,10 +1,10 @@
 """What the REST API keeps next to the run store: access tokens, the audit log, and the
 definitions of jobs created over the API (the *catalog*).
 
-Like the secrets table, these tables are created with ``CREATE TABLE IF NOT EXISTS`` in
-the same SQLite file or PostgreSQL schema as the run store, through a connection of their
-own. The SQL is written once (``?`` placeholders, ``{p}`` for the schema prefix) and run by
-one of two small backends.
+Like the secrets table, these tables are part of each dialect's numbered migrations (v2),
+in the same SQLite file or PostgreSQL schema as the run store, used through a connection of
+their own (:mod:`cronfleet.store.side`). The SQL is written once (``?`` placeholders,
+``{p}`` for the schema prefix) and run by one of two small backends.
 
 * Tokens are stored as SHA-256 digests. A token is 256 random bits, so a slow password
   hash would add nothing but latency to every request; the plaintext is shown once.
@@ -115,27 +115,6 @@ class AuditEntry:
                 "details": self.details}
 
 
-# One schema for both dialects: {p} is the schema prefix, {serial}
-# an auto-incrementing primary key (BIGINT works in SQLite, which types by affinity).
-_DDL = (
-    """CREATE TABLE IF NOT EXISTS {p}api_tokens (
-        id TEXT PRIMARY KEY, name TEXT NOT NULL, team TEXT NOT NULL, role TEXT NOT NULL,
-        hash TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, created_by TEXT,
-        revoked_at BIGINT, last_used_at BIGINT)""",
-    """CREATE TABLE IF NOT EXISTS {p}audit_log (
-        id {serial}, at BIGINT NOT NULL, team TEXT NOT NULL,
-        actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
-        details TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS audit_log_team ON {p}audit_log (team, id)",
-    """CREATE TABLE IF NOT EXISTS {p}job_defs (
-        id TEXT PRIMARY KEY, team TEXT NOT NULL, spec TEXT NOT NULL,
-        version BIGINT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL,
-        created_by TEXT, updated_by TEXT, deleted_at BIGINT)""",
-    "CREATE INDEX IF NOT EXISTS job_defs_version ON {p}job_defs (version)",
-)
-_SQLITE_DDL = tuple(d.replace("{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT") for d in _DDL)
-_POSTGRES_DDL = tuple(d.replace("{serial}", "BIGSERIAL PRIMARY KEY") for d in _DDL)
-
 _TOKEN_COLS = "id, name, team, role, created_at, created_by, revoked_at, last_used_at"
 _DEF_COLS = ("id, team, spec, version, created_at, updated_at, created_by, updated_by, "
              "deleted_at")
@@ -160,9 +139,7 @@ class ApiStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        scheme = url.split(":", 1)[0].lower()
-        ddl = _POSTGRES_DDL if scheme in ("postgresql", "postgres") else _SQLITE_DDL
-        self._db: SideDB = open_side_db(url, ddl, "API tables")
+        self._db: SideDB = open_side_db(url, "API tables")
         self._touched: dict[str, float] = {}
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ Every store (SQLite, PostgreSQL, ...) passes the same conformance suite in ``tes
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,8 +16,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 
 __all__ = [
+    "RETENTION_RULE",
     "ClaimKind",
     "Dispatch",
+    "DispatchKind",
     "Dispatched",
     "EarlyClaimStore",
     "Finish",
@@ -24,18 +27,99 @@ __all__ = [
     "Start",
     "Started",
     "Store",
+    "watermark",
 ]
 
 ClaimKind = Literal["slot", "token", "none"]
 
 
-@dataclass(slots=True)
+class DispatchKind(enum.Enum):
+    """Which kind of request a :class:`Dispatch` is; stores branch on it.
+
+    Request kind -> what :meth:`Store.dispatch` writes (one transaction per batch):
+
+    ============  ===========================  ==================  ===========================
+    kind          claim                        lease               run row written here
+    ============  ===========================  ==================  ===========================
+    scheduled     unique ``(job, slot)``       taken now if        ``record=False`` (hot path):
+                  (lost: nothing written)      ``lease``           none, the group commit
+                                                                   (:meth:`Store.finish`)
+                                                                   writes it; otherwise
+                                                                   ``running``; ``defer``:
+                                                                   ``pending`` (lease at
+                                                                   :meth:`Store.start`); lease
+                                                                   busy: ``skipped`` /
+                                                                   ``already_executing`` (or
+                                                                   ``pending`` with
+                                                                   ``wait_if_busy``)
+    early         unique ``(job, slot)``, kept  taken now; busy:   none (busy: nothing at all,
+                  only with the lease           claim removed      ``Dispatched.busy``)
+    missed        unique ``(job, slot)``, or    none               ``skipped`` with
+                  none when node-local                             ``skip_reason`` (catch-up)
+    manual        a fencing token without a     taken if ``lease`` ``running``; lease busy:
+                  slot, or none (node-local)                       ``skipped`` /
+                                                                   ``already_executing``
+    recovery      the interrupted run's claim   taken if ``lease`` ``running`` (``is_recovery``)
+                  replaced by a higher token
+    local         none (node-local job: this    none               ``running`` / ``pending``,
+                  process decides alone)                           or ``skipped`` when the
+                                                                   scheduler set a reason
+    ============  ===========================  ==================  ===========================
+
+    Claim-less skips (paused, disabled, store unavailable) are not dispatches: they go
+    through :meth:`Store.record_skips`, once per ``(job, slot, reason)``.
+    """
+
+    SCHEDULED = "scheduled"
+    EARLY = "early"
+    MISSED = "missed"
+    MANUAL = "manual"
+    RECOVERY = "recovery"
+    LOCAL = "local"
+
+
+_SCHEDULED = DispatchKind.SCHEDULED
+_EARLY = DispatchKind.EARLY
+
+
+def _derive_kind(d: Dispatch) -> DispatchKind:
+    """The kind the flags describe; raises ``ValueError`` on an impossible combination."""
+    if d.claim not in ("slot", "token", "none"):
+        raise ValueError(f"Dispatch.claim must be slot, token or none, not {d.claim!r}")
+    if d.manual or d.claim == "token":  # a token without a slot: a run asked for now
+        if d.claim == "slot" or d.reclaim_token is not None or d.early:
+            raise ValueError("a manual Dispatch claims a token (or nothing), never a slot")
+        return DispatchKind.MANUAL
+    if d.reclaim_token is not None:
+        if d.claim != "slot" or d.early or d.skip_reason is not None:
+            raise ValueError("a recovery Dispatch (reclaim_token) re-claims its slot and runs")
+        return DispatchKind.RECOVERY
+    if d.early:
+        if d.claim != "slot" or not d.lease or d.record or d.defer or d.skip_reason:
+            raise ValueError(
+                "an early Dispatch claims its slot with the lease, record=False, "
+                "no defer and no skip_reason"
+            )
+        return DispatchKind.EARLY
+    if d.skip_reason is not None:
+        return DispatchKind.MISSED
+    if d.claim == "none":
+        return DispatchKind.LOCAL
+    return DispatchKind.SCHEDULED
+
+
+@dataclass(slots=True, init=False)
 class Dispatch:
     """One slot to claim (and usually start) in a batch.
 
+    Build it with the named constructors (:meth:`scheduled`, :meth:`early_claim`,
+    :meth:`missed`, :meth:`manual_run`, :meth:`recovery`, :meth:`local`); the keyword
+    fields still work, and ``kind`` is then derived from them (an impossible combination
+    raises ``ValueError``). See :class:`DispatchKind` for the rows each kind writes.
+
     ``claim``: ``"slot"`` inserts the unique ``(job_id, slot)`` claim (lost if another
     instance has it); ``"token"`` only draws a fencing token (manual runs); ``"none"``
-    neither (node-local jobs, or the store was unreachable).
+    neither (node-local jobs).
     ``lease``: take the job's execution lease for ``hold`` seconds now (not for
     ``Overlap.ALLOW`` or node-local jobs). ``hold`` also sets the run row's deadline, after
     which a run without an end is judged orphaned. With ``defer`` the run row stays
@@ -50,6 +134,12 @@ class Dispatch:
     shortly before the slot's time. The claim is kept only together with the lease: if the
     lease is busy, the claim is removed again in the same transaction and the result says
     ``busy`` (nothing of it remains; the slot is handled at its time as usual).
+
+    ``kind`` is derived (and checked) at construction, in a hand-written ``__init__`` that
+    reads the arguments rather than the attributes (a burst builds one per slot). It is
+    fixed then: the scheduler may still set ``defer`` or
+    ``skip_reason`` afterwards on a node-local or manual request (its own overlap check);
+    the stores read those flags for the row, and ``kind`` for what to claim.
     """
 
     job_id: str
@@ -69,6 +159,213 @@ class Dispatch:
     reclaim_token: int | None = None
     record: bool = True
     early: bool = False
+    kind: DispatchKind | None = None
+
+    def __init__(
+        self,
+        job_id: str,
+        slot: float,
+        triggered_by: TriggeredBy,
+        claim: ClaimKind = "slot",
+        lease: bool = False,
+        hold: float = 3600.0,
+        defer: bool = False,
+        wait_if_busy: bool = False,
+        is_catchup: bool = False,
+        is_recovery: bool = False,
+        manual: bool = False,
+        skip_reason: str | None = None,
+        result: Any = None,
+        logs: list[str] | None = None,
+        reclaim_token: int | None = None,
+        record: bool = True,
+        early: bool = False,
+        kind: DispatchKind | None = None,
+    ) -> None:
+        # written out (not generated) so that the kind of the common requests is derived
+        # from the arguments, not from attribute reads: a burst builds one per slot
+        self.job_id = job_id
+        self.slot = slot
+        self.triggered_by = triggered_by
+        self.claim = claim
+        self.lease = lease
+        self.hold = hold
+        self.defer = defer
+        self.wait_if_busy = wait_if_busy
+        self.is_catchup = is_catchup
+        self.is_recovery = is_recovery
+        self.manual = manual
+        self.skip_reason = skip_reason
+        self.result = result
+        self.logs = [] if logs is None else logs
+        self.reclaim_token = reclaim_token
+        self.record = record
+        self.early = early
+        if (
+            claim == "slot"
+            and not manual
+            and reclaim_token is None
+            and skip_reason is None
+            and (not early or (lease and not record and not defer))
+        ):
+            derived = _EARLY if early else _SCHEDULED
+        else:
+            derived = _derive_kind(self)
+        if kind is None:
+            self.kind = derived
+        elif kind is not derived:
+            raise ValueError(
+                f"Dispatch kind {kind.value} does not match its fields ({derived.value})"
+            )
+        else:
+            self.kind = kind
+
+    # -- named constructors: one per kind ------------------------------------------------
+
+    @classmethod
+    def scheduled(
+        cls,
+        job_id: str,
+        slot: float,
+        *,
+        lease: bool,
+        hold: float = 3600.0,
+        defer: bool = False,
+        wait_if_busy: bool = False,
+        catchup: bool = False,
+        record: bool | None = None,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """A slot of the schedule claimed at (or after, ``catchup``) its time. ``record``
+        defaults to the hot path: a leased run that starts now has its row written by the
+        group commit."""
+        return cls(
+            job_id=job_id,
+            slot=slot,
+            triggered_by=TriggeredBy.CATCHUP if catchup else TriggeredBy.SCHEDULE,
+            lease=lease,
+            hold=hold,
+            defer=defer,
+            wait_if_busy=wait_if_busy,
+            is_catchup=catchup,
+            record=(not lease or defer) if record is None else record,
+            logs=logs or [],
+            kind=DispatchKind.SCHEDULED,
+        )
+
+    @classmethod
+    def early_claim(cls, job_id: str, slot: float, *, hold: float) -> Dispatch:
+        """Claim a plain slot shortly before its time, kept only with the job's lease."""
+        return cls(
+            job_id=job_id,
+            slot=slot,
+            triggered_by=TriggeredBy.SCHEDULE,
+            lease=True,
+            hold=hold,
+            record=False,
+            early=True,
+            kind=DispatchKind.EARLY,
+        )
+
+    @classmethod
+    def missed(
+        cls,
+        job_id: str,
+        slot: float,
+        *,
+        reason: str,
+        local: bool = False,
+        result: Any = None,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """A slot claimed (nothing, when ``local``) and recorded as skipped (catch-up)."""
+        return cls(
+            job_id=job_id,
+            slot=slot,
+            triggered_by=TriggeredBy.CATCHUP,
+            claim="none" if local else "slot",
+            skip_reason=reason,
+            is_catchup=True,
+            result=result,
+            logs=logs or [],
+            kind=DispatchKind.MISSED,
+        )
+
+    @classmethod
+    def manual_run(
+        cls,
+        job_id: str,
+        now: float,
+        *,
+        lease: bool,
+        hold: float = 3600.0,
+        local: bool = False,
+        triggered_by: TriggeredBy = TriggeredBy.MANUAL,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """A run asked for now: a fencing token without a slot (nothing when ``local``)."""
+        return cls(
+            job_id=job_id,
+            slot=now,
+            triggered_by=triggered_by,
+            claim="none" if local else "token",
+            lease=lease and not local,
+            hold=hold,
+            manual=True,
+            logs=logs or [],
+            kind=DispatchKind.MANUAL,
+        )
+
+    @classmethod
+    def recovery(
+        cls,
+        job_id: str,
+        slot: float,
+        *,
+        token: int,
+        lease: bool,
+        hold: float = 3600.0,
+        catchup: bool = False,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """Run again the slot of an interrupted run: its claim (``token``) is replaced by
+        a new, higher token (only one instance wins that)."""
+        return cls(
+            job_id=job_id,
+            slot=slot,
+            triggered_by=TriggeredBy.RECOVERY,
+            lease=lease,
+            hold=hold,
+            is_recovery=True,
+            is_catchup=catchup,
+            reclaim_token=token,
+            logs=logs or [],
+            kind=DispatchKind.RECOVERY,
+        )
+
+    @classmethod
+    def local(
+        cls,
+        job_id: str,
+        slot: float,
+        *,
+        hold: float = 3600.0,
+        defer: bool = False,
+        catchup: bool = False,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """A slot of a node-local job: no claim and no lease, this process decides."""
+        return cls(
+            job_id=job_id,
+            slot=slot,
+            triggered_by=TriggeredBy.CATCHUP if catchup else TriggeredBy.SCHEDULE,
+            claim="none",
+            hold=hold,
+            defer=defer,
+            is_catchup=catchup,
+            logs=logs or [],
+            kind=DispatchKind.LOCAL,
+        )
 
 
 @dataclass(slots=True)
@@ -136,6 +433,41 @@ class Skip:
     instance_id: str | None = None
     logs: list[str] = field(default_factory=list)
     result: Any = None
+
+
+# -- the watermark rule and the retention rule (every store, identically) -------------------
+
+
+def watermark(newest_claimed: float | None, newest_skipped: float | None) -> float | None:
+    """Where a restart's catch-up starts for one job (``JobState.last_slot``).
+
+    THE rule, for every store: the newest slot of the job that was **claimed** (a
+    ``(job, slot)`` claim row; manual runs' slot-less tokens do not count) or
+    **deliberately skipped without a claim** (a :meth:`Store.record_skips` row: paused,
+    disabled, store unavailable), whichever is newer; ``None`` when there is neither, and
+    the scheduler then starts from the state row's ``created_at``.
+
+    It is *derived* when states are read, never written per slot (that would add a write
+    per job per instant to the hot path). A withdrawn early claim is thereby as if never
+    made, and :meth:`Store.prune` keeps exactly the rows this rule reads (see
+    :data:`RETENTION_RULE`).
+    """
+    if newest_claimed is None:
+        return newest_skipped
+    if newest_skipped is None:
+        return newest_claimed
+    return max(newest_claimed, newest_skipped)
+
+
+RETENTION_RULE = """\
+prune(claims_older_than, runs_older_than, runs_per_job), one transaction, every store:
+  claims  deleted when claimed_at < claims_older_than, except each job's claim of its
+          newest slot (the watermark reads it; slot-less manual tokens are not kept);
+  runs    deleted when finished (not running / pending) and finished_at <
+          runs_older_than, or beyond the job's newest runs_per_job rows (by id); except
+          each job's newest claim-less skip (the watermark reads it).
+"""
+"""The one retention rule (text, so the docs and the stores quote the same thing)."""
 
 
 @runtime_checkable
@@ -207,6 +539,10 @@ class Store(Protocol):
 
     async def get_run(self, run_id: int) -> RunRecord | None: ...
 
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        """The newest run (highest id) of each of these jobs that has one, one statement:
+        job lists read it instead of one ``list_runs(limit=1)`` per job."""
+
     async def prune(
         self,
         *,
@@ -214,7 +550,7 @@ class Store(Protocol):
         runs_older_than: float,
         runs_per_job: int,
     ) -> tuple[int, int]:
-        """Delete old claims (keeping each job's newest) and old runs; returns counts."""
+        """Delete old claims and runs by :data:`RETENTION_RULE`; ``(claims, runs)`` deleted."""
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """Per-job health shared by the fleet: last outcome, consecutive failures, counts, last
-duration. One row per job in a ``job_health`` table next to the run ledger (created here
-with ``CREATE TABLE IF NOT EXISTS`` on its own connection, like the secrets table).
+duration. One row per job in a ``job_health`` table next to the run ledger (part of each
+dialect's numbered migrations, v2), on a side connection like the secrets table.
 
 :meth:`HealthStore.record` updates a job's row atomically and returns the row before and
 after, so exactly one process sees each transition (first failure, recovery ...).
@@ -8,14 +8,12 @@ after, so exactly one process sees each transition (first failure, recovery ...)
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
-import threading
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from cronfleet.errors import StoreError
+from cronfleet.store.side import Rows, SideDB, SidePostgres, SideSQLite, Statement
+from cronfleet.store.url import parse_store_url
 
 __all__ = [
     "HealthStore",
@@ -100,147 +98,71 @@ def _from_row(row: tuple[Any, ...]) -> JobHealth:
     return JobHealth(row[0], row[1], int(row[2]), int(row[3]), int(row[4]), row[5], at)
 
 
-class SQLiteHealthStore:
+class _SideHealthStore:
+    """The ``job_health`` table on a side connection (:mod:`cronfleet.store.side`): the
+    SQL is written once for both dialects; only the time column's type differs."""
+
+    _db: SideDB
+
+    def _time(self, at: datetime) -> Any:
+        return at
+
+    async def record(self, job_id: str, ok: bool, duration: float | None, now: datetime
+                     ) -> tuple[JobHealth, JobHealth]:
+        found: list[tuple[JobHealth, JobHealth]] = []
+
+        def update(rows: Rows) -> list[Statement]:
+            before = _from_row(rows[0]) if rows else JobHealth(job_id)
+            after = before.after(ok, duration, now)
+            found.append((before, after))
+            return [(
+                "UPDATE {p}job_health SET last_outcome = ?, consecutive_failures = ?, "
+                "successes = ?, failures = ?, last_duration = ?, last_run_at = ? "
+                "WHERE job_id = ?",
+                (after.last_outcome, after.consecutive_failures, after.successes,
+                 after.failures, after.last_duration, self._time(now), job_id),
+            )]
+
+        # one transaction, the row locked: exactly one process sees each transition
+        await self._db.atomic(
+            [("INSERT INTO {p}job_health (job_id) VALUES (?) ON CONFLICT DO NOTHING",
+              (job_id,))],
+            (f"SELECT {_COLUMNS} FROM {{p}}job_health WHERE job_id = ? FOR UPDATE", (job_id,)),
+            update,
+        )
+        return found[-1]
+
+    async def get(self, job_id: str) -> JobHealth:
+        rows = await self._db.query(f"SELECT {_COLUMNS} FROM {{p}}job_health WHERE job_id = ?",
+                                    (job_id,))
+        return _from_row(rows[0]) if rows else JobHealth(job_id)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+
+class SQLiteHealthStore(_SideHealthStore):
+    """Job health in the scheduler's SQLite file (its own connection)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._db = SideSQLite(path, "job health")
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
-                                   isolation_level=None)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS job_health (job_id TEXT PRIMARY KEY, "
-                "last_outcome TEXT, consecutive_failures INTEGER NOT NULL DEFAULT 0, "
-                "successes INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0, "
-                "last_duration REAL, last_run_at INTEGER) WITHOUT ROWID"
-            )
-            self._conn = conn
-        return self._conn
-
-    async def _in_thread(self, fn: Any) -> Any:
-        def go() -> Any:
-            with self._lock:
-                try:
-                    return fn(self._connect())
-                except sqlite3.Error as exc:
-                    raise StoreError(f"job health in SQLite {self.path}: {exc}") from None
-
-        return await asyncio.to_thread(go)
-
-    async def record(self, job_id: str, ok: bool, duration: float | None, now: datetime
-                     ) -> tuple[JobHealth, JobHealth]:
-        def go(conn: sqlite3.Connection) -> tuple[JobHealth, JobHealth]:
-            conn.execute("BEGIN IMMEDIATE")  # one writer at a time: transitions are seen once
-            try:
-                row = conn.execute(f"SELECT {_COLUMNS} FROM job_health WHERE job_id = ?",
-                                   (job_id,)).fetchone()
-                before = _from_row(row) if row else JobHealth(job_id)
-                after = before.after(ok, duration, now)
-                conn.execute(
-                    f"INSERT OR REPLACE INTO job_health ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, after.last_outcome, after.consecutive_failures, after.successes,
-                     after.failures, after.last_duration, int(now.timestamp() * 1000)))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return before, after
-
-        result: tuple[JobHealth, JobHealth] = await self._in_thread(go)
-        return result
-
-    async def get(self, job_id: str) -> JobHealth:
-        def go(conn: sqlite3.Connection) -> JobHealth:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM job_health WHERE job_id = ?",
-                               (job_id,)).fetchone()
-            return _from_row(row) if row else JobHealth(job_id)
-
-        result: JobHealth = await self._in_thread(go)
-        return result
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+    def _time(self, at: datetime) -> Any:
+        return int(at.timestamp() * 1000)
 
 
-class PostgresHealthStore:
+class PostgresHealthStore(_SideHealthStore):
+    """Job health in the scheduler's PostgreSQL schema (its own connection)."""
+
     def __init__(self, url: str) -> None:
-        from cronfleet.store.postgres import split_url
-
-        self.conninfo, opts = split_url(url)
-        self.schema = opts.get("schema") or "cronfleet"
-        self._conn: Any = None
-
-    async def _connection(self) -> Any:
-        import psycopg
-        from psycopg import sql
-
-        if self._conn is None:
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
-                                                         connect_timeout=10)
-            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                sql.Identifier(self.schema)))
-            await conn.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (job_id text PRIMARY KEY, last_outcome text, "
-                "consecutive_failures integer NOT NULL DEFAULT 0, successes bigint NOT NULL "
-                "DEFAULT 0, failures bigint NOT NULL DEFAULT 0, last_duration double precision, "
-                "last_run_at timestamptz)").format(sql.Identifier(self.schema, "job_health")))
-            self._conn = conn
-        return self._conn
-
-    async def record(self, job_id: str, ok: bool, duration: float | None, now: datetime
-                     ) -> tuple[JobHealth, JobHealth]:
-        import psycopg
-        from psycopg import sql
-
-        table = sql.Identifier(self.schema, "job_health")
-        try:
-            conn = await self._connection()
-            async with conn.transaction():
-                await conn.execute(sql.SQL(
-                    "INSERT INTO {} (job_id) VALUES (%s) ON CONFLICT DO NOTHING").format(table),
-                    (job_id,))
-                cur = await conn.execute(sql.SQL(
-                    f"SELECT {_COLUMNS} FROM {{}} WHERE job_id = %s FOR UPDATE").format(table),
-                    (job_id,))
-                row = await cur.fetchone()
-                before = _from_row(row) if row else JobHealth(job_id)
-                after = before.after(ok, duration, now)
-                await conn.execute(sql.SQL(
-                    "UPDATE {} SET last_outcome = %s, consecutive_failures = %s, successes = %s, "
-                    "failures = %s, last_duration = %s, last_run_at = %s WHERE job_id = %s"
-                ).format(table), (after.last_outcome, after.consecutive_failures,
-                                  after.successes, after.failures, after.last_duration, now,
-                                  job_id))
-        except psycopg.Error as exc:
-            await self.close()
-            raise StoreError(f"job health in PostgreSQL: {type(exc).__name__}: {exc}") from None
-        return before, after
-
-    async def get(self, job_id: str) -> JobHealth:
-        from psycopg import sql
-
-        conn = await self._connection()
-        cur = await conn.execute(sql.SQL(f"SELECT {_COLUMNS} FROM {{}} WHERE job_id = %s").format(
-            sql.Identifier(self.schema, "job_health")), (job_id,))
-        row = await cur.fetchone()
-        return _from_row(row) if row else JobHealth(job_id)
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        db = SidePostgres(url, "job health")
+        self.schema = db.schema
+        self._db = db
 
 
 def open_health_store(url: str) -> HealthStore:
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from cronfleet.store.sqlite import SQLiteStore
-
-        return SQLiteHealthStore(SQLiteStore.from_url(url).path)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresHealthStore(url)
-    raise StoreError(f"unknown store URL {url!r}")
+    parsed = parse_store_url(url)
+    if parsed.dialect == "sqlite":
+        return SQLiteHealthStore(parsed.path)
+    return PostgresHealthStore(url)

@@ -1,11 +1,11 @@
 """Where the vault keeps its ciphertexts: a small :class:`SecretStore` protocol and its
 SQLite, PostgreSQL and in-memory implementations.
 
-They open their own connection from the same store URL as the scheduler's store. The
-``secrets`` table is created here with ``CREATE TABLE IF NOT EXISTS`` (not as a numbered
-migration: the migration ledger is owned by the run stores), in the same SQLite file or
-the same PostgreSQL schema (``?schema=``, default ``cronfleet``). Rows hold only the key
-id, the nonce and the ciphertext -- never a plaintext.
+They open their own connection (:mod:`cronfleet.store.side`) from the same store URL as
+the scheduler's store; the ``secrets`` table is part of each dialect's numbered migrations
+(v2), in the same SQLite file or the same PostgreSQL schema (``?schema=``, default
+``cronfleet``). Rows hold only the key id, the nonce and the ciphertext -- never a
+plaintext.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
-from cronfleet.errors import StoreError
 from cronfleet.store.side import SideDB, SidePostgres, SideSQLite
+from cronfleet.store.url import parse_store_url
 
 __all__ = [
     "MemorySecretStore",
@@ -83,18 +83,7 @@ class MemorySecretStore:
         return None
 
 
-# timestamps: integer milliseconds in SQLite, timestamptz in PostgreSQL (as before)
-_DDL = """
-CREATE TABLE IF NOT EXISTS {p}secrets (
-    namespace  TEXT    NOT NULL,
-    name       TEXT    NOT NULL,
-    key_id     TEXT    NOT NULL,
-    nonce      {bytes} NOT NULL,
-    ciphertext {bytes} NOT NULL,
-    created_at {time}  NOT NULL,
-    updated_at {time}  NOT NULL,
-    PRIMARY KEY (namespace, name)
-)"""
+# timestamps: integer milliseconds in SQLite, timestamptz in PostgreSQL (migrations v2)
 _COLS = "namespace, name, key_id, nonce, ciphertext, created_at, updated_at"
 
 
@@ -163,8 +152,7 @@ class SQLiteSecretStore(_SideSecretStore):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        ddl = _DDL.replace("{bytes}", "BLOB").replace("{time}", "INTEGER") + " WITHOUT ROWID"
-        self._db = SideSQLite(path, [ddl], "secrets")
+        self._db = SideSQLite(path, "secrets")
 
     def __repr__(self) -> str:
         return f"SQLiteSecretStore({self.path!r})"
@@ -177,8 +165,7 @@ class PostgresSecretStore(_SideSecretStore):
     """The ``secrets`` table in the scheduler's PostgreSQL schema (its own connection)."""
 
     def __init__(self, url: str) -> None:
-        ddl = _DDL.replace("{bytes}", "BYTEA").replace("{time}", "TIMESTAMPTZ")
-        db = SidePostgres(url, [ddl], "secrets")
+        db = SidePostgres(url, "secrets")
         self.schema = db.schema
         self._db = db
 
@@ -188,12 +175,7 @@ class PostgresSecretStore(_SideSecretStore):
 
 def open_secret_store(url: str) -> SecretStore:
     """The secret store next to the run store named by ``url``."""
-    scheme = url.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from cronfleet.store.sqlite import SQLiteStore
-
-        return SQLiteSecretStore(SQLiteStore.from_url(url).path)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresSecretStore(url)
-    raise StoreError(f"unknown store URL {url!r}: expected sqlite:///path.db or "
-                     "postgresql://user@host/db")
+    parsed = parse_store_url(url)
+    if parsed.dialect == "sqlite":
+        return SQLiteSecretStore(parsed.path)
+    return PostgresSecretStore(url)

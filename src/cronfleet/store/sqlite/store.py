@@ -20,131 +20,45 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
-from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import (
-    busy_log,
-    busy_result,
-    dt,
-    history_query,
-    migrations,
-    ms,
-    skip_result,
+from cronfleet.model import JobState, RunRecord, RunStatus
+from cronfleet.store import ledger
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    Finish,
+    Skip,
+    Start,
+    Started,
 )
+from cronfleet.store.queries import history_query, load_queries, migrations
+from cronfleet.store.rows import (
+    dt,
+    ms,
+    sqlite_finish_row,
+    sqlite_run,
+    sqlite_run_row,
+    sqlite_state,
+)
+from cronfleet.store.url import parse_store_url
 
 __all__ = ["SQLiteStore"]
 
 log = logging.getLogger("cronfleet.store.sqlite")
 T = TypeVar("T")
 
-_RUN_COLS = (
-    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
-    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
-    "result, error, logs"
-)
-# last_slot is derived, not stored: the newest claimed slot (retention keeps each job's
-# newest claim) or deliberately skipped slot of the job. Keeping it out of the hot path
-# saves a write per job per instant.
-_STATE_COLS = (
-    "s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note, "
-    "s.override_until, s.lease_holder, s.lease_token, s.lease_until, "
-    "max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0), "
-    "coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id "
-    "AND r.dedupe IS NOT NULL), 0)), s.created_at"
-)
-
-_CLAIM_SQL = """
-INSERT INTO claims (job_id, slot, instance_id, claimed_at)
-SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
-ON CONFLICT (job_id, slot) DO NOTHING
-RETURNING token, job_id, slot
-"""
-_LEASE_SQL = """
-UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
-FROM json_each(?3) AS v
-WHERE job_state.job_id = v.value->>0
-  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?2)
-RETURNING job_state.job_id
-"""
-_LOST_SQL = """
-SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM job_state s JOIN claims c ON c.token = s.lease_token
-WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
-  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
-                  AND r.fencing_token = s.lease_token)
-"""
-_ENSURE_SQL = """
-INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
-ON CONFLICT (job_id) DO NOTHING
-"""
-_INSERT_RUN_SQL = """
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
-                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at,
-                  deadline, result, error, logs)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-_FINISH_SQL = """
-UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
-                result = ?, error = ?, logs = ?
-WHERE id = ?
-"""
-_RELEASE_SQL = """
-UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-FROM json_each(?1) AS v
-WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1
-"""
-_SKIPS_SQL = """
-INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
-                  finished_at, result, logs, dedupe)
-SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,
-       value->>5, value->>6, value->>3
-FROM json_each(?2) WHERE true
-ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
-"""
-
-
-def _dt_req(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+# the named queries of queries.sql; the SQL lives there, not in Python strings
+Q = load_queries("cronfleet.store.sqlite")
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
-
-
-def _ms_or_none(d: datetime | None) -> int | None:
-    return None if d is None else round(d.timestamp() * 1000)
-
-
-_EMPTY_LOGS = "[]"
-
-
-def _run_row(r: RunRecord) -> tuple[Any, ...]:
-    return (
-        r.job_id,
-        round(r.slot.timestamp() * 1000),
-        r.triggered_by.value,
-        r.status.value,
-        r.reason,
-        r.instance_id,
-        r.fencing_token,
-        int(r.manual),
-        int(r.is_catchup),
-        int(r.is_recovery),
-        r.attempt,
-        _ms_or_none(r.claimed_at),
-        _ms_or_none(r.started_at),
-        _ms_or_none(r.finished_at),
-        None if r.status.finished else _ms_or_none(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-    )
 
 
 def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
@@ -156,56 +70,22 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
     """
     if not recs:
         return
-    base = c.execute(
-        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0), "
-        "coalesce((SELECT max(id) FROM runs), 0))"
-    ).fetchone()[0]
-    c.executemany(_INSERT_RUN_SQL, [_run_row(r) for r in recs])
-    last = c.execute("SELECT last_insert_rowid()").fetchone()[0]
+    base = c.execute(Q["next_run_id"]).fetchone()[0]
+    c.executemany(Q["insert_run"], [sqlite_run_row(r) for r in recs])
+    last = c.execute(Q["last_insert_rowid"]).fetchone()[0]
     if last != base + len(recs):
         raise StoreError(f"run ids were not consecutive ({base}+{len(recs)} != {last})")
     for i, r in enumerate(recs, start=base + 1):
         r.id = i
 
 
-def _state(row: sqlite3.Row | tuple[Any, ...]) -> JobState:
-    return JobState(
-        job_id=row[0],
-        enabled_override=None if row[1] is None else bool(row[1]),
-        override_by=row[2],
-        override_at=dt(row[3]),
-        override_note=row[4],
-        override_until=dt(row[5]),
-        lease_holder=row[6],
-        lease_token=row[7],
-        lease_until=dt(row[8]),
-        last_slot=dt(row[9] or None),
-        created_at=dt(row[10]),
-    )
+_state = sqlite_state
+_run = sqlite_run
 
 
-def _run(row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=_dt_req(row[2]),
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=bool(row[8]),
-        is_catchup=bool(row[9]),
-        is_recovery=bool(row[10]),
-        attempt=row[11],
-        claimed_at=dt(row[12]),
-        started_at=dt(row[13]),
-        finished_at=dt(row[14]),
-        deadline=dt(row[15]),
-        result=None if row[16] is None else json.loads(row[16]),
-        error=row[17],
-        logs=[] if row[18] is None else json.loads(row[18]),
-    )
+def _req(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
 
 
 def _split_sql(script: str) -> list[str]:
@@ -222,6 +102,32 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
+
+
+def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]:
+    """Bring the file to the newest schema version inside the caller's ``BEGIN
+    IMMEDIATE`` (processes starting together apply each migration once). Used by the store
+    and by the side-table connections. Returns the files applied."""
+    known = migrations("cronfleet.store.sqlite")
+    latest = known[-1][0] if known else 0
+    c.execute(Q["schema_migrations"])
+    row = c.execute(Q["schema_version"]).fetchone()
+    current = row[0] or 0
+    if current > latest:
+        raise StoreError(
+            f"SQLite store {path}: schema version {current} is newer than this "
+            f"cronfleet understands ({latest}); upgrade cronfleet"
+        )
+    applied = []
+    for version, name, sql in known:
+        if version <= current:
+            continue
+        for stmt in _split_sql(sql):
+            c.execute(stmt)
+        c.execute(Q["migration_applied"], (version, name, now_ms))
+        log.info("SQLite store %s: applied migration %s", path, name)
+        applied.append(name)
+    return applied
 
 
 class SQLiteStore:
@@ -249,18 +155,12 @@ class SQLiteStore:
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
         """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
-        prefix = "sqlite:///"
-        if not url.startswith(prefix):
+        if not url.startswith("sqlite:///"):
             raise StoreError(
                 f"invalid SQLite URL {url!r}: expected sqlite:///relative/path.db "
                 "or sqlite:////absolute/path.db"
             )
-        path, _, query = url[len(prefix) :].partition("?")
-        if not path:
-            raise StoreError(f"invalid SQLite URL {url!r}: no file path after 'sqlite:///'")
-        if query:
-            raise StoreError(f"invalid SQLite URL {url!r}: query options are not supported")
-        return cls(path, clock=clock)
+        return cls(parse_store_url(url).path, clock=clock)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -359,30 +259,14 @@ class SQLiteStore:
                 time.sleep(0.01)
 
     def _migrate(self) -> None:
-        known = migrations("sqlite")
-        latest = known[-1][0] if known else 0
-        with self._tx() as c:
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
-            )
-            row = c.execute("SELECT max(version) FROM schema_migrations").fetchone()
-            current = row[0] or 0
-            if current > latest:
-                raise StoreError(
-                    f"SQLite store {self.path}: schema version {current} is newer than this "
-                    f"cronfleet understands ({latest}); upgrade cronfleet"
-                )
-            for version, name, sql in known:
-                if version <= current:
-                    continue
-                for stmt in _split_sql(sql):
-                    c.execute(stmt)
-                c.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, self._now_ms()),
-                )
-                log.info("SQLite store %s: applied migration %s", self.path, name)
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            apply_migrations(c, self.path, self._now_ms())
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
 
     async def close(self) -> None:
         if self._executor is None:
@@ -408,7 +292,7 @@ class SQLiteStore:
 
     def _ensure_jobs(self, job_ids: list[str]) -> dict[str, JobState]:
         with self._tx() as c:
-            c.execute(_ENSURE_SQL, (self._now_ms(), json.dumps(job_ids)))
+            c.execute(Q["ensure_jobs"], (self._now_ms(), json.dumps(job_ids)))
         self._known.update(job_ids)
         return self._read_states(job_ids)
 
@@ -416,11 +300,7 @@ class SQLiteStore:
         return await self._call(self._read_states, list(job_ids))
 
     def _read_states(self, job_ids: list[str]) -> dict[str, JobState]:
-        rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state s "
-            "WHERE s.job_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(job_ids),),
-        ).fetchall()
+        rows = self.conn.execute(Q["read_states"], (json.dumps(job_ids),)).fetchall()
         return {r[0]: _state(r) for r in rows}
 
     async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -436,9 +316,7 @@ class SQLiteStore:
 
     def _read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         wanted = set(job_ids)
-        rows = self.conn.execute(
-            f"SELECT {_STATE_COLS} FROM job_state s WHERE s.enabled_override IS NOT NULL"
-        ).fetchall()
+        rows = self.conn.execute(Q["read_overrides"]).fetchall()
         return {r[0]: _state(r) for r in rows if r[0] in wanted}
 
     async def set_override(
@@ -462,14 +340,9 @@ class SQLiteStore:
     ) -> JobState:
         now = self._now_ms()
         with self._tx() as c:
+            c.execute(Q["ensure_job"], (job_id, now))
             c.execute(
-                "INSERT INTO job_state (job_id, created_at) VALUES (?, ?) "
-                "ON CONFLICT (job_id) DO NOTHING",
-                (job_id, now),
-            )
-            c.execute(
-                "UPDATE job_state SET enabled_override = ?, override_by = ?, override_at = ?, "
-                "override_note = ?, override_until = ? WHERE job_id = ?",
+                Q["set_override"],
                 (
                     None if enabled is None else int(enabled),
                     by,
@@ -502,20 +375,16 @@ class SQLiteStore:
         now = self._now_ms()
         unknown = [j for j in ids if j not in self._known]
         if unknown:
-            c.execute(_ENSURE_SQL, (now, json.dumps(unknown)))
+            c.execute(Q["ensure_jobs"], (now, json.dumps(unknown)))
             self._known.update(unknown)
         self._keep_lost_runs(c, now)
         payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in leases])
-        acquired = {r[0] for r in c.execute(_LEASE_SQL, (instance, now, payload))}
+        acquired = {r[0] for r in c.execute(Q["take_leases"], (instance, now, payload))}
         holders: dict[str, str | None] = {}
         if len(acquired) < len(ids):
             busy = [j for j in ids if j not in acquired]
             holders = dict(
-                c.execute(
-                    "SELECT job_id, lease_holder FROM job_state "
-                    "WHERE job_id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(busy),),
-                ).fetchall()
+                c.execute(Q["lease_holders"], (json.dumps(busy),)).fetchall()
             )
         return acquired, holders
 
@@ -528,22 +397,15 @@ class SQLiteStore:
         passed — and the orphan reaper marks it ``interrupted`` (and recovers it where the
         job asks). Cheap: the partial index holds only unreleased leases.
         """
-        lost = c.execute(_LOST_SQL, (now,)).fetchall()
+        lost = c.execute(Q["lost_runs"], (now,)).fetchall()
         if lost:
+            overdue = dt(now - 1)
+            assert overdue is not None
             insert_runs(
                 c,
                 [
-                    RunRecord(
-                        id=None,
-                        job_id=job_id,
-                        slot=_dt_req(slot if slot is not None else claimed),
-                        triggered_by=TriggeredBy.SCHEDULE,
-                        status=RunStatus.RUNNING,
-                        instance_id=holder,
-                        fencing_token=token,
-                        manual=slot is None,
-                        claimed_at=dt(claimed),
-                        deadline=dt(now - 1),
+                    ledger.kept_lost_run(
+                        job_id, token, holder, dt(slot), _req(dt(claimed)), overdue=overdue
                     )
                     for job_id, token, holder, slot, claimed in lost
                 ],
@@ -556,32 +418,28 @@ class SQLiteStore:
             # 1. claims: one statement for every unique slot claim in the batch
             slot_ms = [ms(it.slot) for it in items]
             slot_idx = [
-                i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+                i
+                for i, it in enumerate(items)
+                if it.claim == "slot" and it.kind is not DispatchKind.RECOVERY
             ]
             if slot_idx:
                 payload = json.dumps([[items[i].job_id, slot_ms[i]] for i in slot_idx])
-                won = {(j, s): tok for tok, j, s in c.execute(_CLAIM_SQL, (instance, now, payload))}
+                won = {(j, s): tok for tok, j, s in c.execute(Q["claim"], (instance, now, payload))}
                 for i in slot_idx:
                     tok = won.get((items[i].job_id, slot_ms[i]))
                     if tok is not None:
                         out[i].won, out[i].token = True, tok
             for i, it in enumerate(items):
-                if it.reclaim_token is not None:
-                    if c.execute(
-                        "DELETE FROM claims WHERE token = ?", (it.reclaim_token,)
-                    ).rowcount:
+                if it.kind is DispatchKind.RECOVERY:
+                    if c.execute(Q["delete_claim"], (it.reclaim_token,)).rowcount:
                         out[i].won = True
                         out[i].token = c.execute(
-                            "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
-                            "VALUES (?, ?, ?, ?) RETURNING token",
-                            (it.job_id, slot_ms[i], instance, now),
+                            Q["claim_one"], (it.job_id, slot_ms[i], instance, now)
                         ).fetchone()[0]
                 elif it.claim == "token":
                     out[i].won = True
                     out[i].token = c.execute(
-                        "INSERT INTO claims (job_id, slot, instance_id, claimed_at) "
-                        "VALUES (?, NULL, ?, ?) RETURNING token",
-                        (it.job_id, instance, now),
+                        Q["draw_token"], (it.job_id, instance, now)
                     ).fetchone()[0]
                 elif it.claim == "none":
                     out[i].won = True
@@ -596,117 +454,37 @@ class SQLiteStore:
             )
             # an early claim is kept only with its lease: where the lease is busy, the claim
             # goes again (this transaction is the only one that saw it)
-            gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+            gone = [
+                i
+                for i in lease_idx
+                if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+            ]
             if gone:
-                c.execute(
-                    "DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?))",
-                    (json.dumps([out[i].token for i in gone]),),
-                )
+                c.execute(Q["delete_claims"], (json.dumps([out[i].token for i in gone]),))
                 for i in gone:
                     d = out[i]
                     d.won, d.token, d.busy = False, None, True
                     d.holder = holders.get(d.request.job_id)
-            # 3. one ledger row per won slot
-            # 4. a ledger row per won slot; fast-path runs (record=False) are written by
-            #    the scheduler's group commit after their handler has started
-            to_insert: list[RunRecord] = []
-            memo: dict[int | None, datetime | None] = {None: None}
+            # 3. the run row of each won slot, as the ledger decides; fast-path runs
+            #    (record=False) are written by the scheduler's group commit after their
+            #    handler has started
+            memo: dict[int, datetime] = {}
 
-            def when(value: int | None) -> datetime | None:  # one datetime per instant
-                if value not in memo:
-                    memo[value] = dt(value)
-                return memo[value]
+            def when(value: int) -> datetime:  # one datetime per instant
+                got = memo.get(value)
+                if got is None:
+                    got = memo[value] = _req(dt(value))
+                return got
 
-            running, now_dt = RunStatus.RUNNING, when(now)
-            for i, d in enumerate(out):
-                if not d.won:
-                    continue
-                it = items[i]
-                if (
-                    not it.record
-                    and not it.defer
-                    and not it.skip_reason
-                    and (not it.lease or it.job_id in acquired)
-                ):
-                    # the hot path: a leased run that starts now, its row written later
-                    d.run = RunRecord(
-                        None,
-                        it.job_id,
-                        cast(datetime, when(slot_ms[i])),
-                        it.triggered_by,
-                        running,
-                        instance,
-                        d.token,
-                        it.manual,
-                        it.is_catchup,
-                        it.is_recovery,
-                        1,
-                        None,
-                        now_dt,
-                        now_dt,
-                        None,
-                        when(now + ms(it.hold)),
-                        it.result,
-                        None,
-                        list(it.logs) if it.logs else [],
-                    )
-                    continue
-                status, reason, result = RunStatus.RUNNING, None, it.result
-                logs = list(it.logs) if it.logs else []
-                started: int | None = now
-                finished: int | None = None
-                deadline: int | None = now + ms(it.hold)
-                record = it.record
-                if it.skip_reason:
-                    status, reason, started, finished, deadline = (
-                        RunStatus.SKIPPED,
-                        it.skip_reason,
-                        None,
-                        now,
-                        None,
-                    )
-                    if result is None:
-                        result = skip_result(it.skip_reason)
-                    record = True
-                elif it.defer:
-                    status, started, record = RunStatus.PENDING, None, True
-                elif it.lease and it.job_id not in acquired:
-                    d.holder = holders.get(it.job_id)
-                    record = True
-                    if it.wait_if_busy:
-                        status, started = RunStatus.PENDING, None
-                    else:
-                        status, reason, started, finished, deadline = (
-                            RunStatus.SKIPPED,
-                            SkipReason.ALREADY_EXECUTING.value,
-                            None,
-                            now,
-                            None,
-                        )
-                        result = busy_result()
-                        logs.append(busy_log(d.holder))
-                rec = RunRecord(
-                    id=None,
-                    job_id=it.job_id,
-                    slot=when(slot_ms[i]),  # type: ignore[arg-type]
-                    triggered_by=it.triggered_by,
-                    status=status,
-                    instance_id=instance,
-                    fencing_token=d.token,
-                    manual=it.manual,
-                    is_catchup=it.is_catchup,
-                    is_recovery=it.is_recovery,
-                    reason=reason,
-                    claimed_at=when(now),
-                    started_at=when(started),
-                    finished_at=when(finished),
-                    deadline=when(deadline),
-                    result=result,
-                    logs=logs,
-                )
-                d.run = rec
-                if record:
-                    to_insert.append(rec)
+            to_insert = ledger.dispatch_runs(
+                out,
+                slots=[when(v) for v in slot_ms],
+                deadlines=[when(now + ms(it.hold)) for it in items],
+                now=when(now),
+                instance=instance,
+                acquired=acquired,
+                holders=holders,
+            )
             insert_runs(c, to_insert)
         return out
 
@@ -718,10 +496,8 @@ class SQLiteStore:
     def _withdraw(self, items: list[tuple[str, float, int]]) -> int:
         rows = [(token, job_id, ms(slot)) for job_id, slot, token in items]
         with self._tx() as c:
-            deleted = c.executemany(
-                "DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?", rows
-            ).rowcount
-            c.execute(_RELEASE_SQL, (json.dumps([[j, tok] for j, _, tok in items]),))
+            deleted = c.executemany(Q["withdraw_claim"], rows).rowcount
+            c.execute(Q["release_leases"], (json.dumps([[j, tok] for j, _, tok in items]),))
         return max(deleted, 0)
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
@@ -746,35 +522,21 @@ class SQLiteStore:
                     if it.wait_if_busy:
                         waiting.add(it.run_id)
                     else:
-                        skip_now.append(
-                            [it.run_id, json.dumps(busy_result()), busy_log(st.holder)]
-                        )
+                        busy = json.dumps(ledger.busy_result())
+                        skip_now.append([it.run_id, busy, ledger.busy_log(st.holder)])
                     continue
                 run_now.append([it.run_id, now + ms(it.hold)])
             if run_now:
-                c.execute(
-                    "UPDATE runs SET status = 'running', started_at = ?1, "
-                    "deadline = v.value->>1 FROM json_each(?2) AS v "
-                    "WHERE runs.id = v.value->>0 AND runs.status = 'pending'",
-                    (now, json.dumps(run_now)),
-                )
+                c.execute(Q["start_runs"], (now, json.dumps(run_now)))
             if skip_now:
                 c.execute(
-                    "UPDATE runs SET status = 'skipped', reason = ?1, finished_at = ?2, "
-                    "deadline = NULL, result = v.value->>1, "
-                    "logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2) "
-                    "FROM json_each(?3) AS v WHERE runs.id = v.value->>0",
-                    (SkipReason.ALREADY_EXECUTING.value, now, json.dumps(skip_now)),
+                    Q["skip_busy_runs"], (ledger.ALREADY_EXECUTING, now, json.dumps(skip_now))
                 )
             touched = [it.run_id for it in items if it.run_id not in waiting]
             if touched:
                 by_id = {
                     r[0]: _run(r)
-                    for r in c.execute(
-                        f"SELECT {_RUN_COLS} FROM runs "
-                        "WHERE id IN (SELECT value FROM json_each(?))",
-                        (json.dumps(touched),),
-                    )
+                    for r in c.execute(Q["runs_by_id"], (json.dumps(touched),))
                 }
                 for st in out:
                     if st.request.run_id not in waiting:
@@ -788,29 +550,15 @@ class SQLiteStore:
 
     def _finish(self, items: list[Finish]) -> None:
         new = [f.run for f in items if f.run.id is None]
-        updates = [
-            (
-                r.status.value,
-                r.reason,
-                _ms_or_none(r.started_at),
-                _ms_or_none(r.finished_at),
-                None if r.status.finished else _ms_or_none(r.deadline),
-                _json(r.result),
-                r.error,
-                json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-                r.id,
-            )
-            for f in items
-            if (r := f.run).id is not None
-        ]
+        updates = [sqlite_finish_row(f.run) for f in items if f.run.id is not None]
         releases = [(f.run.job_id, f.release_token) for f in items if f.release_token is not None]
         try:
             with self._tx() as c:
                 insert_runs(c, new)
                 if updates:
-                    c.executemany(_FINISH_SQL, updates)
+                    c.executemany(Q["finish_run"], updates)
                 if releases:  # one statement: thousands of tiny ones would queue on the GIL
-                    c.execute(_RELEASE_SQL, (json.dumps(releases),))
+                    c.execute(Q["release_leases"], (json.dumps(releases),))
         except BaseException:
             for r in new:  # rolled back: a retry must insert them again, not update
                 r.id = None
@@ -829,14 +577,14 @@ class SQLiteStore:
                 s.triggered_by.value,
                 s.reason,
                 s.instance_id,
-                _json(s.result if s.result is not None else skip_result(s.reason)),
+                _json(s.result if s.result is not None else ledger.skip_result(s.reason)),
                 json.dumps(s.logs),
             ]
             for s in items
         ]
         with self._tx() as c:
             now = self._now_ms()
-            written = c.execute(_SKIPS_SQL, (now, json.dumps(rows))).rowcount
+            written = c.execute(Q["record_skips"], (now, json.dumps(rows))).rowcount
         return max(written, 0)
 
     async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
@@ -848,17 +596,8 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in items])
-            c.execute(
-                "UPDATE job_state SET lease_until = v.value->>2 FROM json_each(?1) AS v "
-                "WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1",
-                (payload,),
-            )
-            c.execute(
-                "UPDATE runs SET deadline = v.value->>2 FROM json_each(?1) AS v "
-                "WHERE runs.job_id = v.value->>0 AND runs.fencing_token = v.value->>1 "
-                "AND runs.status = 'running'",
-                (payload,),
-            )
+            c.execute(Q["renew_leases"], (payload,))
+            c.execute(Q["renew_deadlines"], (payload,))
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
         return await self._call(self._reap, instance_id)
@@ -866,46 +605,25 @@ class SQLiteStore:
     def _reap(self, instance: str) -> list[RunRecord]:
         with self._tx() as c:
             now = self._now_ms()
+            before, anon, after = ledger.interrupted_log_parts(instance)
             rows = c.execute(
-                "UPDATE runs SET status = 'interrupted', reason = 'lease_expired', "
-                "finished_at = ?1, deadline = NULL, error = 'the instance running it stopped "
-                "answering; its lease expired', logs = json_insert(coalesce(logs, '[]'), "
-                "'$[#]', 'Interrupted: ' || coalesce(instance_id, 'an instance') || "
-                "' did not finish this run before its lease expired (marked by ' || ?2 || ')') "
-                "WHERE status IN ('running', 'pending') AND deadline < ?1 "
-                "AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id "
-                "AND s.lease_token = runs.fencing_token AND s.lease_until > ?1) "
-                f"RETURNING {_RUN_COLS}",
-                (now, instance),
+                Q["reap"],
+                (now, ledger.INTERRUPTED_REASON, ledger.INTERRUPTED_ERROR, before, anon, after),
             ).fetchall()
             reaped = [_run(r) for r in rows]
             # claimed and leased, but the holder died before its run row was written
-            lost = c.execute(_LOST_SQL, (now,)).fetchall()
-            rebuilt = []
-            for job_id, token, holder, slot, claimed in lost:
-                rebuilt.append(
-                    RunRecord(
-                        id=None,
-                        job_id=job_id,
-                        slot=_dt_req(slot if slot is not None else claimed),
-                        triggered_by=TriggeredBy.SCHEDULE,
-                        status=RunStatus.INTERRUPTED,
-                        instance_id=holder,
-                        fencing_token=token,
-                        reason="lease_expired",
-                        claimed_at=dt(claimed),
-                        finished_at=dt(now),
-                        error="the instance running it stopped answering; its lease expired",
-                        logs=[
-                            f"Interrupted: {holder or 'an instance'} did not finish this run "
-                            f"before its lease expired (marked by {instance})"
-                        ],
-                    )
+            now_dt = _req(dt(now))
+            rebuilt = [
+                ledger.lost_run(
+                    job_id, token, holder, dt(slot), _req(dt(claimed)),
+                    now=now_dt, marked_by=instance,
                 )
+                for job_id, token, holder, slot, claimed in c.execute(Q["lost_runs"], (now,))
+            ]
             insert_runs(c, rebuilt)
             if rebuilt:
                 freed = [[r.job_id, r.fencing_token] for r in rebuilt]
-                c.execute(_RELEASE_SQL, (json.dumps(freed),))
+                c.execute(Q["release_leases"], (json.dumps(freed),))
         return reaped + rebuilt
 
     # -- reading the ledger -----------------------------------------------------------
@@ -924,7 +642,7 @@ class SQLiteStore:
         self, job_id: str | None, limit: int, status: RunStatus | None, before_id: int | None
     ) -> list[RunRecord]:
         sql, args = history_query(
-            f"SELECT {_RUN_COLS} FROM runs",
+            Q["runs"].rstrip(),
             job_id=job_id,
             status=None if status is None else RunStatus(status).value,
             before_id=before_id,
@@ -937,8 +655,17 @@ class SQLiteStore:
         return await self._call(self._get_run, run_id)
 
     def _get_run(self, run_id: int) -> RunRecord | None:
-        row = self.conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self.conn.execute(Q["get_run"], (run_id,)).fetchone()
         return None if row is None else _run(row)
+
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        if not job_ids:
+            return {}
+        return await self._call(self._last_runs, list(job_ids))
+
+    def _last_runs(self, job_ids: list[str]) -> dict[str, RunRecord]:
+        rows = self.conn.execute(Q["last_runs"], (json.dumps(job_ids),))
+        return {r[1]: _run(r) for r in rows}
 
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
@@ -947,25 +674,8 @@ class SQLiteStore:
 
     def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
         with self._tx() as c:
-            claims = c.execute(
-                "DELETE FROM claims WHERE claimed_at < ? AND (job_id, slot) NOT IN "
-                "(SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id)",
-                (ms(claims_before),),
-            ).rowcount
-            # each job's newest deliberate skip is kept, like its newest claim: together
-            # they say where a restart's catch-up starts
-            keep = (
-                "id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id)"
-            )
-            runs = c.execute(
-                "DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending') "
-                f"AND {keep}",
-                (ms(runs_before),),
-            ).rowcount
-            runs += c.execute(
-                "DELETE FROM runs WHERE id IN (SELECT id FROM (SELECT id, status, row_number() "
-                "OVER (PARTITION BY job_id ORDER BY id DESC) AS n FROM runs) "
-                f"WHERE n > ? AND status NOT IN ('running', 'pending')) AND {keep}",
-                (per_job,),
-            ).rowcount
+            # RETENTION_RULE (store/base.py)
+            claims = c.execute(Q["prune_claims"], (ms(claims_before),)).rowcount
+            runs = c.execute(Q["prune_old_runs"], (ms(runs_before),)).rowcount
+            runs += c.execute(Q["prune_runs_per_job"], (per_job,)).rowcount
         return claims, runs

@@ -35,10 +35,9 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
@@ -47,320 +46,91 @@ from psycopg_pool import AsyncConnectionPool
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason, TriggeredBy
-from cronfleet.store.base import Dispatch, Dispatched, Finish, Skip, Start, Started
-from cronfleet.store.common import (
-    busy_log,
-    busy_result,
-    history_query,
-    migrations,
-    ms,
-    skip_result,
+from cronfleet.model import JobState, RunRecord, RunStatus
+from cronfleet.store import ledger
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    Finish,
+    Skip,
+    Start,
+    Started,
 )
+from cronfleet.store.queries import history_query, load_queries, migrations
+from cronfleet.store.rows import (
+    dumps,
+    ms,
+    msd,
+    pg_finish_row,
+    pg_run,
+    pg_run_rows,
+    pg_state,
+)
+from cronfleet.store.url import parse_store_url, redact_url, split_pg_url
+from cronfleet.store.url import split_pg_url as split_url  # the old name, kept
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "split_url"]
 
 log = logging.getLogger("cronfleet.store.postgres")
 T = TypeVar("T")
 Query = str | bytes | sql.SQL | sql.Composed
 TimeSource = Literal["database", "clock"]
 
-# our options in the URL query; everything else is passed to libpq untouched
-_URL_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
 # the first of the advisory-lock key pair used by migrations ("cfmg")
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
 
-_RUN_COLS = (
-    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
-    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
-    "result, error, logs"
-)
-_STATE_COLS = (
-    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
-    "lease_holder, lease_token, lease_until, last_slot, created_at"
-)
-
-# A batch travels as ONE jsonb parameter (an array of row arrays) read with
-# jsonb_array_elements: adapting 1,000 datetimes as a typed array costs ~13 ms of Python,
-# json.dumps of the same rows well under 1 ms. Times travel as integer epoch milliseconds
-# (a slot is then the key every instance computes alike, as on SQLite) and are stored as
-# timestamptz; RETURNING gives slots back as the same integers.
-_TS = "to_timestamp(({})::bigint / 1000.0)"
-_MS = "(extract(epoch FROM {}) * 1000)::bigint"
-_ROWS = "jsonb_array_elements(%(rows)s::jsonb)"
-_IDS = "jsonb_array_elements_text(%(ids)s::jsonb)"
-
-_CLAIM_SQL = f"""
-INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
-SELECT e->>0, {_TS.format("e->>1")}, %(inst)s, %(now)s
-FROM {_ROWS} AS e
-ORDER BY (e->>0) COLLATE "C", 2
-ON CONFLICT (job_id, slot) DO NOTHING
-RETURNING token, job_id, {_MS.format("slot")}
-"""
-_TOKEN_SQL = f"""
-INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
-SELECT v.j, NULL, %(inst)s, %(now)s
-FROM {_IDS} WITH ORDINALITY AS v(j, n)
-ORDER BY v.n
-RETURNING token
-"""
-_ENSURE_SQL = f"""
-INSERT INTO __S__.job_state (job_id, created_at)
-SELECT v.j, %(now)s FROM {_IDS} AS v(j) ORDER BY v.j COLLATE "C"
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id
-"""
-# Every multi-row write to job_state first locks its rows in job_id order (a materialized
-# CTE), so concurrent batches of different instances never lock them in crossing orders.
-_LOCK_CTE = f"""
-locked AS MATERIALIZED (
-  SELECT job_id FROM __S__.job_state WHERE job_id IN (SELECT e->>0 FROM {_ROWS} AS e)
-  ORDER BY job_id FOR UPDATE
-)"""
-_FREE = "(s.lease_holder IS NULL OR s.lease_until <= %(now)s)"
-# Before an expired lease is taken over, keep what it proves: a fast-path run's row is
-# written after its handler starts, so if the holder died before that, the claim and the
-# unreleased lease are its only trace. Its run is written first (open, deadline passed) and
-# the orphan reaper marks it interrupted (and recovers it where the job asks).
-_KEEP_LOST_CTE = """,
-kept AS (
-  INSERT INTO __S__.runs (job_id, slot, triggered_by, status, instance_id, fencing_token,
-                          manual, claimed_at, deadline, logs)
-  SELECT s.job_id, coalesce(c.slot, c.claimed_at), 'schedule', 'running', s.lease_holder,
-         s.lease_token, c.slot IS NULL, c.claimed_at, %(now)s - interval '1 millisecond',
-         '[]'::jsonb
-  FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token AND c.job_id = s.job_id
-  WHERE s.job_id IN (SELECT job_id FROM locked) AND s.lease_token IS NOT NULL
-    AND s.lease_until <= %(now)s
-    AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
-  ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
-)"""
-# rows: [job, watermark ms | null, lease token | null, lease until ms | null, early]
-# (early: the watermark moves only if the lease is taken -- an early claim is kept only
-# together with its lease)
-_STATE_SQL = f"""
-WITH {_LOCK_CTE}__KEEP__,
-v AS (SELECT e->>0 AS j, {_TS.format("e->>1")} AS mark, (e->>2)::bigint AS tok,
-             {_TS.format("e->>3")} AS until, coalesce((e->>4)::boolean, false) AS early
-      FROM {_ROWS} AS e)
-UPDATE __S__.job_state s SET
-  last_slot = CASE WHEN v.mark IS NOT NULL AND (s.last_slot IS NULL OR s.last_slot < v.mark)
-                        AND (NOT v.early OR (v.tok IS NOT NULL AND {_FREE}))
-                   THEN v.mark ELSE s.last_slot END,
-  lease_holder = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN %(inst)s ELSE s.lease_holder END,
-  lease_token = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.tok ELSE s.lease_token END,
-  lease_until = CASE WHEN v.tok IS NOT NULL AND {_FREE} THEN v.until ELSE s.lease_until END
-FROM v
-WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
-RETURNING s.job_id, s.lease_token, s.lease_holder
-"""
-_STATE_LEASE_SQL = _STATE_SQL.replace("__KEEP__", _KEEP_LOST_CTE)
-_STATE_SQL = _STATE_SQL.replace("__KEEP__", "")
-# rows: [job, token]
-_RELEASE_SQL = f"""
-WITH {_LOCK_CTE}
-UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
-FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok FROM {_ROWS} AS e) AS v
-WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked)
-"""
-# rows: [job, slot ms, token]; early claims given back: each deleted (fenced by token),
-# then the jobs' watermarks recomputed from what is left, as if the claim was never made
-_WITHDRAW_SQL = f"""
-DELETE FROM __S__.claims c
-USING (SELECT e->>0 AS j, {_TS.format("e->>1")} AS slot, (e->>2)::bigint AS tok
-       FROM {_ROWS} AS e) AS v
-WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
-RETURNING c.job_id
-"""
-_REMARK_SQL = f"""
-WITH {_LOCK_CTE.replace("SELECT e->>0 FROM", "SELECT e FROM").replace(_ROWS, _IDS)}
-UPDATE __S__.job_state s SET last_slot = (
-  SELECT max(m.slot) FROM (
-    SELECT max(c.slot) AS slot FROM __S__.claims c WHERE c.job_id = s.job_id
-    UNION ALL
-    SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL
-  ) AS m)
-WHERE s.job_id IN (SELECT job_id FROM locked)
-"""
-# rows: see _run_rows()
-_INSERT_RUNS_SQL = f"""
-INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
-                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
-                  finished_at, deadline, result, error, logs)
-SELECT e->>0, {_TS.format("e->>1")}, e->>2, e->>3, e->>4, e->>5, (e->>6)::bigint,
-       (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
-       {_TS.format("e->>11")}, {_TS.format("e->>12")}, {_TS.format("e->>13")},
-       {_TS.format("e->>14")}, nullif(e->15, 'null'), e->>16, e->17
-FROM {_ROWS} WITH ORDINALITY AS v(e, n)
-ORDER BY v.n
-"""
-# A fencing token belongs to one run: writing a run that carries one is idempotent, so a
-# group commit retried after a connection lost during COMMIT does not write it twice, and
-# a slow holder's real outcome replaces the row the reaper wrote when it looked dead.
-_UPSERT_RUNS_SQL = (
-    _INSERT_RUNS_SQL
-    + """ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
-  status = EXCLUDED.status, reason = EXCLUDED.reason, started_at = EXCLUDED.started_at,
-  finished_at = EXCLUDED.finished_at, deadline = EXCLUDED.deadline, result = EXCLUDED.result,
-  error = EXCLUDED.error, logs = EXCLUDED.logs
-RETURNING id, fencing_token
-"""
-)
-_INSERT_RUNS_SQL += "RETURNING id\n"
-# rows: [id, status, reason, started ms, finished ms, deadline ms, result, error, logs]
-_FINISH_SQL = f"""
-UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
-  finished_at = v.finished_at, deadline = v.deadline, result = v.result, error = v.error,
-  logs = v.logs
-FROM (SELECT (e->>0)::bigint AS id, e->>1 AS status, e->>2 AS reason,
-             {_TS.format("e->>3")} AS started_at, {_TS.format("e->>4")} AS finished_at,
-             {_TS.format("e->>5")} AS deadline, nullif(e->6, 'null') AS result,
-             e->>7 AS error, e->8 AS logs
-      FROM {_ROWS} AS e) AS v
-WHERE r.id = v.id
-"""
-# rows: [job, slot ms, triggered_by, reason, instance, result, logs]
-_SKIPS_SQL = f"""
-INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
-                  finished_at, result, logs, dedupe)
-SELECT e->>0, {_TS.format("e->>1")}, e->>2, 'skipped', e->>3, e->>4, %(now)s, %(now)s,
-       e->5, e->6, e->>3
-FROM {_ROWS} AS e
-ORDER BY (e->>0) COLLATE "C", 2, 5
-ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING
-"""
-_REAP_SQL = f"""
-UPDATE __S__.runs SET status = 'interrupted', reason = 'lease_expired', finished_at = %(now)s,
-  deadline = NULL,
-  error = 'the instance running it stopped answering; its lease expired',
-  logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
-    'Interrupted: ' || coalesce(instance_id, 'an instance')
-    || ' did not finish this run before its lease expired (marked by ' || %(inst)s || ')')
-WHERE status IN ('running', 'pending') AND deadline < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
-                  AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
-RETURNING {_RUN_COLS}
-"""
-# claimed and leased, but the holder died before writing its run row; SKIP LOCKED: two
-# reapers never rebuild the same row (the other one sees it at its next pass, released)
-_LOST_SQL = """
-SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
-FROM __S__.job_state s JOIN __S__.claims c ON c.job_id = s.job_id AND c.token = s.lease_token
-WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
-  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
-                  AND r.fencing_token = s.lease_token)
-ORDER BY s.job_id
-FOR UPDATE OF s SKIP LOCKED
-"""
-
-
-def _msd(d: datetime | None) -> int | None:
-    return None if d is None else round(d.timestamp() * 1000)
-
-
-def _dumps(rows: Any) -> str:
-    """A batch as one compact JSON document (``default=str`` as on SQLite)."""
-    return json.dumps(rows, default=str, separators=(",", ":"))
+_msd = msd
+_dumps = dumps
+_state = pg_state
+_run = pg_run
+_run_rows = pg_run_rows
 
 
 def _run_id(r: RunRecord) -> int:
     return r.id or 0
 
 
-def _state(row: Sequence[Any]) -> JobState:
-    return JobState(*row)
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=row[2],
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=row[8],
-        is_catchup=row[9],
-        is_recovery=row[10],
-        attempt=row[11],
-        claimed_at=row[12],
-        started_at=row[13],
-        finished_at=row[14],
-        deadline=row[15],
-        result=row[16],
-        error=row[17],
-        logs=[] if row[18] is None else list(row[18]),
-    )
-
-
-def _run_rows(recs: Sequence[RunRecord]) -> str:
-    """The rows of ``_INSERT_RUNS_SQL`` for these records, as one JSON document."""
-    return _dumps(
-        [
-            [
-                r.job_id,
-                _msd(r.slot),
-                r.triggered_by.value,
-                r.status.value,
-                r.reason,
-                r.instance_id,
-                r.fencing_token,
-                r.manual,
-                r.is_catchup,
-                r.is_recovery,
-                r.attempt,
-                _msd(r.claimed_at),
-                _msd(r.started_at),
-                _msd(r.finished_at),
-                None if r.status.finished else _msd(r.deadline),
-                r.result,
-                r.error,
-                r.logs or [],
-            ]
-            for r in recs
-        ]
-    )
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def split_url(url: str) -> tuple[str, dict[str, str]]:
-    """``(libpq conninfo, our options)``: the query keys cronfleet reads (``schema``,
-    ``pool_min``, ``pool_max``, ``time_source``) are removed, the rest is left to libpq."""
-    if "://" not in url:
-        return url, {}  # a libpq "key=value" string
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in _URL_OPTIONS}
-    rest = [(k, v) for k, v in query if k not in _URL_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+async def apply_migrations(cur: Cursor, schema: str, label: str) -> list[str]:
+    """Bring ``schema`` to the newest version, inside the caller's transaction, under a
+    per-schema advisory lock (concurrent starters wait, then find nothing to do). Used by
+    the store and by the side-table connections. Returns the files applied."""
+    known = migrations("cronfleet.store.postgres")
+    latest = known[-1][0] if known else 0
+    q = cur.q
+    await cur.execute(q["migration_lock"], (_MIGRATION_LOCK, schema))
+    await cur.execute(q["create_schema"])
+    await cur.execute(q["schema_migrations"])
+    await cur.execute(q["schema_version"])
+    row = await cur.fetchone()
+    current = (row[0] if row else None) or 0
+    if current > latest:
+        raise StoreError(
+            f"PostgreSQL store {label}: schema {schema!r} is at version {current}, newer "
+            f"than this cronfleet understands ({latest}); upgrade cronfleet"
+        )
+    pending = [(v, n, t) for v, n, t in known if v > current]
+    if pending:  # the migration files name tables without a schema
+        await cur.execute(q["search_path"])
+    for version, name, text in pending:
+        await cur.execute(text.encode())  # a script: no parameters, many statements
+        await cur.execute(q["migration_applied"], (version, name))
+        log.info("PostgreSQL store %s: applied migration %s", label, name)
+    return [n for _, n, _ in pending]
 
 
 class Cursor:
-    """The cursor a transaction body gets: table names written ``__S__.claims`` in our SQL
-    resolve to this store's schema, so nothing depends on ``search_path``."""
+    """The cursor a transaction body gets: ``q`` holds this store's named queries (its
+    schema already in place, so nothing depends on ``search_path``)."""
 
-    __slots__ = ("_cur", "_schema")
+    __slots__ = ("_cur", "q")
 
-    def __init__(self, cur: AsyncCursor[tuple[Any, ...]], schema: str) -> None:
+    def __init__(self, cur: AsyncCursor[tuple[Any, ...]], queries: Mapping[str, str]) -> None:
         self._cur = cur
-        self._schema = schema
+        self.q = queries
 
     async def execute(self, query: Query, params: Any = None) -> None:
-        if isinstance(query, str):
-            query = query.replace("__S__", self._schema)
         await self._cur.execute(query, params)
 
     async def fetchone(self) -> tuple[Any, ...] | None:
@@ -400,9 +170,9 @@ class PostgresStore:
         skew_interval: float = 60.0,
         max_backoff: float = 5.0,
     ) -> None:
-        conninfo, opts = split_url(url)
+        conninfo, opts = split_pg_url(url)
         self.conninfo = conninfo
-        self.url = _redact(url)
+        self.url = redact_url(url)
         self.schema = schema or opts.get("schema") or "cronfleet"
         if len(self.schema) > 50:
             raise StoreError(f"PostgreSQL store: schema name {self.schema!r} is too long")
@@ -424,6 +194,7 @@ class PostgresStore:
         self.max_backoff = max_backoff
         self.channel = f"cronfleet_{self.schema}"
         self._qschema = '"' + self.schema.replace('"', '""') + '"'
+        self.q = load_queries("cronfleet.store.postgres", self._qschema)
         self.clock_skew: float | None = None
         """Host clock minus database clock in seconds (``None`` until measured, or when a
         test clock is in use); refreshed every ``skew_interval`` seconds."""
@@ -444,7 +215,11 @@ class PostgresStore:
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
-        if not url.lower().startswith(("postgresql://", "postgres://")):
+        try:
+            ok = parse_store_url(url).dialect == "postgres"
+        except StoreError:
+            ok = False
+        if not ok:
             raise StoreError(
                 f"invalid PostgreSQL URL {url!r}: expected postgresql://user@host:5432/dbname"
             )
@@ -523,7 +298,7 @@ class PostgresStore:
         conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
         try:
             async with conn.transaction():
-                cur = Cursor(conn.cursor(), self._qschema)
+                cur = Cursor(conn.cursor(), self.q)
                 await self._withdraw_in(cur, rows)
         finally:
             await conn.close()
@@ -532,11 +307,10 @@ class PostgresStore:
                     "acknowledged", self.url, len(rows))
 
     async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
-        await cur.execute(_WITHDRAW_SQL, {"rows": _dumps([list(r) for r in rows])})
+        await cur.execute(cur.q["withdraw_claims"], {"rows": _dumps([list(r) for r in rows])})
         deleted = [r[0] for r in await cur.fetchall()]
-        await cur.execute(_RELEASE_SQL, {"rows": _dumps([[j, tok] for j, _, tok in rows])})
-        if deleted:
-            await cur.execute(_REMARK_SQL, {"ids": _dumps(sorted(set(deleted)))})
+        released = _dumps([[j, tok] for j, _, tok in rows])
+        await cur.execute(cur.q["release_leases"], {"rows": released})
         return len(deleted)
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
@@ -562,14 +336,7 @@ class PostgresStore:
         self._ambiguous.clear()
 
         async def go(cur: Cursor, now: datetime) -> int:
-            await cur.execute(
-                _RELEASE_SQL.replace(
-                    "AND s.job_id IN",
-                    "AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok) "
-                    "AND s.job_id IN",
-                ),
-                {"rows": _dumps(pairs)},
-            )
+            await cur.execute(cur.q["release_unrun_leases"], {"rows": _dumps(pairs)})
             return cur.rowcount
 
         try:
@@ -619,7 +386,7 @@ class PostgresStore:
                 # cannot reconnect: a down database has to fail fast
                 async with pool.connection(None if attempt == 1 else 1.0) as conn:
                     raw = conn.cursor()
-                    cur = Cursor(raw, self._qschema)
+                    cur = Cursor(raw, self.q)
                     if not tx:
                         now = self._clock_now() or datetime.now(UTC)
                         began = True
@@ -720,41 +487,8 @@ class PostgresStore:
             self._spawn(self._skew_loop(), "cronfleet-pg-skew")
 
     async def _migrate(self) -> None:
-        known = migrations("postgres")
-        latest = known[-1][0] if known else 0
-        schema = sql.Identifier(self.schema)
-
         async def go(cur: Cursor, now: datetime) -> None:
-            # one lock per schema: concurrent starters wait here, then find nothing to do
-            await cur.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_MIGRATION_LOCK, self.schema)
-            )
-            await cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            await cur.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY "
-                    "KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(schema)
-            )
-            await cur.execute(
-                sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(schema)
-            )
-            row = await cur.fetchone()
-            current = (row[0] if row else None) or 0
-            if current > latest:
-                raise StoreError(
-                    f"PostgreSQL store {self.url}: schema {self.schema!r} is at version "
-                    f"{current}, newer than this cronfleet understands ({latest}); "
-                    "upgrade cronfleet"
-                )
-            pending = [(v, n, t) for v, n, t in known if v > current]
-            if pending:  # the migration files name tables without a schema
-                await cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-            for version, name, text in pending:
-                await cur.execute(text.encode())  # a script: no parameters, many statements
-                insert = "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
-                await cur.execute(sql.SQL(insert).format(schema), (version, name))
-                log.info("PostgreSQL store %s: applied migration %s", self.url, name)
+            await apply_migrations(cur, self.schema, self.url)
 
         await self._run(go)
 
@@ -776,7 +510,7 @@ class PostgresStore:
             return self.host_clock.now()
 
         async def go(cur: Cursor, now: datetime) -> float:
-            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            await cur.execute(self.q["clock"])
             row = await cur.fetchone()
             assert row is not None
             return float(row[0])
@@ -792,7 +526,7 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> float:
             t0 = self.host_clock.now()
-            await cur.execute(b"SELECT extract(epoch FROM clock_timestamp())::float8")
+            await cur.execute(self.q["clock"])
             row = await cur.fetchone()
             t1 = self.host_clock.now()
             assert row is not None
@@ -879,7 +613,7 @@ class PostgresStore:
 
     async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
         payload = json.dumps({"kind": kind, "jobs": list(job_ids)[:100]})
-        await cur.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+        await cur.execute(cur.q["notify"], (self.channel, payload))
 
     # -- job state --------------------------------------------------------------------
 
@@ -887,7 +621,7 @@ class PostgresStore:
         ids = list(job_ids)
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
-            await cur.execute(_ENSURE_SQL, {"now": now, "ids": _dumps(ids)})
+            await cur.execute(cur.q["ensure_jobs"], {"now": now, "ids": _dumps(ids)})
             created = [r[0] for r in await cur.fetchall()]
             if created:
                 await self._announce(cur, "jobs", created)
@@ -899,10 +633,7 @@ class PostgresStore:
 
     @staticmethod
     async def _select_states(cur: Cursor, ids: list[str]) -> dict[str, JobState]:
-        await cur.execute(
-            f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE job_id IN (SELECT {_IDS})",
-            {"ids": _dumps(ids)},
-        )
+        await cur.execute(cur.q["read_states"], {"ids": _dumps(ids)})
         return {r[0]: _state(r) for r in await cur.fetchall()}
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -917,9 +648,7 @@ class PostgresStore:
         """Only the rows with an override (a partial index): the batch's ids never travel."""
 
         async def go(cur: Cursor, now: datetime) -> dict[str, JobState]:
-            await cur.execute(
-                f"SELECT {_STATE_COLS} FROM __S__.job_state WHERE enabled_override IS NOT NULL"
-            )
+            await cur.execute(cur.q["read_overrides"])
             return {r[0]: _state(r) for r in await cur.fetchall()}
 
         found = await self._run(go, tx=False)
@@ -938,17 +667,8 @@ class PostgresStore:
         until: datetime | None,
     ) -> JobState:
         async def go(cur: Cursor, now: datetime) -> JobState:
-            await cur.execute(
-                "INSERT INTO __S__.job_state (job_id, created_at) VALUES (%s, %s) "
-                "ON CONFLICT (job_id) DO NOTHING",
-                (job_id, now),
-            )
-            await cur.execute(
-                "UPDATE __S__.job_state SET enabled_override = %s, override_by = %s, "
-                "override_at = %s, override_note = %s, override_until = %s "
-                f"WHERE job_id = %s RETURNING {_STATE_COLS}",
-                (enabled, by, now, note, until, job_id),
-            )
+            await cur.execute(cur.q["ensure_job"], (job_id, now))
+            await cur.execute(cur.q["set_override"], (enabled, by, now, note, until, job_id))
             row = await cur.fetchone()
             assert row is not None
             await self._announce(cur, "override", [job_id])
@@ -962,30 +682,22 @@ class PostgresStore:
         self,
         cur: Cursor,
         now: datetime,
-        marks: dict[str, int],
         leases: list[tuple[str, int | None, float]],
         instance: str,
-        early: set[str] | None = None,
     ) -> tuple[set[str], dict[str, str | None]]:
-        """One statement per batch: advance watermarks and take ``(job, token, hold)``
-        leases. Returns the jobs whose lease was taken and the holders of the busy ones.
-        For the ``early`` jobs the watermark moves only if the lease is taken."""
-        if not marks and not leases:
+        """One statement per batch: take ``(job, token, hold)`` leases that are free or
+        expired (keeping a dead holder's unwritten run first). Returns the jobs whose lease
+        was taken and the holders of the busy ones."""
+        if not leases:
             return set(), {}
         ids = [w[0] for w in leases]
         unknown = [j for j in ids if j not in self._known]
         if unknown:
-            await cur.execute(_ENSURE_SQL, {"now": now, "ids": _dumps(unknown)})
+            await cur.execute(cur.q["ensure_jobs"], {"now": now, "ids": _dumps(unknown)})
         now_ms = _msd(now) or 0
-        rows: dict[str, list[Any]] = {j: [j, s, None, None] for j, s in marks.items()}
-        for j, tok, hold in leases:
-            row = rows.setdefault(j, [j, None, None, None])
-            row[2], row[3] = tok, now_ms + ms(hold)
-        for j in early or ():
-            rows[j].append(True)
+        rows = [[j, tok, now_ms + ms(hold)] for j, tok, hold in leases]
         await cur.execute(
-            _STATE_LEASE_SQL if leases else _STATE_SQL,
-            {"inst": instance, "now": now, "rows": _dumps(list(rows.values()))},
+            cur.q["take_leases"], {"inst": instance, "now": now, "rows": _dumps(rows)}
         )
         wanted = {j: tok for j, tok, _ in leases}
         acquired: set[str] = set()
@@ -1032,11 +744,13 @@ class PostgresStore:
         slot_ms = [ms(it.slot) for it in items]
         # 1. claims: one statement for every unique slot claim in the batch
         slot_idx = [
-            i for i, it in enumerate(items) if it.claim == "slot" and it.reclaim_token is None
+            i
+            for i, it in enumerate(items)
+            if it.claim == "slot" and it.kind is not DispatchKind.RECOVERY
         ]
         if slot_idx:
             await cur.execute(
-                _CLAIM_SQL,
+                cur.q["claim"],
                 {
                     "inst": instance,
                     "now": now,
@@ -1048,12 +762,10 @@ class PostgresStore:
                 tok = won.get((items[i].job_id, slot_ms[i]))
                 if tok is not None:
                     out[i].won, out[i].token = True, tok
-        token_idx = [
-            i for i, it in enumerate(items) if it.claim == "token" and it.reclaim_token is None
-        ]
+        token_idx = [i for i, it in enumerate(items) if it.claim == "token"]
         if token_idx:  # manual runs: a fencing token without a slot
             await cur.execute(
-                _TOKEN_SQL,
+                cur.q["draw_tokens"],
                 {
                     "inst": instance,
                     "now": now,
@@ -1064,124 +776,71 @@ class PostgresStore:
             for i, tok in zip(token_idx, tokens, strict=True):
                 out[i].won, out[i].token = True, tok
         for i, it in enumerate(items):
-            if it.reclaim_token is not None:  # crash recovery: rare, one row at a time
-                await cur.execute(
-                    "DELETE FROM __S__.claims WHERE job_id = %s AND token = %s",
-                    (it.job_id, it.reclaim_token),
-                )
+            if it.kind is DispatchKind.RECOVERY:  # crash recovery: rare, one row at a time
+                await cur.execute(cur.q["delete_claim"], (it.job_id, it.reclaim_token))
                 if cur.rowcount:
                     await cur.execute(
-                        "INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at) "
-                        "VALUES (%s, to_timestamp(%s / 1000.0), %s, %s) RETURNING token",
-                        (it.job_id, slot_ms[i], instance, now),
+                        cur.q["claim_one"], (it.job_id, slot_ms[i], instance, now)
                     )
                     row = await cur.fetchone()
                     assert row is not None
                     out[i].won, out[i].token = True, row[0]
             elif it.claim == "none":
                 out[i].won = True
-        # 2 + 3. per-job watermark of processed slots (drives catch-up after a restart)
-        # and the leases of the runs that start now, in one statement
-        marks: dict[str, int] = {}
-        for i in slot_idx:
-            if out[i].won and marks.get(items[i].job_id, -1) < slot_ms[i]:
-                marks[items[i].job_id] = slot_ms[i]
+        # 2. the leases of the runs that start now, one statement (the watermark is
+        #    derived from the claims: nothing to write for it)
         lease_idx = [
             i
             for i, d in enumerate(out)
             if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
         ]
-        early = {items[i].job_id for i in lease_idx if items[i].early}
         acquired, holders = await self._update_states(
             cur,
             now,
-            marks,
             [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
             instance,
-            early,
         )
         # an early claim is kept only with its lease: where the lease is busy, the claim
         # goes again (no other transaction ever saw it) and the slot is decided at its time
-        gone = [i for i in lease_idx if items[i].early and items[i].job_id not in acquired]
+        gone = [
+            i
+            for i in lease_idx
+            if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+        ]
         if gone:
             await cur.execute(
-                "DELETE FROM __S__.claims WHERE token IN "
-                "(SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint)",
-                {"ids": _dumps([out[i].token for i in gone])},
+                cur.q["delete_claims"], {"ids": _dumps([out[i].token for i in gone])}
             )
             for i in gone:
                 d = out[i]
                 d.won, d.token, d.busy = False, None, True
                 d.holder = holders.get(d.request.job_id)
-        # 4. a ledger row per won slot; fast-path runs (record=False) are written by the
-        #    scheduler's group commit after their handler has started
-        to_insert: list[RunRecord] = []
+        # 3. the run row of each won slot, as the ledger decides; fast-path runs
+        #    (record=False) are written by the scheduler's group commit after their
+        #    handler has started
         slot_dt: dict[int, datetime] = {}
-        running = RunStatus.RUNNING
-        for i, d in enumerate(out):
-            if not d.won:
-                continue
-            it = items[i]
-            at = slot_ms[i]
+        until: dict[float, datetime] = {}
+        slots = []
+        for at in slot_ms:
             slot = slot_dt.get(at)
             if slot is None:
                 slot = slot_dt[at] = datetime.fromtimestamp(at / 1000, UTC)
-            logs = list(it.logs) if it.logs else []
-            if (
-                not it.record
-                and not it.defer
-                and not it.skip_reason
-                and (not it.lease or it.job_id in acquired)
-            ):
-                # the hot path: a leased run that starts now, its row written later
-                d.run = RunRecord(
-                    None, it.job_id, slot, it.triggered_by, running, instance, d.token,
-                    it.manual, it.is_catchup, it.is_recovery, 1, None, now, now, None,
-                    now + timedelta(seconds=it.hold), it.result, None, logs,
-                )  # fmt: skip
-                continue
-            status, reason, result = running, None, it.result
-            started: datetime | None = now
-            finished: datetime | None = None
-            deadline: datetime | None = now + timedelta(seconds=it.hold)
-            if it.skip_reason:
-                status, reason, started, finished, deadline = (
-                    RunStatus.SKIPPED, it.skip_reason, None, now, None,
-                )  # fmt: skip
-                if result is None:
-                    result = skip_result(it.skip_reason)
-            elif it.defer:
-                status, started = RunStatus.PENDING, None
-            elif it.lease and it.job_id not in acquired:
-                d.holder = holders.get(it.job_id)
-                if it.wait_if_busy:
-                    status, started = RunStatus.PENDING, None
-                else:
-                    status, reason, started, finished, deadline = (
-                        RunStatus.SKIPPED, SkipReason.ALREADY_EXECUTING.value, None, now, None,
-                    )  # fmt: skip
-                    result = busy_result()
-                    logs.append(busy_log(d.holder))
-            d.run = RunRecord(
-                id=None,
-                job_id=it.job_id,
-                slot=slot,
-                triggered_by=it.triggered_by,
-                status=status,
-                instance_id=instance,
-                fencing_token=d.token,
-                manual=it.manual,
-                is_catchup=it.is_catchup,
-                is_recovery=it.is_recovery,
-                reason=reason,
-                claimed_at=now,
-                started_at=started,
-                finished_at=finished,
-                deadline=deadline,
-                result=result,
-                logs=logs,
-            )
-            to_insert.append(d.run)
+            slots.append(slot)
+        deadlines = []
+        for it in items:
+            deadline = until.get(it.hold)
+            if deadline is None:
+                deadline = until[it.hold] = now + timedelta(seconds=it.hold)
+            deadlines.append(deadline)
+        to_insert = ledger.dispatch_runs(
+            out,
+            slots=slots,
+            deadlines=deadlines,
+            now=now,
+            instance=instance,
+            acquired=acquired,
+            holders=holders,
+        )
         ids = await self._insert_runs(cur, to_insert)
         for rec, rid in zip(to_insert, ids, strict=True):
             rec.id = rid
@@ -1201,12 +860,12 @@ class PostgresStore:
         fenced = [i for i, r in enumerate(recs) if r.fencing_token is not None]
         plain = [i for i, r in enumerate(recs) if r.fencing_token is None]
         if fenced:
-            await cur.execute(_UPSERT_RUNS_SQL, {"rows": _run_rows([recs[i] for i in fenced])})
+            await cur.execute(cur.q["upsert_runs"], {"rows": _run_rows([recs[i] for i in fenced])})
             by_token = {tok: rid for rid, tok in await cur.fetchall()}
             for i in fenced:
                 ids[i] = by_token[recs[i].fencing_token]
         if plain:
-            await cur.execute(_INSERT_RUNS_SQL, {"rows": _run_rows([recs[i] for i in plain])})
+            await cur.execute(cur.q["insert_runs"], {"rows": _run_rows([recs[i] for i in plain])})
             got = sorted(r[0] for r in await cur.fetchall())
             if len(got) != len(plain):
                 raise StoreError(f"inserted {len(got)} run rows for {len(plain)} records")
@@ -1243,7 +902,7 @@ class PostgresStore:
         if len({it.job_id for it in leased}) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         acquired, holders = await self._update_states(
-            cur, now, {}, [(it.job_id, it.token, it.hold) for it in leased], instance
+            cur, now, [(it.job_id, it.token, it.hold) for it in leased], instance
         )
         now_ms = _msd(now) or 0
         run_now: list[tuple[int, int]] = []
@@ -1255,35 +914,24 @@ class PostgresStore:
                 if it.wait_if_busy:
                     waiting.add(it.run_id)
                 else:
-                    skip_now.append((it.run_id, busy_log(st.holder)))
+                    skip_now.append((it.run_id, ledger.busy_log(st.holder)))
                 continue
             run_now.append((it.run_id, now_ms + ms(it.hold)))
         if run_now:
-            await cur.execute(
-                "UPDATE __S__.runs SET status = 'running', started_at = %(now)s, "
-                f"deadline = {_TS.format('e->>1')} FROM {_ROWS} AS e "
-                "WHERE runs.id = (e->>0)::bigint AND runs.status = 'pending'",
-                {"now": now, "rows": _dumps(run_now)},
-            )
+            await cur.execute(cur.q["start_runs"], {"now": now, "rows": _dumps(run_now)})
         if skip_now:
             await cur.execute(
-                "UPDATE __S__.runs SET status = 'skipped', reason = %(reason)s, "
-                "finished_at = %(now)s, deadline = NULL, result = %(result)s::jsonb, "
-                "logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(e->>1) "
-                f"FROM {_ROWS} AS e WHERE runs.id = (e->>0)::bigint",
+                cur.q["skip_busy_runs"],
                 {
-                    "reason": SkipReason.ALREADY_EXECUTING.value,
+                    "reason": ledger.ALREADY_EXECUTING,
                     "now": now,
-                    "result": _dumps(busy_result()),
+                    "result": _dumps(ledger.busy_result()),
                     "rows": _dumps(skip_now),
                 },
             )
         touched = [it.run_id for it in items if it.run_id not in waiting]
         if touched:
-            await cur.execute(
-                f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id IN (SELECT ({_IDS})::bigint)",
-                {"ids": _dumps(touched)},
-            )
+            await cur.execute(cur.q["runs_by_id"], {"ids": _dumps(touched)})
             by_id = {r[0]: _run(r) for r in await cur.fetchall()}
             for st in out:
                 if st.request.run_id not in waiting:
@@ -1297,17 +945,7 @@ class PostgresStore:
         new = [f.run for f in reqs if f.run.id is None]
         updates = _dumps(
             [
-                [
-                    r.id,
-                    r.status.value,
-                    r.reason,
-                    _msd(r.started_at),
-                    _msd(r.finished_at),
-                    None if r.status.finished else _msd(r.deadline),
-                    r.result,
-                    r.error,
-                    r.logs or [],
-                ]
+                pg_finish_row(r)
                 for r in sorted((f.run for f in reqs if f.run.id is not None), key=_run_id)
             ]
         )
@@ -1316,9 +954,9 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> list[int]:
             ids = await self._insert_runs(cur, new)
             if len(new) < len(reqs):
-                await cur.execute(_FINISH_SQL, {"rows": updates})
+                await cur.execute(cur.q["finish_runs"], {"rows": updates})
             if releases:
-                await cur.execute(_RELEASE_SQL, {"rows": _dumps(releases)})
+                await cur.execute(cur.q["release_leases"], {"rows": _dumps(releases)})
             return ids
 
         ids = await self._run(go)
@@ -1329,21 +967,17 @@ class PostgresStore:
         if not items:
             return 0
         rows: list[list[Any]] = []
-        marks: dict[str, int] = {}
         for sk in items:
-            at = ms(sk.slot)
-            result = sk.result if sk.result is not None else skip_result(sk.reason)
+            result = sk.result if sk.result is not None else ledger.skip_result(sk.reason)
             rows.append(
-                [sk.job_id, at, sk.triggered_by.value, sk.reason, sk.instance_id, result, sk.logs]
+                [sk.job_id, ms(sk.slot), sk.triggered_by.value, sk.reason, sk.instance_id,
+                 result, sk.logs]
             )
-            marks[sk.job_id] = max(marks.get(sk.job_id, at), at)
         payload = _dumps(rows)
 
         async def go(cur: Cursor, now: datetime) -> int:
-            await cur.execute(_SKIPS_SQL, {"now": now, "rows": payload})
-            written = cur.rowcount
-            await self._update_states(cur, now, marks, [], "")
-            return max(written, 0)
+            await cur.execute(cur.q["record_skips"], {"now": now, "rows": payload})
+            return max(cur.rowcount, 0)
 
         return await self._run(go)
 
@@ -1355,45 +989,30 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> None:
             now_ms = _msd(now) or 0
             args = {"rows": _dumps([[j, tok, now_ms + ms(h)] for j, tok, h in reqs])}
-            await cur.execute(
-                f"WITH {_LOCK_CTE} UPDATE __S__.job_state s SET lease_until = v.u "
-                f"FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format('e->>2')} AS u "
-                f"FROM {_ROWS} AS e) AS v WHERE s.job_id = v.j AND s.lease_token = v.tok "
-                "AND s.job_id IN (SELECT job_id FROM locked)",
-                args,
-            )
-            await cur.execute(
-                "UPDATE __S__.runs r SET deadline = v.u "
-                f"FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, {_TS.format('e->>2')} AS u "
-                f"FROM {_ROWS} AS e) AS v WHERE r.fencing_token = v.tok AND r.job_id = v.j "
-                "AND r.status = 'running'",
-                args,
-            )
+            await cur.execute(cur.q["renew_leases"], args)
+            await cur.execute(cur.q["renew_deadlines"], args)
 
         await self._run(go)
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
         async def go(cur: Cursor, now: datetime) -> tuple[list[RunRecord], list[RunRecord]]:
-            await cur.execute(_REAP_SQL, {"now": now, "inst": instance_id})
+            before, anon, after = ledger.interrupted_log_parts(instance_id)
+            await cur.execute(
+                cur.q["reap"],
+                {
+                    "now": now,
+                    "reason": ledger.INTERRUPTED_REASON,
+                    "error": ledger.INTERRUPTED_ERROR,
+                    "before": before,
+                    "anon": anon,
+                    "after": after,
+                },
+            )
             reaped = [_run(r) for r in await cur.fetchall()]
-            await cur.execute(_LOST_SQL, {"now": now})
+            await cur.execute(cur.q["lost_runs"], {"now": now})
             rebuilt = [
-                RunRecord(
-                    id=None,
-                    job_id=job_id,
-                    slot=slot if slot is not None else claimed,
-                    triggered_by=TriggeredBy.SCHEDULE,
-                    status=RunStatus.INTERRUPTED,
-                    instance_id=holder,
-                    fencing_token=token,
-                    reason="lease_expired",
-                    claimed_at=claimed,
-                    finished_at=now,
-                    error="the instance running it stopped answering; its lease expired",
-                    logs=[
-                        f"Interrupted: {holder or 'an instance'} did not finish this run "
-                        f"before its lease expired (marked by {instance_id})"
-                    ],
+                ledger.lost_run(
+                    job_id, token, holder, slot, claimed, now=now, marked_by=instance_id
                 )
                 for job_id, token, holder, slot, claimed in await cur.fetchall()
             ]
@@ -1402,7 +1021,8 @@ class PostgresStore:
                 rec.id = rid
             if rebuilt:
                 await cur.execute(
-                    _RELEASE_SQL, {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])}
+                    cur.q["release_leases"],
+                    {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])},
                 )
             return reaped, rebuilt
 
@@ -1420,7 +1040,7 @@ class PostgresStore:
         before_id: int | None = None,
     ) -> list[RunRecord]:
         query, args = history_query(
-            f"SELECT {_RUN_COLS} FROM __S__.runs",
+            self.q["runs"].rstrip(),
             job_id=job_id,
             status=None if status is None else RunStatus(status).value,
             before_id=before_id,
@@ -1436,9 +1056,21 @@ class PostgresStore:
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         async def go(cur: Cursor, now: datetime) -> RunRecord | None:
-            await cur.execute(f"SELECT {_RUN_COLS} FROM __S__.runs WHERE id = %s", (run_id,))
+            await cur.execute(cur.q["get_run"], (run_id,))
             row = await cur.fetchone()
             return None if row is None else _run(row)
+
+        return await self._run(go, tx=False)
+
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        """The newest run of each job, one statement (an index probe per job)."""
+        if not job_ids:
+            return {}
+        ids = _dumps(list(dict.fromkeys(job_ids)))
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, RunRecord]:
+            await cur.execute(cur.q["last_runs"], {"ids": ids})
+            return {r[1]: _run(r) for r in await cur.fetchall()}
 
         return await self._run(go, tx=False)
 
@@ -1449,25 +1081,12 @@ class PostgresStore:
         runs_before = datetime.fromtimestamp(runs_older_than, UTC)
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
-            await cur.execute(
-                "DELETE FROM __S__.claims WHERE claimed_at < %s AND token NOT IN "
-                "(SELECT max(token) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id)",
-                (claims_before,),
-            )
+            # RETENTION_RULE (store/base.py)
+            await cur.execute(cur.q["prune_claims"], (claims_before,))
             claims = cur.rowcount
-            await cur.execute(
-                "DELETE FROM __S__.runs WHERE finished_at < %s "
-                "AND status NOT IN ('running', 'pending')",
-                (runs_before,),
-            )
+            await cur.execute(cur.q["prune_old_runs"], (runs_before,))
             runs = cur.rowcount
-            await cur.execute(
-                "DELETE FROM __S__.runs WHERE id IN (SELECT id FROM (SELECT id, status, "
-                "row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n "
-                "FROM __S__.runs) AS ranked "
-                "WHERE n > %s AND status NOT IN ('running', 'pending'))",
-                (runs_per_job,),
-            )
+            await cur.execute(cur.q["prune_runs_per_job"], (runs_per_job,))
             runs += cur.rowcount
             return claims, runs
 

@@ -1,0 +1,537 @@
+"""An in-memory store: the whole contract (early claims and withdraw included) in plain
+dicts, for tests and single-process embedding. It passes the same conformance suite as
+SQLite and PostgreSQL (``tests/store``).
+
+Several :class:`MemoryStore` objects on one :class:`MemoryDatabase` behave like several
+instances on one database. Every call runs to its end without awaiting in between, so on
+one event loop each call is one atomic transaction (asyncio-safe); it is not thread-safe.
+Times are kept to the millisecond, as the other stores keep them, and every record handed
+out is a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from cronfleet.clock import Clock, SystemClock
+from cronfleet.errors import StoreError
+from cronfleet.model import JobState, RunRecord, RunStatus
+from cronfleet.store import ledger
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    Finish,
+    Skip,
+    Start,
+    Started,
+    watermark,
+)
+from cronfleet.store.rows import dt, ms, msd
+
+__all__ = ["MemoryDatabase", "MemoryStore"]
+
+_OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
+
+
+@dataclass(slots=True)
+class _Claim:
+    token: int
+    job_id: str
+    slot: int | None  # ms; None for a manual run's token
+    instance_id: str
+    claimed_at: int
+
+
+@dataclass
+class MemoryDatabase:
+    """The shared state: what a database file or schema holds."""
+
+    claims: dict[tuple[str, int], _Claim] = field(default_factory=dict)
+    tokens: dict[int, _Claim] = field(default_factory=dict)
+    last_token: int = 0
+    states: dict[str, JobState] = field(default_factory=dict)
+    runs: dict[int, RunRecord] = field(default_factory=dict)
+    last_run_id: int = 0
+    dedupe: dict[tuple[str, int, str], int] = field(default_factory=dict)  # -> run id
+    fenced: dict[int, int] = field(default_factory=dict)  # fencing token -> run id
+    # what the watermark rule reads, per job: claimed slots and claim-less skip slots (ms)
+    claimed: dict[str, set[int]] = field(default_factory=dict)
+    skipped: dict[str, dict[int, int]] = field(default_factory=dict)  # slot -> skip rows
+
+
+def _copy(r: RunRecord) -> RunRecord:
+    return dataclasses.replace(r, logs=list(r.logs))
+
+
+def _req(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
+
+
+def _ms_dt(d: datetime | None) -> datetime | None:
+    return dt(msd(d))
+
+
+class MemoryStore:
+    """Claims, leases, overrides and the run ledger in memory (see the module doc)."""
+
+    def __init__(self, db: MemoryDatabase | None = None, *, clock: Clock | None = None) -> None:
+        self.db = db if db is not None else MemoryDatabase()
+        self.clock: Clock = clock or SystemClock()
+        self.url = "memory://"
+        self._open = False
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(id={id(self.db):#x})"
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _db(self) -> MemoryDatabase:
+        if not self._open:
+            raise StoreError(f"{self!r} is not open")
+        return self.db
+
+    def _now(self) -> int:
+        return ms(self.clock.now())
+
+    def _watermark(self, job_id: str) -> datetime | None:
+        claimed = self.db.claimed.get(job_id)
+        skipped = self.db.skipped.get(job_id)
+        mark = watermark(
+            max(claimed) if claimed else None, max(skipped) if skipped else None
+        )
+        return dt(None if mark is None else int(mark))
+
+    def _state(self, job_id: str) -> JobState:
+        st = self.db.states[job_id]
+        return dataclasses.replace(st, last_slot=self._watermark(job_id))
+
+    def _ensure(self, job_ids: Sequence[str], now: int) -> list[str]:
+        created = []
+        for j in job_ids:
+            if j not in self.db.states:
+                self.db.states[j] = JobState(job_id=j, created_at=dt(now))
+                created.append(j)
+        return created
+
+    def _insert(self, rec: RunRecord, dedupe: str | None = None) -> None:
+        db = self.db
+        token = rec.fencing_token
+        if token is not None and token in db.fenced:  # one run per token (an upsert)
+            rec.id = db.fenced[token]
+            self._update(rec)
+            return
+        db.last_run_id += 1
+        rec.id = db.last_run_id
+        stored = _copy(rec)
+        for name in ("claimed_at", "started_at", "finished_at"):
+            setattr(stored, name, _ms_dt(getattr(stored, name)))
+        stored.slot = dt(msd(stored.slot)) or stored.slot
+        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
+        db.runs[rec.id] = stored
+        if token is not None:
+            db.fenced[token] = rec.id
+        if dedupe is not None:
+            at = msd(rec.slot) or 0
+            db.dedupe[(rec.job_id, at, dedupe)] = rec.id
+            counts = db.skipped.setdefault(rec.job_id, {})
+            counts[at] = counts.get(at, 0) + 1
+
+    def _update(self, rec: RunRecord) -> None:
+        stored = self.db.runs.get(rec.id or 0)
+        if stored is None:
+            return
+        stored.status = rec.status
+        stored.reason = rec.reason
+        stored.started_at = _ms_dt(rec.started_at)
+        stored.finished_at = _ms_dt(rec.finished_at)
+        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
+        stored.result = rec.result
+        stored.error = rec.error
+        stored.logs = list(rec.logs)
+
+    def _release(self, job_id: str, token: int | None) -> None:
+        st = self.db.states.get(job_id)
+        if st is not None and token is not None and st.lease_token == token:
+            st.lease_holder = st.lease_token = st.lease_until = None
+
+    def _has_run(self, job_id: str, token: int) -> bool:
+        rid = self.db.fenced.get(token)
+        return rid is not None and self.db.runs[rid].job_id == job_id
+
+    def _lost(self, now: int, job_ids: Sequence[str] | None) -> list[tuple[JobState, _Claim]]:
+        """Expired leases whose holder never wrote its run (claim still there)."""
+        db = self.db
+        states = db.states.values() if job_ids is None else (
+            db.states[j] for j in job_ids if j in db.states
+        )
+        out = []
+        for st in states:
+            tok = st.lease_token
+            if tok is None or st.lease_until is None or msd(st.lease_until) > now:  # type: ignore[operator]
+                continue
+            claim = db.tokens.get(tok)
+            if claim is not None and claim.job_id == st.job_id and not self._has_run(
+                st.job_id, tok
+            ):
+                out.append((st, claim))
+        return out
+
+    def _take_leases(
+        self, leases: list[tuple[str, int | None, float]], instance: str, now: int
+    ) -> tuple[set[str], dict[str, str | None]]:
+        if not leases:
+            return set(), {}
+        ids = [j for j, _, _ in leases]
+        self._ensure(ids, now)
+        overdue = dt(now - 1)
+        assert overdue is not None
+        for st, c in self._lost(now, ids):  # keep what an expired lease proves
+            self._insert(
+                ledger.kept_lost_run(
+                    st.job_id, c.token, st.lease_holder, dt(c.slot), dt(c.claimed_at) or overdue,
+                    overdue=overdue,
+                )
+            )
+        acquired: set[str] = set()
+        holders: dict[str, str | None] = {}
+        for j, tok, hold in leases:
+            st = self.db.states[j]
+            if st.lease_holder is None or (msd(st.lease_until) or 0) <= now:
+                st.lease_holder, st.lease_token = instance, tok
+                st.lease_until = dt(now + ms(hold))
+                acquired.add(j)
+            else:
+                holders[j] = st.lease_holder
+        return acquired, holders
+
+    def _new_claim(self, job_id: str, slot: int | None, instance: str, now: int) -> _Claim:
+        db = self.db
+        db.last_token += 1
+        claim = _Claim(db.last_token, job_id, slot, instance, now)
+        db.tokens[claim.token] = claim
+        if slot is not None:
+            db.claims[(job_id, slot)] = claim
+            db.claimed.setdefault(job_id, set()).add(slot)
+        return claim
+
+    def _drop_claim(self, claim: _Claim) -> None:
+        self.db.tokens.pop(claim.token, None)
+        if claim.slot is not None:
+            self.db.claims.pop((claim.job_id, claim.slot), None)
+            self.db.claimed.get(claim.job_id, set()).discard(claim.slot)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    async def now(self) -> float:
+        return self.clock.now()
+
+    # -- job state ----------------------------------------------------------------------------
+
+    async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        self._db()
+        self._ensure(job_ids, self._now())
+        return await self.read_states(job_ids)
+
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        db = self._db()
+        return {j: self._state(j) for j in dict.fromkeys(job_ids) if j in db.states}
+
+    async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        db = self._db()
+        return {
+            j: self._state(j)
+            for j in dict.fromkeys(job_ids)
+            if j in db.states and db.states[j].enabled_override is not None
+        }
+
+    async def set_override(
+        self,
+        job_id: str,
+        enabled: bool | None,
+        *,
+        by: str | None,
+        note: str | None,
+        until: datetime | None,
+    ) -> JobState:
+        db = self._db()
+        now = self._now()
+        self._ensure([job_id], now)
+        st = db.states[job_id]
+        st.enabled_override, st.override_by, st.override_note = enabled, by, note
+        st.override_at = dt(now)
+        st.override_until = _ms_dt(until)
+        return self._state(job_id)
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
+        self._db()
+        leased = [it.job_id for it in items if it.lease and not it.defer and not it.skip_reason]
+        if len(set(leased)) != len(leased):
+            raise StoreError("one batch may take at most one lease per job")
+        now = self._now()
+        out = [Dispatched(request=it, won=False) for it in items]
+        for d, it in zip(out, items, strict=True):
+            if it.kind is DispatchKind.RECOVERY:
+                old = self.db.tokens.get(it.reclaim_token or 0)
+                if old is not None and old.job_id == it.job_id:
+                    self._drop_claim(old)
+                    d.won, d.token = True, self._new_claim(
+                        it.job_id, ms(it.slot), instance_id, now
+                    ).token
+            elif it.claim == "slot":
+                if (it.job_id, ms(it.slot)) not in self.db.claims:
+                    d.won = True
+                    d.token = self._new_claim(it.job_id, ms(it.slot), instance_id, now).token
+            elif it.claim == "token":
+                d.won, d.token = True, self._new_claim(it.job_id, None, instance_id, now).token
+            else:
+                d.won = True
+        lease_idx = [
+            i
+            for i, d in enumerate(out)
+            if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
+        ]
+        acquired, holders = self._take_leases(
+            [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance_id, now
+        )
+        for i in lease_idx:
+            d = out[i]
+            if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired:
+                self._drop_claim(self.db.tokens[d.token or 0])
+                d.won, d.token, d.busy = False, None, True
+                d.holder = holders.get(items[i].job_id)
+        now_dt = dt(now)
+        assert now_dt is not None
+        slots = [_req(dt(ms(it.slot))) for it in items]
+        deadlines = [_req(dt(now + ms(it.hold))) for it in items]
+        for rec in ledger.dispatch_runs(
+            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance_id,
+            acquired=acquired, holders=holders,
+        ):
+            self._insert(rec)
+        return out
+
+    async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
+        db = self._db()
+        deleted = 0
+        for job_id, slot, token in items:
+            claim = db.claims.get((job_id, ms(slot)))
+            if claim is not None and claim.token == token:
+                self._drop_claim(claim)
+                deleted += 1
+            self._release(job_id, token)
+        return deleted
+
+    async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
+        db = self._db()
+        leased = [it for it in items if it.lease]
+        if len({it.job_id for it in leased}) != len(leased):
+            raise StoreError("one batch may take at most one lease per job")
+        now = self._now()
+        acquired, holders = self._take_leases(
+            [(it.job_id, it.token, it.hold) for it in leased], instance_id, now
+        )
+        out = []
+        for it in items:
+            st = Started(request=it, run=None)
+            out.append(st)
+            run = db.runs.get(it.run_id)
+            if it.lease and it.job_id not in acquired:
+                st.holder = holders.get(it.job_id)
+                if it.wait_if_busy:
+                    continue
+                if run is not None:
+                    run.status = RunStatus.SKIPPED
+                    run.reason = ledger.ALREADY_EXECUTING
+                    run.finished_at, run.deadline = dt(now), None
+                    run.result = ledger.busy_result()
+                    run.logs.append(ledger.busy_log(st.holder))
+            elif run is not None and run.status is RunStatus.PENDING:
+                run.status = RunStatus.RUNNING
+                run.started_at, run.deadline = dt(now), dt(now + ms(it.hold))
+            st.run = None if run is None else _copy(run)
+        return out
+
+    async def finish(self, items: Sequence[Finish]) -> None:
+        self._db()
+        for f in items:
+            if f.run.id is None:
+                self._insert(f.run)
+            else:
+                self._update(f.run)
+        for f in items:
+            self._release(f.run.job_id, f.release_token)
+
+    async def record_skips(self, items: Sequence[Skip]) -> int:
+        db = self._db()
+        now = dt(self._now())
+        written = 0
+        for sk in items:
+            if (sk.job_id, ms(sk.slot), sk.reason) in db.dedupe:
+                continue
+            slot = dt(ms(sk.slot))
+            assert slot is not None
+            rec = RunRecord(
+                id=None,
+                job_id=sk.job_id,
+                slot=slot,
+                triggered_by=sk.triggered_by,
+                status=RunStatus.SKIPPED,
+                instance_id=sk.instance_id,
+                reason=sk.reason,
+                claimed_at=now,
+                finished_at=now,
+                result=sk.result if sk.result is not None else ledger.skip_result(sk.reason),
+                logs=list(sk.logs),
+            )
+            self._insert(rec, dedupe=sk.reason)
+            written += 1
+        return written
+
+    async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
+        db = self._db()
+        now = self._now()
+        for job_id, token, hold in items:
+            st = db.states.get(job_id)
+            if st is not None and st.lease_token == token:
+                st.lease_until = dt(now + ms(hold))
+            rid = db.fenced.get(token)
+            run = None if rid is None else db.runs[rid]
+            if run is not None and run.job_id == job_id and run.status is RunStatus.RUNNING:
+                run.deadline = dt(now + ms(hold))
+
+    async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
+        db = self._db()
+        now = self._now()
+        now_dt = dt(now)
+        assert now_dt is not None
+        reaped = []
+        for run in db.runs.values():
+            if run.status not in _OPEN or run.deadline is None or msd(run.deadline) >= now:  # type: ignore[operator]
+                continue
+            st = db.states.get(run.job_id)
+            if (
+                st is not None
+                and st.lease_token is not None
+                and st.lease_token == run.fencing_token
+                and (msd(st.lease_until) or 0) > now
+            ):
+                continue
+            run.status, run.reason = RunStatus.INTERRUPTED, ledger.INTERRUPTED_REASON
+            run.finished_at, run.deadline = now_dt, None
+            run.error = ledger.INTERRUPTED_ERROR
+            run.logs.append(ledger.interrupted_log(run.instance_id, instance_id))
+            reaped.append(_copy(run))
+        rebuilt = []
+        for st, claim in self._lost(now, None):
+            claimed = dt(claim.claimed_at)
+            assert claimed is not None
+            rec = ledger.lost_run(
+                st.job_id, claim.token, st.lease_holder, dt(claim.slot), claimed,
+                now=now_dt, marked_by=instance_id,
+            )  # fmt: skip
+            self._insert(rec)
+            self._release(st.job_id, claim.token)
+            rebuilt.append(rec)
+        return reaped + rebuilt
+
+    # -- reading the ledger -------------------------------------------------------------------
+
+    async def list_runs(
+        self,
+        job_id: str | None = None,
+        *,
+        limit: int = 50,
+        status: RunStatus | None = None,
+        before_id: int | None = None,
+    ) -> list[RunRecord]:
+        db = self._db()
+        want = None if status is None else RunStatus(status)
+        out = []
+        for rid in sorted(db.runs, reverse=True):
+            r = db.runs[rid]
+            if job_id is not None and r.job_id != job_id:
+                continue
+            if want is not None and r.status is not want:
+                continue
+            if before_id is not None and rid >= before_id:
+                continue
+            out.append(_copy(r))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def get_run(self, run_id: int) -> RunRecord | None:
+        run = self._db().runs.get(run_id)
+        return None if run is None else _copy(run)
+
+    async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
+        db = self._db()
+        wanted = set(job_ids)
+        out: dict[str, RunRecord] = {}
+        for rid in sorted(db.runs, reverse=True):
+            r = db.runs[rid]
+            if r.job_id in wanted and r.job_id not in out:
+                out[r.job_id] = _copy(r)
+                if len(out) == len(wanted):
+                    break
+        return out
+
+    async def prune(
+        self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
+    ) -> tuple[int, int]:
+        """:data:`~cronfleet.store.base.RETENTION_RULE`, as the SQL stores apply it."""
+        db = self._db()
+        newest: dict[str, int] = {}
+        for c in db.claims.values():
+            if c.slot is not None and newest.get(c.job_id, c.slot - 1) < c.slot:
+                newest[c.job_id] = c.slot
+        cut = ms(claims_older_than)
+        old = [
+            c
+            for c in db.tokens.values()
+            if c.claimed_at < cut and (c.slot is None or newest.get(c.job_id) != c.slot)
+        ]
+        for c in old:
+            self._drop_claim(c)
+        keep: dict[str, int] = {}
+        for (j, _, _), rid in db.dedupe.items():
+            keep[j] = max(keep.get(j, rid), rid)
+        kept = set(keep.values())
+        runs_cut = ms(runs_older_than)
+        per_job: dict[str, int] = {}
+        doomed = []
+        for rid in sorted(db.runs, reverse=True):
+            r = db.runs[rid]
+            per_job[r.job_id] = n = per_job.get(r.job_id, 0) + 1
+            if r.status in _OPEN or rid in kept:
+                continue
+            finished = msd(r.finished_at)
+            if (finished is not None and finished < runs_cut) or n > runs_per_job:
+                doomed.append(rid)
+        for rid in doomed:
+            r = db.runs.pop(rid)
+            if r.fencing_token is not None and db.fenced.get(r.fencing_token) == rid:
+                del db.fenced[r.fencing_token]
+        if doomed:
+            gone = set(doomed)
+            for key in [k for k, rid in db.dedupe.items() if rid in gone]:
+                del db.dedupe[key]
+                job_id, at, _ = key
+                counts = db.skipped[job_id]
+                counts[at] -= 1
+                if not counts[at]:
+                    del counts[at]
+        return len(old), len(doomed)

@@ -1,0 +1,344 @@
+-- The PostgreSQL store's queries, by name (loaded by cronfleet.store.queries).
+-- Placeholders are psycopg's (%(key)s or %s). __S__ is the store's schema, put in once when
+-- the store is created: nothing depends on search_path.
+-- A batch travels as ONE jsonb parameter (an array of row arrays) read with
+-- jsonb_array_elements: adapting 1,000 datetimes as a typed array costs ~13 ms of Python,
+-- json.dumps of the same rows well under 1 ms. Times travel as integer epoch milliseconds
+-- (to_timestamp(ms / 1000.0)) and are stored as timestamptz.
+-- Every multi-row write to job_state first locks its rows in job_id order (the
+-- materialized "locked" CTE), so concurrent batches never lock them in crossing orders.
+-- The run columns are those of cronfleet.store.rows.RUN_COLUMNS, in that order.
+
+-- name: read_states
+-- last_slot is derived by the watermark rule (store/base.py), as on SQLite
+SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
+       s.override_until, s.lease_holder, s.lease_token, s.lease_until,
+       greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+                (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
+                 AND r.dedupe IS NOT NULL)),
+       s.created_at
+FROM __S__.job_state s WHERE s.job_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb));
+
+-- name: read_overrides
+-- only the rows with an override (a partial index): the batch's ids never travel
+SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
+       s.override_until, s.lease_holder, s.lease_token, s.lease_until,
+       greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+                (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
+                 AND r.dedupe IS NOT NULL)),
+       s.created_at
+FROM __S__.job_state s WHERE s.enabled_override IS NOT NULL;
+
+-- name: ensure_jobs
+INSERT INTO __S__.job_state (job_id, created_at)
+SELECT v.j, %(now)s FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)
+ORDER BY v.j COLLATE "C"
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id;
+
+-- name: ensure_job
+INSERT INTO __S__.job_state (job_id, created_at) VALUES (%s, %s) ON CONFLICT (job_id) DO NOTHING;
+
+-- name: set_override
+UPDATE __S__.job_state s SET enabled_override = %s, override_by = %s, override_at = %s,
+                             override_note = %s, override_until = %s
+WHERE s.job_id = %s
+RETURNING s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
+          s.override_until, s.lease_holder, s.lease_token, s.lease_until,
+          greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+                   (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
+                    AND r.dedupe IS NOT NULL)),
+          s.created_at;
+
+-- name: notify
+SELECT pg_notify(%s, %s);
+
+-- name: claim
+-- rows: [job, slot ms]; inserted in (job, slot) order: overlapping batches queue
+INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
+SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), %(inst)s, %(now)s
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+ORDER BY (e->>0) COLLATE "C", 2
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING token, job_id, (extract(epoch FROM slot) * 1000)::bigint;
+
+-- name: draw_tokens
+-- manual runs: a fencing token without a slot, one per id, in the order given
+INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
+SELECT v.j, NULL, %(inst)s, %(now)s
+FROM jsonb_array_elements_text(%(ids)s::jsonb) WITH ORDINALITY AS v(j, n)
+ORDER BY v.n
+RETURNING token;
+
+-- name: delete_claim
+-- crash recovery: the interrupted run's claim (job, token)
+DELETE FROM __S__.claims WHERE job_id = %s AND token = %s;
+
+-- name: claim_one
+-- crash recovery: the slot claimed again with a new token (job, slot ms, instance, now)
+INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
+VALUES (%s, to_timestamp(%s / 1000.0), %s, %s) RETURNING token;
+
+-- name: delete_claims
+-- early claims whose lease was busy: tokens as one JSON array
+DELETE FROM __S__.claims WHERE token IN
+  (SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint);
+
+-- name: withdraw_claims
+-- rows: [job, slot ms, token]; early claims given back, each fenced by its token (the
+-- derived watermark is then as if the claim was never made)
+DELETE FROM __S__.claims c
+USING (SELECT e->>0 AS j, to_timestamp((e->>1)::bigint / 1000.0) AS slot,
+              (e->>2)::bigint AS tok
+       FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
+RETURNING c.job_id;
+
+-- name: take_leases
+-- rows: [job, lease token, lease until ms]: take each lease that is free or expired.
+-- Before an expired lease is taken over, keep what it proves ("kept"): a fast-path run's
+-- row is written after its handler starts, so if the holder died before that, the claim and
+-- the unreleased lease are its only trace; its run is written first (open, deadline
+-- passed) and the orphan reaper marks it interrupted (and recovers it where the job asks).
+WITH locked AS MATERIALIZED (
+  SELECT job_id FROM __S__.job_state
+  WHERE job_id IN (SELECT e->>0 FROM jsonb_array_elements(%(rows)s::jsonb) AS e)
+  ORDER BY job_id FOR UPDATE
+),
+kept AS (
+  INSERT INTO __S__.runs (job_id, slot, triggered_by, status, instance_id, fencing_token,
+                          manual, claimed_at, deadline, logs)
+  SELECT s.job_id, coalesce(c.slot, c.claimed_at), 'schedule', 'running', s.lease_holder,
+         s.lease_token, c.slot IS NULL, c.claimed_at, %(now)s - interval '1 millisecond',
+         '[]'::jsonb
+  FROM __S__.job_state s JOIN __S__.claims c ON c.token = s.lease_token AND c.job_id = s.job_id
+  WHERE s.job_id IN (SELECT job_id FROM locked) AND s.lease_token IS NOT NULL
+    AND s.lease_until <= %(now)s
+    AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
+  ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
+),
+v AS (SELECT e->>0 AS j, (e->>1)::bigint AS tok,
+             to_timestamp((e->>2)::bigint / 1000.0) AS until
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e)
+UPDATE __S__.job_state s SET
+  lease_holder = CASE WHEN (s.lease_holder IS NULL OR s.lease_until <= %(now)s)
+                      THEN %(inst)s ELSE s.lease_holder END,
+  lease_token = CASE WHEN (s.lease_holder IS NULL OR s.lease_until <= %(now)s)
+                     THEN v.tok ELSE s.lease_token END,
+  lease_until = CASE WHEN (s.lease_holder IS NULL OR s.lease_until <= %(now)s)
+                     THEN v.until ELSE s.lease_until END
+FROM v
+WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
+RETURNING s.job_id, s.lease_token, s.lease_holder;
+
+-- name: release_leases
+-- rows: [job, token]; fenced by token
+WITH locked AS MATERIALIZED (
+  SELECT job_id FROM __S__.job_state
+  WHERE job_id IN (SELECT e->>0 FROM jsonb_array_elements(%(rows)s::jsonb) AS e)
+  ORDER BY job_id FOR UPDATE
+)
+UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked);
+
+-- name: release_unrun_leases
+-- rows: [job, token]: leases of a batch whose COMMIT went unanswered and that has no run
+WITH locked AS MATERIALIZED (
+  SELECT job_id FROM __S__.job_state
+  WHERE job_id IN (SELECT e->>0 FROM jsonb_array_elements(%(rows)s::jsonb) AS e)
+  ORDER BY job_id FOR UPDATE
+)
+UPDATE __S__.job_state s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.job_id = v.j AND s.lease_token = v.tok
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok)
+  AND s.job_id IN (SELECT job_id FROM locked);
+
+-- name: renew_leases
+-- rows: [job, token, until ms]
+WITH locked AS MATERIALIZED (
+  SELECT job_id FROM __S__.job_state
+  WHERE job_id IN (SELECT e->>0 FROM jsonb_array_elements(%(rows)s::jsonb) AS e)
+  ORDER BY job_id FOR UPDATE
+)
+UPDATE __S__.job_state s SET lease_until = v.u
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, to_timestamp((e->>2)::bigint / 1000.0) AS u
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.job_id = v.j AND s.lease_token = v.tok AND s.job_id IN (SELECT job_id FROM locked);
+
+-- name: renew_deadlines
+UPDATE __S__.runs r SET deadline = v.u
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, to_timestamp((e->>2)::bigint / 1000.0) AS u
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE r.fencing_token = v.tok AND r.job_id = v.j AND r.status = 'running';
+
+-- name: insert_runs
+-- rows: the RUN_INSERT_COLUMNS values (store/rows.py pg_run_rows); ids drawn in order
+INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
+                        fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
+                        started_at, finished_at, deadline, result, error, logs)
+SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, e->>3, e->>4, e->>5,
+       (e->>6)::bigint, (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
+       to_timestamp((e->>11)::bigint / 1000.0), to_timestamp((e->>12)::bigint / 1000.0),
+       to_timestamp((e->>13)::bigint / 1000.0), to_timestamp((e->>14)::bigint / 1000.0),
+       nullif(e->15, 'null'), e->>16, e->17
+FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS v(e, n)
+ORDER BY v.n
+RETURNING id;
+
+-- name: upsert_runs
+-- the same rows, each carrying a fencing token: a token belongs to one run, so writing it
+-- is idempotent (a group commit retried after a lost COMMIT answer writes it once) and a
+-- slow holder's real outcome replaces the row the reaper wrote when it looked dead
+INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
+                        fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
+                        started_at, finished_at, deadline, result, error, logs)
+SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, e->>3, e->>4, e->>5,
+       (e->>6)::bigint, (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
+       to_timestamp((e->>11)::bigint / 1000.0), to_timestamp((e->>12)::bigint / 1000.0),
+       to_timestamp((e->>13)::bigint / 1000.0), to_timestamp((e->>14)::bigint / 1000.0),
+       nullif(e->15, 'null'), e->>16, e->17
+FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS v(e, n)
+ORDER BY v.n
+ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
+  status = EXCLUDED.status, reason = EXCLUDED.reason, started_at = EXCLUDED.started_at,
+  finished_at = EXCLUDED.finished_at, deadline = EXCLUDED.deadline, result = EXCLUDED.result,
+  error = EXCLUDED.error, logs = EXCLUDED.logs
+RETURNING id, fencing_token;
+
+-- name: finish_runs
+-- rows: [id, status, reason, started ms, finished ms, deadline ms, result, error, logs]
+UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
+  finished_at = v.finished_at, deadline = v.deadline, result = v.result, error = v.error,
+  logs = v.logs
+FROM (SELECT (e->>0)::bigint AS id, e->>1 AS status, e->>2 AS reason,
+             to_timestamp((e->>3)::bigint / 1000.0) AS started_at,
+             to_timestamp((e->>4)::bigint / 1000.0) AS finished_at,
+             to_timestamp((e->>5)::bigint / 1000.0) AS deadline,
+             nullif(e->6, 'null') AS result, e->>7 AS error, e->8 AS logs
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE r.id = v.id;
+
+-- name: start_runs
+-- rows: [run id, deadline ms]: pending runs whose turn came
+UPDATE __S__.runs SET status = 'running', started_at = %(now)s,
+  deadline = to_timestamp((e->>1)::bigint / 1000.0)
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+WHERE runs.id = (e->>0)::bigint AND runs.status = 'pending';
+
+-- name: skip_busy_runs
+-- rows: [run id, log line]
+UPDATE __S__.runs SET status = 'skipped', reason = %(reason)s, finished_at = %(now)s,
+  deadline = NULL, result = %(result)s::jsonb,
+  logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(e->>1)
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e WHERE runs.id = (e->>0)::bigint;
+
+-- name: record_skips
+-- rows: [job, slot ms, triggered_by, reason, instance, result, logs]; once per
+-- (job, slot, reason) across instances
+INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
+                        finished_at, result, logs, dedupe)
+SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, 'skipped', e->>3, e->>4,
+       %(now)s, %(now)s, e->5, e->6, e->>3
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+ORDER BY (e->>0) COLLATE "C", 2, 5
+ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING;
+
+-- name: reap
+-- the log line is the ledger's: before || holder (or anon) || after (store/ledger.py)
+UPDATE __S__.runs SET status = 'interrupted', reason = %(reason)s, finished_at = %(now)s,
+  deadline = NULL, error = %(error)s,
+  logs = coalesce(logs, '[]'::jsonb) || jsonb_build_array(
+    %(before)s::text || coalesce(instance_id, %(anon)s::text) || %(after)s::text)
+WHERE status IN ('running', 'pending') AND deadline < %(now)s
+  AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
+                  AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
+RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+          is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+          result, error, logs;
+
+-- name: lost_runs
+-- claimed and leased, but the holder died before writing its run row; SKIP LOCKED: two
+-- reapers never rebuild the same row (the other one sees it at its next pass, released)
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM __S__.job_state s JOIN __S__.claims c ON c.job_id = s.job_id AND c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token)
+ORDER BY s.job_id
+FOR UPDATE OF s SKIP LOCKED;
+
+-- name: runs
+-- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM __S__.runs;
+
+-- name: runs_by_id
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM __S__.runs WHERE id IN (SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint);
+
+-- name: get_run
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM __S__.runs WHERE id = %s;
+
+-- name: last_runs
+-- the newest run of each job: one index probe per job
+SELECT r.* FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)
+CROSS JOIN LATERAL (
+  SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+         is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+         result, error, logs
+  FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
+
+-- name: prune_claims
+-- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
+DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR (job_id, slot) NOT IN
+  (SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id));
+
+-- name: prune_old_runs
+-- finished runs older than the cut-off, except each job's newest claim-less skip
+DELETE FROM __S__.runs WHERE finished_at < %s AND status NOT IN ('running', 'pending')
+  AND id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+
+-- name: prune_runs_per_job
+-- finished runs beyond each job's newest N, except each job's newest claim-less skip
+DELETE FROM __S__.runs WHERE id IN (
+    SELECT id FROM (SELECT id, status,
+                           row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
+                    FROM __S__.runs) AS ranked
+    WHERE n > %s AND status NOT IN ('running', 'pending'))
+  AND id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+
+-- name: clock
+SELECT extract(epoch FROM clock_timestamp())::float8;
+
+-- name: migration_lock
+-- one lock per schema: concurrent starters wait here, then find nothing to do
+SELECT pg_advisory_xact_lock(%s, hashtext(%s));
+
+-- name: create_schema
+CREATE SCHEMA IF NOT EXISTS __S__;
+
+-- name: schema_migrations
+CREATE TABLE IF NOT EXISTS __S__.schema_migrations (
+    version integer PRIMARY KEY, name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: schema_version
+SELECT max(version) FROM __S__.schema_migrations;
+
+-- name: search_path
+-- the migration files name tables without a schema
+SET LOCAL search_path TO __S__;
+
+-- name: migration_applied
+INSERT INTO __S__.schema_migrations (version, name) VALUES (%s, %s);

@@ -1,0 +1,236 @@
+"""Rows <-> records, written once: the column lists of the ledger tables, the mapping of a
+database row to a :class:`RunRecord` / :class:`JobState` and back, and the time codec of
+each dialect.
+
+Time codec: SQLite keeps integer milliseconds since the epoch; PostgreSQL keeps
+``timestamptz`` but every batch travels as JSON with the same integer milliseconds (a slot
+is then the key every instance computes alike), converted by ``to_timestamp`` in SQL. Both
+read back as UTC ``datetime``. Column order is the same in both dialects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
+
+__all__ = [
+    "RUN_COLUMNS",
+    "RUN_INSERT_COLUMNS",
+    "STATE_COLUMNS",
+    "dt",
+    "dumps",
+    "ms",
+    "msd",
+    "pg_finish_row",
+    "pg_run",
+    "pg_run_rows",
+    "pg_state",
+    "sqlite_finish_row",
+    "sqlite_run",
+    "sqlite_run_row",
+    "sqlite_state",
+]
+
+# the run columns, in the order every mapper below reads and writes them
+RUN_COLUMNS = (
+    "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
+    "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
+    "result, error, logs"
+)
+RUN_INSERT_COLUMNS = RUN_COLUMNS.removeprefix("id, ")
+# the job state columns; ``last_slot`` is derived by the watermark rule (store/base.py)
+STATE_COLUMNS = (
+    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
+    "lease_holder, lease_token, lease_until, last_slot, created_at"
+)
+
+# -- the time codec ------------------------------------------------------------------------
+
+
+def ms(ts: float) -> int:
+    """Epoch seconds to the integer milliseconds both dialects' batches carry."""
+    return round(ts * 1000)
+
+
+def msd(d: datetime | None) -> int | None:
+    """A datetime to integer milliseconds (None stays None)."""
+    return None if d is None else round(d.timestamp() * 1000)
+
+
+def dt(value: int | None) -> datetime | None:
+    """Integer milliseconds to a UTC datetime (None stays None)."""
+    return None if value is None else datetime.fromtimestamp(value / 1000, UTC)
+
+
+def dumps(rows: Any) -> str:
+    """A batch as one compact JSON document (``default=str``: anything else as text)."""
+    return json.dumps(rows, default=str, separators=(",", ":"))
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+_EMPTY_LOGS = "[]"
+
+# -- SQLite: times as integer ms, booleans as 0/1, JSON as text -----------------------------
+
+
+def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
+    """The ``RUN_INSERT_COLUMNS`` values of a record (an open run keeps its deadline)."""
+    return (
+        r.job_id,
+        round(r.slot.timestamp() * 1000),
+        r.triggered_by.value,
+        r.status.value,
+        r.reason,
+        r.instance_id,
+        r.fencing_token,
+        int(r.manual),
+        int(r.is_catchup),
+        int(r.is_recovery),
+        r.attempt,
+        msd(r.claimed_at),
+        msd(r.started_at),
+        msd(r.finished_at),
+        None if r.status.finished else msd(r.deadline),
+        _json(r.result),
+        r.error,
+        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+    )
+
+
+def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
+    """``(status, reason, started, finished, deadline, result, error, logs, id)``."""
+    return (
+        r.status.value,
+        r.reason,
+        msd(r.started_at),
+        msd(r.finished_at),
+        None if r.status.finished else msd(r.deadline),
+        _json(r.result),
+        r.error,
+        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+        r.id,
+    )
+
+
+def sqlite_run(row: Sequence[Any]) -> RunRecord:
+    slot = dt(row[2])
+    assert slot is not None
+    return RunRecord(
+        id=row[0],
+        job_id=row[1],
+        slot=slot,
+        triggered_by=TriggeredBy(row[3]),
+        status=RunStatus(row[4]),
+        reason=row[5],
+        instance_id=row[6],
+        fencing_token=row[7],
+        manual=bool(row[8]),
+        is_catchup=bool(row[9]),
+        is_recovery=bool(row[10]),
+        attempt=row[11],
+        claimed_at=dt(row[12]),
+        started_at=dt(row[13]),
+        finished_at=dt(row[14]),
+        deadline=dt(row[15]),
+        result=None if row[16] is None else json.loads(row[16]),
+        error=row[17],
+        logs=[] if row[18] is None else json.loads(row[18]),
+    )
+
+
+def sqlite_state(row: Sequence[Any]) -> JobState:
+    return JobState(
+        job_id=row[0],
+        enabled_override=None if row[1] is None else bool(row[1]),
+        override_by=row[2],
+        override_at=dt(row[3]),
+        override_note=row[4],
+        override_until=dt(row[5]),
+        lease_holder=row[6],
+        lease_token=row[7],
+        lease_until=dt(row[8]),
+        last_slot=dt(row[9] or None),
+        created_at=dt(row[10]),
+    )
+
+
+# -- PostgreSQL: timestamptz read as datetime; batches as JSON with integer ms --------------
+
+
+def pg_run_rows(recs: Sequence[RunRecord]) -> str:
+    """The JSON rows of the PostgreSQL run insert (``RUN_INSERT_COLUMNS`` order)."""
+    return dumps(
+        [
+            [
+                r.job_id,
+                msd(r.slot),
+                r.triggered_by.value,
+                r.status.value,
+                r.reason,
+                r.instance_id,
+                r.fencing_token,
+                r.manual,
+                r.is_catchup,
+                r.is_recovery,
+                r.attempt,
+                msd(r.claimed_at),
+                msd(r.started_at),
+                msd(r.finished_at),
+                None if r.status.finished else msd(r.deadline),
+                r.result,
+                r.error,
+                r.logs or [],
+            ]
+            for r in recs
+        ]
+    )
+
+
+def pg_finish_row(r: RunRecord) -> list[Any]:
+    """``[id, status, reason, started, finished, deadline, result, error, logs]``."""
+    return [
+        r.id,
+        r.status.value,
+        r.reason,
+        msd(r.started_at),
+        msd(r.finished_at),
+        None if r.status.finished else msd(r.deadline),
+        r.result,
+        r.error,
+        r.logs or [],
+    ]
+
+
+def pg_run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        job_id=row[1],
+        slot=row[2],
+        triggered_by=TriggeredBy(row[3]),
+        status=RunStatus(row[4]),
+        reason=row[5],
+        instance_id=row[6],
+        fencing_token=row[7],
+        manual=row[8],
+        is_catchup=row[9],
+        is_recovery=row[10],
+        attempt=row[11],
+        claimed_at=row[12],
+        started_at=row[13],
+        finished_at=row[14],
+        deadline=row[15],
+        result=row[16],
+        error=row[17],
+        logs=[] if row[18] is None else list(row[18]),
+    )
+
+
+def pg_state(row: Sequence[Any]) -> JobState:
+    return JobState(*row)

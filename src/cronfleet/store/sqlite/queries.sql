@@ -1,0 +1,209 @@
+-- The SQLite store's queries, by name (loaded by cronfleet.store.queries).
+-- Placeholders are sqlite3's (? or ?N). Times are integer milliseconds since the epoch.
+-- Batches travel as ONE JSON parameter read with json_each (no limit on bound parameters).
+-- The run columns are those of cronfleet.store.rows.RUN_COLUMNS, in that order.
+
+-- name: read_states
+-- job state rows; last_slot is derived by the watermark rule (store/base.py): the newest
+-- claimed slot or claim-less skip of the job (0: none)
+SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
+       s.override_until, s.lease_holder, s.lease_token, s.lease_until,
+       max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0),
+           coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id
+                     AND r.dedupe IS NOT NULL), 0)),
+       s.created_at
+FROM job_state s WHERE s.job_id IN (SELECT value FROM json_each(?));
+
+-- name: read_overrides
+-- the same columns, only the rows with an override (a partial index): every instant
+SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
+       s.override_until, s.lease_holder, s.lease_token, s.lease_until,
+       max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0),
+           coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id
+                     AND r.dedupe IS NOT NULL), 0)),
+       s.created_at
+FROM job_state s WHERE s.enabled_override IS NOT NULL;
+
+-- name: ensure_jobs
+-- ?1 now, ?2 job ids
+INSERT INTO job_state (job_id, created_at) SELECT value, ?1 FROM json_each(?2) WHERE true
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: ensure_job
+INSERT INTO job_state (job_id, created_at) VALUES (?, ?) ON CONFLICT (job_id) DO NOTHING;
+
+-- name: set_override
+UPDATE job_state SET enabled_override = ?, override_by = ?, override_at = ?,
+                     override_note = ?, override_until = ? WHERE job_id = ?;
+
+-- name: claim
+-- ?1 instance, ?2 now, ?3 [[job, slot], ...]: the unique (job, slot) claim of each slot
+INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+SELECT value->>0, value->>1, ?1, ?2 FROM json_each(?3) WHERE true
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING token, job_id, slot;
+
+-- name: claim_one
+-- a recovery's new claim of its slot (job, slot, instance, now)
+INSERT INTO claims (job_id, slot, instance_id, claimed_at) VALUES (?, ?, ?, ?) RETURNING token;
+
+-- name: draw_token
+-- a manual run's fencing token: a claim without a slot (job, instance, now)
+INSERT INTO claims (job_id, slot, instance_id, claimed_at) VALUES (?, NULL, ?, ?)
+RETURNING token;
+
+-- name: delete_claim
+DELETE FROM claims WHERE token = ?;
+
+-- name: delete_claims
+-- tokens as one JSON array
+DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?));
+
+-- name: withdraw_claim
+-- (token, job, slot): only that exact claim
+DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?;
+
+-- name: take_leases
+-- ?1 instance, ?2 now, ?3 [[job, token, until], ...]: leases that are free or expired
+UPDATE job_state SET lease_holder = ?1, lease_token = v.value->>1, lease_until = v.value->>2
+FROM json_each(?3) AS v
+WHERE job_state.job_id = v.value->>0
+  AND (job_state.lease_holder IS NULL OR job_state.lease_until <= ?2)
+RETURNING job_state.job_id;
+
+-- name: lease_holders
+SELECT job_id, lease_holder FROM job_state WHERE job_id IN (SELECT value FROM json_each(?));
+
+-- name: release_leases
+-- ?1 [[job, token], ...]: fenced by token
+UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM json_each(?1) AS v
+WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1;
+
+-- name: renew_leases
+-- ?1 [[job, token, until], ...]
+UPDATE job_state SET lease_until = v.value->>2 FROM json_each(?1) AS v
+WHERE job_state.job_id = v.value->>0 AND job_state.lease_token = v.value->>1;
+
+-- name: renew_deadlines
+UPDATE runs SET deadline = v.value->>2 FROM json_each(?1) AS v
+WHERE runs.job_id = v.value->>0 AND runs.fencing_token = v.value->>1
+  AND runs.status = 'running';
+
+-- name: lost_runs
+-- claimed and leased (lease expired at ?), but no run row was ever written
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM job_state s JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token);
+
+-- name: next_run_id
+-- the id before the next AUTOINCREMENT one (inside BEGIN IMMEDIATE nobody else inserts)
+SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'runs'), 0),
+           coalesce((SELECT max(id) FROM runs), 0));
+
+-- name: last_insert_rowid
+SELECT last_insert_rowid();
+
+-- name: insert_run
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
+                  manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
+                  finished_at, deadline, result, error, logs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: finish_run
+UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
+                result = ?, error = ?, logs = ?
+WHERE id = ?;
+
+-- name: start_runs
+-- ?1 now, ?2 [[run id, deadline], ...]: pending runs whose turn came
+UPDATE runs SET status = 'running', started_at = ?1, deadline = v.value->>1
+FROM json_each(?2) AS v WHERE runs.id = v.value->>0 AND runs.status = 'pending';
+
+-- name: skip_busy_runs
+-- ?1 reason, ?2 now, ?3 [[run id, result, log line], ...]
+UPDATE runs SET status = 'skipped', reason = ?1, finished_at = ?2, deadline = NULL,
+                result = v.value->>1,
+                logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2)
+FROM json_each(?3) AS v WHERE runs.id = v.value->>0;
+
+-- name: record_skips
+-- ?1 now, ?2 [[job, slot, triggered_by, reason, instance, result, logs], ...]: once per
+-- (job, slot, reason)
+INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
+                  finished_at, result, logs, dedupe)
+SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,
+       value->>5, value->>6, value->>3
+FROM json_each(?2) WHERE true
+ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING;
+
+-- name: reap
+-- ?1 now, ?2 reason, ?3 error, ?4 || holder or ?5 || ?6: the log line (store/ledger.py)
+UPDATE runs SET status = 'interrupted', reason = ?2, finished_at = ?1, deadline = NULL,
+                error = ?3,
+                logs = json_insert(coalesce(logs, '[]'), '$[#]',
+                                   ?4 || coalesce(instance_id, ?5) || ?6)
+WHERE status IN ('running', 'pending') AND deadline < ?1
+  AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id
+                  AND s.lease_token = runs.fencing_token AND s.lease_until > ?1)
+RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+          is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+          result, error, logs;
+
+-- name: runs
+-- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM runs;
+
+-- name: runs_by_id
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM runs WHERE id IN (SELECT value FROM json_each(?));
+
+-- name: get_run
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM runs WHERE id = ?;
+
+-- name: last_runs
+-- the newest run of each job: one index probe per job
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs
+FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
+                       FROM json_each(?) AS v);
+
+-- name: prune_claims
+-- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
+DELETE FROM claims WHERE claimed_at < ? AND (slot IS NULL OR (job_id, slot) NOT IN
+  (SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id));
+
+-- name: prune_old_runs
+-- finished runs older than the cut-off, except each job's newest claim-less skip
+DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending')
+  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+
+-- name: prune_runs_per_job
+-- finished runs beyond each job's newest N, except each job's newest claim-less skip
+DELETE FROM runs WHERE id IN (
+    SELECT id FROM (SELECT id, status,
+                           row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
+                    FROM runs)
+    WHERE n > ? AND status NOT IN ('running', 'pending'))
+  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+
+-- name: schema_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
+
+-- name: schema_version
+SELECT max(version) FROM schema_migrations;
+
+-- name: migration_applied
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);

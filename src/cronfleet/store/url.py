@@ -1,0 +1,128 @@
+"""The one store URL parser: every place that reads a store URL (the run stores, the side
+tables, the config file, the CLI) asks :func:`parse_store_url`.
+
+* ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``sqlite:///:memory:`` -- no query
+  options.
+* ``postgresql://…`` / ``postgres://…`` -- any libpq URI; the query keys cronfleet reads
+  (``schema``, ``pool_min``, ``pool_max``, ``time_source``) are taken out, the rest is
+  left to libpq. A libpq ``key=value`` string is accepted by :func:`split_pg_url` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from cronfleet.errors import StoreError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PG_OPTIONS",
+    "StoreURL",
+    "parse_store_url",
+    "redact_url",
+    "resolve_sqlite_url",
+    "split_pg_url",
+]
+
+Dialect = Literal["sqlite", "postgres"]
+SQLITE_PREFIX = "sqlite:///"
+DEFAULT_SCHEMA = "cronfleet"
+# our options in a PostgreSQL URL's query; everything else is passed to libpq untouched
+PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreURL:
+    """A parsed store URL. ``path``: the SQLite file (``:memory:`` included);
+    ``conninfo`` and ``options``: the libpq URI without our keys, and our keys."""
+
+    url: str
+    dialect: Dialect
+    path: str = ""
+    conninfo: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema (``?schema=``, default ``cronfleet``)."""
+        return self.options.get("schema") or DEFAULT_SCHEMA
+
+    @property
+    def in_memory(self) -> bool:
+        return self.dialect == "sqlite" and self.path == ":memory:"
+
+    @property
+    def no_file_yet(self) -> bool:
+        """A SQLite store whose file does not exist (or ``:memory:``): nothing to read."""
+        return self.dialect == "sqlite" and (self.in_memory or not Path(self.path).exists())
+
+
+def _dialect(url: str) -> Dialect | None:
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "sqlite":
+        return "sqlite"
+    if scheme in ("postgresql", "postgres"):
+        return "postgres"
+    return None
+
+
+def split_pg_url(url: str) -> tuple[str, dict[str, str]]:
+    """``(libpq conninfo, our options)`` of a PostgreSQL URL (or libpq key=value string)."""
+    if "://" not in url:
+        return url, {}  # a libpq "key=value" string
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in PG_OPTIONS}
+    rest = [(k, v) for k, v in query if k not in PG_OPTIONS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+
+
+def parse_store_url(url: str) -> StoreURL:
+    """Parse a store URL; raises :class:`StoreError` naming what is wrong."""
+    dialect = _dialect(url)
+    if dialect == "sqlite":
+        if not url.startswith(SQLITE_PREFIX):
+            raise StoreError(
+                f"invalid SQLite URL {url!r}: expected sqlite:///relative/path.db "
+                "or sqlite:////absolute/path.db"
+            )
+        path, _, query = url[len(SQLITE_PREFIX) :].partition("?")
+        if not path:
+            raise StoreError(f"invalid SQLite URL {url!r}: no file path after 'sqlite:///'")
+        if query:
+            raise StoreError(f"invalid SQLite URL {url!r}: query options are not supported")
+        return StoreURL(url, "sqlite", path=path)
+    if dialect == "postgres":
+        if not url.lower().startswith(("postgresql://", "postgres://")):
+            raise StoreError(
+                f"invalid PostgreSQL URL {url!r}: expected postgresql://user@host:5432/dbname"
+            )
+        conninfo, options = split_pg_url(url)
+        return StoreURL(url, "postgres", conninfo=conninfo, options=options)
+    raise StoreError(
+        f"unknown store URL {url!r}: expected sqlite:///path.db or postgresql://user@host/db"
+    )
+
+
+def resolve_sqlite_url(url: str, base: Path) -> str:
+    """``sqlite:///relative.db`` made relative to ``base`` (a config file's folder); any
+    other URL (absolute, ``:memory:``, PostgreSQL) as is."""
+    if _dialect(url) != "sqlite" or not url.startswith(SQLITE_PREFIX):
+        return url
+    rest = url[len(SQLITE_PREFIX) :]
+    if rest.startswith("/") or rest.startswith(":memory:"):
+        return url
+    return SQLITE_PREFIX + str((base / rest).resolve())
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

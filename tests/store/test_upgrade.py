@@ -1,0 +1,135 @@
+"""A database made by the previous release (commit c879552: schema v1, side tables created
+by their own connections) upgrades in place: every row survives, the side tables are now
+migration v2, and the new code reads and writes them."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cronfleet.model import RunStatus
+from cronfleet.store import open_store
+from cronfleet.store.api import ApiStore
+from cronfleet.store.health import open_health_store
+from cronfleet.store.queries import migrations
+from cronfleet.store.secrets import open_secret_store
+
+from .pg import drop_schema, new_schema, pg_url, require_pg
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T0 = 1_780_000_000.0
+AT = datetime.fromtimestamp(T0, UTC)
+
+
+def _latest(dialect: str) -> int:
+    return migrations(f"cronfleet.store.{dialect}")[-1][0]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a database as the previous release left it."""
+    if request.param == "sqlite":
+        path = tmp_path / "old.db"
+        conn = sqlite3.connect(path)
+        conn.executescript((FIXTURES / "c879552_sqlite.sql").read_text())
+        conn.close()
+        yield f"sqlite:///{path}"
+        return
+    require_pg()
+    schema = new_schema("upgrade")
+    dump = (FIXTURES / "c879552_postgres.sql").read_text()
+    quoted = sql.Identifier(schema).as_string(None)
+    with psycopg.connect(pg_url(), autocommit=True) as conn:
+        conn.execute(dump.replace("__SCHEMA__", quoted).encode())
+    yield f"{pg_url()}?schema={schema}"
+    drop_schema(schema)
+
+
+def _versions(url: str) -> list[int]:
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            return [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+        finally:
+            conn.close()
+    base, _, schema = url.partition("?schema=")
+    with psycopg.connect(base) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY 1").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+async def test_store_open_upgrades_in_place_and_keeps_every_row(old_url: str) -> None:
+    dialect = "sqlite" if old_url.startswith("sqlite") else "postgres"
+    assert _versions(old_url) == [1]
+    store = open_store(old_url)
+    await store.open()
+    try:
+        assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+        runs = await store.list_runs("old-job")
+        assert [r.status for r in runs] == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
+        assert runs[1].instance_id == "old-host" and runs[1].fencing_token is not None
+        state = (await store.read_states(["old-job"]))["old-job"]
+        assert state.enabled_override is False and state.override_note == "kept"
+        assert state.last_slot == AT  # the watermark rule reads the old rows
+        assert (await store.last_runs(["old-job"]))["old-job"].reason == "paused"
+    finally:
+        await store.close()
+
+    secrets = open_secret_store(old_url)
+    row = await secrets.get_secret("default", "API_KEY")
+    assert row is not None and row.ciphertext == b"cipher" and row.created_at == AT
+    await secrets.close()
+
+    api = ApiStore(old_url)
+    try:
+        tokens = await api.list_tokens()
+        assert [(t.id, t.role) for t in tokens] == [("t1", "admin")]
+        [entry] = await api.audit_entries("default")
+        assert entry.target == "stored-job"
+        [job] = await api.job_defs()
+        assert job.id == "stored-job" and job.spec["schedule"] == "5m"
+        assert await api.catalog_version() == 1
+        # and the new code writes the upgraded tables
+        await api.audit(team="default", actor="new", action="update", target="stored-job")
+        assert len(await api.audit_entries("default")) == 2
+    finally:
+        await api.close()
+
+    health = open_health_store(old_url)
+    before, after = await health.record("old-job", False, 2.0, AT)
+    assert before.consecutive_failures == 1 and after.consecutive_failures == 2
+    await health.close()
+
+
+async def test_a_side_connection_alone_upgrades_the_old_database(old_url: str) -> None:
+    """``cronfleet secrets`` may be the first to touch the database after an upgrade."""
+    dialect = "sqlite" if old_url.startswith("sqlite") else "postgres"
+    secrets = open_secret_store(old_url)
+    try:
+        assert [r.name for r in await secrets.list_secrets(None)] == ["API_KEY"]
+    finally:
+        await secrets.close()
+    assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+    store = open_store(old_url)
+    await store.open()  # nothing left to apply
+    await store.close()
+    assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+
+
+async def test_a_fresh_side_connection_creates_the_whole_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    health = open_health_store(url)
+    _, after = await health.record("a", True, 0.5, AT)
+    assert after.successes == 1 and (await health.get("a")).successes == 1
+    await health.close()
+    assert _versions(url) == list(range(1, _latest("sqlite") + 1))
