@@ -18,6 +18,7 @@ from cronfleet.runtime.due import after, min_gap
 from cronfleet.runtime.loop import Pipeline
 from cronfleet.runtime.runs import Active
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish
+from cronfleet.store.ledger import removed_or_skipped_log, skip_result
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -272,10 +273,8 @@ class EarlyClaims:
             run.reason = reason.value
             run.started_at = None
             run.finished_at = now_dt
-            run.result = {"skipped": True, "reason": reason.value}
-            run.logs.append(
-                f"Skipped: the job is {reason.value}" if live else "Skipped: the job was removed"
-            )
+            run.result = skip_result(reason.value)
+            run.logs.append(removed_or_skipped_log(reason.value, live))
             s.stats.skipped += 1
             s.ledger.finishes.append(Finish(run, run.fencing_token))
         if kept:

@@ -22,6 +22,7 @@ from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
 from cronfleet.runtime.runs import Queued
 from cronfleet.store.base import Dispatch, Dispatched, Skip
+from cronfleet.store.ledger import missed_summary, override_skip_log, store_unavailable_log
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -212,40 +213,23 @@ class Loop:
             due.mark(job.id, max(processed))
         reason = skip_reason(job, state, from_ts(now))
         if reason is not None:
-            note = f" ({state.override_note})" if state and state.override_note else ""
-            who = f" by {state.override_by}" if state and state.override_by else ""
+            line = override_skip_log(
+                reason.value,
+                state.override_by if state else None,
+                state.override_note if state else None,
+            )
             for x in sorted(processed):
-                skips.append(
-                    Skip(
-                        job.id,
-                        x,
-                        reason.value,
-                        instance_id=s.instance_id,
-                        logs=[f"Skipped: the job is {reason.value}{who}{note}"],
-                    )
-                )
+                skips.append(Skip(job.id, x, reason.value, instance_id=s.instance_id, logs=[line]))
             s.stats.skip(reason.value, len(processed))
             return
         for x in missed_slots:
             items.append(requests.missed(job, x, "missed while no scheduler ran it"))
         if overflow is not None:
             count, first, last = overflow
-            items.append(
-                requests.missed(
-                    job,
-                    first,
-                    f"{'many' if count is None else count} missed slots from "
-                    f"{from_ts(first).isoformat()} to {from_ts(last).isoformat()} "
-                    "summarised in this record",
-                    result={
-                        "skipped": True,
-                        "reason": "missed",
-                        "count": count,
-                        "first": from_ts(first).isoformat(),
-                        "last": from_ts(last).isoformat(),
-                    },
-                )
+            why, result = missed_summary(
+                count, from_ts(first).isoformat(), from_ts(last).isoformat()
             )
+            items.append(requests.missed(job, first, why, result=result))
         if len(runs) == 1:
             items.append(
                 requests.scheduled(
@@ -296,10 +280,7 @@ class Loop:
                         it.slot,
                         SkipReason.STORE_UNAVAILABLE.value,
                         instance_id=s.instance_id,
-                        logs=[
-                            f"Skipped: the store was unavailable ({exc}) and the job "
-                            "requires a global claim"
-                        ],
+                        logs=[store_unavailable_log(exc)],
                     )
                 )
                 continue

@@ -1,14 +1,15 @@
 """The claim requests the runtime sends to the store, each built by one named function.
 
-Every :class:`~cronfleet.store.base.Dispatch` the runtime makes comes from here:
-``scheduled`` (a slot at its time, or a catch-up run), ``early`` (a plain slot claimed
-shortly before its time), ``missed`` (a slot recorded as missed by the catch-up policy),
-``manual`` (a run requested now) and ``recovery`` (re-running a slot whose run was
-interrupted). Combinations no caller may make (an early claim without a lease, a manual
-run that claims a slot) cannot be expressed through them.
-
-They use the keyword fields of ``Dispatch``; when the store gains a request ``kind`` and
-named constructors, these functions are the one place to switch over.
+Every :class:`~cronfleet.store.base.Dispatch` the runtime makes comes from here, and each
+goes through the store's named constructor of its kind (:class:`DispatchKind`):
+``scheduled`` (a slot at its time, or a catch-up run: ``Dispatch.scheduled``, or
+``Dispatch.local`` for a node-local job), ``early`` (a plain slot claimed shortly before
+its time: ``Dispatch.early_claim``), ``missed`` (a slot recorded as missed by the
+catch-up policy: ``Dispatch.missed``), ``manual`` (a run requested now:
+``Dispatch.manual_run``) and ``recovery`` (re-running a slot whose run was interrupted:
+``Dispatch.recovery``). Combinations no caller may make (an early claim without a lease,
+a manual run that claims a slot) cannot be expressed through them. The skip wordings come
+from :mod:`cronfleet.store.ledger`, their one home.
 """
 
 from __future__ import annotations
@@ -20,16 +21,24 @@ from cronfleet.clock import from_ts
 from cronfleet.model import Job, Locking, Overlap, RunRecord, SkipReason, TriggeredBy
 from cronfleet.runtime.planning import catchup_banner, jitter_delay
 from cronfleet.store.base import Dispatch
+from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, missed_log
 
 __all__ = ["early", "manual", "missed", "recovery", "scheduled"]
 
+_NODE_LOCAL = Locking.NODE_LOCAL
+_ALLOW = Overlap.ALLOW
+_QUEUE_ONE = Overlap.QUEUE_ONE
+_MISSED = SkipReason.MISSED.value
+# bound once: a burst builds one request per slot
+_scheduled = Dispatch.scheduled
+_early_claim = Dispatch.early_claim
+
 
 def _busy_skip(item: Dispatch, instance_id: str) -> Dispatch:
-    item.skip_reason = SkipReason.ALREADY_EXECUTING.value
-    item.result = {"skipped": True, "reason": item.skip_reason}
-    item.logs.append(
-        f"Skipped: the previous run has not finished (lease held by {instance_id})"
-    )
+    """A node-local request whose previous run is still running in this process."""
+    item.skip_reason = ALREADY_EXECUTING
+    item.result = busy_result()
+    item.logs.append(busy_log(instance_id))
     return item
 
 
@@ -48,25 +57,29 @@ def scheduled(
 
     ``queued``: jobs with a run waiting for the lease in this process; ``running``: runs
     in progress in this process per job (node-local jobs decide their overlap here)."""
-    queued_now = job.id in queued
-    local = job.locking is Locking.NODE_LOCAL
     delay = jitter_delay(job.id, slot, job.jitter) if job.jitter else 0.0
-    lease = job.overlap is not Overlap.ALLOW and not local
-    item = Dispatch(
-        job_id=job.id,
-        slot=slot,
-        triggered_by=TriggeredBy.CATCHUP if catchup else TriggeredBy.SCHEDULE,
-        claim="none" if local else "slot",
-        lease=lease,
+    overlap = job.overlap
+    if job.locking is not _NODE_LOCAL:
+        return _scheduled(
+            job.id,
+            slot,
+            lease=overlap is not _ALLOW,
+            hold=job.lease_seconds + delay,
+            defer=delay > 0,
+            wait_if_busy=wait_if_busy and overlap is _QUEUE_ONE and job.id not in queued,
+            catchup=catchup,
+            logs=[catchup_banner(slot, now + delay)] if catchup else None,
+        )
+    item = Dispatch.local(
+        job.id,
+        slot,
         hold=job.lease_seconds + delay,
         defer=delay > 0,
-        record=not lease or delay > 0,
-        wait_if_busy=wait_if_busy and job.overlap is Overlap.QUEUE_ONE and not queued_now,
-        is_catchup=catchup,
-        logs=[catchup_banner(slot, now + delay)] if catchup else [],
+        catchup=catchup,
+        logs=[catchup_banner(slot, now + delay)] if catchup else None,
     )
-    if local and job.overlap is not Overlap.ALLOW and running and running.get(job.id):
-        if job.overlap is Overlap.QUEUE_ONE and not queued_now:
+    if overlap is not _ALLOW and running and running.get(job.id):
+        if overlap is _QUEUE_ONE and job.id not in queued:
             item.defer = True
         else:
             _busy_skip(item, instance_id)
@@ -76,31 +89,18 @@ def scheduled(
 def early(job: Job, slot: float, now: float) -> Dispatch:
     """A plain leased slot claimed before its time: kept only together with the lease,
     held until the slot plus the usual lease length; its row follows in the group commit."""
-    return Dispatch(
-        job_id=job.id,
-        slot=slot,
-        triggered_by=TriggeredBy.SCHEDULE,
-        lease=True,
-        hold=job.lease_seconds + max(slot - now, 0.0),
-        record=False,
-        early=True,
-    )
+    return _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
 
 
 def missed(job: Job, slot: float, why: str, result: Any = None) -> Dispatch:
     """A slot claimed and recorded ``skipped`` / ``missed`` (catch-up policy)."""
-    return Dispatch(
-        job_id=job.id,
-        slot=slot,
-        triggered_by=TriggeredBy.CATCHUP,
-        claim="none" if job.locking is Locking.NODE_LOCAL else "slot",
-        skip_reason=SkipReason.MISSED.value,
-        is_catchup=True,
+    return Dispatch.missed(
+        job.id,
+        slot,
+        reason=_MISSED,
+        local=job.locking is _NODE_LOCAL,
         result=result,
-        logs=[
-            f"Skipped: slot {from_ts(slot).isoformat()} {why} (policy {job.missed.name}, "
-            f"window {job.catch_up_window:g}s)"
-        ],
+        logs=[missed_log(from_ts(slot).isoformat(), why, job.missed.name, job.catch_up_window)],
     )
 
 
@@ -113,19 +113,18 @@ def manual(
     local_busy: bool = False,
     instance_id: str = "",
 ) -> Dispatch:
-    """A run requested now: a fencing token, no slot claim."""
-    local = job.locking is Locking.NODE_LOCAL
-    item = Dispatch(
-        job_id=job.id,
-        slot=now,
-        triggered_by=triggered_by,
-        claim="none" if local else "token",
-        lease=job.overlap is not Overlap.ALLOW and not local,
+    """A run requested now: a fencing token, no slot claim (nothing when node-local)."""
+    local = job.locking is _NODE_LOCAL
+    item = Dispatch.manual_run(
+        job.id,
+        now,
+        lease=job.overlap is not _ALLOW,
         hold=job.lease_seconds,
-        manual=True,
+        local=local,
+        triggered_by=triggered_by,
         logs=[f"Manual run requested by {by}"],
     )
-    if local and job.overlap is not Overlap.ALLOW and local_busy:
+    if local and job.overlap is not _ALLOW and local_busy:
         _busy_skip(item, instance_id)
     return item
 
@@ -133,16 +132,15 @@ def manual(
 def recovery(job: Job, run: RunRecord) -> Dispatch:
     """Re-run the slot of ``run``, interrupted when its instance died: its claim is
     replaced by one with a new, higher token."""
-    return Dispatch(
-        job_id=job.id,
-        slot=run.slot.timestamp(),
-        triggered_by=TriggeredBy.RECOVERY,
-        claim="slot",
-        lease=job.overlap is not Overlap.ALLOW,
+    if run.fencing_token is None:
+        raise ValueError(f"run {run.id} has no claim to recover (no fencing token)")
+    return Dispatch.recovery(
+        job.id,
+        run.slot.timestamp(),
+        token=run.fencing_token,
+        lease=job.overlap is not _ALLOW,
         hold=job.lease_seconds,
-        is_recovery=True,
-        is_catchup=run.is_catchup,
-        reclaim_token=run.fencing_token,
+        catchup=run.is_catchup,
         logs=[
             f"♻ Recovery run of slot {run.slot.isoformat()}: run {run.id} on "
             f"{run.instance_id} was interrupted"

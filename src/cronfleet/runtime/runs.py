@@ -23,6 +23,7 @@ from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunSta
 from cronfleet.runtime.events import RunFinished, RunRetried
 from cronfleet.runtime.executor import Outcome, execute
 from cronfleet.store.base import Dispatch, Finish, Start
+from cronfleet.store.ledger import SHUTDOWN_REASON, STOPPED_BEFORE_FINISH, shutdown_log
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -213,13 +214,13 @@ class Runs:
 
     def _cancelled(self, active: Active, started: float) -> Outcome:
         if active.ctx is not None:
-            active.ctx.log("Interrupted: the scheduler stopped before the run finished")
+            active.ctx.log(shutdown_log())
         return Outcome(
             RunStatus.INTERRUPTED,
             started,
             self.s.clock.now(),
-            error="interrupted: the scheduler stopped before the run finished",
-            reason="shutdown",
+            error=f"interrupted: {STOPPED_BEFORE_FINISH}",
+            reason=SHUTDOWN_REASON,
         )
 
     async def execute_inline(self, job: Job, run: RunRecord, leased: bool) -> RunRecord:
@@ -301,9 +302,9 @@ class Runs:
 
     def interrupt(self, run: RunRecord, leased: bool, now: float, why: str) -> None:
         run.status = RunStatus.INTERRUPTED
-        run.reason = "shutdown"
+        run.reason = SHUTDOWN_REASON
         run.finished_at = from_ts(now)
-        run.logs.append(f"Interrupted: {why}")
+        run.logs.append(shutdown_log(why))
         self.s.ledger.finishes.append(Finish(run, run.fencing_token if leased else None))
 
     # -- waiting for a lease ------------------------------------------------------------

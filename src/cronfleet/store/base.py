@@ -80,6 +80,8 @@ class DispatchKind(enum.Enum):
 
 _SCHEDULED = DispatchKind.SCHEDULED
 _EARLY = DispatchKind.EARLY
+_SCHEDULE = TriggeredBy.SCHEDULE
+_CATCHUP = TriggeredBy.CATCHUP
 
 
 def _derive_kind(d: Dispatch) -> DispatchKind:
@@ -239,32 +241,20 @@ class Dispatch:
         """A slot of the schedule claimed at (or after, ``catchup``) its time. ``record``
         defaults to the hot path: a leased run that starts now has its row written by the
         group commit."""
+        # positional (the fields' order): a burst builds one per slot
         return cls(
-            job_id=job_id,
-            slot=slot,
-            triggered_by=TriggeredBy.CATCHUP if catchup else TriggeredBy.SCHEDULE,
-            lease=lease,
-            hold=hold,
-            defer=defer,
-            wait_if_busy=wait_if_busy,
-            is_catchup=catchup,
-            record=(not lease or defer) if record is None else record,
-            logs=logs or [],
-            kind=DispatchKind.SCHEDULED,
+            job_id, slot, _CATCHUP if catchup else _SCHEDULE, "slot", lease, hold, defer,
+            wait_if_busy, catchup, False, False, None, None, logs or [], None,
+            (not lease or defer) if record is None else record, False, _SCHEDULED,
         )
 
     @classmethod
     def early_claim(cls, job_id: str, slot: float, *, hold: float) -> Dispatch:
         """Claim a plain slot shortly before its time, kept only with the job's lease."""
+        # positional (the fields' order): a burst's early claims build one per slot
         return cls(
-            job_id=job_id,
-            slot=slot,
-            triggered_by=TriggeredBy.SCHEDULE,
-            lease=True,
-            hold=hold,
-            record=False,
-            early=True,
-            kind=DispatchKind.EARLY,
+            job_id, slot, _SCHEDULE, "slot", True, hold, False, False, False, False, False,
+            None, None, None, None, False, True, _EARLY,
         )
 
     @classmethod

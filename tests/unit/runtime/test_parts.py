@@ -15,6 +15,7 @@ from cronfleet.runtime import requests
 from cronfleet.runtime.due import Due, after
 from cronfleet.runtime.events import Events, RunFinished
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.store.base import Dispatch, DispatchKind
 
 T = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
 
@@ -77,6 +78,52 @@ def test_early_missed_manual_recovery() -> None:
     rec = requests.recovery(j, run)
     assert (rec.reclaim_token, rec.is_recovery, rec.slot) == (42, True, T)
     assert rec.triggered_by is TriggeredBy.RECOVERY and "run 7 on dead" in rec.logs[0]
+
+
+def test_every_request_has_the_kind_of_its_constructor() -> None:
+    """requests.py builds each request through the store's named constructor of its kind,
+    and the fields are those the keyword construction gave (the kind derived from them
+    agrees)."""
+    j = job(timeout=10)
+    local = job(locking=Locking.NODE_LOCAL)
+    run = RunRecord(7, "j", datetime.fromtimestamp(T, UTC), TriggeredBy.SCHEDULE,
+                    RunStatus.INTERRUPTED, instance_id="dead", fencing_token=42)
+    cases = [
+        (requests.scheduled(j, T, T), DispatchKind.SCHEDULED),
+        (requests.scheduled(job(jitter=30), T, T), DispatchKind.SCHEDULED),
+        (requests.scheduled(j, T, T + 100, catchup=True), DispatchKind.SCHEDULED),
+        (requests.scheduled(local, T, T), DispatchKind.LOCAL),
+        (requests.scheduled(local, T, T, running={"j": 1}, instance_id="me"), DispatchKind.LOCAL),
+        (requests.early(j, T, T - 0.5), DispatchKind.EARLY),
+        (requests.missed(j, T, "late"), DispatchKind.MISSED),
+        (requests.missed(local, T, "late"), DispatchKind.MISSED),
+        (requests.manual(j, T, by="a"), DispatchKind.MANUAL),
+        (requests.manual(local, T, by="a", local_busy=True, instance_id="me"),
+         DispatchKind.MANUAL),
+        (requests.recovery(j, run), DispatchKind.RECOVERY),
+    ]
+    for d, kind in cases:
+        assert d.kind is kind
+        rebuilt = Dispatch(
+            d.job_id, d.slot, d.triggered_by, d.claim, d.lease, d.hold, d.defer,
+            d.wait_if_busy, d.is_catchup, d.is_recovery, d.manual,
+            None if kind is DispatchKind.LOCAL else d.skip_reason, d.result,
+            list(d.logs), d.reclaim_token, d.record, d.early,
+        )
+        assert rebuilt.kind is kind  # derived from the fields (before a local busy skip)
+    assert requests.missed(j, T, "missed while no scheduler ran it").logs == [
+        "Skipped: slot 2026-03-02T00:00:00+00:00 missed while no scheduler ran it "
+        "(policy RUN_ONCE, window 3600s)"
+    ]
+    busy = requests.scheduled(local, T, T, running={"j": 1}, instance_id="me")
+    assert busy.result == {"skipped": True, "reason": "already_executing"}
+    assert busy.logs == ["Skipped: the previous run has not finished (lease held by me)"]
+    early = requests.early(j, T + 1, T + 2)  # claimed after its time: no extra hold
+    assert early.hold == 40 and not early.record and early.lease
+    no_token = RunRecord(8, "j", datetime.fromtimestamp(T, UTC), TriggeredBy.SCHEDULE,
+                         RunStatus.INTERRUPTED)
+    with pytest.raises(ValueError, match="no claim"):
+        requests.recovery(j, no_token)
 
 
 # -- due --------------------------------------------------------------------------------
