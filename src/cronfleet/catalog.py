@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
+from cronfleet.clock import wait_event
+from cronfleet.errors import CronfleetError, JobNotFound
 from cronfleet.model import DEFAULT_TEAM, Job
 from cronfleet.spec import FieldProblem, SpecInvalid
 
@@ -38,7 +40,8 @@ if TYPE_CHECKING:
     from cronfleet.scheduler import Scheduler
     from cronfleet.store.api import ApiStore, JobDef
 
-__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "SpecInvalid", "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "IdTaken", "SpecInvalid",
+           "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -49,6 +52,38 @@ SOURCE = "api"
 API_KEYS = tuple(k for k in _spec.SPEC_KEYS if k != "team")
 API_HTTP_KEYS = tuple(k for k in _spec.HTTP_KEYS if k != "namespace")
 SpecProblem = FieldProblem  # (field, message, column): the name this module used
+MERGED_KEYS = ("http", "retry")  # an update merges these key by key; other keys replace
+
+
+class IdTaken(CronfleetError):
+    """A job with this id exists already (declared, stored, or deleted by another team)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job id {job_id!r} is already taken")
+        self.job_id = job_id
+
+
+class ChangedMeanwhile(CronfleetError):
+    """The stored definition changed between reading and writing it: read it again."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} changed meanwhile; read it again and retry")
+        self.job_id = job_id
+
+
+def merge_changes(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` with ``changes`` applied: ``http`` and ``retry`` merge key by key, ``None``
+    removes a key, any other value replaces it."""
+    out = dict(spec)
+    for key, value in changes.items():
+        if isinstance(value, dict) and key in MERGED_KEYS:
+            merged = {**(out.get(key) or {}), **value}
+            out[key] = {k: v for k, v in merged.items() if v is not None}
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM
@@ -124,8 +159,7 @@ class Catalog:
     async def _watch(self) -> None:
         assert self._changed is not None
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.poll)
+            await wait_event(self._changed, self.poll)
             self._changed.clear()
             try:
                 await self.refresh()
@@ -147,6 +181,49 @@ class Catalog:
     def apply(self, d: JobDef) -> Job | None:
         """Apply one definition now (this process wrote it)."""
         return self._apply(d)
+
+    # -- changes (what the API and the CLI call) ---------------------------------------
+
+    def validate(self, spec: Mapping[str, Any], team: str) -> Job:
+        """The job ``spec`` describes for ``team``; raises :class:`SpecInvalid` naming
+        every problem."""
+        return build_job(spec, team=team, runtime=self.runtime)
+
+    async def create(self, job_id: str, spec: Mapping[str, Any], team: str,
+                     by: str) -> Job | None:
+        """Validate, store and apply a new job. Raises :class:`IdTaken` when the id is
+        used; returns ``None`` when it was stored but a job declared in code or config
+        took the id meanwhile (in another process): the declared job wins."""
+        if job_id in self.scheduler.jobs:
+            raise IdTaken(job_id)
+        self.validate(spec, team)
+        d = await self.api_store.create_job_def(job_id, team, dict(spec), by)
+        if d is None:
+            raise IdTaken(job_id)
+        return self.apply(d)
+
+    async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str) -> Job:
+        """Apply ``changes`` (:func:`merge_changes`) to the stored spec, validate the
+        result and store it if nobody changed it meanwhile (else :class:`ChangedMeanwhile`)."""
+        d = await self.api_store.job_def(job.id)
+        if d is None or d.deleted_at is not None:
+            raise JobNotFound(job.id)
+        spec = merge_changes(d.spec, changes)
+        self.validate(spec, team)
+        new = await self.api_store.update_job_def(job.id, team, spec, by,
+                                                  expect_version=d.version)
+        if new is None:
+            raise ChangedMeanwhile(job.id)
+        return self.apply(new) or job
+
+    async def delete(self, job: Job, team: str, by: str) -> None:
+        """Delete a stored job (a tombstone keeps its id with its team)."""
+        deleted = await self.api_store.delete_job_def(job.id, team, by)
+        tomb = await self.api_store.job_def(job.id)
+        if not deleted:
+            raise JobNotFound(job.id)
+        if tomb is not None:
+            self.apply(tomb)
 
     def _apply(self, d: JobDef) -> Job | None:
         sched = self.scheduler

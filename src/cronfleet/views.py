@@ -218,18 +218,7 @@ async def last_runs(store: Store, job_ids: Sequence[str]) -> Mapping[str, RunRec
     """The newest run of each job that has one, in one store call."""
     if not job_ids:
         return {}
-    # LEAD: after the merge every store has ``last_runs`` (rd-store); drop this fallback
-    # and call ``store.last_runs(job_ids)`` directly.
-    batched = getattr(store, "last_runs", None)
-    if batched is not None:
-        found: Mapping[str, RunRecord] = await batched(list(job_ids))
-        return found
-    out: dict[str, RunRecord] = {}
-    for job_id in job_ids:
-        runs = await store.list_runs(job_id, limit=1)
-        if runs:
-            out[job_id] = runs[0]
-    return out
+    return await store.last_runs(list(job_ids))
 
 
 async def job_views(store: Store, jobs: Sequence[Job], now: datetime,

@@ -1,7 +1,7 @@
 """Every state change the API makes, in one module: route handlers call these and hold
-no rule themselves. Each goes through a :class:`~cronfleet.Scheduler` or
-:class:`~cronfleet.catalog.Catalog` method where one exists; the two calls that still
-reach past them are marked ``LEAD:`` (see docs/architecture.md, "API").
+no rule themselves. Each is a :class:`~cronfleet.Scheduler` or
+:class:`~cronfleet.catalog.Catalog` method; this module only turns their refusals into
+answers (422, 404, 409, 503).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
-from cronfleet.catalog import SpecInvalid, build_job
+from cronfleet.catalog import ChangedMeanwhile, IdTaken, SpecInvalid
 from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, JobState
 from cronfleet.spec import FieldError, pause_until
@@ -77,69 +77,41 @@ def invalid(exc: SpecInvalid) -> ApiError:
                     {"errors": errors})
 
 
-def _validate(ctx: Context, spec: Mapping[str, Any], team: str) -> None:
-    try:
-        build_job(spec, team=team, runtime=ctx.http_runtime)
-    except SpecInvalid as exc:
-        raise invalid(exc) from None
-
-
 def taken(job_id: str) -> ApiError:
     return ApiError(409, "JOB_EXISTS", f"job id {job_id!r} is already taken",
                     {"job_id": job_id})
 
 
-# LEAD: the three job changes below belong on Catalog (create / update / delete a stored
-# job: validate, write with the version check, apply); they live here, in one place,
-# until catalog.py (SPEC) offers them.
+@contextlib.contextmanager
+def _catalog_errors(job_id: str, what: str) -> Iterator[None]:
+    """The catalog's refusals as answers: 422 (every problem), 409, 404, 503."""
+    with store_errors(what):
+        try:
+            yield
+        except SpecInvalid as exc:
+            raise invalid(exc) from None
+        except IdTaken:
+            raise taken(job_id) from None
+        except ChangedMeanwhile as exc:
+            raise ApiError(409, "CONFLICT", str(exc), {"job_id": job_id}) from None
+        except JobNotFound:
+            raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}",
+                           {"job_id": job_id}) from None
 
 
 async def create_job(ctx: Context, job_id: str, spec: dict[str, Any], team: str,
                      by: str) -> Job | None:
-    """Validate, store and apply a new job; ``None`` when it was stored but a declared job
-    took the id meanwhile (in another process)."""
-    if job_id in ctx.scheduler.jobs:
-        raise taken(job_id)
-    _validate(ctx, spec, team)
-    with store_errors("cannot store the job"):
-        d = await ctx.api_store.create_job_def(job_id, team, spec, by)
-    if d is None:
-        raise taken(job_id)
-    return ctx.catalog.apply(d)
+    """A new stored job (``None``: a declared job took the id meanwhile)."""
+    with _catalog_errors(job_id, "cannot store the job"):
+        return await ctx.catalog.create(job_id, spec, team, by)
 
 
 async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: str,
                      by: str) -> Job:
-    """Merge ``changes`` into the stored spec (``http`` and ``retry`` key by key; ``None``
-    removes a key), validate the result and store it if nobody changed it meanwhile."""
-    with store_errors("cannot read the job's definition"):
-        d = await ctx.api_store.job_def(job.id)
-    if d is None or d.deleted_at is not None:
-        raise ApiError(404, "JOB_NOT_FOUND", f"no job {job.id!r}", {"job_id": job.id})
-    spec = dict(d.spec)
-    for key, value in changes.items():
-        if isinstance(value, dict) and key in ("http", "retry"):
-            merged = {**(spec.get(key) or {}), **value}
-            spec[key] = {k: v for k, v in merged.items() if v is not None}
-        elif value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    _validate(ctx, spec, team)
-    with store_errors("cannot store the change"):
-        new = await ctx.api_store.update_job_def(job.id, team, spec, by,
-                                                 expect_version=d.version)
-    if new is None:
-        raise ApiError(409, "CONFLICT", f"job {job.id!r} changed meanwhile; read it again "
-                       "and retry", {"job_id": job.id})
-    return ctx.catalog.apply(new) or job
+    with _catalog_errors(job.id, "cannot store the change"):
+        return await ctx.catalog.update(job, changes, team, by)
 
 
 async def delete_job(ctx: Context, job: Job, team: str, by: str) -> None:
-    with store_errors("cannot delete the job"):
-        deleted = await ctx.api_store.delete_job_def(job.id, team, by)
-        tomb = await ctx.api_store.job_def(job.id)
-    if not deleted:
-        raise ApiError(404, "JOB_NOT_FOUND", f"no job {job.id!r}", {"job_id": job.id})
-    if tomb is not None:
-        ctx.catalog.apply(tomb)
+    with _catalog_errors(job.id, "cannot delete the job"):
+        await ctx.catalog.delete(job, team, by)
