@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts", "wait_event"]
 
 
 def to_ts(dt: datetime) -> float:
@@ -35,6 +35,21 @@ class Clock(Protocol):
     async def sleep_until(self, deadline: float, wake: asyncio.Event | None = None) -> None:
         """Return at ``deadline`` or as soon as ``wake`` is set, whichever comes first."""
         ...
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True if it is set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives
+    while the event is being set (the waiting task then carries on as if nothing happened,
+    and whoever cancelled it to stop it waits forever). ``asyncio.timeout`` never does.
+    """
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    return event.is_set()
 
 
 class SystemClock:
@@ -62,8 +77,7 @@ class SystemClock:
             if wake is None:
                 await asyncio.sleep(coarse)
             elif not wake.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), coarse)
+                await wait_event(wake, coarse)
         limit = time.monotonic() + self.spin
         while self.now() < deadline and time.monotonic() < limit:
             if wake is not None and wake.is_set():
