@@ -27,7 +27,9 @@ if TYPE_CHECKING:
         JobState,
         Locking,
         Missed,
+        NotifyPolicy,
         Overlap,
+        RetryPolicy,
         RunContext,
         RunRecord,
         RunStatus,
@@ -35,8 +37,10 @@ if TYPE_CHECKING:
         TriggeredBy,
     )
     from cronfleet.plugins import Schedule, ScheduledPlugin
-    from cronfleet.scheduler import Scheduler
+    from cronfleet.runtime.events import RunFinished
+    from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store import SQLiteStore, Store, open_store
+    from cronfleet.store.memory import MemoryStore
 
 __version__ = "0.1.0.dev0"
 
@@ -57,7 +61,9 @@ _EXPORTS: dict[str, str] = {
     "JobState": "cronfleet.model",
     "Locking": "cronfleet.model",
     "Missed": "cronfleet.model",
+    "NotifyPolicy": "cronfleet.model",
     "Overlap": "cronfleet.model",
+    "RetryPolicy": "cronfleet.model",
     "RunContext": "cronfleet.model",
     "RunRecord": "cronfleet.model",
     "RunStatus": "cronfleet.model",
@@ -65,7 +71,9 @@ _EXPORTS: dict[str, str] = {
     "TriggeredBy": "cronfleet.model",
     "Schedule": "cronfleet.plugins",
     "ScheduledPlugin": "cronfleet.plugins",
-    "Scheduler": "cronfleet.scheduler",
+    "RunFinished": "cronfleet.runtime.events",
+    "Scheduler": "cronfleet.runtime.scheduler",
+    "MemoryStore": "cronfleet.store.memory",
     "SQLiteStore": "cronfleet.store",
     "Store": "cronfleet.store",
     "open_store": "cronfleet.store",
@@ -82,9 +90,13 @@ __all__ = [
     "JobNotFound",
     "JobState",
     "Locking",
+    "MemoryStore",
     "Missed",
+    "NotifyPolicy",
     "Overlap",
+    "RetryPolicy",
     "RunContext",
+    "RunFinished",
     "RunRecord",
     "RunStatus",
     "SQLiteStore",
@@ -113,4 +125,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(__all__)
