@@ -28,7 +28,7 @@ from .describe import describe, explain
 from .errors import NoFireTimeError
 from .parser import CronForm, IntervalForm, parse_text, resolve_tz
 from .schedule import Wall, WallSchedule
-from .zones import MAX_INSTANT, MIN_INSTANT, Window, ZoneDays, wall_fields, wall_seconds, zone_days
+from .zones import MIN_INSTANT, Window, ZoneDays, wall_fields, wall_seconds, zone_days
 
 __all__ = ["CronExpr"]
 
@@ -167,7 +167,12 @@ class CronExpr:
         if after.tzinfo is not tz:
             if after.tzinfo is None or after.utcoffset() is None:
                 _naive_error("after", after)
-            after = after.astimezone(tz)
+            try:
+                after = after.astimezone(tz)
+            except OverflowError:
+                if after.year < 9999:
+                    raise  # before the calendar's start in this zone
+                self._none_after(after)  # past the calendar's end in this zone
         if self._period_s:
             return self._every_next(after)
         y = after.year
@@ -258,6 +263,21 @@ class CronExpr:
             win = info if isinstance(info, Window) else None
             return self._guard(self._wc_prev, hi, win, ylimit, before)
         return self._guard(self._rt_prev, hi, ylimit, before)
+
+    def next_n(self, after: datetime, n: int) -> list[datetime]:
+        """Up to ``n`` successive fire times strictly after ``after``: fewer, or none, when
+        the schedule has no further fire (where :meth:`next` raises ``NoFireTimeError``:
+        an expression that can never fire again, or the calendar's end). Never raises
+        for that; use it wherever "the next few fire times" are shown or queued."""
+        out: list[datetime] = []
+        t = after
+        for _ in range(n):
+            try:
+                t = self.next(t)
+            except NoFireTimeError:
+                break
+            out.append(t)
+        return out
 
     def iter(self, after: datetime) -> Iterator[datetime]:
         """Successive fire times strictly after ``after`` (ends only if the calendar does)."""
@@ -356,7 +376,7 @@ class CronExpr:
         assert sched is not None
         zd = self._zd
         while True:
-            if lo > MAX_INSTANT:
+            if lo >= zd.last:  # the zone's windows end there (exclusive): the calendar's end
                 self._none_after(after)
             o = zd.offset_at(lo)
             f = wall_fields(lo + o)

@@ -31,9 +31,16 @@ __all__ = ["EPOCH_ORDINAL", "MAX_INSTANT", "MIN_INSTANT", "Window", "ZoneDays", 
 EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _DAY = 86400
 _MARGIN = 16 * 3600  # |UTC offset| never exceeds this
-# instants whose conversion to any zone stays inside datetime's range
+# The instants the engine works with. MIN_INSTANT converts to any zone (|offset| <=
+# _MARGIN) inside datetime's range; MAX_INSTANT is the last instant that does so in every
+# zone, and ZoneDays.last the last one in its own zone (9999-12-31T23:59:59 local, or UTC
+# for a zone behind UTC). A window at the calendar's edges is clamped to [MIN_INSTANT,
+# ZoneDays.last) -- its end is exclusive and sampled, so it must itself convert -- and it
+# still reaches the instants of its own day: a window clamped to an earlier bound than its
+# day made next() answer a time before its argument, and resolve nothing on the last days.
 MIN_INSTANT = (date(1, 1, 3).toordinal() - EPOCH_ORDINAL) * _DAY
-MAX_INSTANT = (date(9999, 12, 29).toordinal() - EPOCH_ORDINAL) * _DAY
+_LAST_UTC = (date(9999, 12, 31).toordinal() - EPOCH_ORDINAL) * _DAY + _DAY - 1
+MAX_INSTANT = _LAST_UTC - _MARGIN
 
 
 def wall_seconds(y: int, mo: int, d: int, h: int = 0, mi: int = 0, s: int = 0) -> int:
@@ -98,15 +105,31 @@ class Window:
         raise ValueError("wall time outside window")
 
 
-class ZoneDays:
-    """Per-zone cache: local day -> clean offset (``int``) or :class:`Window`."""
+def _last_instant(tz: tzinfo) -> int:
+    """The last whole second whose local time in ``tz`` is still a datetime (year 9999)."""
+    u = _LAST_UTC
+    while u > MAX_INSTANT:
+        try:
+            datetime.fromtimestamp(u, tz)
+        except (OverflowError, ValueError):
+            u -= 60  # offsets are whole minutes in practice; this runs once per zone
+            continue
+        return u
+    return MAX_INSTANT
 
-    __slots__ = ("_mid", "days", "tz")
+
+class ZoneDays:
+    """Per-zone cache: local day -> clean offset (``int``) or :class:`Window`.
+
+    ``last``: the end of the instants searched in this zone (exclusive; see MAX_INSTANT)."""
+
+    __slots__ = ("_mid", "days", "last", "tz")
 
     def __init__(self, tz: tzinfo) -> None:
         self.tz = tz
         self.days: dict[int, int | Window] = {}
         self._mid: dict[int, tuple[int, int]] = {}
+        self.last = _last_instant(tz)
 
     def offset_at(self, u: int) -> int:
         """UTC offset (seconds) in force at instant ``u``."""
@@ -149,7 +172,7 @@ class ZoneDays:
     def _window(self, day: date) -> Window:
         base = (day.toordinal() - EPOCH_ORDINAL) * _DAY
         start = max(base - _DAY - _MARGIN, MIN_INSTANT)
-        end = min(base + 2 * _DAY + _MARGIN, MAX_INSTANT)
+        end = min(base + 2 * _DAY + _MARGIN, self.last)
         samples = [*range(start, end, 3600), end]
         offs = [self.offset_at(u) for u in samples]
         segs: list[tuple[int, int, int]] = []

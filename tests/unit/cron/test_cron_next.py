@@ -236,3 +236,46 @@ def test_apia_skipped_day() -> None:
     # an elapsed-time job just does not fire on the missing day
     assert chain("0 * 30 12 *", "Pacific/Apia", datetime(2011, 12, 1, tzinfo=UTC), 1) == [
         "2012-12-30T00:00:00+14:00"]
+
+
+def test_the_last_days_of_the_calendar() -> None:
+    """next() never answers a time before its argument, and finds the last fire times:
+    9999-12-30 and 31 exist (a window clamped before its own day answered 12-29)."""
+    daily = parse("@daily")
+    assert daily.next(datetime(9999, 12, 30, 12, tzinfo=UTC)).isoformat() == (
+        "9999-12-31T00:00:00+00:00")
+    assert daily.next(datetime(9999, 12, 29, 12, tzinfo=UTC)).isoformat() == (
+        "9999-12-30T00:00:00+00:00")
+    with pytest.raises(NoFireTimeError):
+        daily.next(datetime(9999, 12, 31, tzinfo=UTC))
+    assert [t.day for t in daily.iter(datetime(9999, 12, 28, 12, tzinfo=UTC))] == [29, 30, 31]
+    assert daily.prev(datetime(9999, 12, 31, 12, tzinfo=UTC)).isoformat() == (
+        "9999-12-31T00:00:00+00:00")
+    # elapsed-time jobs reach the last minute of the calendar, then stop (no endless search)
+    last = list(parse("*/5 * * * *").iter(datetime(9999, 12, 31, 23, 50, tzinfo=UTC)))
+    assert [t.isoformat() for t in last] == ["9999-12-31T23:55:00+00:00"]
+    assert parse("0 12 * * *").prev(datetime(9999, 12, 31, 23, tzinfo=UTC)).isoformat() == (
+        "9999-12-31T12:00:00+00:00")
+    # a zone ahead of UTC: its last local day ends at 9999-12-31T23:59:59 local
+    kiri = parse("0 12 * * *", "Pacific/Kiritimati")
+    assert kiri.next(datetime(9999, 12, 30, 12, tzinfo=UTC)).isoformat() == (
+        "9999-12-31T12:00:00+14:00")
+    # an argument whose instant is past the calendar's end in the schedule's zone
+    with pytest.raises(NoFireTimeError):
+        kiri.next(datetime(9999, 12, 31, 23, tzinfo=UTC))
+    with pytest.raises(NoFireTimeError):
+        parse("*/5 * * * *", "Pacific/Kiritimati").next(datetime(9999, 12, 31, 23, tzinfo=UTC))
+
+
+def test_next_n_gives_fewer_times_when_the_schedule_ends() -> None:
+    daily = parse("@daily")
+    assert [t.day for t in daily.next_n(datetime(9999, 12, 29, 12, tzinfo=UTC), 5)] == [30, 31]
+    assert daily.next_n(datetime(9999, 12, 31, 12, tzinfo=UTC), 3) == []
+    assert daily.next_n(datetime(2026, 1, 1, tzinfo=UTC), 0) == []
+    assert [t.isoformat() for t in daily.next_n(datetime(2026, 1, 1, tzinfo=UTC), 2)] == [
+        "2026-01-02T00:00:00+00:00", "2026-01-03T00:00:00+00:00"]
+    # an expression that can never fire again (France's DST started in April in 1980)
+    never = parse("0 30 2 * 3 SUN#5", "Europe/Paris")
+    assert never.next_n(datetime(2024, 1, 1, tzinfo=UTC), 3) == []
+    assert parse("1d").next_n(datetime(9999, 12, 30, 12, tzinfo=UTC), 3) == [
+        datetime(9999, 12, 31, tzinfo=UTC)]

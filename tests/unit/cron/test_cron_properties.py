@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -361,3 +362,46 @@ def test_differential_against_cronsim(data: st.DataObject) -> None:
             f"prev {text!r} {tz} from {start.isoformat()}: ours {mine.isoformat()} "
             f"cronsim {back.isoformat()}"
         )
+
+
+# -- the end of the calendar -----------------------------------------------------------------------
+
+
+def _seconds_of(t: datetime) -> float:
+    """The instant of ``t`` in seconds, computed without converting ``t`` (a late time of
+    9999-12-31 in a zone behind UTC has no UTC datetime)."""
+    off = t.utcoffset()
+    assert off is not None
+    wall = wall_seconds(t.year, t.month, t.day, t.hour, t.minute, t.second)
+    return wall - off.total_seconds() + t.microsecond / 1e6
+
+
+END_ZONES = [*ZONES, "Pacific/Kiritimati", "Pacific/Pago_Pago", "Pacific/Auckland"]
+
+
+@FAST
+@given(st.data())
+def test_next_is_after_its_argument_up_to_the_calendars_end(data: st.DataObject) -> None:
+    """next(t) > t always, or NoFireTimeError -- on the last days of year 9999 too, in a
+    zone ahead of or behind UTC, with arguments in either zone."""
+    tz = data.draw(st.sampled_from(END_ZONES))
+    text = data.draw(st.one_of(
+        cron_text(),
+        st.sampled_from(["@daily", "*/5 * * * *", "0 12 * * *", "59 23 31 12 *", "30s", "1d",
+                         "*/7 * * * * *", "0 0 L * *"]),
+    ))
+    try:
+        expr = parse(text, tz)
+    except CronSyntaxError:
+        return
+    zone = ZoneInfo(data.draw(st.sampled_from(["UTC", tz])))
+    t = datetime(9999, 12, data.draw(st.integers(20, 31)), data.draw(st.integers(0, 23)),
+                 data.draw(st.integers(0, 59)), data.draw(st.integers(0, 59)),
+                 data.draw(st.sampled_from([0, 0, 500_000])), tzinfo=zone)
+    got = expr.next_n(t, 4)
+    for n in got:
+        assert _seconds_of(n) > _seconds_of(t) and n.tzinfo is expr.tz, (text, tz, t, n)
+        t = n
+    if len(got) < 4:
+        with pytest.raises(NoFireTimeError):
+            expr.next(t)
