@@ -8,28 +8,52 @@ Computing a job's following slot is kept off the instant's critical path: interv
 arithmetic; cron expressions through :meth:`Due.after_many`, called after the handlers of
 the instant are launched, which computes each distinct expression once per slot (many
 jobs share one expression).
+
+A schedule with no further fire time (``NoFireTimeError``: an expression that can never
+fire again, or the end of the calendar) gives :data:`NEVER`; such a job is not queued
+(no more slots), which is logged once when it happens.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 
 from cronfleet.clock import from_ts
+from cronfleet.cron import CronExpr, NoFireTimeError
 from cronfleet.model import Job, JobState
 
-__all__ = ["CRON_GAP", "Due", "after", "min_gap"]
+__all__ = ["CRON_GAP", "LAST_SLOT", "NEVER", "Due", "after", "min_gap", "next_slot"]
+
+log = logging.getLogger("cronfleet")
 
 # cron fire times are whole seconds, so the slot after ``slot`` is at least this later
 CRON_GAP = 1.0
+# the "slot" of a schedule that has no further fire time: never queued, never due
+NEVER = math.inf
+# the last instant a slot can have (9999-12-31T23:59:59Z): an interval's slot past it is
+# NEVER too (a run row could not hold it)
+LAST_SLOT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+
+
+def next_slot(schedule: CronExpr, t: float) -> float:
+    """The first fire time of ``schedule`` after ``t``, or :data:`NEVER` if there is none."""
+    try:
+        return schedule.next(from_ts(t)).timestamp()
+    except NoFireTimeError:
+        return NEVER
 
 
 def after(job: Job, slot: float) -> float:
-    """The slot after ``slot`` (intervals by arithmetic: they are anchored to the epoch)."""
+    """The slot after ``slot`` (intervals by arithmetic: they are anchored to the epoch),
+    or :data:`NEVER`."""
     period = job.period
     if period:
         return slot + period
-    return job.schedule.next(from_ts(slot)).timestamp()
+    return next_slot(job.schedule, slot)
 
 
 def min_gap(job: Job) -> float:
@@ -50,6 +74,11 @@ class Due:
         self.watermark: dict[str, float] = {}
 
     def push(self, job: Job, slot: float) -> None:
+        """Queue ``job`` for ``slot``; :data:`NEVER` (or any slot past the calendar's end)
+        leaves it without a slot (logged)."""
+        if slot > LAST_SLOT:
+            self.exhausted(job)
+            return
         self.next[job.id] = slot
         bucket = self.buckets.get(slot)
         if bucket is None:
@@ -67,7 +96,17 @@ class Due:
             mark = None if seen is None else seen.timestamp()
         mark = now if mark is None else min(mark, now)
         self.watermark[job.id] = mark
-        self.push(job, job.schedule.next(from_ts(mark)).timestamp())
+        self.push(job, next_slot(job.schedule, mark))
+
+    def exhausted(self, job: Job) -> None:
+        """``job``'s schedule has no further fire time: it stays registered, unqueued."""
+        self.next.pop(job.id, None)
+        log.warning(
+            "job %s: schedule %r (%s) has no further fire time; no more slots",
+            job.id,
+            job.schedule.expr,
+            job.schedule.tz,
+        )
 
     def forget(self, job_id: str) -> None:
         self.next.pop(job_id, None)
@@ -120,7 +159,7 @@ class Due:
                     by_text = cache[sched.tz] = {}
                 found = by_text.get(sched.expr)
                 if found is None:
-                    found = by_text[sched.expr] = sched.next(from_ts(slot)).timestamp()
+                    found = by_text[sched.expr] = next_slot(sched, slot)
                 nxt = found
             push(job, nxt)
             if watermark.get(job.id, 0.0) < slot:

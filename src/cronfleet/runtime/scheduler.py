@@ -408,13 +408,10 @@ class Scheduler(SyncControl):
     def next_fire_times(
         self, job_id: str, n: int = 10, after: datetime | None = None
     ) -> list[datetime]:
+        """Up to ``n`` fire times of the job after ``after`` (default: now); fewer, or
+        none, when its schedule has no further fire time (``CronExpr.next_n``)."""
         job = self.get_job(job_id)
-        out: list[datetime] = []
-        t = after or from_ts(self.clock.now())
-        for _ in range(n):
-            t = job.schedule.next(t)
-            out.append(t)
-        return out
+        return job.schedule.next_n(after or from_ts(self.clock.now()), n)
 
     # -- control (async) ----------------------------------------------------------------
 
