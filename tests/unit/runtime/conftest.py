@@ -1,4 +1,11 @@
-"""Scheduler tests run the real loop on a real SQLite file with an injected clock."""
+"""Scheduler tests run the real loop with an injected clock on the in-memory store (fast);
+one real-store (SQLite) run per scenario is kept.
+
+``make()`` builds schedulers on the store ``store_kind`` names, all of one test on one
+database (a fleet). The default is ``"memory"``; a test runs on SQLite too with
+``@pytest.mark.parametrize("store_kind", BOTH)``, and a module whose tests read the SQLite
+file itself (``db``) overrides ``store_kind`` to ``"sqlite"``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any
 import pytest
 
 from cronfleet import FakeClock, Scheduler
+from cronfleet.store.memory import MemoryDatabase, MemoryStore
 
 # 2026-03-02 00:00:00 UTC, a Monday, on a whole hour
 T0 = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
@@ -21,17 +29,33 @@ def clock() -> FakeClock:
     return FakeClock(T0)
 
 
+# the key scenarios (claims, catch-up, early claims, leases, retry, overrides) run on both
+BOTH = ["memory", "sqlite"]
+
+
+@pytest.fixture
+def store_kind() -> str:
+    return "memory"
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cronfleet.db'}"
 
 
 @pytest.fixture
-def make(db: str, clock: FakeClock) -> Callable[..., Scheduler]:
+def make(store_kind: str, tmp_path: Path, clock: FakeClock) -> Callable[..., Scheduler]:
+    """Schedulers on one database: each call is a new instance (its own store object)."""
+    database = MemoryDatabase()
+    url = f"sqlite:///{tmp_path / 'cronfleet.db'}"  # the same file as ``db``
+
     def factory(**kw: Any) -> Scheduler:
         kw.setdefault("instance_id", "test-1")
         kw.setdefault("orphan_interval", 5)
-        return Scheduler(store=db, clock=clock, **kw)
+        if store_kind == "memory":
+            return Scheduler(store=MemoryStore(database, clock=clock), clock=clock, **kw)
+        assert store_kind == "sqlite", store_kind
+        return Scheduler(store=url, clock=clock, **kw)
 
     return factory
 

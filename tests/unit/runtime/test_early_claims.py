@@ -29,6 +29,12 @@ Make = Callable[..., Scheduler]
 SLOT = T0 + 60
 
 
+@pytest.fixture
+def store_kind() -> str:
+    """These tests read the SQLite file itself (``claims``, ``lease``): the real store."""
+    return "sqlite"
+
+
 def claims(db: str, job_id: str) -> list[tuple[int, str]]:
     """(slot ms, instance) of each claim of ``job_id``."""
     conn = sqlite3.connect(db.removeprefix("sqlite:///"))

@@ -8,11 +8,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from cronfleet import FakeClock, Job, RunContext, RunStatus, Scheduler
 from cronfleet.model import RetryPolicy
 from cronfleet.runtime.events import RunFinished, RunRetried
 
-from .conftest import T0, advance, settle
+from .conftest import BOTH, T0, advance, settle
 
 Make = Callable[..., Scheduler]
 
@@ -35,6 +37,7 @@ def with_retry(job: Job, **policy: Any) -> Job:
     return dataclasses.replace(job, retry=RetryPolicy(**policy))
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_retried_until_it_succeeds_every_attempt_recorded(
     make: Make, clock: FakeClock, running: list
 ) -> None:

@@ -1,4 +1,5 @@
-"""The runtime's rules, one by one, with an injected clock on a real SQLite store."""
+"""The runtime's rules, one by one, with an injected clock on the memory store; the key
+scenarios on SQLite too (``BOTH``)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ from cronfleet import (
 from cronfleet.clock import from_ts
 from cronfleet.store.base import Dispatch
 
-from .conftest import T0, Recorder, advance, settle
+from .conftest import BOTH, T0, Recorder, advance, settle
 
 Make = Callable[..., Scheduler]
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_fires_each_slot_once_with_context(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -74,6 +76,7 @@ async def test_sync_handler_failure_and_logs(make: Make, clock: FakeClock, runni
     assert threads and threads[0].startswith("cronfleet-job")
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_instances_sharing_a_store_fire_each_slot_once(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -102,6 +105,7 @@ async def test_instances_sharing_a_store_fire_each_slot_once(
     assert {r.instance_id for r in runs} <= {"a", "b", "c"}
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_burst_is_claimed_in_one_batch(make: Make, clock: FakeClock, running: list) -> None:
     s = make()
     rec = Recorder()
@@ -172,6 +176,7 @@ async def test_declared_disabled_and_forced_on(make: Make, clock: FakeClock, run
     assert len(rec.calls) == 1
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_pause_from_another_process_is_honoured(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -246,6 +251,7 @@ async def _downtime(
     return second, rec
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_catch_up_run_once_runs_the_most_recent_missed(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -302,6 +308,7 @@ async def test_catch_up_window_zero_disables(make: Make, clock: FakeClock, runni
     assert len([r for r in await s.runs_async("c") if r.reason == "missed"]) == 4
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_catch_up_never_reruns_a_slot_run_elsewhere(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -350,18 +357,20 @@ async def test_stalled_loop_is_caught_up(make: Make, clock: FakeClock, running: 
     assert rec.calls[1].is_catchup
 
 
-async def test_catch_up_across_midnight_and_dst(tmp_path: Any, running: list) -> None:
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_catch_up_across_midnight_and_dst(
+    make: Make, clock: FakeClock, running: list
+) -> None:
     # Daily 02:30 Paris. Last run Saturday 2026-03-28 02:30; down over the spring-forward
     # night (Sunday 02:30 does not exist: it fires at 03:00) until Monday 10:00.
-    clock = FakeClock(datetime(2026, 3, 28, 1, 0, tzinfo=UTC))
-    db = f"sqlite:///{tmp_path / 'dst.db'}"
-    first = Scheduler(store=db, clock=clock, instance_id="a")
+    clock.set(datetime(2026, 3, 28, 1, 0, tzinfo=UTC))
+    first = make(instance_id="a")
     first.job("30 2 * * *", id="d", timezone="Europe/Paris")(Recorder())
     await first.start()
     await advance(first.clock, 1800, first, step=900)  # reaches 01:30Z = 02:30 Paris
     await first.stop()
     clock.set(datetime(2026, 3, 30, 8, 0, tzinfo=UTC))  # Monday 10:00 Paris
-    second = Scheduler(store=db, clock=clock, instance_id="b")
+    second = make(instance_id="b")
     rec = Recorder()
     second.job(
         "30 2 * * *",
@@ -392,6 +401,7 @@ class Blocking:
         await self.release.wait()
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_overlap_skip_records_already_executing(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -415,6 +425,7 @@ async def test_overlap_skip_records_already_executing(
     assert len(h.started) == 1
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_overlap_queue_one_runs_right_after(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -452,6 +463,7 @@ async def test_overlap_allow_runs_concurrently(make: Make, clock: FakeClock, run
     await settle(s)
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_manual_trigger_and_already_executing(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -540,6 +552,7 @@ async def test_thread_timeout_is_abandoned(make: Make, clock: FakeClock, running
     assert "abandoned" in run.logs[-1]
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_crashed_holder_is_marked_interrupted_and_recovered(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -571,6 +584,7 @@ async def test_crashed_holder_is_marked_interrupted_and_recovered(
     assert [r.job_id for r in runs.values() if r.is_recovery] == ["r"]
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_jitter_delays_the_start_not_the_slot(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -622,6 +636,7 @@ class FlakyDispatch:
         return await self.real(items, instance)
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_locking_when_store_is_unavailable(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -648,6 +663,7 @@ async def test_locking_when_store_is_unavailable(
     assert "Ran without a claim" in offline[0].logs[0]
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_shutdown_interrupts_after_grace_and_releases(make: Make, clock: FakeClock) -> None:
     s = make(shutdown_grace=0.1)
     h = Blocking()
