@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cronfleet.cron import NoFireTimeError
 from cronfleet.cron.duration import format_duration
 
 if TYPE_CHECKING:
@@ -63,16 +62,8 @@ async def opened(store: Store) -> AsyncIterator[Store]:
 
 def fire_times(schedule: CronExpr, after: datetime, n: int) -> list[datetime]:
     """Up to ``n`` fire times of ``schedule`` after ``after``: fewer (maybe none) when the
-    schedule has no further fire (``NoFireTimeError``, or past the calendar's end)."""
-    out: list[datetime] = []
-    t = after
-    for _ in range(n):
-        try:
-            t = schedule.next(t)
-        except (NoFireTimeError, OverflowError):
-            break
-        out.append(t)
-    return out
+    schedule has no further fire (``CronExpr.next_n``, the runtime's rule too)."""
+    return schedule.next_n(after, n)
 
 
 def next_fires(job: Job, after: datetime, n: int) -> list[datetime]:

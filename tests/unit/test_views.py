@@ -40,7 +40,7 @@ def run(job_id: str, run_id: int, status: RunStatus = RunStatus.SUCCEEDED,
 
 
 class ListRunsStore:
-    """A store without ``last_runs``: the views fall back to one query per job."""
+    """What the views read: state rows, and (BatchedStore) every job's last run at once."""
 
     def __init__(self, runs: Sequence[RunRecord]) -> None:
         self.runs = list(runs)
@@ -65,8 +65,11 @@ class BatchedStore(ListRunsStore):
 def test_fire_times_stop_where_the_schedule_ends() -> None:
     daily = parse("0 9 * * *")
     assert [t.day for t in fire_times(daily, NOW, 3)] == [29, 30, 31]
-    end = datetime(9999, 12, 29, 12, tzinfo=UTC)
-    assert fire_times(daily, end, 3) == []  # NoFireTimeError: "never", not an error
+    # the calendar ends on 9999-12-31: the last two days still fire, then nothing
+    assert [t.day for t in fire_times(daily, datetime(9999, 12, 29, 12, tzinfo=UTC), 3)] == [
+        30, 31]
+    end = datetime(9999, 12, 31, 12, tzinfo=UTC)
+    assert fire_times(daily, end, 3) == []  # no further fire: "never", not an error
     assert next_fires(job(), end, 1) == []
     assert period_of(job(), end) is None
 
@@ -81,13 +84,6 @@ def test_last_runs_batched_in_one_call() -> None:
     found = asyncio.run(last_runs(store, ["a", "b", "c"]))
     assert {k: v.id for k, v in found.items()} == {"a": 2, "b": 3}
     assert store.calls == [("last_runs", ["a", "b", "c"])]
-
-
-def test_last_runs_fallback_per_job() -> None:
-    store = ListRunsStore([run("a", 2), run("a", 1)])
-    found = asyncio.run(last_runs(store, ["a", "b"]))
-    assert {k: v.id for k, v in found.items()} == {"a": 2}
-    assert store.calls == [("list_runs", "a"), ("list_runs", "b")]
 
 
 def test_job_views_read_states_once_and_last_runs_once() -> None:
