@@ -206,6 +206,15 @@ class NotifyPolicy:
                                ("email", self.email)) if v]
 
 
+_NO_DEFAULT = object()
+# Job.create's defaults that validate_job gives too (None values are always defaults)
+_CREATE_DEFAULTS: dict[str, Any] = {
+    "missed": Missed.RUN_ONCE, "catch_up_window": DEFAULT_CATCH_UP_WINDOW,
+    "locking": Locking.PREFER_GLOBAL, "overlap": Overlap.SKIP, "jitter": 0, "enabled": True,
+    "recover": False, "description": "", "team": DEFAULT_TEAM,
+}
+
+
 @dataclass(frozen=True, eq=False)
 class Job:
     """A declared unit of work. Build it with :meth:`Job.create`, which validates."""
@@ -257,15 +266,20 @@ class Job:
         job; raises ``ValueError`` naming every problem at once."""
         from cronfleet.spec import validate_job  # spec builds on this module's types
 
-        spec, problems = validate_job(
-            {"id": id, "schedule": schedule, "timezone": timezone, "missed": missed,
-             "catch_up_window": catch_up_window, "locking": locking, "overlap": overlap,
-             "timeout": timeout, "jitter": jitter, "enabled": enabled, "recover": recover,
-             "config": {} if config is None else config, "description": description,
-             "team": team, "retry": retry, "notify": notify,
-             "auto_pause_after": auto_pause_after},
-            nested_id=True,
-        )
+        given = {"timezone": timezone, "missed": missed, "catch_up_window": catch_up_window,
+                 "locking": locking, "overlap": overlap, "timeout": timeout,
+                 "jitter": jitter, "enabled": enabled, "recover": recover, "config": config,
+                 "description": description, "team": team, "retry": retry,
+                 "notify": notify, "auto_pause_after": auto_pause_after}
+        # a value that is exactly its default needs no checking (declaring 100,000 jobs
+        # in code must stay cheap); validate_job fills in the same defaults
+        fields: dict[str, Any] = {"id": id, "schedule": schedule}
+        for key, value in given.items():
+            default = _CREATE_DEFAULTS.get(key, _NO_DEFAULT)
+            if value is None or (type(value) is type(default) and value == default):
+                continue
+            fields[key] = value
+        spec, problems = validate_job(fields, nested_id=True)
         if spec is None:
             raise ValueError(_problems_text(id, schedule, problems))
         return cls(handler=handler, source=source, **spec.job_fields())

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cronfleet.cron import CronExpr, CronSyntaxError, parse
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
     BACKOFF_STRATEGIES,
@@ -50,9 +51,6 @@ from cronfleet.model import (
     RetryPolicy,
     check_team,
 )
-
-if TYPE_CHECKING:
-    from cronfleet.cron import CronExpr
 
 __all__ = [
     "HTTP_KEYS",
@@ -652,8 +650,6 @@ def validate_job(
     (a job id, as :meth:`Job.create` takes); otherwise it must be a single name.
     ``require_http``: the job is an HTTP request (a stored API job has no handler).
     """
-    from cronfleet.cron import CronExpr, CronSyntaxError, parse
-
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
     known = fields if keys is SPEC_KEYS else {k: v for k, v in fields.items() if k in keys}
