@@ -628,6 +628,20 @@ class JobSpec:
 
 
 _ENUMS: dict[str, type[Enum]] = {"missed": Missed, "locking": Locking, "overlap": Overlap}
+# the plain values of a job: key -> converter, in the order problems are reported
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "description": functools.partial(text, limit=TEXT_LIMITS["description"]),
+    "timezone": functools.partial(text, limit=TEXT_LIMITS["timezone"]),
+    "jitter": duration,
+    "catch_up_window": duration,
+    "timeout": functools.partial(duration, positive=True),
+    **{key: functools.partial(enum_value, enum) for key, enum in _ENUMS.items()},
+    "enabled": boolean,
+    "recover": boolean,
+    "allow_private_targets": boolean,
+    "auto_pause_after": functools.partial(whole_number, low=1),
+}
+_VALUE_KEYS = tuple(k for k in _CONVERTERS if k not in ("description", "timezone"))
 
 
 def validate_job(
@@ -664,6 +678,12 @@ def validate_job(
         except FieldError as exc:
             problems.append(FieldProblem(key, exc.message, exc.column))
 
+    def check_present(keys: Sequence[str]) -> None:
+        # only the keys given (a job declared in code gives few): no call for the others
+        for key in keys:
+            if get(key) is not None:
+                check(key, _CONVERTERS[key])
+
     job_id = fields.get("id")
     if job_id is None:
         problems.append(FieldProblem("id", 'missing: every job needs a unique id (e.g. '
@@ -672,8 +692,7 @@ def validate_job(
         problem = check_job_id(job_id) if nested_id else check_name(job_id, "id")
         if problem:
             problems.append(FieldProblem("id", problem))
-    for key in ("description", "timezone"):
-        check(key, functools.partial(text, limit=TEXT_LIMITS[key]))
+    check_present(("description", "timezone"))
     tz = out.get("timezone", timezone)
     if "timezone" in out:
         try:  # the zone on its own, so that a bad expression does not hide it
@@ -699,15 +718,7 @@ def validate_job(
             expr = parse(schedule, tz)
         except CronSyntaxError as exc:
             problems.append(FieldProblem("schedule", str(exc), exc.column))
-    for key in ("jitter", "catch_up_window"):
-        check(key, duration)
-    check("timeout", lambda v: duration(v, positive=True))
-    for key, enum in _ENUMS.items():
-        check(key, functools.partial(enum_value, enum))
-    for key in ("enabled", "recover"):
-        check(key, boolean)
-    check("allow_private_targets", boolean)
-    check("auto_pause_after", lambda v: whole_number(v, 1))
+    check_present(_VALUE_KEYS)
     team = get("team")
     if team is not None:
         problem = check_team(team)
