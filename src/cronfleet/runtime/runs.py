@@ -247,7 +247,20 @@ class Runs:
         """A run ended: free the job locally now, do the bookkeeping later (``settle``),
         so that during a burst the next handler starts as soon as possible."""
         active.outcome = outcome
-        job_id = active.job.id
+        self.unreserve(active.job.id)
+        self.active.pop(key, None)
+        self.unrecorded.pop(key, None)
+        self.ended.append(active)
+        self.s.ledger.wake()
+
+    def reserve(self, job_id: str) -> None:
+        """Count a run as in progress here before it exists (a manual run of a node-local
+        job between its "already running here?" check and its start, which are separated
+        by the store call): every other check sees the job busy meanwhile."""
+        self.running[job_id] = self.running.get(job_id, 0) + 1
+
+    def unreserve(self, job_id: str) -> None:
+        """One run (or reservation) of ``job_id`` here less."""
         left = self.running.get(job_id, 1) - 1
         if left:
             self.running[job_id] = left
@@ -256,10 +269,6 @@ class Runs:
             idle = self.idle_jobs.pop(job_id, None)
             if idle is not None:
                 idle.set()
-        self.active.pop(key, None)
-        self.unrecorded.pop(key, None)
-        self.ended.append(active)
-        self.s.ledger.wake()
 
     def settle(self) -> None:
         """Turn ended runs into records queued for the group commit, and announce them."""

@@ -437,29 +437,41 @@ class Scheduler(SyncControl):
         for it); otherwise it runs to completion before this returns.
         """
         job = self.get_job(job_id)
-        async with _ControlScope(self) as inline:
-            item = requests.manual(
-                job,
-                self.clock.now(),
-                by=by,
-                triggered_by=triggered_by,
-                local_busy=bool(self.runner.running.get(job.id)),
-                instance_id=self.instance_id,
-            )
-            [res] = await self.store.dispatch([item], self.instance_id)
-            assert res.run is not None
-            if res.run.status is RunStatus.SKIPPED:
-                raise AlreadyExecuting(job.id, res.holder or self.instance_id, res.run)
-            if inline:
-                return await self.runner.execute_inline(job, res.run, item.lease)
-            self.runner.launch(job, res.run, leased=item.lease)
-            if wait:
-                assert res.run.id is not None
-                active = self.runner.active.get(res.run.id)
-                if active is not None and active.task is not None:
-                    await asyncio.gather(active.task, return_exceptions=True)
-                await self.ledger.flushed()
-            return res.run
+        runner = self.runner
+        busy = bool(runner.running.get(job.id))
+        # a node-local job's overlap is decided here, not by a lease: hold its place from
+        # this check until its run starts, across the store call in between
+        reserved = (not busy and job.locking is Locking.NODE_LOCAL
+                    and job.overlap is not Overlap.ALLOW)
+        if reserved:
+            runner.reserve(job.id)
+        try:
+            async with _ControlScope(self) as inline:
+                item = requests.manual(
+                    job,
+                    self.clock.now(),
+                    by=by,
+                    triggered_by=triggered_by,
+                    local_busy=busy,
+                    instance_id=self.instance_id,
+                )
+                [res] = await self.store.dispatch([item], self.instance_id)
+                assert res.run is not None
+                if res.run.status is RunStatus.SKIPPED:
+                    raise AlreadyExecuting(job.id, res.holder or self.instance_id, res.run)
+                if inline:
+                    return await runner.execute_inline(job, res.run, item.lease)
+                runner.launch(job, res.run, leased=item.lease)
+        finally:
+            if reserved:
+                runner.unreserve(job.id)
+        if wait:  # a running scheduler (inline runs returned above)
+            assert res.run.id is not None
+            active = runner.active.get(res.run.id)
+            if active is not None and active.task is not None:
+                await asyncio.gather(active.task, return_exceptions=True)
+            await self.ledger.flushed()
+        return res.run
 
     async def pause_async(
         self,

@@ -736,3 +736,41 @@ async def test_control_only_process_runs_no_timers(
     await api.resume_async("t", by="api")
     await advance(clock, 120, worker, api, step=60)
     assert len(w_rec.calls) == 2 and a_rec.calls == []
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_parallel_triggers_of_a_node_local_job_start_one_run(
+    make: Make, running: list
+) -> None:
+    """200 triggers at once of a node-local job with overlap=skip: one run starts, every
+    other trigger is refused (the "already running here" check and the count it reads
+    used to be split by the store call, so up to 17 runs started together)."""
+    s = make()
+    gate = asyncio.Event()
+    now_running = 0
+    most = 0
+    started = 0
+
+    async def h(ctx: RunContext) -> None:
+        nonlocal now_running, most, started
+        started += 1
+        now_running += 1
+        most = max(most, now_running)
+        await gate.wait()
+        now_running -= 1
+
+    s.job("1h", id="local", locking=Locking.NODE_LOCAL, overlap="skip")(h)
+    await s.start()
+    running.append(s)
+    results = await asyncio.gather(
+        *(s.trigger_async("local", by=f"t{i}") for i in range(200)), return_exceptions=True
+    )
+    for _ in range(20):
+        await asyncio.sleep(0)
+    accepted = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, AlreadyExecuting)]
+    assert len(accepted) == 1 and len(refused) == 199, [type(r) for r in results[:5]]
+    assert started == 1 and most == 1
+    gate.set()
+    await s.wait_idle()
+    assert await s.trigger_async("local", by="after")  # free again once it ended
