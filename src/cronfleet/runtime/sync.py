@@ -37,11 +37,17 @@ def call_sync(s: Scheduler, make: Callable[[], Awaitable[T]]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(go())
-    raise RuntimeError(
-        "called from inside an event loop: use the async variant "
-        "(e.g. await scheduler.trigger_async(...))"
-    )
+        in_loop = False
+    else:
+        in_loop = True
+    if in_loop:
+        raise RuntimeError(
+            "called from inside an event loop: use the async variant "
+            "(e.g. await scheduler.trigger_async(...))"
+        )
+    # outside the except block: a handler's traceback must not carry "no running event
+    # loop ... During handling of the above exception" as its context
+    return asyncio.run(go())
 
 
 class SyncControl:

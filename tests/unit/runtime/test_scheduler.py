@@ -774,3 +774,21 @@ async def test_parallel_triggers_of_a_node_local_job_start_one_run(
     gate.set()
     await s.wait_idle()
     assert await s.trigger_async("local", by="after")  # free again once it ended
+
+
+def test_sync_trigger_of_a_failing_async_handler_keeps_its_own_traceback(
+    tmp_path: Any,
+) -> None:
+    """The blocking trigger() outside any event loop: the stored traceback is the
+    handler's, not chained to the "no running event loop" probe of the sync facade."""
+    s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}")
+
+    @s.job("1h", id="boom")
+    async def boom(ctx: RunContext) -> None:
+        raise ValueError("kaboom")
+
+    run = s.trigger("boom")
+    assert run.status is RunStatus.FAILED and run.error == "ValueError: kaboom"
+    logs = "\n".join(run.logs)
+    assert "ValueError: kaboom" in logs
+    assert "no running event loop" not in logs and "During handling" not in logs
