@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -170,3 +171,14 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
     assert f"cronfleet cannot run: the API cannot listen on 127.0.0.1:{port}: " \
            "Address already in use (choose another with --port or [api] port)" in text
     assert "Traceback" not in text
+    # the port is taken before any timer starts: the scheduler never opened the store
+    # (no job state row, no run), so a supervisor's restart loop runs no job without an API
+    db = tmp_path / "p.db"
+    if db.exists():
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            for table in ("job_state", "runs", "claims"):
+                if table in tables:
+                    assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)

@@ -85,17 +85,21 @@ async def serve(
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll)
     server: Any = None
+    # the port first: a taken port must stop the process before any timer has fired a
+    # slot (a supervisor's restart loop would otherwise run jobs without an API)
+    sock: socket.socket | None = None
     try:
+        if api:
+            sock = _bind(host, port)
         async with scheduler:
             await catalog.start()
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
-            if api:
+            if sock is not None:
                 app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
                                  catalog=catalog)
                 config = uvicorn.Config(app, host=host, port=port, access_log=False,
                                         log_config=None, lifespan="on", log_level="warning")
-                sock = _bind(host, port)
                 server = _server_class()(config)
                 server_task = asyncio.create_task(server.serve(sockets=[sock]),
                                                   name="cronfleet-api")
@@ -107,9 +111,9 @@ async def serve(
                     raise ServeError(f"the API could not listen on {host}:{port}"
                                      + (f" ({exc})" if exc and not isinstance(exc, SystemExit)
                                         else " (see the log above)"))
-                for s in server.servers:
-                    for sock in s.sockets:
-                        name = sock.getsockname()
+                for srv in server.servers:
+                    for listening in srv.sockets:
+                        name = listening.getsockname()
                         log.info("API listening on http://%s:%s (docs at /docs)",
                                  name[0], name[1])
             loop_task = scheduler.loop_task
@@ -121,6 +125,8 @@ async def serve(
             await catalog.stop()
             raise_if_failed(loop_task)
     finally:
+        if sock is not None:
+            sock.close()
         unsubscribe_alerts()
         await catalog.stop()
         await api_store.close()
