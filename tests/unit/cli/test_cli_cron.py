@@ -107,3 +107,17 @@ def test_help_documents_exit_codes() -> None:
     for cmd in ([], ["next"], ["explain"]):
         r = run(*cmd, "--help")
         assert r.exit_code == 0 and "Exit codes" in r.stdout and "2  bad input" in r.stdout
+
+
+def test_python_dash_m_cronfleet_is_the_cli() -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "cronfleet", "next", "0 9 * * *", "--tz", "Europe/Paris",
+         "--after", "2026-03-28T12:00:00+01:00", "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    data = json.loads(out)
+    assert data["expr"] == "0 9 * * *" and data["tz"] == "Europe/Paris"

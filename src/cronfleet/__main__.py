@@ -1,0 +1,5 @@
+"""``python -m cronfleet``: the ``cronfleet`` command."""
+
+from cronfleet.cli import main
+
+main()
