@@ -343,6 +343,9 @@ class Loop:
         try:
             for slot, catchup in runs:
                 await s.runner.job_idle(job.id)
+                # the previous run's lease is released by the group commit: wait for it to
+                # be written, or this slot would meet our own lease and be skipped
+                await s.ledger.flushed()
                 if s.stopping:
                     return
                 item = requests.scheduled(

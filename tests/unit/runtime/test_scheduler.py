@@ -792,3 +792,38 @@ def test_sync_trigger_of_a_failing_async_handler_keeps_its_own_traceback(
     logs = "\n".join(run.logs)
     assert "ValueError: kaboom" in logs
     assert "no running event loop" not in logs and "During handling" not in logs
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_run_all_runs_every_missed_slot_of_many_jobs(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """20 RUN_ALL jobs, 30 s down: every missed slot runs, oldest first — none is skipped
+    as 'already executing' against the process's own lease (the next slot of a sequence
+    used to be claimed before the previous run's lease release was written)."""
+    ids = [f"all-{i}" for i in range(20)]
+    first = make()
+    for job_id in ids:
+        first.job("5s", id=job_id, missed=Missed.RUN_ALL)(Recorder())
+    await first.start()
+    await advance(clock, 5, first, step=5)
+    await first.stop()
+    clock.advance(30)
+    second = make()
+    calls: dict[str, list[float]] = {job_id: [] for job_id in ids}
+
+    async def h(ctx: RunContext) -> None:
+        calls[ctx.job_id].append(ctx.slot.timestamp())
+        await asyncio.sleep(0)
+
+    for job_id in ids:
+        second.job("5s", id=job_id, missed=Missed.RUN_ALL)(h)
+    await second.start()
+    running.append(second)
+    for _ in range(3):
+        await settle(second)
+    missed = [T0 + 5 * k for k in range(2, 8)]  # the slots in the 30 s outage
+    for job_id in ids:
+        assert calls[job_id][: len(missed)] == missed, job_id
+    runs = await second.runs_async(limit=1000)
+    assert not [r for r in runs if r.reason == "already_executing"]
