@@ -17,7 +17,19 @@ from zoneinfo import ZoneInfo
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
 
-__all__ = ["CronExpr", "CronSyntaxError", "NoFireTimeError", "parse"]
+__all__ = [
+    "AnySchedule",
+    "ComposedSchedule",
+    "CronExpr",
+    "CronSyntaxError",
+    "Exclusion",
+    "NoFireTimeError",
+    "compose",
+    "parse",
+    "parse_composed",
+    "parse_exclusion",
+    "parse_instant",
+]
 
 
 @lru_cache(maxsize=4096)
@@ -36,3 +48,18 @@ def parse(expr: str, tz: str | ZoneInfo = "UTC") -> CronExpr:
     if isinstance(expr, str) and isinstance(tz, str | ZoneInfo):
         return _parse_cached(expr, tz)
     return CronExpr(expr, tz)
+
+
+# the composition (several expressions, a one-off, bounds, exclusions); imported after
+# parse() is defined, which it uses
+from .compose import (  # noqa: E402
+    ComposedSchedule,
+    Exclusion,
+    compose,
+    parse_composed,
+    parse_exclusion,
+    parse_instant,
+)
+
+AnySchedule = CronExpr | ComposedSchedule
+"""What a job's ``schedule`` is: a plain expression, or a composition of several."""

@@ -1,0 +1,649 @@
+"""``ComposedSchedule``: several expressions, a one-off instant, bounds and exclusions.
+
+A composed schedule fires at the union of its parts' instants (each instant once), or at
+one instant (``at``), never before ``start`` nor after ``end`` (both inclusive), and never
+at an excluded instant. It answers the same questions as :class:`~.expr.CronExpr`
+(``next``, ``prev``, ``next_n``, ``iter``, ``between``, ``describe``, ``explain``; ``expr``,
+``tz``, ``period``), so the runtime and the views use either without knowing which.
+
+Exclusions (``except``), each one of:
+
+* ``"MM-DD"``: that day of every year (``"12-25"``), in the schedule's zone;
+* ``"YYYY-MM-DD"``: that one day (``"2026-12-24"``);
+* a cron expression or macro (``"0 * * * 6,0"``): its instants are removed (an instant of
+  the schedule that is also a fire time of the exclusion); an interval is not accepted;
+* ``"calendar:PATH"``: a calendar file of days, one ``YYYY-MM-DD`` or ``MM-DD`` per line,
+  ``#`` starts a comment, blank lines are ignored.
+
+``expr`` is one canonical text of the whole composition (parts sorted,
+``" | "``-separated, ``at``/``start``/``end`` as UTC-offset ISO times, exclusions after
+``except``; a calendar file appears as its path and a digest of its days): the same text
+in the same zone is the same schedule, which is what the runtime's per-text cache needs.
+:func:`parse_composed` reads that text back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from .errors import CronSyntaxError, NoFireTimeError
+from .expr import CronExpr
+from .parser import resolve_tz
+
+__all__ = [
+    "MAX_SKIPPED",
+    "ComposedSchedule",
+    "Exclusion",
+    "compose",
+    "parse_composed",
+    "parse_exclusion",
+    "parse_instant",
+    "read_calendar",
+]
+
+_SECOND = timedelta(seconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_SKIPPED = 100_000
+"""Consecutive excluded candidates after which ``next``/``prev`` give up
+(``NoFireTimeError``): an exclusion that removes every instant ends the search."""
+CALENDAR_PREFIX = "calendar:"
+
+
+def _ts(dt: datetime) -> int:
+    """Whole seconds since the epoch, rounded down (compare instants, never wall times)."""
+    return (dt - _EPOCH) // _SECOND
+
+
+def _day_start(day: date, tz: ZoneInfo) -> int:
+    """The first instant of local ``day`` in ``tz`` (a midnight in a DST gap: the gap's
+    end), as epoch seconds."""
+    return _ts(datetime.combine(day, time(0), tzinfo=tz))
+
+
+# -- exclusions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """One ``except`` entry: ``text`` is its canonical form; ``dates`` full days,
+    ``monthdays`` ``(month, day)`` pairs of every year, ``cron`` an expression whose
+    instants are removed."""
+
+    text: str
+    dates: frozenset[date] = frozenset()
+    monthdays: frozenset[tuple[int, int]] = frozenset()
+    cron: CronExpr | None = None
+
+
+def _day_entry(text: str, field: str, source: str, column: int = 1
+               ) -> tuple[date | None, tuple[int, int] | None]:
+    """``YYYY-MM-DD`` -> (date, None); ``MM-DD`` -> (None, (month, day)); else raise."""
+    parts = text.split("-")
+    ok = all(p.isascii() and p.isdigit() for p in parts)
+    if ok and len(parts) == 3 and len(parts[0]) == 4 and len(parts[1]) == len(parts[2]) == 2:
+        try:
+            return date(int(parts[0]), int(parts[1]), int(parts[2])), None
+        except ValueError as exc:
+            raise CronSyntaxError(field, text, column, source,
+                                  f"{text!r} is not a date ({exc})") from None
+    if ok and len(parts) == 2 and len(parts[0]) == len(parts[1]) == 2:
+        month, day = int(parts[0]), int(parts[1])
+        try:
+            date(2000, month, day)  # a leap year: 02-29 is a day
+        except ValueError:
+            raise CronSyntaxError(field, text, column, source,
+                                  f"{text!r} is not a month-day (MM-DD)") from None
+        return None, (month, day)
+    raise CronSyntaxError(
+        field, text, column, source,
+        f"{text!r} is not a day (expected MM-DD or YYYY-MM-DD)")
+
+
+def read_calendar(path: str | Path, field: str = "except"
+                  ) -> tuple[frozenset[date], frozenset[tuple[int, int]]]:
+    """The days of a calendar file: one ``YYYY-MM-DD`` or ``MM-DD`` per line, ``#`` starts
+    a comment, blank lines ignored. Raises :class:`CronSyntaxError` naming the line."""
+    p = Path(path)
+    try:
+        content = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CronSyntaxError(field, str(path), None, str(path),
+                              f"cannot read calendar file {str(path)!r}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from None
+    dates: set[date] = set()
+    monthdays: set[tuple[int, int]] = set()
+    for number, line in enumerate(content.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            d, md = _day_entry(entry, field, entry)
+        except CronSyntaxError as exc:
+            raise CronSyntaxError(field, entry, None, str(path),
+                                  f"{str(path)!r} line {number}: {exc.reason}") from None
+        if d is not None:
+            dates.add(d)
+        if md is not None:
+            monthdays.add(md)
+    return frozenset(dates), frozenset(monthdays)
+
+
+def _calendar_digest(dates: frozenset[date], monthdays: frozenset[tuple[int, int]]) -> str:
+    items = sorted(d.isoformat() for d in dates) + sorted(f"{m:02d}-{d:02d}"
+                                                          for m, d in monthdays)
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:12]
+
+
+def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None,
+                    field: str = "except") -> Exclusion:
+    """One ``except`` entry (see the module's docstring). ``base``: the directory a
+    relative calendar path is read from (default: the working directory). Raises
+    :class:`CronSyntaxError` (``field`` names the entry)."""
+    if not isinstance(text, str):
+        raise CronSyntaxError(field, repr(text), None, repr(text),
+                              f"expected text, got {type(text).__name__}")
+    stripped = text.strip()
+    if not stripped:
+        raise CronSyntaxError(field, text, 1, text, "empty exclusion (expected MM-DD, "
+                              "YYYY-MM-DD, a cron expression or calendar:PATH)")
+    if stripped.startswith(CALENDAR_PREFIX):
+        name = stripped[len(CALENDAR_PREFIX):].strip()
+        if not name:
+            raise CronSyntaxError(field, text, len(CALENDAR_PREFIX) + 1, text,
+                                  "calendar: needs a file path (calendar:holidays.txt)")
+        path = Path(name)
+        if base is not None and not path.is_absolute():
+            path = Path(base) / path
+        dates, monthdays = read_calendar(path, field)
+        canonical = f"{CALENDAR_PREFIX}{name}#{_calendar_digest(dates, monthdays)}"
+        return Exclusion(canonical, dates, monthdays)
+    if stripped[0].isdigit() and " " not in stripped and "-" in stripped \
+            and "/" not in stripped and "," not in stripped:
+        d, md = _day_entry(stripped, field, text, text.index(stripped[0]) + 1)
+        if d is not None:
+            return Exclusion(d.isoformat(), dates=frozenset((d,)))
+        assert md is not None
+        return Exclusion(f"{md[0]:02d}-{md[1]:02d}", monthdays=frozenset((md,)))
+    from . import parse
+
+    expr = parse(" ".join(stripped.split()), tz)
+    if expr.is_interval:
+        raise CronSyntaxError(field, text, 1, text, "an interval cannot be an exclusion "
+                              "(use a cron expression, MM-DD or YYYY-MM-DD)")
+    return Exclusion(expr.expr, cron=expr)
+
+
+# -- instants -------------------------------------------------------------------------------
+
+
+def parse_instant(value: object, tz: str | ZoneInfo = "UTC", *, field: str = "at",
+                  end_of_day: bool = False) -> datetime:
+    """An instant for ``at``/``start``/``end``: an aware datetime, or ISO 8601 text with an
+    offset (``2026-12-24T18:00:00+01:00``); without one it is read in ``tz`` (a repeated
+    local time: its first pass). A date (``2026-12-24``) is that day's first instant, or
+    with ``end_of_day`` its last second. Fire times are whole seconds: a fraction is
+    refused. Raises :class:`CronSyntaxError`."""
+    zone = resolve_tz(tz, "")
+    raw = value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+        except ValueError:
+            raise CronSyntaxError(
+                field, str(raw), 1, str(raw),
+                f"{raw!r} is not an ISO 8601 date-time (e.g. 2026-12-24T18:00:00+01:00) "
+                "or date (2026-12-24)") from None
+    if isinstance(value, datetime):
+        if value.microsecond:
+            raise CronSyntaxError(field, str(raw), None, str(raw),
+                                  f"{value.isoformat()}: fire times are whole seconds")
+        if value.tzinfo is None or value.utcoffset() is None:
+            value = value.replace(tzinfo=zone)
+        try:
+            return value.astimezone(zone)
+        except (OverflowError, ValueError):
+            raise CronSyntaxError(field, str(raw), None, str(raw),
+                                  f"{value.isoformat()} is outside the calendar") from None
+    if isinstance(value, date):
+        if end_of_day:
+            if value == date.max:
+                return datetime.combine(value, time(23, 59, 59), tzinfo=zone)
+            nxt = _day_start(value + timedelta(days=1), zone) - 1
+            return datetime.fromtimestamp(nxt, zone)
+        return datetime.fromtimestamp(_day_start(value, zone), zone)
+    raise CronSyntaxError(field, repr(raw), None, repr(raw),
+                          f"expected an ISO 8601 date-time or date, got {type(raw).__name__}")
+
+
+def _iso(dt: datetime) -> str:
+    return dt.isoformat()
+
+
+# -- the composed schedule ------------------------------------------------------------------
+
+
+class ComposedSchedule:
+    """An immutable, hashable composed schedule (build it with :func:`compose`).
+
+    Attributes:
+        expr: the canonical text of the whole composition.
+        tz: the ``ZoneInfo`` fire times are returned in (every part's zone).
+        parts: the cron expressions (or intervals) whose instants are united.
+        at: the one-off instant, or ``None``.
+        start, end: the inclusive bounds, or ``None``.
+        exclusions: the ``except`` entries.
+        period: always ``None`` (a composition is never plain interval arithmetic).
+    """
+
+    __slots__ = ("_dates", "_key", "_monthdays", "_xcrons", "at", "end", "exclusions",
+                 "expr", "parts", "start", "tz")
+
+    expr: str
+    tz: ZoneInfo
+    parts: tuple[CronExpr, ...]
+    at: datetime | None
+    start: datetime | None
+    end: datetime | None
+    exclusions: tuple[Exclusion, ...]
+    _dates: frozenset[date]
+    _monthdays: frozenset[tuple[int, int]]
+    _xcrons: tuple[CronExpr, ...]
+    _key: tuple[object, ...]
+
+    period: None = None
+    is_interval = False
+
+    def __init__(self, parts: Iterable[CronExpr] = (), *, tz: str | ZoneInfo = "UTC",
+                 at: datetime | None = None, start: datetime | None = None,
+                 end: datetime | None = None, exclusions: Iterable[Exclusion] = ()) -> None:
+        zone = resolve_tz(tz, "")
+        unique: dict[CronExpr, CronExpr] = {}
+        for p in parts:
+            if p.tz != zone:
+                raise ValueError(f"part {p.expr!r} is in {p.tz}, not {zone}")
+            unique.setdefault(p, p)
+        ordered = tuple(sorted(unique.values(), key=lambda p: p.expr))
+        if not ordered and at is None:
+            raise ValueError("a composed schedule needs at least one expression or 'at'")
+        if ordered and at is not None:
+            raise ValueError("give either expressions or 'at', not both")
+        for name, value in (("at", at), ("start", start), ("end", end)):
+            if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+                raise ValueError(f"{name} must be timezone-aware")
+        xs = tuple(sorted({x.text: x for x in exclusions}.values(), key=lambda x: x.text))
+        setter = object.__setattr__
+        setter(self, "tz", zone)
+        setter(self, "parts", ordered)
+        setter(self, "at", None if at is None else at.astimezone(zone))
+        setter(self, "start", None if start is None else start.astimezone(zone))
+        setter(self, "end", None if end is None else end.astimezone(zone))
+        setter(self, "exclusions", xs)
+        dates: set[date] = set()
+        monthdays: set[tuple[int, int]] = set()
+        for x in xs:
+            dates |= x.dates
+            monthdays |= x.monthdays
+        setter(self, "_dates", frozenset(dates))
+        setter(self, "_monthdays", frozenset(monthdays))
+        setter(self, "_xcrons", tuple(x.cron for x in xs if x.cron is not None))
+        words = [p.expr for p in ordered]
+        if self.at is not None:
+            words.append(f"at {_iso(self.at)}")
+        if self.start is not None:
+            words.append(f"start {_iso(self.start)}")
+        if self.end is not None:
+            words.append(f"end {_iso(self.end)}")
+        words += [f"except {x.text}" for x in xs]
+        setter(self, "expr", " | ".join(words))
+        tz_key: object = zone.key if zone.key is not None else zone
+        setter(self, "_key", (
+            "composed", frozenset(ordered),
+            None if self.at is None else _ts(self.at),
+            None if self.start is None else _ts(self.start),
+            None if self.end is None else _ts(self.end),
+            self._dates, self._monthdays, frozenset(self._xcrons), tz_key))
+
+    # -- value semantics ---------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"ComposedSchedule is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ComposedSchedule is immutable (cannot delete {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ComposedSchedule):
+            return NotImplemented
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"ComposedSchedule({self.expr!r}, tz={str(self.tz)!r})"
+
+    def __str__(self) -> str:
+        return self.expr
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.parts, self.tz.key if self.tz.key is not None else self.tz,
+                           self.at, self.start, self.end, self.exclusions))
+
+    # -- questions ---------------------------------------------------------------------------
+
+    @property
+    def one_off(self) -> bool:
+        """``True`` for an ``at`` schedule (one instant, then done)."""
+        return self.at is not None
+
+    @property
+    def last(self) -> datetime | None:
+        """The latest instant the schedule may fire at (``at`` or ``end``), else ``None``."""
+        return self.at if self.at is not None else self.end
+
+    def done(self, now: datetime) -> bool:
+        """``True`` when nothing fires after ``now`` any more *by construction* (a one-off
+        past its instant, or a schedule past its ``end``)."""
+        last = self.last
+        return last is not None and _ts(last) <= _ts(now)
+
+    def excluded(self, t: datetime) -> bool:
+        """Whether instant ``t`` is removed by an exclusion."""
+        local = t.astimezone(self.tz)
+        d = local.date()
+        if d in self._dates or (d.month, d.day) in self._monthdays:
+            return True
+        if self._xcrons:
+            before = local - _SECOND
+            u = _ts(local)
+            for x in self._xcrons:
+                try:
+                    if _ts(x.next(before)) == u:
+                        return True
+                except NoFireTimeError:
+                    continue
+        return False
+
+    def _day_excluded(self, t: datetime) -> bool:
+        d = t.date()
+        return d in self._dates or (d.month, d.day) in self._monthdays
+
+    def _raw_next(self, t: datetime) -> datetime:
+        """The first instant of the union strictly after ``t`` (no bounds, no exclusions)."""
+        at = self.at
+        if at is not None:
+            if _ts(at) > _ts(t):
+                return at
+            raise NoFireTimeError(f"{self.expr!r}: the one-off instant has passed")
+        best: datetime | None = None
+        best_u = 0
+        for p in self.parts:
+            try:
+                c = p.next(t)
+            except NoFireTimeError:
+                continue
+            u = _ts(c)
+            if best is None or u < best_u:
+                best, best_u = c, u
+        if best is None:
+            raise NoFireTimeError(f"{self.expr!r} in {self.tz}: no fire time after "
+                                  f"{t.isoformat()}")
+        return best
+
+    def _raw_prev(self, t: datetime) -> datetime:
+        at = self.at
+        if at is not None:
+            # strictly before t: at < t (t may carry microseconds)
+            if at < t:
+                return at
+            raise NoFireTimeError(f"{self.expr!r}: no fire time before {t.isoformat()}")
+        best: datetime | None = None
+        best_u = 0
+        for p in self.parts:
+            try:
+                c = p.prev(t)
+            except NoFireTimeError:
+                continue
+            u = _ts(c)
+            if best is None or u > best_u:
+                best, best_u = c, u
+        if best is None:
+            raise NoFireTimeError(f"{self.expr!r} in {self.tz}: no fire time before "
+                                  f"{t.isoformat()}")
+        return best
+
+    def next(self, after: datetime) -> datetime:
+        """The first fire time strictly after ``after`` (an aware datetime), in ``tz``."""
+        if after.tzinfo is None or after.utcoffset() is None:
+            raise ValueError(f"after must be timezone-aware (got naive {after.isoformat()})")
+        t = after
+        start, end = self.start, self.end
+        if start is not None and start - _SECOND > t:
+            t = start - _SECOND
+        end_u = None if end is None else _ts(end)
+        for _ in range(MAX_SKIPPED):
+            c = self._raw_next(t)
+            if end_u is not None and _ts(c) > end_u:
+                raise NoFireTimeError(f"{self.expr!r}: no fire time after "
+                                      f"{after.isoformat()} (the schedule ends at "
+                                      f"{_iso(end)})")  # type: ignore[arg-type]
+            if not self.excluded(c):
+                return c.astimezone(self.tz)
+            if self._day_excluded(c.astimezone(self.tz)):
+                # skip the rest of an excluded day at once
+                local = c.astimezone(self.tz)
+                target = _day_start(local.date() + timedelta(days=1), self.tz) - 1
+                t = datetime.fromtimestamp(target, self.tz) if target > _ts(c) else c
+            else:
+                t = c
+        raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
+                              f"after {after.isoformat()}; giving up")
+
+    def prev(self, before: datetime) -> datetime:
+        """The last fire time strictly before ``before`` (an aware datetime), in ``tz``."""
+        if before.tzinfo is None or before.utcoffset() is None:
+            raise ValueError(f"before must be timezone-aware (got naive {before.isoformat()})")
+        t = before
+        start, end = self.start, self.end
+        if end is not None and end + _SECOND < t:
+            t = end + _SECOND
+        start_u = None if start is None else _ts(start)
+        for _ in range(MAX_SKIPPED):
+            c = self._raw_prev(t)
+            if start_u is not None and _ts(c) < start_u:
+                raise NoFireTimeError(f"{self.expr!r}: no fire time before "
+                                      f"{before.isoformat()} (the schedule starts at "
+                                      f"{_iso(start)})")  # type: ignore[arg-type]
+            if not self.excluded(c):
+                return c.astimezone(self.tz)
+            local = c.astimezone(self.tz)
+            if self._day_excluded(local):
+                target = _day_start(local.date(), self.tz)
+                t = datetime.fromtimestamp(target, self.tz) if target < _ts(c) else c
+            else:
+                t = c
+        raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
+                              f"before {before.isoformat()}; giving up")
+
+    def next_n(self, after: datetime, n: int) -> list[datetime]:
+        """Up to ``n`` successive fire times strictly after ``after``; fewer, or none, when
+        the schedule has no further fire (a one-off past, ``end`` reached)."""
+        out: list[datetime] = []
+        t = after
+        for _ in range(n):
+            try:
+                t = self.next(t)
+            except NoFireTimeError:
+                break
+            out.append(t)
+        return out
+
+    def iter(self, after: datetime) -> Iterator[datetime]:
+        """Successive fire times strictly after ``after`` (ends with the schedule)."""
+        t = after
+        while True:
+            try:
+                t = self.next(t)
+            except NoFireTimeError:
+                return
+            yield t
+
+    def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
+        """Fire times ``t`` with ``start < t <= end``, in order (a lazy iterator)."""
+        if end.tzinfo is None or end.utcoffset() is None:
+            raise ValueError(f"end must be timezone-aware (got naive {end.isoformat()})")
+        last = _ts(end)
+        for t in self.iter(start):
+            if _ts(t) > last:
+                return
+            yield t
+
+    def excluded_between(self, start: datetime, end: datetime, limit: int = 100
+                         ) -> list[datetime]:
+        """The instants of the parts (inside the bounds) with ``start < t <= end`` that
+        an exclusion removes, at most ``limit`` (what previews show as excluded)."""
+        if not self.exclusions:
+            return []
+        out: list[datetime] = []
+        t = start
+        if self.start is not None and self.start - _SECOND > t:
+            t = self.start - _SECOND
+        last = _ts(end)
+        if self.end is not None:
+            last = min(last, _ts(self.end))
+        for _ in range(MAX_SKIPPED):
+            try:
+                c = self._raw_next(t)
+            except NoFireTimeError:
+                break
+            if _ts(c) > last:
+                break
+            if self.excluded(c):
+                out.append(c.astimezone(self.tz))
+                if len(out) >= limit:
+                    break
+            t = c
+        return out
+
+    def describe(self) -> str:
+        """An English description of the whole composition. Never raises."""
+        try:
+            if self.at is not None:
+                text = f"Once at {self.at.strftime('%Y-%m-%d %H:%M:%S')} ({self.tz})"
+            else:
+                text = "; and ".join(p.describe() for p in self.parts)
+            if self.start is not None and self.end is not None:
+                text += f"; from {_iso(self.start)} to {_iso(self.end)}"
+            elif self.start is not None:
+                text += f"; from {_iso(self.start)}"
+            elif self.end is not None:
+                text += f"; until {_iso(self.end)}"
+            if self.exclusions:
+                text += "; except " + ", ".join(x.text for x in self.exclusions)
+            return text
+        except Exception:  # a description never breaks anything
+            return f"Schedule '{self.expr}'"
+
+    def explain(self) -> dict[str, object]:
+        """The parts (each :meth:`CronExpr.explain`), ``at``, bounds and exclusions as
+        JSON-ready data."""
+        return {
+            "kind": "composed",
+            "expr": self.expr,
+            "tz": str(self.tz),
+            "description": self.describe(),
+            "parts": [p.explain() for p in self.parts],
+            "at": None if self.at is None else _iso(self.at),
+            "start": None if self.start is None else _iso(self.start),
+            "end": None if self.end is None else _iso(self.end),
+            "except": [x.text for x in self.exclusions],
+        }
+
+
+def _rebuild(parts: tuple[CronExpr, ...], tz: str | ZoneInfo, at: datetime | None,
+             start: datetime | None, end: datetime | None,
+             exclusions: tuple[Exclusion, ...]) -> ComposedSchedule:
+    return ComposedSchedule(parts, tz=tz, at=at, start=start, end=end, exclusions=exclusions)
+
+
+def compose(
+    exprs: str | CronExpr | Sequence[str | CronExpr] = (),
+    tz: str | ZoneInfo = "UTC",
+    *,
+    at: object = None,
+    start: object = None,
+    end: object = None,
+    exclude: Sequence[str | Exclusion] = (),
+    base: str | Path | None = None,
+) -> CronExpr | ComposedSchedule:
+    """Build a schedule from its pieces: a plain :class:`CronExpr` when there is one
+    expression and nothing else (the fast path), else a :class:`ComposedSchedule`.
+
+    ``exprs``: one expression or several (their instants are united); ``at``: one instant
+    instead (ISO text or aware datetime); ``start``/``end``: inclusive bounds (a date as
+    ``end`` covers that whole day); ``exclude``: ``except`` entries. Raises
+    :class:`CronSyntaxError` for bad text, ``ValueError`` for impossible combinations.
+    """
+    from . import parse
+
+    zone = resolve_tz(tz, "")
+    items = [exprs] if isinstance(exprs, str | CronExpr) else list(exprs)
+    parts = [x if isinstance(x, CronExpr) else parse(x, zone) for x in items]
+    when = None if at is None else parse_instant(at, zone, field="at")
+    lo = None if start is None else parse_instant(start, zone, field="start")
+    hi = None if end is None else parse_instant(end, zone, field="end", end_of_day=True)
+    xs = [x if isinstance(x, Exclusion) else parse_exclusion(x, zone, base=base)
+          for x in exclude]
+    if len(parts) == 1 and when is None and lo is None and hi is None and not xs \
+            and parts[0].tz == zone:
+        return parts[0]
+    if lo is not None and hi is not None and hi < lo:
+        raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
+    return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+
+
+def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None
+                   ) -> CronExpr | ComposedSchedule:
+    """Read a composition written as its canonical text: pieces separated by ``|``, each
+    an expression, ``at ISO``, ``start ISO``, ``end ISO`` or ``except ENTRY``
+    (``"0 9 * * 1-5 | 0 12 * * 6 | except 12-25"``). Text without ``|`` nor a keyword is
+    one plain expression (:func:`cronfleet.cron.parse`)."""
+    from . import parse
+
+    pieces = [p.strip() for p in text.split("|")]
+    keywords = ("at ", "start ", "end ", "except ")
+    if len(pieces) == 1 and not pieces[0].startswith(keywords):
+        return parse(text, tz)
+    exprs: list[str] = []
+    opts: dict[str, str] = {}
+    exclude: list[str] = []
+    offset = 0
+    for raw, piece in zip(text.split("|"), pieces, strict=True):
+        column = offset + len(raw) - len(raw.lstrip()) + 1
+        offset += len(raw) + 1
+        word, _, rest = piece.partition(" ")
+        if not piece:
+            raise CronSyntaxError("expression", "|", max(column - 1, 1), text,
+                                  "empty piece between '|'")
+        if word in ("at", "start", "end"):
+            if word in opts:
+                raise CronSyntaxError(word, piece, column, text, f"{word!r} given twice")
+            opts[word] = rest.strip()
+        elif word == "except":
+            exclude.append(rest.strip())
+        else:
+            exprs.append(piece)
+    try:
+        return compose(exprs, tz, at=opts.get("at"), start=opts.get("start"),
+                       end=opts.get("end"), exclude=exclude, base=base)
+    except ValueError as exc:
+        if isinstance(exc, CronSyntaxError):
+            raise
+        raise CronSyntaxError("expression", text, 1, text, str(exc)) from None
