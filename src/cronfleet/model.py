@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cronfleet.cron import CronExpr
+    from cronfleet.cron import AnySchedule, CronExpr
 
 __all__ = [
     "BACKOFF_STRATEGIES",
@@ -220,7 +220,7 @@ class Job:
     """A declared unit of work. Build it with :meth:`Job.create`, which validates."""
 
     id: str
-    schedule: CronExpr
+    schedule: AnySchedule
     handler: Handler | None
     missed: Missed = Missed.RUN_ONCE
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW

@@ -35,8 +35,9 @@ from datetime import datetime, timedelta, tzinfo
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from cronfleet.cron import CronExpr, CronSyntaxError, parse
+from cronfleet.cron import AnySchedule, CronExpr, CronSyntaxError, parse
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
     BACKOFF_STRATEGIES,
@@ -97,7 +98,13 @@ SPEC_KEYS = (
     "id", "schedule", "timezone", "description", "enabled", "missed", "catch_up_window",
     "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
     "notify", "auto_pause_after", "allow_private_targets", "http",
+    "at", "start", "end", "except",
 )
+# a schedule may be composed: several expressions (a list), a one-off ``at`` instead,
+# ``start``/``end`` bounds and ``except`` exclusions (cronfleet.cron.compose)
+SCHEDULE_KEYS = ("schedule", "at", "start", "end", "except")
+MAX_SCHEDULES = 100
+MAX_EXCEPT = 1000
 HTTP_KEYS = (
     "method", "url", "headers", "body", "timeout", "follow_redirects", "accept_status",
     "body_contains", "body_not_contains", "body_regex", "body_not_regex", "signing_secret",
@@ -597,7 +604,7 @@ class JobSpec:
     """Every field of a job, converted and valid (build it with :func:`validate_job`)."""
 
     id: str
-    schedule: CronExpr
+    schedule: AnySchedule
     description: str = ""
     enabled: bool = True
     missed: Missed = Missed.RUN_ONCE
@@ -644,6 +651,114 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
 _VALUE_KEYS = tuple(k for k in _CONVERTERS if k not in ("description", "timezone"))
 
 
+def _composed(
+    schedule: object,
+    fields: Mapping[str, Any],
+    tz: str,
+    base: str | Path | None,
+    one: Callable[[object, str], CronExpr | None],
+    problems: list[FieldProblem],
+) -> AnySchedule | None:
+    """A composed schedule from ``schedule`` (one expression or a list: ``schedule[i]``
+    problems), ``at``, ``start``, ``end`` and ``except`` (``except[i]``), every problem
+    appended; a single expression with nothing else stays a plain ``CronExpr``."""
+    from cronfleet.cron import (
+        ComposedSchedule,
+        CronExpr,
+        CronSyntaxError,
+        parse_exclusion,
+        parse_instant,
+    )
+
+    before = len(problems)
+    at, start, end, exclude = (fields.get(k) for k in SCHEDULE_KEYS[1:])
+    if isinstance(schedule, ComposedSchedule):
+        problems.append(FieldProblem("schedule", "already composed: give its parts "
+                                                 "(a list, at, start, end, except) instead"))
+        return None
+    items: list[object] = []
+    if isinstance(schedule, list | tuple):
+        if not schedule:
+            problems.append(FieldProblem("schedule", "empty list: give at least one "
+                                                     "expression"))
+        elif len(schedule) > MAX_SCHEDULES:
+            problems.append(FieldProblem("schedule", f"more than {MAX_SCHEDULES} "
+                                                     "expressions"))
+        else:
+            items = list(schedule)
+    elif schedule is not None:
+        items = [schedule]
+    if items and at is not None:
+        problems.append(FieldProblem("at", "a one-off runs instead of a recurring schedule: "
+                                           "give either the schedule (cron) or at, not both"))
+    zone: str | ZoneInfo = tz
+    if "timezone" not in fields:  # a parsed expression brings its zone
+        zone = next((x.tz for x in items if isinstance(x, CronExpr)), tz)
+    keyed = len(items) > 1 or isinstance(schedule, list | tuple)
+    parts: list[CronExpr] = []
+    for i, item in enumerate(items):
+        key = f"schedule[{i}]" if keyed else "schedule"
+        if isinstance(item, CronExpr) and item.tz != zone and str(item.tz) != str(zone):
+            problems.append(FieldProblem(key, f"in time zone {item.tz}, not the job's "
+                                              f"{zone}: every expression of a job runs in "
+                                              "one zone"))
+            continue
+        got = one(item, key)
+        if got is not None:
+            parts.append(got)
+    bounds: dict[str, Any] = {}
+    for key, value in (("at", at), ("start", start), ("end", end)):
+        if value is None:
+            continue
+        try:
+            bounds[key] = parse_instant(value, zone, field=key,
+                                        end_of_day=key == "end")
+        except CronSyntaxError as exc:
+            problems.append(FieldProblem(key, exc.reason))
+    exclusions = []
+    if exclude is not None:
+        entries = [exclude] if isinstance(exclude, str) else exclude
+        if not isinstance(entries, list | tuple):
+            problems.append(FieldProblem("except", f"expected a list of days (MM-DD, "
+                                                   f"YYYY-MM-DD), cron expressions or "
+                                                   f"calendar:PATH, got "
+                                                   f"{describe_value(exclude)}"))
+            entries = []
+        elif len(entries) > MAX_EXCEPT:
+            problems.append(FieldProblem("except", f"more than {MAX_EXCEPT} entries "
+                                                   "(use a calendar file)"))
+            entries = []
+        for i, entry in enumerate(entries):
+            key = f"except[{i}]"
+            if isinstance(entry, str) and len(entry) > TEXT_LIMITS["schedule"]:
+                problems.append(FieldProblem(key, f"longer than {TEXT_LIMITS['schedule']} "
+                                                  "characters"))
+                continue
+            try:
+                exclusions.append(parse_exclusion(entry, zone, base=base))
+            except CronSyntaxError as exc:
+                message = str(exc) if exc.field != "except" else exc.reason
+                problems.append(FieldProblem(key, message, exc.column))
+    lo, hi, when = bounds.get("start"), bounds.get("end"), bounds.get("at")
+    if lo is not None and hi is not None and hi < lo:
+        problems.append(FieldProblem("end", f"{hi.isoformat()} is before start "
+                                            f"{lo.isoformat()}"))
+    if when is not None and ((lo is not None and when < lo) or (hi is not None and when > hi)):
+        problems.append(FieldProblem("at", f"{when.isoformat()} is outside start/end: "
+                                           "the job would never run"))
+    if len(problems) > before or (not parts and when is None):
+        return None
+    if len(parts) == 1 and not bounds and not exclusions:
+        return parts[0]
+    composed = ComposedSchedule(parts, tz=zone,
+                                at=when, start=lo, end=hi, exclusions=exclusions)
+    if when is not None and composed.excluded(when):
+        problems.append(FieldProblem("at", f"{when.isoformat()} is excluded by except: "
+                                           "the job would never run"))
+        return None
+    return composed
+
+
 def validate_job(
     fields: Mapping[str, Any],
     *,
@@ -653,6 +768,7 @@ def validate_job(
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW,
     nested_id: bool = False,
     require_http: bool = False,
+    base: str | Path | None = None,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
     """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
 
@@ -663,6 +779,10 @@ def validate_job(
     parsed :class:`~cronfleet.cron.CronExpr`. ``nested_id``: the id may contain ``/``
     (a job id, as :meth:`Job.create` takes); otherwise it must be a single name.
     ``require_http``: the job is an HTTP request (a stored API job has no handler).
+    ``schedule`` may also be a list of expressions (their instants united), replaced by a
+    one-off ``at``, and bounded by ``start``/``end`` and ``except`` exclusions
+    (:func:`_composed`); ``base``: the directory a relative ``calendar:`` file is read
+    from (a config file's directory).
     """
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
@@ -701,23 +821,34 @@ def validate_job(
             problems.append(FieldProblem("timezone", exc.reason))
             tz = "UTC"
     schedule = fields.get("schedule")
-    expr: CronExpr | None = None
-    if schedule is None:
+    expr: AnySchedule | None = None
+
+    def one(value: object, key: str) -> CronExpr | None:
+        """One expression (a list's element too), its problem keyed by ``key``."""
+        if isinstance(value, CronExpr):
+            return value
+        if not isinstance(value, str):
+            problems.append(FieldProblem(key, f"expected a string, got "
+                                              f"{describe_value(value)}"))
+        elif len(value) > TEXT_LIMITS["schedule"]:
+            problems.append(FieldProblem(key, f"longer than {TEXT_LIMITS['schedule']} "
+                                              "characters"))
+        else:
+            try:
+                return parse(value, tz)
+            except CronSyntaxError as exc:
+                problems.append(FieldProblem(key, str(exc), exc.column))
+        return None
+
+    composing = any(get(k) is not None for k in SCHEDULE_KEYS[1:])
+    if schedule is None and get("at") is None:
         problems.append(FieldProblem("schedule", 'missing: a cron expression, macro or '
-                                                 'interval (e.g. "0 6 * * *" or "15m")'))
-    elif isinstance(schedule, CronExpr):
-        expr = schedule
-    elif not isinstance(schedule, str):
-        problems.append(FieldProblem("schedule", f"expected a string, got "
-                                                 f"{describe_value(schedule)}"))
-    elif len(schedule) > TEXT_LIMITS["schedule"]:
-        problems.append(FieldProblem("schedule", f"longer than {TEXT_LIMITS['schedule']} "
-                                                 "characters"))
+                                                 'interval (e.g. "0 6 * * *" or "15m"), '
+                                                 'a list of them, or a one-off "at"'))
+    elif isinstance(schedule, list | tuple) or composing:
+        expr = _composed(schedule, known, tz, base, one, problems)
     else:
-        try:
-            expr = parse(schedule, tz)
-        except CronSyntaxError as exc:
-            problems.append(FieldProblem("schedule", str(exc), exc.column))
+        expr = one(schedule, "schedule")
     check_present(_VALUE_KEYS)
     team = get("team")
     if team is not None:

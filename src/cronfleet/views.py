@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cronfleet.cron.duration import format_duration
 
 if TYPE_CHECKING:
-    from cronfleet.cron import CronExpr
+    from cronfleet.cron import AnySchedule
     from cronfleet.model import Job, JobState, RunRecord, RunStatus
     from cronfleet.store.base import Store
 
@@ -60,7 +60,7 @@ async def opened(store: Store) -> AsyncIterator[Store]:
 # -- fire times ---------------------------------------------------------------------------
 
 
-def fire_times(schedule: CronExpr, after: datetime, n: int) -> list[datetime]:
+def fire_times(schedule: AnySchedule, after: datetime, n: int) -> list[datetime]:
     """Up to ``n`` fire times of ``schedule`` after ``after``: fewer (maybe none) when the
     schedule has no further fire (``CronExpr.next_n``, the runtime's rule too)."""
     return schedule.next_n(after, n)

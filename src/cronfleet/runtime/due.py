@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from cronfleet.clock import from_ts
-from cronfleet.cron import CronExpr, NoFireTimeError
+from cronfleet.cron import AnySchedule, NoFireTimeError
 from cronfleet.model import Job, JobState
 
 __all__ = ["CRON_GAP", "LAST_SLOT", "NEVER", "Due", "after", "min_gap", "next_slot"]
@@ -39,7 +39,7 @@ NEVER = math.inf
 LAST_SLOT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 
 
-def next_slot(schedule: CronExpr, t: float) -> float:
+def next_slot(schedule: AnySchedule, t: float) -> float:
     """The first fire time of ``schedule`` after ``t``, or :data:`NEVER` if there is none."""
     try:
         return schedule.next(from_ts(t)).timestamp()
@@ -99,8 +99,15 @@ class Due:
         self.push(job, next_slot(job.schedule, mark))
 
     def exhausted(self, job: Job) -> None:
-        """``job``'s schedule has no further fire time: it stays registered, unqueued."""
+        """``job``'s schedule has no further fire time: it stays registered, unqueued. A
+        composed schedule that ends by construction (a one-off ``at`` past, or its ``end``
+        reached) is done: said at INFO, not as a warning."""
         self.next.pop(job.id, None)
+        last = getattr(job.schedule, "last", None)
+        if last is not None:
+            log.info("job %s: schedule %r is done (its last instant was %s); no more slots",
+                     job.id, job.schedule.expr, last.isoformat())
+            return
         log.warning(
             "job %s: schedule %r (%s) has no further fire time; no more slots",
             job.id,

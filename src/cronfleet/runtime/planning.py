@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from cronfleet.clock import from_ts
-from cronfleet.cron import CronExpr
+from cronfleet.cron import AnySchedule, NoFireTimeError
 from cronfleet.model import Missed
 
 __all__ = ["RECORD_CAP", "RUN_ALL_CAP", "SlotPlan", "catchup_banner", "jitter_delay", "plan_slots"]
@@ -50,7 +50,7 @@ def catchup_banner(slot: float, started: float) -> str:
 
 
 def plan_slots(
-    expr: CronExpr,
+    expr: AnySchedule,
     after: float,
     now: float,
     *,
@@ -64,6 +64,9 @@ def plan_slots(
     were missed: inside ``window`` the ``missed`` policy decides (SKIP records them,
     RUN_ONCE runs only the newest — and none when an on-time slot runs anyway — RUN_ALL
     runs them in order up to :data:`RUN_ALL_CAP`); outside the window they are recorded.
+    Only the schedule's fire times count: a composed schedule's bounds and exclusions
+    (``prev`` never gives an excluded instant nor one outside ``start``/``end``) mean
+    those instants are neither run nor recorded as missed.
     """
     plan = SlotPlan()
     newest_first: list[float] = []
@@ -71,7 +74,10 @@ def plan_slots(
     truncated = False
     limit = RECORD_CAP + RUN_ALL_CAP + 64
     while True:
-        prev = expr.prev(cursor)
+        try:
+            prev = expr.prev(cursor)
+        except NoFireTimeError:  # before a composed schedule's start, or its one-off
+            break
         ts = prev.timestamp()
         if ts <= after:
             break
