@@ -16,7 +16,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import date
+
     from cronfleet.cron import AnySchedule, CronExpr
+
+    ScheduleArg = str | CronExpr | Sequence[str | CronExpr] | None
+    InstantArg = str | datetime | date | None
 
 __all__ = [
     "BACKOFF_STRATEGIES",
@@ -241,11 +247,15 @@ class Job:
     @classmethod
     def create(
         cls,
-        schedule: str | CronExpr,
+        schedule: ScheduleArg,
         handler: Handler | None,
         *,
         id: str,
         timezone: str | None = None,
+        at: InstantArg = None,
+        start: InstantArg = None,
+        end: InstantArg = None,
+        exclude: Sequence[str] | str | None = None,
         missed: Missed | str = Missed.RUN_ONCE,
         catch_up_window: str | float | timedelta = DEFAULT_CATCH_UP_WINDOW,
         locking: Locking | str = Locking.PREFER_GLOBAL,
@@ -263,14 +273,20 @@ class Job:
         auto_pause_after: int | None = None,
     ) -> Job:
         """Validate every field (see :func:`cronfleet.spec.validate_job`) and build the
-        job; raises ``ValueError`` naming every problem at once."""
+        job; raises ``ValueError`` naming every problem at once.
+
+        ``schedule``: one expression or a list of them (their instants united), or
+        ``None`` with ``at`` (a one-off instant). ``start``/``end`` bound the slots
+        (inclusive); ``exclude`` lists the exclusions (the spec's ``except``: ``"12-25"``,
+        ``"2026-12-24"``, a cron expression, ``"calendar:PATH"``)."""
         from cronfleet.spec import validate_job  # spec builds on this module's types
 
         given = {"timezone": timezone, "missed": missed, "catch_up_window": catch_up_window,
                  "locking": locking, "overlap": overlap, "timeout": timeout,
                  "jitter": jitter, "enabled": enabled, "recover": recover, "config": config,
                  "description": description, "team": team, "retry": retry,
-                 "notify": notify, "auto_pause_after": auto_pause_after}
+                 "notify": notify, "auto_pause_after": auto_pause_after, "at": at,
+                 "start": start, "end": end, "except": exclude}
         # a value that is exactly its default needs no checking (declaring 100,000 jobs
         # in code must stay cheap); validate_job fills in the same defaults
         fields: dict[str, Any] = {"id": id, "schedule": schedule}

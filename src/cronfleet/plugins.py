@@ -26,10 +26,12 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from importlib import metadata
 from typing import Any
 
 from cronfleet import spec
+from cronfleet.cron import Exclusion
 from cronfleet.model import (
     DEFAULT_TEAM,
     Handler,
@@ -68,7 +70,9 @@ BUILTIN_PROVIDER = "cron"
 class Schedule:
     """One declared schedule: plain data, validated by the runtime when the plugin loads.
 
-    ``cron``: a cron expression, macro or interval (see docs/cron.md). ``timezone`` and
+    ``cron``: a cron expression, macro or interval (see docs/cron.md), or a list of them
+    (their instants united); ``at`` a one-off instant instead; ``start``/``end`` bounds;
+    ``exclude`` the exclusions (``except`` in a config task). ``timezone`` and
     ``catch_up_window`` default to the ``[scheduler]`` values. Durations are ``"30s"``-style
     text or seconds. ``retry`` (``{"attempts": 3, "backoff": "exponential", "delay": "5s"}``),
     ``notify`` and ``auto_pause_after`` mean what they mean for a ``[[tasks]]`` entry (see
@@ -78,7 +82,7 @@ class Schedule:
     """
 
     id: str
-    cron: str
+    cron: str | Sequence[str] | None = None
     description: str = ""
     timezone: str | None = None
     jitter: str | float = 0
@@ -94,6 +98,10 @@ class Schedule:
     retry: RetryPolicy | Mapping[str, Any] | None = None
     notify: NotifyPolicy | Mapping[str, Any] | None = None
     auto_pause_after: int | None = None
+    at: str | datetime | date | None = None
+    start: str | datetime | date | None = None
+    end: str | datetime | date | None = None
+    exclude: Sequence[str | Exclusion] | str | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -191,8 +199,8 @@ def check_name(value: object, what: str) -> str | None:
 
 
 # Schedule field -> spec key, where they differ
-_TO_SPEC = {"cron": "schedule"}
-_FROM_SPEC = {"schedule": "cron", "config": "config_json"}
+_TO_SPEC = {"cron": "schedule", "exclude": "except"}
+_FROM_SPEC = {"schedule": "cron", "config": "config_json", "except": "exclude"}
 SCHEDULE_SPEC_KEYS = tuple(k for k in spec.SPEC_KEYS
                            if k not in ("http", "allow_private_targets"))
 
@@ -201,7 +209,8 @@ def schedule_error(problem: spec.FieldProblem) -> ScheduleError:
     """A spec problem in a Schedule's terms: ``retry.attempts`` -> key ``retry``, message
     ``attempts: ...``; ``schedule`` -> ``cron``."""
     top, _, rest = problem.key.partition(".")
-    key = _FROM_SPEC.get(top, top)
+    name, index = spec.split_index(top)
+    key = _FROM_SPEC.get(name, name) + index
     message = problem.message
     if rest and not message.startswith("unknown key"):
         message = f"{rest}: {message}"

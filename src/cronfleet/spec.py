@@ -75,6 +75,7 @@ __all__ = [
     "notify_policy",
     "pause_until",
     "retry_policy",
+    "split_index",
     "validate_job",
     "whole_number",
 ]
@@ -634,6 +635,13 @@ class JobSpec:
         }
 
 
+def split_index(key: str) -> tuple[str, str]:
+    """``"schedule[1]"`` -> ``("schedule", "[1]")``; ``"timeout"`` -> ``("timeout", "")``:
+    a face renames the key and keeps the index."""
+    name, bracket, rest = key.partition("[")
+    return name, bracket + rest
+
+
 _ENUMS: dict[str, type[Enum]] = {"missed": Missed, "locking": Locking, "overlap": Overlap}
 # the plain values of a job: key -> converter, in the order problems are reported
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
@@ -666,6 +674,7 @@ def _composed(
         ComposedSchedule,
         CronExpr,
         CronSyntaxError,
+        Exclusion,
         parse_exclusion,
         parse_instant,
     )
@@ -730,6 +739,9 @@ def _composed(
             entries = []
         for i, entry in enumerate(entries):
             key = f"except[{i}]"
+            if isinstance(entry, Exclusion):  # already read (a config task's calendar)
+                exclusions.append(entry)
+                continue
             if isinstance(entry, str) and len(entry) > TEXT_LIMITS["schedule"]:
                 problems.append(FieldProblem(key, f"longer than {TEXT_LIMITS['schedule']} "
                                                   "characters"))

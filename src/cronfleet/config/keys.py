@@ -22,6 +22,7 @@ TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
     "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
+    "at", "start", "end", "except",
 )
 # keys of a task's http = {...}, retry = {...} and notify = {...} tables: the spec's
 HTTP_KEYS = tuple(k for k in spec.HTTP_KEYS if k != "allow_private_targets")
@@ -42,6 +43,8 @@ _HINTS = {
     "disabled": "enabled", "misfire": "missed", "misfire_grace_time": "catch_up_window",
     "max_instances": "overlap", "database": "store", "db": "store", "url": "store",
     "task": "tasks", "jobs": "tasks", "job": "tasks",
+    "exclude": "except", "exclusions": "except", "excluding": "except", "until": "end",
+    "start_date": "start", "end_date": "end", "once": "at", "run_at": "at", "date": "at",
 }
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

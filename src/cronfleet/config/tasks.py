@@ -10,6 +10,7 @@ and ``auto_pause_after`` included); only ``allow_private_targets`` is for http t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec
@@ -39,14 +40,15 @@ __all__ = ["read_tasks", "task_problem"]
 _SPEC_KEYS = spec.SPEC_KEYS
 _SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
                     "catch_up_window", "locking", "overlap", "timeout", "enabled",
-                    "config_json", "recover", "team")
+                    "config_json", "recover", "team", "at", "start", "end")
 
 
 def task_problem(problem: spec.FieldProblem) -> tuple[str, str]:
     """A spec problem as ``(task key, message)``: ``http.url`` -> ``("http", "url: ...")``,
     ``notify.email.host`` -> ``("notify", "email: host: ...")``, ``schedule`` -> ``cron``."""
     top, _, rest = problem.key.partition(".")
-    key = SPEC_TO_TASK.get(top, top)
+    name, index = spec.split_index(top)
+    key = SPEC_TO_TASK.get(name, name) + index
     if rest and not problem.message.startswith("unknown key"):
         return key, f"{rest.replace('.', ': ')}: {problem.message}"
     return key, problem.message
@@ -85,8 +87,10 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
                       at=r.key_position("tasks", index, key), task=tid, key=key)
     if "id" not in raw:
         bad("id", 'missing (every task needs a unique id, e.g. id = "cleanup")')
-    if "cron" not in raw:
-        bad("cron", 'missing (when it runs, e.g. cron = "*/5 * * * *" or cron = "5m")')
+    if "cron" not in raw and "at" not in raw:
+        bad("cron", 'missing (when it runs, e.g. cron = "*/5 * * * *" or cron = "5m"; '
+                    'or at = "2026-12-24T18:00:00+01:00" for a one-off)')
+
     handler_path = raw.get("handler")
     is_http = "http" in raw
     if is_http and handler_path is not None:
@@ -109,7 +113,8 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         and (is_http or k not in HTTP_ONLY)
     }
     fields.setdefault("id", "placeholder")  # reported above; check the other keys
-    fields.setdefault("schedule", "@daily")
+    if "at" not in raw:
+        fields.setdefault("schedule", "@daily")
     if "config_json" in raw:
         try:
             fields["config"] = spec.config_from_json(raw["config_json"])
@@ -117,10 +122,11 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
             bad("config_json", exc.message)
     result, problems = spec.validate_job(
         fields, keys=_SPEC_KEYS, http_keys=HTTP_KEYS, timezone=config.timezone,
-        catch_up_window=config.catch_up_window)
+        catch_up_window=config.catch_up_window,
+        base=None if config.path is None else Path(config.path).resolve().parent)
     for p in problems:
         key, message = task_problem(p)
-        at = r.where("tasks", index, key)
+        at = r.where("tasks", index, spec.split_index(key)[0])
         if key == "cron" and p.column is not None and at is not None \
                 and isinstance(raw.get("cron"), str):
             at = _cron_column(r, at, raw["cron"], p.column)
@@ -133,6 +139,8 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
     if failed or result is None or (handler is None and (is_http or handler_path)):
         return None
     kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
+    if "except" in raw:  # as read (a calendar file is read relative to this file once)
+        kwargs["exclude"] = getattr(result.schedule, "exclusions", raw["except"])
     if is_http:
         kwargs["description"] = result.description
     schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,

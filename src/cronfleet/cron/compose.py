@@ -154,6 +154,9 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
                               "YYYY-MM-DD, a cron expression or calendar:PATH)")
     if stripped.startswith(CALENDAR_PREFIX):
         name = stripped[len(CALENDAR_PREFIX):].strip()
+        head, hash_, digest = name.rpartition("#")
+        if hash_ and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest):
+            name = head  # the canonical text's digest of the days: read the file again
         if not name:
             raise CronSyntaxError(field, text, len(CALENDAR_PREFIX) + 1, text,
                                   "calendar: needs a file path (calendar:holidays.txt)")
@@ -546,7 +549,8 @@ class ComposedSchedule:
             elif self.end is not None:
                 text += f"; until {_iso(self.end)}"
             if self.exclusions:
-                text += "; except " + ", ".join(x.text for x in self.exclusions)
+                text += "; except " + ", ".join(x.text.split("#", 1)[0]
+                                                for x in self.exclusions)
             return text
         except Exception:  # a description never breaks anything
             return f"Schedule '{self.expr}'"

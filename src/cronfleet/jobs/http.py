@@ -29,7 +29,7 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -507,7 +507,8 @@ class HttpJob:
                    notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
                    runtime=runtime)
 
-    def job(self, schedule: str | CronExpr, *, id: str, **options: Any) -> Job:
+    def job(self, schedule: str | CronExpr | Sequence[str | CronExpr] | None, *, id: str,
+            **options: Any) -> Job:
         """A :class:`~cronfleet.Job` that runs this request (``options`` as for
         :meth:`Job.create`)."""
         from cronfleet.model import Job

@@ -22,9 +22,9 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from cronfleet.clock import Clock, SystemClock, from_ts
@@ -156,10 +156,14 @@ class Scheduler(SyncControl):
 
     def job(
         self,
-        schedule: str | CronExpr,
+        schedule: str | CronExpr | Sequence[str | CronExpr] | None = None,
         *,
         id: str | None = None,
         timezone: str | None = None,
+        at: str | datetime | date | None = None,
+        start: str | datetime | date | None = None,
+        end: str | datetime | date | None = None,
+        exclude: Sequence[str] | str | None = None,
         missed: Missed | str = Missed.RUN_ONCE,
         catch_up_window: str | float | timedelta | None = None,
         locking: Locking | str = Locking.PREFER_GLOBAL,
@@ -180,7 +184,9 @@ class Scheduler(SyncControl):
         The id defaults to ``module.function`` with the module named as it would be when
         imported (also when the file runs as a script). ``retry``: run a failing handler
         again inside its slot; ``notify`` and ``auto_pause_after``: alerts
-        (``cronfleet.alerts.install``)."""
+        (``cronfleet.alerts.install``). ``schedule`` may be a list of expressions (their
+        instants united), or left out for a one-off ``at``; ``start``/``end`` bound the
+        slots and ``exclude`` removes days or instants (``except`` in a config task)."""
 
         def register(fn: Handler) -> Handler:
             job_id = id or default_job_id(fn)
@@ -190,6 +196,10 @@ class Scheduler(SyncControl):
                 fn,
                 id=job_id,
                 timezone=timezone or self.timezone,
+                at=at,
+                start=start,
+                end=end,
+                exclude=exclude,
                 missed=missed,
                 catch_up_window=(
                     self.catch_up_window if catch_up_window is None else catch_up_window

@@ -203,7 +203,7 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          'handler = "myapp.tasks:cleanup")'),
         (TASK.replace('cron = "5m"\n', ""),
          "1:1: task 'gc': cron: missing (when it runs, e.g. cron = \"*/5 * * * *\" or "
-         'cron = "5m")'),
+         'cron = "5m"; or at = "2026-12-24T18:00:00+01:00" for a one-off)'),
         (TASK.replace('id = "gc"\n', ""),
          '1:1: task #1: id: missing (every task needs a unique id, e.g. id = "cleanup")'),
         (TASK.replace('"gc"', '"reports/gc"', 1),
