@@ -90,6 +90,7 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM
                   ) -> tuple[_spec.JobSpec | None, list[FieldProblem]]:
     """Every problem of a stored job's spec (API keys), at once; the job is ``team``'s."""
     result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
+                                          calendars=False,
                                           require_http=True)
     return (None if result is None else dataclasses.replace(result, team=team)), problems
 

@@ -663,13 +663,14 @@ def _composed(
     schedule: object,
     fields: Mapping[str, Any],
     tz: str,
-    base: str | Path | None,
+    base: str | Path | bool | None,
     one: Callable[[object, str], CronExpr | None],
     problems: list[FieldProblem],
 ) -> AnySchedule | None:
     """A composed schedule from ``schedule`` (one expression or a list: ``schedule[i]``
     problems), ``at``, ``start``, ``end`` and ``except`` (``except[i]``), every problem
-    appended; a single expression with nothing else stays a plain ``CronExpr``."""
+    appended; a single expression with nothing else stays a plain ``CronExpr``.
+    ``base``: where relative calendar files are; ``False``: calendar files refused."""
     from cronfleet.cron import (
         ComposedSchedule,
         CronExpr,
@@ -746,8 +747,14 @@ def _composed(
                 problems.append(FieldProblem(key, f"longer than {TEXT_LIMITS['schedule']} "
                                                   "characters"))
                 continue
+            if base is False and isinstance(entry, str) \
+                    and entry.strip().startswith("calendar:"):
+                problems.append(FieldProblem(key, "calendar files are not accepted here: "
+                                                  "list the days (MM-DD, YYYY-MM-DD)"))
+                continue
             try:
-                exclusions.append(parse_exclusion(entry, zone, base=base))
+                exclusions.append(parse_exclusion(
+                    entry, zone, base=None if isinstance(base, bool) else base))
             except CronSyntaxError as exc:
                 message = str(exc) if exc.field != "except" else exc.reason
                 problems.append(FieldProblem(key, message, exc.column))
@@ -781,6 +788,7 @@ def validate_job(
     nested_id: bool = False,
     require_http: bool = False,
     base: str | Path | None = None,
+    calendars: bool = True,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
     """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
 
@@ -794,7 +802,8 @@ def validate_job(
     ``schedule`` may also be a list of expressions (their instants united), replaced by a
     one-off ``at``, and bounded by ``start``/``end`` and ``except`` exclusions
     (:func:`_composed`); ``base``: the directory a relative ``calendar:`` file is read
-    from (a config file's directory).
+    from (a config file's directory); ``calendars=False`` refuses ``calendar:`` files
+    (a job stored over the API must not read the server's files).
     """
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
@@ -858,7 +867,7 @@ def validate_job(
                                                  'interval (e.g. "0 6 * * *" or "15m"), '
                                                  'a list of them, or a one-off "at"'))
     elif isinstance(schedule, list | tuple) or composing:
-        expr = _composed(schedule, known, tz, base, one, problems)
+        expr = _composed(schedule, known, tz, base if calendars else False, one, problems)
     else:
         expr = one(schedule, "schedule")
     check_present(_VALUE_KEYS)

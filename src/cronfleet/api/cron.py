@@ -1,4 +1,9 @@
-"""``POST /api/cron/preview``: validate an expression and show its next fire times."""
+"""``POST /api/cron/preview``: validate a schedule and show its next fire times.
+
+The schedule is an expression, a list of them, or a composition text, with an optional
+one-off ``at``, ``start``/``end`` bounds and ``except`` exclusions (the job spec's keys);
+excluded instants inside the window shown are listed apart (``excluded``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from fastapi import APIRouter
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import Viewer
 from cronfleet.api.errors import ApiError, responses
-from cronfleet.cron import CronSyntaxError, parse
+from cronfleet.cron import ComposedSchedule, CronSyntaxError, compose, parse, parse_composed
 from cronfleet.views import fire_times
 
 __all__ = ["router"]
@@ -18,18 +23,52 @@ __all__ = ["router"]
 router = APIRouter(tags=["cron"])
 
 
+def _invalid(fld: str, exc: CronSyntaxError) -> ApiError:
+    if exc.field == "timezone":
+        fld = "timezone"
+    detail = {"field": fld, "message": str(exc), "cron_field": exc.field,
+              "token": exc.token, "column": exc.column}
+    return ApiError(422, "INVALID_CRON", str(exc), {"errors": [detail]})
+
+
 @router.post("/api/cron/preview", response_model=S.PreviewOut, responses=responses(401, 403))
 async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
+    exprs = body.expr
+    texts = ([exprs] if isinstance(exprs, str) else exprs or []) + (body.except_ or [])
+    if any("calendar:" in t for t in texts):  # never read the server's files
+        raise ApiError(422, "INVALID_CRON", "calendar files are not accepted here: list "
+                       "the days (MM-DD, YYYY-MM-DD)",
+                       {"errors": [{"field": "except", "message": "calendar files are not "
+                                    "accepted here"}]})
     try:
-        expr = parse(body.expr, tz=body.timezone)
+        if isinstance(exprs, str) and body.at is None and body.start is None \
+                and body.end is None and not body.except_:
+            expr = parse_composed(exprs, tz=body.timezone)
+        else:
+            items = [] if exprs is None else [exprs] if isinstance(exprs, str) else exprs
+            for i, item in enumerate(items):  # each expression on its own: its index
+                try:
+                    parse(item, tz=body.timezone)
+                except CronSyntaxError as exc:
+                    raise _invalid("expr" if isinstance(exprs, str) else f"expr[{i}]",
+                                   exc) from None
+            expr = compose(items, body.timezone, at=body.at, start=body.start,
+                           end=body.end, exclude=body.except_ or ())
     except CronSyntaxError as exc:
-        fld = "timezone" if exc.field == "timezone" else "expr"
-        detail = {"field": fld, "message": str(exc), "cron_field": exc.field,
-                  "token": exc.token, "column": exc.column}
-        raise ApiError(422, "INVALID_CRON", str(exc), {"errors": [detail]}) from None
+        raise _invalid("expr", exc) from None
+    except ValueError as exc:  # an impossible combination (end before start, ...)
+        raise ApiError(422, "INVALID_CRON", str(exc),
+                       {"errors": [{"field": "expr", "message": str(exc)}]}) from None
     after = body.after or datetime.now(UTC)
     if after.tzinfo is None:
         after = after.replace(tzinfo=expr.tz)
-    return {"valid": True, "expr": body.expr, "timezone": str(expr.tz),
-            "description": expr.describe(),
-            "next": [t.isoformat() for t in fire_times(expr, after, body.count)]}
+    times = fire_times(expr, after, body.count)
+    excluded = []
+    done = False
+    if isinstance(expr, ComposedSchedule):
+        done = not times and expr.done(after)
+        if times:
+            excluded = [t.isoformat() for t in expr.excluded_between(after, times[-1])]
+    return {"valid": True, "expr": expr.expr if isinstance(expr, ComposedSchedule)
+            else body.expr, "timezone": str(expr.tz), "description": expr.describe(),
+            "next": [t.isoformat() for t in times], "excluded": excluded, "done": done}

@@ -83,7 +83,7 @@ async def list_jobs(
 @router.post("/api/jobs", response_model=S.JobDetail, status_code=201,
              responses=responses(401, 403, 409, 503))
 async def create_job(body: S.JobCreate, ctx: Ctx, token: Editor) -> dict[str, Any]:
-    spec = body.model_dump(mode="json", exclude_none=True)
+    spec = body.model_dump(mode="json", exclude_none=True, by_alias=True)
     job = await control.create_job(ctx, body.id, spec, token.team, who(token))
     await audit(ctx, token, "job.create", body.id, {"spec": spec})
     if job is None:
@@ -107,7 +107,7 @@ async def get_job(job_id: JobIdPath, ctx: Ctx, token: Viewer) -> dict[str, Any]:
 async def patch_job(job_id: JobIdPath, body: S.JobPatch, ctx: Ctx, token: Editor
                     ) -> dict[str, Any]:
     job = await stored(ctx, token, job_id)
-    changes = body.model_dump(mode="json", exclude_unset=True)
+    changes = body.model_dump(mode="json", exclude_unset=True, by_alias=True)
     updated = await control.update_job(ctx, job, changes, token.team, who(token))
     await audit(ctx, token, "job.update", job.id, {"changes": changes})
     return await detail(ctx, updated)

@@ -121,13 +121,32 @@ _SPEC_DOC = "Every problem of the body is reported at once (`details.errors`)."
 _NOT_OTHERS: Any = {"additionalProperties": False}
 
 
+_Schedule = Annotated[str, Field(max_length=1000)] | Annotated[
+    list[Annotated[str, Field(max_length=1000)]], Field(min_length=1, max_length=100)]
+_SCHEDULE_DOC = ("Cron expression, macro or interval, or a list of them (the job runs at "
+                 "each instant of any of them, once). Leave it out for a one-off `at`.")
+_AT_DOC = ("A one-off instant (ISO 8601, e.g. 2026-12-24T18:00:00+01:00) instead of "
+           "`schedule`: the job runs once, then is done.")
+_EXCEPT_DOC = ("Exclusions: MM-DD (every year), YYYY-MM-DD, cron expressions (their "
+               "instants are removed); calendar files are for config tasks only. "
+               "Excluded instants are neither run nor recorded as missed.")
+
+
 class JobFields(BaseModel):
     """Every field of a stored job except its id (all optional: used by PATCH too)."""
 
     model_config = ConfigDict(extra="allow", json_schema_extra=_NOT_OTHERS)
 
-    schedule: _doc(Annotated[str, Field(max_length=1000)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Cron expression, macro or interval.")
+    schedule: _doc(_Schedule | None) = Field(  # type: ignore[valid-type]
+        default=None, description=_SCHEDULE_DOC)
+    at: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description=_AT_DOC)
+    start: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="No slot before it (ISO 8601 date-time or date).")
+    end: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="No slot after it (inclusive; a date: that whole day).")
+    except_: _doc(list[Annotated[str, Field(max_length=1000)]] | None) = Field(  # type: ignore[valid-type]
+        default=None, alias="except", description=_EXCEPT_DOC)
     timezone: _doc(Annotated[str, Field(max_length=100)] | None) = None  # type: ignore[valid-type]
     description: _doc(Annotated[str, Field(max_length=2000)] | None) = None  # type: ignore[valid-type]
     enabled: _doc(bool | None) = None  # type: ignore[valid-type]
@@ -157,8 +176,8 @@ class JobCreate(JobFields):
 
     id: _doc(Annotated[str, Field(min_length=1, max_length=200,  # type: ignore[valid-type]
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")]) = None
-    schedule: _doc(Annotated[str, Field(max_length=1000)]) = Field(  # type: ignore[valid-type]
-        default=None, description="Cron expression, macro or interval.")
+    schedule: _doc(_Schedule) = Field(  # type: ignore[valid-type]
+        default=None, description=_SCHEDULE_DOC)
     http: _doc(HttpSpec) = None  # type: ignore[valid-type]
 
     @field_validator("id")
@@ -325,10 +344,24 @@ class TriggerAccepted(BaseModel):
 
 
 class PreviewRequest(Strict):
-    expr: str = Field(max_length=1000)
+    expr: str | list[Annotated[str, Field(max_length=1000)]] | None = Field(
+        default=None, max_length=100,
+        description="A cron expression, macro or interval; a list of them (their instants "
+                    "united); or a composition text ('0 9 * * 1-5 | 0 12 * * 6 | except "
+                    "12-25'). Leave it out for a one-off `at`.")
     timezone: str = Field(default="UTC", max_length=100)
     count: int = Field(default=10, ge=1, le=100)
     after: datetime | None = Field(default=None, strict=False)  # ISO text in JSON
+    at: str | None = Field(default=None, max_length=100,
+                           description="A one-off instant (ISO 8601) instead of expr.")
+    start: str | None = Field(default=None, max_length=100,
+                              description="No fire time before it (ISO date-time or date).")
+    end: str | None = Field(default=None, max_length=100,
+                            description="No fire time after it (a date: that whole day).")
+    except_: list[Annotated[str, Field(max_length=1000)]] | None = Field(
+        default=None, alias="except", max_length=1000,
+        description="Exclusions: MM-DD, YYYY-MM-DD, cron expressions (their instants are "
+                    "removed).")
 
 
 class PreviewOut(BaseModel):
@@ -337,6 +370,12 @@ class PreviewOut(BaseModel):
     timezone: str
     description: str
     next: list[str]
+    excluded: list[str] = Field(
+        default_factory=list,
+        description="Instants of the schedule's expressions removed by `except` inside "
+                    "the window shown (from `after` to the last of `next`).")
+    done: bool = Field(default=False, description="True for a one-off past its instant or "
+                                                   "a schedule past its end.")
 
 
 # -- secrets, audit, health -----------------------------------------------------------------

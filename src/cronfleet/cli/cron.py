@@ -16,7 +16,13 @@ from cronfleet.cli.common import (
     _console,
     _fail,
 )
-from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse
+from cronfleet.cron import (
+    AnySchedule,
+    ComposedSchedule,
+    CronSyntaxError,
+    NoFireTimeError,
+    parse_composed,
+)
 from cronfleet.views import fire_times
 
 _CRON_EXIT_CODES = """\b
@@ -26,10 +32,13 @@ Exit codes:
   2  bad input: invalid expression, time zone or option"""
 
 
-def _parse(words: tuple[str, ...], tz: str) -> CronExpr:
+def _parse(words: tuple[str, ...], tz: str, exclude: tuple[str, ...] = ()) -> AnySchedule:
     text = " ".join(words)
+    # several pieces joined by '|' (docs/cron.md "Several schedules, one-offs, bounds and
+    # exclusions"); --except adds exclusions
+    text = " | ".join([text, *(f"except {x}" for x in exclude)])
     try:
-        return parse(text, tz)
+        return parse_composed(text, tz)
     except CronSyntaxError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -62,18 +71,28 @@ _TZ = click.option(
 @click.option("--after", metavar="ISO",
               help="Start (exclusive), ISO 8601; without an offset it is read in --tz. "
                    "Default: now.")
+@click.option("--except", "exclude", multiple=True, metavar="ENTRY",
+              help="Exclude MM-DD, YYYY-MM-DD, a cron expression's instants or "
+                   "calendar:PATH (repeatable).")
 @_JSON
 def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
-             as_json: bool) -> None:
+             exclude: tuple[str, ...], as_json: bool) -> None:
     """Print the next fire times of EXPR.
 
     EXPR is a cron expression (5 fields, or 6 with leading seconds), a macro such as
     @daily, or an interval such as 5m or '@every 1h30m'. Quote it so the shell does not
     expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
+
+    Several pieces joined by '|' compose one schedule:
+    cronfleet next '0 9 * * 1-5 | 0 12 * * 6 | end 2026-12-31 | except 12-25';
+    'at 2026-12-24T18:00:00+01:00' is a one-off. Excluded instants are listed too.
     """
-    schedule = _parse(expr, tz)
+    schedule = _parse(expr, tz, exclude)
     start = _after(after, schedule.tz)
     times = fire_times(schedule, start, count)
+    excluded: list[datetime] = []
+    if isinstance(schedule, ComposedSchedule) and times:
+        excluded = schedule.excluded_between(start, times[-1])
     if not times:  # say why: the schedule's own words
         try:
             schedule.next(start)
@@ -86,6 +105,7 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
             "description": schedule.describe(),
             "after": start.isoformat(),
             "next": [x.isoformat() for x in times],
+            **({"excluded": [x.isoformat() for x in excluded]} if excluded else {}),
         }, indent=2))
         return
     from rich.table import Table
@@ -97,10 +117,16 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     table.add_column("day")
     table.add_column("UTC", style="dim")
     table.add_column("from start", justify="right")
-    for i, x in enumerate(times, 1):
-        table.add_row(str(i), x.isoformat(), x.strftime("%a"),
+    rows = sorted([(x, False) for x in times] + [(x, True) for x in excluded],
+                  key=lambda r: r[0].timestamp())
+    i = 0
+    for x, is_excluded in rows:
+        i += 0 if is_excluded else 1
+        table.add_row("" if is_excluded else str(i),
+                      x.isoformat(), x.strftime("%a") + (" excluded" if is_excluded else ""),
                       x.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-                      _delta(x.astimezone(UTC) - start.astimezone(UTC)))  # elapsed, not wall
+                      _delta(x.astimezone(UTC) - start.astimezone(UTC)),  # elapsed, not wall
+                      style="dim strike" if is_excluded else None)
     _console().print(table)
 
 
@@ -130,6 +156,24 @@ def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
+    if info["kind"] == "composed":
+        console = _console()
+        console.print(f"[bold]{info['description']}[/bold]")
+        console.print(f"composition {info['expr']}")
+        console.print(f"time zone   {info['tz']}")
+        for key in ("at", "start", "end"):
+            if info[key]:
+                console.print(f"{key:<11} {info[key]}")
+        for x in info["except"]:
+            console.print(f"except      {x}")
+        for part in info["parts"]:
+            console.print()
+            _explain_one(part)
+        return
+    _explain_one(info)
+
+
+def _explain_one(info: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = _console()

@@ -384,7 +384,8 @@ class ComposedSchedule:
         if at is not None:
             if _ts(at) > _ts(t):
                 return at
-            raise NoFireTimeError(f"{self.expr!r}: the one-off instant has passed")
+            raise NoFireTimeError(f"{self.expr!r}: done (its one-off instant "
+                                  f"{_iso(at)} is not after {t.isoformat()})")
         best: datetime | None = None
         best_u = 0
         for p in self.parts:
@@ -434,7 +435,7 @@ class ComposedSchedule:
         for _ in range(MAX_SKIPPED):
             c = self._raw_next(t)
             if end_u is not None and _ts(c) > end_u:
-                raise NoFireTimeError(f"{self.expr!r}: no fire time after "
+                raise NoFireTimeError(f"{self.expr!r}: done: no fire time after "
                                       f"{after.isoformat()} (the schedule ends at "
                                       f"{_iso(end)})")  # type: ignore[arg-type]
             if not self.excluded(c):

@@ -211,7 +211,8 @@ def test_the_example_config_is_valid(cli: Callable[..., Result]) -> None:
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert [j["id"] for j in data["jobs"]] == ["heartbeat", "sync-inventory", "slow-export",
-                                               "minutely-report"]
+                                               "minutely-report", "office-digest",
+                                               "xmas-eve-report", "weekday-pulse"]
     assert data["store"] == f"sqlite:///{example.parent / 'cronfleet.db'}"
 
 
