@@ -49,6 +49,7 @@ __all__ = [
 
 _SECOND = timedelta(seconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_TS = -62135596800 + 86400 * 2  # two days after 0001-01-01T00:00Z: room for any zone
 MAX_SKIPPED = 100_000
 """Consecutive excluded candidates after which ``next``/``prev`` give up
 (``NoFireTimeError``): an exclusion that removes every instant ends the search."""
@@ -427,10 +428,27 @@ class ComposedSchedule:
         """The first fire time strictly after ``after`` (an aware datetime), in ``tz``."""
         if after.tzinfo is None or after.utcoffset() is None:
             raise ValueError(f"after must be timezone-aware (got naive {after.isoformat()})")
+        try:
+            return self._next(after)
+        except (OverflowError, ValueError, OSError) as exc:  # the calendar's edges
+            raise NoFireTimeError(f"{self.expr!r}: no fire time inside the supported "
+                                  "calendar range") from exc
+
+    def prev(self, before: datetime) -> datetime:
+        """The last fire time strictly before ``before`` (an aware datetime), in ``tz``."""
+        if before.tzinfo is None or before.utcoffset() is None:
+            raise ValueError(f"before must be timezone-aware (got naive {before.isoformat()})")
+        try:
+            return self._prev(before)
+        except (OverflowError, ValueError, OSError) as exc:
+            raise NoFireTimeError(f"{self.expr!r}: no fire time inside the supported "
+                                  "calendar range") from exc
+
+    def _next(self, after: datetime) -> datetime:
         t = after
         start, end = self.start, self.end
-        if start is not None and start - _SECOND > t:
-            t = start - _SECOND
+        if start is not None and _ts(start) - 1 > _ts(t) and _ts(start) > _MIN_TS:
+            t = datetime.fromtimestamp(_ts(start) - 1, self.tz)
         end_u = None if end is None else _ts(end)
         for _ in range(MAX_SKIPPED):
             c = self._raw_next(t)
@@ -450,13 +468,10 @@ class ComposedSchedule:
         raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
                               f"after {after.isoformat()}; giving up")
 
-    def prev(self, before: datetime) -> datetime:
-        """The last fire time strictly before ``before`` (an aware datetime), in ``tz``."""
-        if before.tzinfo is None or before.utcoffset() is None:
-            raise ValueError(f"before must be timezone-aware (got naive {before.isoformat()})")
+    def _prev(self, before: datetime) -> datetime:
         t = before
         start, end = self.start, self.end
-        if end is not None and end + _SECOND < t:
+        if end is not None and _ts(end) + 1 < _ts(t):
             t = end + _SECOND
         start_u = None if start is None else _ts(start)
         for _ in range(MAX_SKIPPED):
@@ -517,19 +532,21 @@ class ComposedSchedule:
             return []
         out: list[datetime] = []
         t = start
-        if self.start is not None and self.start - _SECOND > t:
-            t = self.start - _SECOND
+        if self.start is not None and _ts(self.start) - 1 > _ts(t) \
+                and _ts(self.start) > _MIN_TS:
+            t = datetime.fromtimestamp(_ts(self.start) - 1, self.tz)
         last = _ts(end)
         if self.end is not None:
             last = min(last, _ts(self.end))
         for _ in range(MAX_SKIPPED):
             try:
                 c = self._raw_next(t)
-            except NoFireTimeError:
+                is_excluded = self.excluded(c)
+            except (NoFireTimeError, OverflowError, ValueError, OSError):
                 break
             if _ts(c) > last:
                 break
-            if self.excluded(c):
+            if is_excluded:
                 out.append(c.astimezone(self.tz))
                 if len(out) >= limit:
                     break
