@@ -97,6 +97,7 @@ async def test_cron_preview(api: Api) -> None:
         "description": "Every 15 minutes, between 09:00 and 17:59, Monday through Friday",
         "next": ["2026-05-29T17:00:00+02:00", "2026-05-29T17:15:00+02:00",
                  "2026-05-29T17:30:00+02:00"],
+        "excluded": [], "done": False,
     }
     # default: the next 10 from now
     body = expect(await api.post("/api/cron/preview", "alpha-viewer", json={"expr": "@hourly"}),

@@ -455,3 +455,73 @@ async def test_a_body_takes_what_a_config_task_takes(api: Api) -> None:
         "http": {"url": HOOK, "allow_private_targets": True}}), 422, "VALIDATION_ERROR")
     assert sorted(e["field"] for e in body["details"]["errors"]) == [
         "http.allow_private_targets", "team"]
+
+
+# -- composed schedules ------------------------------------------------------------------
+
+
+async def test_a_stored_job_with_several_schedules_a_bound_and_exclusions(api: Api) -> None:
+    body = await api.create_job(
+        "alpha.office", HOOK, schedule=["0 9 * * 1-5", "0 12 * * 6"],
+        timezone="Europe/Paris", end="2026-12-31", **{"except": ["05-29", "0 12 * * 6"]})
+    # T0 is Thursday 2026-05-28 20:26 UTC; Friday 29th is excluded, Saturday noon too
+    live = api.scheduler.jobs["alpha.office"]
+    assert live.schedule.expr == ("0 12 * * 6 | 0 9 * * 1-5 | end 2026-12-31T23:59:59+01:00"
+                                  " | except 0 12 * * 6 | except 05-29")
+    assert body["next_run"] == "2026-06-01T09:00:00+02:00"
+    assert body["spec"]["except"] == ["05-29", "0 12 * * 6"]
+    listed = expect(await api.get("/api/jobs/alpha.office"), 200)
+    assert listed["schedule"] == live.schedule.expr
+    assert listed["when"].startswith("At 12:00, only on Saturday; and At 09:00")
+
+
+async def test_a_stored_one_off_shows_its_instant_then_never(api: Api) -> None:
+    body = await api.create_job("alpha.once", HOOK, schedule=None,
+                                at="2026-05-29T06:00:00+02:00")
+    assert body["next_run"] == "2026-05-29T04:00:00+00:00"
+    past = await api.create_job("alpha.past", HOOK, schedule=None,
+                                at="2026-05-01T06:00:00+00:00")
+    assert past["next_run"] is None  # done: "never"
+
+
+async def test_every_problem_of_a_composed_schedule_at_once(api: Api) -> None:
+    spec = {"id": "alpha.bad", "http": http_spec(HOOK), "timezone": "Europe/Paris",
+            "schedule": ["0 9 * * 1-5", "0 25 * * *", 7], "at": "soon",
+            "start": "2026-13-01", "except": ["12-25", "02-30", "calendar:/etc/passwd",
+                                              "0 0 32 * *"]}
+    body = expect(await api.post("/api/jobs", "alpha-editor", json=spec), 422,
+                  "VALIDATION_ERROR")
+    fields = [(e["field"], e.get("column")) for e in body["details"]["errors"]]
+    assert fields == [("at", None), ("schedule[1]", 3), ("schedule[2]", None), ("at", None),
+                      ("start", None), ("except[1]", 1), ("except[2]", None),
+                      ("except[3]", 5)]
+    messages = {e["field"]: e["message"] for e in body["details"]["errors"]}
+    assert "calendar files are not accepted here" in messages["except[2]"]
+    assert "passwd" not in str(body).replace("calendar:/etc/passwd", "")
+    assert "alpha.bad" not in api.scheduler.jobs
+
+
+async def test_preview_of_a_composed_schedule_marks_excluded_instants(api: Api) -> None:
+    body = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": ["0 9 * * 1-5", "0 12 * * 6"], "timezone": "Europe/Paris", "count": 3,
+        "after": "2026-12-23T00:00:00+01:00", "except": ["12-25"]}), 200)
+    assert body == {
+        "valid": True, "timezone": "Europe/Paris",
+        "expr": "0 12 * * 6 | 0 9 * * 1-5 | except 12-25",
+        "description": "At 12:00, only on Saturday; and At 09:00, Monday through Friday; "
+                       "except 12-25",
+        "next": ["2026-12-23T09:00:00+01:00", "2026-12-24T09:00:00+01:00",
+                 "2026-12-26T12:00:00+01:00"],
+        "excluded": ["2026-12-25T09:00:00+01:00"], "done": False}
+    text = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": "0 9 * * 1-5 | 0 12 * * 6 | except 12-25", "timezone": "Europe/Paris",
+        "count": 3, "after": "2026-12-23T00:00:00+01:00"}), 200)
+    assert text == body
+    once = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "at": "2026-12-24T18:00:00+01:00", "after": "2027-01-01T00:00:00Z"}), 200)
+    assert once["next"] == [] and once["done"] is True
+    bad = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": ["0 9 * * *", "0 61 * * *"]}), 422, "INVALID_CRON")
+    assert bad["details"]["errors"][0]["field"] == "expr[1]"
+    expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": "0 9 * * *", "except": ["calendar:/etc/passwd"]}), 422, "INVALID_CRON")

@@ -317,3 +317,96 @@ auto_pause_after = 4
     for attr in ("url", "method", "retry", "allow_private_targets", "notify",
                  "auto_pause_after"):
         assert getattr(from_toml.handler, attr) == getattr(from_api.handler, attr)
+
+
+# -- composed schedules -------------------------------------------------------------------
+
+
+def test_a_schedule_list_at_bounds_and_exclusions_compose() -> None:
+    from cronfleet.cron import ComposedSchedule, CronExpr
+
+    result, problems = validate_job({
+        "id": "office", "schedule": ["0 9 * * 1-5", "0 12 * * 6"], "timezone": "Europe/Paris",
+        "start": "2026-01-01", "end": datetime(2026, 12, 31, 18, tzinfo=UTC),
+        "except": ["12-25", "2026-12-24", "0 12 * * 6"]})
+    assert problems == [] and result is not None
+    s = result.schedule
+    assert isinstance(s, ComposedSchedule) and s.tz == PARIS
+    assert s.expr == ("0 12 * * 6 | 0 9 * * 1-5 | start 2026-01-01T00:00:00+01:00 | "
+                      "end 2026-12-31T19:00:00+01:00 | except 0 12 * * 6 | except "
+                      "12-25 | except 2026-12-24")
+    one, _ = validate_job({"id": "x", "schedule": ["@hourly"]})
+    assert one is not None and type(one.schedule) is CronExpr
+    once, _ = validate_job({"id": "x", "at": "2026-12-24T18:00"})
+    assert once is not None and once.schedule.expr == "at 2026-12-24T18:00:00+00:00"
+
+
+def test_every_problem_of_a_composed_schedule_at_once() -> None:
+    result, problems = validate_job({
+        "id": "x", "schedule": ["0 9 * * 1-5", "61 * * * *", None, 4],
+        "at": "2026-12-24T18:00:00+01:00", "start": "yesterday", "end": 5,
+        "except": ["12-25", "12-32", "@every 5m", ["nested"]], "timeout": -1})
+    assert result is None
+    assert [(p.key, p.column) for p in problems] == [
+        ("at", None), ("schedule[1]", 1), ("schedule[2]", None), ("schedule[3]", None),
+        ("start", None), ("end", None), ("except[1]", 1), ("except[2]", 1),
+        ("except[3]", None), ("timeout", None)]
+    msgs = {p.key: p.message for p in problems}
+    assert msgs["schedule[1]"] == "minute: '61' is out of range 0-59 (column 1)"
+    assert msgs["except[2]"].startswith("an interval cannot be an exclusion")
+    assert msgs["end"] == "expected an ISO 8601 date-time or date, got int"
+
+
+@pytest.mark.parametrize(("fields", "key", "message"), [
+    ({"schedule": []}, "schedule", "empty list"),
+    ({"schedule": "@daily", "start": "2026-02-01", "end": "2026-01-31"}, "end",
+     "is before start"),
+    ({"at": "2026-12-24T18:00:00+00:00", "end": "2026-12-01"}, "at", "outside start/end"),
+    ({"at": "2026-12-25T18:00:00+00:00", "except": ["12-25"]}, "at", "is excluded"),
+    ({"schedule": "@daily", "except": "calendar:x.txt"}, "except[0]", "cannot read"),
+    ({"schedule": "@daily", "except": {"a": 1}}, "except", "expected a list"),
+])
+def test_composition_problems(fields: dict, key: str, message: str) -> None:
+    result, problems = validate_job({"id": "x", **fields})
+    assert result is None
+    assert [p.key for p in problems] == [key] and message in problems[0].message
+
+
+def test_calendar_files_can_be_refused() -> None:
+    result, problems = validate_job({"id": "x", "schedule": "@daily",
+                                     "except": ["calendar:/etc/hostname"]}, calendars=False)
+    assert result is None and [p.key for p in problems] == ["except[0]"]
+    assert problems[0].message.startswith("calendar files are not accepted here")
+
+
+def test_job_create_the_decorator_and_plugin_schedules_compose() -> None:
+    from cronfleet import Scheduler
+    from cronfleet.cron import ComposedSchedule
+
+    job = Job.create(["0 9 * * 1-5", "0 12 * * 6"], lambda ctx: None, id="a",
+                     timezone="Europe/Paris", exclude=["12-25"], end="2026-12-31")
+    assert isinstance(job.schedule, ComposedSchedule) and job.period is None
+    once = Job.create(None, lambda ctx: None, id="b", at="2026-12-24T18:00:00+01:00")
+    assert once.schedule.expr == "at 2026-12-24T17:00:00+00:00"
+    with pytest.raises(ValueError, match=r"schedule\[1\]: minute: '61'.*except\[0\]"):
+        Job.create(["0 9 * * *", "61 * * * *"], lambda ctx: None, id="c",
+                   exclude=["13-01"])
+    from cronfleet.store.memory import MemoryStore
+
+    s = Scheduler(store=MemoryStore())
+    s.job(["@hourly", "30 * * * *"], id="d", exclude="0 0 * * *")(lambda ctx: None)
+    s.job(at="2030-01-01T00:00:00Z", id="e")(lambda ctx: None)
+    assert s.jobs["d"].schedule.expr == "30 * * * * | @hourly | except 0 0 * * *"
+    assert s.jobs["e"].schedule.expr == "at 2030-01-01T00:00:00+00:00"
+    job2, errors = schedule_to_job(
+        Schedule(id="p", cron=["@daily", "@hourly"], exclude=["01-01"], end="2030-01-01"),
+        job_id="plug/p", handler=lambda ctx: None, timezone="UTC", catch_up_window=60,
+        source="plugin plug")
+    assert errors == [] and job2 is not None
+    assert job2.schedule.expr == "@daily | @hourly | end 2030-01-01T23:59:59+00:00 | " \
+                                 "except 01-01"
+    _, errors = schedule_to_job(
+        Schedule(id="p", cron=["@daily", "@dayly"], exclude=["01-32"]),
+        job_id="plug/p", handler=lambda ctx: None, timezone="UTC", catch_up_window=60,
+        source="plugin plug")
+    assert [e.key for e in errors] == ["cron[1]", "exclude[0]"]
