@@ -176,6 +176,12 @@ class JobView:
     def override_active(self, now: datetime) -> bool:
         return _override_active(self.state, now)
 
+    def done(self, now: datetime) -> bool:
+        """A one-off past its instant, or a schedule past its ``end``: nothing will ever
+        fire again by construction (shown "done" rather than "never")."""
+        done = getattr(self.job.schedule, "done", None)
+        return self.next_fire is None and done is not None and bool(done(now))
+
     def paused(self, now: datetime) -> bool:
         """Paused by an override that has not expired (a declared ``enabled = false`` is
         not a pause)."""

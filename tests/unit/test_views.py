@@ -145,3 +145,25 @@ def test_find_jobs_filters_and_pages() -> None:
     store.calls.clear()
     find(limit=1)
     assert store.calls[-1] == ("last_runs", ["a", "c"])  # only what can be shown, plus one
+
+
+def test_composed_schedules_in_views() -> None:
+    office = Job.create(["0 9 * * 1-5", "0 12 * * 6"], None, id="o",
+                        timezone="Europe/Paris", exclude=["05-29"])
+    # NOW is Thursday 2026-05-28 20:00 UTC; Friday 29th is excluded
+    assert [t.isoformat() for t in next_fires(office, NOW, 2)] == [
+        "2026-05-30T12:00:00+02:00", "2026-06-01T09:00:00+02:00"]
+    v = job_view(office, None, None, NOW)
+    d = v.to_dict(NOW)
+    assert d["schedule"] == "0 12 * * 6 | 0 9 * * 1-5 | except 05-29"
+    assert d["next_run"] == "2026-05-30T12:00:00+02:00" and not v.done(NOW)
+    assert d["when"].endswith("; except 05-29")
+    once = Job.create(None, None, id="once", at="2026-05-28T21:00:00+00:00")
+    assert job_view(once, None, None, NOW).next_fire == datetime(2026, 5, 28, 21,
+                                                                 tzinfo=UTC)
+    later = NOW + timedelta(hours=2)
+    v = job_view(once, None, None, later)
+    assert v.next_fire is None and v.done(later)  # done, not merely "never"
+    assert v.to_dict(later)["next_run"] is None
+    assert period_of(once, NOW) is None
+    assert not job_view(job(), None, None, datetime(9999, 12, 31, 12, tzinfo=UTC)).done(NOW)

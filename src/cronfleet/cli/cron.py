@@ -110,7 +110,8 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
         return
     from rich.table import Table
 
-    table = Table(title=f"{schedule.expr}  ({schedule.tz})", caption=schedule.describe(),
+    caption = schedule.describe() + ("\nx: excluded (not a slot)" if excluded else "")
+    table = Table(title=f"{schedule.expr}  ({schedule.tz})", caption=caption,
                   title_justify="left", caption_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column(f"fire time ({schedule.tz})")
@@ -122,8 +123,7 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     i = 0
     for x, is_excluded in rows:
         i += 0 if is_excluded else 1
-        table.add_row("" if is_excluded else str(i),
-                      x.isoformat(), x.strftime("%a") + (" excluded" if is_excluded else ""),
+        table.add_row("x" if is_excluded else str(i), x.isoformat(), x.strftime("%a"),
                       x.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
                       _delta(x.astimezone(UTC) - start.astimezone(UTC)),  # elapsed, not wall
                       style="dim strike" if is_excluded else None)

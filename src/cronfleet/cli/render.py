@@ -110,7 +110,7 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
         table.add_column(col, overflow="fold")
     for v in views:
         job = v.job
-        nxt = "never" if v.next_fire is None else \
+        nxt = ("done" if v.done(now) else "never") if v.next_fire is None else \
             f"{_short(v.next_fire, now, job.schedule.tz)} ({_rel(v.next_fire, now)})"
         last = _status(v.last)
         if v.last is not None:

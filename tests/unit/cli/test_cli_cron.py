@@ -121,3 +121,43 @@ def test_python_dash_m_cronfleet_is_the_cli() -> None:
     ).stdout
     data = json.loads(out)
     assert data["expr"] == "0 9 * * *" and data["tz"] == "Europe/Paris"
+
+
+def test_next_of_a_composed_schedule_lists_the_excluded_instants() -> None:
+    r = run("next", "0 9 * * 1-5 | 0 12 * * 6 | end 2026-12-26", "--except", "12-25",
+            "--tz", "Europe/Paris", "--after", "2026-12-23T00:00", "-n", "5", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["expr"] == ("0 12 * * 6 | 0 9 * * 1-5 | end 2026-12-26T23:59:59+01:00 | "
+                            "except 12-25")
+    assert data["next"] == ["2026-12-23T09:00:00+01:00", "2026-12-24T09:00:00+01:00",
+                            "2026-12-26T12:00:00+01:00"]  # then the end
+    assert data["excluded"] == ["2026-12-25T09:00:00+01:00"]
+    human = run("next", "0 9 * * 1-5 | except 12-25", "--tz", "Europe/Paris",
+                "--after", "2026-12-24T00:00", "-n", "2")
+    assert human.exit_code == 0, human.output
+    assert "│ x │ 2026-12-25T09:00:00+01:00 │ Fri" in human.stdout
+    assert "2026-12-28T09:00:00+01:00" in human.stdout and "x: excluded" in human.stdout
+
+
+def test_next_of_a_one_off_past_its_instant_says_done() -> None:
+    r = run("next", "at 2026-12-24T18:00:00+01:00", "--after", "2027-01-01T00:00:00Z")
+    assert r.exit_code == 1
+    assert "done" in r.stderr
+    ok = run("next", "at", "2026-12-24T18:00", "--tz", "Europe/Paris",
+             "--after", "2026-01-01T00:00:00Z", "--json")
+    assert json.loads(ok.stdout)["next"] == ["2026-12-24T18:00:00+01:00"]
+
+
+def test_explain_a_composed_schedule() -> None:
+    r = run("explain", "0 9 * * 1-5 | 0 12 * * 6 | except 12-25", "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["kind"] == "composed" and info["except"] == ["12-25"]
+    assert [p["expr"] for p in info["parts"]] == ["0 12 * * 6", "0 9 * * 1-5"]
+    human = run("explain", "0 9 * * 1-5 | start 2026-01-01 | except 0 9 * * 1")
+    assert human.exit_code == 0, human.output
+    assert "start       2026-01-01T00:00:00+00:00" in human.stdout
+    assert "except      0 9 * * 1" in human.stdout and "day-of-week" in human.stdout
+    bad = run("next", "0 9 * * 1-5 | except 12-32")
+    assert bad.exit_code == 2 and "is not a month-day" in bad.stderr
