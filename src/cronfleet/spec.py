@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from cronfleet.cron import AnySchedule, CronExpr, CronSyntaxError, parse
+from cronfleet.cron import (
+    AnySchedule,
+    ComposedSchedule,
+    CronExpr,
+    CronSyntaxError,
+    Exclusion,
+    parse,
+    parse_exclusion,
+    parse_instant,
+)
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
     BACKOFF_STRATEGIES,
@@ -671,15 +680,6 @@ def _composed(
     problems), ``at``, ``start``, ``end`` and ``except`` (``except[i]``), every problem
     appended; a single expression with nothing else stays a plain ``CronExpr``.
     ``base``: where relative calendar files are; ``False``: calendar files refused."""
-    from cronfleet.cron import (
-        ComposedSchedule,
-        CronExpr,
-        CronSyntaxError,
-        Exclusion,
-        parse_exclusion,
-        parse_instant,
-    )
-
     before = len(problems)
     at, start, end, exclude = (fields.get(k) for k in SCHEDULE_KEYS[1:])
     if isinstance(schedule, ComposedSchedule):
