@@ -285,11 +285,12 @@ class Job:
                  "locking": locking, "overlap": overlap, "timeout": timeout,
                  "jitter": jitter, "enabled": enabled, "recover": recover, "config": config,
                  "description": description, "team": team, "retry": retry,
-                 "notify": notify, "auto_pause_after": auto_pause_after, "at": at,
-                 "start": start, "end": end, "except": exclude}
+                 "notify": notify, "auto_pause_after": auto_pause_after}
         # a value that is exactly its default needs no checking (declaring 100,000 jobs
         # in code must stay cheap); validate_job fills in the same defaults
         fields: dict[str, Any] = {"id": id, "schedule": schedule}
+        if at is not None or start is not None or end is not None or exclude is not None:
+            fields.update({"at": at, "start": start, "end": end, "except": exclude})
         for key, value in given.items():
             default = _CREATE_DEFAULTS.get(key, _NO_DEFAULT)
             if value is None or (type(value) is type(default) and value == default):

@@ -861,7 +861,8 @@ def validate_job(
                 problems.append(FieldProblem(key, str(exc), exc.column))
         return None
 
-    composing = any(get(k) is not None for k in SCHEDULE_KEYS[1:])
+    composing = (get("at") is not None or get("start") is not None
+                 or get("end") is not None or get("except") is not None)
     if schedule is None and get("at") is None:
         problems.append(FieldProblem("schedule", 'missing: a cron expression, macro or '
                                                  'interval (e.g. "0 6 * * *" or "15m"), '
