@@ -759,10 +759,13 @@ def _composed(
                 message = str(exc) if exc.field != "except" else exc.reason
                 problems.append(FieldProblem(key, message, exc.column))
     lo, hi, when = bounds.get("start"), bounds.get("end"), bounds.get("at")
-    if lo is not None and hi is not None and hi < lo:
+    # instants compared as instants (in a repeated hour one zone's datetimes compare by
+    # wall time)
+    if lo is not None and hi is not None and hi.timestamp() < lo.timestamp():
         problems.append(FieldProblem("end", f"{hi.isoformat()} is before start "
                                             f"{lo.isoformat()}"))
-    if when is not None and ((lo is not None and when < lo) or (hi is not None and when > hi)):
+    if when is not None and ((lo is not None and when.timestamp() < lo.timestamp())
+                             or (hi is not None and when.timestamp() > hi.timestamp())):
         problems.append(FieldProblem("at", f"{when.isoformat()} is outside start/end: "
                                            "the job would never run"))
     if len(problems) > before or (not parts and when is None):

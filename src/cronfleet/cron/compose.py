@@ -365,8 +365,9 @@ class ComposedSchedule:
         if d in self._dates or (d.month, d.day) in self._monthdays:
             return True
         if self._xcrons:
-            before = local - _SECOND
             u = _ts(local)
+            # one second earlier as an instant (wall-clock arithmetic would lose the fold)
+            before = datetime.fromtimestamp(u - 1, UTC)
             for x in self._xcrons:
                 try:
                     if _ts(x.next(before)) == u:
@@ -405,8 +406,9 @@ class ComposedSchedule:
     def _raw_prev(self, t: datetime) -> datetime:
         at = self.at
         if at is not None:
-            # strictly before t: at < t (t may carry microseconds)
-            if at < t:
+            # strictly before t, as instants (t may carry microseconds; in a repeated hour
+            # two datetimes of one zone compare by wall time)
+            if _ts(at) < _ts(t) or (_ts(at) == _ts(t) and t.microsecond):
                 return at
             raise NoFireTimeError(f"{self.expr!r}: no fire time before {t.isoformat()}")
         best: datetime | None = None
@@ -472,7 +474,7 @@ class ComposedSchedule:
         t = before
         start, end = self.start, self.end
         if end is not None and _ts(end) + 1 < _ts(t):
-            t = end + _SECOND
+            t = datetime.fromtimestamp(_ts(end) + 1, self.tz)
         start_u = None if start is None else _ts(start)
         for _ in range(MAX_SKIPPED):
             c = self._raw_prev(t)
@@ -626,7 +628,7 @@ def compose(
     if len(parts) == 1 and when is None and lo is None and hi is None and not xs \
             and parts[0].tz == zone:
         return parts[0]
-    if lo is not None and hi is not None and hi < lo:
+    if lo is not None and hi is not None and _ts(hi) < _ts(lo):
         raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
     return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
 
