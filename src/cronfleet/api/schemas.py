@@ -171,8 +171,9 @@ class JobFields(BaseModel):
 class JobCreate(JobFields):
     __doc__ = f"A job to store. {_SPEC_DOC}"
     # required in the schema; a missing one is reported by the spec with the rest
+    # (``schedule`` or ``at``: the spec reports a job with neither)
     model_config = ConfigDict(extra="allow", json_schema_extra={
-        **_NOT_OTHERS, "required": ["id", "schedule", "http"]})
+        **_NOT_OTHERS, "required": ["id", "http"]})
 
     id: _doc(Annotated[str, Field(min_length=1, max_length=200,  # type: ignore[valid-type]
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")]) = None
@@ -344,8 +345,10 @@ class TriggerAccepted(BaseModel):
 
 
 class PreviewRequest(Strict):
-    expr: str | list[Annotated[str, Field(max_length=1000)]] | None = Field(
-        default=None, max_length=100,
+    expr: Annotated[str, Field(max_length=2000)] | Annotated[
+        list[Annotated[str, Field(max_length=1000)]], Field(min_length=1, max_length=100)
+    ] | None = Field(
+        default=None,
         description="A cron expression, macro or interval; a list of them (their instants "
                     "united); or a composition text ('0 9 * * 1-5 | 0 12 * * 6 | except "
                     "12-25'). Leave it out for a one-off `at`.")
