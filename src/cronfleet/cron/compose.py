@@ -451,13 +451,13 @@ class ComposedSchedule:
         start, end = self.start, self.end
         if start is not None and _ts(start) - 1 > _ts(t) and _ts(start) > _MIN_TS:
             t = datetime.fromtimestamp(_ts(start) - 1, self.tz)
-        end_u = None if end is None else _ts(end)
+        end_u = 0 if end is None else _ts(end)
         for _ in range(MAX_SKIPPED):
             c = self._raw_next(t)
-            if end_u is not None and _ts(c) > end_u:
+            if end is not None and _ts(c) > end_u:
                 raise NoFireTimeError(f"{self.expr!r}: done: no fire time after "
                                       f"{after.isoformat()} (the schedule ends at "
-                                      f"{_iso(end)})")  # type: ignore[arg-type]
+                                      f"{_iso(end)})")
             if not self.excluded(c):
                 return c.astimezone(self.tz)
             if self._day_excluded(c.astimezone(self.tz)):
@@ -475,13 +475,13 @@ class ComposedSchedule:
         start, end = self.start, self.end
         if end is not None and _ts(end) + 1 < _ts(t):
             t = datetime.fromtimestamp(_ts(end) + 1, self.tz)
-        start_u = None if start is None else _ts(start)
+        start_u = 0 if start is None else _ts(start)
         for _ in range(MAX_SKIPPED):
             c = self._raw_prev(t)
-            if start_u is not None and _ts(c) < start_u:
+            if start is not None and _ts(c) < start_u:
                 raise NoFireTimeError(f"{self.expr!r}: no fire time before "
                                       f"{before.isoformat()} (the schedule starts at "
-                                      f"{_iso(start)})")  # type: ignore[arg-type]
+                                      f"{_iso(start)})")
             if not self.excluded(c):
                 return c.astimezone(self.tz)
             local = c.astimezone(self.tz)
