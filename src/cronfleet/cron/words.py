@@ -172,11 +172,10 @@ def _merge(toks: list[Tok], lang: Lang) -> list[Tok]:
               and toks[i + 2].kind == "UNIT" and toks[i + 2].value == HOUR):
             out += [Tok("NUM", 15, t.col, t.raw), Tok("UNIT", MINUTE, t.col, t.raw)]
             i += 3
-        elif t.kind == "UNIT" and t.value == DAY and nxt is not None and nxt.kind == "OUVRE":
-            out.append(Tok("WEEKDAY", 0, t.col, t.raw + " " + nxt.raw))
-            i += 2
-        elif (lang.code == "fr" and t.kind == "IN" and nxt is not None
-              and nxt.kind == "UNIT" and nxt.value == WEEK):
+        elif nxt is not None and (
+                (t.kind == "UNIT" and t.value == DAY and nxt.kind == "OUVRE")
+                or (lang.code == "fr" and t.kind == "IN" and nxt.kind == "UNIT"
+                    and nxt.value == WEEK)):
             out.append(Tok("WEEKDAY", 0, t.col, t.raw + " " + nxt.raw))
             i += 2
         elif t.kind in ("HALF", "HALFHOUR", "QUARTW", "OUVRE"):
@@ -215,9 +214,8 @@ def _check_suffix(value: int, suffix: str, lang: Lang, tok: Tok) -> None:
             want = {1: "st", 2: "nd", 3: "rd"}.get(value % 10, "th")
         if suffix != want:
             _fail(tok, f"{tok.raw!r} is not an ordinal (did you mean '{value}{want}'?)")
-    elif suffix in ("er", "re"):
-        if value != 1:
-            _fail(tok, f"{tok.raw!r} is not an ordinal (did you mean '{value}e'?)")
+    elif suffix in ("er", "re") and value != 1:
+        _fail(tok, f"{tok.raw!r} is not an ordinal (did you mean '{value}e'?)")
     if value == 0:
         _fail(tok, f"{tok.raw!r}: there is no day 0")
 
@@ -293,6 +291,10 @@ class _Parser:
     def at(self, *kinds: str, k: int = 0) -> bool:
         t = self.peek(k)
         return t is not None and t.kind in kinds
+
+    def at_unit(self, unit: int, k: int = 0) -> bool:
+        t = self.peek(k)
+        return t is not None and t.kind == "UNIT" and t.value == unit
 
     def take(self) -> Tok:
         t = self.toks[self.i]
@@ -475,7 +477,7 @@ class _Parser:
         if first.kind == "AT":
             self.take()
             self.skip("THE")
-            if self.at("UNIT") and self.peek() and self.peek().value == MINUTE:  # type: ignore[union-attr]
+            if self.at_unit(MINUTE):
                 self.take()
                 m = self.expect("a minute 0-59", "NUM")
                 if m.value > 59:
@@ -518,8 +520,7 @@ class _Parser:
                     _fail(t, f"{t.raw!r}: with am/pm the hour must be 1-12")
                 h = t.value % 12 + (12 if amp.value else 0)
                 return Tok("TIME", h * 60, t.col, t.raw)
-            if self.lang.code == "fr" and self.at("UNIT") and self.peek(0) is not None \
-                    and self.toks[self.i].value == HOUR:  # "8 heures"
+            if self.lang.code == "fr" and self.at_unit(HOUR):  # "8 heures"
                 self.take()
                 if t.value > 23:
                     _fail(t, f"{t.raw!r}: the hour must be 0-23")
@@ -663,7 +664,7 @@ class _Parser:
                 self.once("day", first)
                 self.f.dow = f"{d.value}#{first.value}"
                 self.of_month()
-            elif self.at("UNIT") and self.peek() and self.peek().value == DAY:  # type: ignore[union-attr]
+            elif self.at_unit(DAY):
                 _fail(first, f"'{first.raw} day' is ambiguous: write 'on the {first.value}"
                              f"{'st' if first.value == 1 else 'th'}' or 'on day "
                              f"{first.value}'")
@@ -676,7 +677,7 @@ class _Parser:
         if self.at("OF"):
             self.take()
             self.skip("THE", "EVERY")
-            if self.at("UNIT") and self.peek() and self.peek().value == MONTH:  # type: ignore[union-attr]
+            if self.at_unit(MONTH):
                 self.take()
             elif self.at("MON"):
                 self.months()
@@ -743,7 +744,7 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
     times = f.times
     if times is not None:
         if f.step is not None:
-            unit, n, st = f.step
+            unit, n, _st = f.step
             _fail(times[0], f"{times[0].raw!r}: a time and 'every {n} {_UNIT_NAMES[unit]}s' "
                             "together are ambiguous (use 'from ... to ...' for a range of "
                             "hours)")
@@ -788,10 +789,7 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
             _fail(rt, "a range of hours goes with 'every N minutes' or 'every hour'")
         unit, n, _ = f.step
         if unit == HOUR:
-            if n != 1:
-                hour = f"{ha}-{hb}/{n}"
-            else:
-                hour = f"{ha}-{hb}"
+            hour = f"{ha}-{hb}/{n}" if n != 1 else f"{ha}-{hb}"
         else:  # minutes / seconds: the last hour runs whole, to end at the given time
             _fail(rt, "with minutes, 'from 9am to 5pm' would also fire at 17:15, 17:30, "
                       "...: write 'from 9am to 4pm' style ranges with 'every hour', or "
