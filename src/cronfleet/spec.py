@@ -36,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from cronfleet.cron import CronExpr, CronSyntaxError, parse
+from cronfleet.cron import CronExpr, CronSyntaxError, parse, parse_schedule
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
     BACKOFF_STRATEGIES,
@@ -614,6 +614,7 @@ class JobSpec:
     auto_pause_after: int | None = None
     allow_private_targets: bool | None = None
     http: HttpRequest | None = None
+    schedule_text: str | None = None  # the schedule as written when it was a sentence
 
     def job_fields(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~cronfleet.model.Job` (all but handler/source)."""
@@ -624,6 +625,7 @@ class JobSpec:
             "enabled": self.enabled, "recover": self.recover, "config": dict(self.config),
             "description": self.description, "team": self.team, "retry": self.retry,
             "notify": self.notify, "auto_pause_after": self.auto_pause_after,
+            "schedule_text": self.schedule_text,
         }
 
 
@@ -702,6 +704,7 @@ def validate_job(
             tz = "UTC"
     schedule = fields.get("schedule")
     expr: CronExpr | None = None
+    schedule_text: str | None = None  # the sentence as written, when it was one
     if schedule is None:
         problems.append(FieldProblem("schedule", 'missing: a cron expression, macro or '
                                                  'interval (e.g. "0 6 * * *" or "15m")'))
@@ -715,7 +718,7 @@ def validate_job(
                                                  "characters"))
     else:
         try:
-            expr = parse(schedule, tz)
+            expr, schedule_text = parse_schedule(schedule, tz)
         except CronSyntaxError as exc:
             problems.append(FieldProblem("schedule", str(exc), exc.column))
     check_present(_VALUE_KEYS)
@@ -774,4 +777,5 @@ def validate_job(
         description = f"{request.method} {request.url}"
     out.pop("timezone", None)
     out.setdefault("catch_up_window", catch_up_window)
-    return JobSpec(id=job_id, schedule=expr, description=description, **out), []
+    return JobSpec(id=job_id, schedule=expr, description=description,
+                   schedule_text=schedule_text, **out), []

@@ -16,7 +16,7 @@ from cronfleet.cli.common import (
     _console,
     _fail,
 )
-from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse
+from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse_schedule
 from cronfleet.views import fire_times
 
 _CRON_EXIT_CODES = """\b
@@ -26,10 +26,11 @@ Exit codes:
   2  bad input: invalid expression, time zone or option"""
 
 
-def _parse(words: tuple[str, ...], tz: str) -> CronExpr:
+def _parse(words: tuple[str, ...], tz: str) -> tuple[CronExpr, str | None]:
+    """The schedule and, when EXPR was a sentence, the sentence (cron.parse_schedule)."""
     text = " ".join(words)
     try:
-        return parse(text, tz)
+        return parse_schedule(text, tz)
     except CronSyntaxError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -68,10 +69,11 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     """Print the next fire times of EXPR.
 
     EXPR is a cron expression (5 fields, or 6 with leading seconds), a macro such as
-    @daily, or an interval such as 5m or '@every 1h30m'. Quote it so the shell does not
-    expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
+    @daily, an interval such as 5m or '@every 1h30m', or a sentence in English or French
+    ('every weekday at 9am', 'du lundi au vendredi à 8h30'). Quote it so the shell does
+    not expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
     """
-    schedule = _parse(expr, tz)
+    schedule, sentence = _parse(expr, tz)
     start = _after(after, schedule.tz)
     times = fire_times(schedule, start, count)
     if not times:  # say why: the schedule's own words
@@ -82,6 +84,7 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     if as_json:
         click.echo(json.dumps({
             "expr": schedule.expr,
+            **({"sentence": sentence} if sentence is not None else {}),
             "tz": str(schedule.tz),
             "description": schedule.describe(),
             "after": start.isoformat(),
@@ -90,7 +93,10 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
         return
     from rich.table import Table
 
-    table = Table(title=f"{schedule.expr}  ({schedule.tz})", caption=schedule.describe(),
+    title = f"{schedule.expr}  ({schedule.tz})"
+    if sentence is not None:
+        title = f"{sentence} = {title}"
+    table = Table(title=title, caption=schedule.describe(),
                   title_justify="left", caption_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column(f"fire time ({schedule.tz})")
@@ -125,8 +131,10 @@ def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
 
     Example: cronfleet explain '30 2 * * *' --tz Europe/Paris
     """
-    schedule = _parse(expr, tz)
+    schedule, sentence = _parse(expr, tz)
     info: dict[str, Any] = schedule.explain()
+    if sentence is not None:
+        info["sentence"] = sentence
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -134,6 +142,8 @@ def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
 
     console = _console()
     console.print(f"[bold]{info['description']}[/bold]")
+    if sentence is not None:
+        console.print(f"sentence    {sentence}")
     console.print(f"expression  {info['expr']}")
     if info.get("expanded"):
         console.print(f"expands to  {info['expanded']}")

@@ -16,8 +16,12 @@ from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
+from .words import Sentence, from_text, looks_like_words
 
-__all__ = ["CronExpr", "CronSyntaxError", "NoFireTimeError", "parse"]
+__all__ = [
+    "CronExpr", "CronSyntaxError", "NoFireTimeError", "Sentence", "from_text", "parse",
+    "parse_schedule",
+]
 
 
 @lru_cache(maxsize=4096)
@@ -36,3 +40,22 @@ def parse(expr: str, tz: str | ZoneInfo = "UTC") -> CronExpr:
     if isinstance(expr, str) and isinstance(tz, str | ZoneInfo):
         return _parse_cached(expr, tz)
     return CronExpr(expr, tz)
+
+
+def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str | None]:
+    """A schedule as a user writes it: a cron expression, macro or interval, or else a
+    sentence (:func:`from_text`, English or French).
+
+    Returns ``(expr, sentence)``: ``sentence`` is the text as written when it was read as
+    words (``expr`` is then the canonical expression), ``None`` otherwise. The one entry
+    point of every face (job specs, ``cronfleet next/explain``, ``/api/cron/preview``).
+    When the text fails both ways, the error is the sentence's when the text looks like
+    words (:func:`looks_like_words`), else the cron expression's.
+    """
+    try:
+        return parse(text, tz), None
+    except CronSyntaxError as exc:
+        if exc.field == "timezone" or not isinstance(text, str) or not looks_like_words(text):
+            raise
+    sentence = from_text(text, tz)
+    return sentence.schedule, text

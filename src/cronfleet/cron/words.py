@@ -345,6 +345,11 @@ class _Parser:
                 self.set_step(t.value, 1, t)
             elif k in ("ONCE", "NUM") and self.count_ahead():
                 self.count()
+            elif k == "NUM" and self.at("UNIT", k=1) and not self.at_unit(DAY, k=1):
+                n_tok = self.take()  # "10 minutes": as "every 10 minutes"
+                self.take()
+                self.once("frequency", n_tok)
+                self.set_step(self.toks[self.i - 1].value, n_tok.value, n_tok)
             elif k == "AT" or k == "TIME":
                 self.at_clause()
             elif k == "FROM":
@@ -422,6 +427,8 @@ class _Parser:
 
     def set_step(self, unit: int, n: int, tok: Tok) -> None:
         f = self.f
+        if n < 1:
+            _fail(tok, "the step must be at least 1")
         if unit == SECOND and n % 60 == 0:
             unit, n = MINUTE, n // 60
         if unit == MINUTE and n % 60 == 0:
@@ -897,14 +904,20 @@ def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = No
 
 
 def looks_like_words(text: str) -> bool:
-    """True when ``text`` reads as a sentence rather than a cron expression: it holds a
-    word of three letters or more that is not a month or weekday abbreviation."""
-    for w in re.findall(r"[^\W\d_]{3,}", text):
-        low = w.lower()
-        if low[:3] in _ABBR and len(low) == 3:
-            continue
-        return True
-    return False
+    """True when ``text`` reads as a sentence rather than a cron expression: no ``*``,
+    ``?``, ``#`` or ``@``, and a word of either language (not a three-letter day or month
+    abbreviation, which cron has too), or a time / ordinal such as ``9am``, ``9h30``,
+    ``1st``."""
+    if any(c in text for c in "*?#@"):
+        return False
+    for w in _LETTERS.findall(text):
+        f = _fold(w)
+        if len(f) >= 2 and f not in _ABBR and (f in _EN.words or f in _FR.words):
+            return True
+    return _TIMEISH.search(text.lower()) is not None
 
 
 _ABBR = frozenset(MONTH_NAMES_EN + WEEKDAY_NAMES_EN)
+_EN, _FR = LANGS["en"], LANGS["fr"]
+_LETTERS = re.compile(r"[^\W\d_]+")
+_TIMEISH = re.compile(r"[0-9](?:am|pm|h|st|nd|rd|th|er|e)(?![^\W\d_])|[0-9]:[0-9]{2}(?![0-9])")
