@@ -247,12 +247,12 @@ def _word(w: str, col: int, raw: str, lang: Lang, out: list[Tok]) -> None:
 
 def _unknown(w: str, col: int, raw: str, lang: Lang) -> NoReturn:
     tok = Tok("?", 0, col, raw)
+    other = LANGS["fr" if lang.code == "en" else "en"]
+    if w in other.words and w not in ("mar", "sept"):
+        _fail(tok, f"{raw!r} is not {lang.name}: write the whole sentence in one language")
     close = difflib.get_close_matches(w, lang.suggest, n=1, cutoff=0.75)
     if close:
         _fail(tok, f"unknown word {raw!r} (did you mean {lang.display(close[0])!r}?)")
-    other = LANGS["fr" if lang.code == "en" else "en"]
-    if w in other.words:
-        _fail(tok, f"{raw!r} is not {lang.name}: write the whole sentence in one language")
     _fail(tok, f"unknown word {raw!r}")
 
 
@@ -335,7 +335,8 @@ class _Parser:
             if t is None:
                 break
             k = t.kind
-            if k == "OF" and self.at("DOW", "MON", k=1):  # "du lundi au vendredi"
+            if k == "OF" and self.at("DOW", "MON", "TIME", "NUM", "NOON", "MIDNIGHT", k=1):
+                # "du lundi au vendredi", "de 9h à 17h"
                 k = "FROM"
             if k == "EVERY":
                 self.every()
@@ -694,9 +695,13 @@ class _Parser:
     def dom_list(self, first: Tok) -> None:
         self.once("day", first)
         days = [first]
-        while self.at("AND", "TO") and self.at("ORD", "NUM", k=1) and not self.at(
-                "TIMES", "UNIT", "HWORD", "AMPM", k=2):
+        while True:
+            the = 1 if self.at("THE", k=1) else 0  # "le 1er et le 15"
+            if not (self.at("AND", "TO") and self.at("ORD", "NUM", k=1 + the)
+                    and not self.at("TIMES", "UNIT", "AMPM", k=2 + the)):
+                break
             sep = self.take()
+            self.i += the
             nxt = self.take()
             if sep.kind == "TO":
                 days.append(Tok("RANGE", nxt.value, nxt.col, nxt.raw))
@@ -851,10 +856,21 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
 
 
 def _detect(text: str) -> Lang:
-    words = [_fold(w) for w in re.findall(r"[^\W\d_]+", text.lower())]
-    en = sum(1 for w in words if w in LANGS["en"].words)
-    fr = sum(1 for w in words if w in LANGS["fr"].words)
-    return LANGS["fr"] if fr > en else LANGS["en"]
+    """The language with more words of its own (words both have, such as 'minutes', do
+    not count); accents and French times ('9h') count for French, am/pm for English.
+    A tie is English."""
+    low = text.lower()
+    en = fr = 0
+    for w in _WORDS.findall(low):
+        f = _fold(w)
+        in_en, in_fr = f in _EN.words, f in _FR.words
+        if f != w or (in_fr and not in_en):
+            fr += 1
+        elif in_en and not in_fr:
+            en += 1
+    fr += len(_FR_TIME.findall(low))
+    en += len(_EN_TIME.findall(low))
+    return _FR if fr > en else _EN
 
 
 def compile_text(text: str, lang: str | None = None) -> tuple[str, str]:
@@ -920,4 +936,7 @@ def looks_like_words(text: str) -> bool:
 _ABBR = frozenset(MONTH_NAMES_EN + WEEKDAY_NAMES_EN)
 _EN, _FR = LANGS["en"], LANGS["fr"]
 _LETTERS = re.compile(r"[^\W\d_]+")
+_WORDS = re.compile(r"[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*")
+_FR_TIME = re.compile(r"[0-9]h|[0-9](?:er|e|eme|ème)(?![^\W\d_])")
+_EN_TIME = re.compile(r"[0-9]\s*(?:am|pm|st|nd|rd|th)(?![^\W\d_])")
 _TIMEISH = re.compile(r"[0-9](?:am|pm|h|st|nd|rd|th|er|e)(?![^\W\d_])|[0-9]:[0-9]{2}(?![0-9])")
