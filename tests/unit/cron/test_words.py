@@ -96,7 +96,8 @@ def test_spec_problem_has_the_column() -> None:
     assert [(p.key, p.column) for p in problems] == [("schedule", 14)]
 
 
-_VOCAB = sorted(set(LANGS["en"].words) | set(LANGS["fr"].words)) + [
+_VOCAB = [
+    *sorted(set(LANGS["en"].words) | set(LANGS["fr"].words)),
     "9am", "12pm", "9h30", "21h", "14:30", "1st", "2nd", "2e", "1er", "3ème", "15", "0", "99",
     "31", ",", "-", ".", "/", "&", "*", "@every", "é", "٣", "Ｍon", "janv.", "'",
 ]
