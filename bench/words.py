@@ -18,6 +18,7 @@ phrases it accepts, next to cronfleet's on the same phrases.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -27,8 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-import contextlib
 
 from cronfleet.cron import CronSyntaxError, from_text, parse
 from cronfleet.cron.words import compile_text
