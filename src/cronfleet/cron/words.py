@@ -422,6 +422,10 @@ class _Parser:
         elif t.kind == "MON":
             self.months(with_day=True)
         elif t.kind in ("ORD", "LAST"):
+            if self.at("DOW", k=1) and not self.of_month_ahead(2):
+                _fail(t, f"'every {t.raw} {self.toks[self.i + 1].raw}' is ambiguous (every "
+                         f"other week, or once a month?): write 'on the {t.raw} "
+                         f"{self.toks[self.i + 1].raw} of the month'")
             self.day_clause()
         else:
             self.expected("what to repeat ('every day', 'every 15 minutes', 'every Monday')")
@@ -680,6 +684,13 @@ class _Parser:
                 self.dom_list(first)
         else:
             self.expected("a day")
+
+    def of_month_ahead(self, k: int) -> bool:
+        """'of the month' / 'du mois' starts k tokens ahead."""
+        if not self.at("OF", k=k):
+            return False
+        k += 1 + (1 if self.at("THE", k=k + 1) else 0)
+        return self.at_unit(MONTH, k=k)
 
     def of_month(self) -> None:
         if self.at("OF"):
