@@ -27,10 +27,11 @@ async def test_list_is_the_teams_jobs_in_id_order(api: Api) -> None:
     report = page["items"][1]
     assert report == {
         "id": "alpha.report", "team": "alpha", "source": "code", "editable": False,
-        "schedule": "@daily", "timezone": "UTC", "description": "Nightly sales report",
-        "when": "At 00:00 every day", "declared_enabled": True, "enabled": True,
-        "paused": False, "next_run": "2026-05-29T00:00:00+00:00", "last_run": None,
-        "override": None, "lease": None,
+        "schedule": "@daily", "schedule_text": None, "timezone": "UTC",
+        "description": "Nightly sales report", "when": "At 00:00 every day",
+        "declared_enabled": True, "enabled": True, "paused": False,
+        "next_run": "2026-05-29T00:00:00+00:00", "last_run": None, "override": None,
+        "lease": None,
     }
     assert page["items"][0]["declared_enabled"] is False
     assert page["items"][0]["enabled"] is False
