@@ -813,14 +813,10 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
         unit, n, _ = f.step
         if unit == HOUR:
             hour = f"{ha}-{hb}/{n}" if n != 1 else f"{ha}-{hb}"
-        else:  # minutes / seconds: the last hour runs whole, to end at the given time
-            _fail(rt, "with minutes, 'from 9am to 5pm' would also fire at 17:15, 17:30, "
-                      "...: write 'from 9am to 4pm' style ranges with 'every hour', or "
-                      "the cron expression (e.g. '*/15 9-16 * * *')")
-    if f.step is not None and f.step[0] == HOUR and minute is None:
-        minute = "0"
-    if f.step is not None and times is None and f.period is not None and f.period != DAY:
-        pass
+        else:  # a cron hour range runs whole: "9-17" fires until 17:45, not at 17:00
+            _fail(rt, f"'every {n} {_UNIT_NAMES[unit]}s from {ha}:00 to {hb}:00' would "
+                      f"also fire after {hb}:00 (cron's hours {ha}-{hb} run to {hb}:59): "
+                      f"write the cron expression, e.g. '*/{n} {ha}-{hb - 1} * * *'")
     if minute is None:
         minute = "0"
     if hour is None:
@@ -846,16 +842,14 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
             month = "1"
         if dom is None and dow is None:
             dom = "1"
-    if p == MONTH and f.month is not None and "*" not in f.month:
-        _fail(f.cols["month"], "'every month' and a month name together")
-    if f.month is None and f.cols.get("frequency") is None and dom is None and dow is None \
-            and times is None and f.count is None and f.step is None:
-        _fail(toks[0], "this says when but not how often ('every day at ...')")
-    if (times is not None or f.count is not None) and p is None and dom is None \
-            and dow is None and f.month is None:
-        pass  # "at 9am" alone: every day at 9
-    if f.step is not None and f.step[0] != HOUR and (dom or dow or month) is None:
-        pass
+    if p in (MONTH, YEAR) and dow is not None and dow[-1].isdigit() and "#" not in dow:
+        _fail(f.cols["day"], "a period of months or years and a day of the week: which "
+                             "one? Say 'on the first Monday of the month', or drop the period "
+                             "('every Monday')")
+    if (f.cols.get("frequency") is None and times is None and f.count is None
+            and dom is None and dow is None):
+        _fail(toks[0], "this says when but not how often: add 'every day', a time or a day "
+                       "('every day in March at 9am')")
     sec = f.second
     parts = [minute, hour, dom or "*", month or "*", dow or "*"]
     if sec is not None:
