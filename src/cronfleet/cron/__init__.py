@@ -12,11 +12,14 @@ See docs/cron.md for the grammar and the DST rules.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
-from .words import Sentence, from_text, looks_like_words
+
+if TYPE_CHECKING:
+    from .words import Sentence
 
 __all__ = [
     "CronExpr", "CronSyntaxError", "NoFireTimeError", "Sentence", "from_text", "parse",
@@ -55,7 +58,26 @@ def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str
     try:
         return parse(text, tz), None
     except CronSyntaxError as exc:
-        if exc.field == "timezone" or not isinstance(text, str) or not looks_like_words(text):
+        if exc.field == "timezone" or not isinstance(text, str):
             raise
-    sentence = from_text(text, tz)
+        from . import words  # only when the text is not cron: keeps `import` and parse fast
+
+        if not words.looks_like_words(text):
+            raise
+    sentence = words.from_text(text, tz)
     return sentence.schedule, text
+
+
+def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = None) -> Sentence:
+    """Compile an English or French sentence to a schedule (see :mod:`.words`)."""
+    from . import words
+
+    return words.from_text(text, tz, lang)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: Sentence without importing words eagerly
+    if name == "Sentence":
+        from .words import Sentence
+
+        return Sentence
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
