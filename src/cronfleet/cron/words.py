@@ -269,6 +269,7 @@ class _Fields:
     dow: str | None = None
     times: list[Tok] | None = None  # AT clause
     at_minute: Tok | None = None  # "at minute 15"
+    past_hour: bool = False  # "at 15 minutes past the hour": every hour unless a step says
     step: tuple[int, int, Tok] | None = None  # (unit, n, token) of "every n unit"
     period: int | None = None  # DAY/WEEK/MONTH/QUARTER/YEAR from "every day", "weekly"...
     count: tuple[int, Tok] | None = None  # "twice a day"
@@ -355,6 +356,8 @@ class _Parser:
                 self.at_clause()
             elif k == "FROM":
                 self.from_clause()
+            elif k == "BETWEEN":
+                self.between_clause()
             elif k in ("ON", "THE", "ORD", "LAST", "DOW", "WEEKDAY", "WEEKEND", "MON",
                        "NUM") or (k == "UNIT" and t.value == DAY
                                   and self.at("NUM", "ORD", k=1)):
@@ -489,20 +492,52 @@ class _Parser:
         if first.kind == "AT":
             self.take()
             self.skip("THE")
-            if self.at_unit(MINUTE):
-                self.take()
+            past = (self.at("NUM") and self.at_unit(MINUTE, k=1) and self.at("PAST", k=2)
+                    and self.at("THE", k=3) and self.at_unit(HOUR, k=4))
+            if self.at_unit(MINUTE) or past:  # "at minute 15", "at 15 minutes past the hour"
+                if not past:
+                    self.take()
                 m = self.expect("a minute 0-59", "NUM")
                 if m.value > 59:
                     _fail(m, f"{m.raw!r}: a minute is 0-59")
+                if past:
+                    self.i += 4  # minutes past the hour
                 self.once("minute", m)
                 self.f.at_minute = m
+                self.f.past_hour = past
                 return
         self.once("time", first)
         times: list[Tok] = [self.one_time()]
-        while self.at("AND") and self.at("TIME", "NUM", "NOON", "MIDNIGHT", k=1):
-            self.take()
+        while j := self.and_then("TIME", "NUM", "NOON", "MIDNIGHT"):
+            self.i += j
             times.append(self.one_time())
         self.f.times = times
+
+    def and_then(self, *kinds: str) -> int:
+        """How many tokens of 'and' (', and', 'et le') come before one of ``kinds``; 0 when
+        the next token is no 'and' or what follows is something else."""
+        j = 0
+        while self.at("AND", k=j):
+            j += 1
+        if j and self.at("THE", k=j) and not self.at(*kinds, k=j):
+            j += 1
+        return j if j and self.at(*kinds, k=j) else 0
+
+    def between_clause(self) -> None:
+        """'between 09:00 and 17:59': hours 9-17 exactly; 'between 9am and 5pm' is refused
+        (does 17:00 fire?)."""
+        bt = self.take()
+        a = self.one_time()
+        self.expect("'and'", "AND")
+        b = self.one_time()
+        if a.value % 60 or b.value % 60 != 59:
+            _fail(bt, f"'between {a.raw} and {b.raw}' is ambiguous (does {b.raw} fire?): "
+                      f"write 'from {a.raw} to {b.raw}' (both ends fire) or 'between "
+                      f"{a.value // 60:02d}:00 and {b.value // 60:02d}:59'")
+        if a.value // 60 >= b.value // 60:
+            _fail(b, f"{b.raw!r} must come after {a.raw!r} the same day")
+        self.once("hours", bt)
+        self.f.hours_range = (a.value // 60, b.value // 60, bt)
 
     def one_time(self) -> Tok:
         t = self.peek()
@@ -546,8 +581,6 @@ class _Parser:
         fr = self.take()
         self.skip("THE")
         if self.at("DOW"):
-            self.i -= 1
-            self.take()
             self.days_of_week(start_from=True)
         elif self.at("MON"):
             self.months()
@@ -613,13 +646,8 @@ class _Parser:
                     self.expected("'to' / 'au' and the last day")
                 items.append(str(cur.value))
             start_from = False
-            if self.at("AND") and self.at("DOW", k=1):
-                self.take()
-                cur = self.take()
-                continue
-            if self.at("AND") and self.at("THE", k=1) and self.at("DOW", k=2):
-                self.take()
-                self.take()
+            if j := self.and_then("DOW"):
+                self.i += j
                 cur = self.take()
                 continue
             break
@@ -745,8 +773,8 @@ class _Parser:
                 items.append(f"{cur.value}-{end.value}")
             else:
                 items.append(str(cur.value))
-            if self.at("AND") and self.at("MON", k=1):
-                self.take()
+            if j := self.and_then("MON"):
+                self.i += j
                 cur = self.take()
                 continue
             break
@@ -763,6 +791,9 @@ class _Parser:
 
 
 def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
+    if f.past_hour and f.step is None and f.at_minute is not None:
+        f.step = (HOUR, 1, f.at_minute)  # "at 15 minutes past the hour": hourly
+        f.hour = "*"
     minute, hour = f.minute, f.hour
     times = f.times
     if times is not None:
@@ -846,7 +877,8 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
         _fail(f.cols["day"], "a period of months or years and a day of the week: which "
                              "one? Say 'on the first Monday of the month', or drop the period "
                              "('every Monday')")
-    if (f.cols.get("frequency") is None and times is None and f.count is None
+    if (f.cols.get("frequency") is None and f.step is None and times is None
+            and f.count is None
             and dom is None and dow is None):
         _fail(toks[0], "this says when but not how often: add 'every day', a time or a day "
                        "('every day in March at 9am')")

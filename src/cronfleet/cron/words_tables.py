@@ -88,7 +88,8 @@ def _english() -> Lang:
               "last": "LAST", "times": "TIMES", "per": "PER", "a": "PER", "an": "PER",
               "only": "ONLY", "weekday": "WEEKDAY", "weekdays": "WEEKDAY",
               "workday": "WEEKDAY", "workdays": "WEEKDAY", "weekend": "WEEKEND",
-              "weekends": "WEEKEND", "half": "HALF", "am": "AMPM", "pm": "AMPM"}
+              "weekends": "WEEKEND", "half": "HALF", "am": "AMPM", "pm": "AMPM",
+              "between": "BETWEEN", "past": "PAST"}
     for word, kind in simple.items():
         w[word] = _one(kind)
     w["pm"] = _one("AMPM", 1)
