@@ -206,6 +206,14 @@ def _time_tok(s: str, col: int, raw: str) -> Tok:
     return Tok("TIME", hour * 60 + minute, col, raw, ampm=True)
 
 
+def _ordinal(n: int, lang: Lang) -> str:
+    if lang.code == "fr":
+        return "1er" if n == 1 else f"{n}e"
+    if n % 100 in (11, 12, 13):
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
+
+
 def _check_suffix(value: int, suffix: str, lang: Lang, tok: Tok) -> None:
     if suffix in ("st", "nd", "rd", "th"):
         if value % 100 in (11, 12, 13):
@@ -331,6 +339,8 @@ class _Parser:
         if not self.toks:
             _fail(None, "empty sentence")
         while self.peek() is not None:
+            if self.at("AND") and (self.i == 0 or self.i == len(self.toks) - 1):
+                _fail(self.peek(), f"unexpected {self.toks[self.i].raw!r}")
             self.skip("AND", "ONLY")
             t = self.peek()
             if t is None:
@@ -699,6 +709,9 @@ class _Parser:
             first = self.take()
             if self.at("DOW"):  # the first Monday
                 d = self.take()
+                if first.kind == "NUM":
+                    _fail(first, f"'{first.raw} {d.raw}': write an ordinal ('"
+                                 f"{_ordinal(first.value, self.lang)} {d.raw}')")
                 if first.value > 5:
                     _fail(first, f"there is no {first.raw} {d.raw} in a month (1-5)")
                 self.once("day", first)
@@ -748,6 +761,9 @@ class _Parser:
                 days.append(nxt)
         parts: list[str] = []
         for d in days:
+            if d.kind != "ORD" and not d.raw[:1].isdigit():
+                _fail(d, f"{d.raw!r}: write a day of the month in digits or as an ordinal "
+                         "('on the 1st', 'le 1er')")
             if not 1 <= d.value <= 31:
                 _fail(d, f"{d.raw!r}: a day of the month is 1-31")
             if d.kind == "RANGE":
