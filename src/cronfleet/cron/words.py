@@ -339,10 +339,12 @@ class _Parser:
         if not self.toks:
             _fail(None, "empty sentence")
         while self.peek() is not None:
-            if self.at("AND") and (self.i == 0 or self.i == len(self.toks) - 1):
-                _fail(self.peek(), f"unexpected {self.toks[self.i].raw!r}")
+            start = self.i
             self.skip("AND", "ONLY")
             t = self.peek()
+            dangling = next((x for x in self.toks[start:self.i] if x.kind == "AND"), None)
+            if dangling is not None and (start == 0 or t is None):
+                _fail(dangling, f"unexpected {dangling.raw!r}")
             if t is None:
                 break
             k = t.kind
@@ -593,7 +595,7 @@ class _Parser:
         if self.at("DOW"):
             self.days_of_week(start_from=True)
         elif self.at("MON"):
-            self.months()
+            self.months(start_from=True)
         elif self.at("TIME", "NUM", "NOON", "MIDNIGHT"):
             a = self.one_time()
             self.expect_to()
@@ -671,6 +673,7 @@ class _Parser:
     def day_clause(self) -> None:
         t = self.peek()
         assert t is not None
+        bare = t.kind == "NUM"  # "15 ..." with no 'on' / 'the' before it
         if t.kind == "ON":
             self.take()
             self.skip("ONLY", "THE")
@@ -680,6 +683,10 @@ class _Parser:
         if t is None:
             self.expected("a day")
         k = t.kind
+        if bare and not self.at("MON", k=1) and not self.at("DOW", k=1):
+            _fail(t, f"{t.raw!r} alone: say 'on the {_ordinal(t.value, self.lang)}' (a day) "
+                     f"or 'at {t.value}:00' (a time)" if self.lang.code == "en" else
+                     f"{t.raw!r} alone: say 'le {t.value}' (a day) or 'à {t.value}h' (a time)")
         if k in ("DOW", "WEEKDAY", "WEEKEND"):
             self.days_of_week()
         elif k == "MON":
@@ -776,9 +783,11 @@ class _Parser:
         else:
             self.of_month()
 
-    def months(self, with_day: bool = False) -> None:
+    def months(self, with_day: bool = False, start_from: bool = False) -> None:
         first = self.expect("a month name", "MON")
         self.once("month", first)
+        if start_from and not self.is_to("MON"):
+            self.expected("'to' / 'à' and the last month ('from June to August')")
         items: list[str] = []
         cur = first
         while True:
