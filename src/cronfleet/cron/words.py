@@ -65,7 +65,6 @@ class Tok:
     value: int  # number / ordinal / weekday / month / minutes of day / unit index
     col: int  # 1-based column in the text
     raw: str  # as written
-    ampm: bool = False  # TIME: written with am/pm (or noon/midnight), or with minutes / h
     explicit: bool = True  # TIME: not a bare number
 
 
@@ -130,7 +129,7 @@ def _lex(text: str, lang: Lang) -> list[Tok]:
             digits = m2.group()
             value = int(digits)
             suffix = s[len(digits):]
-            _check_suffix(value, suffix, lang, Tok("ORD", value, col, raw))
+            _check_suffix(value, suffix, Tok("ORD", value, col, raw))
             out.append(Tok("ORD", value, col, raw))
         elif kind == "num":
             if len(s) > 4:
@@ -203,7 +202,7 @@ def _time_tok(s: str, col: int, raw: str) -> Tok:
         hour = hour % 12 + (12 if ampm.startswith("p") else 0)
     elif hour > 23:
         _fail(tok, f"{raw!r}: the hour must be 0-23")
-    return Tok("TIME", hour * 60 + minute, col, raw, ampm=True)
+    return Tok("TIME", hour * 60 + minute, col, raw)
 
 
 def _ordinal(n: int, lang: Lang) -> str:
@@ -214,7 +213,7 @@ def _ordinal(n: int, lang: Lang) -> str:
     return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
 
 
-def _check_suffix(value: int, suffix: str, lang: Lang, tok: Tok) -> None:
+def _check_suffix(value: int, suffix: str, tok: Tok) -> None:
     if suffix in ("st", "nd", "rd", "th"):
         if value % 100 in (11, 12, 13):
             want = "th"
@@ -555,30 +554,14 @@ class _Parser:
         t = self.peek()
         if t is None:
             self.expected("a time ('9am', '14:30', 'noon')")
-        if t.kind == "TIME":
+        if t.kind == "TIME":  # 9am, 9:30 pm, 14:30, 9h30 (the lexer read am/pm)
             self.take()
-            if self.at("AMPM"):
-                amp = self.take()
-                if t.ampm and (":" in t.raw or "h" in t.raw.lower()) and amp:
-                    h, m = divmod(t.value, 60)
-                    if "am" in t.raw.lower() or "pm" in t.raw.lower():
-                        _fail(amp, f"{amp.raw!r} given twice")
-                    if not 1 <= h <= 12:
-                        _fail(t, f"{t.raw!r}: with am/pm the hour must be 1-12")
-                    h = h % 12 + (12 if amp.value else 0)
-                    return Tok("TIME", h * 60 + m, t.col, t.raw + " " + amp.raw)
             return t
         if t.kind in ("NOON", "MIDNIGHT"):
             self.take()
             return Tok("TIME", t.value, t.col, t.raw)
         if t.kind == "NUM":
             self.take()
-            if self.at("AMPM"):
-                amp = self.take()
-                if not 1 <= t.value <= 12:
-                    _fail(t, f"{t.raw!r}: with am/pm the hour must be 1-12")
-                h = t.value % 12 + (12 if amp.value else 0)
-                return Tok("TIME", h * 60, t.col, t.raw)
             if self.lang.code == "fr" and self.at_unit(HOUR):  # "8 heures"
                 self.take()
                 if t.value > 23:
@@ -586,7 +569,7 @@ class _Parser:
                 return Tok("TIME", t.value * 60, t.col, t.raw)
             if t.value > 23:
                 _fail(t, f"{t.raw!r}: the hour must be 0-23")
-            return Tok("TIME", t.value * 60, t.col, t.raw, ampm=False, explicit=False)
+            return Tok("TIME", t.value * 60, t.col, t.raw, explicit=False)
         self.expected("a time ('9am', '14:30', 'noon')")
 
     def from_clause(self) -> None:
