@@ -63,11 +63,11 @@ def test_phrase_refused(case: dict[str, Any]) -> None:
 
 def test_descriptions_round_trip() -> None:
     """from_text(describe(expr)) is the same schedule: every description of the corpus's
-    expressions is a sentence the grammar reads (a phrase added whose description is not
+    cron expressions is a sentence the grammar reads (a phrase added whose description is not
     must teach the grammar its wording, or be listed here with the reason)."""
     unread = []
-    for expr in sorted({e for _, e, _ in COMPILED}):
-        words = parse(expr).describe()
+    for expr in sorted({e for _, e, _ in COMPILED if not parse(e).is_interval}):
+        words = parse(expr).describe()  # an interval's is not a sentence ("Every 10m (...)")
         try:
             back = from_text(words, lang="en")
         except CronSyntaxError as exc:

@@ -358,11 +358,11 @@ class _Parser:
                 self.set_step(t.value, 1, t)
             elif k in ("ONCE", "NUM") and self.count_ahead():
                 self.count()
-            elif k == "NUM" and self.at("UNIT", k=1) and not self.at_unit(DAY, k=1):
-                n_tok = self.take()  # "10 minutes": as "every 10 minutes"
-                self.take()
-                self.once("frequency", n_tok)
-                self.set_step(self.toks[self.i - 1].value, n_tok.value, n_tok)
+            elif k == "NUM" and self.at("UNIT", k=1):
+                # a duration inside a sentence: alone it would be an interval (compile_text)
+                u = self.toks[self.i + 1]
+                _fail(t, f"'{t.raw} {u.raw}' here: say 'every {t.raw} {u.raw}' (on the clock), "
+                         "or give the duration alone for an interval counted from the epoch")
             elif k == "AT" or k == "TIME":
                 self.at_clause()
             elif k == "FROM":
@@ -897,6 +897,41 @@ def _compile(f: _Fields, lang: Lang, toks: list[Tok]) -> str:
     return " ".join(parts)
 
 
+_UNIT_SECONDS = {SECOND: 1, MINUTE: 60, HOUR: 3600, DAY: 86400, WEEK: 604800}
+
+
+def _duration(toks: list[Tok], lang: Lang) -> str | None:
+    """A sentence that is only a duration ("10 minutes", "1 hour 30 minutes") is the
+    interval of that period, as "10m" and "@every 10 minutes" are: counted from the epoch,
+    the same spelling every duration option of cronfleet takes. None for anything else."""
+    total = 0
+    i = 0
+    n = len(toks)
+    while i < n:
+        if i and toks[i].kind == "AND":
+            i += 1
+        if not (i + 1 < n and toks[i].kind == "NUM" and toks[i + 1].kind == "UNIT"):
+            return None
+        unit = toks[i + 1]
+        if unit.value not in _UNIT_SECONDS:
+            _fail(unit, f"{unit.raw!r}: an interval is counted in seconds to weeks; for "
+                        f"months say 'every {toks[i].raw} {unit.raw} on the 1st'")
+        if lang.code == "fr" and unit.value == HOUR and n == 2 and toks[i].value < 24:
+            h = toks[i].value  # "2 heures" alone is also a time of day in French
+            _fail(toks[i], f"'{toks[i].raw} {unit.raw}' is ambiguous: 'toutes les {h} heures' "
+                           f"(on the clock), 'à {h}h' (a time) or '{h}h' (an interval)")
+        total += toks[i].value * _UNIT_SECONDS[unit.value]
+        i += 2
+    if total <= 0:
+        _fail(toks[0], "an interval must be a positive period")
+    out = []
+    for suffix, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        q, total = divmod(total, size)
+        if q:
+            out.append(f"{q}{suffix}")
+    return "".join(out)
+
+
 # -- entry points ----------------------------------------------------------------------------
 
 
@@ -933,6 +968,9 @@ def compile_text(text: str, lang: str | None = None) -> tuple[str, str]:
         toks = _lex(text, table)
         if not toks:
             _fail(None, "empty sentence")
+        interval = _duration(toks, table)
+        if interval is not None:
+            return interval, table.code
         f = _Parser(toks, table).run()
         return _compile(f, table, toks), table.code
     except _Refusal as exc:

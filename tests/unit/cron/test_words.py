@@ -48,7 +48,7 @@ def test_bad_timezone_is_the_timezone_error() -> None:
     ("@daily", "@daily", None),
     ("15m", "15m", None),
     ("every weekday at 9am", "0 9 * * 1-5", "every weekday at 9am"),
-    ("10 minutes", "*/10 * * * *", "10 minutes"),
+    ("10 minutes", "10m", "10 minutes"),  # a duration alone: the interval, as "10m"
     ("du lundi au vendredi à 8h30", "30 8 * * 1-5", "du lundi au vendredi à 8h30"),
 ])
 def test_parse_schedule(text: str, expr: str, sentence: str | None) -> None:
