@@ -243,6 +243,9 @@ class Job:
     retry: RetryPolicy | None = None
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
+    # the schedule as written when it was a sentence ("every weekday at 9am"); `schedule`
+    # is then its canonical expression (cron/words.py)
+    schedule_text: str | None = None
 
     @classmethod
     def create(

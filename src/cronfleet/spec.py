@@ -46,6 +46,7 @@ from cronfleet.cron import (
     parse,
     parse_exclusion,
     parse_instant,
+    parse_schedule,
 )
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
@@ -631,6 +632,7 @@ class JobSpec:
     auto_pause_after: int | None = None
     allow_private_targets: bool | None = None
     http: HttpRequest | None = None
+    schedule_text: str | None = None  # the schedule as written when it was a sentence
 
     def job_fields(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~cronfleet.model.Job` (all but handler/source)."""
@@ -641,6 +643,7 @@ class JobSpec:
             "enabled": self.enabled, "recover": self.recover, "config": dict(self.config),
             "description": self.description, "team": self.team, "retry": self.retry,
             "notify": self.notify, "auto_pause_after": self.auto_pause_after,
+            "schedule_text": self.schedule_text,
         }
 
 
@@ -846,10 +849,14 @@ def validate_job(
             tz = "UTC"
     schedule = fields.get("schedule")
     expr: AnySchedule | None = None
+    schedule_text: str | None = None  # the sentence as written, when it was one
+    written: list[tuple[str, bool]] = []  # each expression as written, and if words
 
     def one(value: object, key: str) -> CronExpr | None:
-        """One expression (a list's element too), its problem keyed by ``key``."""
+        """One expression or sentence (a list's element too), its problem keyed by
+        ``key``."""
         if isinstance(value, CronExpr):
+            written.append((value.expr, False))
             return value
         if not isinstance(value, str):
             problems.append(FieldProblem(key, f"expected a string, got "
@@ -859,9 +866,12 @@ def validate_job(
                                               "characters"))
         else:
             try:
-                return parse(value, tz)
+                got, sentence = parse_schedule(value, tz)
             except CronSyntaxError as exc:
                 problems.append(FieldProblem(key, str(exc), exc.column))
+            else:
+                written.append((value, sentence is not None))
+                return got
         return None
 
     composing = (get("at") is not None or get("start") is not None
@@ -874,6 +884,8 @@ def validate_job(
         expr = _composed(schedule, known, tz, base if calendars else False, one, problems)
     else:
         expr = one(schedule, "schedule")
+    if any(words for _, words in written):  # shown as written: "every weekday at 9am"
+        schedule_text = " | ".join(text for text, _ in written)
     check_present(_VALUE_KEYS)
     team = get("team")
     if team is not None:
@@ -930,4 +942,5 @@ def validate_job(
         description = f"{request.method} {request.url}"
     out.pop("timezone", None)
     out.setdefault("catch_up_window", catch_up_window)
-    return JobSpec(id=job_id, schedule=expr, description=description, **out), []
+    return JobSpec(id=job_id, schedule=expr, description=description,
+                   schedule_text=schedule_text, **out), []

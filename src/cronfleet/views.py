@@ -193,6 +193,7 @@ class JobView:
             "id": job.id,
             "source": job.source,
             "schedule": job.schedule.expr,
+            "schedule_text": job.schedule_text,
             "timezone": str(job.schedule.tz),
             "description": job.description,
             "when": _describe(job),

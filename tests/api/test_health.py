@@ -93,7 +93,8 @@ async def test_cron_preview(api: Api) -> None:
         "expr": "*/15 9-17 * * MON-FRI", "timezone": "Europe/Paris", "count": 3,
         "after": "2026-05-29T16:50:00+02:00"}), 200)
     assert body == {
-        "valid": True, "expr": "*/15 9-17 * * MON-FRI", "timezone": "Europe/Paris",
+        "valid": True, "expr": "*/15 9-17 * * MON-FRI", "sentence": None,
+        "timezone": "Europe/Paris",
         "description": "Every 15 minutes, between 09:00 and 17:59, Monday through Friday",
         "next": ["2026-05-29T17:00:00+02:00", "2026-05-29T17:15:00+02:00",
                  "2026-05-29T17:30:00+02:00"],

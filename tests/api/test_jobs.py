@@ -27,10 +27,11 @@ async def test_list_is_the_teams_jobs_in_id_order(api: Api) -> None:
     report = page["items"][1]
     assert report == {
         "id": "alpha.report", "team": "alpha", "source": "code", "editable": False,
-        "schedule": "@daily", "timezone": "UTC", "description": "Nightly sales report",
-        "when": "At 00:00 every day", "declared_enabled": True, "enabled": True,
-        "paused": False, "next_run": "2026-05-29T00:00:00+00:00", "last_run": None,
-        "override": None, "lease": None,
+        "schedule": "@daily", "schedule_text": None, "timezone": "UTC",
+        "description": "Nightly sales report", "when": "At 00:00 every day",
+        "declared_enabled": True, "enabled": True, "paused": False,
+        "next_run": "2026-05-29T00:00:00+00:00", "last_run": None, "override": None,
+        "lease": None,
     }
     assert page["items"][0]["declared_enabled"] is False
     assert page["items"][0]["enabled"] is False
@@ -506,7 +507,7 @@ async def test_preview_of_a_composed_schedule_marks_excluded_instants(api: Api) 
         "expr": ["0 9 * * 1-5", "0 12 * * 6"], "timezone": "Europe/Paris", "count": 3,
         "after": "2026-12-23T00:00:00+01:00", "except": ["12-25"]}), 200)
     assert body == {
-        "valid": True, "timezone": "Europe/Paris",
+        "valid": True, "timezone": "Europe/Paris", "sentence": None,
         "expr": "0 12 * * 6 | 0 9 * * 1-5 | except 12-25",
         "description": "At 12:00, only on Saturday; and At 09:00, Monday through Friday; "
                        "except 12-25",

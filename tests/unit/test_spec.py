@@ -410,3 +410,20 @@ def test_job_create_the_decorator_and_plugin_schedules_compose() -> None:
         job_id="plug/p", handler=lambda ctx: None, timezone="UTC", catch_up_window=60,
         source="plugin plug")
     assert [e.key for e in errors] == ["cron[1]", "exclude[0]"]
+
+
+def test_sentences_inside_a_schedule_list() -> None:
+    result, problems = validate_job({"id": "x", "timezone": "Europe/Paris",
+                                     "schedule": ["every weekday at 9am", "0 12 * * 6"],
+                                     "except": ["12-25", "every Saturday at noon"]})
+    assert problems == [] and result is not None
+    assert result.schedule.expr == ("0 12 * * 6 | 0 9 * * 1-5 | except 0 12 * * 6 | "
+                                    "except 12-25")
+    assert result.schedule_text == "every weekday at 9am | 0 12 * * 6"  # as written
+    plain, _ = validate_job({"id": "x", "schedule": ["0 9 * * *", "0 12 * * 6"]})
+    assert plain is not None and plain.schedule_text is None
+    _, problems = validate_job({"id": "x", "schedule": ["every weekday at 9am",
+                                                        "every tusday at 9am"],
+                                "except": ["every tusday"]})
+    assert [(p.key, p.column) for p in problems] == [("schedule[1]", 7), ("except[0]", 7)]
+    assert "did you mean 'Tuesday'?" in problems[0].message

@@ -15,7 +15,13 @@ from fastapi import APIRouter
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import Viewer
 from cronfleet.api.errors import ApiError, responses
-from cronfleet.cron import ComposedSchedule, CronSyntaxError, compose, parse, parse_composed
+from cronfleet.cron import (
+    ComposedSchedule,
+    CronSyntaxError,
+    compose,
+    parse_schedule,
+    read_schedule,
+)
 from cronfleet.views import fire_times
 
 __all__ = ["router"]
@@ -41,18 +47,25 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
                        {"errors": [{"field": "except", "message": "calendar files are not "
                                     "accepted here"}]})
     try:
+        sentence: str | None = None
         if isinstance(exprs, str) and body.at is None and body.start is None \
                 and body.end is None and not body.except_:
-            expr = parse_composed(exprs, tz=body.timezone)
+            expr, sentence = read_schedule(exprs, tz=body.timezone)
         else:
             items = [] if exprs is None else [exprs] if isinstance(exprs, str) else exprs
+            parts = []
+            words = False
             for i, item in enumerate(items):  # each expression on its own: its index
                 try:
-                    parse(item, tz=body.timezone)
+                    part, said = parse_schedule(item, tz=body.timezone)
                 except CronSyntaxError as exc:
                     raise _invalid("expr" if isinstance(exprs, str) else f"expr[{i}]",
                                    exc) from None
-            expr = compose(items, body.timezone, at=body.at, start=body.start,
+                parts.append(part)
+                words = words or said is not None
+            if words:
+                sentence = " | ".join(items)
+            expr = compose(parts, body.timezone, at=body.at, start=body.start,
                            end=body.end, exclude=body.except_ or ())
     except CronSyntaxError as exc:
         raise _invalid("expr", exc) from None
@@ -69,6 +82,8 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
         done = not times and expr.done(after)
         if times:
             excluded = [t.isoformat() for t in expr.excluded_between(after, times[-1])]
-    return {"valid": True, "expr": expr.expr if isinstance(expr, ComposedSchedule)
-            else body.expr, "timezone": str(expr.tz), "description": expr.describe(),
+    # expr: the canonical expression (a sentence compiles to one, a composition to its
+    # canonical text); sentence: the words as written
+    return {"valid": True, "expr": expr.expr, "sentence": sentence,
+            "timezone": str(expr.tz), "description": expr.describe(),
             "next": [t.isoformat() for t in times], "excluded": excluded, "done": done}

@@ -248,7 +248,9 @@ class JobSummary(BaseModel):
     team: str
     source: str = Field(description="code, config, a plugin name, or api (stored job).")
     editable: bool = Field(description="True for jobs stored through the API.")
-    schedule: str
+    schedule: str = Field(description="The canonical cron expression, macro or interval.")
+    schedule_text: str | None = Field(None, description="The schedule as written when it "
+                                      "was a sentence ('every weekday at 9am'), else null.")
     timezone: str
     description: str
     when: str = Field(description="The schedule in English.")
@@ -369,7 +371,9 @@ class PreviewRequest(Strict):
 
 class PreviewOut(BaseModel):
     valid: bool
-    expr: str
+    expr: str = Field(description="The canonical expression (a sentence compiles to one).")
+    sentence: str | None = Field(None, description="The request's text when it was read as "
+                                 "a sentence (English or French), else null.")
     timezone: str
     description: str
     next: list[str]

@@ -21,7 +21,7 @@ from cronfleet.cron import (
     ComposedSchedule,
     CronSyntaxError,
     NoFireTimeError,
-    parse_composed,
+    read_schedule,
 )
 from cronfleet.views import fire_times
 
@@ -32,13 +32,16 @@ Exit codes:
   2  bad input: invalid expression, time zone or option"""
 
 
-def _parse(words: tuple[str, ...], tz: str, exclude: tuple[str, ...] = ()) -> AnySchedule:
+def _parse(words: tuple[str, ...], tz: str, exclude: tuple[str, ...] = ()
+           ) -> tuple[AnySchedule, str | None]:
+    """The schedule and, when EXPR was (or held) a sentence, the text as written
+    (cron.read_schedule)."""
     text = " ".join(words)
     # several pieces joined by '|' (docs/cron.md "Several schedules, one-offs, bounds and
     # exclusions"); --except adds exclusions
     text = " | ".join([text, *(f"except {x}" for x in exclude)])
     try:
-        return parse_composed(text, tz)
+        return read_schedule(text, tz)
     except CronSyntaxError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -80,14 +83,15 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     """Print the next fire times of EXPR.
 
     EXPR is a cron expression (5 fields, or 6 with leading seconds), a macro such as
-    @daily, or an interval such as 5m or '@every 1h30m'. Quote it so the shell does not
-    expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
+    @daily, an interval such as 5m or '@every 1h30m', or a sentence in English or French
+    ('every weekday at 9am', 'du lundi au vendredi à 8h30'). Quote it so the shell does
+    not expand '*': cronfleet next '*/5 * * * *' --tz Europe/Paris
 
     Several pieces joined by '|' compose one schedule:
     cronfleet next '0 9 * * 1-5 | 0 12 * * 6 | end 2026-12-31 | except 12-25';
     'at 2026-12-24T18:00:00+01:00' is a one-off. Excluded instants are listed too.
     """
-    schedule = _parse(expr, tz, exclude)
+    schedule, sentence = _parse(expr, tz, exclude)
     start = _after(after, schedule.tz)
     times = fire_times(schedule, start, count)
     excluded: list[datetime] = []
@@ -101,6 +105,7 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
     if as_json:
         click.echo(json.dumps({
             "expr": schedule.expr,
+            **({"sentence": sentence} if sentence is not None else {}),
             "tz": str(schedule.tz),
             "description": schedule.describe(),
             "after": start.isoformat(),
@@ -110,8 +115,11 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
         return
     from rich.table import Table
 
+    title = f"{schedule.expr}  ({schedule.tz})"
+    if sentence is not None:
+        title = f"{sentence} = {title}"
     caption = schedule.describe() + ("\nx: excluded (not a slot)" if excluded else "")
-    table = Table(title=f"{schedule.expr}  ({schedule.tz})", caption=caption,
+    table = Table(title=title, caption=caption,
                   title_justify="left", caption_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column(f"fire time ({schedule.tz})")
@@ -151,14 +159,18 @@ def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
 
     Example: cronfleet explain '30 2 * * *' --tz Europe/Paris
     """
-    schedule = _parse(expr, tz)
+    schedule, sentence = _parse(expr, tz)
     info: dict[str, Any] = schedule.explain()
+    if sentence is not None:
+        info["sentence"] = sentence
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
     if info["kind"] == "composed":
         console = _console()
         console.print(f"[bold]{info['description']}[/bold]")
+        if sentence is not None:
+            console.print(f"written     {sentence}")
         console.print(f"composition {info['expr']}")
         console.print(f"time zone   {info['tz']}")
         for key in ("at", "start", "end"):
@@ -170,14 +182,16 @@ def explain_cmd(expr: tuple[str, ...], tz: str, as_json: bool) -> None:
             console.print()
             _explain_one(part)
         return
-    _explain_one(info)
+    _explain_one(info, sentence)
 
 
-def _explain_one(info: dict[str, Any]) -> None:
+def _explain_one(info: dict[str, Any], sentence: str | None = None) -> None:
     from rich.table import Table
 
     console = _console()
     console.print(f"[bold]{info['description']}[/bold]")
+    if sentence is not None:
+        console.print(f"sentence    {sentence}")
     console.print(f"expression  {info['expr']}")
     if info.get("expanded"):
         console.print(f"expands to  {info['expanded']}")

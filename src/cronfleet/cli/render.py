@@ -117,7 +117,8 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
             when = v.last.finished_at or v.last.started_at or v.last.slot
             last.append(f"\n{_rel(when, now)}", style="dim")
         table.add_row(
-            _t(job.id), _t(f"{job.schedule.expr}\n{job.schedule.tz}"),
+            _t(job.id), _t(f"{job.schedule.expr}\n{job.schedule.tz}" if job.schedule_text is None
+               else f"{job.schedule_text}\n= {job.schedule.expr}\n{job.schedule.tz}"),
             _t(job.description or job.schedule.describe()), _t(nxt), last,
             _t(_override_text(v, now)), _t(v.lease_holder(now) or "-"),
         )

@@ -12,10 +12,14 @@ See docs/cron.md for the grammar and the DST rules.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
+
+if TYPE_CHECKING:
+    from .words import Sentence
 
 __all__ = [
     "AnySchedule",
@@ -24,11 +28,15 @@ __all__ = [
     "CronSyntaxError",
     "Exclusion",
     "NoFireTimeError",
+    "Sentence",
     "compose",
+    "from_text",
     "parse",
     "parse_composed",
     "parse_exclusion",
     "parse_instant",
+    "parse_schedule",
+    "read_schedule",
 ]
 
 
@@ -50,8 +58,38 @@ def parse(expr: str, tz: str | ZoneInfo = "UTC") -> CronExpr:
     return CronExpr(expr, tz)
 
 
+def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str | None]:
+    """A schedule as a user writes it: a cron expression, macro or interval, or else a
+    sentence (:func:`from_text`, English or French).
+
+    Returns ``(expr, sentence)``: ``sentence`` is the text as written when it was read as
+    words (``expr`` is then the canonical expression), ``None`` otherwise. The one entry
+    point of every face (job specs, ``cronfleet next/explain``, ``/api/cron/preview``).
+    When the text fails both ways, the error is the sentence's when the text looks like
+    words (:func:`looks_like_words`), else the cron expression's.
+    """
+    try:
+        return parse(text, tz), None
+    except CronSyntaxError as exc:
+        if exc.field == "timezone" or not isinstance(text, str):
+            raise
+        from . import words  # only when the text is not cron: keeps `import` and parse fast
+
+        if not words.looks_like_words(text):
+            raise
+    sentence = words.from_text(text, tz)
+    return sentence.schedule, text
+
+
+def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = None) -> Sentence:
+    """Compile an English or French sentence to a schedule (see :mod:`.words`)."""
+    from . import words
+
+    return words.from_text(text, tz, lang)
+
+
 # the composition (several expressions, a one-off, bounds, exclusions); imported after
-# parse() is defined, which it uses
+# parse() and parse_schedule() are defined, which it uses
 from .compose import (  # noqa: E402
     ComposedSchedule,
     Exclusion,
@@ -59,7 +97,16 @@ from .compose import (  # noqa: E402
     parse_composed,
     parse_exclusion,
     parse_instant,
+    read_schedule,
 )
 
 AnySchedule = CronExpr | ComposedSchedule
 """What a job's ``schedule`` is: a plain expression, or a composition of several."""
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: Sentence without importing words eagerly
+    if name == "Sentence":
+        from .words import Sentence
+
+        return Sentence
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,6 +45,7 @@ __all__ = [
     "parse_exclusion",
     "parse_instant",
     "read_calendar",
+    "read_schedule",
 ]
 
 _SECOND = timedelta(seconds=1)
@@ -174,9 +175,9 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
             return Exclusion(d.isoformat(), dates=frozenset((d,)))
         assert md is not None
         return Exclusion(f"{md[0]:02d}-{md[1]:02d}", monthdays=frozenset((md,)))
-    from . import parse
+    from . import parse_schedule
 
-    expr = parse(" ".join(stripped.split()), tz)
+    expr, _ = parse_schedule(" ".join(stripped.split()), tz)  # a sentence too
     if expr.is_interval:
         raise CronSyntaxError(field, text, 1, text, "an interval cannot be an exclusion "
                               "(use a cron expression, MM-DD or YYYY-MM-DD)")
@@ -614,12 +615,13 @@ def compose(
     instead (ISO text or aware datetime); ``start``/``end``: inclusive bounds (a date as
     ``end`` covers that whole day); ``exclude``: ``except`` entries. Raises
     :class:`CronSyntaxError` for bad text, ``ValueError`` for impossible combinations.
+    Expressions and cron exclusions may be sentences (``"every weekday at 9am"``).
     """
-    from . import parse
+    from . import parse_schedule
 
     zone = resolve_tz(tz, "")
     items = [exprs] if isinstance(exprs, str | CronExpr) else list(exprs)
-    parts = [x if isinstance(x, CronExpr) else parse(x, zone) for x in items]
+    parts = [x if isinstance(x, CronExpr) else parse_schedule(x, zone)[0] for x in items]
     when = None if at is None else parse_instant(at, zone, field="at")
     lo = None if start is None else parse_instant(start, zone, field="start")
     hi = None if end is None else parse_instant(end, zone, field="end", end_of_day=True)
@@ -633,39 +635,82 @@ def compose(
     return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
 
 
-def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None
-                   ) -> CronExpr | ComposedSchedule:
-    """Read a composition written as its canonical text: pieces separated by ``|``, each
-    an expression, ``at ISO``, ``start ISO``, ``end ISO`` or ``except ENTRY``
-    (``"0 9 * * 1-5 | 0 12 * * 6 | except 12-25"``). Text without ``|`` nor a keyword is
-    one plain expression (:func:`cronfleet.cron.parse`)."""
-    from . import parse
+_KEYWORDS = ("at", "start", "end", "except")
 
-    pieces = [p.strip() for p in text.split("|")]
-    keywords = ("at ", "start ", "end ", "except ")
-    if len(pieces) == 1 and not pieces[0].startswith(keywords):
-        return parse(text, tz)
-    exprs: list[str] = []
+
+def _keyword(piece: str) -> tuple[str, str] | None:
+    """``("at", "2026-12-24T18:00")`` for a keyword piece, else None (an expression or a
+    sentence: "at noon on the first Monday of the month" is a sentence, not a one-off, so
+    ``at``/``start``/``end`` are keywords only before a date)."""
+    word, _, rest = piece.partition(" ")
+    rest = rest.strip()
+    if word == "except" and rest:
+        return word, rest
+    if word in ("at", "start", "end") and rest[:1].isdigit():
+        return word, rest
+    return None
+
+
+def is_composition(text: str) -> bool:
+    """Whether ``text`` is a composition (``|`` pieces, or one ``at``/``start``/``end``/
+    ``except`` piece) rather than one expression or sentence."""
+    return "|" in text or _keyword(text.strip()) is not None
+
+
+def read_schedule(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None
+                  ) -> tuple[CronExpr | ComposedSchedule, str | None]:
+    """A schedule as a user types it in one text (``cronfleet next``, the API preview):
+    one expression or sentence (:func:`cronfleet.cron.parse_schedule`), or a composition
+    (:func:`parse_composed`). Returns ``(schedule, sentence)``: ``sentence`` is the text as
+    written when any piece of it was read as words, else ``None``."""
+    from . import parse_schedule
+
+    if not is_composition(text):
+        return parse_schedule(text, tz)
+    words: list[bool] = []
+    schedule = parse_composed(text, tz, base=base, _words=words)
+    return schedule, (text if any(words) else None)
+
+
+def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None,
+                   _words: list[bool] | None = None) -> CronExpr | ComposedSchedule:
+    """Read a composition written as its canonical text: pieces separated by ``|``, each
+    an expression (or a sentence), ``at ISO``, ``start ISO``, ``end ISO`` or ``except
+    ENTRY`` (``"0 9 * * 1-5 | 0 12 * * 6 | except 12-25"``). Text that is no composition
+    is one plain expression or sentence (:func:`cronfleet.cron.parse_schedule`)."""
+    from . import parse_schedule
+
+    if not is_composition(text):
+        expr, sentence = parse_schedule(text, tz)
+        if _words is not None:
+            _words.append(sentence is not None)
+        return expr
+    zone = resolve_tz(tz, "")
+    exprs: list[CronExpr] = []
     opts: dict[str, str] = {}
     exclude: list[str] = []
     offset = 0
-    for raw, piece in zip(text.split("|"), pieces, strict=True):
+    for raw in text.split("|"):
+        piece = raw.strip()
         column = offset + len(raw) - len(raw.lstrip()) + 1
         offset += len(raw) + 1
-        word, _, rest = piece.partition(" ")
         if not piece:
             raise CronSyntaxError("expression", "|", max(column - 1, 1), text,
                                   "empty piece between '|'")
-        if word in ("at", "start", "end"):
-            if word in opts:
-                raise CronSyntaxError(word, piece, column, text, f"{word!r} given twice")
-            opts[word] = rest.strip()
-        elif word == "except":
-            exclude.append(rest.strip())
+        key = _keyword(piece)
+        if key is None:
+            expr, sentence = parse_schedule(piece, zone)
+            exprs.append(expr)
+            if _words is not None:
+                _words.append(sentence is not None)
+        elif key[0] == "except":
+            exclude.append(key[1])
+        elif key[0] in opts:
+            raise CronSyntaxError(key[0], piece, column, text, f"{key[0]!r} given twice")
         else:
-            exprs.append(piece)
+            opts[key[0]] = key[1]
     try:
-        return compose(exprs, tz, at=opts.get("at"), start=opts.get("start"),
+        return compose(exprs, zone, at=opts.get("at"), start=opts.get("start"),
                        end=opts.get("end"), exclude=exclude, base=base)
     except ValueError as exc:
         if isinstance(exc, CronSyntaxError):

@@ -161,3 +161,17 @@ def test_explain_a_composed_schedule() -> None:
     assert "except      0 9 * * 1" in human.stdout and "day-of-week" in human.stdout
     bad = run("next", "0 9 * * 1-5 | except 12-32")
     assert bad.exit_code == 2 and "is not a month-day" in bad.stderr
+
+
+def test_next_of_a_composition_of_sentences() -> None:
+    r = run("next", "every weekday at 9am | every Saturday at noon | except 12-25",
+            "--tz", "Europe/Paris", "--after", "2026-12-24T00:00", "-n", "2", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["expr"] == "0 12 * * 6 | 0 9 * * 1-5 | except 12-25"
+    assert data["sentence"] == "every weekday at 9am | every Saturday at noon | except 12-25"
+    assert data["next"] == ["2026-12-24T09:00:00+01:00", "2026-12-26T12:00:00+01:00"]
+    assert data["excluded"] == ["2026-12-25T09:00:00+01:00"]
+    human = run("explain", "every weekday at 9am | except 12-25")
+    assert human.exit_code == 0, human.output
+    assert "written     every weekday at 9am | except 12-25" in human.stdout

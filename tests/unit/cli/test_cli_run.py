@@ -18,7 +18,7 @@ from api.procs import stop
 
 
 def test_invalid_config_starts_nothing(cli: Callable[..., Result], project: Path) -> None:
-    project.write_text(project.read_text().replace('cron = "1h"', 'cron = "1 hour"'))
+    project.write_text(project.read_text().replace('cron = "1h"', 'cron = "1 x"'))
     r = cli("run")
     assert r.exit_code == 1
     assert r.stderr.splitlines()[0] == (

@@ -25,6 +25,7 @@ from cronfleet.cron import (
     parse_composed,
     parse_exclusion,
     parse_instant,
+    read_schedule,
 )
 from cronfleet.cron.compose import read_calendar
 
@@ -397,3 +398,30 @@ def test_exclusions_remove_exactly_their_instants(data: st.DataObject, zone: str
 def test_utc_zone_results_are_in_the_zone() -> None:
     s = compose(["0 9 * * *", "0 10 * * *"], ZoneInfo("UTC"))
     assert s.next(datetime(2026, 1, 1, tzinfo=UTC)).tzinfo is ZoneInfo("UTC")
+
+
+# -- sentences inside compositions (cron/words.py) ------------------------------------------
+
+
+def test_sentences_compose_like_expressions() -> None:
+    s, said = read_schedule("every weekday at 9am | every Saturday at noon | except 12-25",
+                            "Europe/Paris")
+    assert isinstance(s, ComposedSchedule)
+    assert s.expr == "0 12 * * 6 | 0 9 * * 1-5 | except 12-25"
+    assert said == "every weekday at 9am | every Saturday at noon | except 12-25"
+    assert compose(["every weekday at 9am", "0 12 * * 6"], "Europe/Paris",
+                   exclude=["12-25"]) == s
+    assert compose("0 * * * *", exclude=["every Saturday at noon"]).expr == \
+        "0 * * * * | except 0 12 * * 6"
+    plain, said = read_schedule("0 9 * * 1-5 | except 12-25")
+    assert said is None and isinstance(plain, ComposedSchedule)
+
+
+def test_at_before_a_date_is_a_one_off_before_words_a_sentence() -> None:
+    s, said = read_schedule("at noon on the first Monday of the month", "Europe/Paris")
+    assert isinstance(s, CronExpr) and s.expr == "0 12 * * 1#1" and said is not None
+    once, said = read_schedule("at 2026-12-24T18:00", "Europe/Paris")
+    assert isinstance(once, ComposedSchedule) and once.one_off and said is None
+    assert once.expr == "at 2026-12-24T18:00:00+01:00"
+    with pytest.raises(CronSyntaxError, match="Tuesday"):
+        read_schedule("every tusday at 9am | except 12-25")
