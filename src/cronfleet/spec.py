@@ -704,20 +704,19 @@ def _composed(
     if items and at is not None:
         problems.append(FieldProblem("at", "a one-off runs instead of a recurring schedule: "
                                            "give either the schedule (cron) or at, not both"))
-    zone: str | ZoneInfo = tz
-    if "timezone" not in fields:  # a parsed expression brings its zone
-        zone = next((x.tz for x in items if isinstance(x, CronExpr)), tz)
+    # a parsed expression brings its zone (as a lone CronExpr keeps its own); texts are
+    # read in the job's zone, and every part must end up in one zone
+    zone: str | ZoneInfo = next((x.tz for x in items if isinstance(x, CronExpr)), tz)
     keyed = len(items) > 1 or isinstance(schedule, list | tuple)
     parts: list[CronExpr] = []
     for i, item in enumerate(items):
         key = f"schedule[{i}]" if keyed else "schedule"
-        if isinstance(item, CronExpr) and item.tz != zone and str(item.tz) != str(zone):
-            problems.append(FieldProblem(key, f"in time zone {item.tz}, not the job's "
-                                              f"{zone}: every expression of a job runs in "
-                                              "one zone"))
-            continue
         got = one(item, key)
-        if got is not None:
+        if got is not None and str(got.tz) != str(zone):
+            problems.append(FieldProblem(key, f"in time zone {got.tz}, not {zone} like "
+                                              "the others: every expression of a job runs "
+                                              "in one zone (give timezone)"))
+        elif got is not None:
             parts.append(got)
     bounds: dict[str, Any] = {}
     for key, value in (("at", at), ("start", start), ("end", end)):

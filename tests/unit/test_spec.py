@@ -427,3 +427,19 @@ def test_sentences_inside_a_schedule_list() -> None:
                                 "except": ["every tusday"]})
     assert [(p.key, p.column) for p in problems] == [("schedule[1]", 7), ("except[0]", 7)]
     assert "did you mean 'Tuesday'?" in problems[0].message
+
+
+def test_parsed_expressions_bring_their_zone_and_a_job_runs_in_one() -> None:
+    from cronfleet.cron import parse
+
+    paris = parse("0 9 * * *", "Europe/Paris")
+    result, _ = validate_job({"id": "x", "schedule": [paris, parse("0 12 * * 6", PARIS)],
+                              "end": "2030-01-01"})
+    assert result is not None and result.schedule.tz == PARIS
+    assert result.schedule.expr == "0 12 * * 6 | 0 9 * * * | end 2030-01-01T23:59:59+01:00"
+    _, problems = validate_job({"id": "x", "schedule": [paris, "0 12 * * 6"]})  # UTC text
+    assert [p.key for p in problems] == ["schedule[1]"]
+    assert "every expression of a job runs in one zone" in problems[0].message
+    ok, _ = validate_job({"id": "x", "schedule": [paris, "0 12 * * 6"],
+                          "timezone": "Europe/Paris"})
+    assert ok is not None and ok.schedule.expr == "0 12 * * 6 | 0 9 * * *"
