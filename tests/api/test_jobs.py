@@ -526,3 +526,6 @@ async def test_preview_of_a_composed_schedule_marks_excluded_instants(api: Api) 
     assert bad["details"]["errors"][0]["field"] == "expr[1]"
     expect(await api.post("/api/cron/preview", "alpha-viewer", json={
         "expr": "0 9 * * *", "except": ["calendar:/etc/passwd"]}), 422, "INVALID_CRON")
+    bad = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": "0 9 * * *", "start": "tomorrow"}), 422, "INVALID_CRON")
+    assert bad["details"]["errors"][0]["field"] == "start"

@@ -90,7 +90,6 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
     if "cron" not in raw and "at" not in raw:
         bad("cron", 'missing (when it runs, e.g. cron = "*/5 * * * *" or cron = "5m"; '
                     'or at = "2026-12-24T18:00:00+01:00" for a one-off)')
-
     handler_path = raw.get("handler")
     is_http = "http" in raw
     if is_http and handler_path is not None:

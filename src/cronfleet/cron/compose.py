@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from time import monotonic
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -494,12 +495,18 @@ class ComposedSchedule:
         raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
                               f"before {before.isoformat()}; giving up")
 
-    def next_n(self, after: datetime, n: int) -> list[datetime]:
+    def next_n(self, after: datetime, n: int, *, budget: float | None = None
+               ) -> list[datetime]:
         """Up to ``n`` successive fire times strictly after ``after``; fewer, or none, when
-        the schedule has no further fire (a one-off past, ``end`` reached)."""
+        the schedule has no further fire (a one-off past, ``end`` reached). ``budget``:
+        stop early after that many seconds of search (a preview answering a request: dense
+        exclusions can make each fire time cost up to :data:`MAX_SKIPPED` candidates)."""
         out: list[datetime] = []
         t = after
+        stop = None if budget is None else monotonic() + budget
         for _ in range(n):
+            if stop is not None and out and monotonic() > stop:
+                break
             try:
                 t = self.next(t)
             except NoFireTimeError:

@@ -253,6 +253,12 @@ def test_an_exclusion_of_everything_ends_the_search() -> None:
         s.next(at("2026-01-01T00:00:00+00:00"))
 
 
+def test_next_n_with_a_budget_stops_early_but_gives_one() -> None:
+    s = compose("* * * * *", "UTC", exclude=["0 * * * *"])
+    assert len(s.next_n(at("2026-01-01T00:00:00+00:00"), 50, budget=0.0)) == 1
+    assert len(s.next_n(at("2026-01-01T00:00:00+00:00"), 50, budget=60.0)) == 50
+
+
 def test_calendar_file(tmp_path: Path) -> None:
     cal = tmp_path / "holidays.txt"
     cal.write_text("# holidays\n05-01   # labour day\n\n2026-05-14\n", encoding="utf-8")
