@@ -66,6 +66,30 @@ def fire_times(schedule: AnySchedule, after: datetime, n: int) -> list[datetime]
     return schedule.next_n(after, n)
 
 
+def clock_change(t: datetime) -> timedelta | None:
+    """How the clocks move on ``t``'s local day in its zone (``+1h`` forward in spring,
+    ``-1h`` back in autumn), or None on a day without a change: the mark a fire time on a
+    daylight-saving day carries in previews."""
+    day = t.replace(hour=0, minute=0, second=0, microsecond=0, fold=0)
+    start = day.utcoffset()
+    end = (day + timedelta(hours=23, minutes=59, seconds=59)).utcoffset()
+    if start is None or end is None or start == end:
+        return None
+    return end - start
+
+
+def dst_marks(times: Sequence[datetime]) -> list[dict[str, str]]:
+    """The fire times among ``times`` that fall on a day the clocks change, with the
+    change (``"+1:00:00"``, ``"-1:00:00"``)."""
+    out = []
+    for t in times:
+        shift = clock_change(t)
+        if shift is not None:
+            sign = "+" if shift > timedelta(0) else "-"
+            out.append({"time": t.isoformat(), "shift": f"{sign}{abs(shift)}"})
+    return out
+
+
 def next_fires(job: Job, after: datetime, n: int) -> list[datetime]:
     """Up to ``n`` fire times of ``job`` after ``after`` (see :func:`fire_times`)."""
     return fire_times(job.schedule, after, n)

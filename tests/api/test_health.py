@@ -98,12 +98,28 @@ async def test_cron_preview(api: Api) -> None:
         "description": "Every 15 minutes, between 09:00 and 17:59, Monday through Friday",
         "next": ["2026-05-29T17:00:00+02:00", "2026-05-29T17:15:00+02:00",
                  "2026-05-29T17:30:00+02:00"],
-        "excluded": [], "done": False,
+        "excluded": [], "done": False, "dst": [],
     }
     # default: the next 10 from now
     body = expect(await api.post("/api/cron/preview", "alpha-viewer", json={"expr": "@hourly"}),
                   200)
     assert len(body["next"]) == 10 and body["description"] == "Every hour"
+
+
+async def test_cron_preview_marks_fire_times_on_a_clock_change_day(api: Api) -> None:
+    """The 02:30 export on the nights the clocks change in Paris: the spring-forward night
+    has no 02:30 (it runs at 03:00), the fall-back night has two; both days are marked."""
+    spring = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": "30 2 * * *", "timezone": "Europe/Paris", "count": 3,
+        "after": "2026-03-28T12:00:00+01:00"}), 200)
+    assert spring["next"] == ["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00",
+                              "2026-03-31T02:30:00+02:00"]
+    assert spring["dst"] == [{"time": "2026-03-29T03:00:00+02:00", "shift": "+1:00:00"}]
+    autumn = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
+        "expr": "every day at 02:30", "timezone": "Europe/Paris", "count": 2,
+        "after": "2026-10-24T12:00:00+02:00"}), 200)
+    assert [m["shift"] for m in autumn["dst"]] == ["-1:00:00"]
+    assert autumn["dst"][0]["time"].startswith("2026-10-25T02:30:00")
 
 
 @pytest.mark.parametrize(("expr", "column", "cron_field"), [

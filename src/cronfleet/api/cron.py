@@ -22,7 +22,7 @@ from cronfleet.cron import (
     parse_schedule,
     read_schedule,
 )
-from cronfleet.views import fire_times
+from cronfleet.views import dst_marks, fire_times
 
 __all__ = ["router"]
 
@@ -94,4 +94,5 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
     # canonical text); sentence: the words as written
     return {"valid": True, "expr": expr.expr, "sentence": sentence,
             "timezone": str(expr.tz), "description": expr.describe(),
-            "next": [t.isoformat() for t in times], "excluded": excluded, "done": done}
+            "next": [t.isoformat() for t in times], "excluded": excluded, "done": done,
+            "dst": dst_marks(times)}

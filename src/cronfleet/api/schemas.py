@@ -369,6 +369,11 @@ class PreviewRequest(Strict):
                     "removed).")
 
 
+class DstMark(BaseModel):
+    time: str
+    shift: str
+
+
 class PreviewOut(BaseModel):
     valid: bool
     expr: str = Field(description="The canonical expression (a sentence compiles to one).")
@@ -383,6 +388,10 @@ class PreviewOut(BaseModel):
                     "the window shown (from `after` to the last of `next`).")
     done: bool = Field(default=False, description="True for a one-off past its instant or "
                                                    "a schedule past its end.")
+    dst: list[DstMark] = Field(
+        default_factory=list,
+        description="The fire times of `next` that fall on a day the clocks change in the "
+                    "schedule's zone, with the change (`+1:00:00` forward, `-1:00:00` back).")
 
 
 # -- secrets, audit, health -----------------------------------------------------------------
