@@ -240,6 +240,25 @@ async def test_open_gives_up_with_store_unavailable(schema: str) -> None:
             await store.open()
 
 
+async def test_open_waits_for_a_database_that_comes_back(schema: str) -> None:
+    """A process started while PostgreSQL is unreachable connects once it is back (each
+    attempt on a fresh pool: a pool whose first open failed cannot be opened again)."""
+    with TcpProxy(pg_url()) as proxy:
+        proxy.cut()
+        store = PostgresStore(proxy.url, schema=schema, open_timeout=30.0,
+                              connect_timeout=1.0)
+        loop = asyncio.get_running_loop()
+        loop.call_later(3.0, proxy.restore)
+        began = time.monotonic()
+        await store.open()
+        try:
+            assert 2.5 < time.monotonic() - began < 20
+            states = await store.ensure_jobs(["back"])
+            assert set(states) == {"back"}
+        finally:
+            await store.close()
+
+
 async def test_a_burst_is_a_few_statements_not_one_per_job(
     pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,6 +33,7 @@ import contextlib
 import inspect
 import json
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -451,28 +452,32 @@ class PostgresStore:
         started before its database does not crash-loop), then migrate."""
         if self._pool is not None:
             return
-        pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
-            self.conninfo,
-            min_size=self.pool_min,
-            max_size=self.pool_max,
-            kwargs=self._kwargs(),
-            configure=self._configure,
-            timeout=self.pool_timeout,
-            open=False,
-            name=f"cronfleet-{self.schema}",
-        )
         deadline = time.monotonic() + self.open_timeout
         delay = 0.2
         while True:
+            # a fresh pool for every attempt: one whose open failed is closed for good
+            pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] = AsyncConnectionPool(
+                self.conninfo,
+                min_size=self.pool_min,
+                max_size=self.pool_max,
+                kwargs=self._kwargs(),
+                configure=self._configure,
+                timeout=self.pool_timeout,
+                open=False,
+                name=f"cronfleet-{self.schema}",
+            )
             try:
                 await pool.open(wait=True, timeout=min(self.connect_timeout + 1, self.open_timeout))
                 break
             except psycopg.OperationalError as exc:
-                if time.monotonic() + delay > deadline:
+                with contextlib.suppress(Exception):
                     await pool.close()
+                # full jitter: a fleet restarted together does not retry in lockstep
+                wait = random.uniform(0, delay)
+                if time.monotonic() + wait > deadline:
                     raise self._unavailable(exc) from exc
                 log.warning("PostgreSQL store %s: cannot connect (%s); retrying", self.url, exc)
-                await asyncio.sleep(delay)
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, self.max_backoff)
         self._pool = pool
         self._down = None
