@@ -513,7 +513,7 @@ async def test_preview_of_a_composed_schedule_marks_excluded_instants(api: Api) 
                        "except 12-25",
         "next": ["2026-12-23T09:00:00+01:00", "2026-12-24T09:00:00+01:00",
                  "2026-12-26T12:00:00+01:00"],
-        "excluded": ["2026-12-25T09:00:00+01:00"], "done": False}
+        "excluded": ["2026-12-25T09:00:00+01:00"], "done": False, "dst": []}
     text = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
         "expr": "0 9 * * 1-5 | 0 12 * * 6 | except 12-25", "timezone": "Europe/Paris",
         "count": 3, "after": "2026-12-23T00:00:00+01:00"}), 200)

@@ -15,7 +15,7 @@ async def test_preview_of_a_sentence(api: Api) -> None:
         "valid": True, "expr": "30 8 * * 1-5", "sentence": "du lundi au vendredi à 8h30",
         "timezone": "Europe/Paris", "description": "At 08:30, Monday through Friday",
         "next": ["2026-06-01T08:30:00+02:00", "2026-06-02T08:30:00+02:00"],
-        "excluded": [], "done": False,
+        "excluded": [], "done": False, "dst": [],
     }
 
 
