@@ -25,17 +25,17 @@ in the same zone is the same schedule, which is what the runtime's per-text cach
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from time import monotonic
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
 from .parser import resolve_tz
+from .sequence import FireTimes, floor_ts
 
 __all__ = [
     "MAX_SKIPPED",
@@ -49,8 +49,6 @@ __all__ = [
     "read_schedule",
 ]
 
-_SECOND = timedelta(seconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_TS = -62135596800 + 86400 * 2  # two days after 0001-01-01T00:00Z: room for any zone
 MAX_SKIPPED = 100_000
 """Consecutive excluded candidates after which ``next``/``prev`` give up
@@ -58,15 +56,10 @@ MAX_SKIPPED = 100_000
 CALENDAR_PREFIX = "calendar:"
 
 
-def _ts(dt: datetime) -> int:
-    """Whole seconds since the epoch, rounded down (compare instants, never wall times)."""
-    return (dt - _EPOCH) // _SECOND
-
-
 def _day_start(day: date, tz: ZoneInfo) -> int:
     """The first instant of local ``day`` in ``tz`` (a midnight in a DST gap: the gap's
     end), as epoch seconds."""
-    return _ts(datetime.combine(day, time(0), tzinfo=tz))
+    return floor_ts(datetime.combine(day, time(0), tzinfo=tz))
 
 
 # -- exclusions ------------------------------------------------------------------------------
@@ -235,7 +228,7 @@ def _iso(dt: datetime) -> str:
 # -- the composed schedule ------------------------------------------------------------------
 
 
-class ComposedSchedule:
+class ComposedSchedule(FireTimes):
     """An immutable, hashable composed schedule (build it with :func:`compose`).
 
     Attributes:
@@ -311,9 +304,9 @@ class ComposedSchedule:
         tz_key: object = zone.key if zone.key is not None else zone
         setter(self, "_key", (
             "composed", frozenset(ordered),
-            None if self.at is None else _ts(self.at),
-            None if self.start is None else _ts(self.start),
-            None if self.end is None else _ts(self.end),
+            None if self.at is None else floor_ts(self.at),
+            None if self.start is None else floor_ts(self.start),
+            None if self.end is None else floor_ts(self.end),
             self._dates, self._monthdays, frozenset(self._xcrons), tz_key))
 
     # -- value semantics ---------------------------------------------------------------------
@@ -358,7 +351,7 @@ class ComposedSchedule:
         """``True`` when nothing fires after ``now`` any more *by construction* (a one-off
         past its instant, or a schedule past its ``end``)."""
         last = self.last
-        return last is not None and _ts(last) <= _ts(now)
+        return last is not None and floor_ts(last) <= floor_ts(now)
 
     def excluded(self, t: datetime) -> bool:
         """Whether instant ``t`` is removed by an exclusion."""
@@ -367,12 +360,12 @@ class ComposedSchedule:
         if d in self._dates or (d.month, d.day) in self._monthdays:
             return True
         if self._xcrons:
-            u = _ts(local)
+            u = floor_ts(local)
             # one second earlier as an instant (wall-clock arithmetic would lose the fold)
             before = datetime.fromtimestamp(u - 1, UTC)
             for x in self._xcrons:
                 try:
-                    if _ts(x.next(before)) == u:
+                    if floor_ts(x.next(before)) == u:
                         return True
                 except NoFireTimeError:
                     continue
@@ -386,7 +379,7 @@ class ComposedSchedule:
         """The first instant of the union strictly after ``t`` (no bounds, no exclusions)."""
         at = self.at
         if at is not None:
-            if _ts(at) > _ts(t):
+            if floor_ts(at) > floor_ts(t):
                 return at
             raise NoFireTimeError(f"{self.expr!r}: done (its one-off instant "
                                   f"{_iso(at)} is not after {t.isoformat()})")
@@ -397,7 +390,7 @@ class ComposedSchedule:
                 c = p.next(t)
             except NoFireTimeError:
                 continue
-            u = _ts(c)
+            u = floor_ts(c)
             if best is None or u < best_u:
                 best, best_u = c, u
         if best is None:
@@ -410,7 +403,7 @@ class ComposedSchedule:
         if at is not None:
             # strictly before t, as instants (t may carry microseconds; in a repeated hour
             # two datetimes of one zone compare by wall time)
-            if _ts(at) < _ts(t) or (_ts(at) == _ts(t) and t.microsecond):
+            if floor_ts(at) < floor_ts(t) or (floor_ts(at) == floor_ts(t) and t.microsecond):
                 return at
             raise NoFireTimeError(f"{self.expr!r}: no fire time before {t.isoformat()}")
         best: datetime | None = None
@@ -420,7 +413,7 @@ class ComposedSchedule:
                 c = p.prev(t)
             except NoFireTimeError:
                 continue
-            u = _ts(c)
+            u = floor_ts(c)
             if best is None or u > best_u:
                 best, best_u = c, u
         if best is None:
@@ -451,12 +444,12 @@ class ComposedSchedule:
     def _next(self, after: datetime) -> datetime:
         t = after
         start, end = self.start, self.end
-        if start is not None and _ts(start) - 1 > _ts(t) and _ts(start) > _MIN_TS:
-            t = datetime.fromtimestamp(_ts(start) - 1, self.tz)
-        end_u = 0 if end is None else _ts(end)
+        if start is not None and floor_ts(start) - 1 > floor_ts(t) and floor_ts(start) > _MIN_TS:
+            t = datetime.fromtimestamp(floor_ts(start) - 1, self.tz)
+        end_u = 0 if end is None else floor_ts(end)
         for _ in range(MAX_SKIPPED):
             c = self._raw_next(t)
-            if end is not None and _ts(c) > end_u:
+            if end is not None and floor_ts(c) > end_u:
                 raise NoFireTimeError(f"{self.expr!r}: done: no fire time after "
                                       f"{after.isoformat()} (the schedule ends at "
                                       f"{_iso(end)})")
@@ -466,7 +459,7 @@ class ComposedSchedule:
                 # skip the rest of an excluded day at once
                 local = c.astimezone(self.tz)
                 target = _day_start(local.date() + timedelta(days=1), self.tz) - 1
-                t = datetime.fromtimestamp(target, self.tz) if target > _ts(c) else c
+                t = datetime.fromtimestamp(target, self.tz) if target > floor_ts(c) else c
             else:
                 t = c
         raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
@@ -475,12 +468,12 @@ class ComposedSchedule:
     def _prev(self, before: datetime) -> datetime:
         t = before
         start, end = self.start, self.end
-        if end is not None and _ts(end) + 1 < _ts(t):
-            t = datetime.fromtimestamp(_ts(end) + 1, self.tz)
-        start_u = 0 if start is None else _ts(start)
+        if end is not None and floor_ts(end) + 1 < floor_ts(t):
+            t = datetime.fromtimestamp(floor_ts(end) + 1, self.tz)
+        start_u = 0 if start is None else floor_ts(start)
         for _ in range(MAX_SKIPPED):
             c = self._raw_prev(t)
-            if start is not None and _ts(c) < start_u:
+            if start is not None and floor_ts(c) < start_u:
                 raise NoFireTimeError(f"{self.expr!r}: no fire time before "
                                       f"{before.isoformat()} (the schedule starts at "
                                       f"{_iso(start)})")
@@ -489,50 +482,11 @@ class ComposedSchedule:
             local = c.astimezone(self.tz)
             if self._day_excluded(local):
                 target = _day_start(local.date(), self.tz)
-                t = datetime.fromtimestamp(target, self.tz) if target < _ts(c) else c
+                t = datetime.fromtimestamp(target, self.tz) if target < floor_ts(c) else c
             else:
                 t = c
         raise NoFireTimeError(f"{self.expr!r}: {MAX_SKIPPED} excluded fire times in a row "
                               f"before {before.isoformat()}; giving up")
-
-    def next_n(self, after: datetime, n: int, *, budget: float | None = None
-               ) -> list[datetime]:
-        """Up to ``n`` successive fire times strictly after ``after``; fewer, or none, when
-        the schedule has no further fire (a one-off past, ``end`` reached). ``budget``:
-        stop early after that many seconds of search (a preview answering a request: dense
-        exclusions can make each fire time cost up to :data:`MAX_SKIPPED` candidates)."""
-        out: list[datetime] = []
-        t = after
-        stop = None if budget is None else monotonic() + budget
-        for _ in range(n):
-            if stop is not None and out and monotonic() > stop:
-                break
-            try:
-                t = self.next(t)
-            except NoFireTimeError:
-                break
-            out.append(t)
-        return out
-
-    def iter(self, after: datetime) -> Iterator[datetime]:
-        """Successive fire times strictly after ``after`` (ends with the schedule)."""
-        t = after
-        while True:
-            try:
-                t = self.next(t)
-            except NoFireTimeError:
-                return
-            yield t
-
-    def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
-        """Fire times ``t`` with ``start < t <= end``, in order (a lazy iterator)."""
-        if end.tzinfo is None or end.utcoffset() is None:
-            raise ValueError(f"end must be timezone-aware (got naive {end.isoformat()})")
-        last = _ts(end)
-        for t in self.iter(start):
-            if _ts(t) > last:
-                return
-            yield t
 
     def excluded_between(self, start: datetime, end: datetime, limit: int = 100
                          ) -> list[datetime]:
@@ -542,19 +496,19 @@ class ComposedSchedule:
             return []
         out: list[datetime] = []
         t = start
-        if self.start is not None and _ts(self.start) - 1 > _ts(t) \
-                and _ts(self.start) > _MIN_TS:
-            t = datetime.fromtimestamp(_ts(self.start) - 1, self.tz)
-        last = _ts(end)
+        if self.start is not None and floor_ts(self.start) - 1 > floor_ts(t) \
+                and floor_ts(self.start) > _MIN_TS:
+            t = datetime.fromtimestamp(floor_ts(self.start) - 1, self.tz)
+        last = floor_ts(end)
         if self.end is not None:
-            last = min(last, _ts(self.end))
+            last = min(last, floor_ts(self.end))
         for _ in range(MAX_SKIPPED):
             try:
                 c = self._raw_next(t)
                 is_excluded = self.excluded(c)
             except (NoFireTimeError, OverflowError, ValueError, OSError):
                 break
-            if _ts(c) > last:
+            if floor_ts(c) > last:
                 break
             if is_excluded:
                 out.append(c.astimezone(self.tz))
@@ -637,7 +591,7 @@ def compose(
     if len(parts) == 1 and when is None and lo is None and hi is None and not xs \
             and parts[0].tz == zone:
         return parts[0]
-    if lo is not None and hi is not None and _ts(hi) < _ts(lo):
+    if lo is not None and hi is not None and floor_ts(hi) < floor_ts(lo):
         raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
     return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
 

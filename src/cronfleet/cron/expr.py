@@ -19,7 +19,6 @@ All instants are whole seconds; ``after``/``before`` may carry microseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
@@ -28,6 +27,7 @@ from .describe import describe, explain
 from .errors import NoFireTimeError
 from .parser import CronForm, IntervalForm, parse_text, resolve_tz
 from .schedule import Wall, WallSchedule
+from .sequence import FireTimes, floor_ts, naive_error
 from .zones import MIN_INSTANT, Window, ZoneDays, wall_fields, wall_seconds, zone_days
 
 __all__ = ["CronExpr"]
@@ -37,21 +37,7 @@ _SECOND = timedelta(seconds=1)
 _SEARCH_YEARS = 400  # the Gregorian calendar repeats every 400 years
 
 
-def _naive_error(name: str, value: Any) -> NoReturn:
-    if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be a datetime, not {type(value).__name__}")
-    raise ValueError(
-        f"{name} must be timezone-aware (got naive {value.isoformat()}); "
-        "attach a zone, e.g. datetime.now(timezone.utc)"
-    )
-
-
-def _floor_ts(dt: datetime) -> int:
-    """Whole seconds since the epoch, rounded down (exact, no float)."""
-    return (dt - _EPOCH) // _SECOND
-
-
-class CronExpr:
+class CronExpr(FireTimes):
     """An immutable, hashable schedule. Build it with :func:`cronfleet.cron.parse`.
 
     Attributes:
@@ -166,7 +152,7 @@ class CronExpr:
         tz = self.tz
         if after.tzinfo is not tz:
             if after.tzinfo is None or after.utcoffset() is None:
-                _naive_error("after", after)
+                naive_error("after", after)
             try:
                 after = after.astimezone(tz)
             except OverflowError:
@@ -205,7 +191,7 @@ class CronExpr:
             lo = wall_seconds(y, mo, d, h, mi, s) + 1 - info
             return self._guard(self._rt_next, lo, ylimit, after)
         assert isinstance(info, Window)
-        a = _floor_ts(after)
+        a = floor_ts(after)
         if self.wall_clock:
             hwm = info.high_water(a)
             return self._guard(self._wc_next, hwm, ylimit, after)
@@ -216,7 +202,7 @@ class CronExpr:
         tz = self.tz
         if before.tzinfo is not tz:
             if before.tzinfo is None or before.utcoffset() is None:
-                _naive_error("before", before)
+                naive_error("before", before)
             before = before.astimezone(tz)
         if self._period_s:
             return self._every_prev(before)
@@ -263,42 +249,6 @@ class CronExpr:
             win = info if isinstance(info, Window) else None
             return self._guard(self._wc_prev, hi, win, ylimit, before)
         return self._guard(self._rt_prev, hi, ylimit, before)
-
-    def next_n(self, after: datetime, n: int) -> list[datetime]:
-        """Up to ``n`` successive fire times strictly after ``after``: fewer, or none, when
-        the schedule has no further fire (where :meth:`next` raises ``NoFireTimeError``:
-        an expression that can never fire again, or the calendar's end). Never raises
-        for that; use it wherever "the next few fire times" are shown or queued."""
-        out: list[datetime] = []
-        t = after
-        for _ in range(n):
-            try:
-                t = self.next(t)
-            except NoFireTimeError:
-                break
-            out.append(t)
-        return out
-
-    def iter(self, after: datetime) -> Iterator[datetime]:
-        """Successive fire times strictly after ``after`` (ends only if the calendar does)."""
-        t = after
-        while True:
-            try:
-                t = self.next(t)
-            except NoFireTimeError:
-                return
-            yield t
-
-    def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
-        """Fire times ``t`` with ``start < t <= end``, in order (a lazy iterator)."""
-        if end.tzinfo is None or end.utcoffset() is None:
-            _naive_error("end", end)
-        # compare instants: datetimes sharing a tzinfo compare by wall time, ignoring fold
-        last = _floor_ts(end)
-        for t in self.iter(start):
-            if _floor_ts(t) > last:
-                return
-            yield t
 
     def describe(self) -> str:
         """An English description, e.g. ``"At 02:30 every day"``. Never raises."""
@@ -440,7 +390,7 @@ class CronExpr:
 
     def _every_next(self, after: datetime) -> datetime:
         p = self._period_s
-        n = (_floor_ts(after) // p + 1) * p
+        n = (floor_ts(after) // p + 1) * p
         try:
             return datetime.fromtimestamp(n, self.tz)
         except (OverflowError, ValueError, OSError) as exc:
