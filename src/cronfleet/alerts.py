@@ -161,9 +161,7 @@ def _slot_text(slot: datetime) -> str:
 
 def wants_alerts(job: Job) -> bool:
     """Does the listener act on this job's runs? (jobs that alert themselves do not)."""
-    return (job.notify is not None or job.auto_pause_after is not None) and not getattr(
-        job.handler, "applies_job_policies", False
-    )
+    return (job.notify is not None or job.auto_pause_after is not None) and not job.own_policies
 
 
 class Alerts:

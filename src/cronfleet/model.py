@@ -315,6 +315,13 @@ class Job:
         return self.handler is not None and is_async_handler(self.handler)
 
     @cached_property
+    def own_policies(self) -> bool:
+        """The handler applies retry / notify / auto-pause itself (HTTP jobs: per request,
+        with their health in the result) and says so with ``applies_job_policies = True``;
+        the runtime's retry and the alerts listener then leave those policies to it."""
+        return bool(getattr(self.handler, "applies_job_policies", False))
+
+    @cached_property
     def lease_seconds(self) -> float:
         """Lease length: timeout + 30 s, or 1 h for a job without a timeout (renewed while
         it runs). A handler retried by the runtime (``retry``) holds it for every attempt
@@ -322,9 +329,7 @@ class Job:
         if self.timeout is None:
             return LEASE_WITHOUT_TIMEOUT
         retry = self.retry
-        if retry is None or retry.attempts <= 1 or getattr(
-            self.handler, "applies_job_policies", False
-        ):
+        if retry is None or retry.attempts <= 1 or self.own_policies:
             return self.timeout + LEASE_GRACE
         waits = sum(retry.wait(n) for n in range(1, retry.attempts))
         return retry.attempts * self.timeout + waits + LEASE_GRACE

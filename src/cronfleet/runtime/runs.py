@@ -57,13 +57,6 @@ class Queued:
     leased: bool
 
 
-def own_policies(job: Job) -> bool:
-    """Handlers that apply retry / notify / auto-pause themselves (HTTP jobs: per request,
-    with their health in the result) say so with ``applies_job_policies = True``; the
-    runtime and the alerts listener then leave those policies to them."""
-    return bool(getattr(job.handler, "applies_job_policies", False))
-
-
 class Runs:
     def __init__(self, s: Scheduler) -> None:
         self.s = s
@@ -175,7 +168,7 @@ class Runs:
         job, ctx, run = active.job, active.ctx, active.run
         policy = job.retry
         assert policy is not None and ctx is not None and job.handler is not None
-        if policy.attempts <= 1 or own_policies(job):
+        if policy.attempts <= 1 or job.own_policies:
             return outcome
         s = self.s
         first = outcome.started

@@ -53,7 +53,7 @@ from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
-from cronfleet.runtime.runs import Runs, own_policies
+from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.upkeep import Upkeep
@@ -322,7 +322,7 @@ class Scheduler(SyncControl):
         if not self.events.wants(RunFinished):
             unheard = [j.id for j in self._jobs.values()
                        if (j.notify is not None or j.auto_pause_after is not None)
-                       and not own_policies(j)]
+                       and not j.own_policies]
             if unheard:
                 log.warning(
                     "job(s) %s set notify / auto_pause_after but no alerts are installed: "
