@@ -69,6 +69,7 @@ class ApiSettings:
     ready_max_overdue: float = 30.0
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
+    dashboard: bool = True
 
 
 @dataclass
