@@ -124,11 +124,14 @@ def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
     return out
 
 
-async def timeline(store: Store, job: Job, now: datetime, window: str
-                   ) -> tuple[list[Cell], bool]:
-    """The slot cells of ``job`` over ``window`` (a key of WINDOWS) up to ``now``, and
-    whether the window held more than MAX_CELLS slots (the newest are shown)."""
+async def timeline(store: Store, job: Job, now: datetime, window: str,
+                   since: datetime | None = None) -> tuple[list[Cell], bool]:
+    """The slot cells of ``job`` over ``window`` (a key of WINDOWS) up to ``now``, from
+    ``since`` at the earliest (the job's state row's creation: no slot was due before),
+    and whether the window held more than MAX_CELLS slots (the newest are shown)."""
     start = now - WINDOWS[window]
+    if since is not None and since > start:
+        start = since
     slots: list[datetime] = []
     cut = False
     for t in job.schedule.between(start, now):
@@ -319,6 +322,8 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
         st = states.get(j.id)
         view = job_view(j, st, lasts.get(j.id), now)
         slots = last_slots(j, now, STRIP)
+        if st is not None and st.created_at is not None:
+            slots = [x for x in slots if x >= st.created_at]
         runs = await store.list_runs(j.id, limit=STRIP + 5) if slots else []
         rows.append(JobRow(j, st, view.last, view.next_fire, view.paused(now), job_kind(j),
                            slot_cells(slots, runs)))

@@ -282,7 +282,9 @@ async def job_page(request: Request, s: Session, ctx: Context) -> Response:
     states = await store.read_states([job.id])
     recent = await store.list_runs(job.id, limit=100)
     view = job_view(job, states.get(job.id), recent[0] if recent else None, t)
-    cells, cut = await read.timeline(store, job, t, window)
+    st = states.get(job.id)
+    cells, cut = await read.timeline(store, job, t, window,
+                                     since=None if st is None else st.created_at)
     counts: dict[str, int] = {}
     for c in cells:
         counts[c.state] = counts.get(c.state, 0) + 1
