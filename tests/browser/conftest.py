@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

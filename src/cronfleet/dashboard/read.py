@@ -55,7 +55,13 @@ def job_kind(job: Job) -> str:
 # -- slot cells -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+_VALUE = {st: st.value for st in RunStatus}  # Enum.value is a slow descriptor
+_STATE = {**_VALUE, RunStatus.TIMED_OUT: "failed"}
+_SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "paused",
+               SkipReason.MISSED.value: "missed"}
+
+
+@dataclass(frozen=True, slots=True)
 class Cell:
     """One slot as the ledger tells it: ``state`` is the colour (succeeded, failed,
     skipped, missed, paused, interrupted, running, pending, none: no row for the slot)."""
@@ -69,11 +75,11 @@ class Cell:
         run = self.run
         if run is None:
             return "no run recorded for this slot"
-        text = run.status.value
+        text = _VALUE[run.status]
         if run.reason:
             text += f" ({run.reason})"
-        if run.duration is not None:
-            text += f" in {run.duration:.3g}s"
+        if run.started_at is not None and run.finished_at is not None:
+            text += f" in {(run.finished_at - run.started_at).total_seconds():.3g}s"
         if run.error:
             text += f": {run.error[:120]}"
         return text
@@ -83,14 +89,8 @@ def cell_state(run: RunRecord | None) -> str:
     if run is None:
         return "none"
     if run.status is RunStatus.SKIPPED:
-        if run.reason == SkipReason.PAUSED.value or run.reason == SkipReason.DISABLED.value:
-            return "paused"
-        if run.reason == SkipReason.MISSED.value:
-            return "missed"
-        return "skipped"
-    if run.status is RunStatus.TIMED_OUT:
-        return "failed"
-    return run.status.value
+        return _SKIP_STATE.get(run.reason or "", "skipped")
+    return _STATE[run.status]
 
 
 def slot_cells(slots: Sequence[datetime], runs: Iterable[RunRecord]) -> list[Cell]:
@@ -124,8 +124,65 @@ def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
     return out
 
 
+class RunCache:
+    """The runs of the jobs whose timelines were looked at lately, so that a timeline's
+    refresh every 2 s reads only the runs that are new or were still going.
+
+    A finished run never changes, so it is read once; each read pages newest-first until
+    it reaches runs it knows finished, and below the oldest run it knew unfinished. Runs
+    the retention deleted stay until their slot leaves every window (they were real).
+    Per process, for at most ``size`` jobs (least recently used leaves)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self.jobs: dict[str, dict[int, RunRecord]] = {}
+
+    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[RunRecord]:
+        known = self.jobs.pop(job_id, None) or {}
+        open_ids = [i for i, r in known.items() if not r.status.finished]
+        floor = min(open_ids) if open_ids else None
+        before: int | None = None
+        size = 100 if known else PAGE  # a refresh usually finds a few new runs
+        while True:
+            page = await store.list_runs(job_id, limit=size, before_id=before)
+            stop = False
+            for r in page:
+                if r.id is None:
+                    continue
+                old = known.get(r.id)
+                known[r.id] = r
+                if old is not None and old.status.finished and (floor is None or r.id < floor):
+                    stop = True
+            last = page[-1] if page else None
+            if stop or len(page) < size or last is None or last.id is None:
+                break
+            before = last.id
+            size = PAGE
+        # reach back to the window's start if the cache did not yet
+        lowest = min(known, default=None)
+        while lowest is not None and known[lowest].slot >= oldest:
+            page = await store.list_runs(job_id, limit=PAGE, before_id=lowest)
+            for r in page:
+                if r.id is not None:
+                    known[r.id] = r
+            if len(page) < PAGE:
+                break
+            lowest = min(known)
+        cutoff = oldest - max(WINDOWS.values())
+        known = {i: r for i, r in known.items() if r.slot >= cutoff}
+        self.jobs[job_id] = known
+        while len(self.jobs) > self.size:
+            del self.jobs[next(iter(self.jobs))]
+        return [r for r in known.values() if r.slot >= oldest]
+
+
+PAGE = 2000
+RUNS = RunCache()
+
+
 async def timeline(store: Store, job: Job, now: datetime, window: str,
-                   since: datetime | None = None) -> tuple[list[Cell], bool]:
+                   since: datetime | None = None, cache: RunCache | None = RUNS
+                   ) -> tuple[list[Cell], bool]:
     """The slot cells of ``job`` over ``window`` (a key of WINDOWS) up to ``now``, from
     ``since`` at the earliest (the job's state row's creation: no slot was due before),
     and whether the window held more than MAX_CELLS slots (the newest are shown)."""
@@ -136,20 +193,21 @@ async def timeline(store: Store, job: Job, now: datetime, window: str,
     cut = False
     for t in job.schedule.between(start, now):
         slots.append(t)
-        if len(slots) > MAX_CELLS:
-            del slots[0]
-            cut = True
+    if len(slots) > MAX_CELLS:
+        slots = slots[-MAX_CELLS:]
+        cut = True
     runs: list[RunRecord] = []
     if slots:
-        first = slots[0]
-        before: int | None = None
-        # newest first, until the page reaches the oldest slot shown
-        while True:
-            page = await store.list_runs(job.id, limit=2000, before_id=before)
-            runs.extend(page)
-            if len(page) < 2000 or page[-1].slot < first or page[-1].id is None:
-                break
-            before = page[-1].id
+        if cache is not None:
+            runs = await cache.runs(store, job.id, slots[0])
+        else:
+            before: int | None = None
+            while True:  # newest first, until the page reaches the oldest slot shown
+                page = await store.list_runs(job.id, limit=PAGE, before_id=before)
+                runs.extend(page)
+                if len(page) < PAGE or page[-1].slot < slots[0] or page[-1].id is None:
+                    break
+                before = page[-1].id
     return slot_cells(slots, runs), cut
 
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from html import escape
 from importlib import resources
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -20,6 +21,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from starlette.middleware.gzip import GZipMiddleware
 
 from cronfleet.api import control
 from cronfleet.api.deps import Context, audit, now, ready_context, visible, visible_run, who
@@ -126,8 +129,29 @@ def describe(job: Job) -> str:
         return job.schedule.expr
 
 
+def cells_html(cells: list[read.Cell], tz: tzinfo) -> Markup:
+    """The timeline's cells (up to 10,000: written here rather than by a template loop,
+    5x faster). A cell with a run links to it; its title tells the slot and the outcome."""
+    out = []
+    names: dict[Any, str] = {}
+    for c in cells:
+        d = c.slot.astimezone(tz)
+        off = d.utcoffset()
+        name = names.get(off)
+        if name is None:
+            name = names[off] = d.strftime("%Z")
+        title = escape(f"{d.year}-{d.month:02}-{d.day:02} {d.hour:02}:{d.minute:02} {name}: "
+                       f"{c.label}")
+        if c.run is not None:
+            out.append(f'<a class="c {c.state}" href="/runs/{c.run.id}" title="{title}" '
+                       'tabindex="-1"></a>')
+        else:
+            out.append(f'<span class="c none" title="{title}"></span>')
+    return Markup("".join(out))
+
+
 _env.filters.update(secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
-_env.globals.update(fmt_time=fmt_time, relative=relative, describe=describe,
+_env.globals.update(cells_html=cells_html, fmt_time=fmt_time, relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
                     json=lambda v: json.dumps(v, indent=2, sort_keys=True, default=str))
@@ -345,9 +369,10 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
                                      before_id=before)
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("since", since_key)) if v}
-    return render(request, "runs.html", s, t=t, runs=runs, status_filter=status, job_id=job_id or "",
-                  since=since_key, next_cursor=nxt, params=params,
-                  zones={j.id: _zone(j, s) for j in ctx.scheduler.jobs.values()})
+    jobs = ctx.scheduler.jobs
+    return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,
+                  job_id=job_id or "", since=since_key, next_cursor=nxt, params=params,
+                  zones={r.job_id: _zone(jobs.get(r.job_id), s) for r in runs})
 
 
 async def audit_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -644,6 +669,8 @@ async def docs(request: Request) -> Response:
 def install(app: FastAPI, codes: OneTimeCodes | None = None) -> None:
     """Add the dashboard, its assets and the offline API docs to the API ``app``."""
     app.state.signin_codes = codes
+    # pages and their refreshes compress well (a jobs page of 50 rows: ~10x)
+    app.add_middleware(GZipMiddleware, minimum_size=2000, compresslevel=5)
     static = resources.files("cronfleet.dashboard") / "static"
     swagger = resources.files("fastapi_offline") / "static"
     app.mount("/ui/static/swagger", StaticFiles(directory=str(swagger)), name="swagger")
