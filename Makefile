@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+AXE := tests/browser/node_modules/axe-core/axe.min.js
+
 .PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
@@ -19,12 +21,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
 
-test: lint
+# axe-core (npm registry) for the dashboard's browser tests; Chromium comes from apt
+$(AXE): tests/browser/package.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --prefix tests/browser --no-audit --no-fund --silent && touch $(AXE); \
+	else echo "npm not found: the browser tests skip (and fail with CI=true)"; fi
+
+test: lint $(AXE)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py
 	$(BIN)/python bench/runtime.py
+	$(BIN)/python bench/dashboard.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/browser/node_modules
