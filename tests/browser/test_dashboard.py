@@ -162,12 +162,23 @@ def test_every_page_and_action(server: Server, chromium: Any, axe_source: str) -
         "main").inner_text()
     page.get_by_role("button", name="Times: job zone").click()
     assert "UTC" in page.locator("#job-status").locator("..").inner_text()
+    page.get_by_role("button", name="Times: UTC").click()
+    assert "CET" in page.locator("#job-status").locator("..").inner_text()
 
     # keyboard: the skip link is the first stop
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
 
+    # the pictures for the docs, now that a few dozen slots have run
+    page.goto("/jobs/sync.flaky")
+    shoot(page, server, "job-later")
+    page.goto("/jobs")
+    shoot(page, server, "jobs-later")
+    page.goto("/")
+    shoot(page, server, "overview-later")
+
     # sign out: the pages need a session again
+    page.goto("/jobs/export.nightly")
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(re.compile(r"/signin"))
     assert "/signin" in page.goto("/jobs").url

@@ -150,7 +150,12 @@ def cells_html(cells: list[read.Cell], tz: tzinfo) -> Markup:
     return Markup("".join(out))
 
 
-_env.filters.update(secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
+def short_source(source: str) -> str:
+    """A config file's name and line rather than its whole path."""
+    return source.rsplit("/", 1)[-1] if "/" in source else source
+
+
+_env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
 _env.globals.update(cells_html=cells_html, fmt_time=fmt_time, relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
