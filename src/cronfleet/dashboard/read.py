@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -298,6 +299,10 @@ class JobsQuery:
                 (k == "size" and v == 50)}
 
 
+_BY_ID = attrgetter("id")
+_SOURCES: dict[tuple[str, int], list[str]] = {}
+
+
 @dataclass
 class JobRow:
     job: Job
@@ -323,7 +328,12 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     queued next slot (epoch seconds) from the running scheduler, used to sort by next
     run without computing every job's schedule; None computes it."""
     mine = [j for j in jobs if j.team == team]
-    sources = sorted({j.source for j in mine})
+    key = (team, len(mine))
+    sources = _SOURCES.get(key)
+    if sources is None:  # the filter's choices; recomputed when the team's count moves
+        sources = _SOURCES[key] = sorted({j.source for j in mine})
+        while len(_SOURCES) > 64:
+            del _SOURCES[next(iter(_SOURCES))]
     if query.q:
         needle = query.q.lower()
         mine = [j for j in mine if needle in j.id.lower() or needle in j.description.lower()
@@ -350,7 +360,7 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
             mine = [j for j in mine if (r := lasts.get(j.id)) is not None
                     and r.status in FAILED_STATUSES]
     if query.sort in ("id", "-id"):
-        mine.sort(key=lambda j: j.id, reverse=query.sort == "-id")
+        mine.sort(key=_BY_ID, reverse=query.sort == "-id")
     elif query.sort == "last":
         got = lasts or {}
 
