@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
