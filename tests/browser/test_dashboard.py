@@ -258,3 +258,43 @@ def test_csrf_and_cookie(server: Server, chromium: Any) -> None:
                     headers={"Authorization": f"Bearer {server.editor}"}).json()
     assert api["override"] is None  # nothing was paused
     page.context.close()
+
+
+def test_edit_form_preview_and_field_errors(server: Server, chromium: Any) -> None:
+    created = httpx.post(f"{server.base}/api/jobs",
+                         headers={"Authorization": f"Bearer {server.editor}"},
+                         json={"id": "api.ping", "schedule": "0 5 * * *",
+                               "description": "ping the partner",
+                               "http": {"url": "https://partner.example/ping"}})
+    assert created.status_code == 201, created.text
+    page = signed_in(chromium, server.base, server.editor)
+    page.goto("/jobs/api.ping")
+    page.get_by_role("link", name="Edit").click()
+    page.wait_for_url(re.compile(r"/edit\?job=api\.ping"))
+    schedule = page.get_by_label("Schedule")
+    # the live preview: a sentence becomes its canonical expression and next fires
+    schedule.fill("every weekday at 9am")
+    page.locator("#preview code", has_text="0 9 * * 1-5").wait_for()
+    assert page.locator("#preview li").count() == 5
+    # a wrong schedule: the preview says so, and saving marks the field, nothing saved
+    schedule.fill("0 25 * * *")
+    page.locator("#preview .field-error").wait_for()
+    page.get_by_role("button", name="Save").click()
+    err = page.locator("#err-schedule")
+    assert err.is_visible() and "hour" in err.inner_text().lower()
+    assert page.get_by_label("Schedule").get_attribute("aria-invalid") == "true"
+    api = httpx.get(f"{server.base}/api/jobs/api.ping",
+                    headers={"Authorization": f"Bearer {server.editor}"}).json()
+    assert api["schedule"] == "0 5 * * *"
+    # a right one is saved and applied
+    page.get_by_label("Schedule").fill("every weekday at 9am")
+    page.get_by_label("Description").fill("ping the partner on weekdays")
+    page.get_by_role("button", name="Save").click()
+    page.wait_for_url(re.compile(r"/jobs/api\.ping$"))
+    assert "saved api.ping" in page.locator(".flash").inner_text()
+    api = httpx.get(f"{server.base}/api/jobs/api.ping",
+                    headers={"Authorization": f"Bearer {server.editor}"}).json()
+    assert api["schedule"] == "0 9 * * 1-5" and api["description"] == (
+        "ping the partner on weekdays")
+    shoot(page, server, "job-api")
+    page.context.close()
