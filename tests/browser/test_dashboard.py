@@ -297,4 +297,8 @@ def test_edit_form_preview_and_field_errors(server: Server, chromium: Any) -> No
     assert api["schedule"] == "0 9 * * 1-5" and api["description"] == (
         "ping the partner on weekdays")
     shoot(page, server, "job-api")
+    # the kind filter tells HTTP jobs from handlers
+    page.goto("/jobs?kind=http")
+    assert page.locator("table.jobs tbody tr").count() == 1
+    assert page.get_by_role("link", name="api.ping").is_visible()
     page.context.close()

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any
 
+from cronfleet.jobs.http import HttpJob
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
 from cronfleet.store.base import Store
 from cronfleet.views import dst_marks, fire_times, job_view
@@ -50,7 +51,7 @@ PAGE_SIZES = (25, 50, 100)
 
 def job_kind(job: Job) -> str:
     """``http`` for an HTTP job, ``handler`` for a Python handler."""
-    return "http" if getattr(job.handler, "applies_job_policies", False) else "handler"
+    return "http" if isinstance(job.handler, HttpJob) else "handler"
 
 
 # -- slot cells -----------------------------------------------------------------------
