@@ -188,8 +188,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 
 def redirect(to: str, flash: str | None = None) -> RedirectResponse:
-    resp = RedirectResponse(to if to.startswith("/") and not to.startswith("//") else "/",
-                            status_code=303)
+    local = to.startswith("/") and not to.startswith(("//", "/\\"))
+    resp = RedirectResponse(to if local else "/", status_code=303)
     if flash:
         resp.set_cookie(FLASH, flash[:500], path="/", httponly=True, samesite="strict")
     return resp
