@@ -37,8 +37,10 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
+    """One browser per module: Playwright's sync API runs an event loop in this thread
+    while it lives, so it must be gone before the other tests (asyncio.run) start."""
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
         _missing(f"Chromium is not installed ({CHROMIUM}): apt-get install -y chromium")
     try:
