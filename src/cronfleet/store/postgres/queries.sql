@@ -336,6 +336,10 @@ CREATE TABLE IF NOT EXISTS __S__.schema_migrations (
 -- name: schema_version
 SELECT max(version) FROM __S__.schema_migrations;
 
+-- name: schema_versions
+-- every version applied: numbers are handed out ahead, so one may land after a higher one
+SELECT version FROM __S__.schema_migrations;
+
 -- name: search_path
 -- the migration files name tables without a schema
 SET LOCAL search_path TO __S__;

@@ -205,5 +205,9 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- name: schema_version
 SELECT max(version) FROM schema_migrations;
 
+-- name: schema_versions
+-- every version applied: numbers are handed out ahead, so one may land after a higher one
+SELECT version FROM schema_migrations;
+
 -- name: migration_applied
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
