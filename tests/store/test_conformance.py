@@ -353,7 +353,8 @@ async def test_find_runs_across_jobs_filters_and_pages(store: Store, other: Stor
             after = RunCursor.decode(page.next_cursor.encode())
         assert got == expect(where), where
     assert expect(RunFilter(status=RunStatus.FAILED))  # the data covers every filter
-    assert len(expect(RunFilter(status=RunStatus.FAILED, since=_at(T0 + 3), until=_at(T0 + 8)))) == 5
+    window = RunFilter(status=RunStatus.FAILED, since=_at(T0 + 3), until=_at(T0 + 8))
+    assert len(expect(window)) == 5
     assert expect(RunFilter(until=_at(T0))) == []
     # a run written after the first page was read does not shift the pages that follow
     first = await store.find_runs(RunFilter(status=RunStatus.FAILED), limit=2)

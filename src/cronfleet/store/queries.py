@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cronfleet.store.base import RunCursor, RunFilter
 
-__all__ = ["SCHEMA_MARK", "find_runs_query", "history_query", "load_queries", "migrations", "read_queries"]
+__all__ = [
+    "SCHEMA_MARK",
+    "find_runs_query",
+    "history_query",
+    "load_queries",
+    "migrations",
+    "read_queries",
+]
 
 SCHEMA_MARK = "__S__"
 _NAME = "-- name:"
