@@ -338,6 +338,8 @@ async def test_find_runs_across_jobs_filters_and_pages(store: Store, other: Stor
         RunFilter(instance_id="inst1", since=_at(T0 + 5)),
         RunFilter(status=RunStatus.SKIPPED),
         RunFilter(until=_at(T0)),
+        RunFilter(job_ids=frozenset({"a", "c"}), status=RunStatus.SUCCEEDED),
+        RunFilter(job_ids=frozenset(), status=RunStatus.SUCCEEDED),
     ]
     for where in filters:
         # paged 4 at a time through the cursor, text form included: every run once, in order

@@ -297,6 +297,24 @@ class RunPage(BaseModel):
     next_cursor: str | None
 
 
+class RunningRun(BaseModel):
+    run_id: int | None
+    job_id: str
+    instance_id: str | None
+    slot: str | None
+    started_at: str | None
+    lease_until: str | None = Field(
+        description="When the job's lease held by this run expires unless renewed "
+                    "(null: a node-local run, which takes no lease).")
+    deadline: str | None
+    attempt: int
+    triggered_by: str
+
+
+class RunningPage(BaseModel):
+    items: list[RunningRun]
+
+
 class JobStats(BaseModel):
     runs: int = Field(description="Runs among the most recent 100 (skips included).")
     by_status: dict[str, int]

@@ -436,11 +436,13 @@ class RunFilter:
     """Which runs :meth:`Store.find_runs` lists, across jobs: every field set must match.
 
     ``since`` / ``until`` bound the run's ``slot`` (a scheduled run's slot time, a manual
-    run's trigger time): ``since <= slot < until``.
+    run's trigger time): ``since <= slot < until``. ``job_ids`` keeps the runs of these
+    jobs only (the API's team scoping: the jobs of the caller's team).
     """
 
     status: RunStatus | None = None
     job_id: str | None = None
+    job_ids: frozenset[str] | None = None
     instance_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
@@ -450,6 +452,7 @@ class RunFilter:
         return (
             (self.status is None or r.status is RunStatus(self.status))
             and (self.job_id is None or r.job_id == self.job_id)
+            and (self.job_ids is None or r.job_id in self.job_ids)
             and (self.instance_id is None or r.instance_id == self.instance_id)
             and (self.since is None or r.slot >= self.since)
             and (self.until is None or r.slot < self.until)

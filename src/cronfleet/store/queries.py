@@ -114,10 +114,12 @@ def find_runs_query(
     limit: int,
     placeholder: str,
     time: Callable[[datetime], Any],
+    any_job: tuple[str, Callable[[list[str]], Any]],
 ) -> tuple[str, list[Any]]:
     """``select`` filtered by ``where`` and the cursor, newest first by ``(slot, id)``,
     ``limit + 1`` rows (the extra one says whether a next page exists): the across-jobs
-    run query both stores answer; ``time`` turns a datetime into the dialect's value."""
+    run query both stores answer; ``time`` turns a datetime into the dialect's value,
+    ``any_job`` is the dialect's "job_id among a list" clause and its parameter."""
     p = placeholder
     clauses: list[str] = []
     args: list[Any] = []
@@ -125,6 +127,7 @@ def find_runs_query(
         (f"status = {p}", None if where.status is None else where.status.value),
         (f"job_id = {p}", where.job_id),
         (f"instance_id = {p}", where.instance_id),
+        (any_job[0], None if where.job_ids is None else any_job[1](sorted(where.job_ids))),
         (f"slot >= {p}", None if where.since is None else time(where.since)),
         (f"slot < {p}", None if where.until is None else time(where.until)),
     ):

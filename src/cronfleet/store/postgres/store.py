@@ -1072,6 +1072,7 @@ class PostgresStore:
         query, args = find_runs_query(
             self.q["runs"].rstrip(), where, after=after, limit=limit, placeholder="%s",
             time=lambda d: d,
+            any_job=("job_id = ANY(%s::text[])", list),
         )  # fmt: skip
 
         async def go(cur: Cursor, now: datetime) -> list[RunRecord]:

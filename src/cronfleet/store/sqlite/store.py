@@ -663,6 +663,7 @@ class SQLiteStore:
         sql, args = find_runs_query(
             Q["runs"].rstrip(), where, after=after, limit=limit, placeholder="?",
             time=lambda d: round(d.timestamp() * 1000),
+            any_job=("job_id IN (SELECT value FROM json_each(?))", json.dumps),
         )  # fmt: skip
         rows = await self._call(lambda: [_run(r) for r in self.conn.execute(sql, args)])
         return RunPage.of(rows, limit)
