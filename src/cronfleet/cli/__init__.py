@@ -42,6 +42,7 @@ COMMANDS = {
     "check": "check:check_cmd",
     "jobs": "operate:jobs_cmd",
     "history": "operate:history_cmd",
+    "runs": "operate:runs_cmd",
     "show-run": "operate:show_run_cmd",
     "trigger": "operate:trigger_cmd",
     "pause": "operate:pause_cmd",

@@ -1,9 +1,10 @@
 """Operating the jobs through the store shared with the running processes: ``jobs``,
-``history``, ``show-run``, ``trigger``, ``pause``, ``resume``, ``clear-override``."""
+``history``, ``runs``, ``show-run``, ``trigger``, ``pause``, ``resume``, ``clear-override``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ from cronfleet.cli.render import (
     _jobs_table,
     _print_run,
     _rel,
+    _running_table,
     _short,
     _status,
     _t,
@@ -66,48 +68,132 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     _console().print(_jobs_table(views, now))
 
 
+_STATUSES = ["pending", "running", "succeeded", "failed", "timed_out", "skipped",
+             "interrupted"]
+
+
+def _bound(name: str, value: str | None, now: datetime) -> datetime | None:
+    """``--since`` / ``--until``: an ISO time (UTC without an offset) or a duration back
+    from now, by the API's rule (:func:`cronfleet.spec.time_bound`); exit 2 otherwise."""
+    if value is None:
+        return None
+    from datetime import UTC
+
+    from cronfleet.spec import FieldError, time_bound
+
+    try:
+        return time_bound(value, now=now, tz=UTC)
+    except FieldError as exc:
+        _fail(f"--{name}: {exc.message}", EXIT_BAD_INPUT)
+
+
+def _run_filters(f: Callable[..., None]) -> Callable[..., None]:
+    for opt in reversed([
+        click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20,
+                     show_default=True, help="How many runs, newest first."),
+        click.option("--status", type=click.Choice(_STATUSES), default=None,
+                     help="Only runs with this status."),
+        click.option("--since", metavar="TIME", default=None,
+                     help="Runs whose slot is at or after TIME: ISO 8601 (UTC without an "
+                          "offset) or a duration back from now (1d, 2h30m)."),
+        click.option("--until", metavar="TIME", default=None,
+                     help="Runs whose slot is before TIME (same forms as --since)."),
+        click.option("--instance", metavar="ID", default=None,
+                     help="Only runs of this instance."),
+    ]):
+        f = opt(f)
+    return f
+
+
 @click.command("history", epilog=_EXIT_CODES)
-@click.argument("job_id", metavar="JOB")
-@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
-              help="How many runs, newest first.")
-@click.option("--status", type=click.Choice(
-    ["pending", "running", "succeeded", "failed", "timed_out", "skipped", "interrupted"]),
-    default=None, help="Only runs with this status.")
+@click.argument("job_id", metavar="[JOB]", required=False)
+@_run_filters
 @_CONFIG
 @_JSON
-def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
+def history_cmd(job_id: str | None, limit: int, status: str | None, since: str | None,
+                until: str | None, instance: str | None, config_path: str | None,
                 as_json: bool) -> None:
-    """The runs of JOB, newest first (also for a job no longer declared)."""
+    """The runs of JOB, newest first (also for a job no longer declared); without JOB, the
+    runs of every job (e.g. `history --status failed --since 1d`)."""
+    _list_runs(job_id, limit=limit, status=status, since=since, until=until,
+               instance=instance, config_path=config_path, as_json=as_json)
+
+
+@click.command("runs", epilog=_EXIT_CODES)
+@click.option("--running", is_flag=True,
+              help="What runs now: run, job, instance, start and lease expiry.")
+@_run_filters
+@click.option("--job", "job_id", metavar="JOB", default=None, help="Only runs of JOB.")
+@_CONFIG
+@_JSON
+def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
+             until: str | None, instance: str | None, job_id: str | None,
+             config_path: str | None, as_json: bool) -> None:
+    """Runs across jobs, newest first (the filters of `history`); --running: what runs
+    right now and where."""
+    if not running:
+        _list_runs(job_id, limit=limit, status=status, since=since, until=until,
+                   instance=instance, config_path=config_path, as_json=as_json)
+        return
+    from cronfleet.views import running_now
+
     loaded = _load(config_path, strict=False)
     with loaded:
+        items = _session(loaded, lambda store: running_now(store, limit=limit))
+    if as_json:
+        _echo_json(items)
+        return
+    _console().print(_running_table(items, _now()))
+
+
+def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str | None,
+               until: str | None, instance: str | None, config_path: str | None,
+               as_json: bool) -> None:
+    from cronfleet.store.base import RunFilter
+
+    loaded = _load(config_path, strict=False)
+    now = _now()
+    where = RunFilter(status=None if status is None else RunStatus(status), job_id=job_id,
+                      instance_id=instance, since=_bound("since", since, now),
+                      until=_bound("until", until, now))
+    with loaded:
         declared = {j.id: j for j in loaded.jobs}
-        st = None if status is None else RunStatus(status)
-        runs = _session(loaded, lambda store: store.list_runs(job_id, limit=limit, status=st))
-    if job_id not in declared and not runs:
+        page = _session(loaded, lambda store: store.find_runs(where, limit=limit))
+    runs = page.runs
+    if job_id is not None and job_id not in declared and not runs:
         _job(loaded, job_id)  # exits 2 with a did-you-mean
     if as_json:
         _echo_json([r.to_dict() for r in runs])
         return
     console = _console()
-    if job_id not in declared:
+    if job_id is not None and job_id not in declared:
         console.print(_t(f"note: {job_id!r} is not declared in {loaded.config.display}; "
                          "showing its recorded history"), style="yellow")
+    what = f"runs of {job_id!r}" if job_id is not None else "runs"
     if not runs:
-        click.echo(f"no runs of {job_id!r}" + (f" with status {status}" if status else ""))
+        filters = [f"{k} {v}" for k, v in (("with status", status), ("since", since),
+                                            ("until", until), ("on instance", instance)) if v]
+        click.echo(f"no {what}" + (" " + ", ".join(filters) if filters else ""))
         return
     from rich.table import Table
 
     tz = declared[job_id].schedule.tz if job_id in declared else None
-    table = Table(title=f"{job_id}: last {len(runs)} run(s)", title_justify="left")
-    now = _now()
-    for col in ("run", "slot", "trigger", "status", "duration", "instance", "error"):
+    title = f"{job_id}: last {len(runs)} run(s)" if job_id is not None else \
+        f"last {len(runs)} run(s) across jobs"
+    table = Table(title=title, title_justify="left")
+    cols: tuple[str, ...] = ("run", "slot", "trigger", "status", "duration", "instance",
+                             "error")
+    if job_id is None:
+        cols = ("run", "job", *cols[1:])
+    for col in cols:
         table.add_column(col, justify="right" if col == "run" else "left", overflow="fold")
     for r in runs:
-        table.add_row(
-            str(r.id), _t(_short(r.slot, now, tz)), _t(r.triggered_by.value), _status(r),
-            _t(_duration(r.duration)), _t(r.instance_id or "-"),
-            _t((r.error or "").splitlines()[0][:80] if r.error else ""),
-        )
+        row = [str(r.id), _t(_short(r.slot, now, tz)), _t(r.triggered_by.value), _status(r),
+               _t(_duration(r.duration)), _t(r.instance_id or "-"),
+               _t((r.error or "").splitlines()[0][:80] if r.error else "")]
+        if job_id is None:
+            row.insert(1, _t(r.job_id))
+        table.add_row(*row)
     console.print(table)
 
 

@@ -158,3 +158,24 @@ def _print_run(run: RunRecord) -> None:
     for line in run.logs:
         console.print(Text("  " + line.replace("\n", "\n  ")))
 
+
+def _running_table(items: list[dict[str, Any]], now: datetime) -> Any:
+    """The "running now" table (`runs --running`, `status`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="running now", title_justify="left")
+    for col in ("run", "job", "instance", "started", "for", "lease until"):
+        table.add_column(col, overflow="fold")
+    for it in items:
+        started = None if it["started_at"] is None else datetime.fromisoformat(it["started_at"])
+        lease = None if it["lease_until"] is None else datetime.fromisoformat(it["lease_until"])
+        table.add_row(
+            str(it["run_id"]), _t(it["job_id"]), _t(it["instance_id"] or "-"),
+            _t(_short(started, now) if started else "-"),
+            _t(_span((now - started).total_seconds()) if started else "-"),
+            _t(f"{_short(lease, now)} ({_rel(lease, now)})" if lease else "- (no lease)"),
+        )
+    if not items:
+        table.add_row("-", Text("nothing running", style="dim"), "", "", "", "")
+    return table

@@ -192,6 +192,53 @@ def test_history(cli: Callable[..., Result], project: Path) -> None:
     assert cli("history", "tick", "--status", "done").exit_code == 2
 
 
+def test_history_across_jobs_with_status_since_and_instance(cli: Callable[..., Result],
+                                                            project: Path) -> None:
+    assert cli("history").stdout == "no runs\n"
+    cli("trigger", "tick")
+    cli("trigger", "boom")
+    cli("trigger", "tick")
+    runs = json.loads(cli("history", "--json").stdout)
+    assert [(x["id"], x["job_id"]) for x in runs] == [(3, "tick"), (2, "boom"), (1, "tick")]
+    failed = json.loads(cli("history", "--status", "failed", "--since", "1d", "--json").stdout)
+    assert [(x["id"], x["job_id"]) for x in failed] == [(2, "boom")]
+    r = cli("history", "--status", "failed", "--since", "1d")
+    assert r.exit_code == 0 and "across jobs" in r.stdout and "boom" in r.stdout
+    assert "tick" not in r.stdout
+    assert json.loads(cli("history", "--since", "2099-01-01", "--json").stdout) == []
+    assert json.loads(cli("history", "--until", "1d", "--json").stdout) == []
+    assert len(json.loads(cli("history", "--until", "2099-01-01T00:00:00+00:00",
+                              "--json").stdout)) == 3
+    me = runs[0]["instance_id"]  # each trigger is a process of its own
+    assert [x["id"] for x in json.loads(cli("history", "--instance", me, "--json").stdout)] \
+        == [3]
+    assert json.loads(cli("history", "--instance", "nobody", "--json").stdout) == []
+    assert [x["id"] for x in json.loads(cli("history", "tick", "--since", "1h",
+                                            "--json").stdout)] == [3, 1]
+    assert [x["id"] for x in json.loads(cli("runs", "--job", "boom", "--json").stdout)] == [2]
+    assert cli("history", "--limit", "1", "--json").stdout.count('"id"') == 1
+    r = cli("history", "--since", "last tuesday")
+    assert r.exit_code == 2 and "--since: 'last tuesday' is neither" in r.stderr
+
+
+def test_runs_running_shows_instance_start_and_lease(cli: Callable[..., Result], project: Path,
+                                                     tmp_path: Path) -> None:
+    assert json.loads(cli("runs", "--running", "--json").stdout) == []
+    assert "nothing running" in cli("runs", "--running").stdout
+    hold_lease(tmp_path / "ops.db", "quiet", "other-host:42:abc")
+    [item] = json.loads(cli("runs", "--running", "--json").stdout)
+    assert item["job_id"] == "quiet" and item["instance_id"] == "other-host:42:abc"
+    assert item["started_at"] is not None
+    lease = datetime.fromisoformat(item["lease_until"])
+    assert timedelta(minutes=9) < lease - datetime.now(UTC) <= timedelta(minutes=10)
+    r = cli("runs", "--running")
+    assert r.exit_code == 0 and "other-host:42:abc" in r.stdout
+    assert "(in 10m" in r.stdout or "(in 9m" in r.stdout
+    status = json.loads(cli("status", "--json").stdout)
+    assert [x["run_id"] for x in status["running"]] == [item["run_id"]]
+    assert status["running"][0]["lease_until"] == item["lease_until"]
+
+
 def test_history_of_a_job_no_longer_declared(cli: Callable[..., Result],
                                              project: Path) -> None:
     cli("trigger", "tick")
