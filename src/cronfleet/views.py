@@ -212,6 +212,19 @@ class JobView:
         not a pause)."""
         return _paused(self.state, now)
 
+    def next_run(self, now: datetime) -> datetime | None:
+        """The next slot that will run: the next fire time while the job is enabled; for a
+        pause with an ``until``, the first fire time at or after it (a slot at ``until``
+        runs: the pause has ended); ``None`` while paused or disabled for good."""
+        if self.enabled(now):
+            return self.next_fire
+        s = self.state
+        if s is not None and self.paused(now) and s.override_until is not None \
+                and self.job.enabled:
+            fires = next_fires(self.job, s.override_until - timedelta(microseconds=1), 1)
+            return fires[0] if fires else None
+        return None
+
     def to_dict(self, now: datetime) -> dict[str, Any]:
         job = self.job
         return {
@@ -222,9 +235,12 @@ class JobView:
             "timezone": str(job.schedule.tz),
             "description": job.description,
             "when": _describe(job),
+            "config": dict(job.config),
             "declared_enabled": job.enabled,
             "enabled": self.enabled(now),
-            "next_run": _iso(self.next_fire),
+            "paused": self.paused(now),
+            "next_run": _iso(self.next_run(now)),
+            "next_fire": _iso(self.next_fire),
             "last_run": _last_run(self.last),
             **state_dict(self.state, now),
         }

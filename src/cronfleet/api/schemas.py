@@ -254,10 +254,16 @@ class JobSummary(BaseModel):
     timezone: str
     description: str
     when: str = Field(description="The schedule in English.")
+    config: dict[str, Any] = Field(description="The job's config (a task's config_json, "
+                                   "a plugin's or a code job's config), as written.")
     declared_enabled: bool
     enabled: bool
     paused: bool
-    next_run: str | None
+    next_run: str | None = Field(description="The next slot that will run: null while "
+                                 "paused without an end or disabled; after a timed pause, "
+                                 "the first fire time at or after its end.")
+    next_fire: str | None = Field(description="The schedule's next fire time, whether or "
+                                  "not the job is paused (null: it never fires again).")
     last_run: RunBrief | None
     override: Override | None
     lease: Lease | None

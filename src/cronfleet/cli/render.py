@@ -112,6 +112,10 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
         job = v.job
         nxt = ("done" if v.done(now) else "never") if v.next_fire is None else \
             f"{_short(v.next_fire, now, job.schedule.tz)} ({_rel(v.next_fire, now)})"
+        if v.paused(now):  # the next slot that will run, not one the pause skips
+            resumes = v.next_run(now)
+            nxt = "paused" if resumes is None else \
+                f"paused; then {_short(resumes, now, job.schedule.tz)} ({_rel(resumes, now)})"
         last = _status(v.last)
         if v.last is not None:
             when = v.last.finished_at or v.last.started_at or v.last.slot

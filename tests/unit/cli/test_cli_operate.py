@@ -67,6 +67,32 @@ def test_jobs_json_shows_last_run_override_and_lease(cli: Callable[..., Result],
     assert "succeeded" in r.stdout and "running" in r.stdout
 
 
+def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
+        cli: Callable[..., Result], project: Path) -> None:
+    project.write_text(project.read_text().replace(
+        'description = "a task that works"',
+        'description = "a task that works"\nconfig_json = \'{"region": "eu", "n": 3}\''))
+    tick, boom, _ = json.loads(cli("jobs", "--json").stdout)
+    assert tick["config"] == {"region": "eu", "n": 3} and boom["config"] == {}
+    assert tick["paused"] is False and tick["next_run"] == tick["next_fire"] is not None
+    checked = json.loads(cli("check", "--json").stdout)["jobs"]
+    assert checked[0]["config"] == {"region": "eu", "n": 3}
+    assert 'config: {"n": 3, "region": "eu"}' in cli("check").stdout
+    # paused for good: no next run (the schedule's next fire stays visible as next_fire)
+    assert cli("pause", "tick").exit_code == 0
+    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    assert tick["paused"] is True and tick["next_run"] is None and tick["next_fire"]
+    assert "paused" in cli("jobs").stdout.split("tick", 1)[1].split("\n")[0]
+    # paused for 2h30m of an hourly job: the next run is the first slot at or after the end
+    assert cli("pause", "tick", "--until", "2h30m").exit_code == 0
+    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    until = datetime.fromisoformat(tick["override"]["until"])
+    nxt = datetime.fromisoformat(tick["next_run"])
+    assert until <= nxt < until + timedelta(hours=1) and nxt.minute == 0 and nxt.second == 0
+    assert datetime.fromisoformat(tick["next_fire"]) < until
+    assert "paused; then" in cli("jobs").stdout
+
+
 # -- trigger --------------------------------------------------------------------------
 
 
