@@ -296,6 +296,10 @@ class RunOut(BaseModel):
     result: Any = None
     error: str | None
     logs: list[str]
+    params: dict[str, Any] | None = Field(
+        None, description="A manual run's parameters (ctx.params), else null.")
+    forced: bool = Field(False, description="Run by force while the job was paused.")
+    forced_by: str | None = Field(None, description="Who forced it (null: not forced).")
 
 
 class RunPage(BaseModel):
@@ -357,6 +361,19 @@ class JobStateOut(BaseModel):
     enabled: bool
     override: Override | None
     lease: Lease | None
+
+
+class TriggerBody(BaseModel):
+    """Optional: a trigger without a body runs the job with no parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[str, Any] | None = Field(
+        None, description="Parameters of this run: the handler reads them in ctx.params; "
+                          "stored with the run (params).")
+    force: bool = Field(False, description="Run even though the job is paused (by an "
+                        "operator or an auto-pause); the run records who forced it. "
+                        "Without it a paused job answers 409 JOB_PAUSED.")
 
 
 class TriggerAccepted(BaseModel):

@@ -18,7 +18,7 @@ Exit codes (shared by every command):
        succeed, or no answer (a schedule that never fires again)
     2  bad input: an invalid expression, time zone, option or argument; an unknown job or
        run id
-    3  the job is already executing (``trigger``)
+    3  the job is already executing, or paused without ``--force`` (``trigger``)
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from cronfleet.cli.render import (
     _status,
     _t,
 )
-from cronfleet.errors import AlreadyExecuting
+from cronfleet.errors import AlreadyExecuting, JobPaused
 from cronfleet.model import RunStatus
 from cronfleet.views import job_views, state_view
 
@@ -217,25 +217,58 @@ def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
 # -- trigger, pause, resume, clear-override ---------------------------------------------
 
 
+def _params(values: tuple[str, ...]) -> dict[str, str] | None:
+    """``--param k=v`` (repeatable) as the run's parameters: text values; exit 2 on a
+    value without ``=``, an empty key or a key given twice."""
+    if not values:
+        return None
+    out: dict[str, str] = {}
+    for raw in values:
+        key, sep, value = raw.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            _fail(f"--param: {raw!r} is not KEY=VALUE", EXIT_BAD_INPUT)
+        if key in out:
+            _fail(f"--param: {key!r} is given twice", EXIT_BAD_INPUT)
+        out[key] = value
+    return out
+
+
 @click.command("trigger", epilog=_EXIT_CODES)
 @click.argument("job_id", metavar="JOB")
+@click.option("--param", "params", metavar="KEY=VALUE", multiple=True,
+              help="A parameter for this run (repeatable): the handler reads it in "
+                   "ctx.params; stored with the run.")
+@click.option("--force", is_flag=True,
+              help="Run even though the job is paused (the run records who forced it).")
 @_BY
 @_CONFIG
 @_JSON
-def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: bool) -> None:
+def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, by: str | None,
+                config_path: str | None, as_json: bool) -> None:
     """Run JOB now, in this process, and wait for it to end.
 
     The run takes the job's lease like any run, so it never overlaps a run elsewhere in
     the fleet: when one holds the lease the skip is recorded and the command exits 3,
-    naming the holder. Exits 1 when the run does not succeed.
+    naming the holder. A paused job (by an operator or an auto-pause) runs only with
+    --force; otherwise nothing runs and the command exits 3. Exits 1 when the run does not
+    succeed.
     """
+    values = _params(params)
     loaded = _load(config_path, strict=False)
     with loaded:
         _job(loaded, job_id)
         scheduler = loaded.scheduler(timers=False)
         try:
-            run = _control(lambda: scheduler.trigger(job_id, by=by or _who()),
+            run = _control(lambda: scheduler.trigger(job_id, by=by or _who(), params=values,
+                                                     force=force),
                            loaded.config.store)
+        except JobPaused as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"job_id": job_id, "by": exc.by, "note": exc.note,
+                                        "until": _iso(exc.until) if exc.until else None}})
+            _fail(f"{exc}: --force", EXIT_BUSY)
         except AlreadyExecuting as exc:
             if as_json:
                 _echo_json(exc.to_dict())

@@ -153,6 +153,8 @@ def _print_run(run: RunRecord) -> None:
         ("finished", _iso(run.finished_at)),
         ("duration", _duration(run.duration)),
         ("reason", run.reason or "-"),
+        ("params", "-" if run.params is None else json.dumps(run.params, sort_keys=True)),
+        ("forced by", run.forced_by or "-"),
         ("result", "-" if run.result is None else json.dumps(run.result, default=str)),
         ("error", run.error or "-"),
     ]

@@ -136,6 +136,7 @@ class Runs:
             manual=run.manual,
             attempt=run.attempt,
             logs=run.logs,
+            params=run.params or {},
         )
 
     # -- executing ----------------------------------------------------------------------

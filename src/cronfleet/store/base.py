@@ -165,6 +165,8 @@ class Dispatch:
     record: bool = True
     early: bool = False
     kind: DispatchKind | None = None
+    params: dict[str, Any] | None = None
+    forced_by: str | None = None
 
     def __init__(
         self,
@@ -186,6 +188,8 @@ class Dispatch:
         record: bool = True,
         early: bool = False,
         kind: DispatchKind | None = None,
+        params: dict[str, Any] | None = None,
+        forced_by: str | None = None,
     ) -> None:
         # written out (not generated) so that the kind of the common requests is derived
         # from the arguments, not from attribute reads: a burst builds one per slot
@@ -206,6 +210,8 @@ class Dispatch:
         self.reclaim_token = reclaim_token
         self.record = record
         self.early = early
+        self.params = params
+        self.forced_by = forced_by
         if (
             claim == "slot"
             and not manual
@@ -295,8 +301,11 @@ class Dispatch:
         local: bool = False,
         triggered_by: TriggeredBy = TriggeredBy.MANUAL,
         logs: list[str] | None = None,
+        params: dict[str, Any] | None = None,
+        forced_by: str | None = None,
     ) -> Dispatch:
-        """A run asked for now: a fencing token without a slot (nothing when ``local``)."""
+        """A run asked for now: a fencing token without a slot (nothing when ``local``),
+        with its ``params`` and who forced it past a pause (both stored with the run)."""
         return cls(
             job_id=job_id,
             slot=now,
@@ -307,6 +316,8 @@ class Dispatch:
             manual=True,
             logs=logs or [],
             kind=DispatchKind.MANUAL,
+            params=params,
+            forced_by=forced_by,
         )
 
     @classmethod

@@ -107,6 +107,36 @@ def test_trigger_runs_the_job_here_and_now(cli: Callable[..., Result], project: 
     assert run["status"] == "succeeded" and run["manual"] is True and run["id"] == 2
 
 
+def test_trigger_with_params_and_force(cli: Callable[..., Result], project: Path,
+                                      write: Callable[..., Path]) -> None:
+    write("ops_handlers.py", (project.parent / "ops_handlers.py").read_text()
+          + "\n\ndef echo(ctx):\n    return dict(ctx.params)\n")
+    project.write_text(project.read_text() + '\n[[tasks]]\nid = "echo"\ncron = "@daily"\n'
+                       'handler = "ops_handlers:echo"\n')
+    r = cli("trigger", "echo", "--param", "region=eu", "--param", "q=a=b", "--json")
+    assert r.exit_code == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert run["result"] == {"region": "eu", "q": "a=b"} == run["params"]
+    assert run["forced"] is False
+    shown = cli("show-run", str(run["id"])).stdout
+    assert 'params        {"q": "a=b", "region": "eu"}' in shown
+    for bad, message in ((("--param", "novalue"), "'novalue' is not KEY=VALUE"),
+                         (("--param", "=v"), "'=v' is not KEY=VALUE"),
+                         (("--param", "a=1", "--param", "a=2"), "'a' is given twice")):
+        r = cli("trigger", "echo", *bad)
+        assert r.exit_code == 2 and message in r.stderr
+    assert cli("pause", "echo", "--by", "ops", "--note", "vendor down").exit_code == 0
+    r = cli("trigger", "echo")
+    assert r.exit_code == 3
+    assert "job 'echo' is paused (by ops: vendor down)" in r.stderr and "--force" in r.stderr
+    assert len(json.loads(cli("history", "echo", "--json").stdout)) == 1  # nothing recorded
+    r = cli("trigger", "echo", "--force", "--by", "alice", "--json")
+    assert r.exit_code == 0, r.stderr
+    forced = json.loads(r.stdout)
+    assert forced["forced"] is True and forced["forced_by"] == "alice"
+    assert "forced by     alice" in cli("show-run", str(forced["id"])).stdout
+
+
 def test_trigger_exits_1_when_the_run_fails(cli: Callable[..., Result], project: Path) -> None:
     r = cli("trigger", "boom")
     assert r.exit_code == 1

@@ -4,3 +4,8 @@
 -- A job filter keeps runs_job_id (a job holds at most runs_per_job rows).
 CREATE INDEX IF NOT EXISTS runs_status_slot ON runs (status, slot, id);
 CREATE INDEX IF NOT EXISTS runs_slot ON runs (slot, id);
+
+-- a manual run's parameters (JSON object, reaching the handler as ctx.params) and who
+-- forced it while the job was paused or disabled (NULL: not forced)
+ALTER TABLE runs ADD COLUMN params TEXT;
+ALTER TABLE runs ADD COLUMN forced_by TEXT;
