@@ -109,6 +109,7 @@ class Scheduler(SyncControl):
         record_started_after: float = 0.25,
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
+        metrics_job_label: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
@@ -127,7 +128,8 @@ class Scheduler(SyncControl):
         self.timers = timers
         self.record_started_after = record_started_after
         self.claim_ahead = max(0.0, _secs(claim_ahead, "claim_ahead"))
-        self.stats = Stats()
+        # per-job outcomes for /metrics (the ``job`` label); off for very large fleets
+        self.stats = Stats(per_job=metrics_job_label)
         self.events = Events()  # kept across restarts: subscriptions are the caller's
         self.last_tick: float | None = None
         self.running = False
