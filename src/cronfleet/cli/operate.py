@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -50,11 +50,15 @@ if TYPE_CHECKING:
 # -- jobs, history, show-run ------------------------------------------------------------
 
 
-@click.command("jobs", epilog=_EXIT_CODES)
+@click.group("jobs", epilog=_EXIT_CODES, invoke_without_command=True)
 @_CONFIG
 @_JSON
-def jobs_cmd(config_path: str | None, as_json: bool) -> None:
-    """List the jobs: schedule, next run, last outcome, override and lease holder."""
+@click.pass_context
+def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """List the jobs: schedule, next run, last outcome, override and lease holder; `jobs
+    create FILE` / `jobs delete ID` manage the jobs created over the API."""
+    if ctx.invoked_subcommand is not None:
+        return
     loaded = _load(config_path, strict=False)
     now = _now()
     with loaded:
@@ -66,6 +70,138 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
         click.echo(f"no jobs declared in {loaded.config.display}")
         return
     _console().print(_jobs_table(views, now))
+
+
+_TEAM = click.option("--team", default="default", show_default=True,
+                     help="The team the job belongs to (an API token of another team does "
+                          "not see it).")
+
+
+def _read_spec(path: str) -> dict[str, Any]:
+    """A job body from FILE: JSON (``.json``, or text starting with ``{``) or a TOML
+    snippet (the API body's keys, e.g. ``id``, ``schedule``, ``[http]``); exit 2 on a file
+    that cannot be read or parsed, naming the line and column."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{path}: cannot read: {exc.strerror or exc}", EXIT_BAD_INPUT)
+    if path.endswith(".json") or text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _fail(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}", EXIT_BAD_INPUT)
+        if not isinstance(value, dict):
+            _fail(f"{path}: expected a JSON object (the job), got {type(value).__name__}",
+                  EXIT_BAD_INPUT)
+        return value
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        _fail(f"{path}: invalid TOML: {exc}", EXIT_BAD_INPUT)
+
+
+@jobs_cmd.command("create", epilog=_EXIT_CODES)
+@click.argument("path", metavar="FILE")
+@_TEAM
+@_BY
+@_CONFIG
+@_JSON
+def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | None,
+                    as_json: bool) -> None:
+    """Create a job as `POST /api/jobs` does, from FILE: a JSON body or a TOML snippet
+    (`id`, `schedule`, `[http]`, ...). Every problem is reported at once, by field; nothing
+    is stored unless the whole job is valid. Running processes pick it up within seconds."""
+    from cronfleet.catalog import Catalog, IdTaken
+    from cronfleet.spec import SpecInvalid, check_job_id
+    from cronfleet.store.api import ApiStore
+
+    spec = _read_spec(path)
+    job_id = spec.get("id")
+    if not isinstance(job_id, str) or (problem := check_job_id(job_id)) is not None:
+        what = "is missing" if job_id is None else (
+            problem if isinstance(job_id, str) else "must be text")
+        _fail(f"{path}: id: {what}", EXIT_BAD_INPUT)
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    with loaded:
+        scheduler = loaded.scheduler(timers=False)
+
+        async def go(store: Any) -> Any:
+            api_store = ApiStore(loaded.config.store)
+            try:
+                catalog = Catalog(scheduler, api_store)
+                job = await catalog.create(job_id, spec, team, who)
+                await api_store.audit(team=team, actor=who, action="job.create",
+                                      target=job_id, details={"spec": spec, "via": "cli"})
+                return job
+            finally:
+                await api_store.close()
+
+        try:
+            _control(lambda: _session(loaded, go), loaded.config.store)
+        except SpecInvalid as exc:
+            for p in exc.problems:
+                where = f"{path}: {p.key}" if p.key else path
+                click.echo(f"{where}: {p.message}", err=True)
+            _fail(f"job {job_id!r} not created: {len(exc.problems)} problem(s)",
+                  EXIT_BAD_INPUT)
+        except IdTaken as exc:
+            _fail(f"{path}: id: {exc}", EXIT_BAD_INPUT)
+    if as_json:
+        _echo_json({"id": job_id, "team": team, "spec": spec, "created_by": who})
+        return
+    click.echo(f"created job {job_id!r} (team {team}) in {loaded.config.store}")
+
+
+@jobs_cmd.command("delete", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="ID")
+@_BY
+@_CONFIG
+def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> None:
+    """Delete a job created over the API (or with `jobs create`), as `DELETE /api/jobs/ID`
+    does: its runs stay in the history. A job declared in code or config is refused."""
+    from cronfleet.catalog import Catalog
+    from cronfleet.errors import JobNotFound
+    from cronfleet.store.api import ApiStore
+
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    with loaded:
+        if any(j.id == job_id for j in loaded.jobs):
+            _fail(f"job {job_id!r} is declared in {loaded.config.display}, not created over "
+                  "the API: remove it there", EXIT_BAD_INPUT)
+        scheduler = loaded.scheduler(timers=False)
+
+        async def go(store: Any) -> str | None:
+            api_store = ApiStore(loaded.config.store)
+            try:
+                d = await api_store.job_def(job_id)
+                if d is None or d.deleted_at is not None:
+                    return None
+                catalog = Catalog(scheduler, api_store)
+                await catalog.refresh()
+                job = scheduler.jobs.get(job_id)
+                if job is None:
+                    raise JobNotFound(job_id)
+                await catalog.delete(job, d.team, who)
+                await api_store.audit(team=d.team, actor=who, action="job.delete",
+                                      target=job_id, details={"via": "cli"})
+                return d.team
+            finally:
+                await api_store.close()
+
+        try:
+            team = _control(lambda: _session(loaded, go), loaded.config.store)
+        except JobNotFound:
+            team = None
+    if team is None:
+        _fail(f"no job {job_id!r} created over the API in {loaded.config.store}",
+              EXIT_BAD_INPUT)
+    click.echo(f"deleted job {job_id!r} (team {team}); its runs stay in the history")
 
 
 _STATUSES = ["pending", "running", "succeeded", "failed", "timed_out", "skipped",

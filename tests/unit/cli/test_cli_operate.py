@@ -93,6 +93,61 @@ def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
     assert "paused; then" in cli("jobs").stdout
 
 
+def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Path,
+                                        write: Callable[..., Path], tmp_path: Path) -> None:
+    import asyncio
+
+    from cronfleet.store.api import ApiStore
+
+    toml = write("hook.toml", 'id = "hook"\nschedule = "*/10 * * * *"\n[http]\n'
+                              'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
+    r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
+    assert r.exit_code == 0, r.stderr
+    assert "created job 'hook' (team ops)" in r.stdout
+
+    async def stored() -> tuple[object, list[str]]:
+        api = ApiStore(f"sqlite:///{tmp_path / 'ops.db'}")
+        try:
+            d = await api.job_def("hook")
+            audit = [e.action for e in await api.audit_entries("ops")]
+            return d, audit
+        finally:
+            await api.close()
+
+    d, audit = asyncio.run(stored())
+    assert d is not None and d.team == "ops" and d.created_by == "alice"  # type: ignore[attr-defined]
+    assert d.spec["schedule"] == "*/10 * * * *" and audit == ["job.create"]  # type: ignore[attr-defined]
+    # the same validation as the API: every problem at once, by field; nothing stored
+    bad = write("bad.json", '{"id": "bad", "schedule": "61 * * * *", "timeout": "soon", '
+                            '"http": {"url": "ftp://x"}}')
+    r = cli("jobs", "create", str(bad))
+    assert r.exit_code == 2
+    for field in ("schedule:", "timeout:", "http.url:"):
+        assert f"{bad}: {field}" in r.stderr
+    assert "job 'bad' not created: 3 problem(s)" in r.stderr
+    r = cli("jobs", "create", str(toml))
+    assert r.exit_code == 2 and "id: job id 'hook' is already taken" in r.stderr
+    taken = write("tick.json", '{"id": "tick", "schedule": "@daily", "http": {"url": '
+                               '"https://example.com"}}')
+    assert "is already taken" in cli("jobs", "create", str(taken)).stderr  # declared in config
+    broken = write("broken.json", '{"id": "x",\n  "schedule": }')
+    r = cli("jobs", "create", str(broken))
+    assert r.exit_code == 2 and f"{broken}:2:15: invalid JSON" in r.stderr
+    assert "id: is missing" in cli("jobs", "create", str(write("noid.toml", 'a = 1\n'))).stderr
+    # delete: the stored job goes, its tombstone keeps the team; declared jobs are refused
+    r = cli("jobs", "delete", "tick")
+    assert r.exit_code == 2 and "declared in cronfleet.toml" in r.stderr
+    r = cli("jobs", "delete", "hook", "--by", "bob")
+    assert r.exit_code == 0, r.stderr
+    assert "deleted job 'hook' (team ops)" in r.stdout
+    d, audit = asyncio.run(stored())
+    assert d is not None and d.deleted_at is not None  # type: ignore[attr-defined]
+    assert audit == ["job.delete", "job.create"]
+    r = cli("jobs", "delete", "hook")
+    assert r.exit_code == 2 and "no job 'hook' created over the API" in r.stderr
+    assert cli("jobs", "--json").exit_code == 0  # the list is still `jobs`
+
+
 # -- trigger --------------------------------------------------------------------------
 
 
