@@ -52,7 +52,8 @@ async def test_params_reach_the_handler_and_force_runs_a_paused_job(api: Api) ->
 
 
 async def test_bad_trigger_bodies_are_refused(api: Api) -> None:
-    for body in ({"params": [1, 2]}, {"params": "a=b"}, {"force": [1]}, {"bogus": 1}):
+    for body in ({"params": [1, 2]}, {"params": "a=b"}, {"force": [1]}, {"force": 0},
+                 {"force": "true"}, {"bogus": 1}):
         expect(await api.post("/api/jobs/alpha.report/trigger", "alpha-editor", json=body), 422,
                "VALIDATION_ERROR")
     runs = expect(await api.get("/api/jobs/alpha.report/runs", "alpha-viewer"), 200)

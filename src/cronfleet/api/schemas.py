@@ -371,9 +371,9 @@ class TriggerBody(BaseModel):
     params: dict[str, Any] | None = Field(
         None, description="Parameters of this run: the handler reads them in ctx.params; "
                           "stored with the run (params).")
-    force: bool = Field(False, description="Run even though the job is paused (by an "
-                        "operator or an auto-pause); the run records who forced it. "
-                        "Without it a paused job answers 409 JOB_PAUSED.")
+    force: bool = Field(False, strict=True, description=(
+        "Run even though the job is paused (by an operator or an auto-pause); the run "
+        "records who forced it. Without it a paused job answers 409 JOB_PAUSED."))
 
 
 class TriggerAccepted(BaseModel):
