@@ -20,7 +20,7 @@ from typing import Any
 
 from cronfleet.jobs.http import HttpJob
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
-from cronfleet.store.base import Store
+from cronfleet.store.base import RunCursor, RunFilter, Store
 from cronfleet.views import dst_marks, fire_times, job_view
 
 __all__ = [
@@ -402,32 +402,25 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
 # -- runs across jobs -----------------------------------------------------------------
 
 
-async def find_runs(store: Store, jobs: Mapping[str, Job], team: str, *,
-                    job_id: str | None = None, status: RunStatus | None = None,
-                    since: datetime | None = None, before_id: int | None = None,
-                    limit: int = 50) -> tuple[list[RunRecord], int | None]:
-    """Runs of ``team``'s jobs, newest first, filtered; and the cursor of the next page.
-
-    The one place the runs page reads runs: today the store's ``list_runs`` (one job, or
-    every job, filtered by team here); the fleet-wide runs query (``GET /api/runs`` with
-    instance / since / until) replaces this body when it lands."""
-    out: list[RunRecord] = []
-    cursor = before_id
-    for _ in range(20):  # at most 20 store pages per answer
-        page = await store.list_runs(job_id, limit=500, status=status, before_id=cursor)
-        for r in page:
-            j = jobs.get(r.job_id)
-            if j is None or j.team != team:
-                continue
-            if since is not None and r.slot < since:
-                return out, None
-            out.append(r)
-            if len(out) == limit:
-                return out, r.id
-        if len(page) < 500 or page[-1].id is None:
-            return out, None
-        cursor = page[-1].id
-    return out, cursor
+async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None = None,
+                    status: RunStatus | None = None, instance: str | None = None,
+                    since: datetime | None = None, until: datetime | None = None,
+                    cursor: str | None = None, limit: int = 50
+                    ) -> tuple[list[RunRecord], str | None]:
+    """Runs of ``job_ids`` (the team's jobs) or of ``job_id``, newest first by
+    ``(slot, id)``, filtered; and the cursor text of the next page. One store statement
+    (``Store.find_runs``, as ``GET /api/runs``). A cursor that is not one of ours starts
+    from the newest run."""
+    try:
+        after = None if not cursor else RunCursor.decode(cursor)
+    except ValueError:
+        after = None
+    scope: dict[str, Any] = {"job_id": job_id} if job_id else {"job_ids": job_ids}
+    where = RunFilter(status=status, instance_id=instance, since=since, until=until,
+                      **scope)
+    page = await store.find_runs(where, limit=limit, after=after)
+    nxt = page.next_cursor
+    return page.runs, None if nxt is None else nxt.encode()
 
 
 # -- overview -------------------------------------------------------------------------

@@ -25,7 +25,16 @@ from markupsafe import Markup
 from starlette.middleware.gzip import GZipMiddleware
 
 from cronfleet.api import control
-from cronfleet.api.deps import Context, audit, now, ready_context, visible, visible_run, who
+from cronfleet.api.deps import (
+    Context,
+    audit,
+    now,
+    ready_context,
+    team_jobs,
+    visible,
+    visible_run,
+    who,
+)
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import SpecInvalid
 from cronfleet.dashboard import read
@@ -360,23 +369,23 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
     status = p.get("status", "")
     st = RunStatus(status) if status in {x.value for x in RunStatus} else None
     job_id = p.get("job", "").strip() or None
+    instance = p.get("instance", "").strip()[:200] or None
     since_key = p.get("since", "")
     t = now(ctx)
     spans = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
     since = (datetime.fromtimestamp(t.timestamp() - spans[since_key], UTC)
              if since_key in spans else None)
-    cursor = p.get("cursor")
-    before = int(cursor) if cursor and cursor.isdigit() else None
     if job_id is not None:
         await visible(ctx, s.info, job_id)  # another team's job: 404
-    runs, nxt = await read.find_runs(ctx.scheduler.store, ctx.scheduler.jobs, s.info.team,
-                                     job_id=job_id, status=st, since=since,
-                                     before_id=before)
+    runs, nxt = await read.find_runs(ctx.scheduler.store, await team_jobs(ctx, s.info),
+                                     job_id=job_id, status=st, instance=instance,
+                                     since=since, cursor=p.get("cursor"))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
-                                ("since", since_key)) if v}
+                                ("instance", instance or ""), ("since", since_key)) if v}
     jobs = ctx.scheduler.jobs
     return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,
-                  job_id=job_id or "", since=since_key, next_cursor=nxt, params=params,
+                  job_id=job_id or "", instance=instance or "", since=since_key,
+                  next_cursor=nxt, params=params,
                   zones={r.job_id: _zone(jobs.get(r.job_id), s) for r in runs})
 
 

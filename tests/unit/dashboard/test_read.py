@@ -143,3 +143,28 @@ async def test_timeline_refresh_sees_a_run_finish(store: MemoryStore) -> None:
     assert [c.state for c in plain] == [c.state for c in cells]
     week, cut = await read.timeline(store, job, now, "30d", cache=None)
     assert cut and len(week) == read.MAX_CELLS
+
+
+async def test_runs_across_the_teams_jobs_paged(store: MemoryStore) -> None:
+    await store.ensure_jobs(["a1", "a2", "b1"])
+    rows = [run(j, T - timedelta(minutes=k), RunStatus.FAILED if k % 3 == 0
+                else RunStatus.SUCCEEDED) for k in range(30) for j in ("a1", "a2", "b1")]
+    await store.finish([Finish(r) for r in rows])
+    mine = frozenset({"a1", "a2"})
+    seen: list[RunRecord] = []
+    cursor: str | None = None
+    while True:
+        page, cursor = await read.find_runs(store, mine, cursor=cursor, limit=25)
+        seen.extend(page)
+        if cursor is None:
+            break
+    assert len(seen) == 60 and {r.job_id for r in seen} == {"a1", "a2"}
+    assert [r.slot for r in seen] == sorted((r.slot for r in seen), reverse=True)
+    failed, _ = await read.find_runs(store, mine, status=RunStatus.FAILED,
+                                     since=T - timedelta(minutes=10), limit=100)
+    assert len(failed) == 8 and all(r.status is RunStatus.FAILED for r in failed)
+    one, _ = await read.find_runs(store, mine, job_id="a2", limit=100)
+    assert {r.job_id for r in one} == {"a2"} and len(one) == 30
+    # a cursor that is not ours starts over rather than failing the page
+    again, _ = await read.find_runs(store, mine, cursor="not-a-cursor", limit=5)
+    assert again == seen[:5]
