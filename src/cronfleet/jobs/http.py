@@ -51,6 +51,7 @@ from cronfleet.secrets import (
     expand,
     references,
 )
+from cronfleet.spec import header_problem
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
@@ -605,22 +606,6 @@ def expand_url(url: str, values: Mapping[str, str]) -> str:
 
 
 _LEADING_REF = re.compile(r"^\$\{secrets\.[^}]*\}")
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field-name
-
-
-def header_problem(name: object, value: object) -> str | None:
-    """Why ``name: value`` cannot be sent as a header (never quoting the value), or None."""
-    if not isinstance(name, str) or not _TOKEN.match(name):
-        return "not a valid header name (letters, digits and !#$%&'*+.^_`|~-)"
-    if not isinstance(value, str):
-        return "expected text"
-    if any(c in value for c in "\r\n\0"):
-        return "the value contains a line break or NUL"
-    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
-        return "the value contains a control character"
-    if value != value.strip(" \t"):
-        return "the value starts or ends with white space"
-    return None
 
 
 def _text(data: bytes) -> str:
