@@ -178,6 +178,7 @@ class Catalog:
     async def start(self) -> None:
         if self._task is not None:
             return
+        await self.reserve_declared()
         await self.refresh()
         self._changed = asyncio.Event()
         subscribe = getattr(self.scheduler.store, "subscribe", None)
@@ -185,6 +186,14 @@ class Catalog:
             await subscribe(self._changed.set)
         self._task = asyncio.get_running_loop().create_task(self._watch(),
                                                             name="cronfleet-catalog")
+
+    async def reserve_declared(self) -> None:
+        """Record the ids of the jobs declared in code or config with their teams
+        (``job_ids``): such an id stays its team's after the job leaves the config, so no
+        other team can create a job with it and read the runs left under it."""
+        declared = [(j.id, j.team, j.source) for j in list(self.scheduler.jobs.values())
+                    if isinstance(j, Job) and j.id not in self._versions and j.source != SOURCE]
+        await self.api_store.reserve_ids(declared)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -237,7 +246,8 @@ class Catalog:
         handler = job.handler
         if role == "admin" or not isinstance(handler, HttpJob) or self.runtime is None:
             return
-        names = references(handler.url, handler.body, *handler.headers.values())
+        names = references(handler.url, handler.body, handler.signing_secret,
+                           *handler.headers.values())
         vault = self.runtime.vault if names else None
         if vault is None:
             return

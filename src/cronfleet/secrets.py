@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
@@ -306,16 +307,20 @@ class Vault:
         )
 
     async def set(self, name: str, value: str, namespace: str = DEFAULT_NAMESPACE,
-                  hosts: Iterable[str] | None = None) -> bool:
-        """Store (create or replace) a secret and the hosts it may be sent to (``None``:
-        none -- only admins' jobs and config tasks may use it); True when it was created."""
+                  hosts: Iterable[str] | EllipsisType | None = ...) -> bool:
+        """Store (create or replace) a secret and the hosts it may be sent to (``None`` or
+        empty: none -- only admins' jobs and config tasks may use it; ``...``, the default:
+        keep the hosts it has); True when it was created."""
         problem = check_secret_name(name)
         if problem:
             raise SecretError(problem)
         if not isinstance(value, str) or value == "":
             raise SecretError(f"secret {name!r}: the value is empty")
         bound: tuple[str, ...] | None = None
-        if hosts is not None:
+        if hosts is ...:
+            old = await self.store.get_secret(namespace, name)
+            bound = old.hosts if old is not None else None
+        elif hosts is not None:
             bound, problems = check_hosts(hosts)
             if problems:
                 raise SecretError(f"secret {name!r}: " + "; ".join(problems))

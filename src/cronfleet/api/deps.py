@@ -63,12 +63,14 @@ class ApiSettings:
     """``metrics``: ``"public"`` (no token, the default: scrapers rarely carry one) or
     ``"token"``. ``ready_max_overdue``: /readyz fails when the loop is this many seconds
     behind its earliest due slot. ``manage_scheduler``: the app's lifespan starts and
-    stops the scheduler (for ``uvicorn module:app``)."""
+    stops the scheduler (for ``uvicorn module:app``). ``max_request_body``: a larger request
+    body answers 413 (bytes)."""
 
     metrics: Literal["public", "token"] = "public"
     ready_max_overdue: float = 30.0
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
+    max_request_body: int = 1024 * 1024
 
 
 @dataclass
@@ -191,7 +193,7 @@ async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
 
 async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
     """The run if the token's team owns its job (a deleted stored job keeps its team in its
-    tombstone); otherwise 404."""
+    tombstone, a job gone from the config in ``job_ids``); otherwise 404."""
     with store_errors("cannot read the run"):
         run: RunRecord | None = await ctx.scheduler.store.get_run(run_id)
         team = None
@@ -201,7 +203,8 @@ async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
                 team = job.team
             else:
                 d = await ctx.api_store.job_def(run.job_id)
-                team = None if d is None else d.team
+                team = (d.team if d is not None
+                        else await ctx.api_store.reserved_team(run.job_id))
     if run is None or team != tok.team:
         raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
     return run

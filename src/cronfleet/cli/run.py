@@ -115,7 +115,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     try:
         scheduler = loaded.scheduler(timers=role != "api")
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
-                               ready_max_overdue=config.api_ready_max_overdue)
+                               ready_max_overdue=config.api_ready_max_overdue,
+                               max_request_body=config.api_max_request_body)
         asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
                           port=config.api_port if port is None else port, settings=settings,
                           http_runtime=config.http_runtime()))

@@ -324,6 +324,29 @@ class Reader:
                 config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])
             except ScheduleError as exc:
                 bad("ready_max_overdue", exc.message)
+        if "private_targets" in api:
+            targets = api["private_targets"]
+            from cronfleet.jobs.http import TargetPolicy
+
+            if not isinstance(targets, list):
+                bad("private_targets", 'expected a list of networks and host names, e.g. '
+                                       f'["10.1.2.0/24", "billing.internal"], got '
+                                       f"{describe_value(targets)}")
+            else:
+                try:
+                    TargetPolicy.parse(targets)
+                except ValueError as exc:
+                    bad("private_targets", str(exc).removeprefix("private_targets"))
+                else:
+                    config.api_private_targets = list(targets)
+        if "max_request_body" in api:
+            size = api["max_request_body"]
+            if isinstance(size, bool) or not isinstance(size, int) or not (
+                    1024 <= size <= 64 * 1024 * 1024):
+                bad("max_request_body", f"expected a number of bytes from 1024 to 67108864, "
+                                        f"got {describe_value(size)}")
+            else:
+                config.api_max_request_body = size
 
     def read_plugin_refs(self, refs: list[str], config: Config) -> None:
         key_at = self.where("scheduler", -1, "plugins")

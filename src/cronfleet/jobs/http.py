@@ -852,7 +852,8 @@ class HttpJob:
 
         # 1. secrets, right before sending; an unknown name sends nothing
         headers_in = dict(self.headers)
-        sent_refs = references(self.url, self.body, *headers_in.values())
+        # every secret is bound to its hosts, the signing secret too: a signature made with
+        # it would let the receiver sign requests for the secret's real hosts
         refs = references(self.url, self.body, self.signing_secret, *headers_in.values())
         bound: dict[str, BoundSecret] = {}
         if refs:
@@ -901,7 +902,7 @@ class HttpJob:
             "method": self.method, "url": url, "headers": headers,
             "body": _text(body[:MAX_BODY]) if self.body is not None else None,
         }
-        carried = Carried({n: bound[n].hosts for n in sent_refs if n in bound},
+        carried = Carried({n: bound[n].hosts for n in refs if n in bound},
                           self.secrets_need_hosts)
         timings = record["timings"]
         marks: dict[str, float] = {}
