@@ -325,6 +325,9 @@ class Vault:
             if problems:
                 raise SecretError(f"secret {name!r}: " + "; ".join(problems))
         key = self._key()
+        # never write under a key while values exist that this key ring cannot read: the
+        # processes holding those keys would then not read this one (and refuse to start)
+        await self.check()
         nonce, ct = encrypt(key, namespace, name, value)
         return await self.store.put_secret(namespace, name, key.id, nonce, ct, _now(),
                                            bound or None)

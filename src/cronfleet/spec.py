@@ -604,11 +604,9 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                                                 f"{url!r}"))
         elif len(url) > MAX_URL:
             problems.append(FieldProblem("url", f"longer than {MAX_URL} characters"))
-        kw["url"] = url
-    if isinstance(kw.get("url"), str):
-        problem = _url_problem(kw["url"])
-        if problem:
+        elif problem := _url_problem(url):
             problems.append(FieldProblem("url", problem))
+        kw["url"] = url
     if "method" in table:
         method = table["method"]
         if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
