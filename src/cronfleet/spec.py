@@ -553,6 +553,8 @@ def header_problem(name: object, value: object) -> str | None:
         return "the value contains a control character"
     if value != value.strip(" \t"):
         return "the value starts or ends with white space"
+    if not value.isascii():
+        return "the value is not ASCII text (percent-encode or base64 it)"
     return None
 
 
