@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from api.conftest import Api, expect
 from click.testing import CliRunner
-from store.pg import pg_url
 
+from api.conftest import Api, expect
 from cronfleet.cli import main
 from cronfleet.secrets import Redactor, redact
+from store.pg import pg_url
 
 from .echo import EchoServer, forms
 
@@ -114,7 +114,7 @@ async def test_no_secret_value_leaks_in_any_encoding(
     texts["jobs"] = (await api.get("/api/jobs?limit=200", "alpha-viewer")).text
     texts["audit"] = (await api.get("/api/audit", "alpha-admin")).text
     env = {"CRONFLEET_STORE": store_url, "COLUMNS": "300"}
-    for r in runs[:: len(VALUES) - 1] + [failed["leak-header-0"]]:
+    for r in [*runs[::len(VALUES) - 1], failed["leak-header-0"]]:
         texts[f"show-run {r['id']}"] = await asyncio.to_thread(cli, env, "show-run",
                                                                str(r["id"]))
         texts[f"show-run --json {r['id']}"] = await asyncio.to_thread(
