@@ -74,3 +74,49 @@ class EchoServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class Target:
+    """Records every request (path, headers, body); ``/redirect?to=URL`` answers 302 to
+    URL, anything else 200 ``ok``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, str], bytes]] = []
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def handle_any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                target.seen.append((self.path, dict(self.headers.items()), body))
+                if self.path.startswith("/redirect?to="):
+                    from urllib.parse import unquote
+
+                    self.send_response(302)
+                    self.send_header("Location", unquote(self.path.split("=", 1)[1]))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_GET = do_POST = handle_any
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
