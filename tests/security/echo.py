@@ -80,8 +80,9 @@ class Target:
     """Records every request (path, headers, body); ``/redirect?to=URL`` answers 302 to
     URL, anything else 200 ``ok``."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: bytes = b"ok") -> None:
         self.seen: list[tuple[str, dict[str, str], bytes]] = []
+        self.body = body
         target = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,9 +104,9 @@ class Target:
                     self.end_headers()
                     return
                 self.send_response(200)
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Length", str(len(target.body)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                self.wfile.write(target.body)
 
             do_GET = do_POST = handle_any
 
