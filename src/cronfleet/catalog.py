@@ -140,9 +140,10 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
 
         from cronfleet.views import period_of
 
-        period = period_of(job, datetime.now(UTC)) or MAX_ONE_OFF_JITTER
+        found = period_of(job, datetime.now(UTC))
+        period = found or MAX_ONE_OFF_JITTER
         if job.jitter > period:
-            what = ", for a one-off" if period == MAX_ONE_OFF_JITTER else ""
+            what = "" if found else ", for a one-off"
             raise SpecInvalid([FieldProblem(
                 "jitter", f"{job.jitter:g}s is longer than the schedule's period "
                           f"({period:g}s{what}): a run would start after the next slot")])
