@@ -247,28 +247,43 @@ class Catalog:
         handler = job.handler
         if role == "admin" or not isinstance(handler, HttpJob) or self.runtime is None:
             return
-        names = references(handler.url, handler.body, handler.signing_secret,
-                           *handler.headers.values())
+        # (field, where it is sent, the texts that may reference secrets)
+        uses: list[tuple[str, str | None, list[str | None]]] = [
+            ("http", _url_host(handler.url), [handler.url, handler.body,
+                                               handler.signing_secret,
+                                               *handler.headers.values()])]
+        notify = handler.notify
+        if notify is not None:
+            uses += [("notify.webhook", _url_host(notify.webhook or ""), [notify.webhook]),
+                     ("notify.slack", _url_host(notify.slack or ""), [notify.slack])]
+            if notify.email is not None:
+                uses.append(("notify.email", notify.email.host, [notify.email.password]))
+        names = references(*(t for _, _, texts in uses for t in texts))
         vault = self.runtime.vault if names else None
         if vault is None:
             return
         bound = await vault.hosts(names, team)
-        host = _url_host(handler.url)
         problems = []
-        for name in names:
-            hosts = bound.get(name, ())
-            if name not in bound:
-                problems.append(FieldProblem("http", f"${{secrets.{name}}}: no such secret in "
-                                                     f"team {team!r} (an admin creates it, "
-                                                     "with its hosts)"))
-            elif hosts is None:
-                problems.append(FieldProblem(
-                    "http", f"${{secrets.{name}}} has no hosts: only admins' jobs and config "
-                            "tasks may use it (an admin sets its hosts)"))
-            elif host is not None and not host_allowed(host, hosts):
-                problems.append(FieldProblem(
-                    "http.url", f"${{secrets.{name}}} may only be sent to "
-                                f"{', '.join(hosts)}, not to {host}"))
+        for field, host, texts in uses:
+            for name in references(*texts):
+                hosts = bound.get(name, ())
+                if name not in bound:
+                    problems.append(FieldProblem(field, f"${{secrets.{name}}}: no such secret "
+                                                        f"in team {team!r} (an admin creates "
+                                                        "it, with its hosts)"))
+                elif hosts is None:
+                    problems.append(FieldProblem(
+                        field, f"${{secrets.{name}}} has no hosts: only admins' jobs and "
+                               "config tasks may use it (an admin sets its hosts)"))
+                elif host is None and field != "http":
+                    problems.append(FieldProblem(
+                        field, f"${{secrets.{name}}}: the destination must be a plain host "
+                               "name in an editor's job"))
+                elif host is not None and not host_allowed(host, hosts):
+                    problems.append(FieldProblem(
+                        "http.url" if field == "http" else field,
+                        f"${{secrets.{name}}} may only be sent to {', '.join(hosts)}, not to "
+                        f"{host}"))
         if problems:
             raise SpecInvalid(problems)
 

