@@ -26,6 +26,11 @@ async def test_another_team_cannot_take_a_removed_config_jobs_id(make_api: Any) 
         assert expect(await later.get(f"/api/runs/{r['id']}", "alpha-viewer"), 200)["id"] \
             == r["id"]
     expect(await later.get("/api/jobs/alpha.report/runs", "beta-viewer"), 404)
+    # runs across jobs: alpha's list has them, beta's does not
+    mine = expect(await later.get("/api/runs?limit=200", "alpha-viewer"), 200)["items"]
+    theirs = expect(await later.get("/api/runs?limit=200", "beta-viewer"), 200)["items"]
+    assert {r["id"] for r in runs} <= {r["id"] for r in mine}
+    assert not {r["id"] for r in runs} & {r["id"] for r in theirs}
     # the team that owned it may bring the id back over the API
     expect(await later.post("/api/jobs", "alpha-editor", json={
         "id": "alpha.report", "schedule": "@daily",

@@ -307,6 +307,12 @@ class ApiStore:
                 "source = excluded.source WHERE r.team <> excluded.team "
                 "OR r.source <> excluded.source", tuple(args))
 
+    async def reserved_ids(self, team: str) -> list[str]:
+        """The ids of config or code jobs that belong (or belonged) to ``team``."""
+        rows = await self._db.query("SELECT id FROM {p}job_ids WHERE team = ? ORDER BY id",
+                                    (team,))
+        return [str(r[0]) for r in rows]
+
     async def reserved_team(self, job_id: str) -> str | None:
         """The team a config or code job with this id belonged to, or None."""
         rows = await self._db.query("SELECT team FROM {p}job_ids WHERE id = ?", (job_id,))
