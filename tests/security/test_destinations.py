@@ -4,7 +4,9 @@ its hosts, a secret without hosts only admins' jobs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -146,3 +148,35 @@ async def test_an_editors_notifications_are_bound_too(api: Api, secret_key: str)
     expect(await api.post("/api/jobs", "alpha-editor", json={
         "id": "n", "schedule": "@daily", "http": {"url": "http://127.0.0.1:9/x"},
         "notify": {"webhook": "https://hooks.example.com/h?t=${secrets.TOKEN}"}}), 201)
+
+
+def test_hosts_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from cronfleet.cli import main
+    from cronfleet.secrets import generate_key
+
+    monkeypatch.chdir(tmp_path)
+    env = {"CRONFLEET_STORE": f"sqlite:///{tmp_path / 'cli.db'}",
+           "CRONFLEET_SECRET_KEY": generate_key()}
+
+    def cli(*args: str, value: str | None = VALUE) -> Any:
+        return CliRunner().invoke(main, ["secrets", *args], input=value, env=env)
+
+    def hosts() -> Any:
+        r = cli("list", "--json", value=None)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)[0]["hosts"]
+
+    r = cli("set", "TOKEN", "--hosts", "API.example.com,*.example.net", "--hosts", "10.0.0.7")
+    assert r.exit_code == 0, r.output
+    assert "(hosts: api.example.com, *.example.net, 10.0.0.7)" in r.output
+    assert hosts() == ["api.example.com", "*.example.net", "10.0.0.7"]
+    assert cli("set", "TOKEN").exit_code == 0  # a new value keeps the hosts
+    assert hosts() == ["api.example.com", "*.example.net", "10.0.0.7"]
+    r = cli("set", "TOKEN", "--hosts", "https://x.example/path")
+    assert r.exit_code == 2 and "is not a host name" in r.output
+    assert hosts() == ["api.example.com", "*.example.net", "10.0.0.7"]
+    assert cli("set", "TOKEN", "--no-hosts").exit_code == 0
+    assert hosts() is None
+    assert VALUE not in cli("list", value=None).output
