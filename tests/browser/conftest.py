@@ -9,6 +9,7 @@ page go to ``build/screenshots/<store>/``.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import textwrap
@@ -130,11 +131,12 @@ class Server:
     beta: str
     dir: Path
     procs: list[Any]
+    env: dict[str, str]
 
     def replica(self, name: str) -> str:
         """Start another ``cronfleet run`` on the same store; its base URL."""
         proc, log = spawn(self.dir, name, "--config", str(self.dir / "cronfleet.toml"),
-                          "--log-level", "info")
+                          "--log-level", "info", env=self.env)
         self.procs.append(proc)
         return wait_for(log, LISTENING, proc).group(1)
 
@@ -152,8 +154,10 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     (tmp_path / "tasks.py").write_text(TASKS)
     (tmp_path / "cronfleet.toml").write_text(CONFIG.format(store=url))
     procs: list[Any] = []
+    env = {"CRONFLEET_SECRET_KEY": base64.b64encode(os.urandom(32)).decode()}
     try:
-        proc, log = spawn(tmp_path, "main", "--config", str(tmp_path / "cronfleet.toml"))
+        proc, log = spawn(tmp_path, "main", "--config", str(tmp_path / "cronfleet.toml"),
+                          env=env)
         procs.append(proc)
         base = wait_for(log, LISTENING, proc).group(1)
         srv = Server(base, url, kind,
@@ -161,7 +165,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
                      editor=token(url, role="editor", name="ed"),
                      viewer=token(url, role="viewer", name="vi"),
                      beta=token(url, role="admin", name="bob", team="beta"),
-                     dir=tmp_path, procs=procs)
+                     dir=tmp_path, procs=procs, env=env)
         yield srv
     finally:
         for p in procs:

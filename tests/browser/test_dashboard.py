@@ -128,15 +128,20 @@ def test_every_page_and_action(server: Server, chromium: Any, axe_source: str) -
     assert page.locator("table.jobs tbody tr").count() == 2
     assert page.get_by_text("maintenance window").first.is_visible()
 
-    # secrets: set, rotate; names only
+    # secrets: set, rotate; names and hosts only, never a value
     page.goto("/secrets")
     page.get_by_label("Name").fill("PARTNER_KEY")
     page.get_by_label("Value").fill("s3cr3t-value")
+    page.get_by_label("Hosts it may be sent to (optional)").fill("api.partner.example")
     page.get_by_role("button", name="Save").click()
-    flash = page.locator(".flash").inner_text()
-    assert "PARTNER_KEY" in flash and ("created" in flash or "locked" in flash
-                                       or "key" in flash)
-    assert "s3cr3t-value" not in page.content()
+    assert page.locator(".flash").inner_text() == "secret PARTNER_KEY created"
+    assert page.get_by_role("cell", name="api.partner.example").is_visible()
+    page.get_by_label("Name").fill("PARTNER_KEY")
+    page.get_by_label("Value").fill("n3w-value")
+    page.get_by_role("button", name="Save").click()
+    assert page.locator(".flash").inner_text() == "secret PARTNER_KEY rotated"
+    assert page.get_by_role("cell", name="api.partner.example").is_visible()  # kept
+    assert "s3cr3t-value" not in page.content() and "n3w-value" not in page.content()
 
     # tokens: create one (shown once), revoke it
     page.goto("/tokens")

@@ -565,13 +565,19 @@ async def secret_post(request: Request, s: Session, ctx: Context) -> Response:
     need(s, "admin")
     name = str(form.get("name", "")).strip()
     value = str(form.get("value", ""))
+    hosts_text = str(form.get("hosts", "")).strip()
+    # blank keeps the hosts the secret has (a new one: none); "-" clears them
+    hosts: Any = ... if not hosts_text else [] if hosts_text == "-" else [
+        h.strip() for h in hosts_text.replace("\n", ",").split(",") if h.strip()]
     if not value:
         return redirect("/secrets", f"{name or 'secret'}: the value is empty; nothing stored")
     try:
-        created = await ctx.get_vault().set(name, value, s.info.team)
+        created = await ctx.get_vault().set(name, value, s.info.team, hosts=hosts)
     except (VaultLocked, SecretError) as exc:
         return redirect("/secrets", f"{name}: {exc}; nothing stored")
-    await audit(ctx, s.info, "secret.set", name, {"created": created, "via": "dashboard"})
+    await audit(ctx, s.info, "secret.set", name,
+                {"created": created, "via": "dashboard",
+                 **({"hosts": hosts} if hosts is not ... else {})})
     return redirect("/secrets", f"secret {name} {'created' if created else 'rotated'}")
 
 
