@@ -1,0 +1,92 @@
+"""``make chaos`` / ``python -m bench.chaos``: run the fault suite, one line per scenario.
+
+    .venv/bin/python -m bench.chaos                         # everything (~35 min)
+    .venv/bin/python -m bench.chaos --store sqlite --only kill9,lock
+    .venv/bin/python -m bench.chaos --scale 0.3 --knob jobs=20   # shorter faults
+    .venv/bin/python -m bench.chaos --json > chaos.json
+
+PostgreSQL scenarios run on a private cluster (``initdb`` in a temporary directory on a
+free port, thrown away at the end); ``--pg-url`` uses another server instead (then the
+restart scenario is not run). Exit status 1 when a scenario fails its targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+
+from bench.chaos.harness import (
+    BY_NAME,
+    ROOT,
+    SCENARIOS,
+    Backend,
+    Knobs,
+    Postgres,
+    Result,
+    Sqlite,
+    run_scenario,
+    workspace,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", choices=("postgres", "sqlite", "all"), default="all")
+    p.add_argument("--only", default="", help="comma-separated scenario names")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every fault duration")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one knob (jobs, sleep, after, cut_long, down, ...)")
+    p.add_argument("--pg-url", default=None, help="use this PostgreSQL server, not a private one")
+    p.add_argument("--keep", default=None, metavar="DIR", help="keep records and logs in DIR")
+    a = p.parse_args(argv)
+
+    if a.list:
+        for sc in SCENARIOS:
+            print(f"{sc.name:<9} {'/'.join(sc.stores):<16} {sc.title}")
+        return 0
+    names = [n for n in a.only.split(",") if n] or [sc.name for sc in SCENARIOS]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    knobs = Knobs().scaled(a.scale)
+    for k in a.knob:
+        knobs.set(k)
+    stores = ("postgres", "sqlite") if a.store == "all" else (a.store,)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    header = (f"cronfleet chaos suite, commit {commit or '?'}, {time.strftime('%Y-%m-%d %H:%M')}"
+              f", {platform.python_version()}, {knobs.processes} processes x {knobs.jobs} "
+              f"jobs every {knobs.every}s, handlers {knobs.sleep}s, scale {a.scale}")
+    out = sys.stderr if a.json else sys.stdout
+    print(header, file=out, flush=True)
+    results: list[Result] = []
+    with workspace(a.keep) as root:
+        for store in stores:
+            backend: Backend = Postgres(a.pg_url) if store == "postgres" else Sqlite()
+            try:
+                for name in names:
+                    sc = BY_NAME[name]
+                    if store not in sc.stores:
+                        continue
+                    r = run_scenario(sc, backend, knobs, root)
+                    results.append(r)
+                    print(r.line(), file=out, flush=True)
+            finally:
+                backend.close()
+    failed = [r for r in results if r.verdict != "PASS"]
+    print(f"{len(results) - len(failed)} of {len(results)} scenarios pass", file=out)
+    if a.json:
+        print(json.dumps({"header": header, "knobs": knobs.__dict__,
+                          "results": [r.to_dict() for r in results]}, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
