@@ -18,6 +18,7 @@ import platform
 import subprocess
 import sys
 import time
+from typing import Any
 
 from bench.chaos.harness import (
     BY_NAME,
@@ -45,7 +46,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="set one knob (jobs, sleep, after, cut_long, down, ...)")
     p.add_argument("--pg-url", default=None, help="use this PostgreSQL server, not a private one")
     p.add_argument("--keep", default=None, metavar="DIR", help="keep records and logs in DIR")
+    p.add_argument("--render", nargs="+", metavar="JSON",
+                   help="print the Markdown table of saved --json outputs (a later file's "
+                   "result replaces an earlier one of the same store and scenario) and exit")
     a = p.parse_args(argv)
+
+    if a.render:
+        print(render(a.render))
+        return 0
 
     if a.list:
         for sc in SCENARIOS:
@@ -86,6 +94,40 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"header": header, "knobs": knobs.__dict__,
                           "results": [r.to_dict() for r in results]}, indent=2))
     return 1 if failed else 0
+
+
+def render(paths: list[str]) -> str:
+    """The docs/reliability.md table of one or more saved ``--json`` outputs."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    headers = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        headers.append(data["header"])
+        for r in data["results"]:
+            rows[(r["store"], r["scenario"])] = r
+    order = {sc.name: i for i, sc in enumerate(SCENARIOS)}
+
+    def secs(v: Any) -> str:
+        return "–" if v is None else (v if isinstance(v, str) else f"{v:.1f} s")
+
+    out = ["| store | scenario | expected | once | recorded (reason) | silent gaps | "
+           "dup handler / ledger | two final | failover | back on time | verdict |",
+           "|---|---|--:|--:|---|--:|--:|--:|--:|--:|---|"]
+    for (store, name), r in sorted(rows.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
+        if r.get("error"):
+            out.append(f"| {store} | {name} | error: {r['error']} |||||||||")
+            continue
+        rec = sum(r["recorded"].values())
+        why = ", ".join(f"{k} {n:,}" for k, n in sorted(r["recorded"].items()))
+        verdict = r["verdict"] + (": " + "; ".join(r["failures"]) if r["failures"] else "")
+        out.append(
+            f"| {store} | {name} | {r['expected']:,} | {r['once']:,} | {rec:,}"
+            f"{f' ({why})' if why else ''} | {r['gaps']:,} | {r['dup_handler']:,} / "
+            f"{r['dup_ledger']:,} | {r['two_final']:,} | {secs(r['failover'])} | "
+            f"{secs(r['recovery'])} | {verdict} |"
+        )
+    return "\n".join(["Runs: " + " / ".join(headers), "", *out])
 
 
 if __name__ == "__main__":
