@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -29,6 +30,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -116,6 +118,10 @@ class Target:
         return with_schema(proxy.url, self.schema)
 
 
+LedgerRow = tuple[str, int, str, str | None, str | None, Any]
+"""``(job, slot ms, status, reason, instance, result)`` of one run row."""
+
+
 def with_schema(base: str, schema: str) -> str:
     return f"{base}{'&' if '?' in base else '?'}schema={schema}"
 
@@ -152,13 +158,13 @@ class Postgres:
             q = sql.SQL(text).format(s=sql.Identifier(t.schema or ""))
             return conn.execute(q, args or None).fetchall()
 
-    def ledger(self, t: Target) -> list[tuple[str, int, str, str | None, str | None]]:
+    def ledger(self, t: Target) -> list[LedgerRow]:
         return [
-            (j, int(s), st, r, i)
-            for j, s, st, r, i in self._query(
+            (j, int(s), st, r, i, res)
+            for j, s, st, r, i, res in self._query(
                 t,
                 "SELECT job_id, (extract(epoch FROM slot) * 1000)::bigint, status, reason, "
-                "instance_id FROM {s}.runs WHERE slot IS NOT NULL ORDER BY id",
+                "instance_id, result FROM {s}.runs WHERE slot IS NOT NULL ORDER BY id",
             )
         ]
 
@@ -208,12 +214,12 @@ class Sqlite:
         assert t.db is not None
         return sqlite3.connect(f"file:{t.db}?mode=ro", uri=True, timeout=30)
 
-    def ledger(self, t: Target) -> list[tuple[str, int, str, str | None, str | None]]:
+    def ledger(self, t: Target) -> list[LedgerRow]:
         with contextlib.closing(self._connect(t)) as con:
             return [
-                (j, int(s), st, r, i)
-                for j, s, st, r, i in con.execute(
-                    "SELECT job_id, slot, status, reason, instance_id FROM runs "
+                (j, int(s), st, r, i, json.loads(res) if res else None)
+                for j, s, st, r, i, res in con.execute(
+                    "SELECT job_id, slot, status, reason, instance_id, result FROM runs "
                     "WHERE slot IS NOT NULL ORDER BY id"
                 )
             ]
@@ -449,7 +455,7 @@ class Result:
 def account(
     result: Result,
     runs: list[Run],
-    ledger: list[tuple[str, int, str, str | None, str | None]],
+    ledger: list[LedgerRow],
     jobs: list[str],
     lo: int,
     hi: int,
@@ -460,8 +466,13 @@ def account(
     for r in runs:
         by_slot[(r.job, r.slot)].append(r)
     rows: dict[tuple[str, int], list[tuple[str, str | None]]] = defaultdict(list)
-    for j, s, st, reason, _ in ledger:
+    summaries: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for j, s, st, reason, _, res in ledger:
         rows[(j, s)].append((st, reason))
+        if st == "skipped" and isinstance(res, dict) and res.get("first") and res.get("last"):
+            # one row standing for many missed slots (store/ledger.py missed_summary)
+            span = (iso_ms(res["first"]), iso_ms(res["last"]))
+            summaries[j].append(span)
     recorded: Counter[str] = Counter()
     samples: dict[str, list[str]] = defaultdict(list)
     slots = [s * 1000 for s in range(lo, hi + 1) if s % every == 0]
@@ -485,6 +496,8 @@ def account(
                     samples["dup"].append(f"{job}@{slot // 1000}: {n} runs, ledger {got}")
                 continue
             why = next((f"{st}/{r}" if r else st for st, r in got if st in REASONED), None)
+            if why is None and any(a <= slot <= b for a, b in summaries.get(job, ())):
+                why = "skipped/missed (in a summary row)"
             if why is None:
                 result.gaps += 1
                 if len(samples["gap"]) < 5:
@@ -493,6 +506,10 @@ def account(
                 recorded[why] += 1
     result.recorded = dict(recorded)
     result.samples = dict(samples)
+
+
+def iso_ms(text: str) -> int:
+    return round(datetime.fromisoformat(text).timestamp() * 1000)
 
 
 def failover(runs: list[Run], jobs: set[str], victim_pid: int, at: float) -> float:
