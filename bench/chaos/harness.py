@@ -850,6 +850,13 @@ def judge(ctx: Ctx, runs: list[Run], hi: int) -> None:
                 r.exits.append(f"{victim.name} (exit {victim.proc.returncode})")
     if "back" in ev:
         r.recovery = recovery(runs, ctx.jobs, ev["back"], hi, k.every)
+    check_targets(r, k)
+
+
+def check_targets(r: Result, k: Knobs) -> None:
+    """Compare a result's figures with the targets (docs/reliability.md): sets
+    ``r.failures`` afresh, so saved results can be judged again (``--render``)."""
+    r.failures = []
     if r.dup_handler:
         r.failures.append(f"{r.dup_handler} duplicate runs")
     if r.dup_ledger:
