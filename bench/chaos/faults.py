@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -294,9 +295,17 @@ def hold_write_lock(db: str | Path, seconds: float) -> subprocess.Popen[str]:
 def corrupt_sqlite(db: str | Path, pages: int = 8, seed: int | None = None) -> list[int]:
     """Overwrite ``pages`` pages of the file's second half with random bytes, under
     whoever has it open (the header page is left alone, so the file still opens and the
-    damage shows on the first read of a damaged page). Returns the page numbers hit."""
+    damage shows on the first read of a damaged page), after a passive WAL checkpoint.
+    Returns the page numbers hit."""
     rng = random.Random(seed)
     path = Path(db)
+    # in WAL mode the newest pages live in the -wal file: move them into the database
+    # first (a passive checkpoint, as SQLite does by itself), so there is data to damage
+    con = sqlite3.connect(path, timeout=30)
+    try:
+        con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        con.close()
     with open(path, "r+b") as f:
         header = f.read(100)
         page_size = int.from_bytes(header[16:18], "big")
