@@ -29,7 +29,8 @@ ROOT = "cronfleet"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("root", ("cronfleet",)),  # the package itself: lazy re-exports, imports nothing
     ("cron", ("cronfleet.cron",)),
-    ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec")),
+    ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec",
+              "cronfleet.extras")),
     ("store", ("cronfleet.store",)),
     ("runtime", ("cronfleet.runtime", "cronfleet.scheduler", "cronfleet.executor",
                  "cronfleet.planning")),

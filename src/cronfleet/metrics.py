@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (
+from cronfleet.extras import require
+
+require("server", "/metrics")
+
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client.core import (  # noqa: E402
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: E402
 
 if TYPE_CHECKING:
     from cronfleet.scheduler import Histogram, Scheduler

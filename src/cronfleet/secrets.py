@@ -29,8 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cronfleet.extras import require
+
+require("http", "the secret vault")
+
+from cryptography.exceptions import InvalidTag  # noqa: E402
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
 from cronfleet.errors import CronfleetError
 

@@ -29,6 +29,12 @@ class Strict(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    """An RFC 9457 problem (``application/problem+json``) with cronfleet's extensions."""
+
+    type: str = Field(description="A URI naming the problem type (one per code).")
+    title: str = Field(description="The HTTP status phrase.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str = Field(description="What went wrong (the same text as message).")
     code: str = Field(description="Stable machine-readable code, e.g. JOB_NOT_FOUND.")
     message: str
     details: dict[str, Any] = Field(default_factory=dict)

@@ -61,6 +61,9 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     import asyncio
     import logging
 
+    from cronfleet.extras import require
+
+    require("server", "cronfleet run (the REST API, /healthz and /metrics)")
     from cronfleet.api.app import ApiSettings
     from cronfleet.api.serve import serve
     from cronfleet.config import SCHEDULER_ENV, ConfigError, timers_from_env

@@ -35,7 +35,11 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import httpx
+from cronfleet.extras import require
+
+require("http", "HTTP jobs")
+
+import httpx  # noqa: E402
 
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
