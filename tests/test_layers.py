@@ -36,8 +36,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "cronfleet.planning")),
     ("features", ("cronfleet.alerts", "cronfleet.jobs", "cronfleet.notify",
                   "cronfleet.secrets", "cronfleet.config", "cronfleet.plugins",
-                  "cronfleet.catalog", "cronfleet.views", "cronfleet.metrics")),
-    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.__main__")),
+                  "cronfleet.catalog", "cronfleet.views", "cronfleet.metrics",
+                  "cronfleet.logs", "cronfleet.health", "cronfleet.tracing",
+                  "cronfleet.signing")),
+    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.__main__",
+               "cronfleet.integrations")),
 ]
 
 # (importer, imported) pairs allowed to break a rule; empty, and it may only shrink

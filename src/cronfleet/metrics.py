@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING
 
 from cronfleet.extras import require
 
-require("server", "/metrics")
-
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
-from prometheus_client.core import (  # noqa: E402
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: E402
+try:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+except ImportError:
+    require("server", "/metrics")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.scheduler import Histogram, Scheduler

@@ -29,14 +29,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.errors import CronfleetError
 from cronfleet.extras import require
 
-require("http", "the secret vault")
-
-from cryptography.exceptions import InvalidTag  # noqa: E402
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
-
-from cronfleet.errors import CronfleetError
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+except ImportError:
+    require("http", "the secret vault")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.store.secrets import SecretStore

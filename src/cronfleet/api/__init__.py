@@ -3,9 +3,11 @@ scheduler with the API on uvicorn (what ``cronfleet run`` does)."""
 
 from cronfleet.extras import require
 
-require("server", "the REST API")
-
-from cronfleet.api.app import ApiSettings, create_app  # noqa: E402
-from cronfleet.api.serve import serve  # noqa: E402
+try:
+    from cronfleet.api.app import ApiSettings, create_app
+    from cronfleet.api.serve import serve
+except ImportError:
+    require("server", "the REST API")  # one line naming the pip install
+    raise
 
 __all__ = ["ApiSettings", "create_app", "serve"]

@@ -1,9 +1,9 @@
 """One error shape for every answer that is not a success: an RFC 9457 problem
 (``application/problem+json``: ``type``, ``title``, ``status``, ``detail``) that keeps
 cronfleet's own members ``code``, ``message`` and ``details`` as extensions, so clients
-written for ``{"code", "message", "details"}`` keep working -- including FastAPI's validation errors, unknown routes and wrong methods,
-and (as a last resort) unexpected exceptions, which are logged and answered as 500
-``INTERNAL`` without internals."""
+written for ``{"code", "message", "details"}`` keep working -- including FastAPI's
+validation errors, unknown routes and wrong methods, and (as a last resort) unexpected
+exceptions, which are logged and answered as 500 ``INTERNAL`` without internals."""
 
 from __future__ import annotations
 

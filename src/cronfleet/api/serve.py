@@ -15,6 +15,7 @@ from cronfleet import alerts
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
+from cronfleet.health import ProbeServer
 from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
 from cronfleet.store.api import ApiStore
 
@@ -69,8 +70,12 @@ async def serve(
     settings: ApiSettings | None = None,
     http_runtime: Any = None,
     stop: asyncio.Event | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
-    """Run until SIGINT/SIGTERM (or until ``stop`` is set)."""
+    """Run until SIGINT/SIGTERM (or until ``stop`` is set). ``metrics_port``: also serve
+    ``/healthz``, ``/readyz`` and ``/metrics`` there (:class:`~cronfleet.health.ProbeServer`),
+    whatever the role."""
     import uvicorn
 
     stop = stop or asyncio.Event()
@@ -88,10 +93,16 @@ async def serve(
     # the port first: a taken port must stop the process before any timer has fired a
     # slot (a supervisor's restart loop would otherwise run jobs without an API)
     sock: socket.socket | None = None
+    probes: ProbeServer | None = None
     try:
         if api:
             sock = _bind(host, port)
         async with scheduler:
+            if metrics_port is not None:
+                probes = ProbeServer(scheduler, metrics_host, metrics_port,
+                                     ready_max_overdue=(settings or ApiSettings())
+                                     .ready_max_overdue)
+                await probes.start()
             await catalog.start()
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
@@ -125,6 +136,8 @@ async def serve(
             await catalog.stop()
             raise_if_failed(loop_task)
     finally:
+        if probes is not None:
+            await probes.stop()
         if sock is not None:
             sock.close()
         unsubscribe_alerts()

@@ -16,7 +16,10 @@ DEFAULT_STORE = "sqlite:///cronfleet.db"
 SCHEDULER_KEYS = (
     "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
+    "log_level", "log_format", "metrics_port",
 )
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",

@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cronfleet.config.env import apply_env
 from cronfleet.config.keys import (
     API_KEYS,
     CONFIG_ENV,
     DEFAULT_CONFIG,
     DEFAULT_STORE,
+    LOG_FORMATS,
+    LOG_LEVELS,
     SCHEDULER_KEYS,
     STORE_ENV,
     did_you_mean,
@@ -48,10 +51,11 @@ def load_config(
         path = DEFAULT_CONFIG
     if path is None:
         config = Config()
-        problems: list[Problem] = []
-        _apply_store_env(config, env, problems)
-        if problems:
-            raise ConfigError(problems)
+        reader = Reader(Path(DEFAULT_CONFIG), config.display, "", env)
+        apply_env(reader, config, env)
+        _apply_store_env(config, env, reader.problems)
+        if reader.problems:
+            raise ConfigError(reader.problems)
         return config
     display = str(path)
     file = Path(path)
@@ -199,6 +203,12 @@ class Reader:
         else:
             self.problem("api: expected a table ([api])",
                          at=self.key_position("", -1, "api"), key="api")
+        for table, prefix in (("scheduler", ""), ("api", "api_")):
+            if isinstance(doc.get(table), dict):
+                for key in doc[table]:
+                    config.origins[prefix + key] = self.display
+        # the environment replaces what the file says (flags, later, replace both)
+        apply_env(self, config, self.env)
         _apply_store_env(config, self.env, self.problems)
         tasks = doc.get("tasks", [])
         if isinstance(tasks, dict):
@@ -268,6 +278,19 @@ class Reader:
                     f"expected true or false, got {describe_value(value)}")
             else:
                 config.allow_private_targets = value
+        for key, allowed in (("log_level", LOG_LEVELS), ("log_format", LOG_FORMATS)):
+            if key in sched:
+                if sched[key] not in allowed:
+                    choices = ", ".join(f'"{a}"' for a in allowed)
+                    bad(key, f"expected one of {choices}, got {describe_value(sched[key])}")
+                else:
+                    setattr(config, key, sched[key])
+        if "metrics_port" in sched:
+            port = sched["metrics_port"]
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                bad("metrics_port", f"expected a port number 0-65535, got {describe_value(port)}")
+            else:
+                config.metrics_port = port
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):

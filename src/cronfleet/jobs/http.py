@@ -36,11 +36,6 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cronfleet.extras import require
-
-require("http", "HTTP jobs")
-
-import httpx  # noqa: E402
-
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
@@ -51,6 +46,12 @@ from cronfleet.secrets import (
     expand,
     references,
 )
+
+try:
+    import httpx
+except ImportError:
+    require("http", "HTTP jobs")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr

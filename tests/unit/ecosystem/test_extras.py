@@ -52,7 +52,7 @@ def test_unknown_extra_is_a_key_error() -> None:
 
 def _without_optional(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter where every optional module is absent."""
-    prelude = "import sys\nfor m in %r:\n    sys.modules[m] = None\n" % (OPTIONAL,)
+    prelude = f"import sys\nfor m in {OPTIONAL!r}:\n    sys.modules[m] = None\n"
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code), *args],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 

@@ -3,8 +3,10 @@ numbered migrations (``migrations/``)."""
 
 from cronfleet.extras import require
 
-require("postgres")
-
-from cronfleet.store.postgres.store import Cursor, PostgresStore, split_url
+try:
+    from cronfleet.store.postgres.store import Cursor, PostgresStore, split_url
+except ImportError:
+    require("postgres")  # one line naming the pip install
+    raise
 
 __all__ = ["Cursor", "PostgresStore", "split_url"]
