@@ -269,7 +269,6 @@ class Runs:
         if not ended:
             return
         s = self.s
-        info = log.isEnabledFor(logging.INFO)
         stats = s.stats
         outcomes = stats.outcomes
         finishes = s.ledger.finishes
@@ -287,24 +286,6 @@ class Runs:
             if not run.manual:
                 stats.lateness.observe(outcome.started - run.slot.timestamp())
             stats.durations.observe(outcome.finished - outcome.started)
-            if info:
-                slot = run.slot.isoformat()
-                # the fields of a JSON log line (cronfleet.logs.RUN_FIELDS)
-                fields = {
-                    "job": job.id, "slot": slot, "run_id": run.id,
-                    "instance": s.instance_id, "fencing_token": run.fencing_token,
-                    "outcome": run.status.value,
-                    "duration": round(outcome.finished - outcome.started, 6),
-                    "attempt": run.attempt,
-                }
-                log.info(
-                    "job %s slot %s %s%s",
-                    job.id,
-                    slot,
-                    run.status.value,
-                    f": {run.error}" if run.error else "",
-                    extra={"cronfleet": fields},
-                )
             finishes.append(Finish(run, run.fencing_token if active.leased else None))
             if events is not None:
                 events.publish(RunFinished(job, run, s.instance_id))
