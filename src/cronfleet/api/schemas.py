@@ -62,6 +62,10 @@ class HttpSpec(Strict):
     body_regex: str | None = None
     body_not_regex: str | None = None
     signing_secret: str | None = None
+    signature: Literal["cronfleet", "standard-webhooks"] = Field(
+        default="cronfleet", description="The signature headers sent with signing_secret: "
+                                         "X-Cronfleet-Signature, or Standard Webhooks "
+                                         "(webhook-id/-timestamp/-signature).")
     allow_private_targets: bool | None = Field(
         default=None, description="Deprecated here: give it next to `http` (as in a config "
                                   "file); still read for jobs stored before.")

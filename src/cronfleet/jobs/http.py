@@ -21,8 +21,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -35,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cronfleet import signing
 from cronfleet.extras import require
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
@@ -46,6 +45,7 @@ from cronfleet.secrets import (
     expand,
     references,
 )
+from cronfleet.signing import sign
 
 try:
     import httpx
@@ -388,12 +388,6 @@ def idempotency_key(job_id: str, slot: datetime) -> str:
     return f"{job_id}:{slot_text(slot)}"
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``X-Cronfleet-Signature`` value: ``v1=`` + hex HMAC-SHA256 of ``"<ts>." + body``."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "v1=" + mac.hexdigest()
-
-
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -442,6 +436,7 @@ class HttpJob:
     body_not_regex: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     signing_secret: str | None = None
+    signature: str = signing.DEFAULT_SCHEME  # or "standard-webhooks" (cronfleet.signing)
     allow_private_targets: bool | None = None
     namespace: str = DEFAULT_NAMESPACE
     notify: NotifyPolicy | None = None
@@ -646,9 +641,11 @@ class HttpJob:
         if self.signing_secret is not None:
             secret = expand(self.signing_secret, values)
             redact.add(secret)
-            ts = int(time.time())
-            headers["X-Cronfleet-Timestamp"] = str(ts)
-            headers["X-Cronfleet-Signature"] = sign(secret, ts, body)
+            try:
+                headers.update(signing.headers(self.signature, secret, key, int(time.time()),
+                                               body))
+            except ValueError as exc:  # a secret from the vault that cannot sign
+                return done(f"signing_secret: {exc}; nothing was sent", False, False)
         record["request"] = {
             "method": self.method, "url": url, "headers": headers,
             "body": _text(body[:MAX_BODY]) if self.body is not None else None,
