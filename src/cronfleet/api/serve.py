@@ -11,7 +11,7 @@ import socket
 from collections.abc import Generator
 from typing import Any
 
-from cronfleet import alerts
+from cronfleet import alerts, tracing
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
@@ -87,6 +87,8 @@ async def serve(
         http_runtime = HttpRuntime(store=scheduler.store.url)
     # health, auto-pause and notifications for every job kind that asks for them
     unsubscribe_alerts = alerts.install(scheduler, http_runtime)
+    # one span per run when the OTEL_* variables ask for traces (the otel extra)
+    unsubscribe_tracing = tracing.install_from_env(scheduler)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll)
     server: Any = None
@@ -141,5 +143,7 @@ async def serve(
         if sock is not None:
             sock.close()
         unsubscribe_alerts()
+        if unsubscribe_tracing is not None:
+            unsubscribe_tracing()
         await catalog.stop()
         await api_store.close()

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cronfleet import signing
+from cronfleet import signing, tracing
 from cronfleet.extras import require
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
@@ -638,6 +638,7 @@ class HttpJob:
         headers["X-Cronfleet-Attempt"] = str(n)
         if ctx.fencing_token is not None:
             headers["X-Cronfleet-Fencing-Token"] = str(ctx.fencing_token)
+        tracing.inject(headers)  # W3C traceparent of the run's span, when tracing is on
         if self.signing_secret is not None:
             secret = expand(self.signing_secret, values)
             redact.add(secret)

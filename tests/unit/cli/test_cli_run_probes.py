@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli.test_cli_run import start, succeeded
 
 from api.procs import stop
+from cli.test_cli_run import start, succeeded
 
 
 def _get(url: str) -> tuple[int, str, str]:
