@@ -3,6 +3,7 @@ the run fields, and /healthz, /readyz, /metrics on the probe port (a flag), no A
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -27,10 +28,8 @@ def _get(url: str) -> tuple[int, str, str]:
 def _records(log: Path) -> list[dict]:
     out = []
     for line in log.read_text().splitlines():
-        try:
+        with contextlib.suppress(ValueError):
             out.append(json.loads(line))
-        except ValueError:
-            pass
     return out
 
 

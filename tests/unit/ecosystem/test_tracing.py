@@ -7,7 +7,7 @@ import http.server
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -88,7 +88,7 @@ async def test_one_span_per_run_with_attempts_and_outcome(
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
+    seen: ClassVar[list[dict[str, str]]] = []
 
     def do_GET(self) -> None:
         _Echo.seen.append({k.lower(): v for k, v in self.headers.items()})

@@ -78,7 +78,7 @@ def test_a_failed_start_raises_in_the_caller(tmp_path: Path) -> None:
 
 
 def test_the_scheduler_can_restart_in_background(tmp_path: Path) -> None:
-    s, ran = _scheduler(tmp_path)
+    s, _ran = _scheduler(tmp_path)
     for _ in range(2):
         s.start_in_background()
         assert s.trigger("manual", wait=True).status is RunStatus.SUCCEEDED
