@@ -113,4 +113,3 @@ def test_asgi_lifespan_runs_the_scheduler_with_the_app(tmp_path: Path) -> None:
         assert s.running and entered == ["in"]
         assert client.post("/run").json() == {"status": "succeeded"}
     assert not s.running and entered == ["in", "out"]
-    assert ran
