@@ -22,7 +22,6 @@ import contextlib
 import contextvars
 import functools
 import ipaddress
-import json
 import logging
 import re
 import socket
@@ -545,7 +544,11 @@ class HttpJob:
         if ok:
             message = f"{self.method} {last['request']['url']} -> {status}"
         else:
-            reason = last["error"] or f"HTTP {status}"
+            # the transport error, else the status and the rule it broke (a status out
+            # of 2xx says it alone)
+            failure = last.get("failure") or ""
+            reason = last["error"] or f"HTTP {status}" + (
+                f" ({failure})" if failure and not failure.endswith("is not 2xx") else "")
             message = redact(
                 f"{self.method} {last['request']['url']} failed after {len(attempts)} attempt"
                 f"{'' if len(attempts) == 1 else 's'}: {reason}"
@@ -558,7 +561,7 @@ class HttpJob:
                         redact(_error_text(exc)))
         if ok:
             return result
-        ctx.log("attempts: " + json.dumps(result, ensure_ascii=False))
+        # the attempts are the failed run's result (HttpJobFailed.result), not a log line
         raise HttpJobFailed(message, result)
 
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
@@ -586,7 +589,8 @@ class HttpJob:
         took = record["timings"]["total_ms"]
         if record["error"]:
             return f"{head} -> {record['error']} ({took} ms)"
-        return f"{head} -> {record['response']['status']} in {took} ms"
+        failure = f": {record['failure']}" if record.get("failure") else ""
+        return f"{head} -> {record['response']['status']} in {took} ms{failure}"
 
     async def _attempt(
         self, ctx: RunContext, rt: HttpRuntime, n: int, key: str, redact: Redactor

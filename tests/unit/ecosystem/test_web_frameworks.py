@@ -90,7 +90,7 @@ def test_asgi_lifespan_runs_the_scheduler_with_the_app(tmp_path: Path) -> None:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    s, ran = _scheduler(tmp_path)
+    s, _ran = _scheduler(tmp_path)
     entered: list[str] = []
 
     from contextlib import asynccontextmanager
