@@ -94,6 +94,12 @@ def _store_problem(url: str) -> str | None:
     return None
 
 
+def _port_problem(port: object) -> str | None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        return f"expected a port number 0-65535, got {describe_value(port)}"
+    return None
+
+
 def _resolve_sqlite(url: str, base: Path) -> str:
     """``sqlite:///relative.db`` in a config file is relative to the file's directory."""
     from cronfleet.store.url import resolve_sqlite_url
@@ -286,11 +292,11 @@ class Reader:
                 else:
                     setattr(config, key, sched[key])
         if "metrics_port" in sched:
-            port = sched["metrics_port"]
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                bad("metrics_port", f"expected a port number 0-65535, got {describe_value(port)}")
+            problem = _port_problem(sched["metrics_port"])
+            if problem:
+                bad("metrics_port", problem)
             else:
-                config.metrics_port = port
+                config.metrics_port = sched["metrics_port"]
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):
@@ -331,11 +337,11 @@ class Reader:
             else:
                 config.api_host = api["host"]
         if "port" in api:
-            port = api["port"]
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                bad("port", f"expected a port number 0-65535, got {describe_value(port)}")
+            problem = _port_problem(api["port"])
+            if problem:
+                bad("port", problem)
             else:
-                config.api_port = port
+                config.api_port = api["port"]
         if "metrics" in api:
             if api["metrics"] not in ("public", "token"):
                 got = describe_value(api["metrics"])

@@ -121,3 +121,20 @@ def test_a_wrong_setting_is_named(tmp_path: Path) -> None:
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "CRONFLEET_SCHEDULER='djjobs:nothing'" in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "serving"), [
+    (["/srv/venv/bin/gunicorn", "myproject.wsgi"], True),
+    (["uwsgi"], True),
+    (["manage.py", "runserver"], True),
+    (["manage.py", "migrate"], False),
+    (["/srv/app/manage.py", "shell"], False),
+    (["/srv/venv/bin/django-admin", "check"], False),
+    (["/srv/venv/lib/python3.11/site-packages/django/__main__.py", "migrate"], False),
+    (["/srv/venv/lib/python3.11/site-packages/django/__main__.py", "runserver"], True),
+    ([], True),
+])
+def test_which_processes_autostart(argv: list[str], serving: bool) -> None:
+    from cronfleet.integrations.django.apps import _serving
+
+    assert _serving(argv) is serving

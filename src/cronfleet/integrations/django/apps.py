@@ -39,8 +39,13 @@ def get_scheduler() -> Scheduler:
 def _serving(argv: list[str]) -> bool:
     """Whether this process serves requests (a WSGI/ASGI worker or ``runserver``) rather
     than running a one-off ``manage.py`` command (``migrate``, ``shell``, ``cronfleet``)."""
-    name = argv[0].rsplit("/", 1)[-1] if argv else ""
-    if name in ("manage.py", "django-admin") or (len(argv) > 1 and argv[0] == "-m"):
+    import os
+
+    path = argv[0] if argv else ""
+    name = os.path.basename(path)
+    manage = name in ("manage.py", "django-admin", "django-admin.py") or (
+        name == "__main__.py" and os.path.basename(os.path.dirname(path)) == "django")
+    if manage:  # python manage.py X, django-admin X, python -m django X
         return len(argv) > 1 and argv[1] == "runserver"
     return True
 
