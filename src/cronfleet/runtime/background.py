@@ -16,7 +16,7 @@ import atexit
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,13 +27,23 @@ log = logging.getLogger("cronfleet")
 __all__ = ["Background", "Stopped"]
 
 
-class Stopped:
-    """An awaitable that is already done: what ``stop()`` returns when it stopped a
-    background scheduler synchronously (``await`` on it is harmless, forgetting it too)."""
+class Stopped(Coroutine[Any, Any, None]):
+    """A coroutine that is already done: what ``stop()`` returns when there was nothing
+    left to await (a background scheduler it stopped synchronously, or one not running).
+    Awaiting it, ``asyncio.run`` of it and forgetting it are all harmless."""
 
     def __await__(self) -> Generator[Any, None, None]:
         return
         yield
+
+    def send(self, value: Any) -> Any:
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        return None
 
 
 class Background:

@@ -361,7 +361,7 @@ class Scheduler(SyncControl):
             raise
         return bg
 
-    def stop(self) -> Awaitable[None]:
+    def stop(self) -> Coroutine[Any, Any, None]:
         """Stop gracefully (see :meth:`stop_async`). ``await scheduler.stop()`` in the
         scheduler's loop; after :meth:`start_in_background`, a plain
         ``scheduler.stop()`` from any other thread stops it and blocks until done."""
