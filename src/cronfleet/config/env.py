@@ -46,7 +46,8 @@ def env_name(table: str, key: str) -> str:
 _KINDS = {
     "entry_points": "bool", "allow_private_targets": "bool", "enabled": "bool",
     "metrics_job_label": "bool",
-    "runs_per_job": "int", "port": "int", "metrics_port": "int", "plugins": "list",
+    "runs_per_job": "int", "port": "int", "metrics_port": "int", "max_request_body": "int",
+    "plugins": "list", "private_targets": "list",
 }
 
 #: every setting the environment can give, in the order of the docs' table

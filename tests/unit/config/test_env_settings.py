@@ -78,3 +78,10 @@ def test_a_bad_variable_is_named(write: Callable[..., Path], env: dict[str, str]
 def test_plugins_list_from_the_environment() -> None:
     config = load_config(env={"CRONFLEET_PLUGINS": "myapp.jobs:Reports, other.mod:Plugin"})
     assert [p.path for p in config.plugins] == ["myapp.jobs:Reports", "other.mod:Plugin"]
+
+
+def test_api_lists_and_sizes_from_the_environment() -> None:
+    config = load_config(env={"CRONFLEET_API_PRIVATE_TARGETS": "10.1.2.0/24, billing.internal",
+                              "CRONFLEET_API_MAX_REQUEST_BODY": "4096"})
+    assert config.api_private_targets == ["10.1.2.0/24", "billing.internal"]
+    assert config.api_max_request_body == 4096
