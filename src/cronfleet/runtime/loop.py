@@ -133,6 +133,9 @@ class Loop:
             s.stats.store_errors += 1
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
             states = {}
+        if pending is not None and pending.ready and not await s.fleet.confirm(now):
+            s.early.drop_stale(pending)  # a zombie's claims: the fleet took them over
+            pending = None
         if pending is not None:
             due += await s.early.fire(pending, now, states)
         pipe = Pipeline(s)

@@ -527,7 +527,9 @@ class MemoryStore:
     async def list_instances(self, *, ttl: float) -> list[Instance]:
         db = self._db()
         live = set(self._live(self._now(), ttl))
-        rows = sorted(db.instances.values(), key=lambda i: (i.started_at or 0, i.instance_id))  # type: ignore[arg-type,return-value]
+        rows = sorted(
+            db.instances.values(), key=lambda i: (msd(i.started_at) or 0, i.instance_id)
+        )
         return [dataclasses.replace(i, live=i.instance_id in live) for i in rows]
 
     async def leave(self, instance_id: str) -> None:

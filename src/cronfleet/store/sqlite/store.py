@@ -602,7 +602,9 @@ class SQLiteStore:
                     c.executemany(Q["finish_run"], [sqlite_finish_row(r) for r in changed])
                 for stored, r in late:
                     kept = ledger.attach_late_result(stored, r, dt(now))
-                    c.execute(Q["attach_late"], (_json(kept.result), json.dumps(kept.logs), stored.id))
+                    c.execute(
+                        Q["attach_late"], (_json(kept.result), json.dumps(kept.logs), stored.id)
+                    )
                 if releases:  # one statement: thousands of tiny ones would queue on the GIL
                     c.execute(Q["release_leases"], (json.dumps(releases),))
         except BaseException:
