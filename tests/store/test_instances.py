@@ -160,3 +160,25 @@ async def test_a_terminal_row_is_never_overwritten_by_another_outcome(
     await store.finish([Finish(res.run)])
     [row] = await store.list_runs("a")
     assert row.status is RunStatus.INTERRUPTED
+
+
+async def test_a_resolved_claim_cannot_be_withdrawn(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    from cronfleet.store.base import EarlyClaimStore
+
+    zombie, alive = istore(store), istore(other)
+    if not isinstance(zombie, EarlyClaimStore):
+        return
+    await zombie.ensure_jobs(["a"])
+    await zombie.heartbeat(me("z"), ttl=TTL)
+    [early] = await zombie.dispatch([Dispatch.early_claim("a", T0 + 1, hold=3600)], "z")
+    clock.advance(20)
+    await alive.heartbeat(me("alive"), ttl=TTL)
+    [row] = (await alive.break_lost("alive", ttl=TTL)).runs
+    # the zombie wakes and gives its (late) early claim back: the slot stays resolved
+    assert early.token is not None
+    assert await zombie.withdraw([("a", T0 + 1, early.token)]) == 0
+    [again] = await alive.dispatch([Dispatch.missed("a", T0 + 1, reason="missed")], "alive")
+    assert not again.won  # still claimed: no second row for the slot
+    assert [r.id for r in await alive.list_runs("a")] == [row.id]

@@ -38,6 +38,7 @@ class Pending:
 
     slot: float
     ready: list[tuple[Job, Dispatched, Active | None]] = field(default_factory=list)
+    epoch: int = 0  # the fleet epoch the claims were made in (runtime/fleet.py)
 
 
 class EarlyClaims:
@@ -82,7 +83,7 @@ class EarlyClaims:
         so no job leaves the schedule.
         """
         s = self.s
-        pending = self.pending = Pending(slot)
+        pending = self.pending = Pending(slot, epoch=s.fleet.epoch)
         jobs, due = s._jobs, s.due
         nexts = due.next
         try:

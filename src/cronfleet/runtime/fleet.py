@@ -13,10 +13,12 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
 - **Zombies**: a process that could not confirm its heartbeat for longer than the ttl
   (stopped, paused, starved) may have been declared lost. Before it starts runs from
   claims made earlier it confirms with a heartbeat; if the store says it was declared
-  lost, it logs it, re-registers (the heartbeat did) and drops those claims — the
-  survivors already wrote them ``interrupted``. Its handlers still running report late:
-  the store keeps their outcomes as late results on the interrupted rows (never a second
-  outcome, ``store/ledger.py`` ``is_late``).
+  lost (``epoch`` moves: every claim made before belongs to the survivors), it logs it,
+  re-registers (the heartbeat did) and drops those claims — the survivors already wrote
+  them ``interrupted``. The stores refuse to withdraw a claim whose slot has a run row,
+  so a zombie can never make a resolved slot claimable again. Its handlers still running
+  report late: the store keeps their outcomes as late results on the interrupted rows
+  (never a second outcome, ``store/ledger.py`` ``is_late``).
 - **Spreading**: each job belongs to one live instance by rendezvous hashing
   (highest ``blake2b(job id, instance id)``). Only the owner claims a job's slot early
   (``claim_ahead`` before the instant); the others try at the instant itself, so an
@@ -78,7 +80,7 @@ class Fleet:
         self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
-        self.lost_count = 0
+        self.epoch = 0  # +1 each time the store says this instance had been declared lost
         self._mine: dict[str, bool] = {}
         self._mine_for: tuple[str, ...] = ()
 
@@ -107,7 +109,7 @@ class Fleet:
                 )
             self.live = beat.live
         if beat.lost:
-            self.lost_count += 1
+            self.epoch += 1  # claims made before belong to the survivors now
             log.warning(
                 "instance %s was declared lost by %s at %s (no heartbeat for more than "
                 "%gs); its runs in progress were interrupted and their results will be "
@@ -124,13 +126,15 @@ class Fleet:
         ttl: claims made before may have been broken by the survivors."""
         return self.enabled and (self.last_ok is None or now - self.last_ok > self.ttl / 2)
 
-    async def confirm(self, now: float) -> bool:
-        """Before starting runs from earlier claims: True when they are still ours (the
-        store confirms this instance was not declared lost meanwhile)."""
-        if not self.suspect(now):
-            return True
-        beat = await self.beat()
-        return beat is not None and not beat.lost
+    async def confirm(self, now: float, epoch: int) -> bool:
+        """Before starting runs from claims made in ``epoch``: True when they are still
+        ours (the store confirms this instance was not declared lost since)."""
+        if self.suspect(now):
+            beat = await self.beat()
+            if beat is None:  # no answer: ours unless a survivor may have declared us lost
+                last = self.last_ok
+                return last is not None and now - last < self.ttl and epoch == self.epoch
+        return epoch == self.epoch
 
     async def break_lost(self) -> list[RunRecord]:
         """Declare lost the instances past the ttl and break their leases; recover."""

@@ -133,7 +133,11 @@ class Loop:
             s.stats.store_errors += 1
             log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
             states = {}
-        if pending is not None and pending.ready and not await s.fleet.confirm(now):
+        if (
+            pending is not None
+            and pending.ready
+            and not await s.fleet.confirm(now, pending.epoch)
+        ):
             s.early.drop_stale(pending)  # a zombie's claims: the fleet took them over
             pending = None
         if pending is not None:

@@ -336,7 +336,7 @@ class MemoryStore:
         deleted = 0
         for job_id, slot, token in items:
             claim = db.claims.get((job_id, ms(slot)))
-            if claim is not None and claim.token == token:
+            if claim is not None and claim.token == token and not self._has_run(job_id, token):
                 self._drop_claim(claim)
                 deleted += 1
             self._release(job_id, token)

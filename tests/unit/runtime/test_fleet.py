@@ -105,7 +105,9 @@ async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     assert row.status is RunStatus.INTERRUPTED and row.reason == "instance_lost"
     # the zombie wakes: its handler ends; the success is kept as a late result
     caplog.set_level(logging.WARNING, logger="cronfleet")
-    assert not await z.fleet.confirm(clock.now())  # learns it was declared lost
+    epoch = z.fleet.epoch
+    assert not await z.fleet.confirm(clock.now(), epoch)  # learns it was declared lost
+    assert z.fleet.epoch == epoch + 1
     assert "was declared lost by survivor" in caplog.text
     release.set()
     await settle(z, s)

@@ -92,6 +92,8 @@ USING (SELECT e->>0 AS j, to_timestamp((e->>1)::bigint / 1000.0) AS slot,
               (e->>2)::bigint AS tok
        FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
 WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
+  -- never a claim whose slot has a run row (a survivor resolved it: instance_lost)
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = c.token)
 RETURNING c.job_id;
 
 -- name: take_leases

@@ -60,8 +60,10 @@ DELETE FROM claims WHERE token = ?;
 DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?));
 
 -- name: withdraw_claim
--- (token, job, slot): only that exact claim
-DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?;
+-- (token, job, slot): only that exact claim, and never one whose slot has a run row
+-- (a survivor resolved it: interrupted, instance_lost)
+DELETE FROM claims WHERE token = ?1 AND job_id = ?2 AND slot = ?3
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.fencing_token = ?1);
 
 -- name: take_leases
 -- ?1 instance, ?2 now, ?3 [[job, token, until], ...]: leases that are free or expired
