@@ -331,6 +331,12 @@ class Loop:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
                 delay = jitter_delay(job.id, res.request.slot, job.jitter)
                 s.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
+            elif run.is_recovery:  # its own place: never in QUEUE_ONE's single slot
+                runs.recovering[job.id] = Queued(job, run, leased=res.request.lease)
+                log.info(
+                    "job %s: recovery of slot %s waits for the lease (%s)",
+                    job.id, run.slot.isoformat(), res.holder or "busy",
+                )  # fmt: skip
             else:
                 runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
         else:

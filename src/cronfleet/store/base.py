@@ -321,15 +321,18 @@ class Dispatch:
         hold: float = 3600.0,
         catchup: bool = False,
         logs: list[str] | None = None,
+        wait_if_busy: bool = False,
     ) -> Dispatch:
         """Run again the slot of an interrupted run: its claim (``token``) is replaced by
-        a new, higher token (only one instance wins that)."""
+        a new, higher token (only one instance wins that). ``wait_if_busy``: the lease
+        busy (the job's next slot runs), the recovery stays ``pending`` until it is free."""
         return cls(
             job_id=job_id,
             slot=slot,
             triggered_by=TriggeredBy.RECOVERY,
             lease=lease,
             hold=hold,
+            wait_if_busy=wait_if_busy and lease,
             is_recovery=True,
             is_catchup=catchup,
             reclaim_token=token,

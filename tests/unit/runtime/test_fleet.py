@@ -27,6 +27,15 @@ async def spin() -> None:
         await asyncio.sleep(0)
 
 
+async def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Real-time wait for ``cond`` (a store thread is involved on SQLite)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
 def istore(s: Scheduler) -> InstanceStore:
     assert isinstance(s.store, InstanceStore)
     return s.store
@@ -198,3 +207,84 @@ def test_rendezvous_moves_only_the_jobs_of_the_instance_that_left() -> None:
     moved = [j for j in jobs if before[j] != after[j]]
     assert moved and all(before[j] == "c" for j in moved)
     assert owner("x", ()) is None
+
+
+async def _interrupted_slot(s: Scheduler, job_id: str, slot: float) -> Any:
+    """The store's row of ``slot`` claimed by a dead instance and marked interrupted."""
+    from cronfleet.store.base import Finish
+
+    await s.store.open()
+    await s.store.ensure_jobs([job_id])
+    [res] = await s.store.dispatch(
+        [Dispatch(job_id=job_id, slot=slot, triggered_by=TriggeredBy.SCHEDULE, lease=True,
+                  hold=90)], "dead:1:x",
+    )  # fmt: skip
+    run = res.run
+    run.status, run.reason = RunStatus.INTERRUPTED, "instance_lost"
+    await s.store.finish([Finish(run, release_token=res.token)])
+    await s.store.close()
+    return run
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_recovery_that_meets_the_next_slots_lease_waits_and_runs(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    release = asyncio.Event()
+    calls: list[tuple[float, bool]] = []
+
+    async def handler(ctx: Any) -> None:
+        calls.append((ctx.slot.timestamp(), ctx.is_recovery))
+        if not ctx.is_recovery:
+            await release.wait()
+
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="j", timeout=60, recover=True)(handler)
+    lost = await _interrupted_slot(s, "j", T0)
+    clock.set(T0 + 9)
+    await s.start()
+    running.append(s)
+    clock.set(T0 + 10.1)  # the next slot starts and holds the lease
+    await until(lambda: calls)
+    assert calls == [(T0 + 10, False)]
+    await s.upkeep.recover([lost], "test")  # the recovery meets that lease
+    assert "j" in s.runner.recovering
+    for _ in range(3):  # polled, still busy: it waits (no already_executing row)
+        clock.advance(1)
+        await asyncio.sleep(0.05)
+    assert calls == [(T0 + 10, False)]
+    release.set()  # the next slot's run ends: the recovery gets the lease
+    await settle(s)
+    assert calls == [(T0 + 10, False), (T0, True)]
+    rows = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0]
+    assert sorted((r.status.value, r.is_recovery) for r in rows) == [
+        ("interrupted", False), ("succeeded", True)
+    ]
+
+
+async def test_a_recovery_that_never_gets_the_lease_is_recorded_superseded(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    release = asyncio.Event()
+
+    async def handler(ctx: Any) -> None:
+        await release.wait()
+
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="j", timeout=60, recover=True, catch_up_window=20)(handler)
+    lost = await _interrupted_slot(s, "j", T0)
+    clock.set(T0 + 9)
+    await s.start()
+    running.append(s)
+    clock.set(T0 + 10.1)
+    await until(lambda: s.runner.running.get("j"))
+    await s.upkeep.recover([lost], "test")
+    for _ in range(12):  # past the catch-up window (20 s) of its slot
+        clock.advance(1)
+        await asyncio.sleep(0.02)
+    await until(lambda: "j" not in s.runner.recovering)
+    release.set()
+    await settle(s)
+    [rec] = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 and r.is_recovery]
+    assert rec.status is RunStatus.SKIPPED and rec.reason == "superseded"
+    assert "superseded" in rec.logs[-1]
