@@ -70,6 +70,7 @@ class EarlyClaims:
             and not job.jitter
             and job.id not in runs.queued
             and not runs.running.get(job.id)
+            and job.id not in self.s.loop.sequencing
         )
 
     async def claim(self, slot: float, now: float) -> None:

@@ -75,6 +75,9 @@ class Loop:
         self.task: asyncio.Task[None] | None = None
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
+        # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
+        # meanwhile join the sequence (they would meet its lease and be skipped)
+        self.sequencing: dict[str, list[tuple[float, bool]]] = {}
 
     async def run(self) -> None:
         s = self.s
@@ -150,8 +153,13 @@ class Loop:
         queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
         scheduled = requests.scheduled
         items: list[Dispatch] = []
+        sequencing = self.sequencing
         for pair in due:
             job, slot = pair
+            if sequencing and job.id in sequencing:
+                sequencing[job.id].append((slot, now - slot > late_after))
+                handled.append(pair)  # its next slot is queued as usual
+                continue
             if now - slot < (job.period or CRON_GAP) and now - slot <= late_after and (
                 job.id not in states and job.enabled
             ):
@@ -174,6 +182,10 @@ class Loop:
         if skips:
             await s.ledger.record_skips(skips)
         for job, runs in sequences:
+            if job.id in sequencing:  # already running one: the slots join it
+                sequencing[job.id].extend(runs)
+                continue
+            sequencing[job.id] = runs
             s.spawn(self.run_sequence(job, runs))
 
     def plan_job(
@@ -354,7 +366,10 @@ class Loop:
         s = self.s
         s.activity.enter()
         try:
-            for slot, catchup in runs:
+            i = 0
+            while i < len(runs):  # slots due meanwhile are appended (fire_due)
+                slot, catchup = runs[i]
+                i += 1
                 await s.runner.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
@@ -368,4 +383,6 @@ class Loop:
                 await self.dispatch([item])
             await s.runner.job_idle(job.id)
         finally:
+            if self.sequencing.get(job.id) is runs:
+                del self.sequencing[job.id]
             s.activity.leave()
