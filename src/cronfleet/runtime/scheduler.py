@@ -423,6 +423,10 @@ class Scheduler(SyncControl):
             "overdue": round(overdue, 3),
             "jobs": len(self._jobs),
             "active_runs": len(self.runner.active),
+            # the live instances this one knows of (heartbeats), and how many times it
+            # was declared lost by the others and re-joined
+            "instances_live": list(self.fleet.live),
+            "times_declared_lost": self.fleet.epoch,
         }
 
     def leases_held(self) -> int:

@@ -130,6 +130,9 @@ async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     assert (await z.fleet.beat()) is not None
     z.spawn(z.fleet.heartbeat_loop())
     assert z.fleet.live == ("survivor", "zombie")
+    health = z.health()
+    assert health["instances_live"] == ["survivor", "zombie"]
+    assert health["times_declared_lost"] == 1
     await advance(clock, 60, z, s, step=0.5)
     nxt = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 + 120]
     assert len(nxt) == 1 and nxt[0].status is RunStatus.SUCCEEDED
