@@ -40,7 +40,9 @@ from cronfleet.store.base import Heartbeat, Instance, InstanceStore
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
 
-__all__ = ["Fleet", "owner"]
+__all__ = ["QUIET", "Fleet", "owner"]
+
+QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
 
 log = logging.getLogger("cronfleet")
 
@@ -159,9 +161,22 @@ class Fleet:
             await self.s.upkeep.recover(got.runs, "its instance was lost")
         return got.runs
 
+    async def quiet_moment(self) -> None:
+        """Wait until this is not the moment of an instant or of its early claims: a
+        heartbeat is a store write, and a handler's lateness must not pay for it."""
+        s = self.s
+        heap = s.due.heap
+        if not heap:
+            return
+        now = s.clock.now()
+        nxt = heap[0]
+        if nxt - s.early.ahead - QUIET <= now < nxt + QUIET:
+            await s.clock.sleep_until(nxt + QUIET)
+
     async def heartbeat_loop(self) -> None:
         s = self.s
         while True:
+            await self.quiet_moment()
             s.activity.enter()
             try:
                 beat = await self.beat()
