@@ -27,7 +27,9 @@ from cronfleet.store.ledger import missed_summary, override_skip_log, store_unav
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
 
-__all__ = ["Loop", "Pipeline"]
+__all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
+
+SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 
 log = logging.getLogger("cronfleet")
 
@@ -154,6 +156,11 @@ class Loop:
         scheduled = requests.scheduled
         items: list[Dispatch] = []
         sequencing = self.sequencing
+        # spreading: another live instance's jobs, which it claimed early, are claimed
+        # here a moment later, so its handlers start first (runtime/fleet.py)
+        fleet, early = s.fleet, s.early
+        spread = early.ahead > 0 and len(fleet.live) > 1
+        later: list[Dispatch] = []
         for pair in due:
             job, slot = pair
             if sequencing and job.id in sequencing:
@@ -166,8 +173,12 @@ class Loop:
                 # the common case: one slot, on time, no override; its next slot is
                 # provably ahead and is computed once the handlers are on their way
                 handled.append(pair)
-                items.append(scheduled(job, slot, now, queued=queued, running=running,
-                                       instance_id=instance_id))
+                item = scheduled(job, slot, now, queued=queued, running=running,
+                                 instance_id=instance_id)
+                if spread and not fleet.owns(job.id) and early.may_claim(job):
+                    later.append(item)
+                    continue
+                items.append(item)
             else:
                 self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences)
             if len(items) >= size:
@@ -179,6 +190,8 @@ class Loop:
         if handled:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
+        if later:
+            s.spawn(self.claim_later(later, now + SPREAD_DELAY))
         if skips:
             await s.ledger.record_skips(skips)
         for job, runs in sequences:
@@ -360,6 +373,17 @@ class Loop:
                     run.slot.isoformat(),
                     run.logs[-1] if run.logs else run.reason,
                 )
+
+    async def claim_later(self, items: list[Dispatch], at: float) -> None:
+        """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
+        early and start them first; these claims only matter when an owner is gone."""
+        s = self.s
+        await s.clock.sleep_until(at)
+        s.activity.enter()
+        try:
+            await self.dispatch(items)
+        finally:
+            s.activity.leave()
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (RUN_ALL catch-up): one after the other."""
