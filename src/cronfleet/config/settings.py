@@ -55,6 +55,7 @@ class Config:
     instance_ttl: float = 15.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
+    metrics_job_label: bool = True
     allow_private_targets: bool = False
     api_enabled: bool = True
     api_host: str = "127.0.0.1"
@@ -150,6 +151,7 @@ class Loaded:
             role=role,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
+            metrics_job_label=c.metrics_job_label,
             timers=timers,
             clock=clock,
             instance_id=instance_id,

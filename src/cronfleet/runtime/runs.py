@@ -145,6 +145,7 @@ class Runs:
             manual=run.manual,
             attempt=run.attempt,
             logs=run.logs,
+            params=run.params or {},
         )
 
     # -- executing ----------------------------------------------------------------------
@@ -293,6 +294,7 @@ class Runs:
             run.error = outcome.error
             run.reason = outcome.reason
             outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            stats.job_outcome(job.id, run.status.value, outcome.finished)
             if not run.manual:
                 stats.lateness.observe(outcome.started - run.slot.timestamp())
             stats.durations.observe(outcome.finished - outcome.started)

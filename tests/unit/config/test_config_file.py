@@ -261,6 +261,8 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         ('[scheduler]\ninstance_ttl = "soon"\n',
          "2:16: scheduler: instance_ttl: invalid duration 'soon': unexpected 'soon' at column "
          "1 (expected a number and a unit (ms, s, m, h, d, w), e.g. '30s', '10m', '1h30m')"),
+        ('[scheduler]\nmetrics_job_label = "no"\n',
+         "2:21: scheduler: metrics_job_label: expected true or false, got a string ('no')"),
         ('[scheduler]\nruns_per_job = 0\n',
          "2:16: scheduler: runs_per_job: expected a whole number of at least 1, got a number "
          "(0)"),
