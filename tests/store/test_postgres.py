@@ -157,9 +157,6 @@ def test_ten_processes_migrate_one_schema_at_once(schema: str) -> None:
         jobs = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.job_state").format(sql.Identifier(schema))
         ).fetchone()
-    assert rows == [
-        (1, "0001_initial.sql"), (2, "0002_side_tables.sql"), (3, "0003_instances.sql")
-    ]
     known = migrations("cronfleet.store.postgres")
     assert sorted(rows) == [(v, n) for v, n, _ in known]  # each applied once
     assert jobs == (1,)

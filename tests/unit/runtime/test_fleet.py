@@ -99,7 +99,7 @@ async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     running.append(z)
     await advance(clock, 59.5, z, step=0.5)
     clock.set(T0 + 60.1)  # the handler starts and does not end: no waiting for idle here
-    await spin()
+    await until(lambda: calls)
     assert calls == ["zombie"]
     # the zombie stops answering: no heartbeat, no loop (a SIGSTOP, as far as the store sees)
     beats = [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]

@@ -359,7 +359,7 @@ INSERT INTO __S__.schema_migrations (version, name) VALUES (%s, %s);
 -- name: runs_by_token
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM __S__.runs
 WHERE fencing_token IN (SELECT (jsonb_array_elements_text(%(tokens)s::jsonb))::bigint);
 
@@ -407,7 +407,7 @@ FROM jsonb_array_elements(%(rows)s::jsonb) AS e
 WHERE runs.status IN ('running', 'pending') AND runs.instance_id = e->>0
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-          result, error, logs;
+          result, error, logs, params, forced_by;
 
 -- name: leases_of
 -- leases held by these instances (locked in job_id order), with the claim and whether the

@@ -218,14 +218,14 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
 -- ?1 [token, ...]: the rows those fencing tokens already have (the late-result fence)
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs WHERE fencing_token IN (SELECT value FROM json_each(?1));
 
 -- name: finished_runs_by_id
 -- ?1 [id, ...]: those of the rows that already hold a final outcome
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs WHERE id IN (SELECT value FROM json_each(?1))
   AND status NOT IN ('running', 'pending');
 
@@ -273,7 +273,7 @@ FROM json_each(?3) AS v
 WHERE runs.status IN ('running', 'pending') AND runs.instance_id = v.value->>0
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-          result, error, logs;
+          result, error, logs, params, forced_by;
 
 -- name: leases_of
 -- ?1 [instance, ...]: leases held by these instances, with the claim and whether the
