@@ -21,8 +21,9 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   (never a second outcome, ``store/ledger.py`` ``is_late``).
 - **Spreading**: each job belongs to one live instance by rendezvous hashing
   (highest ``blake2b(job id, instance id)``). Only the owner claims a job's slot early
-  (``claim_ahead`` before the instant); the others try at the instant itself, so an
-  owner that is gone costs lateness of ``claim_ahead`` at most, never a slot.
+  (``claim_ahead`` before the instant); the others try ``SPREAD_DELAY`` (100 ms) after
+  the instant (``Loop.claim_later``), so the owner's handlers start first and an owner
+  that is gone costs 100 ms of lateness until it is declared lost, never a slot.
 """
 
 from __future__ import annotations
