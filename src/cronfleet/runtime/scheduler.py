@@ -55,6 +55,7 @@ from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.runtime.registry import Registry
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
@@ -166,6 +167,7 @@ class Scheduler(SyncControl):
         self.early = EarlyClaims(self)
         self.upkeep = Upkeep(self)
         self.fleet = Fleet(self)
+        self.registry = Registry(self)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -319,6 +321,7 @@ class Scheduler(SyncControl):
             self.due.first(job, states.get(job.id), now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
+            await self.registry.sync()
         self.running = True
         self.stopping = False
         self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
@@ -330,11 +333,15 @@ class Scheduler(SyncControl):
             self.spawn(self.upkeep.renew_loop())
             if self.fleet.enabled:
                 self.spawn(self.fleet.heartbeat_loop())
+            if self.registry.enabled:
+                self.spawn(self.registry.request_loop())
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
             # overrides are still read at fire time, so a lost notification changes nothing
             await subscribe(self.wake)
+            if self.registry.enabled:
+                await subscribe(self.registry.wake)
         log.info(
             "cronfleet %s started with %d jobs on %s%s",
             self.instance_id,
