@@ -114,17 +114,34 @@ def declared(job: Job) -> Declared:
                     spec=spec)
 
 
+class DeclaredElsewhere:
+    """The handler of a job another process declares (:func:`job_from_spec`): running it
+    here is an error naming where it runs; a control-only scheduler (CLI, API) holds
+    such jobs to show and operate them (pause, resume, views) and triggers them
+    remotely."""
+
+    kind = "elsewhere"
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def __call__(self) -> None:
+        raise CronfleetError(
+            f"job {self.job_id!r} is declared by another process of the fleet and runs "
+            "there: trigger it through the store (cronfleet trigger, the API)")
+
+
 def job_from_spec(job_id: str, spec: Mapping[str, Any], *, team: str, source: str) -> Job:
-    """A handler-less :class:`Job` from a registry spec (another process's job, as the
-    CLI and the API show and operate it: views, pause, next fire times). Raises
-    ``ValueError`` when the schedule cannot be read here (e.g. a calendar file that only
-    exists on the declaring host)."""
+    """A :class:`Job` from a registry spec (another process's job, as the CLI and the
+    API show and operate it: views, pause, next fire times), its handler a
+    :class:`DeclaredElsewhere`. Raises ``ValueError`` when the schedule cannot be read
+    here (e.g. a calendar file that only exists on the declaring host)."""
     from cronfleet.cron.compose import read_schedule
 
     schedule, sentence = read_schedule(str(spec.get("schedule", "")), str(spec.get("zone")
                                                                         or "UTC"))
     return Job(
-        id=job_id, schedule=schedule, handler=None,
+        id=job_id, schedule=schedule, handler=DeclaredElsewhere(job_id),
         missed=Missed(spec.get("missed", Missed.RUN_ONCE.value)),
         catch_up_window=float(spec.get("catch_up_window") or 0.0),
         locking=Locking(spec.get("locking", Locking.PREFER_GLOBAL.value)),

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cronfleet import FakeClock, RunContext, Scheduler
-from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
-from cronfleet.runtime.registry import TOUCH, fleet_jobs, job_from_spec, remote_trigger
+from cronfleet.errors import CronfleetError, NotDeclared, RemoteRefused, RemoteTimeout
+from cronfleet.runtime.registry import TOUCH, DeclaredElsewhere, fleet_jobs, job_from_spec, remote_trigger
 from cronfleet.store.base import RegistryStore
 
 from .conftest import BOTH, settle
@@ -52,7 +52,9 @@ async def test_jobs_are_published_with_their_spec_and_triggered_from_elsewhere(
         assert d.spec["description"] == "hourly" and d.spec["config"] == {"n": 1}
         job = job_from_spec("tick", d.spec, team=d.team, source=d.source)
         assert job.schedule.expr == "0 * * * *" and str(job.schedule.tz) == "Europe/Paris"
-        assert job.handler is None and job.overlap.value == "queue_one"
+        assert isinstance(job.handler, DeclaredElsewhere) and job.overlap.value == "queue_one"
+        with pytest.raises(CronfleetError, match="declared by another process"):
+            job.handler()
 
         got = await remote_trigger(ops.store, "tick", by="alice", ttl=TTL,
                                    params={"k": "v"}, timeout=20)
