@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 
 from cronfleet import RunContext, Scheduler
 
@@ -30,8 +31,12 @@ def main() -> None:
 
     @s.job(args.schedule, id="tick", description="declared in code")
     async def tick(ctx: RunContext) -> None:
-        with open(args.count, "a", encoding="utf-8") as f:
-            f.write(f"tick {args.name} {json.dumps(dict(ctx.params), sort_keys=True)}\n")
+        line = f"tick {args.name} {json.dumps(dict(ctx.params), sort_keys=True)}\n"
+        fd = os.open(args.count, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
         if "sleep" in ctx.params:
             await asyncio.sleep(float(ctx.params["sleep"]))
 
