@@ -253,6 +253,21 @@ class RunBrief(BaseModel):
     error: str | None
 
 
+class Declarer(BaseModel):
+    instance: str = Field(description="The instance that declares the job.")
+    live: bool = Field(description="Whether that instance is live (heartbeat within the "
+                       "instance ttl).")
+    source: str
+    declared_at: str | None = Field(description="When it first declared this spec.")
+    seen_at: str | None = Field(description="When it last said it still declares it.")
+    digest: str = Field(description="SHA-256 of the spec it declares.")
+
+
+class Conflict(BaseModel):
+    fields: list[str] = Field(description="The spec fields the declarers disagree on.")
+    instances: list[list[str]] = Field(description="The declarers, grouped by spec.")
+
+
 class JobSummary(BaseModel):
     id: str
     team: str
@@ -277,6 +292,15 @@ class JobSummary(BaseModel):
     last_run: RunBrief | None
     override: Override | None
     lease: Lease | None
+    kind: str | None = Field(None, description="handler, http, ... (from the job registry).")
+    declared: bool | None = Field(None, description="Whether a live instance of the fleet "
+                                  "declares the job (null: not in the job registry).")
+    declared_by: list[Declarer] = Field(default_factory=list, description="The instances "
+                                        "that declare it, live or not (the job registry).")
+    conflict: Conflict | None = Field(None, description="Live declarers disagreeing on "
+                                      "its spec, or null.")
+    remote: bool = Field(False, description="Declared by other processes only: triggers "
+                         "go through the store to a live one.")
 
 
 class JobPage(BaseModel):

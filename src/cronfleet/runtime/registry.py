@@ -125,7 +125,7 @@ class DeclaredElsewhere:
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
 
-    def __call__(self) -> None:
+    def __call__(self, ctx: Any = None) -> None:
         raise CronfleetError(
             f"job {self.job_id!r} is declared by another process of the fleet and runs "
             "there: trigger it through the store (cronfleet trigger, the API)")
