@@ -163,7 +163,7 @@ class JobFields(BaseModel):
     missed: _doc(Literal["skip", "run_once", "run_all"] | None) = None  # type: ignore[valid-type]
     catch_up_window: _doc(Duration | None) = None  # type: ignore[valid-type]
     locking: _doc(Literal["node_local", "prefer_global", "require_global"] | None) = None  # type: ignore[valid-type]
-    overlap: _doc(Literal["skip", "queue_one", "allow"] | None) = None  # type: ignore[valid-type]
+    overlap: _doc(Literal["skip", "queue_one", "allow", "replace"] | None) = None  # type: ignore[valid-type]
     timeout: _doc(Duration | None) = None  # type: ignore[valid-type]
     jitter: _doc(Duration | None) = None  # type: ignore[valid-type]
     recover: _doc(bool | None) = None  # type: ignore[valid-type]
@@ -395,6 +395,24 @@ class JobStateOut(BaseModel):
     enabled: bool
     override: Override | None
     lease: Lease | None
+
+
+class CancelBody(BaseModel):
+    """Optional: why the run is cancelled (recorded with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    why: str | None = Field(None, max_length=500, description="Why (recorded in the run's "
+                            "error and log, with who asked).")
+
+
+class CancelAccepted(BaseModel):
+    run_id: int
+    job_id: str
+    instance_id: str | None = Field(description="The instance executing the run.")
+    message: str = Field(description="What the instance did: an async handler is "
+                         "cancelled at once; a sync handler's thread cannot be stopped, the "
+                         "run is recorded cancelled when it returns.")
 
 
 class TriggerBody(BaseModel):

@@ -36,7 +36,8 @@ Exit codes:
   2  bad input: invalid expression, time zone, option or argument;
      unknown job or run id
   3  the job is already executing, paused without --force, or declared by no
-     live instance of the fleet (trigger)"""
+     live instance of the fleet (trigger); the run has ended, is not executing
+     or its instance is not live (cancel)"""
 
 
 def _console(err: bool = False) -> Any:

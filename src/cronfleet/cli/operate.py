@@ -220,7 +220,7 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
 
 
 _STATUSES = ["pending", "running", "succeeded", "failed", "timed_out", "skipped",
-             "interrupted"]
+             "interrupted", "cancelled"]
 
 
 def _bound(name: str, value: str | None, now: datetime) -> datetime | None:
@@ -502,6 +502,52 @@ def _trigger_remote(loaded: Any, job_id: str, values: dict[str, str] | None, *, 
         refuse(exc.code, str(exc), EXIT_FAILED, request_id=exc.request_id,
                withdrawn=exc.withdrawn)
     raise AssertionError("unreachable")
+
+
+@click.command("cancel", epilog=_EXIT_CODES)
+@click.argument("run_id", metavar="RUN_ID", type=int)
+@click.option("--why", metavar="TEXT", default=None, help="Why (recorded with the run).")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds to wait for the instance executing the run to answer.")
+@_BY
+@_CONFIG
+@_JSON
+def cancel_cmd(run_id: int, why: str | None, timeout: float, by: str | None,
+               config_path: str | None, as_json: bool) -> None:
+    """Cancel RUN_ID wherever it executes in the fleet.
+
+    The request goes through the store to the instance executing the run, which records
+    it `cancelled` with who and why. An async handler is cancelled at once; a sync
+    handler's thread cannot be stopped: the run is recorded cancelled when it returns.
+    Exits 3 when the run has ended, is not executing, or its instance is not live.
+    """
+    from cronfleet.errors import RemoteRefused, RemoteTimeout
+    from cronfleet.runtime.registry import remote_cancel
+
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    reason = why or "no reason given"
+    ttl = loaded.config.instance_ttl
+    with loaded:
+        try:
+            got = _session(loaded, lambda store: remote_cancel(
+                store, run_id, by=who, why=reason, ttl=ttl, timeout=timeout))
+        except RemoteRefused as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"run_id": run_id, "instance": exc.instance_id}})
+            _fail(str(exc), EXIT_BAD_INPUT if exc.code == "RUN_NOT_FOUND" else EXIT_BUSY)
+        except RemoteTimeout as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"run_id": run_id, "request_id": exc.request_id}})
+            _fail(str(exc), EXIT_FAILED)
+    if as_json:
+        _echo_json({"run_id": run_id, "job_id": got.job_id, "instance_id": got.taken_by,
+                    "by": who, "why": reason})
+        return
+    click.echo(f"cancel of run {run_id} ({got.job_id!r}) taken by instance {got.taken_by}; "
+               f"the run is recorded cancelled by {who} ({reason}) once its handler stops")
 
 
 def _until(value: str, job: Job, now: datetime) -> datetime:

@@ -62,7 +62,7 @@ def _duration(seconds: float | None) -> str:
 
 _STATUS_STYLE = {
     "succeeded": "green", "failed": "bold red", "timed_out": "red", "skipped": "yellow",
-    "interrupted": "magenta", "running": "cyan", "pending": "blue",
+    "interrupted": "magenta", "cancelled": "bright_black", "running": "cyan", "pending": "blue",
 }
 
 

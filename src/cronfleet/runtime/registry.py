@@ -50,6 +50,7 @@ __all__ = [
     "declared_spec",
     "fleet_jobs",
     "job_from_spec",
+    "remote_cancel",
     "remote_trigger",
 ]
 
@@ -290,7 +291,51 @@ async def remote_trigger(
     payload: dict[str, Any] = {"force": bool(force)}
     if params:
         payload["params"] = dict(params)
-    sent = await reg.submit_request(FleetRequest("trigger", job_id, by, payload))
+    return await _send(reg, FleetRequest("trigger", job_id, by, payload), timeout, poll)
+
+
+async def remote_cancel(
+    store: Store,
+    run_id: int,
+    *,
+    by: str,
+    why: str,
+    ttl: float,
+    timeout: float = 30.0,
+    poll: float = 0.1,
+) -> FleetRequest:
+    """Ask the instance executing run ``run_id`` to cancel it (``Runs.cancel``: the run
+    is recorded ``cancelled`` with ``by`` and ``why``), and wait for its answer. Raises
+    :class:`RemoteRefused` when the run does not exist (``RUN_NOT_FOUND``), has ended
+    (``RUN_ENDED``), its holder is not live (``HOLDER_NOT_LIVE``: the survivors break its
+    lease within the instance ttl) or it is not executing there (``RUN_NOT_RUNNING``);
+    :class:`RemoteTimeout` as :func:`remote_trigger`."""
+    reg = _registry(store)
+    run = await reg.get_run(run_id)
+    if run is None:
+        raise RemoteRefused("RUN_NOT_FOUND", f"no run {run_id}", job_id="", instance_id=None,
+                            run_id=run_id)
+    if run.status.finished:
+        raise RemoteRefused("RUN_ENDED", f"run {run_id} of {run.job_id!r} has already ended "
+                            f"({run.status.value})", job_id=run.job_id,
+                            instance_id=run.instance_id, run_id=run_id)
+    holder = run.instance_id
+    live = {i.instance_id for i in await reg.list_instances(ttl=ttl) if i.live}
+    if holder is None or holder not in live:
+        raise RemoteRefused(
+            "HOLDER_NOT_LIVE", f"run {run_id} of {run.job_id!r} is held by instance "
+            f"{holder or '?'}, which is not live: the survivors break its lease and record "
+            f"the run interrupted within the instance ttl ({ttl:g}s)", job_id=run.job_id,
+            instance_id=holder, run_id=run_id)
+    req = FleetRequest("cancel", run.job_id, by, {"run_id": run_id, "why": why}, target=holder)
+    return await _send(reg, req, timeout, poll)
+
+
+async def _send(reg: RegistryStore, request: FleetRequest, timeout: float,
+                poll: float) -> FleetRequest:
+    """Store ``request``, wait for its answer (see :func:`remote_trigger`)."""
+    job_id = request.job_id
+    sent = await reg.submit_request(request)
     assert sent.id is not None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -401,6 +446,18 @@ class Registry:
                 except TimeoutError:
                     pass
 
+    def _cancel(self, req: FleetRequest) -> tuple[int | None, str | None]:
+        run_id = req.payload.get("run_id")
+        if not isinstance(run_id, int):
+            return None, "BAD_REQUEST: a cancel request names no run_id"
+        why = str(req.payload.get("why") or "no reason given")
+        try:
+            self.s.runner.cancel(run_id, by=req.requested_by, why=why)
+        except KeyError:
+            return run_id, (f"RUN_NOT_RUNNING: run {run_id} is not executing on instance "
+                            f"{self.s.instance_id} (it may have just ended)")
+        return run_id, None
+
     async def handle(self, req: FleetRequest) -> None:
         """Act on one request and answer it (an answer that cannot be written is
         logged: the sender then times out, naming the request)."""
@@ -409,7 +466,9 @@ class Registry:
         assert self.store is not None and req.id is not None
         run_id: int | None = None
         error: str | None = None
-        if req.kind != "trigger":
+        if req.kind == "cancel":
+            run_id, error = self._cancel(req)
+        elif req.kind != "trigger":
             error = f"UNKNOWN_REQUEST: request kind {req.kind!r} is not known to this instance"
         else:
             payload = req.payload

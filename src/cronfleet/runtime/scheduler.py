@@ -571,6 +571,22 @@ class Scheduler(SyncControl):
             await self.ledger.flushed()
         return res.run
 
+    async def cancel_async(self, run_id: int, *, by: str = "manual", why: str = "",
+                           timeout: float = 30.0) -> str:
+        """Cancel run ``run_id`` wherever it executes in the fleet: here directly
+        (:meth:`Runs.cancel`), elsewhere through the store (the holder takes the request;
+        :func:`~cronfleet.runtime.registry.remote_cancel`). The run is recorded
+        ``cancelled`` with ``by`` and ``why``. Returns what was done, in words; raises
+        :class:`~cronfleet.errors.RemoteRefused` / ``RemoteTimeout`` (see there)."""
+        why = why or "no reason given"
+        if run_id in self.runner.active:
+            return self.runner.cancel(run_id, by=by, why=why)
+        from cronfleet.runtime.registry import remote_cancel
+
+        got = await remote_cancel(self.store, run_id, by=by, why=why, ttl=self.instance_ttl,
+                                  timeout=timeout)
+        return f"cancel taken by instance {got.taken_by}"
+
     async def pause_async(
         self,
         job_id: str,
