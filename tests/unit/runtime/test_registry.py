@@ -12,7 +12,13 @@ import pytest
 
 from cronfleet import FakeClock, RunContext, Scheduler
 from cronfleet.errors import CronfleetError, NotDeclared, RemoteRefused, RemoteTimeout
-from cronfleet.runtime.registry import TOUCH, DeclaredElsewhere, fleet_jobs, job_from_spec, remote_trigger
+from cronfleet.runtime.registry import (
+    TOUCH,
+    DeclaredElsewhere,
+    fleet_jobs,
+    job_from_spec,
+    remote_trigger,
+)
 from cronfleet.store.base import RegistryStore
 
 from .conftest import BOTH, settle
@@ -145,3 +151,130 @@ async def _beats(s: Scheduler, clock: FakeClock, seconds: float) -> None:
         await asyncio.sleep(0)
     await settle(s)
 
+
+
+# -- cancel and REPLACE -----------------------------------------------------------------------
+
+
+async def _running(s: Scheduler, job_id: str, timeout: float = 10.0) -> int:
+    """The id of ``job_id``'s run once it executes in ``s``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        for key, active in s.runner.active.items():
+            if active.job.id == job_id and key > 0:
+                return key
+        assert loop.time() < end, f"{job_id} never ran"
+        await asyncio.sleep(0.01)
+
+
+async def _ended(s: Scheduler, run_id: int, timeout: float = 10.0) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        await s.ledger.flushed()
+        run = await s.store.get_run(run_id)
+        if run is not None and run.status.finished:
+            return run
+        assert loop.time() < end, f"run {run_id} never ended"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_cancel_reaches_an_async_run_in_another_process(make: Make) -> None:
+    release = asyncio.Event()
+    a = make(instance_id="a")
+
+    @a.job("0 * * * *", id="long")
+    async def long(ctx: RunContext) -> None:
+        await release.wait()
+
+    ops = make(instance_id="ops", timers=False)
+    async with a, ops:
+        got = await remote_trigger(ops.store, "long", by="alice", ttl=TTL, timeout=20)
+        assert got.run_id is not None
+        await _running(a, "long")
+        how = await ops.cancel_async(got.run_id, by="bob", why="stuck on a lock")
+        assert how == "cancel taken by instance a"
+        run = await _ended(a, got.run_id)
+        assert run.status.value == "cancelled" and run.reason == "cancelled"
+        assert run.error == "cancelled by bob: stuck on a lock"
+        assert any("Cancel requested by bob: stuck on a lock" in line for line in run.logs)
+        assert a.stats.outcomes.get("cancelled") == 1
+        with pytest.raises(RemoteRefused, match="has already ended") as ended:
+            await ops.cancel_async(got.run_id, by="bob")
+        assert ended.value.code == "RUN_ENDED"
+        with pytest.raises(RemoteRefused, match="no run 999"):
+            await ops.cancel_async(999, by="bob")
+
+
+async def test_a_sync_run_is_recorded_cancelled_when_it_returns(make: Make) -> None:
+    import threading
+
+    go = threading.Event()
+    a = make(instance_id="a")
+
+    @a.job("0 * * * *", id="sync")
+    def sync(ctx: RunContext) -> str:
+        go.wait(10)
+        return "done"
+
+    async with a:
+        run = await a.trigger_async("sync", by="alice")
+        assert run.id is not None
+        await _running(a, "sync")
+        how = await a.cancel_async(run.id, by="bob", why="too slow")
+        assert "cannot be stopped" in how
+        assert run.id in a.runner.active  # still running: a thread cannot be killed
+        go.set()
+        ended = await _ended(a, run.id)
+        assert ended.status.value == "cancelled" and ended.result == "done"
+        assert ended.error == "cancelled by bob: too slow"
+        assert any("ended (succeeded) after the cancel request" in x for x in ended.logs)
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_replace_cancels_the_run_of_another_process_and_runs_the_new_slot(
+    make: Make, clock: FakeClock
+) -> None:
+    seen: list[tuple[str, bool]] = []
+    release = asyncio.Event()
+
+    def declare(s: Scheduler, name: str, schedule: str) -> None:
+        @s.job(schedule, id="rep", overlap="replace")
+        async def rep(ctx: RunContext) -> None:
+            seen.append((name, ctx.manual))
+            await release.wait()
+
+    a = make(instance_id="a", instance_ttl="1h")  # the clock jumps a minute: no one is lost
+    declare(a, "a", "0 0 1 1 *")  # fires in no minute of this test: a only runs it by hand
+    b = make(instance_id="b", instance_ttl="1h")
+    declare(b, "b", "* * * * *")
+    async with a, b:
+        held = await a.trigger_async("rep", by="alice")  # holds the lease, on a
+        assert held.id is not None
+        await _running(a, "rep")
+        clock.advance(60)  # b's slot is due: the lease is busy, b replaces a's run
+        for _ in range(5):  # (b claims it SPREAD_DELAY after the instant: not its owner)
+            await asyncio.sleep(0.02)
+            clock.advance(0.1)
+        cancelled = await _ended(a, held.id, timeout=20)
+        assert cancelled.status.value == "cancelled"
+        assert cancelled.error == "cancelled by b (overlap replace): replaced by a newer " \
+            f"slot ({_slot_text(clock)})"
+        new = await _running(b, "rep", timeout=20)
+        assert seen == [("a", True), ("b", False)]
+        release.set()
+        run = await _ended(b, new)
+        assert run.status.value == "succeeded" and run.instance_id == "b"
+        assert run.slot.timestamp() == _slot(clock)
+
+
+def _slot(clock: FakeClock) -> float:
+    return clock.now() // 60 * 60
+
+
+def _slot_text(clock: FakeClock) -> str:
+    from cronfleet.clock import from_ts
+
+    return from_ts(_slot(clock)).isoformat()
