@@ -1,7 +1,8 @@
 """A library-declared job in a process of its own, for the fleet-operations tests (#14):
 ``python ops_worker.py --store URL --name NAME --count FILE``.
 
-Declares ``tick`` (hourly: it only runs when triggered) in code; its handler appends
+Declares ``tick`` (hourly by default, ``--schedule``: it only runs when triggered;
+``--overlap``) in code; its handler appends
 ``tick <instance> <params as JSON>`` to ``--count`` (runs counted on the handler side),
 then sleeps ``params["sleep"]`` seconds when given. Prints ``READY <instance>`` once
 started; stops gracefully on SIGTERM.
@@ -25,11 +26,12 @@ def main() -> None:
     p.add_argument("--count", required=True)
     p.add_argument("--schedule", default="0 * * * *")
     p.add_argument("--instance-ttl", default="3s")
+    p.add_argument("--overlap", default="skip")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     s = Scheduler(args.store, instance_id=args.name, instance_ttl=args.instance_ttl)
 
-    @s.job(args.schedule, id="tick", description="declared in code")
+    @s.job(args.schedule, id="tick", description="declared in code", overlap=args.overlap)
     async def tick(ctx: RunContext) -> None:
         line = f"tick {args.name} {json.dumps(dict(ctx.params), sort_keys=True)}\n"
         fd = os.open(args.count, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -38,9 +38,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_schema(schema)
 
 
-def spawn(url: str, name: str, count: Path) -> subprocess.Popen[str]:
+def spawn(url: str, name: str, count: Path, *extra: str) -> subprocess.Popen[str]:
     p = subprocess.Popen(
-        [sys.executable, str(WORKER), "--store", url, "--name", name, "--count", str(count)],
+        [sys.executable, str(WORKER), "--store", url, "--name", name, "--count", str(count),
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert p.stdout is not None
@@ -143,5 +144,84 @@ def test_the_registry_shows_which_instance_declares_what_after_one_stops(
     finally:
         for p in (a, b):
             if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.communicate(timeout=60)
+
+
+def wait_run(url: str, run_id: int, *, done: bool = True, timeout: float = 60) -> Any:
+    """The run once it has ended (``done``) or once it is running."""
+    deadline = time.time() + timeout
+    while True:
+        run = cli_json(url, "show-run", str(run_id))
+        if (run["finished_at"] is not None) if done else run["status"] == "running":
+            return run
+        assert time.time() < deadline, run
+        time.sleep(0.3)
+
+
+def test_a_run_is_cancelled_from_the_cli_of_another_process(
+    store_url: str, tmp_path: Path
+) -> None:
+    count = tmp_path / "count.txt"
+    worker = spawn(store_url, "lib-1", count)
+    try:
+        started = cli_json(store_url, "trigger", "tick", "--param", "sleep=120", "--no-wait")
+        run_id = started["id"]
+        wait_run(store_url, run_id, done=False)
+        done = cli(store_url, "cancel", str(run_id), "--why", "wrong input", "--by", "ops")
+        assert done.returncode == 0, done.stderr
+        assert "taken by instance lib-1" in done.stdout
+        run = wait_run(store_url, run_id)
+        assert run["status"] == "cancelled" and run["reason"] == "cancelled"
+        assert run["error"] == "cancelled by ops: wrong input"
+        assert any("Cancel requested by ops: wrong input" in line for line in run["logs"])
+        again = cli_json(store_url, "cancel", str(run_id), code=3)
+        assert again["code"] == "RUN_ENDED"
+        missing = cli_json(store_url, "cancel", "99999", code=2)
+        assert missing["code"] == "RUN_NOT_FOUND"
+        assert handler_lines(count) == ['tick lib-1 {"sleep": "120"}']
+        # the job is free again: the next trigger runs
+        run = cli_json(store_url, "trigger", "tick")
+        assert run["status"] == "succeeded"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+    assert worker.returncode == 0
+
+
+def test_replace_cancels_a_run_of_another_process_and_runs_the_new_slot(
+    store_url: str, tmp_path: Path
+) -> None:
+    count = tmp_path / "count.txt"
+    # a runs tick only by hand (yearly); b every 5 seconds, both with overlap = replace
+    a = spawn(store_url, "a", count, "--overlap", "replace", "--schedule", "0 0 1 1 *")
+    b: subprocess.Popen[str] | None = None
+    try:
+        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=300", "--no-wait")
+        assert held["instance_id"] == "a"
+        wait_run(store_url, held["id"], done=False)
+        b = spawn(store_url, "b", count, "--overlap", "replace", "--schedule",
+                  "*/5 * * * * *")
+        replaced = wait_run(store_url, held["id"], timeout=60)
+        assert replaced["status"] == "cancelled" and replaced["instance_id"] == "a"
+        assert replaced["error"].startswith(
+            "cancelled by b (overlap replace): replaced by a newer slot")
+        deadline = time.time() + 60
+        while True:
+            runs = cli_json(store_url, "history", "tick", "--limit", "50")
+            by_b = [r for r in runs if r["instance_id"] == "b" and r["status"] == "succeeded"]
+            if by_b:
+                break
+            assert time.time() < deadline, runs
+            time.sleep(0.5)
+        # the slot that replaced the run ran on b, after the cancel
+        first = min(by_b, key=lambda r: r["slot"])
+        assert first["started_at"] >= replaced["finished_at"]
+        lines = handler_lines(count)
+        assert lines[0] == 'tick a {"sleep": "300"}' and "tick b {}" in lines[1:]
+        assert [ln for ln in lines if ln.startswith("tick a")] == [lines[0]]
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=60)
