@@ -36,12 +36,13 @@ from cronfleet.model import DEFAULT_TEAM, Job
 from cronfleet.spec import FieldProblem, SpecInvalid
 
 if TYPE_CHECKING:
+    from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.scheduler import Scheduler
     from cronfleet.store.api import ApiStore, JobDef
 
-__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "IdTaken", "SpecInvalid",
-           "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
+           "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -60,6 +61,17 @@ class IdTaken(CronfleetError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job id {job_id!r} is already taken")
+        self.job_id = job_id
+
+
+class CommandJobsDisabled(CronfleetError):
+    """A stored job runs a command, and command jobs are off here (``[api]
+    allow_command_jobs``, off by default: a command job is code execution on the fleet)."""
+
+    def __init__(self, job_id: str | None = None) -> None:
+        super().__init__("command jobs are disabled on this server: a command job runs "
+                         "code on every host of the fleet, so an administrator must turn "
+                         "them on with allow_command_jobs = true in [api] of cronfleet.toml")
         self.job_id = job_id
 
 
@@ -96,14 +108,28 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM
 
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
-              runtime: HttpRuntime | None = None) -> Job:
+              runtime: HttpRuntime | None = None, allow_commands: bool = False,
+              command_runtime: CommandRuntime | None = None) -> Job:
     """The :class:`Job` a spec describes; raises :class:`SpecInvalid` listing every
-    problem. The request's secrets are looked up in the team's namespace."""
+    problem, :class:`CommandJobsDisabled` for a command job unless ``allow_commands``.
+    The request's (or command's) secrets are looked up in the team's namespace."""
     from cronfleet.jobs.http import HttpJob, HttpJobInvalid
 
     result, problems = validate_spec(spec, team=team)
     if result is None:
         raise SpecInvalid(problems)
+    if result.command is not None:
+        if not allow_commands:
+            raise CommandJobsDisabled(result.id)
+        from cronfleet.jobs.command import CommandJob, CommandJobInvalid
+
+        try:
+            command = CommandJob.from_spec(result, runtime=command_runtime, namespace=team)
+        except CommandJobInvalid as exc:
+            raise SpecInvalid([FieldProblem("command" if key == "secrets" else key, message)
+                               for key, message in exc.problems]) from None
+        return Job(handler=command, source=SOURCE,
+                   **{**result.job_fields(), "timeout": command.job_timeout})
     try:
         handler = HttpJob.from_spec(result, runtime=runtime, namespace=team)
     except HttpJobInvalid as exc:
@@ -121,10 +147,14 @@ class Catalog:
     """
 
     def __init__(self, scheduler: Scheduler, api_store: ApiStore, *,
-                 runtime: HttpRuntime | None = None, poll: float = 2.0) -> None:
+                 runtime: HttpRuntime | None = None, poll: float = 2.0,
+                 allow_commands: bool = False,
+                 command_runtime: CommandRuntime | None = None) -> None:
         self.scheduler = scheduler
         self.api_store = api_store
         self.runtime = runtime
+        self.allow_commands = allow_commands
+        self._command_runtime = command_runtime
         self.poll = poll
         self._versions: dict[str, int] = {}
         self._seen = -1
@@ -188,7 +218,19 @@ class Catalog:
     def validate(self, spec: Mapping[str, Any], team: str) -> Job:
         """The job ``spec`` describes for ``team``; raises :class:`SpecInvalid` naming
         every problem."""
-        return build_job(spec, team=team, runtime=self.runtime)
+        return build_job(spec, team=team, runtime=self.runtime,
+                         allow_commands=self.allow_commands,
+                         command_runtime=self.command_runtime)
+
+    @property
+    def command_runtime(self) -> CommandRuntime | None:
+        """The runtime of stored command jobs (the scheduler store's vault), made on first
+        use; None while command jobs are off."""
+        if self._command_runtime is None and self.allow_commands:
+            from cronfleet.jobs.command import CommandRuntime
+
+            self._command_runtime = CommandRuntime(store=self.scheduler.store.url)
+        return self._command_runtime
 
     async def create(self, job_id: str, spec: Mapping[str, Any], team: str,
                      by: str) -> Job | None:
@@ -244,8 +286,8 @@ class Catalog:
                 log.info("job %s removed (deleted over the API)", d.id)
             return None
         try:
-            job = build_job(d.spec, team=d.team, runtime=self.runtime)
-        except SpecInvalid as exc:
+            job = self.validate(d.spec, d.team)
+        except (SpecInvalid, CommandJobsDisabled) as exc:
             log.error("stored job %r ignored: %s", d.id, exc)
             return None
         if d.id in self._versions:

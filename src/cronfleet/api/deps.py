@@ -63,12 +63,16 @@ class ApiSettings:
     """``metrics``: ``"public"`` (no token, the default: scrapers rarely carry one) or
     ``"token"``. ``ready_max_overdue``: /readyz fails when the loop is this many seconds
     behind its earliest due slot. ``manage_scheduler``: the app's lifespan starts and
-    stops the scheduler (for ``uvicorn module:app``)."""
+    stops the scheduler (for ``uvicorn module:app``). ``allow_command_jobs``: accept and
+    run command jobs stored over the API (off by default: they execute code on every
+    host of the fleet)."""
 
     metrics: Literal["public", "token"] = "public"
     ready_max_overdue: float = 30.0
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
+    # jobs that run a command (code execution on the fleet): off unless turned on
+    allow_command_jobs: bool = False
 
 
 @dataclass

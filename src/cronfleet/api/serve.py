@@ -68,6 +68,7 @@ async def serve(
     port: int = 8080,
     settings: ApiSettings | None = None,
     http_runtime: Any = None,
+    command_runtime: Any = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM (or until ``stop`` is set)."""
@@ -83,7 +84,9 @@ async def serve(
     # health, auto-pause and notifications for every job kind that asks for them
     unsubscribe_alerts = alerts.install(scheduler, http_runtime)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
-                      poll=(settings or ApiSettings()).catalog_poll)
+                      poll=(settings or ApiSettings()).catalog_poll,
+                      allow_commands=(settings or ApiSettings()).allow_command_jobs,
+                      command_runtime=command_runtime)
     server: Any = None
     # the port first: a taken port must stop the process before any timer has fired a
     # slot (a supervisor's restart loop would otherwise run jobs without an API)

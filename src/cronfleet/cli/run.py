@@ -115,10 +115,12 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     try:
         scheduler = loaded.scheduler(timers=role != "api")
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
-                               ready_max_overdue=config.api_ready_max_overdue)
+                               ready_max_overdue=config.api_ready_max_overdue,
+                               allow_command_jobs=config.api_allow_command_jobs)
         asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
                           port=config.api_port if port is None else port, settings=settings,
-                          http_runtime=config.http_runtime()))
+                          http_runtime=config.http_runtime(),
+                          command_runtime=config.command_runtime()))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
