@@ -171,17 +171,23 @@ class OutputLog:
             self.pending[stream] = b""
         self.sync()
 
+    def note(self, text: str) -> None:
+        """A line of cronfleet's own (a signal sent) in its place among the output: the
+        log's lines from ``base`` on belong to this object while the command runs."""
+        self._line("", text.encode())
+
     def _line(self, stream: str, raw: bytes) -> None:
         size = len(raw) + 1
         self.dirty = True
+        prefix = f"[{stream}] " if stream else ""
         if not self.tailing and self.head_used + size <= self.head_budget:
             self.head_used += size
             self.head_lines += 1
-            self.logs.append(f"[{stream}] {self.redact(raw.decode('utf-8', 'replace'))}")
+            self.logs.append(prefix + self.redact(raw.decode("utf-8", "replace")))
             return
         self.tailing = True
         tail = self.tail
-        tail.append((f"[{stream}] {raw.decode('utf-8', 'replace')}", size))
+        tail.append((prefix + raw.decode("utf-8", "replace"), size))
         self.tail_used += size
         while self.tail_used > self.tail_budget and tail:
             _, dropped = tail.popleft()
@@ -505,6 +511,7 @@ class _Run:
                  shown: list[str], env: dict[str, str], redact: Callable[[str], str]) -> None:
         self.job, self.rt, self.ctx = job, rt, ctx
         self.argv, self.shown, self.env, self.redact = argv, shown, env, redact
+        ctx.log(f"$ {shlex.join(shown)}")
         self.output = OutputLog(ctx.logs, job.max_output, redact)
         self.loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[None] = self.loop.create_future()
@@ -527,7 +534,6 @@ class _Run:
 
     async def run(self) -> dict[str, Any]:
         job, ctx = self.job, self.ctx
-        ctx.log(f"$ {shlex.join(self.shown)}")
         began = time.monotonic()
         try:
             self.proc = _spawn(self.argv, job.cwd, self.env)
@@ -540,8 +546,8 @@ class _Run:
         pgid = proc.pid
         watched = self.rt.warden.watch(pgid, job.kill_grace)
         if not watched:
-            ctx.log("warning: the warden is not running: this command would outlive a "
-                    "killed scheduler")
+            self.output.note("warning: the warden is not running: this command would "
+                             "outlive a killed scheduler")
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
             assert pipe is not None
             self._read(name, pipe.fileno())
@@ -683,16 +689,16 @@ class _Run:
         """SIGTERM to the group, SIGKILL after ``kill_grace`` if the main process is
         still there."""
         grace = self.job.kill_grace
-        self.ctx.log(f"{'timeout' if self.stopping == 'timeout' else 'stopping'}: SIGTERM to "
-                     f"process group {pgid}")
+        self.output.note(f"{'timeout' if self.stopping == 'timeout' else 'stopping'}: "
+                         f"SIGTERM to process group {pgid}")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
         try:
             async with asyncio.timeout(grace):
                 await asyncio.shield(self.exited)
         except TimeoutError:
-            self.ctx.log(f"still running {grace:g}s after SIGTERM: SIGKILL to process "
-                         f"group {pgid}")
+            self.output.note(f"still running {grace:g}s after SIGTERM: SIGKILL to process "
+                             f"group {pgid}")
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
             await asyncio.shield(self.exited)

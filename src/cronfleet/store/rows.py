@@ -105,7 +105,7 @@ def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
 
 
 def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
-    """``(status, reason, started, finished, deadline, result, error, logs, id)``."""
+    """``(status, reason, started, finished, deadline, result, error, logs, attempt, id)``."""
     return (
         r.status.value,
         r.reason,
@@ -115,6 +115,7 @@ def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
         _json(r.result),
         r.error,
         json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+        r.attempt,
         r.id,
     )
 
@@ -194,7 +195,7 @@ def pg_run_rows(recs: Sequence[RunRecord]) -> str:
 
 
 def pg_finish_row(r: RunRecord) -> list[Any]:
-    """``[id, status, reason, started, finished, deadline, result, error, logs]``."""
+    """``[id, status, reason, started, finished, deadline, result, error, logs, attempt]``."""
     return [
         r.id,
         r.status.value,
@@ -205,6 +206,7 @@ def pg_finish_row(r: RunRecord) -> list[Any]:
         r.result,
         r.error,
         r.logs or [],
+        r.attempt,
     ]
 
 
