@@ -185,9 +185,11 @@ def convert(text: str, *, smtp_host: str = "localhost", system: bool = False) ->
             out.skipped.append(Skipped(number, raw, f"schedule {schedule!r}: {exc}"))
             continue
         cmd, stdin = _stdin_split(command)
+        task_id = _task_id(cmd, taken)
         if stdin is not None:
-            cmd = f"{cmd.rstrip()} <<'{_HEREDOC}'\n{stdin}\n{_HEREDOC}"
-        task: dict[str, Any] = {"id": _task_id(cmd, taken), "cron": schedule}
+            # the input goes to the whole command line, as cron gives it to the shell
+            cmd = f"{{\n{cmd.rstrip()}\n}} <<'{_HEREDOC}'\n{stdin}\n{_HEREDOC}"
+        task: dict[str, Any] = {"id": task_id, "cron": schedule}
         if tz is not None:
             task["timezone"] = tz
         if shell is not None:
