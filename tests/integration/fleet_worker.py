@@ -7,7 +7,8 @@ never from this process's output.
 
 Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
 skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
-process, from this one, at a given time.
+process, from this one, at a given time; ``--command-log FILE`` makes the jobs command jobs
+(``/bin/sh`` appending the run's identity to FILE).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main() -> None:
     p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
     p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--command-log", default=None,
+                   help="command jobs instead of handlers: each run appends "
+                        "'<job> <slot> <token>' to this file (counted on the command side)")
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -60,6 +64,13 @@ def main() -> None:
             await asyncio.sleep(args.sleep)
 
     for i in range(args.jobs):
+        if args.command_log:
+            from cronfleet.jobs.command import CommandJob
+
+            line = 'echo "$CRONFLEET_JOB $CRONFLEET_SLOT $CRONFLEET_FENCING_TOKEN"'
+            command = CommandJob(["/bin/sh", "-c", f"{line} >> {args.command_log}"])
+            s.add_job(command.job(args.every, id=f"{args.prefix}-{i:04d}"))
+            continue
         s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout)(handler)
     for i in range(args.require_jobs):
         s.job(
