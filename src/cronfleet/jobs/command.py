@@ -15,8 +15,10 @@ How a run goes:
    reaches a command), plus ``env``, plus the run's identity (``CRONFLEET_JOB``,
    ``CRONFLEET_SLOT``, ``CRONFLEET_RUN_ID``, ``CRONFLEET_FENCING_TOKEN``,
    ``CRONFLEET_TRIGGERED_BY``, ``CRONFLEET_IS_CATCHUP``, ``CRONFLEET_ATTEMPT``).
-3. The program starts in a new session (its own process group, stdin ``/dev/null``); its
-   group id is registered with the warden. stdout and stderr are read as they arrive into
+3. The program starts in a new session (its own process group, stdin ``/dev/null``),
+   forked and exec'd in one of the runtime's spawn threads (a fork of a large process
+   takes milliseconds: the event loop does not wait for it); its group id is registered
+   with the warden. stdout and stderr are read as they arrive into
    the run's log (``[stdout] line`` / ``[stderr] line``), at most ``max_output`` bytes:
    the first half, a ``[output cut: ...]`` line, the last half. The run's row is rewritten
    every second while new output arrives.
@@ -49,8 +51,9 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.secrets import (
@@ -87,6 +90,7 @@ RSS_SAMPLES = (0.02, 0.18)  # the first samples of a command's peak RSS, then ev
 PIECE = 16 * 1024  # a line longer than this is kept in pieces
 READ = 64 * 1024
 BACKSTOP = 5.0  # the Job's timeout: the command's + kill_grace + this (the runtime's net)
+SPAWN_THREADS = 4  # commands forked and exec'd at once, off the event loop
 PIPE_GRACE = 1.0  # after the exit, how long output pipes held by escaped processes are read
 
 
@@ -310,6 +314,15 @@ class CommandRuntime:
         self._vault = vault
         self._keyring = keyring
         self.warden = Warden()
+        self._spawner: ThreadPoolExecutor | None = None
+
+    def spawner(self) -> ThreadPoolExecutor:
+        """The threads that fork and exec commands (``SPAWN_THREADS``): a fork costs
+        milliseconds in a large process, and the event loop must not wait for it."""
+        if self._spawner is None:
+            self._spawner = ThreadPoolExecutor(SPAWN_THREADS,
+                                               thread_name_prefix="cronfleet-spawn")
+        return self._spawner
 
     @property
     def vault(self) -> Vault | None:
@@ -321,6 +334,9 @@ class CommandRuntime:
 
     async def aclose(self) -> None:
         self.warden.close()
+        spawner, self._spawner = self._spawner, None
+        if spawner is not None:
+            spawner.shutdown(wait=False)
         if self._vault is not None:
             await self._vault.store.close()
 
@@ -489,6 +505,20 @@ def _spawn(argv: list[str], cwd: str | None, env: dict[str, str]) -> subprocess.
                             close_fds=True)
 
 
+def _kill_spawned(spawning: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    """A command that started after its run was cancelled: killed with its group."""
+    if spawning.cancelled() or spawning.exception() is not None:
+        return
+    proc = spawning.result()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    with contextlib.suppress(ChildProcessError):
+        proc.returncode = _reap(proc.pid)
+
+
 def _reap(pid: int) -> int:
     """The exit code (negative: the signal) of ``pid``, which has exited: its pidfd was
     readable or it was SIGKILLed, so this does not wait."""
@@ -520,12 +550,15 @@ class _Run:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping: str | None = None  # why the group was signalled
         self.peak_rss_kb: int | None = None
+        self.spawned_at: float | None = None
 
     def record(self, **extra: Any) -> dict[str, Any]:
         out = self.output
+        spawned = (datetime.fromtimestamp(self.spawned_at, UTC).isoformat()
+                   if self.spawned_at is not None else None)
         return {
             "argv": self.shown, "cwd": self.job.cwd,
-            "pid": self.proc.pid if self.proc is not None else None,
+            "pid": self.proc.pid if self.proc is not None else None, "spawned_at": spawned,
             "stdout_bytes": out.sizes["stdout"], "stderr_bytes": out.sizes["stderr"],
             "output_cut": {"lines": out.cut_lines, "bytes": out.cut_bytes} if out.cut
             else None,
@@ -535,13 +568,19 @@ class _Run:
     async def run(self) -> dict[str, Any]:
         job, ctx = self.job, self.ctx
         began = time.monotonic()
+        spawning = self.loop.run_in_executor(self.rt.spawner(), _spawn, self.argv, job.cwd,
+                                             self.env)
         try:
-            self.proc = _spawn(self.argv, job.cwd, self.env)
+            self.proc = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            spawning.add_done_callback(_kill_spawned)  # it may start after all: end it
+            raise
         except OSError as exc:
             where = f" (cwd {job.cwd})" if job.cwd else ""
             message = self.redact(f"cannot start {self.shown[0]!r}{where}: "
                                   f"{exc.strerror or exc}")
             raise CommandFailed(message, self.record(started=False, error=message)) from None
+        self.spawned_at = time.time()
         proc = self.proc
         pgid = proc.pid
         watched = self.rt.warden.watch(pgid, job.kill_grace)
