@@ -156,13 +156,14 @@ def _has_stored_jobs(url: str) -> bool:
 
 
 def _check_vault(loaded: Loaded) -> None:
-    """With HTTP jobs declared, refuse to start (exit 1, a clear message) when encrypted
-    secrets exist that the configured key cannot decrypt."""
+    """With HTTP or command jobs declared, refuse to start (exit 1, a clear message) when
+    encrypted secrets exist that the configured key cannot decrypt."""
     import asyncio
 
+    from cronfleet.jobs.command import CommandJob
     from cronfleet.jobs.http import HttpJob
 
-    if not any(isinstance(j.handler, HttpJob) for j in loaded.jobs):
+    if not any(isinstance(j.handler, HttpJob | CommandJob) for j in loaded.jobs):
         return
     from cronfleet.secrets import Keyring, Vault
     from cronfleet.store.secrets import open_secret_store

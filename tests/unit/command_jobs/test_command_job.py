@@ -275,3 +275,30 @@ async def test_an_unknown_secret_starts_nothing(tmp_path: Path) -> None:
 def test_os_pidfd_is_used_here() -> None:
     # the tests above exercise the pidfd path; the polling fallback is for old kernels
     assert hasattr(os, "pidfd_open")
+
+
+async def test_a_stop_reaches_the_commands_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    job = CommandJob(f"sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait", shell=True,
+                     kill_grace=2)
+    s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False,
+                  shutdown_grace="0.5s")
+    s.add_job(job.job("@daily", id="cmd"))
+    await s.start()
+    run = await s.trigger_async("cmd", wait=False)
+    deadline = time.monotonic() + 15
+    while (not pids.exists() or len(pids.read_text().split()) < 2) \
+            and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    found = [int(p) for p in pids.read_text().split()]
+    assert all(alive(p) for p in found)
+    await s.stop()
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in found) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not [p for p in found if alive(p)]
+    s2 = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False)
+    async with s2:
+        stored = await s2.store.get_run(run.id) if run.id is not None else None
+    assert stored is not None and stored.status is RunStatus.INTERRUPTED
+    assert any("SIGTERM to process group" in line for line in stored.logs)
