@@ -64,7 +64,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
 
         async def go() -> None:
             async with s:
-                while time.time() < at + 1 or s.runner.active:
+                while time.time() < at + 1 or s.runner.active:  # noqa: ASYNC110
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(0.5)
 

@@ -31,6 +31,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+async def all_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    """The processes of ``pids`` still running after ``timeout`` (other processes' state:
+    polled)."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
 async def run_one(tmp_path: Path, job: CommandJob, **options: object) -> RunRecord:
     s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False)
     s.add_job(job.job("@daily", id="cmd", **options))  # type: ignore[arg-type]
@@ -80,10 +89,7 @@ async def test_timeout_terminates_the_whole_tree(tmp_path: Path) -> None:
     assert run.error.startswith("timed out after 1s: SIGTERM sent to the process group")
     found = [int(p) for p in pids.read_text().split()]
     assert len(found) == 4
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in found) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not [p for p in found if alive(p)]
+    assert not await all_gone(found)
 
 
 async def test_sigkill_after_the_grace_when_sigterm_is_ignored(tmp_path: Path) -> None:
@@ -98,10 +104,7 @@ async def test_sigkill_after_the_grace_when_sigterm_is_ignored(tmp_path: Path) -
     assert any("SIGKILL to process group" in line for line in run.logs)
     assert took >= 1.5
     found = [int(p) for p in pids.read_text().split()]
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in found) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not [p for p in found if alive(p)]
+    assert not await all_gone(found)
 
 
 async def test_50_mib_of_output_keeps_the_first_and_last_halves(tmp_path: Path) -> None:
@@ -288,15 +291,12 @@ async def test_a_stop_reaches_the_commands_group(tmp_path: Path) -> None:
     run = await s.trigger_async("cmd", wait=False)
     deadline = time.monotonic() + 15
     while (not pids.exists() or len(pids.read_text().split()) < 2) \
-            and time.monotonic() < deadline:
+            and time.monotonic() < deadline:  # noqa: ASYNC110 (another process's file)
         await asyncio.sleep(0.05)
     found = [int(p) for p in pids.read_text().split()]
     assert all(alive(p) for p in found)
     await s.stop()
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in found) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not [p for p in found if alive(p)]
+    assert not await all_gone(found)
     s2 = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False)
     async with s2:
         stored = await s2.store.get_run(run.id) if run.id is not None else None

@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from cronfleet import ConfigError, Scheduler, load_config, plugins
+from cronfleet import ConfigError, Scheduler, load_config
 from cronfleet.cli import main
-from cronfleet.config import CONFIG_ENV, SCHEDULER_ENV, STORE_ENV
 from cronfleet.config.crontab import REBOOT_REASON, convert
 from cronfleet.jobs.command import CommandJob
 from cronfleet.model import RunStatus
+from unit.config.fixtures import isolated  # noqa: F401  (autouse: own dir, no plugins)
 
 CRONTAB = Path(__file__).with_name("crontab.txt")
-
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    monkeypatch.setattr(plugins, "discover_entry_points", lambda group="": [])
-    for var in (CONFIG_ENV, STORE_ENV, SCHEDULER_ENV):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.chdir(tmp_path)
-    yield
 
 
 def write(tmp_path: Path, text: str) -> Path:
