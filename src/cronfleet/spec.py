@@ -208,9 +208,12 @@ def describe_value(value: object) -> str:
 
 def did_you_mean(name: str, allowed: Sequence[str], hints: Mapping[str, str] | None = None
                  ) -> str:
-    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
-    if not close and hints and hints.get(name.lower()) in allowed:
+    # a hint names what people mean (schedule -> cron) and wins over a spelling match
+    # (schedule -> shell)
+    if hints and hints.get(name.lower()) in allowed:
         close = [hints[name.lower()]]
+    else:
+        close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

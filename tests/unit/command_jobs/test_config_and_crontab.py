@@ -95,6 +95,7 @@ retry = {{ attempts = 2, delay = "1s" }}
      "5:11: task 'c': command: a task has either a handler or a command, not both"),
     ('command = ["a", "${secrets.9bad}"]', "5:11: task 'c': command: ${secrets.9bad}"),
     ('argv = ["a"]', "5:1: task 'c': unknown key 'argv' (did you mean 'command'?)"),
+    ('cmd = ["a"]', "5:1: task 'c': unknown key 'cmd' (did you mean 'command'?)"),
 ])
 def test_located_errors(tmp_path: Path, body: str, expected: str) -> None:
     path = write(tmp_path, f"""[scheduler]
