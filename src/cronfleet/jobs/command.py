@@ -475,6 +475,9 @@ class CommandJob:
                 values = await vault.resolve(refs, self.namespace)
             except SecretError as exc:
                 raise CommandFailed(f"{exc}; nothing was started", {"started": False}) from None
+            except Exception as exc:  # the store did not answer: a retry may do better
+                raise CommandFailed(f"cannot read secrets: {type(exc).__name__}: {exc}; "
+                                    "nothing was started", {"started": False}) from None
         redact = redactor(list(values.values()))
         if isinstance(self.command, str):
             argv = ["/bin/sh", "-c", expand(self.command, values)]
