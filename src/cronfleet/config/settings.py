@@ -54,6 +54,7 @@ class Config:
     shutdown_grace: float = 30.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
+    metrics_job_label: bool = True
     allow_private_targets: bool = False
     api_enabled: bool = True
     api_host: str = "127.0.0.1"
@@ -157,6 +158,7 @@ class Loaded:
             shutdown_grace=c.shutdown_grace,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
+            metrics_job_label=c.metrics_job_label,
             timers=timers,
             clock=clock,
             instance_id=instance_id,

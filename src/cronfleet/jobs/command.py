@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -256,26 +258,27 @@ class Warden:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()  # the spawn threads announce, the loop withdraws
 
     def _ensure(self) -> subprocess.Popen[bytes] | None:
-        if self.proc is None or self.proc.poll() is not None:
-            try:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", WARDEN], stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True, close_fds=True,
-                )
-            except OSError:
-                self.proc = None
-        return self.proc
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                try:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-I", "-S", "-c", WARDEN], stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        start_new_session=True, close_fds=True, bufsize=0,
+                    )
+                except OSError:
+                    self.proc = None
+            return self.proc
 
     def _send(self, line: str) -> bool:
         proc = self._ensure()
         if proc is None or proc.stdin is None:
             return False
-        try:
-            proc.stdin.write(line.encode())
-            proc.stdin.flush()
+        try:  # one write of a short line: atomic on a pipe, whichever thread sends it
+            os.write(proc.stdin.fileno(), line.encode())
         except (BrokenPipeError, OSError, ValueError):
             return False
         return True
@@ -500,19 +503,24 @@ class CommandJob:
         return await _Run(self, rt, ctx, argv, shown, env, redact).run()
 
 
-def _spawn(argv: list[str], cwd: str | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _spawn(argv: list[str], cwd: str | None, env: dict[str, str], warden: Warden,
+           grace: float) -> tuple[subprocess.Popen[bytes], bool]:
     """Start the program in a new session (its own process group, no terminal), stdin
-    ``/dev/null``, stdout and stderr piped. A fork and an exec: it does not wait."""
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    ``/dev/null``, stdout and stderr piped, and announce its group to the warden at once
+    (in this spawn thread: a scheduler killed before the loop saw the start still leaves
+    no orphan). A fork and an exec: it does not wait for the program."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
                             close_fds=True)
+    return proc, warden.watch(proc.pid, grace)
 
 
-def _kill_spawned(spawning: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+def _kill_spawned(warden: Warden,
+                  spawning: asyncio.Future[tuple[subprocess.Popen[bytes], bool]]) -> None:
     """A command that started after its run was cancelled: killed with its group."""
     if spawning.cancelled() or spawning.exception() is not None:
         return
-    proc = spawning.result()
+    proc, _ = spawning.result()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     for pipe in (proc.stdout, proc.stderr):
@@ -520,6 +528,7 @@ def _kill_spawned(spawning: asyncio.Future[subprocess.Popen[bytes]]) -> None:
             pipe.close()
     with contextlib.suppress(ChildProcessError):
         proc.returncode = _reap(proc.pid)
+    warden.release(proc.pid)
 
 
 def _reap(pid: int) -> int:
@@ -572,11 +581,11 @@ class _Run:
         job, ctx = self.job, self.ctx
         began = time.monotonic()
         spawning = self.loop.run_in_executor(self.rt.spawner(), _spawn, self.argv, job.cwd,
-                                             self.env)
+                                             self.env, self.rt.warden, job.kill_grace)
         try:
-            self.proc = await asyncio.shield(spawning)
-        except asyncio.CancelledError:
-            spawning.add_done_callback(_kill_spawned)  # it may start after all: end it
+            proc, watched = await asyncio.shield(spawning)
+        except asyncio.CancelledError:  # it may start after all: end it
+            spawning.add_done_callback(functools.partial(_kill_spawned, self.rt.warden))
             raise
         except OSError as exc:
             where = f" (cwd {job.cwd})" if job.cwd else ""
@@ -584,9 +593,8 @@ class _Run:
                                   f"{exc.strerror or exc}")
             raise CommandFailed(message, self.record(started=False, error=message)) from None
         self.spawned_at = time.time()
-        proc = self.proc
+        self.proc = proc
         pgid = proc.pid
-        watched = self.rt.warden.watch(pgid, job.kill_grace)
         if not watched:
             self.output.note("warning: the warden is not running: this command would "
                              "outlive a killed scheduler")
