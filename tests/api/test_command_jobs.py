@@ -67,3 +67,14 @@ async def test_a_process_with_command_jobs_off_ignores_a_stored_one(make_api: Ma
     await eventually(lambda: off.catalog._seen >= 0, what="the catalog read")
     assert "sh.echo" not in off.scheduler.jobs
     assert "sh.echo" in on.scheduler.jobs
+
+
+async def test_only_an_admins_command_job_may_use_secrets(make_api: MakeApi) -> None:
+    # a command can send a value anywhere: no host binding can hold for it
+    api = await make_api(settings=ON)
+    body = expect(await api.post("/api/jobs", "alpha-editor", json=spec(
+        env={"TOKEN": "${secrets.API_TOKEN}"})), 422, "VALIDATION_ERROR")
+    assert body["details"]["errors"][0]["field"] == "env.TOKEN"
+    assert "only an admin's command job may use secrets" in body["message"]
+    expect(await api.post("/api/jobs", "alpha-admin", json=spec(
+        env={"TOKEN": "${secrets.API_TOKEN}"})), 201)

@@ -18,7 +18,8 @@ SCHEDULER_KEYS = (
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
     "metrics_job_label",
 )
-API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "allow_command_jobs")
+API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
+            "max_request_body", "allow_command_jobs")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
