@@ -73,6 +73,7 @@ class ApiSettings:
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
     max_request_body: int = 1024 * 1024
+    dashboard: bool = True
     # jobs that run a command (code execution on the fleet): off unless turned on
     allow_command_jobs: bool = False
 

@@ -52,6 +52,7 @@ class Config:
     plugins: list[PluginRef] = field(default_factory=list)
     entry_points: bool = True
     shutdown_grace: float = 30.0
+    instance_ttl: float = 15.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     metrics_job_label: bool = True
@@ -151,6 +152,7 @@ class Loaded:
         clock: Clock | None = None,
         instance_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        role: str = "all",
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
@@ -165,6 +167,8 @@ class Loaded:
             timezone=c.timezone,
             catch_up_window=c.catch_up_window,
             shutdown_grace=c.shutdown_grace,
+            instance_ttl=c.instance_ttl,
+            role=role,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
             metrics_job_label=c.metrics_job_label,
