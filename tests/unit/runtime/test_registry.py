@@ -278,3 +278,30 @@ def _slot_text(clock: FakeClock) -> str:
     from cronfleet.clock import from_ts
 
     return from_ts(_slot(clock)).isoformat()
+
+
+async def test_cancel_stops_a_command_jobs_process_group(make: Make, tmp_path: Any) -> None:
+    import os
+
+    from cronfleet.jobs.command import CommandJob
+
+    pidfile = tmp_path / "pid"
+    a = make(instance_id="a")
+    a.add_job(CommandJob(f"echo $$ > {pidfile}; exec sleep 60", shell=True,
+                         kill_grace=2).job("@daily", id="cmd"))
+    ops = make(instance_id="ops", timers=False)
+    async with a, ops:
+        got = await remote_trigger(ops.store, "cmd", by="alice", ttl=TTL, timeout=20)
+        assert got.run_id is not None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert loop.time() < end, "the command never started"
+            await asyncio.sleep(0.05)
+        pid = int(pidfile.read_text())
+        os.kill(pid, 0)  # running
+        await ops.cancel_async(got.run_id, by="bob", why="wrong dump")
+        run = await _ended(a, got.run_id, timeout=20)
+        assert run.status.value == "cancelled" and run.error == "cancelled by bob: wrong dump"
+        with pytest.raises(ProcessLookupError):  # SIGTERM to its group, and reaped
+            os.kill(pid, 0)
