@@ -324,6 +324,9 @@ WHERE taken_by IS NULL AND answered_at IS NULL
 RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
           answered_at, run_id, error;
 
+-- name: requests_any
+SELECT 1 FROM requests WHERE taken_by IS NULL AND answered_at IS NULL LIMIT 1;
+
 -- name: request_answer
 -- ?1 id, ?2 now, ?3 run id, ?4 error, ?5 1: only if nobody took it
 UPDATE requests SET answered_at = ?2, run_id = ?3, error = ?4

@@ -767,6 +767,10 @@ class SQLiteStore:
         return await self._call(self._take_requests, instance_id, list(job_ids))
 
     def _take_requests(self, instance: str, job_ids: list[str]) -> list[FleetRequest]:
+        # polled every second by every process: look (a read, the partial index) before
+        # taking the file's write lock
+        if self.conn.execute(Q["requests_any"]).fetchone() is None:
+            return []
         with self._tx() as c:
             rows = c.execute(
                 Q["requests_take"], (instance, self._now_ms(), json.dumps(job_ids))
