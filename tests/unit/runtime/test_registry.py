@@ -263,6 +263,10 @@ async def test_replace_cancels_the_run_of_another_process_and_runs_the_new_slot(
         assert cancelled.error == "cancelled by b (overlap replace): replaced by a newer " \
             f"slot ({_slot_text(clock)})"
         new = await _running(b, "rep", timeout=20)
+        for _ in range(200):  # registered as running before its handler's first step
+            if len(seen) == 2:
+                break
+            await asyncio.sleep(0.01)
         assert seen == [("a", True), ("b", False)]
         release.set()
         run = await _ended(b, new)
