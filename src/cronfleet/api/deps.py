@@ -194,7 +194,8 @@ async def fleet(ctx: Context) -> dict[str, Any]:
 
 def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
     """The jobs of the registry this process does not declare, as handler-less jobs
-    (their team from the registry: team scoping holds for them too)."""
+    (their team from the registry: team scoping holds for them too); API jobs are the
+    catalog's."""
     from cronfleet.runtime.registry import job_from_spec
 
     local = ctx.scheduler.jobs
@@ -203,6 +204,8 @@ def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
         if job_id in local:
             continue
         cur = fj.current
+        if cur.source == "api":  # the catalog is the truth of API jobs here (a deleted
+            continue  # one may linger in other processes' rows until their next refresh)
         with contextlib.suppress(ValueError):  # a schedule only its host can read
             out[job_id] = job_from_spec(job_id, cur.spec, team=cur.team, source=cur.source)
     return out

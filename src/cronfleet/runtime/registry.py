@@ -379,6 +379,7 @@ class Registry:
         self.touched = float("-inf")  # our clock at the last write
         self.wakeup = asyncio.Event()
         self.notified = getattr(store, "subscribe", None) is not None
+        self._soon = False
 
     @property
     def enabled(self) -> bool:
@@ -410,6 +411,19 @@ class Registry:
         except Exception as exc:
             s.stats.store_errors += 1
             log.warning("instance %s: could not publish its jobs (%s)", me, exc)
+
+    def changed(self) -> None:
+        """A job was added, replaced or removed while running: publish soon (once for a
+        batch of changes, e.g. a catalog refresh), not only at the next heartbeat."""
+        if self.store is None or self._soon:
+            return
+        self._soon = True
+        self.s.spawn(self._sync_soon())
+
+    async def _sync_soon(self) -> None:
+        await asyncio.sleep(0)  # the rest of the batch first
+        self._soon = False
+        await self.sync()
 
     async def _report_conflicts(self, mine: Mapping[str, str]) -> None:
         assert self.store is not None

@@ -251,12 +251,15 @@ class Scheduler(SyncControl):
         self._jobs[job.id] = job
         if self.running:
             self.spawn(self._add_running(job))
+            self.registry.changed()
         return job
 
     def remove_job(self, job_id: str) -> None:
         if self._jobs.pop(job_id, None) is None:
             raise JobNotFound(job_id)
         self.due.forget(job_id)
+        if self.running:
+            self.registry.changed()
 
     def replace_job(self, job: Job) -> Job:
         """Swap a job's definition (same id) for a new one; a running scheduler plans its
