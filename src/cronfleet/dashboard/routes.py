@@ -15,7 +15,7 @@ from datetime import UTC, datetime, tzinfo
 from importlib import resources
 from itertools import pairwise
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -199,6 +199,8 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     partial = request.query_params.get("partial") == "1" and name in _LIVE
     template = _env.get_template(f"_{name}" if partial else name)
     flash = request.cookies.get(FLASH)
+    if flash:
+        flash = unquote(flash)
     html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
                            flash=None if partial else flash, path=request.url.path,
                            full_path=str(request.url.path) + (
@@ -222,8 +224,9 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 def redirect(to: str, flash: str | None = None) -> RedirectResponse:
     local = to.startswith("/") and not to.startswith(("//", "/\\"))
     resp = RedirectResponse(to if local else "/", status_code=303)
-    if flash:
-        resp.set_cookie(FLASH, flash[:500], path="/", httponly=True, samesite="strict")
+    if flash:  # percent-encoded: a cookie is latin-1 at best (a job id, a quote mark)
+        resp.set_cookie(FLASH, quote(flash[:500], safe=""), path="/", httponly=True,
+                        samesite="strict")
     return resp
 
 
