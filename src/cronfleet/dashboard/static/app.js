@@ -76,6 +76,7 @@
   // run's details fetched when its cell is hovered or reached by keyboard
   var labels = {};
   var formats = {};
+  var shown = null;  // the cell the status line describes
 
   function tlData() {
     var el = document.getElementById("timeline-data");
@@ -126,6 +127,7 @@
       if (status) status.textContent = "Slot " + (i + 1) + " of " + tl.children.length +
         ", " + t + (rid ? " (run #" + rid + ")" : "");
     }
+    shown = cell;
     show(labels[rid] ? head + labels[rid] : text);
     if (rid && !labels[rid]) {
       fetch("/runs/" + rid + "/label", { credentials: "same-origin" })
@@ -133,7 +135,10 @@
         .then(function (j) {
           if (!j) return;
           labels[rid] = j.label;
-          if (tl.children[i] === cell) show(head + j.label);
+          cell.title = head + j.label;
+          // the status line speaks of the cell shown last: a late answer for a cell the
+          // cursor or the pointer has left must not overwrite it
+          if (shown === cell && tl.children[i] === cell) show(head + j.label);
         }).catch(function () {});
     }
   }
