@@ -174,10 +174,12 @@ def test_timeline_by_keyboard(server: Server, chromium: Any, axe_source: str) ->
     # walk back from the newest to a slot with a failed run, then Enter opens it
     page.keyboard.press("End")
     for _ in range(n):
-        if until(lambda: "upstream answered 502" in status.inner_text(), 1.5):
+        if "failed" in (tl.locator("i.cur").get_attribute("class") or ""):
             break
         page.keyboard.press("ArrowLeft")
-    assert "upstream answered 502" in status.inner_text()
+    # the run's details arrive (fetched for the cell under the cursor)
+    assert until(lambda: "upstream answered 502" in status.inner_text(), 15), (
+        status.inner_text())
     rid = re.search(r"\(run #(\d+)\)", status.inner_text())
     assert rid
     check_axe(page, axe_source, "timeline focused")

@@ -7,6 +7,8 @@
   function busy(el) {
     var a = document.activeElement;
     if (a && el.contains(a) && a !== document.body && a.tagName !== "A") return true;
+    // the slot under the pointer is being read: do not swap the timeline under it
+    if (el.querySelector(".timeline:hover")) return true;
     // a selection made in the table (bulk checkboxes) must survive the refresh
     return !!el.querySelector("input[type=checkbox]:checked");
   }
