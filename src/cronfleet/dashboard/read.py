@@ -213,6 +213,8 @@ class RunCache:
                 if not stop and len(page) < size:
                     known.bottom = True  # read down to the job's first run
                 break
+            if last.slot < oldest:  # past the window: older runs are read when asked
+                break
             before = last.id
             size = PAGE
         # reach back to the window's start if the cache did not yet

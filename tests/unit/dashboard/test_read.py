@@ -257,3 +257,30 @@ async def test_fleet_rows(store: MemoryStore) -> None:
     assert (by["a-1"].leases, by["b-1"].leases) == (2, 1)
     assert by["a-1"].skew == pytest.approx(2.5) and by["b-1"].skew is None
     assert by["a-1"].me and not by["b-1"].me
+
+
+async def test_run_cache_first_read_stops_at_the_window(store: MemoryStore) -> None:
+    """A job with a long history: the first view reads back to the window's start, not
+    the whole ledger; a longer window reads further back when asked."""
+    job = Job.create("* * * * *", noop, id="long")
+    await store.ensure_jobs([job.id])
+    slots = [T - timedelta(minutes=k) for k in range(20_000)]  # ~14 days
+    # written as time went: older slots have lower ids
+    await store.finish([Finish(run("long", s, RunStatus.SUCCEEDED)) for s in reversed(slots)])
+    read_rows: list[int] = []
+    real = store.list_runs
+
+    async def counted(job_id: Any, **kw: Any) -> Any:
+        page = await real(job_id, **kw)
+        read_rows.append(len(page))
+        return page
+
+    store.list_runs = counted  # type: ignore[method-assign]
+    cache = read.RunCache()
+    day, _ = await read.timeline(store, job, T, "24h", cache=cache)
+    assert day.states.count("succeeded") == 1440
+    assert sum(read_rows) <= 1440 + read.PAGE  # not the 20,000 rows
+    read_rows.clear()
+    week, _ = await read.timeline(store, job, T, "7d", cache=cache)
+    assert week.states.count("succeeded") == read.MAX_CELLS
+    assert sum(read_rows) <= read.MAX_CELLS - 1440 + 2 * read.PAGE + 100
