@@ -7,7 +7,8 @@ never from this process's output.
 
 Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
 skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
-process, from this one, at a given time.
+process, from this one, at a given time; ``--count-file`` counts handler starts on the
+handler side (one line per run, written before the handler returns).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def main() -> None:
     p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
     p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument(
+        "--count-file", default=None,
+        help="append 'job slot' per handler start (runs counted on the handler side)",
+    )
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -55,7 +60,11 @@ def main() -> None:
         timers=args.role != "api",
     )
 
+    counted = open(args.count_file, "a", buffering=1) if args.count_file else None  # noqa: SIM115
+
     async def handler(ctx: RunContext) -> None:
+        if counted is not None:
+            counted.write(f"{ctx.job_id} {round(ctx.slot.timestamp())}\n")
         if args.sleep:
             await asyncio.sleep(args.sleep)
 
