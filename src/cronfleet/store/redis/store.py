@@ -85,6 +85,7 @@ def _kind(it: Dispatch) -> str:
 
 
 _CHUNK = 5000  # requests per script call: a long script blocks every other client
+_CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
 
 
 def _load_scripts() -> dict[str, str]:
@@ -247,14 +248,15 @@ class RedisStore:
         client = self._redis()
         argv = (self.prefix, self._now_arg(), *args)
         try:
-            sha = self._sha.get(name)
-            if sha is None:
-                sha = self._sha[name] = await client.script_load(self._sources[name])
-            try:
-                return await client.evalsha(sha, 0, *argv)
-            except rexc.NoScriptError:
-                self._sha[name] = sha = await client.script_load(self._sources[name])
-                return await client.evalsha(sha, 0, *argv)
+            async with asyncio.timeout(_CALL_TIMEOUT):
+                sha = self._sha.get(name)
+                if sha is None:
+                    sha = self._sha[name] = await client.script_load(self._sources[name])
+                try:
+                    return await client.evalsha(sha, 0, *argv)
+                except rexc.NoScriptError:  # the server restarted (or SCRIPT FLUSH)
+                    self._sha[name] = sha = await client.script_load(self._sources[name])
+                    return await client.evalsha(sha, 0, *argv)
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise StoreUnavailable(f"Redis at {redact_url(self.url)} unavailable: {exc}") from exc
         except rexc.ResponseError as exc:
@@ -266,10 +268,13 @@ class RedisStore:
         if self._client is not None:
             return
         # a blocking pool: callers beyond max_connections wait for a connection (the
-        # plain pool raises "Too many connections" instead)
+        # plain pool raises "Too many connections" instead). socket_timeout=None: redis-py
+        # implements it with asyncio.wait_for, which on Python 3.11 can swallow a task's
+        # cancellation (a scheduler's stop then hangs); each call is bounded by
+        # asyncio.timeout in _run instead.
         pool = aioredis.BlockingConnectionPool.from_url(
             self.conninfo, max_connections=self._max_connections, timeout=30,
-            socket_connect_timeout=5, socket_timeout=60, health_check_interval=30,
+            socket_connect_timeout=5, socket_timeout=None, socket_keepalive=True,
         )
         client = aioredis.Redis(connection_pool=pool)
         try:
