@@ -44,11 +44,15 @@ def free_port() -> int:
 class RedisServer:
     """One private server process (``appendonly``: AOF with ``appendfsync always``)."""
 
-    def __init__(self, *, appendonly: bool = False, directory: Path | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = False, directory: Path | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.binary = require_redis()
         self.port = free_port()
         self.dir = directory or Path(tempfile.mkdtemp(prefix="cf-redis-"))
         self.appendonly = appendonly
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,6 +67,7 @@ class RedisServer:
         ]  # fmt: skip
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
+        args += self.extra
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -305,6 +305,54 @@ class RedisStore:
         if parts < (6, 2):
             raise StoreError(f"Redis {version} at {redact_url(self.url)}: 6.2 or newer needed")
 
+    async def durability(self) -> tuple[list[str], list[str]]:
+        """``(warnings, notes)`` about the server's persistence for exactly-once
+        (``cronfleet check``): off or snapshot-only is a warning, ``appendfsync
+        everysec`` a note; ``CONFIG`` refused (renamed, ACL) is a warning saying so."""
+        client = self._redis()
+        where = f"Redis at {redact_url(self.url)}"
+        try:
+            conf: dict[Any, Any] = {}
+            for name in ("appendonly", "appendfsync", "save"):
+                conf.update(await client.config_get(name))
+        except rexc.ResponseError as exc:
+            return [
+                f"{where}: could not read its persistence settings (CONFIG GET refused: "
+                f"{exc}); make sure AOF is on (appendonly yes, appendfsync always or "
+                "everysec), or claims acknowledged before a crash can be lost and their "
+                "slots run again"
+            ], []
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"{where} unavailable: {exc}") from exc
+        conf = {_d(k): _d(v) for k, v in conf.items()}
+        aof = conf.get("appendonly") == "yes"
+        fsync = conf.get("appendfsync", "")
+        save = conf.get("save", "")
+        if not aof and not save:
+            return [
+                f"{where}: persistence is off (appendonly no, no save points): a restart "
+                "loses every claim, lease and run record, and slots claimed before it can "
+                "run again; set appendonly yes with appendfsync always (docs/deployment.md)"
+            ], []
+        if not aof:
+            return [
+                f"{where}: only RDB snapshots (save {save!r}, appendonly no): claims made "
+                "since the last snapshot are lost on a crash and their slots can run again; "
+                "set appendonly yes with appendfsync always (docs/deployment.md)"
+            ], []
+        if fsync == "no":
+            return [
+                f"{where}: appendfsync no: the OS decides when claims reach the disk (often "
+                "30 s); a machine crash can lose them and their slots can run again; set "
+                "appendfsync always (docs/deployment.md)"
+            ], []
+        if fsync == "everysec":
+            return [], [
+                f"{where}: appendfsync everysec: a machine crash can lose the last second of "
+                "claims (their slots can run again); appendfsync always closes that window"
+            ]
+        return [], []
+
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
