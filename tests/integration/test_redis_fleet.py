@@ -199,12 +199,13 @@ def test_kill_9_a_worker_no_slot_runs_twice_and_none_is_lost(
     assert all(len(v) == 1 for v in slots.values()), [v for v in slots.values() if len(v) > 1]
     handled = handler_counts(counts)
     assert max(handled.values()) == 1, [k for k, n in handled.items() if n > 1][:10]
-    interrupted = [v[0] for v in slots.values() if v[0][2] == "interrupted"]
+    interrupted = [r for r in rows if r[2] == "interrupted"]  # the kill may precede lo
     statuses = Counter(v[0][2:5] for v in slots.values())
     print(f"killed {victim_name} at {killed_at - lo:.1f}s into the window; {statuses}")
     assert interrupted, "the victim held no run when it was killed"
     assert all(r[4] == victim_name and r[3] == "lease_expired" for r in interrupted)
     assert all(r[1] <= killed_at + 1 for r in interrupted)
+    assert len({(r[0], r[1]) for r in interrupted}) == len(interrupted)
     # after the victim's leases expired, its jobs ran on the survivors
     late = [v[0] for k, v in slots.items() if k[1] > killed_at + 40]
     assert late and all(r[2] == "succeeded" and r[4] != victim_name for r in late)

@@ -120,15 +120,15 @@ def parse_store_url(url: str) -> StoreURL:
             raise StoreError(
                 f"invalid Redis URL {redact_url(url)!r}: expected redis://host:6379/0"
             )
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in query if k in REDIS_OPTIONS}
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in pairs if k in REDIS_OPTIONS}
         if "prefix" in ours and not ours["prefix"]:
             raise StoreError(
                 f"invalid Redis URL {redact_url(url)!r}: prefix is empty (omit it for "
                 f"the default {DEFAULT_PREFIX!r})"
             )
-        rest = [(k, v) for k, v in query if k not in REDIS_OPTIONS]
-        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        kept = [(k, v) for k, v in pairs if k not in REDIS_OPTIONS]
+        conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
         return StoreURL(url, "redis", conninfo=conninfo, options=ours)
     raise StoreError(
         f"unknown store URL {url!r}: expected sqlite:///path.db, postgresql://user@host/db "

@@ -6,8 +6,8 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result

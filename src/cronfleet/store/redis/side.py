@@ -368,7 +368,7 @@ class RedisApiStore(ApiStore):
             top = "+inf" if before_id is None else f"({before_id}"
             ids = await c.zrevrangebyscore(f"{self._audit}:{team}", top, "-inf",
                                            start=0, num=limit)
-            return list(await c.hmget(self._audit, ids)) if ids else []
+            return list(await c.hmget(self._audit, [_s(i) for i in ids])) if ids else []
 
         out = []
         for raw in await self._side.go(read):

@@ -416,7 +416,7 @@ class RedisStore:
                 delay = min(delay * 2, 5.0)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # -- job state ----------------------------------------------------------------------------
 
@@ -471,7 +471,7 @@ class RedisStore:
         if not rows and not rel:
             return []
         encoded = [json.dumps(run_fields(r, dd), separators=(",", ":")) for r, dd in rows]
-        out = []
+        out: list[tuple[int, int]] = []
         for i in range(0, max(len(encoded), 1), _CHUNK):
             part = encoded[i : i + _CHUNK]
             last = i + _CHUNK >= len(encoded)
@@ -718,4 +718,7 @@ class RedisStore:
 
 def _fives(flat: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
     vals = [_d(v) for v in flat]
-    return [tuple(vals[i : i + 5]) for i in range(0, len(vals), 5)]  # type: ignore[misc]
+    return [
+        (vals[i], vals[i + 1], vals[i + 2], vals[i + 3], vals[i + 4])
+        for i in range(0, len(vals), 5)
+    ]
