@@ -85,6 +85,7 @@ def _kind(it: Dispatch) -> str:
 
 
 _CHUNK = 5000  # requests per script call: a long script blocks every other client
+_STATES_CHUNK = 20_000  # job state rows per script call (start-up with 100,000 jobs)
 _CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
 
 
@@ -183,7 +184,7 @@ def _i(v: Any) -> int | None:
 
 
 def _state(row: Sequence[Any]) -> JobState:
-    r = [_d(v) for v in row]
+    r = [None if v is False else _d(v) for v in row]  # JSON false / RESP nil: absent
     o = r[1]
     cmax, smax = _i(r[9]), _i(r[10])
     mark = watermark(cmax, smax)
@@ -423,8 +424,9 @@ class RedisStore:
     async def _states(self, mode: str, job_ids: Sequence[str]) -> dict[str, JobState]:
         out: dict[str, JobState] = {}
         ids = list(dict.fromkeys(job_ids))
-        for i in range(0, max(len(ids), 1), _CHUNK):
-            for row in await self._run("states", mode, *ids[i : i + _CHUNK]):
+        for i in range(0, max(len(ids), 1), _STATES_CHUNK):
+            part = json.dumps(ids[i : i + _STATES_CHUNK])
+            for row in json.loads(await self._run("states", mode, part)):
                 st = _state(row)
                 out[st.job_id] = st
         return out
@@ -437,7 +439,7 @@ class RedisStore:
 
     async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         wanted = set(job_ids)
-        rows = await self._run("states", "overrides")
+        rows = json.loads(await self._run("states", "overrides", "[]"))
         return {st.job_id: st for st in map(_state, rows) if st.job_id in wanted}
 
     async def set_override(
@@ -510,15 +512,15 @@ class RedisStore:
         now = 0
         for c in range(0, len(items), _CHUNK):
             chunk = items[c : c + _CHUNK]
-            argv: list[Any] = []
+            argv: list[str] = []
             for it in chunk:
                 lease = it.lease and not it.defer and not it.skip_reason
                 argv += (
-                    _kind(it), it.job_id, ms(it.slot),
-                    "1" if lease else "0", ms(it.hold),
-                    "" if it.reclaim_token is None else it.reclaim_token,
+                    _kind(it), it.job_id, str(ms(it.slot)),
+                    "1" if lease else "0", str(ms(it.hold)),
+                    "" if it.reclaim_token is None else str(it.reclaim_token),
                 )  # fmt: skip
-            res = await self._run("dispatch", instance_id, *argv)
+            res = json.loads(await self._run("dispatch", instance_id, json.dumps(argv)))
             now = int(res[0])
             for k, it in enumerate(chunk):
                 won, tok, taken, holder, busy = res[1 + k * 5 : 6 + k * 5]
