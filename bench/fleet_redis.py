@@ -197,8 +197,9 @@ def run_one(w: Workload, kind: str, redis: PrivateRedis | None, pg: str, quick: 
             recs += [tuple(r) for r in data["recs"]]  # type: ignore[misc]
             errors += int(data["errors"])
     shutil.rmtree(tmp, ignore_errors=True)
-    if w.spread:
-        expected = w.jobs * window / 60
+    if w.spread:  # job i fires at second i % 60: count the jobs of each second exactly
+        per_second = [len(range(k, w.jobs, 60)) for k in range(60)]
+        expected = sum(per_second[sec % 60] for sec in range(int(w0), int(w1)))
     elif w.every >= 30:
         expected = w.jobs * len(range(int(w0), int(w1), w.every))
     else:

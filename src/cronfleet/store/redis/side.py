@@ -138,15 +138,18 @@ class RedisSecretStore:
     @staticmethod
     def _row(raw: Any) -> SecretRow:
         d = json.loads(raw)
+        hosts = d.get("hosts")
         return SecretRow(d["ns"], d["name"], d["key_id"], base64.b64decode(d["nonce"]),
-                         base64.b64decode(d["ct"]), _req(d["created"]), _req(d["updated"]))
+                         base64.b64decode(d["ct"]), _req(d["created"]), _req(d["updated"]),
+                         None if hosts is None else tuple(hosts))
 
     async def get_secret(self, namespace: str, name: str) -> SecretRow | None:
         raw = await self._side.go(lambda c: c.hget(self._key, f"{namespace}\0{name}"))
         return None if raw is None else self._row(raw)
 
     async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
-                         ciphertext: bytes, now: datetime) -> bool:
+                         ciphertext: bytes, now: datetime,
+                         hosts: tuple[str, ...] | None = None) -> bool:
         field = f"{namespace}\0{name}"
         at = int(now.timestamp() * 1000)
 
@@ -158,6 +161,7 @@ class RedisSecretStore:
                 "ns": namespace, "name": name, "key_id": key_id,
                 "nonce": base64.b64encode(nonce).decode(),
                 "ct": base64.b64encode(ciphertext).decode(), "created": created, "updated": at,
+                "hosts": None if hosts is None else list(hosts),
             }))  # fmt: skip
             return old is None
 
@@ -240,15 +244,16 @@ def _def(raw: Any) -> JobDef:
     d = json.loads(raw)
     return JobDef(d["id"], d["team"], d["spec"], int(d["version"]), _req(d["created_at"]),
                   _req(d["updated_at"]), d["created_by"], d["updated_by"],
-                  _dt(d["deleted_at"]))
+                  _dt(d["deleted_at"]), d.get("saved_role"))
 
 
 def _def_json(job_id: str, team: str, spec: dict[str, Any], version: int, created: int,
               updated: int, created_by: str | None, updated_by: str | None,
-              deleted: int | None = None) -> str:
+              deleted: int | None = None, saved_role: str | None = None) -> str:
     return json.dumps({"id": job_id, "team": team, "spec": spec, "version": version,
                        "created_at": created, "updated_at": updated, "created_by": created_by,
-                       "updated_by": updated_by, "deleted_at": deleted}, sort_keys=True)
+                       "updated_by": updated_by, "deleted_at": deleted,
+                       "saved_role": saved_role}, sort_keys=True)
 
 
 class RedisApiStore(ApiStore):
@@ -256,8 +261,9 @@ class RedisApiStore(ApiStore):
 
     Keys: ``side:tokens`` (id -> JSON with the SHA-256 digest), ``side:token_hash``
     (digest -> id), ``side:audit`` (id -> JSON) with ``side:audit:<team>`` (ids by id),
-    ``side:defs`` (id -> JSON, tombstones kept) and ``side:defs:version`` (the store-wide
-    catalog version)."""
+    ``side:defs`` (id -> JSON, tombstones kept), ``side:defs:version`` (the store-wide
+    catalog version) and ``side:job_ids`` (ids of config / code jobs reserved to their
+    team)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -267,6 +273,7 @@ class RedisApiStore(ApiStore):
         self._tokens, self._hashes = k("tokens"), k("token_hash")
         self._audit, self._audit_id = k("audit"), k("audit:id")
         self._defs, self._version = k("defs"), k("defs:version")
+        self._reserved = k("job_ids")
 
     def __repr__(self) -> str:
         return f"RedisApiStore(prefix={self._side.prefix!r})"
@@ -395,15 +402,18 @@ class RedisApiStore(ApiStore):
         return None if raw is None else _def(raw)
 
     async def _write_def(
-        self, job_id: str, decide: Callable[[JobDef | None, int, int], str | None]
+        self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
     ) -> JobDef | None:
-        """Read the definition and the version, ``decide(old, next version, now)`` the new
-        JSON (None: no change), write both in one transaction, announce."""
+        """Read the definition, the version and the id's reservation, ``decide(old, next
+        version, now, reserved team)`` the new JSON (None: no change), write both in one
+        transaction, announce."""
 
         async def body(pipe: Any) -> JobDef | None:
             raw = await pipe.hget(self._defs, job_id)
             version = int(await pipe.get(self._version) or 0) + 1
-            new = decide(None if raw is None else _def(raw), version, _now_ms())
+            held = await pipe.hget(self._reserved, job_id)
+            reserved = None if held is None else json.loads(held)["team"]
+            new = decide(None if raw is None else _def(raw), version, _now_ms(), reserved)
             pipe.multi()
             if new is None:
                 return None
@@ -412,39 +422,76 @@ class RedisApiStore(ApiStore):
             pipe.publish(f"{self._side.prefix}events", "catalog")
             return _def(new)
 
-        return await self._side.atomic([self._defs, self._version], body)
+        return await self._side.atomic([self._defs, self._version, self._reserved], body)
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None) -> JobDef | None:
-        def decide(old: JobDef | None, version: int, now: int) -> str | None:
-            # a live definition keeps its id; only its own team revives a tombstone
+                             by: str | None, role: str | None = None) -> JobDef | None:
+        def decide(old: JobDef | None, version: int, now: int, reserved: str | None
+                   ) -> str | None:
+            # a live definition keeps its id; only its own team revives a tombstone; an id
+            # reserved by a config or code job stays its team's
             if old is not None and (old.deleted_at is None or old.team != team):
                 return None
-            return _def_json(job_id, team, spec, version, now, now, by, by)
+            if reserved is not None and reserved != team:
+                return None
+            return _def_json(job_id, team, spec, version, now, now, by, by, None, role)
 
         return await self._write_def(job_id, decide)
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None, *, expect_version: int | None = None
-                             ) -> JobDef | None:
-        def decide(old: JobDef | None, version: int, now: int) -> str | None:
+                             by: str | None, *, expect_version: int | None = None,
+                             role: str | None = None) -> JobDef | None:
+        def decide(old: JobDef | None, version: int, now: int, reserved: str | None
+                   ) -> str | None:
             if old is None or old.deleted_at is not None or old.team != team:
                 return None
             if expect_version is not None and old.version != expect_version:
                 return None
             return _def_json(job_id, team, spec, version, _ms(old.created_at), now,
-                             old.created_by, by)
+                             old.created_by, by, None, role)
 
         return await self._write_def(job_id, decide)
 
     async def delete_job_def(self, job_id: str, team: str, by: str | None) -> bool:
-        def decide(old: JobDef | None, version: int, now: int) -> str | None:
+        def decide(old: JobDef | None, version: int, now: int, reserved: str | None
+                   ) -> str | None:
             if old is None or old.deleted_at is not None or old.team != team:
                 return None
             return _def_json(job_id, team, old.spec, version, _ms(old.created_at), now,
-                             old.created_by, by, now)
+                             old.created_by, by, now, old.saved_role)
 
         return await self._write_def(job_id, decide) is not None
+
+    async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
+        if not jobs:
+            return
+        now = _now_ms()
+
+        async def body(pipe: Any) -> None:
+            ids = [j for j, _, _ in jobs]
+            old = dict(zip(ids, await pipe.hmget(self._reserved, ids), strict=True))
+            writes = {}
+            for job_id, team, source in jobs:
+                cur = old.get(job_id)
+                d = None if cur is None else json.loads(cur)
+                if d is None or d["team"] != team or d["source"] != source:
+                    writes[job_id] = json.dumps({
+                        "team": team, "source": source,
+                        "reserved_at": now if d is None else d["reserved_at"],
+                    })  # fmt: skip
+            pipe.multi()
+            if writes:
+                pipe.hset(self._reserved, mapping=writes)
+
+        await self._side.atomic([self._reserved], body)
+
+    async def reserved_ids(self, team: str) -> list[str]:
+        raw = await self._side.go(lambda c: c.hgetall(self._reserved))
+        return sorted(_s(k) for k, v in raw.items() if json.loads(v)["team"] == team)
+
+    async def reserved_team(self, job_id: str) -> str | None:
+        raw = await self._side.go(lambda c: c.hget(self._reserved, job_id))
+        return None if raw is None else str(json.loads(raw)["team"])
 
 
 def _ms(d: datetime) -> int:

@@ -73,15 +73,23 @@ local function lost_of(j)
   return {j, v[2], v[1] or '', slot, claimed}
 end
 -- take the job's lease for hold ms: 1 or (0, holder); lost runs found go to `lost`
+-- (one HMGET per job on the hot path: the state row, the lease and the lost-run check)
 local function take_lease(j, tok, hold, inst, lost)
-  ensure(j)
-  local l = lost_of(j)
-  if l then
-    for _, x in ipairs(l) do lost[#lost + 1] = x end
-  end
   local sk = jk(j, 's')
-  local v = redis.call('HMGET', sk, 'h', 'lu')
-  if not v[1] or tonumber(v[2] or 0) <= NOW then
+  local v = redis.call('HMGET', sk, 'h', 'lt', 'lu', 'c')
+  if not v[4] then
+    redis.call('HSET', sk, 'c', NOW)
+    redis.call('SADD', gk('jobs'), j)
+  end
+  local expired = not v[3] or tonumber(v[3]) <= NOW
+  if v[2] and v[3] and expired then
+    local c = redis.call('HGET', jk(j, 't'), v[2])
+    if c and redis.call('HEXISTS', jk(j, 'f'), v[2]) == 0 then
+      local slot, _, claimed = split3(c)
+      for _, x in ipairs({j, v[2], v[1] or '', slot, claimed}) do lost[#lost + 1] = x end
+    end
+  end
+  if not v[1] or expired then
     local until_ = NOW + tonumber(hold)
     if tok == '' then
       redis.call('HDEL', sk, 'lt')
