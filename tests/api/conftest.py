@@ -25,7 +25,7 @@ import pytest
 from cronfleet import FakeClock, Scheduler
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
-from cronfleet.jobs.http import HttpRuntime
+from cronfleet.jobs.http import HttpRuntime, TargetPolicy
 from cronfleet.store.api import ApiStore
 from store.pg import drop_schema, new_schema, pg_url, require_pg
 
@@ -33,7 +33,7 @@ T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 T0_ISO = "2026-05-28T20:26:40+00:00"
 A, B = "alpha", "beta"
 ROLES = ("viewer", "editor", "admin")
-ERROR_KEYS = {"code", "message", "details"}
+ERROR_KEYS = {"type", "title", "status", "detail", "code", "message", "details"}
 SECRET_ENVS = ("CRONFLEET_SECRET_KEY", "CRONFLEET_SECRET_KEY_FILE",
                "CRONFLEET_SECRET_KEY_PREVIOUS")
 
@@ -88,7 +88,8 @@ def clock() -> FakeClock:
 
 def expect(r: httpx.Response, status: int, code: str | None = None) -> Any:
     """The JSON body of ``r`` after checking its status (and, for errors, the one error
-    shape ``{"code", "message", "details"}`` with ``code``)."""
+    shape: an RFC 9457 problem, application/problem+json, whose ``code``, ``message`` and
+    ``details`` extensions are kept)."""
     assert r.status_code == status, f"{r.request.method} {r.request.url}: {r.status_code} " \
                                     f"{r.text}"
     if status == 204:
@@ -97,14 +98,17 @@ def expect(r: httpx.Response, status: int, code: str | None = None) -> Any:
     body = r.json()
     if code is not None:
         assert set(body) == ERROR_KEYS, body
+        assert r.headers["content-type"] == "application/problem+json", r.headers
         assert body["code"] == code, body
+        assert body["status"] == status and body["detail"] == body["message"], body
+        assert body["type"].endswith("/" + code.lower().replace("_", "-")), body
         assert isinstance(body["message"], str) and body["message"]
         assert isinstance(body["details"], dict)
     return body
 
 
 def http_spec(url: str, **extra: Any) -> dict[str, Any]:
-    return {"url": url, "allow_private_targets": True, **extra}
+    return {"url": url, **extra}
 
 
 @dataclass
@@ -233,7 +237,9 @@ async def make_api(store_url: str, clock: FakeClock) -> AsyncIterator[MakeApi]:
         gate = asyncio.Event()
         if jobs:
             declare(s, gate)
-        runtime = HttpRuntime(store=run_url)
+        # the operator lets API jobs reach the tests' local servers
+        runtime = HttpRuntime(store=run_url,
+                              api_private_targets=TargetPolicy.parse(["127.0.0.0/8"]))
         api_store = ApiStore(api_store_url or store_url)
         await s.start()
         app = create_app(s, api_store=api_store, settings=settings, http_runtime=runtime)

@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cronfleet.config.env import apply_env
 from cronfleet.config.keys import (
     API_KEYS,
     CONFIG_ENV,
     DEFAULT_CONFIG,
     DEFAULT_STORE,
+    LOG_FORMATS,
+    LOG_LEVELS,
     SCHEDULER_KEYS,
     STORE_ENV,
     did_you_mean,
@@ -48,10 +51,11 @@ def load_config(
         path = DEFAULT_CONFIG
     if path is None:
         config = Config()
-        problems: list[Problem] = []
-        _apply_store_env(config, env, problems)
-        if problems:
-            raise ConfigError(problems)
+        reader = Reader(Path(DEFAULT_CONFIG), config.display, "", env)
+        apply_env(reader, config, env)
+        _apply_store_env(config, env, reader.problems)
+        if reader.problems:
+            raise ConfigError(reader.problems)
         return config
     display = str(path)
     file = Path(path)
@@ -90,6 +94,12 @@ def _store_problem(url: str) -> str | None:
     return None
 
 
+def _port_problem(port: object) -> str | None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        return f"expected a port number 0-65535, got {describe_value(port)}"
+    return None
+
+
 def _resolve_sqlite(url: str, base: Path) -> str:
     """``sqlite:///relative.db`` in a config file is relative to the file's directory."""
     from cronfleet.store.url import resolve_sqlite_url
@@ -97,10 +107,58 @@ def _resolve_sqlite(url: str, base: Path) -> str:
     return resolve_sqlite_url(url, base)
 
 
+MAX_NESTING = 100
+
+
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """Where arrays / inline tables first nest deeper than :data:`MAX_NESTING` (line,
+    column), outside strings and comments; None when they never do. tomllib would recurse
+    once per level and end in a RecursionError thousands of lines long."""
+    depth = 0
+    line, col = 1, 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        col += 1
+        if c == "\n":
+            line, col = line + 1, 0
+        elif c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                if text[j] == "\\" and c == '"':
+                    j += 1
+                elif text[j] == "\n" and len(quote) == 1:
+                    break  # an unterminated string: tomllib reports it
+                j += 1
+            segment = text[i:j + len(quote)]
+            newlines = segment.count("\n")
+            if newlines:
+                line += newlines
+                col = len(segment) - segment.rfind("\n") - 1
+            else:
+                col += len(segment) - 1
+            i = j + len(quote)
+            continue
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line, col
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return None
+
+
 class Reader:
     """Turns the parsed document into a :class:`Config`, collecting every problem."""
 
     def __init__(self, file: Path, display: str, text: str, env: Mapping[str, str]) -> None:
+        text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
         self.file = file
         self.display = display
         self.text = text
@@ -158,8 +216,16 @@ class Reader:
     # reading
 
     def read(self) -> Config:
+        deep = _too_deep(self.text)
+        if deep is not None:
+            self.problem(f"invalid TOML: arrays and inline tables nested deeper than "
+                         f"{MAX_NESTING} levels", at=deep)
+            raise ConfigError(self.problems)
         try:
             doc = tomllib.loads(self.text)
+        except RecursionError:  # a nesting the scan above missed: still a located answer
+            self.problems.append(Problem("invalid TOML: nested too deeply", file=self.display))
+            raise ConfigError(self.problems) from None
         except tomllib.TOMLDecodeError as exc:
             msg = str(exc)
             m = re.search(r"\(at line (\d+), column (\d+)\)$", msg)
@@ -199,6 +265,12 @@ class Reader:
         else:
             self.problem("api: expected a table ([api])",
                          at=self.key_position("", -1, "api"), key="api")
+        for table, prefix in (("scheduler", ""), ("api", "api_")):
+            if isinstance(doc.get(table), dict):
+                for key in doc[table]:
+                    config.origins[prefix + key] = self.display
+        # the environment replaces what the file says (flags, later, replace both)
+        apply_env(self, config, self.env)
         _apply_store_env(config, self.env, self.problems)
         tasks = doc.get("tasks", [])
         if isinstance(tasks, dict):
@@ -274,6 +346,19 @@ class Reader:
                     f"expected true or false, got {describe_value(value)}")
             else:
                 config.allow_private_targets = value
+        for key, allowed in (("log_level", LOG_LEVELS), ("log_format", LOG_FORMATS)):
+            if key in sched:
+                if sched[key] not in allowed:
+                    choices = ", ".join(f'"{a}"' for a in allowed)
+                    bad(key, f"expected one of {choices}, got {describe_value(sched[key])}")
+                else:
+                    setattr(config, key, sched[key])
+        if "metrics_port" in sched:
+            problem = _port_problem(sched["metrics_port"])
+            if problem:
+                bad("metrics_port", problem)
+            else:
+                config.metrics_port = sched["metrics_port"]
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):
@@ -314,11 +399,11 @@ class Reader:
             else:
                 config.api_host = api["host"]
         if "port" in api:
-            port = api["port"]
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                bad("port", f"expected a port number 0-65535, got {describe_value(port)}")
+            problem = _port_problem(api["port"])
+            if problem:
+                bad("port", problem)
             else:
-                config.api_port = port
+                config.api_port = api["port"]
         if "metrics" in api:
             if api["metrics"] not in ("public", "token"):
                 got = describe_value(api["metrics"])
@@ -330,6 +415,29 @@ class Reader:
                 config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])
             except ScheduleError as exc:
                 bad("ready_max_overdue", exc.message)
+        if "private_targets" in api:
+            targets = api["private_targets"]
+            from cronfleet.jobs.http import TargetPolicy
+
+            if not isinstance(targets, list):
+                bad("private_targets", 'expected a list of networks and host names, e.g. '
+                                       f'["10.1.2.0/24", "billing.internal"], got '
+                                       f"{describe_value(targets)}")
+            else:
+                try:
+                    TargetPolicy.parse(targets)
+                except ValueError as exc:
+                    bad("private_targets", str(exc).removeprefix("private_targets"))
+                else:
+                    config.api_private_targets = list(targets)
+        if "max_request_body" in api:
+            size = api["max_request_body"]
+            if isinstance(size, bool) or not isinstance(size, int) or not (
+                    1024 <= size <= 64 * 1024 * 1024):
+                bad("max_request_body", f"expected a number of bytes from 1024 to 67108864, "
+                                        f"got {describe_value(size)}")
+            else:
+                config.api_max_request_body = size
 
     def read_plugin_refs(self, refs: list[str], config: Config) -> None:
         key_at = self.where("scheduler", -1, "plugins")

@@ -24,6 +24,26 @@ __all__ = ["MAX_BUFFERED", "Ledger"]
 log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
+log_runs = logging.getLogger("cronfleet")  # the one line per ended run
+
+
+def log_ended(batch: list[Finish], instance_id: str) -> None:
+    """One line per ended run, once its row is written (so its run id is known); the
+    JSON log format (cronfleet.logs) reads the fields passed as ``extra``."""
+    for f in batch:
+        run = f.run
+        if run.status is RunStatus.RUNNING or run.finished_at is None:
+            continue
+        slot = run.slot.isoformat()
+        duration = (None if run.started_at is None
+                    else round((run.finished_at - run.started_at).total_seconds(), 6))
+        fields = {
+            "job": run.job_id, "slot": slot, "run_id": run.id, "instance": instance_id,
+            "fencing_token": run.fencing_token, "outcome": run.status.value,
+            "duration": duration, "attempt": run.attempt,
+        }
+        log_runs.info("job %s slot %s %s%s", run.job_id, slot, run.status.value,
+                      f": {run.error}" if run.error else "", extra={"cronfleet": fields})
 
 
 class Ledger:
@@ -93,6 +113,9 @@ class Ledger:
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
             if s.running:
                 s.spawn(self._later_flush())
+        else:
+            if log_runs.isEnabledFor(logging.INFO):
+                log_ended(batch, s.instance_id)
         finally:
             s.activity.leave()
         self._flushed_event().set()

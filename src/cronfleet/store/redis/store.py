@@ -189,7 +189,7 @@ def _state(row: Sequence[Any]) -> JobState:
     cmax, smax = _i(r[9]), _i(r[10])
     mark = watermark(cmax, smax)
     return JobState(
-        job_id=r[0],
+        job_id=str(r[0]),
         enabled_override=None if o is None else o == "1",
         override_by=r[2],
         override_at=dt(_i(r[3])),
