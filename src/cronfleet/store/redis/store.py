@@ -85,6 +85,9 @@ def _kind(it: Dispatch) -> str:
 
 
 _CHUNK = 5000  # requests per script call: a long script blocks every other client
+# run rows per script call: a group commit of 10,000 rows in one script would hold the
+# server while other processes wait to claim
+_PUT_CHUNK = 500
 _STATES_CHUNK = 20_000  # job state rows per script call (start-up with 100,000 jobs)
 _CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
 
@@ -472,13 +475,13 @@ class RedisStore:
         rel = [x for j, tok in releases if tok is not None for x in (j, str(tok))]
         if not rows and not rel:
             return []
-        encoded = [json.dumps(run_fields(r, dd), separators=(",", ":")) for r, dd in rows]
+        fields = [run_fields(r, dd) for r, dd in rows]
         out: list[tuple[int, int]] = []
-        for i in range(0, max(len(encoded), 1), _CHUNK):
-            part = encoded[i : i + _CHUNK]
-            last = i + _CHUNK >= len(encoded)
-            res = await self._run("put_runs", len(part), *part, *(rel if last else ()))
-            out.extend((int(a), int(b)) for a, b in res)
+        for i in range(0, max(len(fields), 1), _PUT_CHUNK):
+            part = json.dumps(fields[i : i + _PUT_CHUNK], separators=(",", ":"))
+            last = i + _PUT_CHUNK >= len(fields)
+            res = json.loads(await self._run("put_runs", part, *(rel if last else ())))
+            out.extend((int(res[k]), int(res[k + 1])) for k in range(0, len(res), 2))
         for (rec, _), (rid, how) in zip(rows, out, strict=True):
             if how:
                 rec.id = rid

@@ -1,9 +1,9 @@
--- Write run rows and release leases, atomically. ARGV: P, now, row count, rows (JSON
--- objects of strings; 'id' set: update; a token already written: update that row; 'dd'
+-- Write run rows and release leases, atomically. ARGV: P, now, a JSON array of rows
+-- (objects of strings; 'id' set: update; a token already written: update that row; 'dd'
 -- set: a skip written once per (job, slot, reason)), then (job, token) pairs to release.
--- Reply: per row, {id, 1 inserted | 2 updated | 0 not written}.
+-- Reply: one JSON array, per row id and how (1 inserted, 2 updated, 0 not written).
 local UPDATED = {'st', 'rs', 'sa', 'fa', 'dl', 'r', 'e', 'lg'}
-local n = tonumber(ARGV[3])
+local rows = cjson.decode(ARGV[3])
 local out = {}
 local function update(id, row)
   local key = gk('r:' .. id)
@@ -15,8 +15,8 @@ local function update(id, row)
   index_status(id, old[2], old[1], row.st, row.dl)
   return 2
 end
-for i = 1, n do
-  local row = cjson.decode(ARGV[3 + i])
+for i = 1, #rows do
+  local row = rows[i]
   local j = row.j
   local id = row.id and tonumber(row.id) or nil
   local how = 0
@@ -52,7 +52,8 @@ for i = 1, n do
       how = 1
     end
   end
-  out[i] = {id or 0, how}
+  out[#out + 1] = id or 0
+  out[#out + 1] = how
 end
-for i = 4 + n, #ARGV, 2 do release(ARGV[i], ARGV[i + 1]) end
-return out
+for i = 4, #ARGV, 2 do release(ARGV[i], ARGV[i + 1]) end
+return cjson.encode(out)
