@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-lowest lint bench clean
+.PHONY: run test test-lowest lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test-lowest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py
 	$(BIN)/python bench/runtime.py
+
+# the published fault suite (docs/reliability.md), ~25 min; e.g.
+# make chaos CHAOS="--store sqlite --only kill9,lock --json"
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos $(CHAOS)
 
 clean:
 	rm -rf $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache
