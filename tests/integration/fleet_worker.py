@@ -5,10 +5,12 @@ Declares ``--jobs`` identical interval jobs (``PREFER_GLOBAL``) and ``--require-
 Prints ``READY <instance>`` once started. The evidence is read from the store afterwards,
 never from this process's output.
 
+``--count FILE``: each handler appends ``job slot instance recovery`` to FILE when its
+work is done (runs counted on the handler side). ``--instance-ttl``, ``--recover``.
+
 Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
 skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
-process, from this one, at a given time; ``--count-file`` counts handler starts on the
-handler side (one line per run, written before the handler returns).
+process, from this one, at a given time.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ def main() -> None:
     p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
     p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--command-log", default=None,
+                   help="command jobs instead of handlers: each run appends "
+                        "'<job> <slot> <token>' to this file (counted on the command side)")
+    p.add_argument("--instance-ttl", default="15s")
+    p.add_argument("--recover", action="store_true", help="recover=True on every job")
     p.add_argument(
-        "--count-file", default=None,
-        help="append 'job slot' per handler start (runs counted on the handler side)",
+        "--count", default=None, help="file each handler appends 'job slot instance' to"
     )
     args = p.parse_args()
     logging.basicConfig(
@@ -58,18 +64,34 @@ def main() -> None:
         shutdown_grace="10s",
         clock=SystemClock(offset=args.clock_offset),
         timers=args.role != "api",
+        instance_ttl=args.instance_ttl,
     )
 
-    counted = open(args.count_file, "a", buffering=1) if args.count_file else None  # noqa: SIM115
+    def count(ctx: RunContext) -> None:
+        line = f"{ctx.job_id} {ctx.slot.timestamp():.0f} {args.name} {int(ctx.is_recovery)}\n"
+        fd = os.open(args.count, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one small O_APPEND write: never interleaved
+        finally:
+            os.close(fd)
 
     async def handler(ctx: RunContext) -> None:
-        if counted is not None:
-            counted.write(f"{ctx.job_id} {round(ctx.slot.timestamp())}\n")
         if args.sleep:
             await asyncio.sleep(args.sleep)
+        if args.count:
+            count(ctx)  # after the work: a run cut short (kill -9) is not counted
 
     for i in range(args.jobs):
-        s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout)(handler)
+        if args.command_log:
+            from cronfleet.jobs.command import CommandJob
+
+            line = 'echo "$CRONFLEET_JOB $CRONFLEET_SLOT $CRONFLEET_FENCING_TOKEN"'
+            command = CommandJob(["/bin/sh", "-c", f"{line} >> {args.command_log}"])
+            s.add_job(command.job(args.every, id=f"{args.prefix}-{i:04d}"))
+            continue
+        s.job(
+            args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover
+        )(handler)
     for i in range(args.require_jobs):
         s.job(
             args.every,

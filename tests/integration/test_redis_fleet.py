@@ -1,5 +1,5 @@
 """Exactly once with real processes on one Redis: evidence from the ledger (read through
-``RedisStore``) and from the handlers themselves (``--count-file``).
+``RedisStore``) and from the handlers themselves (``--count``).
 
 Each test starts its own ``redis-server`` on a free port in a temp dir (never the shared
 6379); without the binary these skip on a laptop and fail under ``CI=true``.
@@ -39,7 +39,7 @@ def server() -> Iterator[RedisServer]:
 def spawn(url: str, name: str, until: float, count: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(WORKER), "--store", url, "--name", name, "--until", str(until),
-         "--count-file", str(count), *extra],
+         "--count", str(count), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
@@ -118,7 +118,7 @@ def handler_counts(files: list[Path]) -> Counter[tuple[str, int]]:
     for f in files:
         if f.exists():
             for line in f.read_text().splitlines():
-                job, slot = line.split()
+                job, slot = line.split()[:2]
                 c[(job, int(slot))] += 1
     return c
 

@@ -326,6 +326,16 @@ class Reader:
                     setattr(config, key, duration_seconds(sched[key]))
                 except ScheduleError as exc:
                     bad(key, exc.message)
+        if "instance_ttl" in sched:
+            try:
+                ttl = duration_seconds(sched["instance_ttl"])
+            except ScheduleError as exc:
+                bad("instance_ttl", exc.message)
+            else:
+                if ttl < 1:
+                    bad("instance_ttl", f"expected at least 1 second, got {ttl:g}s")
+                else:
+                    config.instance_ttl = ttl
         if "runs_per_job" in sched:
             n = sched["runs_per_job"]
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -410,6 +420,12 @@ class Reader:
                 bad("metrics", f'expected "public" or "token", got {got}')
             else:
                 config.api_metrics = api["metrics"]
+        if "allow_command_jobs" in api:
+            if not isinstance(api["allow_command_jobs"], bool):
+                bad("allow_command_jobs", f"expected true or false, got "
+                                          f"{describe_value(api['allow_command_jobs'])}")
+            else:
+                config.api_allow_command_jobs = api["allow_command_jobs"]
         if "ready_max_overdue" in api:
             try:
                 config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])

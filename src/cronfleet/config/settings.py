@@ -52,6 +52,7 @@ class Config:
     plugins: list[PluginRef] = field(default_factory=list)
     entry_points: bool = True
     shutdown_grace: float = 30.0
+    instance_ttl: float = 15.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     metrics_job_label: bool = True
@@ -63,6 +64,7 @@ class Config:
     api_ready_max_overdue: float = 30.0
     api_private_targets: list[str] = field(default_factory=list)
     api_max_request_body: int = 1024 * 1024
+    api_allow_command_jobs: bool = False
     log_level: str = "info"
     log_format: str = "text"
     metrics_port: int | None = None
@@ -72,6 +74,7 @@ class Config:
     warnings: list[Problem] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)
     _http_runtime: Any = field(default=None, repr=False)
+    _command_runtime: Any = field(default=None, repr=False)
 
     def http_runtime(self) -> Any:
         """The :class:`~cronfleet.jobs.http.HttpRuntime` shared by this file's HTTP tasks:
@@ -85,6 +88,15 @@ class Config:
                 api_private_targets=TargetPolicy.parse(self.api_private_targets),
             )
         return self._http_runtime
+
+    def command_runtime(self) -> Any:
+        """The :class:`~cronfleet.jobs.command.CommandRuntime` shared by this file's
+        command tasks: the vault of the configured store and one warden process."""
+        if self._command_runtime is None:
+            from cronfleet.jobs.command import CommandRuntime
+
+            self._command_runtime = CommandRuntime(store=self.store)
+        return self._command_runtime
 
     def load(
         self, *, strict: bool = True, entry_points: Sequence[EntryPointSpec] | None = None
@@ -140,6 +152,7 @@ class Loaded:
         clock: Clock | None = None,
         instance_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        role: str = "all",
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
@@ -154,6 +167,8 @@ class Loaded:
             timezone=c.timezone,
             catch_up_window=c.catch_up_window,
             shutdown_grace=c.shutdown_grace,
+            instance_ttl=c.instance_ttl,
+            role=role,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
             metrics_job_label=c.metrics_job_label,
