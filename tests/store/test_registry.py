@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from cronfleet.clock import FakeClock
 from cronfleet.store import Store
 from cronfleet.store.base import Declared, FleetRequest, Instance, RegistryStore
@@ -11,6 +13,15 @@ from cronfleet.store.base import Declared, FleetRequest, Instance, RegistryStore
 from .conftest import T0
 
 TTL = 15.0
+
+
+@pytest.fixture(autouse=True)
+def _registry_not_on_redis_yet(store_kind: str) -> None:
+    # RegistryStore (#14 part B) builds on InstanceStore, which Redis gets in #18 part B;
+    # without it a process publishes nothing and remote operations answer that the store
+    # keeps no job registry
+    if store_kind == "redis":
+        pytest.skip("RegistryStore on Redis is #18 part B (with InstanceStore)")
 
 
 def me(name: str) -> Instance:

@@ -24,6 +24,8 @@ from cronfleet.store.base import RegistryStore
 from .conftest import BOTH, settle
 
 Make = Callable[..., Scheduler]
+# the registry needs a store that keeps instances: Redis does from #18 part B
+BOTH = [k for k in BOTH if k != "redis"]
 TTL = 15.0
 
 
