@@ -175,7 +175,7 @@ async def _run_one(s: Scheduler, job: Job, run: RunRecord, leased: bool) -> None
                     and not active.task.done():
                 runner.cancel(run.id, by="backfill", why="backfill cancelled")
             raise
-        except Exception:  # noqa: BLE001 -- the run's outcome is recorded by the runner
+        except Exception:  # the run's outcome is recorded by the runner
             pass
     await s.ledger.flushed()
 

@@ -588,7 +588,8 @@ class Scheduler(SyncControl):
     ) -> Backfill:
         """Run every slot of ``job_id``'s schedule with ``start <= slot <= end`` again, in
         order, one at a time (the next slot starts once the previous run ended), at most
-        ``rate`` slots a second (``None``: no limit); ``only_missing``: only slots without a ``succeeded`` run.
+        ``rate`` slots a second (``None``: no limit); ``only_missing``: only slots
+        without a ``succeeded`` run.
         Each run is recorded ``triggered_by=backfill`` with its slot. A slot is claimed
         through the store like a scheduled one, so a backfill started twice (here or in
         another process) runs each slot once between them.
