@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cronfleet.model import Job, Locking, Overlap, RunRecord, RunStatus, TriggeredBy
 from cronfleet.runtime import requests
@@ -51,6 +51,16 @@ class Backfill:
     cancelled: bool = False
     finished: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The progress as stored with a remote backfill's request (JSON)."""
+        return {
+            "job_id": self.job_id, "from": self.start.isoformat(), "to": self.end.isoformat(),
+            "only_missing": self.only_missing, "total": self.total, "done": self.done,
+            "current": None if self.current is None else self.current.isoformat(),
+            "ran": len(self.ran), "present": self.present, "taken": self.taken,
+            "busy": self.busy, "cancelled": self.cancelled, "finished": self.finished,
+        }
 
     def cancel(self) -> None:
         """Stop before the next slot (the slot in progress is cancelled too)."""

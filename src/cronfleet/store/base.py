@@ -860,4 +860,8 @@ class RegistryStore(InstanceStore, Protocol):
         (a caller giving up withdraws its request so that it never runs late). Returns
         whether the row was answered by this call."""
 
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        """Replace the payload of a taken, unanswered request (a backfill's progress, so
+        that any process reads it). Returns whether the row was written."""
+
     async def get_request(self, request_id: int) -> FleetRequest | None: ...

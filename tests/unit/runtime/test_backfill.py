@@ -175,3 +175,66 @@ def test_sync_backfill_and_bad_ranges(make: Any) -> None:
     with pytest.raises(ValueError, match="rate"):
         s.backfill("hourly", START, START, rate=0)
     assert h.slots == hours(0, 1)
+
+
+@pytest.mark.parametrize("store_kind", STORES)
+async def test_remote_backfill_progress_and_cancel(make: Any) -> None:
+    """A control-only process asks the declaring instance for a backfill, reads its
+    progress from the store, and cancels another one midway."""
+    from cronfleet.errors import NotDeclared, RemoteRefused
+    from cronfleet.runtime.registry import (
+        backfill_status,
+        remote_backfill,
+        remote_cancel_backfill,
+    )
+
+    a = make(instance_id="a")
+    h = Slots()
+    a.job("0 * * * *", id="hourly")(h)
+    ops = make(instance_id="ops", timers=False)
+    async with a, ops:
+        req = await remote_backfill(ops.store, "hourly", START, START + timedelta(hours=3),
+                                    by="alice", ttl=15.0, timeout=20)
+        assert req.taken_by == "a" and req.id is not None
+        for _ in range(400):
+            got = await backfill_status(ops.store, req.id)
+            if got.answered:
+                break
+            await asyncio.sleep(0.02)
+        assert got.answered and got.error is None, got
+        progress = got.payload["progress"]
+        assert (progress["total"], progress["done"], progress["ran"]) == (4, 4, 4)
+        assert progress["finished"] and not progress["cancelled"]
+        assert h.slots == hours(0, 1, 2, 3)
+        stored = [r for r in await ops.store.list_runs("hourly", limit=100)
+                  if r.triggered_by is TriggeredBy.BACKFILL]
+        assert sorted(r.slot for r in stored) == hours(0, 1, 2, 3)
+        assert {r.instance_id for r in stored} == {"a"}
+
+        # a slow backfill (one slot a second on a's FakeClock: it waits after slot 0)
+        slow = await remote_backfill(ops.store, "hourly", START + timedelta(hours=4),
+                                     START + timedelta(hours=9), by="bob", ttl=15.0,
+                                     rate=1.0, timeout=20)
+        assert slow.id is not None
+        for _ in range(400):
+            got = await backfill_status(ops.store, slow.id)
+            if got.payload.get("progress", {}).get("done") == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert got.payload["progress"]["total"] == 6
+        await remote_cancel_backfill(ops.store, slow.id, by="bob", ttl=15.0, timeout=20)
+        for _ in range(400):
+            got = await backfill_status(ops.store, slow.id)
+            if got.answered:
+                break
+            await asyncio.sleep(0.02)
+        assert got.error is not None and got.error.startswith("CANCELLED")
+        assert got.payload["progress"]["cancelled"] and got.payload["progress"]["done"] == 1
+        assert h.slots == hours(0, 1, 2, 3, 4)
+        with pytest.raises(RemoteRefused, match="already ended"):
+            await remote_cancel_backfill(ops.store, slow.id, by="bob", ttl=15.0)
+        with pytest.raises(RemoteRefused) as bad:
+            await backfill_status(ops.store, 999_999)
+        assert bad.value.code == "BACKFILL_NOT_FOUND"
+        with pytest.raises(NotDeclared):
+            await remote_backfill(ops.store, "nope", START, START, by="x", ttl=15.0)
