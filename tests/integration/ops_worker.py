@@ -4,8 +4,9 @@
 Declares ``tick`` (hourly by default, ``--schedule``: it only runs when triggered;
 ``--overlap``) in code; its handler appends
 ``tick <instance> <params as JSON>`` to ``--count`` (runs counted on the handler side),
-(`` backfill SLOT`` added for a backfill's run), then sleeps ``params["sleep"]`` seconds when given. Prints ``READY <instance>`` once
-started; stops gracefully on SIGTERM.
+(`` backfill SLOT`` added for a backfill's run), then sleeps ``params["sleep"]``
+seconds when given. Prints ``READY <instance>`` once started; stops gracefully on
+SIGTERM.
 """
 
 from __future__ import annotations
