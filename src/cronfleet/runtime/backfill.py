@@ -41,6 +41,8 @@ class Backfill:
     start: datetime
     end: datetime
     only_missing: bool
+    since: float | None = None  # when it was asked for (a run of another backfill of a
+    # slot since then is that backfill's: not run again)
     total: int = 0
     done: int = 0
     current: datetime | None = None
@@ -121,8 +123,11 @@ async def run_backfill(s: Scheduler, bf: Backfill, *, by: str, rate: float | Non
             latest = max((r for r in runs if r.fencing_token is not None),
                          key=lambda r: r.fencing_token or 0, default=None)
             if (latest is not None and latest.triggered_by is TriggeredBy.BACKFILL
-                    and latest.status in _UNDER_WAY):
-                bf.taken += 1  # another backfill runs this slot right now
+                    and (latest.status in _UNDER_WAY or (
+                        bf.since is not None and latest.started_at is not None
+                        and latest.started_at.timestamp() > bf.since))):
+                bf.taken += 1  # another backfill runs it, or ran it since this one was asked
+
                 bf.done += 1
                 continue
             tokens = [] if latest is None else [latest.fencing_token]

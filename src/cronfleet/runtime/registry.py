@@ -552,7 +552,8 @@ class Registry:
             rate = p.get("rate")
             bf = await self.s.backfill_async(
                 req.job_id, start, end, only_missing=bool(p.get("only_missing")),
-                by=req.requested_by, rate=None if rate is None else float(rate), wait=False)
+                by=req.requested_by, rate=None if rate is None else float(rate), wait=False,
+                since=None if req.requested_at is None else req.requested_at.timestamp())
         except JobNotFound:
             return f"{NotDeclared.code}: instance {self.s.instance_id} no longer " \
                    f"declares job {req.job_id!r}"

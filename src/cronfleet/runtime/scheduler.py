@@ -585,6 +585,7 @@ class Scheduler(SyncControl):
         by: str = "backfill",
         rate: float | None = 10.0,
         wait: bool = True,
+        since: float | None = None,
     ) -> Backfill:
         """Run every slot of ``job_id``'s schedule with ``start <= slot <= end`` again, in
         order, one at a time (the next slot starts once the previous run ended), at most
@@ -596,12 +597,14 @@ class Scheduler(SyncControl):
 
         Returns the :class:`~cronfleet.runtime.backfill.Backfill` (progress: ``done`` /
         ``total`` / ``current``; ``cancel()``). ``wait=False`` (a running scheduler only)
-        returns at once with the backfill going on in the background."""
+        returns at once with the backfill going on in the background. A slot another
+        backfill ran since ``since`` (default: now) is not run again."""
         job = self.get_job(job_id)
         backfill_slots(job, start, end)  # a bad range raises here, before anything runs
         if rate is not None and rate <= 0:
             raise ValueError(f"backfill rate must be > 0 slots a second, got {rate!r}")
-        bf = Backfill(job.id, start, end, only_missing)
+        bf = Backfill(job.id, start, end, only_missing,
+                      since=self.clock.now() if since is None else since)
         if not wait:
             if not self.running:
                 raise RuntimeError("backfill(wait=False) needs a running scheduler")
