@@ -27,6 +27,7 @@ __all__ = ["Backfill", "backfill_slots", "run_backfill"]
 _SLOT_KINDS = frozenset({TriggeredBy.SCHEDULE, TriggeredBy.CATCHUP, TriggeredBy.RECOVERY,
                          TriggeredBy.BACKFILL})
 
+MAX_SLOTS = 100_000  # slots in one backfill (a range is listed before it starts)
 _UNDER_WAY = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
 
 
@@ -78,7 +79,15 @@ def backfill_slots(job: Job, start: datetime, end: datetime) -> list[datetime]:
     if end < start:
         raise ValueError(f"backfill range is empty: end {end.isoformat()} is before "
                          f"start {start.isoformat()}")
-    return [t for t in job.schedule.between(start - timedelta(seconds=1), end) if t >= start]
+    out: list[datetime] = []
+    for t in job.schedule.between(start - timedelta(seconds=1), end):
+        if t < start:
+            continue
+        if len(out) >= MAX_SLOTS:
+            raise ValueError(f"backfill range has more than {MAX_SLOTS} slots of job "
+                             f"{job.id!r}: split it")
+        out.append(t)
+    return out
 
 
 async def _existing(s: Scheduler, job: Job, start: datetime, end: datetime

@@ -172,6 +172,8 @@ def test_sync_backfill_and_bad_ranges(make: Any) -> None:
         s.backfill("hourly", START, START - timedelta(hours=1))
     with pytest.raises(ValueError, match="timezone-aware"):
         s.backfill("hourly", START.replace(tzinfo=None), START)
+    with pytest.raises(ValueError, match="more than 100000 slots"):
+        s.backfill("hourly", START - timedelta(days=5000), START)
     with pytest.raises(ValueError, match="rate"):
         s.backfill("hourly", START, START, rate=0)
     assert h.slots == hours(0, 1)
