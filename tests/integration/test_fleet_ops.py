@@ -245,6 +245,10 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
                 "2026-01-01T00:00:00", "--to", "2026-01-01T11:00:00", "--rate", "100",
                 "--json"]
         cwd = str(tmp_path)
+        # a run holding the lease for 8 s: both backfills are asked for before either
+        # runs a slot (a backfill asked for after another finished a slot re-runs it)
+        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=8", "--no-wait")
+        assert held["status"] == "running"
         both = [subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
         outs = [p.communicate(timeout=120) for p in both]
@@ -252,7 +256,7 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
         results = [json.loads(out) for out, _ in outs]
         assert all(r["finished"] and r["error"] is None for r in results), results
         assert sum(r["progress"]["ran"] for r in results) == 12, results
-        ran = sorted(line.split()[-1] for line in handler_lines(count) if "backfill" in line)
+        ran = sorted(ln.split()[-1] for ln in handler_lines(count) if " backfill " in ln)
         assert ran == slots  # every slot once, whichever process ran it
 
         again = cli_json(store_url, "backfill", "tick", "--from", "2026-01-01T00:00:00",
