@@ -50,6 +50,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    Heartbeat,
+    Instance,
+    LostInstances,
     RunCursor,
     RunFilter,
     RunPage,
@@ -70,7 +73,7 @@ SCHEMA_VERSION = 1
 
 _SCRIPTS = (
     "states", "set_override", "dispatch", "leases", "put_runs", "withdraw", "renew",
-    "reap", "prune", "read_runs",
+    "reap", "prune", "read_runs", "instances",
 )  # fmt: skip
 _CLAIM = {"slot": "s", "token": "t", "none": "n"}
 
@@ -482,10 +485,35 @@ class RedisStore:
             last = i + _PUT_CHUNK >= len(fields)
             res = json.loads(await self._run("put_runs", part, *(rel if last else ())))
             out.extend((int(res[k]), int(res[k + 1])) for k in range(0, len(res), 2))
+        late: list[tuple[RunRecord, int]] = []
         for (rec, _), (rid, how) in zip(rows, out, strict=True):
             if how:
                 rec.id = rid
+            if how == 3:
+                late.append((rec, rid))
+        if late:
+            await self._attach_late(late)
         return out
+
+    async def _attach_late(self, late: Sequence[tuple[RunRecord, int]]) -> None:
+        """Rows the fence refused (their slot already holds another final outcome): each
+        outcome is attached to the stored row as its late result (ledger.attach_late_result),
+        only while that row still holds the status it was read with."""
+        stored = {r.id: r for r in await self._get_many([rid for _, rid in late])}
+        now = dt(ms(await self.now()))
+        fields = []
+        for rec, rid in late:
+            old = stored.get(rid)
+            if old is None:
+                continue
+            kept = ledger.attach_late_result(old, rec, now)
+            fields.append({
+                "id": str(rid), "j": old.job_id, "la": old.status.value,
+                "r": json.dumps(kept.result, default=str),
+                "lg": json.dumps(kept.logs, default=str),
+            })  # fmt: skip
+        if fields:
+            await self._run("put_runs", json.dumps(fields, separators=(",", ":")))
 
     def _kept_lost(self, lost: Sequence[Any], now: int) -> list[tuple[RunRecord, str | None]]:
         overdue = dt(now - 1)
@@ -663,6 +691,49 @@ class RedisStore:
         done = await self._put(rebuilt)
         return reaped + [r for (r, _), (_, how) in zip(rebuilt, done, strict=True) if how == 1]
 
+    # -- instances (InstanceStore) ------------------------------------------------------------
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        raw = await self._run(
+            "instances", "beat", me.instance_id, me.host, me.pid, me.role, me.version,
+            round(ttl * 1000),
+        )  # fmt: skip
+        now, lost, lost_at, lost_by, live = json.loads(raw)
+        beat = Heartbeat(now=int(now) / 1000.0, live=tuple(live or ()))
+        if lost:
+            beat.lost, beat.lost_at, beat.lost_by = True, dt(_i(lost_at)), lost_by or None
+        return beat
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        # the ledger's lines, split where the lost instance's id goes (one script writes them)
+        mark = "\x00"
+        err = ledger.instance_lost_error(mark).split(mark)
+        line = ledger.instance_lost_log(mark, ttl, instance_id).split(mark)
+        raw = await self._run(
+            "instances", "break", instance_id, round(ttl * 1000),
+            ledger.INSTANCE_LOST_REASON, err[0], err[1], line[0], line[1],
+        )  # fmt: skip
+        now, declared, ids = json.loads(raw)
+        out = LostInstances()
+        if not declared:
+            return out
+        out.instances = [_instance(i, row, live=False) for i, row in declared]
+        out.runs = await self._get_many([int(i) for i in ids or ()])
+        return out
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        now, rows = json.loads(await self._run("instances", "list"))
+        cut = int(now) - round(ttl * 1000)
+        found = [
+            _instance(i, row, live=not row.get("la") and int(row["hb"]) >= cut)
+            for i, row in (rows or ())
+        ]
+        found.sort(key=lambda x: (msd(x.started_at) or 0, x.instance_id))
+        return found
+
+    async def leave(self, instance_id: str) -> None:
+        await self._run("instances", "leave", instance_id)
+
     # -- reading the ledger -------------------------------------------------------------------
 
     async def _get_many(self, ids: Sequence[int]) -> list[RunRecord]:
@@ -719,6 +790,16 @@ class RedisStore:
             "prune", ms(claims_older_than), ms(runs_older_than), runs_per_job
         )
         return int(nc), int(nr)
+
+
+def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instance:
+    """An instance from its JSON row (``instances.lua``)."""
+    return Instance(
+        instance_id=instance_id, host=str(row.get("h", "")), pid=int(row.get("p", 0)),
+        role=str(row.get("r", "")), version=str(row.get("v", "")),
+        started_at=dt(_i(row.get("sa"))), heartbeat_at=dt(_i(row.get("hb"))),
+        lost_at=dt(_i(row.get("la"))), lost_by=row.get("lb") or None, live=live,
+    )  # fmt: skip
 
 
 def _fives(flat: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:

@@ -141,3 +141,26 @@ local function unindex(id)
   end
   redis.call('DEL', key)
 end
+-- insert a run row (a table of strings; `dk` its dedupe key or nil) and index it; its id
+local function insert_row(row, dk)
+  local j = row.j
+  local id = redis.call('INCR', gk('runid'))
+  row.id = tostring(id)
+  local args = {}
+  for k, v in pairs(row) do
+    args[#args + 1] = k
+    args[#args + 1] = v
+  end
+  redis.call('HSET', gk('r:' .. id), unpack(args))
+  redis.call('ZADD', gk('ids'), id, id)
+  redis.call('ZADD', gk('slot'), row.sl, pad(id))
+  redis.call('ZADD', jk(j, 'r'), id, id)
+  redis.call('ZADD', jk(j, 'rs'), row.sl, pad(id))
+  index_status(id, row.sl, false, row.st, row.dl)
+  if row.tk then redis.call('HSET', jk(j, 'f'), row.tk, id) end
+  if dk then
+    redis.call('HSET', jk(j, 'd'), dk, id)
+    redis.call('ZADD', jk(j, 'k'), row.sl, dk)
+  end
+  return id
+end
