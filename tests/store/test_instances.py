@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from cronfleet.clock import FakeClock
 from cronfleet.model import RunStatus, TriggeredBy
 from cronfleet.store import Store

@@ -54,6 +54,7 @@ class Ledger:
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
+        self._writing = 0  # group commits in flight (flushed() waits for them)
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -105,6 +106,7 @@ class Ledger:
         batch = list(merged.values())
         self.finishes = []
         s.activity.enter()
+        self._writing += 1  # flushed() waits for this batch too (its lease releases)
         try:
             await s.store.finish(batch)
         except Exception as exc:
@@ -117,6 +119,7 @@ class Ledger:
             if log_runs.isEnabledFor(logging.INFO):
                 log_ended(batch, s.instance_id)
         finally:
+            self._writing -= 1
             s.activity.leave()
         self._flushed_event().set()
 
@@ -127,7 +130,7 @@ class Ledger:
 
     async def flushed(self) -> None:
         """Wait until finished runs (and their lease releases) have been written."""
-        while (self.finishes or self.s.runner.ended) and self.s.running:
+        while (self.finishes or self.s.runner.ended or self._writing) and self.s.running:
             ev = self._flushed_event()
             ev.clear()
             self.flush_event.set()

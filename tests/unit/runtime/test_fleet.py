@@ -18,7 +18,6 @@ from cronfleet.store.base import Dispatch, Instance, InstanceStore
 
 from .conftest import BOTH, T0, Recorder, advance, settle
 
-
 Make = Callable[..., Scheduler]
 TTL = 3.0
 

@@ -34,7 +34,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -88,6 +88,10 @@ def _kind(it: Dispatch) -> str:
 
 
 _CHUNK = 5000  # requests per script call: a long script blocks every other client
+_ROWS_CHUNK = 1000  # row templates per dispatch call (unleased bursts write their rows)
+# placeholders in dispatch's row templates, filled by the script (dispatch.lua)
+_T_NOW, _T_DEADLINE, _SLOT0 = (datetime.fromtimestamp(t / 1000, UTC) for t in (1, 2, 0))
+_HOLDER = "@@cronfleet:holder@@"
 # run rows per script call: a group commit of 10,000 rows in one script would hold the
 # server while other processes wait to claim
 _PUT_CHUNK = 500
@@ -515,69 +519,111 @@ class RedisStore:
         if fields:
             await self._run("put_runs", json.dumps(fields, separators=(",", ":")))
 
-    def _kept_lost(self, lost: Sequence[Any], now: int) -> list[tuple[RunRecord, str | None]]:
-        overdue = dt(now - 1)
-        assert overdue is not None
-        rows: list[tuple[RunRecord, str | None]] = []
-        for j, tok, holder, slot, claimed in _fives(lost):
-            rows.append((
-                ledger.kept_lost_run(
-                    j, int(tok), holder or None, dt(_i(slot)), dt(_i(claimed)) or overdue,
-                    overdue=overdue,
-                ),
-                None,
-            ))  # fmt: skip
-        return rows
-
     # -- the hot path -------------------------------------------------------------------------
 
     async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
+        """Claims, leases and the rows that must exist now in one script per chunk: the
+        rows are decided here by :func:`ledger.dispatch_run` before the call, as templates
+        for each outcome the script may find (lease taken or busy), and the script writes
+        the one that applies. Nothing is left for a second call, so a process that dies
+        (or pauses) after the claims leaves no claim without its row or its lease."""
         self._redis()
         leased = [it.job_id for it in items if it.lease and not it.defer and not it.skip_reason]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         out = [Dispatched(request=it, won=False) for it in items]
+        start = 0
+        while start < len(items):
+            end, argv, templates = self._dispatch_args(items, start, instance_id)
+            raw = await self._run(
+                "dispatch", instance_id, json.dumps(argv, separators=(",", ":")),
+                json.dumps(templates, separators=(",", ":")), _HOLDER,
+            )  # fmt: skip
+            self._dispatched(items[start:end], out[start:end], json.loads(raw), instance_id)
+            start = end
+        return out
+
+    @staticmethod
+    def _dispatch_args(
+        items: Sequence[Dispatch], start: int, instance_id: str
+    ) -> tuple[int, list[str], list[dict[str, str]]]:
+        """One chunk's arguments from ``start``: ``(end, items, templates)``."""
+        argv: list[str] = []
+        templates: list[dict[str, str]] = []
+        shared: dict[tuple[TriggeredBy, bool], str] = {}
+
+        def template(it: Dispatch, taken: bool) -> str:
+            rec, _, _ = ledger.dispatch_run(
+                it, slot=_SLOT0, now=_T_NOW, deadline=_T_DEADLINE, token=None,
+                instance=instance_id, lease_taken=taken, holder=_HOLDER,
+            )  # fmt: skip
+            templates.append(run_fields(rec))
+            return str(len(templates))
+
+        end = start
+        while end < len(items) and end - start < _CHUNK and len(templates) < _ROWS_CHUNK:
+            it = items[end]
+            end += 1
+            lease = it.lease and not it.defer and not it.skip_reason
+            ok = busy = ""
+            # the hot path (a leased run starting now) has no row here: the group commit
+            # writes it; a crash before that leaves its claim under its lease (the reaper)
+            if it.record or it.defer or it.skip_reason or not it.lease:
+                ok = template(it, True)
+            if lease and it.kind is not DispatchKind.EARLY:
+                if (
+                    it.kind is DispatchKind.SCHEDULED and not it.logs and it.result is None
+                    and it.params is None and it.forced_by is None and not it.wait_if_busy
+                    and not it.manual and not it.is_recovery
+                ):  # fmt: skip
+                    key = (it.triggered_by, it.is_catchup)
+                    if key not in shared:  # one template for every plain busy slot
+                        plain = Dispatch.scheduled("", 0.0, lease=True, catchup=it.is_catchup)
+                        plain.triggered_by = it.triggered_by
+                        shared[key] = template(plain, False)
+                    busy = shared[key]
+                else:
+                    busy = template(it, False)
+            argv += (
+                _kind(it), it.job_id, str(ms(it.slot)), "1" if lease else "0",
+                str(ms(it.hold)), "" if it.reclaim_token is None else str(it.reclaim_token),
+                ok, busy,
+            )  # fmt: skip
+        return end, argv, templates
+
+    @staticmethod
+    def _dispatched(
+        chunk: Sequence[Dispatch], out: Sequence[Dispatched], res: Sequence[Any], instance: str
+    ) -> None:
+        """The script's answer into ``out``: the records it wrote (ids set) or that the
+        group commit will write, decided again by the ledger with the script's values."""
+        now = int(res[0])
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
-        rows: list[tuple[RunRecord, str | None]] = []
-        now = 0
-        for c in range(0, len(items), _CHUNK):
-            chunk = items[c : c + _CHUNK]
-            argv: list[str] = []
-            for it in chunk:
-                lease = it.lease and not it.defer and not it.skip_reason
-                argv += (
-                    _kind(it), it.job_id, str(ms(it.slot)),
-                    "1" if lease else "0", str(ms(it.hold)),
-                    "" if it.reclaim_token is None else str(it.reclaim_token),
-                )  # fmt: skip
-            res = json.loads(await self._run("dispatch", instance_id, json.dumps(argv)))
-            now = int(res[0])
-            for k, it in enumerate(chunk):
-                won, tok, taken, holder, busy = res[1 + k * 5 : 6 + k * 5]
-                d = out[c + k]
-                d.won, d.token = bool(won), _i(tok)
-                if busy:
-                    d.busy, d.holder = True, _d(holder) or None
-                    holders[it.job_id] = d.holder
-                elif taken:
-                    acquired.add(it.job_id)
-                elif d.won and it.lease and not it.defer and not it.skip_reason:
-                    holders[it.job_id] = _d(holder) or None
-            rows += self._kept_lost(res[1 + len(chunk) * 5 :], now)
-        if not items:
-            return out
+        ids: list[int] = []
+        for k, it in enumerate(chunk):
+            won, tok, taken, holder, busy, rid = res[1 + k * 6 : 7 + k * 6]
+            d = out[k]
+            d.won, d.token = bool(won), _i(tok)
+            ids.append(int(rid or 0))
+            if busy:
+                d.busy, d.holder = True, _d(holder) or None
+                holders[it.job_id] = d.holder
+            elif taken:
+                acquired.add(it.job_id)
+            elif d.won and it.lease and not it.defer and not it.skip_reason:
+                holders[it.job_id] = _d(holder) or None
         now_dt = dt(now)
         assert now_dt is not None
-        slots = [dt(ms(it.slot)) for it in items]
-        deadlines = [dt(now + ms(it.hold)) for it in items]
-        to_write = ledger.dispatch_runs(
-            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance_id,  # type: ignore[arg-type]
+        slots = [dt(ms(it.slot)) for it in chunk]
+        deadlines = [dt(now + ms(it.hold)) for it in chunk]
+        ledger.dispatch_runs(
+            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance,  # type: ignore[arg-type]
             acquired=acquired, holders=holders,
         )  # fmt: skip
-        rows += [(r, None) for r in to_write]
-        await self._put(rows)
-        return out
+        for d, rid in zip(out, ids, strict=True):
+            if rid and d.run is not None:
+                d.run.id = rid
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
         if not items:
@@ -610,7 +656,7 @@ class RedisStore:
             if flat:
                 r = run_record(flat)
                 runs[int(r.id or 0)] = r
-        rows = self._kept_lost(res[base + len(items)], now)
+        rows: list[tuple[RunRecord, str | None]] = []
         now_dt, out = dt(now), []
         for it in items:
             st = Started(request=it, run=None)
@@ -713,7 +759,7 @@ class RedisStore:
             "instances", "break", instance_id, round(ttl * 1000),
             ledger.INSTANCE_LOST_REASON, err[0], err[1], line[0], line[1],
         )  # fmt: skip
-        now, declared, ids = json.loads(raw)
+        _, declared, ids = json.loads(raw)
         out = LostInstances()
         if not declared:
             return out
@@ -800,11 +846,3 @@ def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instan
         started_at=dt(_i(row.get("sa"))), heartbeat_at=dt(_i(row.get("hb"))),
         lost_at=dt(_i(row.get("la"))), lost_by=row.get("lb") or None, live=live,
     )  # fmt: skip
-
-
-def _fives(flat: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
-    vals = [_d(v) for v in flat]
-    return [
-        (vals[i], vals[i + 1], vals[i + 2], vals[i + 3], vals[i + 4])
-        for i in range(0, len(vals), 5)
-    ]
