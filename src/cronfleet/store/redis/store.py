@@ -14,9 +14,12 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
   deletes and instances. A run row that carries a token is written once per
   ``(job, token)``: a group commit retried after a lost answer updates it.
 * **Row decisions** come from :mod:`cronfleet.store.ledger`; the scripts only claim, lease,
-  index and apply. Where a row depends on what a script decided (lease busy, a lost run
-  found under an expired lease), the store asks the ledger and writes the rows with a
-  second script (see docs/architecture.md, "The Redis store", for what that means).
+  index and apply. Where a dispatch row depends on what the script finds (lease taken or
+  busy), the ledger decides it beforehand for each outcome (row templates) and the same
+  script writes the one that applies: a batch is one call per chunk, with no window in
+  which a claim exists without its row or lease (docs/architecture.md, "The Redis store").
+* **Instances** (``instances.lua``): heartbeats, the live set and lost instances judged by
+  the server's ``TIME``; a final outcome is never overwritten (late results attached).
 * **Keys** start with the URL's ``prefix`` (default ``cronfleet:``); a job's keys carry
   the hash tag ``{job}``. Batched scripts touch many jobs and a few global keys (run ids,
   indexes), so they need one server: Redis Cluster is not supported yet.
