@@ -89,7 +89,9 @@ class Ledger:
             await s.store.finish(batch)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d finished runs (%s); will retry", len(batch), exc)
+            s.outage.warn.warning(
+                "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
+            )
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
             if s.running:
                 s.spawn(self._later_flush())
@@ -121,7 +123,9 @@ class Ledger:
             await s.store.record_skips(skips)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d skipped slots (%s); will retry", len(skips), exc)
+            s.outage.warn.warning(
+                "skips", "cannot record %d skipped slots (%s); will retry", len(skips), exc
+            )
             self.unsaved_skips.extend(skips)
 
     async def flush_skips(self) -> None:

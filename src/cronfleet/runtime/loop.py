@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.model import Job, JobState, Locking, RunRecord, RunStatus, SkipReason, skip_reason
+from cronfleet.model import Job, JobState, RunStatus, SkipReason, skip_reason
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
 from cronfleet.runtime.runs import Queued
 from cronfleet.store.base import Dispatch, Dispatched, Skip
-from cronfleet.store.ledger import missed_summary, override_skip_log, store_unavailable_log
+from cronfleet.store.ledger import missed_summary, override_skip_log
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -75,6 +76,7 @@ class Loop:
         self.task: asyncio.Task[None] | None = None
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
+        self.fired_mono = time.monotonic()  # when the instant being fired began (monotonic)
 
     async def run(self) -> None:
         s = self.s
@@ -119,6 +121,7 @@ class Loop:
     async def fire_due(self, now: float) -> None:
         s = self.s
         self.fired_at = now
+        self.fired_mono = time.monotonic()
         pending = s.early.take(now)
         jobs, store_due = s._jobs, s.due
         due = store_due.pop_due(now, jobs)
@@ -131,8 +134,12 @@ class Loop:
             states = await s.store.read_overrides(ids)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
+            s.outage.warn.warning(
+                "overrides", "cannot read overrides (%s); using each job's declared enabled", exc
+            )
             states = {}
+        # every decision below on a fresh reading: the store call may have taken long
+        now = max(now, s.clock.now())
         if pending is not None:
             due += await s.early.fire(pending, now, states)
         pipe = Pipeline(s)
@@ -256,57 +263,13 @@ class Loop:
         got: list[Dispatched] = task.result()
         for res in got:
             self.after_dispatch(res)
+        if self.s.outage.backlog:
+            self.s.outage.answered(got)
         return got
 
     def dispatch_offline(self, items: list[Dispatch], exc: Exception | None) -> list[Dispatched]:
-        """The store did not answer: PREFER_GLOBAL and node-local jobs run anyway (fail
-        open); REQUIRE_GLOBAL jobs do not, and their skips are recorded later."""
-        s = self.s
-        out = []
-        for it in items:
-            job = s._jobs.get(it.job_id)
-            if job is None or it.skip_reason:
-                continue
-            if job.locking is Locking.REQUIRE_GLOBAL:
-                log.warning(
-                    "job %s: store unavailable (%s); REQUIRE_GLOBAL slot %s not run",
-                    job.id,
-                    exc,
-                    from_ts(it.slot).isoformat(),
-                )
-                s.ledger.unsaved_skips.append(
-                    Skip(
-                        job.id,
-                        it.slot,
-                        SkipReason.STORE_UNAVAILABLE.value,
-                        instance_id=s.instance_id,
-                        logs=[store_unavailable_log(exc)],
-                    )
-                )
-                continue
-            log.warning(
-                "job %s: store unavailable (%s); running slot %s without a claim (fail open)",
-                job.id,
-                exc,
-                from_ts(it.slot).isoformat(),
-            )
-            run = RunRecord(
-                id=None,
-                job_id=job.id,
-                slot=from_ts(it.slot),
-                triggered_by=it.triggered_by,
-                status=RunStatus.RUNNING,
-                instance_id=s.instance_id,
-                is_catchup=it.is_catchup,
-                manual=it.manual,
-                started_at=from_ts(s.clock.now()),
-                logs=list(it.logs),
-            )
-            run.logs.append(f"Ran without a claim: the store was unavailable ({exc})")
-            res = Dispatched(request=it, won=True, run=run)
-            s.runner.launch(job, run, leased=False)
-            out.append(res)
-        return out
+        """The store did not take a chunk: ``runtime/outage.py`` decides each slot."""
+        return self.s.outage.offline(items, exc, self.fired_mono)
 
     def after_dispatch(self, res: Dispatched) -> None:
         s = self.s

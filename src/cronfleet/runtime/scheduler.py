@@ -52,6 +52,7 @@ from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
+from cronfleet.runtime.outage import Outage
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
@@ -147,6 +148,7 @@ class Scheduler(SyncControl):
         self.loop = Loop(self)
         self.early = EarlyClaims(self)
         self.upkeep = Upkeep(self)
+        self.outage = Outage(self)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class Scheduler(SyncControl):
         exclude: Sequence[str] | str | None = None,
         missed: Missed | str = Missed.RUN_ONCE,
         catch_up_window: str | float | timedelta | None = None,
-        locking: Locking | str = Locking.PREFER_GLOBAL,
+        locking: Locking | str = Locking.REQUIRE_GLOBAL,
         overlap: Overlap | str = Overlap.SKIP,
         timeout: str | float | timedelta | None = None,
         jitter: str | float | timedelta = 0,

@@ -31,7 +31,7 @@ Dialect = Literal["sqlite", "postgres"]
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_SCHEMA = "cronfleet"
 # our options in a PostgreSQL URL's query; everything else is passed to libpq untouched
-PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
+PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source", "call_timeout")
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,12 +138,20 @@ class SQLiteStore:
         path: str | Path,
         *,
         clock: Clock | None = None,
-        busy_timeout: float = 30.0,
+        busy_timeout: float = 5.0,
+        call_timeout: float | None = 5.0,
     ) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
+        """Seconds a write waits for another process's write lock before the store counts
+        as unavailable (a process stopped while holding the lock must not freeze the rest
+        for longer)."""
+        self.call_timeout = call_timeout if call_timeout and call_timeout > 0 else None
+        """Seconds a call may run on the store's thread; past it the running statement is
+        interrupted (``sqlite3.Connection.interrupt``), its transaction rolls back and the
+        call raises ``StoreUnavailable``."""
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._known: set[str] = set()  # job ids whose state row exists
@@ -164,11 +172,25 @@ class SQLiteStore:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, long: bool = False) -> T:
+        """Run ``fn`` on the store's thread; ``long``: no deadline (opening, migrations
+        and retention, which are not on the path of a slot)."""
         if self._executor is None:
             raise StoreError(f"{self!r} is not open")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        fut = loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        if self.call_timeout is None or long:
+            return await fut
+        done, _ = await asyncio.wait({fut}, timeout=self.call_timeout)
+        if not done:
+            # interrupt the statement running now; the call's true outcome is reported (a
+            # commit that landed meanwhile is a success: nobody may be told otherwise)
+            conn = self._conn
+            if conn is not None:
+                log.warning("SQLite store %s: a call ran past %g s; interrupting it",
+                            self.path, self.call_timeout)
+                conn.interrupt()
+        return await fut
 
     def _guard(self, fn: Callable[..., T], *args: Any) -> T:
         with self._conn_lock:
@@ -180,11 +202,19 @@ class SQLiteStore:
             return fn(*args)
         except sqlite3.OperationalError as exc:
             msg = str(exc)
-            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full")):
+            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full",
+                                      "interrupted")):
                 raise StoreUnavailable(f"SQLite store {self.path}: {msg}") from exc
             raise StoreError(f"SQLite store {self.path}: {msg}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    async def confirm_outage(self) -> bool:
+        """Never: the file is on this host, so every process of this host sees the same
+        failure (a locked, full or corrupted file); running without a claim there would
+        run each slot once per process. ``PREFER_GLOBAL`` on SQLite therefore never fails
+        open."""
+        return False
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -214,7 +244,7 @@ class SQLiteStore:
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-sqlite")
         try:
-            await self._call(self._open)
+            await self._call(self._open, long=True)
         except BaseException:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -670,7 +700,9 @@ class SQLiteStore:
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
-        return await self._call(self._prune, claims_older_than, runs_older_than, runs_per_job)
+        return await self._call(
+            self._prune, claims_older_than, runs_older_than, runs_per_job, long=True
+        )
 
     def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
         with self._tx() as c:

@@ -1,0 +1,198 @@
+"""Store outages: REQUIRE_GLOBAL is the default and its slots go through the missed policy
+when the store is back; PREFER_GLOBAL fails open only on a confirmed outage, never for an
+arbitrary exception nor after a pause; overlap holds in the process; warnings repeat with
+a count (runtime/outage.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, Locking, Missed, Overlap, RunContext, RunStatus, Scheduler
+from cronfleet.errors import StoreUnavailable
+from cronfleet.runtime.outage import RateLimitedLog
+
+from .conftest import BOTH, T0, Recorder, advance
+
+Make = Any
+
+
+class Flaky:
+    """The store's dispatch fails with ``error`` while ``down``."""
+
+    def __init__(self, s: Scheduler, error: Exception | None = None) -> None:
+        self.real = s.store.dispatch
+        self.down = True
+        self.error = error or StoreUnavailable("simulated outage")
+        s.store.dispatch = self  # type: ignore[method-assign]
+
+    async def __call__(self, items: Any, instance: str) -> Any:
+        if self.down:
+            raise self.error
+        return await self.real(items, instance)
+
+
+def confirm(s: Scheduler, answer: bool, pause: float = 0.0, clock: FakeClock | None = None) -> list[int]:
+    calls: list[int] = []
+
+    async def confirm_outage() -> bool:
+        calls.append(1)
+        if pause and clock is not None:
+            clock.advance(pause)  # the check itself took long (a paused process)
+        return answer
+
+    s.store.confirm_outage = confirm_outage  # type: ignore[attr-defined]
+    return calls
+
+
+async def wait_for(cond: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+def test_require_global_is_the_default(make: Make) -> None:
+    s = make()
+    s.job("60s", id="j")(Recorder())
+    assert s.jobs["j"].locking is Locking.REQUIRE_GLOBAL
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("0 * * * *", id="hourly", missed=Missed.RUN_ONCE)(rec)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    await advance(clock, 3600, s, step=600)
+    assert rec.calls == []
+    flaky.down = False  # back long before the next slot: the retry finds it
+    await wait_for(lambda: len(rec.calls) == 1)
+    assert rec.calls[0].slot.timestamp() == T0 + 3600
+    assert rec.calls[0].fencing_token is not None  # under a claim
+    [run] = await s.runs_async("hourly")
+    assert run.is_catchup and run.status is RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_every_outage_slot_accounted_for(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    once, skip = Recorder(), Recorder()
+    s.job("60s", id="once", missed=Missed.RUN_ONCE, catch_up_window=3600)(once)
+    s.job("60s", id="skip", missed=Missed.SKIP)(skip)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    await advance(clock, 180, s, step=60)  # slots +60, +120, +180 during the outage
+    flaky.down = False
+    await wait_for(lambda: len(once.calls) == 1)
+    await s.stop()
+    assert [c.slot.timestamp() for c in once.calls] == [T0 + 180]
+    assert skip.calls == []
+    for job in ("once", "skip"):
+        rows = {r.slot.timestamp(): r for r in await s.runs_async(job)}
+        assert set(rows) == {T0 + 60, T0 + 120, T0 + 180}, job  # no silent gap
+    skipped = [r for r in await s.runs_async("skip")]
+    assert {(r.status, r.reason) for r in skipped} == {(RunStatus.SKIPPED, "store_unavailable")}
+
+
+async def test_prefer_global_fails_open_only_on_a_confirmed_outage(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL, missed=Missed.SKIP)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=False)  # a fresh connection works: only our session died
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: calls)
+    await asyncio.sleep(0.05)
+    assert rec.calls == []
+    confirm(s, answer=True)
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: len(rec.calls) == 1)
+    assert rec.calls[0].fencing_token is None and s.stats.fail_open == 1
+
+
+async def test_prefer_global_never_fails_open_on_other_errors(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s, RuntimeError("database disk image is malformed"))
+    calls = confirm(s, answer=True)
+    await advance(clock, 120, s, step=60)
+    await asyncio.sleep(0.05)
+    assert rec.calls == [] and calls == []
+
+
+async def test_prefer_global_never_fails_open_after_a_pause(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL, missed=Missed.SKIP)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=True, pause=30.0, clock=clock)  # woke 30 s later
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: calls)
+    await asyncio.sleep(0.05)
+    assert rec.calls == []
+
+
+async def test_skip_overlap_holds_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    active, peak, started = [0], [0], []
+    release = asyncio.Event()
+
+    @s.job("4s", id="slow", locking=Locking.PREFER_GLOBAL, overlap=Overlap.SKIP)
+    async def slow(ctx: RunContext) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        started.append(ctx.slot)
+        try:
+            await release.wait()
+        finally:
+            active[0] -= 1
+
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(4):
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert peak[0] == 1 and len(started) == 1
+    release.set()
+    await asyncio.sleep(0.05)
+
+
+def test_repeated_warnings_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    warn = RateLimitedLog(logging.getLogger("t"), every=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "t"):
+        for i in range(50):
+            now[0] = i * 0.25  # 50 warnings in 12.5 s
+            warn.warning("k", "store down (%s)", i)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[1].startswith("store down (40)") and "39 more like this" in lines[1]
