@@ -35,7 +35,9 @@ class Flaky:
         return await self.real(items, instance)
 
 
-def confirm(s: Scheduler, answer: bool, pause: float = 0.0, clock: FakeClock | None = None) -> list[int]:
+def confirm(
+    s: Scheduler, answer: bool, pause: float = 0.0, clock: FakeClock | None = None
+) -> list[int]:
     calls: list[int] = []
 
     async def confirm_outage() -> bool:
