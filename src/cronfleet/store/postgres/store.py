@@ -45,7 +45,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
@@ -81,7 +81,7 @@ TimeSource = Literal["database", "clock"]
 # the first of the advisory-lock key pair used by migrations ("cfmg")
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
-DEFAULT_CALL_TIMEOUT = 5.0
+DEFAULT_CALL_TIMEOUT = 10.0
 """A store call that takes longer makes the store unavailable (a hung server or pooler
 that keeps its connections open is an outage, not a wait)."""
 
@@ -100,17 +100,17 @@ async def within(aw: Awaitable[T], seconds: float | None, what: str) -> T:
 
     The late work is cancelled in the background rather than awaited: cancelling a psycopg
     query sends a cancel request and waits for the server (up to 10 s), and a server that
-    stopped answering must not hold the caller that long."""
+    stopped answering must not hold the caller that long. This process's own lag does not
+    count (:func:`~cronfleet.clock.wait_done`)."""
     task = asyncio.ensure_future(aw)
     if seconds is None:
         return await task
     try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
+        if await wait_done(task, seconds):
+            return task.result()
     except asyncio.CancelledError:
         task.cancel()
         raise
-    if done:
-        return task.result()
     task.cancel()
     task.add_done_callback(_consume)
     _abandoned.add(task)
@@ -297,14 +297,14 @@ class PostgresStore:
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         # UTC datetimes; a transaction left open by a partitioned instance is ended by the
         # server, so the claims it holds do not block the rest of the fleet for long
-        # server: no statement outlives the client's deadline, and a transaction left
-        # idle (a stopped process) ends soon after it
+        # server: no statement outlives the client's deadline; a transaction left idle by
+        # a stopped process ends after 30 s (shorter would end the live transactions of a
+        # process whose loop is busy planning the next chunk of a large burst)
         limit = self.call_timeout
         stmt = f"{round(limit * 1000)}ms" if limit else "0"
-        idle = f"{round(max(2 * limit, 10.0) * 1000)}ms" if limit else "30s"
         await conn.execute(
             f"SET TIME ZONE 'UTC'; SET statement_timeout = '{stmt}'; "
-            f"SET idle_in_transaction_session_timeout = '{idle}'".encode()
+            "SET idle_in_transaction_session_timeout = '30s'".encode()
         )
 
     @property

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
@@ -139,7 +139,7 @@ class SQLiteStore:
         *,
         clock: Clock | None = None,
         busy_timeout: float = 5.0,
-        call_timeout: float | None = 5.0,
+        call_timeout: float | None = 10.0,
     ) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
@@ -181,8 +181,7 @@ class SQLiteStore:
         fut = loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
         if self.call_timeout is None or long:
             return await fut
-        done, _ = await asyncio.wait({fut}, timeout=self.call_timeout)
-        if not done:
+        if not await wait_done(fut, self.call_timeout):
             # interrupt the statement running now; the call's true outcome is reported (a
             # commit that landed meanwhile is a success: nobody may be told otherwise)
             conn = self._conn
