@@ -1,6 +1,7 @@
 """One scheduler process for the real-process tests: ``python fleet_worker.py --help``.
 
-Declares ``--jobs`` identical interval jobs (``PREFER_GLOBAL``) and ``--require-jobs``
+Declares ``--jobs`` identical interval jobs (``--locking``: ``PREFER_GLOBAL`` unless told;
+``default`` leaves the library's default) and ``--require-jobs``
 ``REQUIRE_GLOBAL`` ones, and runs until ``--until`` (epoch seconds), then stops gracefully.
 Prints ``READY <instance>`` once started. The evidence is read from the store afterwards,
 never from this process's output.
@@ -40,6 +41,10 @@ def main() -> None:
     p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
     p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--locking", default="prefer_global",
+                   help="locking of --jobs: node_local, prefer_global, require_global, default")
+    p.add_argument("--count-file", default=None,
+                   help="append 'job slot instance' per handler call (handler-side count)")
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -55,12 +60,19 @@ def main() -> None:
         timers=args.role != "api",
     )
 
+    counts = os.open(args.count_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if (
+        args.count_file
+    ) else None
+
     async def handler(ctx: RunContext) -> None:
+        if counts is not None:  # one small O_APPEND write per call: lines never interleave
+            os.write(counts, f"{ctx.job_id} {round(ctx.slot.timestamp())} {args.name}\n".encode())
         if args.sleep:
             await asyncio.sleep(args.sleep)
 
+    locking = {} if args.locking == "default" else {"locking": Locking(args.locking)}
     for i in range(args.jobs):
-        s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout)(handler)
+        s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, **locking)(handler)
     for i in range(args.require_jobs):
         s.job(
             args.every,

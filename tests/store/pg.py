@@ -62,6 +62,8 @@ class TcpProxy:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 5432
         self.cut_now = False
+        self.stall_now = False
+        self._flowing: asyncio.Event | None = None
         self.listen_port = 0
         self._writers: set[Any] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,6 +99,8 @@ class TcpProxy:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         server = await asyncio.start_server(self._client, "127.0.0.1", 0)
         self.listen_port = server.sockets[0].getsockname()[1]
         self._started.set()
@@ -118,6 +122,8 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    assert self._flowing is not None
+                    await self._flowing.wait()  # stalled: hold the bytes, keep the connection
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.IncompleteReadError):
@@ -146,5 +152,19 @@ class TcpProxy:
         self._loop.call_soon_threadsafe(go)
         done.wait(5)
 
+    def stall(self) -> None:
+        """Stop forwarding bytes in both directions while keeping every connection open
+        (new ones are accepted too): a hung server or pooler, no reset."""
+        self.stall_now = True
+        self._set_flowing(False)
+
+    def _set_flowing(self, on: bool) -> None:
+        assert self._loop is not None and self._flowing is not None
+        flowing = self._flowing
+        self._loop.call_soon_threadsafe(flowing.set if on else flowing.clear)
+
     def restore(self) -> None:
         self.cut_now = False
+        if self.stall_now:
+            self.stall_now = False
+            self._set_flowing(True)

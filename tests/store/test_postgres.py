@@ -368,3 +368,46 @@ async def test_early_claims_of_an_unanswered_commit_are_given_back_before_reuse(
         finally:
             await store.close()
             await other.close()
+
+
+async def test_a_stalled_database_is_unavailable_within_the_deadline(schema: str) -> None:
+    """A server or pooler that keeps its connections open but stops answering is an
+    outage after ``call_timeout``, not an endless wait; the store comes back after."""
+    with TcpProxy(pg_url()) as proxy:
+        store = PostgresStore(proxy.url, schema=schema, max_backoff=0.5, call_timeout=2.0)
+        await store.open()
+        try:
+            await store.ensure_jobs(["a"])
+            proxy.stall()
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="no answer within 2 s"):
+                await store.dispatch([item("a", 1000.0, lease=True)], "one")
+            # 2 s of waiting; the margin is for a loaded machine (its own lag is not counted)
+            assert time.monotonic() - t0 < 10
+            assert not store.available
+            assert await store.confirm_outage()  # a fresh connection does not answer either
+            proxy.restore()
+            for _ in range(400):
+                if store.available:
+                    break
+                await asyncio.sleep(0.05)
+            assert store.available
+            assert not await store.confirm_outage()
+            # the stalled claim never committed: the slot is still free
+            [res] = await store.dispatch([item("a", 1000.0, lease=True)], "one")
+            assert res.won
+        finally:
+            await store.close()
+
+
+async def test_the_deadline_is_in_the_url_and_on_the_server(schema: str) -> None:
+    store = PostgresStore(f"{pg_url()}?call_timeout=3", schema=schema)
+    assert store.call_timeout == 3.0
+    await store.open()
+    try:
+        async with store.pool.connection() as conn:
+            row = await (await conn.execute("SHOW statement_timeout")).fetchone()
+        assert row is not None and row[0] == "3s"
+    finally:
+        await store.close()
+    assert PostgresStore(f"{pg_url()}?call_timeout=0", schema=schema).call_timeout is None
