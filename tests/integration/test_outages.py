@@ -90,3 +90,44 @@ def test_default_settings_keep_exactly_once_through_an_outage(
     print(f"{fault}: {figures}")
     assert figures["ran"] > JOBS * 15  # the slots before and after the outage ran
     assert sum(v for k, v in figures.items() if k.startswith("skipped/")) > 0
+
+
+async def test_start_waits_for_postgres_then_runs(schema: str) -> None:
+    """A process started while the database is unreachable waits (backoff, full jitter,
+    no limit by default) and starts once it is back."""
+    import asyncio
+
+    from cronfleet import RunContext, Scheduler
+
+    with TcpProxy(pg_url()) as proxy:
+        proxy.cut()
+        s = Scheduler(store_url(schema, proxy.url), instance_id="late-db")
+        ran: list[float] = []
+
+        @s.job("1s", id="tick")
+        async def tick(ctx: RunContext) -> None:
+            ran.append(ctx.slot.timestamp())
+
+        starting = asyncio.ensure_future(s.start())
+        await asyncio.sleep(3)
+        assert not starting.done() and not s.running  # still waiting, not crashed
+        proxy.restore()
+        await asyncio.wait_for(starting, 30)
+        try:
+            await asyncio.sleep(3)
+            assert ran, "nothing ran after the database came back"
+        finally:
+            await s.stop()
+
+
+async def test_start_gives_up_after_connect_timeout_on_postgres(schema: str) -> None:
+    from cronfleet import Scheduler
+    from cronfleet.errors import StoreUnavailable
+
+    with TcpProxy(pg_url()) as proxy:
+        proxy.cut()
+        s = Scheduler(store_url(schema, proxy.url), connect_timeout=2)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await s.start()
+        assert time.monotonic() - started < 20

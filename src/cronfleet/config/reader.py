@@ -254,6 +254,11 @@ class Reader:
                     setattr(config, key, duration_seconds(sched[key]))
                 except ScheduleError as exc:
                     bad(key, exc.message)
+        if "connect_timeout" in sched:  # how long start-up waits for the store; unset: forever
+            try:
+                config.connect_timeout = duration_seconds(sched["connect_timeout"])
+            except ScheduleError as exc:
+                bad("connect_timeout", exc.message)
         if "runs_per_job" in sched:
             n = sched["runs_per_job"]
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -52,6 +52,7 @@ class Config:
     plugins: list[PluginRef] = field(default_factory=list)
     entry_points: bool = True
     shutdown_grace: float = 30.0
+    connect_timeout: float | None = None  # start-up waits for the store; None: forever
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     allow_private_targets: bool = False
@@ -130,6 +131,7 @@ class Loaded:
         clock: Clock | None = None,
         instance_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        connect_timeout: float | None = None,
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
@@ -144,6 +146,7 @@ class Loaded:
             timezone=c.timezone,
             catch_up_window=c.catch_up_window,
             shutdown_grace=c.shutdown_grace,
+            connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
             timers=timers,

@@ -18,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import os
+import random
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
@@ -30,7 +33,7 @@ from typing import Any
 from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
-from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound
+from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound, StoreUnavailable
 from cronfleet.model import (
     DEFAULT_TEAM,
     Handler,
@@ -109,9 +112,16 @@ class Scheduler(SyncControl):
         record_started_after: float = 0.25,
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
+        connect_timeout: str | float | timedelta | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
+        self.connect_timeout = (
+            None if connect_timeout is None else _secs(connect_timeout, "connect_timeout")
+        )
+        """How long ``start()`` waits for an unreachable store (``None``: as long as it
+        takes), retrying with backoff and full jitter."""
+        self._own_store = store is None or isinstance(store, str)  # built here from a URL
         self.instance_id = instance_id or new_instance_id()
         self.timezone = timezone
         self.catch_up_window = _secs(catch_up_window, "catch_up_window")
@@ -295,7 +305,7 @@ class Scheduler(SyncControl):
         self.runner.threads = ThreadPoolExecutor(
             self.max_workers, thread_name_prefix="cronfleet-job"
         )
-        await self.store.open()
+        await self._open_store()
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
         for job in self._jobs.values():
@@ -336,6 +346,34 @@ class Scheduler(SyncControl):
         """Re-plan now (a job or an override changed): the loop wakes up."""
         self.loop.wake.set()
 
+
+    async def _open_store(self) -> None:
+        """Open the store, waiting for an unreachable one (``StoreUnavailable``) with
+        exponential backoff and full jitter, up to ``connect_timeout``; any other error
+        (a bad path, a newer schema) stops the start at once."""
+        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
+        delay, tries = 0.5, 0
+        if self._own_store and hasattr(self.store, "open_timeout"):
+            # the store's own connect retry (PostgreSQL) follows the same limit at start;
+            # a control call on a stopped scheduler keeps the store's (60 s)
+            self.store.open_timeout = (
+                math.inf if self.connect_timeout is None else self.connect_timeout
+            )
+        while True:
+            try:
+                await self.store.open()
+                if tries:
+                    log.info("store %s reachable after %d attempts", self.store.url, tries + 1)
+                return
+            except StoreUnavailable as exc:
+                tries += 1
+                wait = random.uniform(0, delay)
+                if deadline is not None and time.monotonic() + wait > deadline:
+                    raise
+                self.outage.warn.warning("connect", "store %s unreachable (%s); waiting for it",
+                                         self.store.url, exc)
+                await asyncio.sleep(wait)
+                delay = min(delay * 2, 5.0)
 
     async def stop(self) -> None:
         """Stop claiming, let running handlers finish within the grace period, release

@@ -198,3 +198,57 @@ def test_repeated_warnings_are_counted(caplog: pytest.LogCaptureFixture) -> None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
     assert lines[1].startswith("store down (40)") and "39 more like this" in lines[1]
+
+
+async def test_start_waits_for_an_unreachable_store(make: Make, clock: FakeClock) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    real_open, tries = s.store.open, []
+
+    async def flaky_open() -> None:
+        tries.append(1)
+        if len(tries) < 3:
+            raise StoreUnavailable("connection refused")
+        await real_open()
+
+    s.store.open = flaky_open  # type: ignore[method-assign]
+    await s.start()
+    try:
+        assert len(tries) == 3 and s.running
+        await advance(clock, 60, s, step=60)
+        assert len(rec.calls) == 1
+    finally:
+        await s.stop()
+
+
+async def test_start_gives_up_after_connect_timeout(make: Make) -> None:
+    s = make(connect_timeout=0.3)
+    tries: list[int] = []
+
+    async def down() -> None:
+        tries.append(1)
+        raise StoreUnavailable("connection refused")
+
+    s.store.open = down  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(StoreUnavailable):
+        await s.start()
+    assert loop.time() - started < 3 and len(tries) >= 1 and not s.running
+
+
+async def test_other_store_errors_stop_the_start_at_once(make: Make) -> None:
+    from cronfleet.errors import StoreError
+
+    s = make()
+    tries: list[int] = []
+
+    async def broken() -> None:
+        tries.append(1)
+        raise StoreError("schema is newer than this cronfleet")
+
+    s.store.open = broken  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="newer"):
+        await s.start()
+    assert tries == [1]
