@@ -13,7 +13,6 @@ import itertools
 import logging
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from cronfleet.clock import from_ts
 from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus
 from cronfleet.runtime.events import RunFinished, RunRetried
 from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, Start
 from cronfleet.store.ledger import SHUTDOWN_REASON, STOPPED_BEFORE_FINISH, shutdown_log
 
@@ -66,7 +66,7 @@ class Runs:
         self.ended: list[Active] = []
         self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
         self.idle_jobs: dict[str, asyncio.Event] = {}
-        self.threads: ThreadPoolExecutor | None = None
+        self.threads: DaemonThreadPool | None = None
         self._seq = itertools.count()
         self._slot_tz: dict[tuple[datetime, Any], datetime] = {}
 
@@ -218,7 +218,7 @@ class Runs:
 
     async def execute_inline(self, job: Job, run: RunRecord, leased: bool) -> RunRecord:
         """A manual run outside a running scheduler: run it to its end and write it."""
-        threads = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-job")
+        threads = DaemonThreadPool(1)
         self.threads = threads
         try:
             key = run.id if run.id is not None else -1

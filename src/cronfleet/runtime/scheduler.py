@@ -26,7 +26,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -60,6 +59,7 @@ from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
+from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.spec import default_job_id, pause_until
 from cronfleet.store import Store, open_store
@@ -67,6 +67,10 @@ from cronfleet.store import Store, open_store
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
 
 log = logging.getLogger("cronfleet")
+
+STOP_WRITE_BUDGET = 5.0
+"""Seconds ``stop()`` gives the store for the last results (and again for closing), after
+the handlers' ``shutdown_grace``."""
 
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 
@@ -302,9 +306,7 @@ class Scheduler(SyncControl):
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
-        self.runner.threads = ThreadPoolExecutor(
-            self.max_workers, thread_name_prefix="cronfleet-job"
-        )
+        self.runner.threads = DaemonThreadPool(self.max_workers)
         await self._open_store()
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
@@ -392,13 +394,29 @@ class Scheduler(SyncControl):
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.ledger.flush_once()
-        await self.ledger.flush_skips()
+        # the last writes share one budget, whatever the store does (hung, down): what
+        # cannot be written is left to the leases' expiry and the survivors' reaper
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
+                if self._flusher is not None:
+                    await asyncio.gather(self._flusher, return_exceptions=True)
+                await self.ledger.flush_once()
+                await self.ledger.flush_skips()
+        except TimeoutError:
+            log.warning(
+                "cronfleet %s: the store did not take the last results within %g s; %d "
+                "runs and %d skips are not recorded (their leases expire)",
+                self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
+                len(self.ledger.unsaved_skips),
+            )
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        await self.store.close()
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
+                await self.store.close()
+        except TimeoutError:
+            log.warning("cronfleet %s: closing the store took over %g s; left behind",
+                        self.instance_id, STOP_WRITE_BUDGET)
         log.info("cronfleet %s stopped", self.instance_id)
 
     def run(self) -> None:
