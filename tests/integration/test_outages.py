@@ -131,3 +131,98 @@ async def test_start_gives_up_after_connect_timeout_on_postgres(schema: str) -> 
         with pytest.raises(StoreUnavailable):
             await s.start()
         assert time.monotonic() - started < 20
+
+
+async def test_stop_is_bounded_when_postgres_stalls(schema: str) -> None:
+    """``stop()`` ends within ``shutdown_grace`` plus the store's deadline and the write
+    budget, with every connection to the database hanging."""
+    import asyncio
+
+    from cronfleet import RunContext, Scheduler
+
+    with TcpProxy(pg_url()) as proxy:
+        s = Scheduler(store_url(schema, proxy.url), instance_id="stopper", shutdown_grace=1)
+
+        @s.job("1s", id="tick")
+        async def tick(ctx: RunContext) -> None:
+            await asyncio.sleep(0.2)
+
+        await s.start()
+        await asyncio.sleep(2.5)
+        proxy.stall()
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        await s.stop()
+        took = time.monotonic() - started
+        proxy.restore()
+    print(f"stop with a stalled database: {took:.1f} s")
+    # grace 1 s + one call deadline (10 s) + two write budgets (5 s each), and a margin
+    assert took < 30, took
+
+
+def sqlite_ledger(path: Path) -> list[Row]:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT job_id, slot / 1000, status, reason, instance_id, fencing_token, logs "
+            "FROM runs ORDER BY id"
+        ).fetchall()
+    return [(j, int(s), st, r, i.split(":")[0] if i else None, t, []) for j, s, st, r, i, t, _
+            in rows]
+
+
+def test_sqlite_write_lock_held_10s_default_settings(tmp_path: Path) -> None:
+    """Another process holds SQLite's write lock for 10 s: nobody freezes for longer than
+    the busy timeout, no slot runs twice, every slot ran once or has a row saying why."""
+    import sqlite3
+
+    db = tmp_path / "locked.db"
+    count_file = tmp_path / "calls.txt"
+    url = f"sqlite:///{db}"
+    t0 = math.ceil(time.time()) + 6
+    until = t0 + 30
+    args = ("--jobs", str(JOBS), "--locking", "default", "--count-file", str(count_file),
+            "--log-level", "ERROR")
+    procs = [spawn(url, f"l{i}", until, *args) for i in range(2)]
+    try:
+        wait_ready(procs)
+        time.sleep(max(t0 + 5.5 - time.time(), 0))
+        holder = sqlite3.connect(db, timeout=30, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        time.sleep(10)
+        holder.execute("ROLLBACK")
+        holder.close()
+    finally:
+        finish(procs, 120)
+    figures = account(sqlite_ledger(db), handler_calls(count_file), range(t0, until - 1))
+    print(f"sqlite lock 10 s: {figures}")
+    assert figures["ran"] > JOBS * 12
+
+
+def test_sqlite_file_corrupted_under_running_processes(tmp_path: Path) -> None:
+    """A corrupted file: no process exits, and no slot runs twice (before #12 PREFER_GLOBAL
+    jobs failed open on every process for good)."""
+    db = tmp_path / "broken.db"
+    count_file = tmp_path / "calls.txt"
+    url = f"sqlite:///{db}"
+    t0 = math.ceil(time.time()) + 6
+    until = t0 + 20
+    procs = []
+    for i in range(2):
+        for locking in ("default", "prefer_global"):
+            procs.append(spawn(url, f"x{i}{locking[0]}", until, "--jobs", "5", "--prefix",
+                               f"{locking[:4]}", "--locking", locking, "--count-file",
+                               str(count_file), "--log-level", "CRITICAL"))
+    try:
+        wait_ready(procs)
+        time.sleep(max(t0 + 5 - time.time(), 0))
+        with open(db, "r+b") as f:  # scribble over the pages after the header
+            f.seek(4096)
+            f.write(b"\xde\xad\xbe\xef" * 4096)
+    finally:
+        finish(procs, 120)  # every process ran to its end and stopped with exit code 0
+    calls = handler_calls(count_file)
+    twice = {k: n for k, n in calls.items() if n > 1}
+    assert not twice, f"slots run more than once: {sorted(twice)[:10]}"
+    assert calls, "nothing ran before the file broke"
