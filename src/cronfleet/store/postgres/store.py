@@ -714,7 +714,7 @@ class PostgresStore:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
-            await asyncio.sleep(delay)
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter
             delay = min(delay * 2, self.max_backoff)
 
     async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
