@@ -231,14 +231,17 @@ class EarlyClaims:
         """Withdraw early claims; returns those the store could not withdraw (still ours)."""
         s = self.s
         assert isinstance(s.store, EarlyClaimStore)
-        try:
-            await s.store.withdraw(
-                [(job.id, slot, res.token) for job, res in undo if res.token is not None]
-            )
-        except Exception as exc:
-            s.stats.store_errors += 1
-            log.warning("cannot withdraw %d early claims (%s)", len(undo), exc)
-            return undo
+        size = s.batch_size  # one transaction per chunk: each well inside the store deadline
+        for i in range(0, len(undo), size):
+            chunk = undo[i : i + size]
+            try:
+                await s.store.withdraw(
+                    [(job.id, slot, res.token) for job, res in chunk if res.token is not None]
+                )
+            except Exception as exc:
+                s.stats.store_errors += 1
+                log.warning("cannot withdraw %d early claims (%s)", len(undo) - i, exc)
+                return undo[i:]
         return []
 
     def _keep(

@@ -24,6 +24,7 @@ __all__ = ["MAX_BUFFERED", "Ledger"]
 log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
+FINISH_CHUNK = 5_000
 
 
 class Ledger:
@@ -86,7 +87,11 @@ class Ledger:
         self.finishes = []
         s.activity.enter()
         try:
-            await s.store.finish(batch)
+            # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
+            # inside the store's call deadline; a failed chunk keeps itself and the rest
+            while batch:
+                await s.store.finish(batch[:FINISH_CHUNK])
+                del batch[:FINISH_CHUNK]
         except Exception as exc:
             s.stats.store_errors += 1
             s.outage.warn.warning(
