@@ -35,6 +35,7 @@ class Ledger:
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
+        self.progress = 0  # chunks the store took (stop() waits while this moves)
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -92,6 +93,7 @@ class Ledger:
             while batch:
                 await s.store.finish(batch[:FINISH_CHUNK])
                 del batch[:FINISH_CHUNK]
+                self.progress += 1
         except Exception as exc:
             s.stats.store_errors += 1
             s.outage.warn.warning(
@@ -100,6 +102,9 @@ class Ledger:
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
             if s.running:
                 s.spawn(self._later_flush())
+        except asyncio.CancelledError:
+            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
+            raise
         finally:
             s.activity.leave()
         self._flushed_event().set()

@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from cronfleet.clock import Clock, SystemClock, from_ts
+from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
 from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound, StoreUnavailable
@@ -349,6 +349,28 @@ class Scheduler(SyncControl):
         self.loop.wake.set()
 
 
+    async def _last_writes(self) -> None:
+        async def write() -> None:
+            if self._flusher is not None:
+                await asyncio.gather(self._flusher, return_exceptions=True)
+            await self.ledger.flush_once()
+            await self.ledger.flush_skips()
+
+        task = asyncio.ensure_future(write())
+        seen = -1
+        while seen != self.ledger.progress:
+            seen = self.ledger.progress
+            if await wait_done(task, STOP_WRITE_BUDGET):
+                return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        log.warning(
+            "cronfleet %s: the store took none of the last results for %g s; %d runs and "
+            "%d skips are not recorded (their leases expire and the reaper records them)",
+            self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
+            len(self.ledger.unsaved_skips),
+        )
+
     async def _open_store(self) -> None:
         """Open the store, waiting for an unreachable one (``StoreUnavailable``) with
         exponential backoff and full jitter, up to ``connect_timeout``; any other error
@@ -394,21 +416,10 @@ class Scheduler(SyncControl):
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()
-        # the last writes share one budget, whatever the store does (hung, down): what
-        # cannot be written is left to the leases' expiry and the survivors' reaper
-        try:
-            async with asyncio.timeout(STOP_WRITE_BUDGET):
-                if self._flusher is not None:
-                    await asyncio.gather(self._flusher, return_exceptions=True)
-                await self.ledger.flush_once()
-                await self.ledger.flush_skips()
-        except TimeoutError:
-            log.warning(
-                "cronfleet %s: the store did not take the last results within %g s; %d "
-                "runs and %d skips are not recorded (their leases expire)",
-                self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
-                len(self.ledger.unsaved_skips),
-            )
+        # the last writes go on while the store takes them (100,000 results are many
+        # chunks); a store that takes nothing for STOP_WRITE_BUDGET (hung, down) is left
+        # behind: those runs' leases expire and the survivors' reaper records them
+        await self._last_writes()
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
         try:
