@@ -50,6 +50,9 @@ log = logging.getLogger("cronfleet")
 WARN_EVERY = 10.0
 """Seconds between two warnings of one kind; the ones in between are counted."""
 
+CONFIRM_FOR = 1.0
+"""Seconds one answer of ``Store.confirm_outage`` is reused."""
+
 _UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
 
 
@@ -93,6 +96,8 @@ class Outage:
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
+        self._confirm_lock = asyncio.Lock()
+        self._confirmation: tuple[float, bool] = (float("-inf"), False)
 
     # -- a chunk the store did not take -----------------------------------------------
 
@@ -160,13 +165,7 @@ class Outage:
         self, items: list[tuple[Job, Dispatch]], exc: BaseException | None, fired_mono: float
     ) -> None:
         s = self.s
-        confirm = getattr(s.store, "confirm_outage", None)
-        confirmed = False
-        if confirm is not None:
-            try:
-                confirmed = bool(await confirm())
-            except Exception:
-                confirmed = False
+        confirmed = await self.confirmed()
         now, gap = s.clock.now(), time.monotonic() - fired_mono
         for job, it in items:
             stale = now - it.slot > s.late_after or gap > s.late_after
@@ -184,6 +183,23 @@ class Outage:
                               "without a claim (fail open)", job.id, exc,
                               from_ts(it.slot).isoformat())
             self.run_unclaimed(job, it, f"Ran without a claim: the store was unavailable ({exc})")
+
+    async def confirmed(self) -> bool:
+        """``Store.confirm_outage()``, asked once for every chunk failing within
+        :data:`CONFIRM_FOR` seconds (a burst of many chunks opens one fresh connection)."""
+        async with self._confirm_lock:
+            at, answer = self._confirmation
+            if time.monotonic() - at < CONFIRM_FOR:
+                return answer
+            confirm = getattr(self.s.store, "confirm_outage", None)
+            answer = False
+            if confirm is not None:
+                try:
+                    answer = bool(await confirm())
+                except Exception:  # unsure is not confirmed
+                    answer = False
+            self._confirmation = (time.monotonic(), answer)
+            return answer
 
     def run_unclaimed(self, job: Job, it: Dispatch, line: str) -> Dispatched | None:
         """Start a run without a claim, the job's overlap enforced in this process."""

@@ -47,6 +47,7 @@ def confirm(
         return answer
 
     s.store.confirm_outage = confirm_outage  # type: ignore[attr-defined]
+    s.outage._confirmation = (float("-inf"), False)  # the store's answer changed: ask again
     return calls
 
 
@@ -252,3 +253,51 @@ async def test_other_store_errors_stop_the_start_at_once(make: Make) -> None:
     with pytest.raises(StoreError, match="newer"):
         await s.start()
     assert tries == [1]
+
+
+async def test_queue_one_waits_for_the_run_in_progress_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    active, peak, started = [0], [0], []
+    release = asyncio.Event()
+
+    @s.job("4s", id="q", locking=Locking.PREFER_GLOBAL, overlap=Overlap.QUEUE_ONE)
+    async def q(ctx: RunContext) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        started.append(ctx.slot.timestamp())
+        try:
+            if len(started) == 1:
+                await release.wait()
+        finally:
+            active[0] -= 1
+
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(3):  # slots +4 (runs), +8 (waits), +12 (skipped: one waits already)
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert started == [T0 + 4] and peak[0] == 1
+    release.set()
+    await wait_for(lambda: len(started) == 2)
+    assert started == [T0 + 4, T0 + 8] and peak[0] == 1
+    assert s.stats.skips.get("already_executing") == 1
+
+
+async def test_many_failing_chunks_ask_the_store_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make(batch_size=2)
+    recs = [Recorder() for _ in range(10)]
+    for i, rec in enumerate(recs):
+        s.job("60s", id=f"p{i}", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=True)
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: all(len(r.calls) == 1 for r in recs))
+    assert len(calls) == 1  # five chunks failed, one fresh connection
