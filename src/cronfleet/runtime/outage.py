@@ -90,7 +90,7 @@ class RateLimitedLog:
 class Outage:
     def __init__(self, s: Scheduler) -> None:
         self.s = s
-        self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> why it did not run
+        self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
         self.warn = RateLimitedLog(log)
@@ -145,7 +145,7 @@ class Outage:
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
         """A slot not run for want of the store: into the backlog (bounded per job)."""
         slots = self.backlog.setdefault(job.id, {})
-        slots[slot] = f"was not run: the store was unavailable ({exc})"
+        slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:
             oldest = min(slots)
             why = slots.pop(oldest)
@@ -242,6 +242,18 @@ class Outage:
         finally:
             self.waiting.discard(job.id)
 
+    def at_stop(self) -> None:
+        """Stopping with a backlog: each slot becomes a ``store_unavailable`` skip for the
+        last writes (if the store is still away, a later start's catch-up finds them:
+        they were never claimed)."""
+        for job_id, slots in self.backlog.items():
+            for slot, why in sorted(slots.items()):
+                self.s.ledger.unsaved_skips.append(
+                    Skip(job_id, slot, _UNAVAILABLE, instance_id=self.s.instance_id,
+                         logs=[store_unavailable_log(why)])
+                )
+        self.backlog.clear()
+
     # -- the store is back -------------------------------------------------------------
 
     def answered(self, got: list[Dispatched]) -> None:
@@ -298,7 +310,10 @@ class Outage:
                 chosen = set(run)
                 for x in ordered:
                     if x not in chosen:
-                        items.append(requests.missed(job, x, slots[x], reason=_UNAVAILABLE))
+                        items.append(requests.missed(
+                            job, x, f"was not run: the store was unavailable ({slots[x]})",
+                            reason=_UNAVAILABLE,
+                        ))
                 if len(run) == 1:
                     items.append(requests.scheduled(
                         job, run[0], now, catchup=True, queued=s.runner.queued,

@@ -416,6 +416,7 @@ class Scheduler(SyncControl):
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()
+        self.outage.at_stop()
         # the last writes go on while the store takes them (100,000 results are many
         # chunks); a store that takes nothing for STOP_WRITE_BUDGET (hung, down) is left
         # behind: those runs' leases expire and the survivors' reaper records them

@@ -301,3 +301,25 @@ async def test_many_failing_chunks_ask_the_store_once(
     await advance(clock, 60, s, step=60)
     await wait_for(lambda: all(len(r.calls) == 1 for r in recs))
     assert len(calls) == 1  # five chunks failed, one fresh connection
+
+
+async def test_a_backlog_left_at_stop_is_recorded(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    s.job("60s", id="r")(Recorder())
+    await s.start()
+    flaky = Flaky(s)
+    s.outage.retry_loop = _never  # type: ignore[method-assign]  # no retry before the stop
+    await advance(clock, 120, s, step=60)
+    assert sorted(s.outage.backlog["r"]) == [T0 + 60, T0 + 120]
+    flaky.down = False
+    await s.stop()
+    rows = await s.runs_async("r")
+    assert sorted((r.slot.timestamp(), r.reason) for r in rows) == [
+        (T0 + 60, "store_unavailable"), (T0 + 120, "store_unavailable")]
+    assert "simulated outage" in rows[0].logs[-1]
+
+
+async def _never() -> None:
+    return None
