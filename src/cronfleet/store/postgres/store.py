@@ -34,9 +34,10 @@ import inspect
 import json
 import logging
 import random
+import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -95,16 +96,21 @@ def _call_timeout(value: float | None) -> float | None:
     return float(value)
 
 
-async def within(aw: Awaitable[T], seconds: float | None, what: str) -> T:
+async def within(aw: Coroutine[Any, Any, T], seconds: float | None, what: str) -> T:
     """``aw``'s result if it arrives within ``seconds``, else ``TimeoutError`` at once.
 
     The late work is cancelled in the background rather than awaited: cancelling a psycopg
     query sends a cancel request and waits for the server (up to 10 s), and a server that
     stopped answering must not hold the caller that long. This process's own lag does not
     count (:func:`~cronfleet.clock.wait_done`)."""
-    task = asyncio.ensure_future(aw)
     if seconds is None:
-        return await task
+        return await aw
+    if _EAGER:  # Python 3.12+: the call's first step (sending its query) runs now
+        task: asyncio.Future[T] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+            aw, loop=asyncio.get_running_loop(), eager_start=True
+        )
+    else:
+        task = asyncio.ensure_future(aw)
     try:
         if await wait_done(task, seconds):
             return task.result()
@@ -118,6 +124,7 @@ async def within(aw: Awaitable[T], seconds: float | None, what: str) -> T:
 
 
 _abandoned: set[asyncio.Future[Any]] = set()
+_EAGER = sys.version_info >= (3, 12)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
