@@ -54,7 +54,10 @@ class Pipeline:
     async def submit(self, chunk: list[Dispatch]) -> None:
         task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
         self.inflight.append((chunk, task))
-        await asyncio.sleep(0)  # let the task reach the store's thread before we go on
+        # let the call reach the store's thread or socket before we go on: two hops, as a
+        # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
             self.results.extend(self.handle(done_chunk, done))
