@@ -59,6 +59,28 @@ async def wait_for(cond: Any, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
+class Overlapping:
+    """A handler that counts how many of its runs overlap; the first run (``hold_all``:
+    every run) waits for ``release``."""
+
+    def __init__(self, hold_all: bool) -> None:
+        self.hold_all = hold_all
+        self.active = 0
+        self.peak = [0]
+        self.started: list[float] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, ctx: RunContext) -> None:
+        self.active += 1
+        self.peak[0] = max(self.peak[0], self.active)
+        self.started.append(ctx.slot.timestamp())
+        try:
+            if self.hold_all or len(self.started) == 1:
+                await self.release.wait()
+        finally:
+            self.active -= 1
+
+
 def test_require_global_is_the_default(make: Make) -> None:
     s = make()
     s.job("60s", id="j")(Recorder())
@@ -164,19 +186,9 @@ async def test_skip_overlap_holds_while_the_store_is_away(
     make: Make, clock: FakeClock, running: list
 ) -> None:
     s = make()
-    active, peak, started = [0], [0], []
-    release = asyncio.Event()
-
-    @s.job("4s", id="slow", locking=Locking.PREFER_GLOBAL, overlap=Overlap.SKIP)
-    async def slow(ctx: RunContext) -> None:
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
-        started.append(ctx.slot)
-        try:
-            await release.wait()
-        finally:
-            active[0] -= 1
-
+    h = Overlapping(hold_all=True)
+    s.job("4s", id="slow", locking=Locking.PREFER_GLOBAL, overlap=Overlap.SKIP)(h)
+    started, peak, release = h.started, h.peak, h.release
     await s.start()
     running.append(s)
     Flaky(s)
@@ -259,20 +271,9 @@ async def test_queue_one_waits_for_the_run_in_progress_while_the_store_is_away(
     make: Make, clock: FakeClock, running: list
 ) -> None:
     s = make()
-    active, peak, started = [0], [0], []
-    release = asyncio.Event()
-
-    @s.job("4s", id="q", locking=Locking.PREFER_GLOBAL, overlap=Overlap.QUEUE_ONE)
-    async def q(ctx: RunContext) -> None:
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
-        started.append(ctx.slot.timestamp())
-        try:
-            if len(started) == 1:
-                await release.wait()
-        finally:
-            active[0] -= 1
-
+    h = Overlapping(hold_all=False)
+    s.job("4s", id="q", locking=Locking.PREFER_GLOBAL, overlap=Overlap.QUEUE_ONE)(h)
+    started, peak, release = h.started, h.peak, h.release
     await s.start()
     running.append(s)
     Flaky(s)
