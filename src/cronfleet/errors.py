@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from cronfleet.model import RunRecord
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "CronfleetError",
     "DuplicateJob",
     "JobNotFound",
+    "JobPaused",
     "StoreError",
     "StoreUnavailable",
 ]
@@ -63,6 +66,24 @@ class AlreadyExecuting(CronfleetError):
             "message": str(self),
             "details": {"log": self.record.to_dict()},
         }
+
+
+class JobPaused(CronfleetError):
+    """A manual trigger of a job paused by an override (an operator's pause or an
+    auto-pause) without ``force``: nothing was run or recorded."""
+
+    code = "JOB_PAUSED"
+
+    def __init__(self, job_id: str, by: str | None, note: str | None,
+                 until: datetime | None) -> None:
+        self.job_id = job_id
+        self.by = by
+        self.note = note
+        self.until = until
+        what = f"job {job_id!r} is paused (by {by or 'unknown'}"
+        what += f" until {until.isoformat()}" if until is not None else ""
+        what += f": {note})" if note else ")"
+        super().__init__(f"{what}; trigger it with force to run it anyway")
 
 
 class StoreError(CronfleetError):

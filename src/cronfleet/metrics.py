@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
+    from cronfleet.runtime.stats import Stats
     from cronfleet.scheduler import Histogram, Scheduler
 
 __all__ = ["CONTENT_TYPE_LATEST", "SchedulerCollector", "render"]
@@ -71,6 +72,7 @@ class SchedulerCollector:
             hist = HistogramMetricFamily(name, doc)
             hist.add_metric([], _buckets(h), h.total)
             yield hist
+        yield from _per_job(st)
         for name, doc, gauge_value in (
             ("cronfleet_leases_held", "Runs of this process holding their job's lease.",
              float(s.leases_held())),
@@ -81,6 +83,40 @@ class SchedulerCollector:
             gauge = GaugeMetricFamily(name, doc)
             gauge.add_metric([], gauge_value)
             yield gauge
+
+
+def _per_job(st: Stats) -> Iterator[Metric]:
+    """The ``job``-labelled families (none when ``[scheduler] metrics_job_label = false``):
+    what this process ran of each job. Across a fleet, take ``max`` of the timestamps and
+    ``sum`` of the counts over instances."""
+    if not st.per_job:
+        return
+    jobs = sorted(st.jobs.items())
+    runs = CounterMetricFamily("cronfleet_job_runs", "Ended runs of each job, by status.",
+                               labels=["job", "status"])
+    success = GaugeMetricFamily(
+        "cronfleet_job_last_success_timestamp_seconds",
+        "When the job's last successful run ended (Unix time).", labels=["job"])
+    failure = GaugeMetricFamily(
+        "cronfleet_job_last_failure_timestamp_seconds",
+        "When the job's last failed or timed-out run ended (Unix time).", labels=["job"])
+    last = GaugeMetricFamily("cronfleet_job_last_outcome",
+                             "1 for the status of the job's last ended run.",
+                             labels=["job", "status"])
+    streak = GaugeMetricFamily("cronfleet_job_consecutive_failures",
+                               "Runs of the job that failed in a row (a success resets it).",
+                               labels=["job"])
+    for job_id, js in jobs:
+        for status, n in sorted(js.counts.items()):
+            runs.add_metric([job_id, status], n)
+        if js.last_success is not None:
+            success.add_metric([job_id], js.last_success)
+        if js.last_failure is not None:
+            failure.add_metric([job_id], js.last_failure)
+        if js.last_outcome is not None:
+            last.add_metric([job_id, js.last_outcome], 1.0)
+        streak.add_metric([job_id], float(js.consecutive_failures))
+    yield from (runs, success, failure, last, streak)
 
 
 def render(scheduler: Scheduler) -> bytes:

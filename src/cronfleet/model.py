@@ -429,6 +429,10 @@ class RunRecord:
     result: Any = None
     error: str | None = None
     logs: list[str] = field(default_factory=list)
+    # a manual run's parameters (``ctx.params``) and who forced it while the job was paused
+    # or disabled (None: not forced)
+    params: dict[str, Any] | None = None
+    forced_by: str | None = None
 
     @property
     def success(self) -> bool:
@@ -473,6 +477,9 @@ class RunRecord:
             "result": self.result,
             "error": self.error,
             "logs": list(self.logs),
+            "params": self.params,
+            "forced": self.forced_by is not None,
+            "forced_by": self.forced_by,
         }
 
 
@@ -492,6 +499,9 @@ class RunContext:
     manual: bool = False
     attempt: int = 1
     logs: list[str] = field(default_factory=list)
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The parameters of a manual run (``cronfleet trigger --param k=v``, the API's
+    ``params``); empty for scheduled runs."""
 
     @property
     def schedule_id(self) -> str:

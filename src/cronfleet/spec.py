@@ -86,6 +86,7 @@ __all__ = [
     "pause_until",
     "retry_policy",
     "split_index",
+    "time_bound",
     "validate_job",
     "whole_number",
 ]
@@ -411,6 +412,20 @@ def _email(value: object) -> tuple[EmailSettings | None, list[FieldProblem]]:
     return EmailSettings(**fields), []
 
 
+def _time_or_duration(value: object) -> datetime | float:
+    """An aware or naive datetime (ISO 8601 text read as such), or a duration in seconds."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and not _looks_like_duration(value):
+        try:
+            return datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise FieldError(
+                f"{value!r} is neither an ISO 8601 time (e.g. 2026-03-02T18:00:00+01:00) nor "
+                "a duration (e.g. 2h, 1h30m)") from None
+    return duration(value)
+
+
 def pause_until(value: object, *, now: datetime, tz: tzinfo) -> datetime:
     """When a pause ends: an aware datetime, ISO 8601 text, or a duration from ``now``.
 
@@ -418,22 +433,12 @@ def pause_until(value: object, *, now: datetime, tz: tzinfo) -> datetime:
     is read in the job's time zone** ``tz`` (what ``cronfleet jobs`` shows); the end must
     be in the future.
     """
-    when: datetime | None = None
-    if isinstance(value, datetime):
-        when = value
-    elif isinstance(value, str) and not _looks_like_duration(value):
-        try:
-            when = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise FieldError(
-                f"{value!r} is neither an ISO 8601 time (e.g. 2026-03-02T18:00:00+01:00) nor "
-                "a duration (e.g. 2h, 1h30m)") from None
-    if when is None:
-        seconds = duration(value)
-        if seconds <= 0:
+    when = _time_or_duration(value)
+    if not isinstance(when, datetime):
+        if when <= 0:
             raise FieldError(f"{value!r} must be a positive duration")
         try:
-            when = now + timedelta(seconds=seconds)
+            when = now + timedelta(seconds=when)
         except OverflowError:
             raise FieldError(f"{value!r} is too far in the future") from None
     if when.tzinfo is None:
@@ -441,6 +446,20 @@ def pause_until(value: object, *, now: datetime, tz: tzinfo) -> datetime:
     if when <= now:
         raise FieldError(f"{when.isoformat()} is in the past")
     return when
+
+
+def time_bound(value: object, *, now: datetime, tz: tzinfo) -> datetime:
+    """A ``since`` / ``until`` of a run query: an ISO 8601 time (read in ``tz`` without a
+    UTC offset) or a duration meaning that long before ``now`` (``1d``: yesterday, now)."""
+    when = _time_or_duration(value)
+    if not isinstance(when, datetime):
+        if when < 0:
+            raise FieldError(f"{value!r} must not be a negative duration")
+        try:
+            return now - timedelta(seconds=when)
+        except OverflowError:
+            raise FieldError(f"{value!r} is too far in the past") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=tz)
 
 
 def _looks_like_duration(value: str) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "overrun_warning",
     "period_of",
     "run_stats",
+    "running_now",
     "state_dict",
     "state_view",
 ]
@@ -211,6 +212,19 @@ class JobView:
         not a pause)."""
         return _paused(self.state, now)
 
+    def next_run(self, now: datetime) -> datetime | None:
+        """The next slot that will run: the next fire time while the job is enabled; for a
+        pause with an ``until``, the first fire time at or after it (a slot at ``until``
+        runs: the pause has ended); ``None`` while paused or disabled for good."""
+        if self.enabled(now):
+            return self.next_fire
+        s = self.state
+        if s is not None and self.paused(now) and s.override_until is not None \
+                and self.job.enabled:
+            fires = next_fires(self.job, s.override_until - timedelta(microseconds=1), 1)
+            return fires[0] if fires else None
+        return None
+
     def to_dict(self, now: datetime) -> dict[str, Any]:
         job = self.job
         return {
@@ -221,9 +235,12 @@ class JobView:
             "timezone": str(job.schedule.tz),
             "description": job.description,
             "when": _describe(job),
+            "config": dict(job.config),
             "declared_enabled": job.enabled,
             "enabled": self.enabled(now),
-            "next_run": _iso(self.next_fire),
+            "paused": self.paused(now),
+            "next_run": _iso(self.next_run(now)),
+            "next_fire": _iso(self.next_fire),
             "last_run": _last_run(self.last),
             **state_dict(self.state, now),
         }
@@ -291,6 +308,34 @@ async def find_jobs(
 # -- runs ---------------------------------------------------------------------------------
 # (cronfleet.model is imported where it is used: `cronfleet next` needs fire_times only
 # and starts faster without it)
+
+
+async def running_now(store: Store, job_ids: frozenset[str] | None = None,
+                      limit: int = 200) -> list[dict[str, Any]]:
+    """What runs right now, and where: each running run (newest first) with its job,
+    instance, start and lease expiry (the job's lease while this run's token holds it;
+    ``None`` for a node-local run, which takes no lease). Two store calls: one page of
+    ``find_runs`` and one ``read_states`` of the jobs on it."""
+    from cronfleet.model import RunStatus
+    from cronfleet.store.base import RunFilter
+
+    page = await store.find_runs(RunFilter(status=RunStatus.RUNNING, job_ids=job_ids),
+                                 limit=limit)
+    ids = sorted({r.job_id for r in page.runs})
+    states = await store.read_states(ids) if ids else {}
+    out = []
+    for r in page.runs:
+        st = states.get(r.job_id)
+        held = st is not None and r.fencing_token is not None and \
+            st.lease_token == r.fencing_token
+        out.append({
+            "run_id": r.id, "job_id": r.job_id, "instance_id": r.instance_id,
+            "slot": _iso(r.slot), "started_at": _iso(r.started_at),
+            "lease_until": _iso(st.lease_until) if held and st is not None else None,
+            "deadline": _iso(r.deadline), "attempt": r.attempt,
+            "triggered_by": r.triggered_by.value,
+        })
+    return out
 
 
 def run_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:

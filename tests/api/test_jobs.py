@@ -29,12 +29,15 @@ async def test_list_is_the_teams_jobs_in_id_order(api: Api) -> None:
         "id": "alpha.report", "team": "alpha", "source": "code", "editable": False,
         "schedule": "@daily", "schedule_text": None, "timezone": "UTC",
         "description": "Nightly sales report", "when": "At 00:00 every day",
-        "declared_enabled": True, "enabled": True, "paused": False,
-        "next_run": "2026-05-29T00:00:00+00:00", "last_run": None, "override": None,
-        "lease": None,
+        "config": {}, "declared_enabled": True, "enabled": True, "paused": False,
+        "next_run": "2026-05-29T00:00:00+00:00", "next_fire": "2026-05-29T00:00:00+00:00",
+        "last_run": None, "override": None, "lease": None,
     }
     assert page["items"][0]["declared_enabled"] is False
     assert page["items"][0]["enabled"] is False
+    # declared disabled: no next run, though its schedule has a next fire time
+    assert page["items"][0]["next_run"] is None
+    assert page["items"][0]["next_fire"] == "2026-05-29T00:00:00+00:00"
     assert ids(expect(await api.get("/api/jobs", "beta-viewer"), 200)) == ["beta.report"]
 
 

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
 from cronfleet.clock import FakeClock
 from cronfleet.model import RunStatus, TriggeredBy
 from cronfleet.store import Store
-from cronfleet.store.base import Dispatch, EarlyClaimStore, Finish, Skip, Start
+from cronfleet.store.base import (
+    Dispatch,
+    EarlyClaimStore,
+    Finish,
+    RunCursor,
+    RunFilter,
+    Skip,
+    Start,
+)
 
 from .conftest import T0, StoreFactory
 
@@ -304,6 +313,79 @@ def tiny_prune_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     from cronfleet.store.sqlite import store as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "PRUNE_BATCH", 2)
+
+
+def _at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+async def test_find_runs_across_jobs_filters_and_pages(store: Store, other: Store) -> None:
+    jobs = ["a", "b", "c"]
+    await store.ensure_jobs(jobs)
+    # slots T0..T0+9 of three jobs, alternating instances; every third one fails
+    for i in range(10):
+        who = store if i % 2 == 0 else other
+        done = await who.dispatch([slot_item(j, T0 + i) for j in jobs], f"inst{i % 2}")
+        for k, res in enumerate(done):
+            assert res.run is not None
+            res.run.status = RunStatus.FAILED if (i + k) % 3 == 0 else RunStatus.SUCCEEDED
+            res.run.instance_id = f"inst{i % 2}"
+            await who.finish([Finish(res.run)])
+    await store.record_skips([Skip("a", T0 + 20, "paused")])
+    everything = await store.list_runs(limit=1000)
+    assert len(everything) == 31
+
+    def expect(where: RunFilter) -> list[tuple[float, str]]:
+        rows = sorted(everything, key=lambda r: (r.slot, r.id or 0), reverse=True)
+        return [(r.slot.timestamp(), r.job_id) for r in rows if where.matches(r)]
+
+    filters = [
+        RunFilter(),
+        RunFilter(status=RunStatus.FAILED),
+        RunFilter(status=RunStatus.FAILED, since=_at(T0 + 3), until=_at(T0 + 8)),
+        RunFilter(job_id="b", status=RunStatus.SUCCEEDED),
+        RunFilter(instance_id="inst1", since=_at(T0 + 5)),
+        RunFilter(status=RunStatus.SKIPPED),
+        RunFilter(until=_at(T0)),
+        RunFilter(job_ids=frozenset({"a", "c"}), status=RunStatus.SUCCEEDED),
+        RunFilter(job_ids=frozenset(), status=RunStatus.SUCCEEDED),
+    ]
+    for where in filters:
+        # paged 4 at a time through the cursor, text form included: every run once, in order
+        got: list[tuple[float, str]] = []
+        after = None
+        for _ in range(20):
+            page = await store.find_runs(where, limit=4, after=after)
+            assert len(page.runs) <= 4
+            got += [(r.slot.timestamp(), r.job_id) for r in page.runs]
+            if page.next_cursor is None:
+                break
+            assert len(page.runs) == 4
+            after = RunCursor.decode(page.next_cursor.encode())
+        assert got == expect(where), where
+    assert expect(RunFilter(status=RunStatus.FAILED))  # the data covers every filter
+    window = RunFilter(status=RunStatus.FAILED, since=_at(T0 + 3), until=_at(T0 + 8))
+    assert len(expect(window)) == 5
+    assert expect(RunFilter(until=_at(T0))) == []
+    # a run written after the first page was read does not shift the pages that follow
+    first = await store.find_runs(RunFilter(status=RunStatus.FAILED), limit=2)
+    [late] = await store.dispatch([slot_item("c", T0 + 30)], "inst0")
+    assert late.run is not None
+    late.run.status = RunStatus.FAILED
+    await store.finish([Finish(late.run)])
+    rest = await store.find_runs(RunFilter(status=RunStatus.FAILED), limit=100,
+                                 after=first.next_cursor)
+    failed = expect(RunFilter(status=RunStatus.FAILED))
+    assert [(r.slot.timestamp(), r.job_id) for r in first.runs + rest.runs] == failed
+
+
+def test_run_cursor_text_is_checked() -> None:
+    assert RunCursor.decode(RunCursor(1_700_000_000_123, 42).encode()) == RunCursor(
+        1_700_000_000_123, 42
+    )
+    for bad in ("", "12", "x.1", "1.y", "1.2.3"):
+        with pytest.raises(ValueError, match="cursor"):
+            RunCursor.decode(bad)
 
 
 async def test_prune_keeps_each_jobs_newest_claim(store: Store, clock: FakeClock) -> None:

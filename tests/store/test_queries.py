@@ -44,6 +44,8 @@ def test_the_schema_is_put_in_once() -> None:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_migrations_are_numbered_from_one(package: str) -> None:
+    # numbers are handed out to changes ahead of time: unique and increasing, gaps allowed
     found = migrations(package)
-    assert [v for v, _, _ in found] == list(range(1, len(found) + 1))
+    versions = [v for v, _, _ in found]
+    assert versions[0] == 1 and versions == sorted(set(versions))
     assert found[1][1] == "0002_side_tables.sql"

@@ -27,8 +27,8 @@ T0 = 1_780_000_000.0
 AT = datetime.fromtimestamp(T0, UTC)
 
 
-def _latest(dialect: str) -> int:
-    return migrations(f"cronfleet.store.{dialect}")[-1][0]
+def _known(dialect: str) -> list[int]:
+    return [v for v, _, _ in migrations(f"cronfleet.store.{dialect}")]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -74,7 +74,7 @@ async def test_store_open_upgrades_in_place_and_keeps_every_row(old_url: str) ->
     store = open_store(old_url)
     await store.open()
     try:
-        assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+        assert _versions(old_url) == _known(dialect)
         runs = await store.list_runs("old-job")
         assert [r.status for r in runs] == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
         assert runs[1].instance_id == "old-host" and runs[1].fencing_token is not None
@@ -119,11 +119,11 @@ async def test_a_side_connection_alone_upgrades_the_old_database(old_url: str) -
         assert [r.name for r in await secrets.list_secrets(None)] == ["API_KEY"]
     finally:
         await secrets.close()
-    assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+    assert _versions(old_url) == _known(dialect)
     store = open_store(old_url)
     await store.open()  # nothing left to apply
     await store.close()
-    assert _versions(old_url) == list(range(1, _latest(dialect) + 1))
+    assert _versions(old_url) == _known(dialect)
 
 
 async def test_a_fresh_side_connection_creates_the_whole_schema(tmp_path: Path) -> None:
@@ -132,4 +132,39 @@ async def test_a_fresh_side_connection_creates_the_whole_schema(tmp_path: Path) 
     _, after = await health.record("a", True, 0.5, AT)
     assert after.successes == 1 and (await health.get("a")).successes == 1
     await health.close()
-    assert _versions(url) == list(range(1, _latest("sqlite") + 1))
+    assert _versions(url) == _known("sqlite")
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+async def test_a_lower_migration_landing_after_a_higher_one_is_applied(
+        dialect: str, tmp_path: Path) -> None:
+    # numbers are handed out ahead: a database may have 5 applied before 2 arrives
+    if dialect == "sqlite":
+        url = f"sqlite:///{tmp_path / 'gap.db'}"
+    else:
+        require_pg()
+        url = f"{pg_url()}?schema={new_schema('gap')}"
+    try:
+        store = open_store(url)
+        await store.open()
+        await store.close()
+        missing = _known(dialect)[1]  # 0002 (its statements are IF NOT EXISTS)
+        forget = f"DELETE FROM schema_migrations WHERE version = {missing}"
+        if dialect == "sqlite":
+            conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+            with conn:
+                conn.execute(forget)
+            conn.close()
+        else:
+            base, _, schema = url.partition("?schema=")
+            with psycopg.connect(base, autocommit=True) as pg:
+                pg.execute(sql.SQL(forget.replace("schema_migrations", "{}.schema_migrations"))
+                           .format(sql.Identifier(schema)))
+        assert missing not in _versions(url) and max(_versions(url)) > missing
+        store = open_store(url)
+        await store.open()
+        await store.close()
+        assert sorted(_versions(url)) == _known(dialect)
+    finally:
+        if dialect == "postgres":
+            drop_schema(url.partition("?schema=")[2])

@@ -44,6 +44,7 @@ __all__ = [
     "ready_context",
     "store_errors",
     "stored",
+    "team_jobs",
     "token",
     "visible",
     "visible_run",
@@ -187,6 +188,17 @@ async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
     if not isinstance(job, Job) or job.team != tok.team:
         raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
     return job
+
+
+async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str]:
+    """The ids whose runs the token's team sees: its jobs here, and its jobs created over
+    the API and deleted since (their runs keep the team, as in :func:`visible_run`)."""
+    jobs = ctx.scheduler.jobs
+    ids = {j.id for j in jobs.values() if isinstance(j, Job) and j.team == tok.team}
+    with store_errors("cannot read the job definitions"):
+        defs = await ctx.api_store.job_defs(include_deleted=True)
+    ids.update(d.id for d in defs if d.team == tok.team and d.id not in jobs)
+    return frozenset(ids)
 
 
 async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:

@@ -38,7 +38,7 @@ STATS_OVER = 100  # runs its statistics cover
 def summary(ctx: Context, view: JobView, now_: Any) -> dict[str, Any]:
     """One job in a list: the shared view plus the API's team, editable and paused."""
     return {**view.to_dict(now_), "team": view.job.team,
-            "editable": ctx.catalog.is_stored(view.job.id), "paused": view.paused(now_)}
+            "editable": ctx.catalog.is_stored(view.job.id)}
 
 
 async def detail(ctx: Context, job: Job) -> dict[str, Any]:

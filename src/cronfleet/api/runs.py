@@ -1,8 +1,10 @@
-"""Run history: ``GET /api/jobs/{id}/runs`` (newest first, paged by run id) and
-``GET /api/runs/{run_id}``."""
+"""Run history: ``GET /api/jobs/{id}/runs`` (newest first, paged by run id), runs across
+jobs ``GET /api/runs`` (filters, newest first by slot, cursor paging), what runs now
+``GET /api/runs/running`` and ``GET /api/runs/{run_id}``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -16,12 +18,17 @@ from cronfleet.api.deps import (
     RunIdPath,
     Viewer,
     not_allowed,
+    now,
     store_errors,
+    team_jobs,
     visible,
     visible_run,
 )
-from cronfleet.api.errors import responses
+from cronfleet.api.errors import ApiError, responses
 from cronfleet.model import RunStatus
+from cronfleet.spec import FieldError, time_bound
+from cronfleet.store.base import RunCursor, RunFilter
+from cronfleet.views import running_now
 
 __all__ = ["router"]
 
@@ -50,6 +57,67 @@ async def job_runs(
 router.add_api_route("/api/jobs/{job_id:path}/runs", not_allowed("GET"),
                      methods=[m for m in ALL_METHODS if m not in ("GET", "HEAD")],
                      include_in_schema=False)
+
+
+def _bound(name: str, value: str | None, at: datetime) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return time_bound(value, now=at, tz=UTC)
+    except FieldError as exc:
+        raise ApiError(422, "VALIDATION_ERROR", f"{name}: {exc.message}",
+                       {"errors": [{"field": name, "message": exc.message}]}) from None
+
+
+TimeQuery = Annotated[str | None, Query(
+    max_length=64, description="An ISO 8601 time (UTC without an offset) or a duration "
+    "back from now (`1d`, `2h30m`); bounds the run's slot.")]
+
+
+@router.get("/api/runs", response_model=S.RunPage, responses=responses(401, 403, 404, 422, 503))
+async def find_runs(
+    ctx: Ctx, token: Viewer,
+    status: RunStatus | None = None,
+    job: Annotated[str | None, Query(min_length=1, max_length=200,
+                                     description="Runs of this job only.")] = None,
+    instance: Annotated[str | None, Query(min_length=1, max_length=200,
+                                          description="Runs of this instance only.")] = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    cursor: Annotated[str | None, Query(max_length=64,
+                                        description="`next_cursor` of the page before.")] = None,
+    limit: Limit = 50,
+) -> dict[str, Any]:
+    """Runs of every job of the token's team, newest first by (slot, id); one store
+    query per page."""
+    at = now(ctx)
+    try:
+        after = None if cursor is None else RunCursor.decode(cursor)
+    except ValueError as exc:
+        raise ApiError(422, "VALIDATION_ERROR", str(exc),
+                       {"errors": [{"field": "cursor", "message": str(exc)}]}) from None
+    since_at, until_at = _bound("since", since, at), _bound("until", until, at)
+    if job is not None:  # another team's job is a 404, as on /api/jobs/{id}/runs
+        scope: dict[str, Any] = {"job_id": (await visible(ctx, token, job)).id}
+    else:
+        scope = {"job_ids": await team_jobs(ctx, token)}
+    where = RunFilter(status=status, instance_id=instance, since=since_at, until=until_at,
+                      **scope)
+    with store_errors("cannot read the runs"):
+        page = await ctx.scheduler.store.find_runs(where, limit=limit, after=after)
+    nxt = page.next_cursor
+    return {"items": [r.to_dict() for r in page.runs],
+            "next_cursor": None if nxt is None else nxt.encode()}
+
+
+@router.get("/api/runs/running", response_model=S.RunningPage,
+            responses=responses(401, 403, 503))
+async def runs_running(ctx: Ctx, token: Viewer, limit: Limit = 200) -> dict[str, Any]:
+    """What runs right now, on which instance, since when, and until when its lease holds."""
+    jobs = await team_jobs(ctx, token)
+    with store_errors("cannot read the running runs"):
+        items = await running_now(ctx.scheduler.store, jobs, limit=limit)
+    return {"items": items}
 
 
 @router.get("/api/runs/{run_id}", response_model=S.RunOut,

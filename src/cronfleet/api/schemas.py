@@ -254,10 +254,16 @@ class JobSummary(BaseModel):
     timezone: str
     description: str
     when: str = Field(description="The schedule in English.")
+    config: dict[str, Any] = Field(description="The job's config (a task's config_json, "
+                                   "a plugin's or a code job's config), as written.")
     declared_enabled: bool
     enabled: bool
     paused: bool
-    next_run: str | None
+    next_run: str | None = Field(description="The next slot that will run: null while "
+                                 "paused without an end or disabled; after a timed pause, "
+                                 "the first fire time at or after its end.")
+    next_fire: str | None = Field(description="The schedule's next fire time, whether or "
+                                  "not the job is paused (null: it never fires again).")
     last_run: RunBrief | None
     override: Override | None
     lease: Lease | None
@@ -290,11 +296,33 @@ class RunOut(BaseModel):
     result: Any = None
     error: str | None
     logs: list[str]
+    params: dict[str, Any] | None = Field(
+        None, description="A manual run's parameters (ctx.params), else null.")
+    forced: bool = Field(False, description="Run by force while the job was paused.")
+    forced_by: str | None = Field(None, description="Who forced it (null: not forced).")
 
 
 class RunPage(BaseModel):
     items: list[RunOut]
     next_cursor: str | None
+
+
+class RunningRun(BaseModel):
+    run_id: int | None
+    job_id: str
+    instance_id: str | None
+    slot: str | None
+    started_at: str | None
+    lease_until: str | None = Field(
+        description="When the job's lease held by this run expires unless renewed "
+                    "(null: a node-local run, which takes no lease).")
+    deadline: str | None
+    attempt: int
+    triggered_by: str
+
+
+class RunningPage(BaseModel):
+    items: list[RunningRun]
 
 
 class JobStats(BaseModel):
@@ -333,6 +361,19 @@ class JobStateOut(BaseModel):
     enabled: bool
     override: Override | None
     lease: Lease | None
+
+
+class TriggerBody(BaseModel):
+    """Optional: a trigger without a body runs the job with no parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[str, Any] | None = Field(
+        None, description="Parameters of this run: the handler reads them in ctx.params; "
+                          "stored with the run (params).")
+    force: bool = Field(False, strict=True, description=(
+        "Run even though the job is paused (by an operator or an auto-pause); the run "
+        "records who forced it. Without it a paused job answers 409 JOB_PAUSED."))
 
 
 class TriggerAccepted(BaseModel):

@@ -18,7 +18,7 @@ Exit codes (shared by every command):
        succeed, or no answer (a schedule that never fires again)
     2  bad input: an invalid expression, time zone, option or argument; an unknown job or
        run id
-    3  the job is already executing (``trigger``)
+    3  the job is already executing, or paused without ``--force`` (``trigger``)
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ COMMANDS = {
     "check": "check:check_cmd",
     "jobs": "operate:jobs_cmd",
     "history": "operate:history_cmd",
+    "runs": "operate:runs_cmd",
     "show-run": "operate:show_run_cmd",
     "trigger": "operate:trigger_cmd",
     "pause": "operate:pause_cmd",

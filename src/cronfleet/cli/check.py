@@ -3,6 +3,7 @@ fire times, warn about jobs whose runs outlast their period."""
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
                     "description": job.description,
                     "when": job.schedule.describe(),
                     "enabled": job.enabled,
+                    "config": dict(job.config),
                     "next": [t.isoformat() for t in next_fires(job, now, 3)],
                 })
             if not no_history and loaded.jobs:
@@ -114,6 +116,8 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
             desc = row["when"] + (f"\n{row['description']}" if row["description"] else "")
             if not row["enabled"]:
                 desc += "\n(declared enabled = false)"
+            if row["config"]:
+                desc += "\nconfig: " + json.dumps(row["config"], sort_keys=True)
             table.add_row(_t(row["id"]), _t(f"{row['schedule']}\n{row['timezone']}"),
                           _t(desc), _t("\n".join(_iso(datetime.fromisoformat(t))
                                                   for t in row["next"]) or "never"))

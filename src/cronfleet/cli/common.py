@@ -35,7 +35,7 @@ Exit codes:
      that did not succeed, or no answer (a schedule that never fires again)
   2  bad input: invalid expression, time zone, option or argument;
      unknown job or run id
-  3  the job is already executing (trigger)"""
+  3  the job is already executing, or paused without --force (trigger)"""
 
 
 def _console(err: bool = False) -> Any:

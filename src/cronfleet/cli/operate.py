@@ -1,11 +1,12 @@
 """Operating the jobs through the store shared with the running processes: ``jobs``,
-``history``, ``show-run``, ``trigger``, ``pause``, ``resume``, ``clear-override``."""
+``history``, ``runs``, ``show-run``, ``trigger``, ``pause``, ``resume``, ``clear-override``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,11 +34,12 @@ from cronfleet.cli.render import (
     _jobs_table,
     _print_run,
     _rel,
+    _running_table,
     _short,
     _status,
     _t,
 )
-from cronfleet.errors import AlreadyExecuting
+from cronfleet.errors import AlreadyExecuting, JobPaused
 from cronfleet.model import RunStatus
 from cronfleet.views import job_views, state_view
 
@@ -48,11 +50,15 @@ if TYPE_CHECKING:
 # -- jobs, history, show-run ------------------------------------------------------------
 
 
-@click.command("jobs", epilog=_EXIT_CODES)
+@click.group("jobs", epilog=_EXIT_CODES, invoke_without_command=True)
 @_CONFIG
 @_JSON
-def jobs_cmd(config_path: str | None, as_json: bool) -> None:
-    """List the jobs: schedule, next run, last outcome, override and lease holder."""
+@click.pass_context
+def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """List the jobs: schedule, next run, last outcome, override and lease holder; `jobs
+    create FILE` / `jobs delete ID` manage the jobs created over the API."""
+    if ctx.invoked_subcommand is not None:
+        return
     loaded = _load(config_path, strict=False)
     now = _now()
     with loaded:
@@ -66,48 +72,264 @@ def jobs_cmd(config_path: str | None, as_json: bool) -> None:
     _console().print(_jobs_table(views, now))
 
 
-@click.command("history", epilog=_EXIT_CODES)
-@click.argument("job_id", metavar="JOB")
-@click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20, show_default=True,
-              help="How many runs, newest first.")
-@click.option("--status", type=click.Choice(
-    ["pending", "running", "succeeded", "failed", "timed_out", "skipped", "interrupted"]),
-    default=None, help="Only runs with this status.")
+_TEAM = click.option("--team", default="default", show_default=True,
+                     help="The team the job belongs to (an API token of another team does "
+                          "not see it).")
+
+
+def _read_spec(path: str) -> dict[str, Any]:
+    """A job body from FILE: JSON (``.json``, or text starting with ``{``) or a TOML
+    snippet (the API body's keys, e.g. ``id``, ``schedule``, ``[http]``); exit 2 on a file
+    that cannot be read or parsed, naming the line and column."""
+    import json
+    import tomllib
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{path}: cannot read: {exc.strerror or exc}", EXIT_BAD_INPUT)
+    if path.endswith(".json") or text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _fail(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}", EXIT_BAD_INPUT)
+        if not isinstance(value, dict):
+            _fail(f"{path}: expected a JSON object (the job), got {type(value).__name__}",
+                  EXIT_BAD_INPUT)
+        return value
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        _fail(f"{path}: invalid TOML: {exc}", EXIT_BAD_INPUT)
+
+
+@jobs_cmd.command("create", epilog=_EXIT_CODES)
+@click.argument("path", metavar="FILE")
+@_TEAM
+@_BY
 @_CONFIG
 @_JSON
-def history_cmd(job_id: str, limit: int, status: str | None, config_path: str | None,
+def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | None,
+                    as_json: bool) -> None:
+    """Create a job as `POST /api/jobs` does, from FILE: a JSON body or a TOML snippet
+    (`id`, `schedule`, `[http]`, ...). Every problem is reported at once, by field; nothing
+    is stored unless the whole job is valid. Running processes pick it up within seconds."""
+    from cronfleet.catalog import Catalog, IdTaken
+    from cronfleet.spec import SpecInvalid, check_job_id
+    from cronfleet.store.api import ApiStore
+
+    spec = _read_spec(path)
+    job_id = spec.get("id")
+    if not isinstance(job_id, str) or (problem := check_job_id(job_id)) is not None:
+        what = "is missing" if job_id is None else (
+            problem if isinstance(job_id, str) else "must be text")
+        _fail(f"{path}: id: {what}", EXIT_BAD_INPUT)
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    with loaded:
+        scheduler = loaded.scheduler(timers=False)
+
+        async def go(store: Any) -> Any:
+            api_store = ApiStore(loaded.config.store)
+            try:
+                catalog = Catalog(scheduler, api_store)
+                job = await catalog.create(job_id, spec, team, who)
+                await api_store.audit(team=team, actor=who, action="job.create",
+                                      target=job_id, details={"spec": spec, "via": "cli"})
+                return job
+            finally:
+                await api_store.close()
+
+        try:
+            _control(lambda: _session(loaded, go), loaded.config.store)
+        except SpecInvalid as exc:
+            for p in exc.problems:
+                where = f"{path}: {p.key}" if p.key else path
+                click.echo(f"{where}: {p.message}", err=True)
+            _fail(f"job {job_id!r} not created: {len(exc.problems)} problem(s)",
+                  EXIT_BAD_INPUT)
+        except IdTaken as exc:
+            _fail(f"{path}: id: {exc}", EXIT_BAD_INPUT)
+    if as_json:
+        _echo_json({"id": job_id, "team": team, "spec": spec, "created_by": who})
+        return
+    click.echo(f"created job {job_id!r} (team {team}) in {loaded.config.store}")
+
+
+@jobs_cmd.command("delete", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="ID")
+@_BY
+@_CONFIG
+def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> None:
+    """Delete a job created over the API (or with `jobs create`), as `DELETE /api/jobs/ID`
+    does: its runs stay in the history. A job declared in code or config is refused."""
+    from cronfleet.catalog import Catalog
+    from cronfleet.errors import JobNotFound
+    from cronfleet.store.api import ApiStore
+
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    with loaded:
+        if any(j.id == job_id for j in loaded.jobs):
+            _fail(f"job {job_id!r} is declared in {loaded.config.display}, not created over "
+                  "the API: remove it there", EXIT_BAD_INPUT)
+        scheduler = loaded.scheduler(timers=False)
+
+        async def go(store: Any) -> str | None:
+            api_store = ApiStore(loaded.config.store)
+            try:
+                d = await api_store.job_def(job_id)
+                if d is None or d.deleted_at is not None:
+                    return None
+                catalog = Catalog(scheduler, api_store)
+                await catalog.refresh()
+                job = scheduler.jobs.get(job_id)
+                if job is None:
+                    raise JobNotFound(job_id)
+                await catalog.delete(job, d.team, who)
+                await api_store.audit(team=d.team, actor=who, action="job.delete",
+                                      target=job_id, details={"via": "cli"})
+                return d.team
+            finally:
+                await api_store.close()
+
+        try:
+            team = _control(lambda: _session(loaded, go), loaded.config.store)
+        except JobNotFound:
+            team = None
+    if team is None:
+        _fail(f"no job {job_id!r} created over the API in {loaded.config.store}",
+              EXIT_BAD_INPUT)
+    click.echo(f"deleted job {job_id!r} (team {team}); its runs stay in the history")
+
+
+_STATUSES = ["pending", "running", "succeeded", "failed", "timed_out", "skipped",
+             "interrupted"]
+
+
+def _bound(name: str, value: str | None, now: datetime) -> datetime | None:
+    """``--since`` / ``--until``: an ISO time (UTC without an offset) or a duration back
+    from now, by the API's rule (:func:`cronfleet.spec.time_bound`); exit 2 otherwise."""
+    if value is None:
+        return None
+    from datetime import UTC
+
+    from cronfleet.spec import FieldError, time_bound
+
+    try:
+        return time_bound(value, now=now, tz=UTC)
+    except FieldError as exc:
+        _fail(f"--{name}: {exc.message}", EXIT_BAD_INPUT)
+
+
+def _run_filters(f: Callable[..., None]) -> Callable[..., None]:
+    for opt in reversed([
+        click.option("-n", "--limit", type=click.IntRange(1, 10_000), default=20,
+                     show_default=True, help="How many runs, newest first."),
+        click.option("--status", type=click.Choice(_STATUSES), default=None,
+                     help="Only runs with this status."),
+        click.option("--since", metavar="TIME", default=None,
+                     help="Runs whose slot is at or after TIME: ISO 8601 (UTC without an "
+                          "offset) or a duration back from now (1d, 2h30m)."),
+        click.option("--until", metavar="TIME", default=None,
+                     help="Runs whose slot is before TIME (same forms as --since)."),
+        click.option("--instance", metavar="ID", default=None,
+                     help="Only runs of this instance."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.command("history", epilog=_EXIT_CODES)
+@click.argument("job_id", metavar="[JOB]", required=False)
+@_run_filters
+@_CONFIG
+@_JSON
+def history_cmd(job_id: str | None, limit: int, status: str | None, since: str | None,
+                until: str | None, instance: str | None, config_path: str | None,
                 as_json: bool) -> None:
-    """The runs of JOB, newest first (also for a job no longer declared)."""
+    """The runs of JOB, newest first (also for a job no longer declared); without JOB, the
+    runs of every job (e.g. `history --status failed --since 1d`)."""
+    _list_runs(job_id, limit=limit, status=status, since=since, until=until,
+               instance=instance, config_path=config_path, as_json=as_json)
+
+
+@click.command("runs", epilog=_EXIT_CODES)
+@click.option("--running", is_flag=True,
+              help="What runs now: run, job, instance, start and lease expiry.")
+@_run_filters
+@click.option("--job", "job_id", metavar="JOB", default=None, help="Only runs of JOB.")
+@_CONFIG
+@_JSON
+def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
+             until: str | None, instance: str | None, job_id: str | None,
+             config_path: str | None, as_json: bool) -> None:
+    """Runs across jobs, newest first (the filters of `history`); --running: what runs
+    right now and where."""
+    if not running:
+        _list_runs(job_id, limit=limit, status=status, since=since, until=until,
+                   instance=instance, config_path=config_path, as_json=as_json)
+        return
+    from cronfleet.views import running_now
+
     loaded = _load(config_path, strict=False)
     with loaded:
+        items = _session(loaded, lambda store: running_now(store, limit=limit))
+    if as_json:
+        _echo_json(items)
+        return
+    _console().print(_running_table(items, _now()))
+
+
+def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str | None,
+               until: str | None, instance: str | None, config_path: str | None,
+               as_json: bool) -> None:
+    from cronfleet.store.base import RunFilter
+
+    loaded = _load(config_path, strict=False)
+    now = _now()
+    where = RunFilter(status=None if status is None else RunStatus(status), job_id=job_id,
+                      instance_id=instance, since=_bound("since", since, now),
+                      until=_bound("until", until, now))
+    with loaded:
         declared = {j.id: j for j in loaded.jobs}
-        st = None if status is None else RunStatus(status)
-        runs = _session(loaded, lambda store: store.list_runs(job_id, limit=limit, status=st))
-    if job_id not in declared and not runs:
+        page = _session(loaded, lambda store: store.find_runs(where, limit=limit))
+    runs = page.runs
+    if job_id is not None and job_id not in declared and not runs:
         _job(loaded, job_id)  # exits 2 with a did-you-mean
     if as_json:
         _echo_json([r.to_dict() for r in runs])
         return
     console = _console()
-    if job_id not in declared:
+    if job_id is not None and job_id not in declared:
         console.print(_t(f"note: {job_id!r} is not declared in {loaded.config.display}; "
                          "showing its recorded history"), style="yellow")
+    what = f"runs of {job_id!r}" if job_id is not None else "runs"
     if not runs:
-        click.echo(f"no runs of {job_id!r}" + (f" with status {status}" if status else ""))
+        filters = [f"{k} {v}" for k, v in (("with status", status), ("since", since),
+                                            ("until", until), ("on instance", instance)) if v]
+        click.echo(f"no {what}" + (" " + ", ".join(filters) if filters else ""))
         return
     from rich.table import Table
 
     tz = declared[job_id].schedule.tz if job_id in declared else None
-    table = Table(title=f"{job_id}: last {len(runs)} run(s)", title_justify="left")
-    now = _now()
-    for col in ("run", "slot", "trigger", "status", "duration", "instance", "error"):
+    title = f"{job_id}: last {len(runs)} run(s)" if job_id is not None else \
+        f"last {len(runs)} run(s) across jobs"
+    table = Table(title=title, title_justify="left")
+    cols: tuple[str, ...] = ("run", "slot", "trigger", "status", "duration", "instance",
+                             "error")
+    if job_id is None:
+        cols = ("run", "job", *cols[1:])
+    for col in cols:
         table.add_column(col, justify="right" if col == "run" else "left", overflow="fold")
     for r in runs:
-        table.add_row(
-            str(r.id), _t(_short(r.slot, now, tz)), _t(r.triggered_by.value), _status(r),
-            _t(_duration(r.duration)), _t(r.instance_id or "-"),
-            _t((r.error or "").splitlines()[0][:80] if r.error else ""),
-        )
+        row = [str(r.id), _t(_short(r.slot, now, tz)), _t(r.triggered_by.value), _status(r),
+               _t(_duration(r.duration)), _t(r.instance_id or "-"),
+               _t((r.error or "").splitlines()[0][:80] if r.error else "")]
+        if job_id is None:
+            row.insert(1, _t(r.job_id))
+        table.add_row(*row)
     console.print(table)
 
 
@@ -131,25 +353,58 @@ def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
 # -- trigger, pause, resume, clear-override ---------------------------------------------
 
 
+def _params(values: tuple[str, ...]) -> dict[str, str] | None:
+    """``--param k=v`` (repeatable) as the run's parameters: text values; exit 2 on a
+    value without ``=``, an empty key or a key given twice."""
+    if not values:
+        return None
+    out: dict[str, str] = {}
+    for raw in values:
+        key, sep, value = raw.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            _fail(f"--param: {raw!r} is not KEY=VALUE", EXIT_BAD_INPUT)
+        if key in out:
+            _fail(f"--param: {key!r} is given twice", EXIT_BAD_INPUT)
+        out[key] = value
+    return out
+
+
 @click.command("trigger", epilog=_EXIT_CODES)
 @click.argument("job_id", metavar="JOB")
+@click.option("--param", "params", metavar="KEY=VALUE", multiple=True,
+              help="A parameter for this run (repeatable): the handler reads it in "
+                   "ctx.params; stored with the run.")
+@click.option("--force", is_flag=True,
+              help="Run even though the job is paused (the run records who forced it).")
 @_BY
 @_CONFIG
 @_JSON
-def trigger_cmd(job_id: str, by: str | None, config_path: str | None, as_json: bool) -> None:
+def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, by: str | None,
+                config_path: str | None, as_json: bool) -> None:
     """Run JOB now, in this process, and wait for it to end.
 
     The run takes the job's lease like any run, so it never overlaps a run elsewhere in
     the fleet: when one holds the lease the skip is recorded and the command exits 3,
-    naming the holder. Exits 1 when the run does not succeed.
+    naming the holder. A paused job (by an operator or an auto-pause) runs only with
+    --force; otherwise nothing runs and the command exits 3. Exits 1 when the run does not
+    succeed.
     """
+    values = _params(params)
     loaded = _load(config_path, strict=False)
     with loaded:
         _job(loaded, job_id)
         scheduler = loaded.scheduler(timers=False)
         try:
-            run = _control(lambda: scheduler.trigger(job_id, by=by or _who()),
+            run = _control(lambda: scheduler.trigger(job_id, by=by or _who(), params=values,
+                                                     force=force),
                            loaded.config.store)
+        except JobPaused as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"job_id": job_id, "by": exc.by, "note": exc.note,
+                                        "until": _iso(exc.until) if exc.until else None}})
+            _fail(f"{exc}: --force", EXIT_BUSY)
         except AlreadyExecuting as exc:
             if as_json:
                 _echo_json(exc.to_dict())

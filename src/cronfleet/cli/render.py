@@ -112,6 +112,10 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
         job = v.job
         nxt = ("done" if v.done(now) else "never") if v.next_fire is None else \
             f"{_short(v.next_fire, now, job.schedule.tz)} ({_rel(v.next_fire, now)})"
+        if v.paused(now):  # the next slot that will run, not one the pause skips
+            resumes = v.next_run(now)
+            nxt = "paused" if resumes is None else \
+                f"paused; then {_short(resumes, now, job.schedule.tz)} ({_rel(resumes, now)})"
         last = _status(v.last)
         if v.last is not None:
             when = v.last.finished_at or v.last.started_at or v.last.slot
@@ -149,6 +153,8 @@ def _print_run(run: RunRecord) -> None:
         ("finished", _iso(run.finished_at)),
         ("duration", _duration(run.duration)),
         ("reason", run.reason or "-"),
+        ("params", "-" if run.params is None else json.dumps(run.params, sort_keys=True)),
+        ("forced by", run.forced_by or "-"),
         ("result", "-" if run.result is None else json.dumps(run.result, default=str)),
         ("error", run.error or "-"),
     ]
@@ -158,3 +164,24 @@ def _print_run(run: RunRecord) -> None:
     for line in run.logs:
         console.print(Text("  " + line.replace("\n", "\n  ")))
 
+
+def _running_table(items: list[dict[str, Any]], now: datetime) -> Any:
+    """The "running now" table (`runs --running`, `status`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="running now", title_justify="left")
+    for col in ("run", "job", "instance", "started", "for", "lease until"):
+        table.add_column(col, overflow="fold")
+    for it in items:
+        started = None if it["started_at"] is None else datetime.fromisoformat(it["started_at"])
+        lease = None if it["lease_until"] is None else datetime.fromisoformat(it["lease_until"])
+        table.add_row(
+            str(it["run_id"]), _t(it["job_id"]), _t(it["instance_id"] or "-"),
+            _t(_short(started, now) if started else "-"),
+            _t(_span((now - started).total_seconds()) if started else "-"),
+            _t(f"{_short(lease, now)} ({_rel(lease, now)})" if lease else "- (no lease)"),
+        )
+    if not items:
+        table.add_row("-", Text("nothing running", style="dim"), "", "", "", "")
+    return table

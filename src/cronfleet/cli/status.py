@@ -23,13 +23,12 @@ from cronfleet.cli.render import (
     _iso,
     _override_text,
     _rel,
+    _running_table,
     _short,
-    _span,
     _status,
     _t,
 )
-from cronfleet.model import RunStatus
-from cronfleet.views import job_views
+from cronfleet.views import job_views, running_now
 
 if TYPE_CHECKING:
     from cronfleet.config import Loaded
@@ -75,7 +74,7 @@ async def _snapshot(store: Store, loaded: Loaded, n_runs: int) -> dict[str, Any]
         "now": now,
         "loaded": loaded,
         "views": await job_views(store, loaded.jobs, now),
-        "running": await store.list_runs(None, limit=100, status=RunStatus.RUNNING),
+        "running": await running_now(store, limit=100),
         "recent": await store.list_runs(None, limit=n_runs),
     }
 
@@ -86,7 +85,7 @@ def _snapshot_dict(snap: dict[str, Any]) -> dict[str, Any]:
         "now": now.isoformat(),
         "store": snap["loaded"].config.store,
         "jobs": [v.to_dict(now) for v in snap["views"]],
-        "running": [r.to_dict() for r in snap["running"]],
+        "running": snap["running"],
         "recent": [r.to_dict() for r in snap["recent"]],
     }
 
@@ -111,15 +110,7 @@ def _render(snap: dict[str, Any], now: datetime) -> Any:
         jobs.add_row(_t(v.job.id), _t(_short(v.next_fire, now, v.job.schedule.tz)), countdown,
                      _status(v.last), _t(_override_text(v, now)),
                      _t(v.lease_holder(now) or "-"))
-    running = Table(title="running now", title_justify="left")
-    for col in ("run", "job", "slot", "for", "instance"):
-        running.add_column(col, overflow="fold")
-    for r in snap["running"]:
-        running.add_row(str(r.id), _t(r.job_id), _t(_short(r.slot, now)),
-                        _t(_span((now - r.started_at).total_seconds()) if r.started_at else "-"),
-                        _t(r.instance_id or "-"))
-    if not snap["running"]:
-        running.add_row("-", Text("nothing running", style="dim"), "", "", "")
+    running = _running_table(snap["running"], now)
     recent = Table(title="recent runs", title_justify="left")
     for col in ("run", "job", "slot", "status", "duration", "instance"):
         recent.add_column(col, overflow="fold")

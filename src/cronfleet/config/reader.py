@@ -266,6 +266,12 @@ class Reader:
                                     f"{describe_value(n)}")
             else:
                 config.runs_per_job = n
+        if "metrics_job_label" in sched:
+            value = sched["metrics_job_label"]
+            if not isinstance(value, bool):
+                bad("metrics_job_label", f"expected true or false, got {describe_value(value)}")
+            else:
+                config.metrics_job_label = value
         if "allow_private_targets" in sched:
             value = sched["allow_private_targets"]
             if not isinstance(value, bool):

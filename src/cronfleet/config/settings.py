@@ -55,6 +55,7 @@ class Config:
     connect_timeout: float | None = None  # start-up waits for the store; None: forever
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
+    metrics_job_label: bool = True
     allow_private_targets: bool = False
     api_enabled: bool = True
     api_host: str = "127.0.0.1"
@@ -149,6 +150,7 @@ class Loaded:
             connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
+            metrics_job_label=c.metrics_job_label,
             timers=timers,
             clock=clock,
             instance_id=instance_id,

@@ -115,8 +115,14 @@ def manual(
     triggered_by: TriggeredBy = TriggeredBy.MANUAL,
     local_busy: bool = False,
     instance_id: str = "",
+    params: dict[str, Any] | None = None,
+    forced_by: str | None = None,
 ) -> Dispatch:
-    """A run requested now: a fencing token, no slot claim (nothing when node-local)."""
+    """A run requested now: a fencing token, no slot claim (nothing when node-local);
+    ``forced_by``: who ran it past a pause (noted in its log too)."""
+    logs = [f"Manual run requested by {by}"]
+    if forced_by is not None:
+        logs.append(f"Forced by {forced_by}: the job is paused")
     local = job.locking is _NODE_LOCAL
     item = Dispatch.manual_run(
         job.id,
@@ -125,7 +131,9 @@ def manual(
         hold=job.lease_seconds,
         local=local,
         triggered_by=triggered_by,
-        logs=[f"Manual run requested by {by}"],
+        logs=logs,
+        params=params,
+        forced_by=forced_by,
     )
     if local and job.overlap is not _ALLOW and local_busy:
         _busy_skip(item, instance_id)

@@ -136,6 +136,7 @@ class Runs:
             manual=run.manual,
             attempt=run.attempt,
             logs=run.logs,
+            params=run.params or {},
         )
 
     # -- executing ----------------------------------------------------------------------
@@ -284,6 +285,7 @@ class Runs:
             run.error = outcome.error
             run.reason = outcome.reason
             outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            stats.job_outcome(job.id, run.status.value, outcome.finished)
             if not run.manual:
                 stats.lateness.observe(outcome.started - run.slot.timestamp())
             stats.durations.observe(outcome.finished - outcome.started)

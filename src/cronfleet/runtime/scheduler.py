@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import math
 import os
@@ -32,7 +33,13 @@ from typing import Any
 from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
-from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound, StoreUnavailable
+from cronfleet.errors import (
+    AlreadyExecuting,
+    DuplicateJob,
+    JobNotFound,
+    JobPaused,
+    StoreUnavailable,
+)
 from cronfleet.model import (
     DEFAULT_TEAM,
     Handler,
@@ -117,6 +124,7 @@ class Scheduler(SyncControl):
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
         connect_timeout: str | float | timedelta | None = None,
+        metrics_job_label: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
@@ -141,7 +149,8 @@ class Scheduler(SyncControl):
         self.timers = timers
         self.record_started_after = record_started_after
         self.claim_ahead = max(0.0, _secs(claim_ahead, "claim_ahead"))
-        self.stats = Stats()
+        # per-job outcomes for /metrics (the ``job`` label); off for very large fleets
+        self.stats = Stats(per_job=metrics_job_label)
         self.events = Events()  # kept across restarts: subscriptions are the caller's
         self.last_tick: float | None = None
         self.running = False
@@ -510,13 +519,20 @@ class Scheduler(SyncControl):
         by: str = "manual",
         triggered_by: TriggeredBy = TriggeredBy.MANUAL,
         wait: bool = False,
+        params: Mapping[str, Any] | None = None,
+        force: bool = False,
     ) -> RunRecord:
-        """Run a job now. Raises :class:`AlreadyExecuting` while a run holds its lease.
+        """Run a job now. Raises :class:`AlreadyExecuting` while a run holds its lease,
+        and :class:`JobPaused` while an override pauses the job (an operator's pause or an
+        auto-pause) unless ``force``: the run then records who forced it (``by``).
+        ``params`` (a JSON object) reach the handler as ``ctx.params`` and are stored with
+        the run.
 
         Inside a running scheduler the run proceeds in the background (``wait=True`` waits
         for it); otherwise it runs to completion before this returns.
         """
         job = self.get_job(job_id)
+        values = _params(params)
         runner = self.runner
         busy = bool(runner.running.get(job.id))
         # a node-local job's overlap is decided here, not by a lease: hold its place from
@@ -527,13 +543,22 @@ class Scheduler(SyncControl):
             runner.reserve(job.id)
         try:
             async with _ControlScope(self) as inline:
+                now = self.clock.now()
+                state = (await self.store.read_states([job.id])).get(job.id)
+                paused = state is not None and state.override_at_time(from_ts(now)) is False
+                if paused and not force:
+                    assert state is not None
+                    raise JobPaused(job.id, state.override_by, state.override_note,
+                                    state.override_until)
                 item = requests.manual(
                     job,
-                    self.clock.now(),
+                    now,
                     by=by,
                     triggered_by=triggered_by,
                     local_busy=busy,
                     instance_id=self.instance_id,
+                    params=values,
+                    forced_by=by if paused else None,
                 )
                 [res] = await self.store.dispatch([item], self.instance_id)
                 assert res.run is not None
@@ -618,6 +643,18 @@ class Scheduler(SyncControl):
     async def get_run_async(self, run_id: int) -> RunRecord | None:
         async with _ControlScope(self):
             return await self.store.get_run(run_id)
+
+
+def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A trigger's parameters as stored: a JSON object with text keys, or None."""
+    if params is None:
+        return None
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise ValueError(f"params must be an object with text keys, got {params!r}")
+    try:
+        return dict(json.loads(json.dumps(dict(params))))
+    except (TypeError, ValueError):
+        raise ValueError(f"params must be JSON values: {params!r}") from None
 
 
 class _ControlScope:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from cronfleet.model import JobState, RunRecord, RunStatus
 
@@ -57,9 +57,10 @@ class SyncControl:
     def _me(self) -> Scheduler:
         return cast("Scheduler", self)
 
-    def trigger(self, job_id: str, *, by: str = "manual",
-                wait: bool = False) -> RunRecord:
-        return call_sync(self._me, lambda: self._me.trigger_async(job_id, by=by, wait=wait))
+    def trigger(self, job_id: str, *, by: str = "manual", wait: bool = False,
+                params: Mapping[str, Any] | None = None, force: bool = False) -> RunRecord:
+        return call_sync(self._me, lambda: self._me.trigger_async(
+            job_id, by=by, wait=wait, params=params, force=force))
 
     def pause(
         self,

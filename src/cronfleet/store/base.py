@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
@@ -23,6 +23,9 @@ __all__ = [
     "Dispatched",
     "EarlyClaimStore",
     "Finish",
+    "RunCursor",
+    "RunFilter",
+    "RunPage",
     "Skip",
     "Start",
     "Started",
@@ -162,6 +165,8 @@ class Dispatch:
     record: bool = True
     early: bool = False
     kind: DispatchKind | None = None
+    params: dict[str, Any] | None = None
+    forced_by: str | None = None
 
     def __init__(
         self,
@@ -183,6 +188,8 @@ class Dispatch:
         record: bool = True,
         early: bool = False,
         kind: DispatchKind | None = None,
+        params: dict[str, Any] | None = None,
+        forced_by: str | None = None,
     ) -> None:
         # written out (not generated) so that the kind of the common requests is derived
         # from the arguments, not from attribute reads: a burst builds one per slot
@@ -203,6 +210,8 @@ class Dispatch:
         self.reclaim_token = reclaim_token
         self.record = record
         self.early = early
+        self.params = params
+        self.forced_by = forced_by
         if (
             claim == "slot"
             and not manual
@@ -292,8 +301,11 @@ class Dispatch:
         local: bool = False,
         triggered_by: TriggeredBy = TriggeredBy.MANUAL,
         logs: list[str] | None = None,
+        params: dict[str, Any] | None = None,
+        forced_by: str | None = None,
     ) -> Dispatch:
-        """A run asked for now: a fencing token without a slot (nothing when ``local``)."""
+        """A run asked for now: a fencing token without a slot (nothing when ``local``),
+        with its ``params`` and who forced it past a pause (both stored with the run)."""
         return cls(
             job_id=job_id,
             slot=now,
@@ -304,6 +316,8 @@ class Dispatch:
             manual=True,
             logs=logs or [],
             kind=DispatchKind.MANUAL,
+            params=params,
+            forced_by=forced_by,
         )
 
     @classmethod
@@ -428,6 +442,84 @@ class Skip:
 # -- the watermark rule and the retention rule (every store, identically) -------------------
 
 
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs :meth:`Store.find_runs` lists, across jobs: every field set must match.
+
+    ``since`` / ``until`` bound the run's ``slot`` (a scheduled run's slot time, a manual
+    run's trigger time): ``since <= slot < until``. ``job_ids`` keeps the runs of these
+    jobs only (the API's team scoping: the jobs of the caller's team).
+    """
+
+    status: RunStatus | None = None
+    job_id: str | None = None
+    job_ids: frozenset[str] | None = None
+    instance_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def matches(self, r: RunRecord) -> bool:
+        """The same test as the SQL stores' ``WHERE`` (the memory store uses it)."""
+        return (
+            (self.status is None or r.status is RunStatus(self.status))
+            and (self.job_id is None or r.job_id == self.job_id)
+            and (self.job_ids is None or r.job_id in self.job_ids)
+            and (self.instance_id is None or r.instance_id == self.instance_id)
+            and (self.since is None or r.slot >= self.since)
+            and (self.until is None or r.slot < self.until)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunCursor:
+    """Where a page of :meth:`Store.find_runs` ends: the last run's ``(slot, id)``. Pages are
+    newest first by ``(slot, id)``, a stable order: a run written meanwhile never moves a
+    run from one page to another. Its text form (``encode``) is opaque to API clients."""
+
+    slot_ms: int
+    id: int
+
+    @classmethod
+    def after(cls, r: RunRecord) -> RunCursor:
+        return cls(round(r.slot.timestamp() * 1000), int(r.id or 0))
+
+    @property
+    def slot(self) -> datetime:
+        return datetime.fromtimestamp(self.slot_ms / 1000, UTC)
+
+    def encode(self) -> str:
+        return f"{self.slot_ms}.{self.id}"
+
+    @classmethod
+    def decode(cls, text: str) -> RunCursor:
+        """Raises ``ValueError`` naming the cursor when ``text`` is not one of ours."""
+        head, sep, tail = str(text).partition(".")
+        try:
+            if not sep:
+                raise ValueError(text)
+            return cls(int(head), int(tail))
+        except ValueError:
+            raise ValueError(
+                f"cursor {text!r} is not a cursor this API returned (next_cursor)"
+            ) from None
+
+
+@dataclass(slots=True)
+class RunPage:
+    """One page of :meth:`Store.find_runs`: the runs, newest first, and the cursor of the
+    next page (``None`` on the last page)."""
+
+    runs: list[RunRecord]
+    next_cursor: RunCursor | None
+
+    @classmethod
+    def of(cls, rows: list[RunRecord], limit: int) -> RunPage:
+        """The page from ``limit + 1`` rows read: the extra row only says there is more."""
+        more = len(rows) > limit
+        runs = rows[:limit]
+        return cls(runs, RunCursor.after(runs[-1]) if more and runs else None)
+
+
 def watermark(newest_claimed: float | None, newest_skipped: float | None) -> float | None:
     """Where a restart's catch-up starts for one job (``JobState.last_slot``).
 
@@ -526,6 +618,13 @@ class Store(Protocol):
         before_id: int | None = None,
     ) -> list[RunRecord]:
         """History, newest first."""
+
+    async def find_runs(
+        self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
+    ) -> RunPage:
+        """Runs across jobs matching ``where``, newest first by ``(slot, id)``, one page
+        after ``after``: one statement per page whatever the number of jobs (indexes
+        ``runs_status_slot`` and ``runs_slot``, migration 0005)."""
 
     async def get_run(self, run_id: int) -> RunRecord | None: ...
 

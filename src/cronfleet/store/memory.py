@@ -25,6 +25,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    RunCursor,
+    RunFilter,
+    RunPage,
     Skip,
     Start,
     Started,
@@ -472,6 +475,20 @@ class MemoryStore:
             if len(out) >= limit:
                 break
         return out
+
+    async def find_runs(
+        self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
+    ) -> RunPage:
+        def key(r: RunRecord) -> tuple[int, int]:
+            return round(r.slot.timestamp() * 1000), int(r.id or 0)
+
+        bound = None if after is None else (after.slot_ms, after.id)
+        found = sorted(
+            (r for r in self._db().runs.values()
+             if where.matches(r) and (bound is None or key(r) < bound)),
+            key=key, reverse=True,
+        )  # fmt: skip
+        return RunPage.of([_copy(r) for r in found[: limit + 1]], limit)
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         run = self._db().runs.get(run_id)

@@ -14,12 +14,23 @@ the store's quoted schema there once, when the store is created.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SCHEMA_MARK", "history_query", "load_queries", "migrations", "read_queries"]
+if TYPE_CHECKING:
+    from cronfleet.store.base import RunCursor, RunFilter
+
+__all__ = [
+    "SCHEMA_MARK",
+    "find_runs_query",
+    "history_query",
+    "load_queries",
+    "migrations",
+    "read_queries",
+]
 
 SCHEMA_MARK = "__S__"
 _NAME = "-- name:"
@@ -93,3 +104,41 @@ def history_query(
         sql += " WHERE " + " AND ".join(where)
     args.append(int(limit))
     return f"{sql} ORDER BY id DESC LIMIT {placeholder}", args
+
+
+def find_runs_query(
+    select: str,
+    where: RunFilter,
+    *,
+    after: RunCursor | None,
+    limit: int,
+    placeholder: str,
+    time: Callable[[datetime], Any],
+    any_job: tuple[str, Callable[[list[str]], Any]],
+) -> tuple[str, list[Any]]:
+    """``select`` filtered by ``where`` and the cursor, newest first by ``(slot, id)``,
+    ``limit + 1`` rows (the extra one says whether a next page exists): the across-jobs
+    run query both stores answer; ``time`` turns a datetime into the dialect's value,
+    ``any_job`` is the dialect's "job_id among a list" clause and its parameter."""
+    p = placeholder
+    clauses: list[str] = []
+    args: list[Any] = []
+    for clause, value in (
+        (f"status = {p}", None if where.status is None else where.status.value),
+        (f"job_id = {p}", where.job_id),
+        (f"instance_id = {p}", where.instance_id),
+        (any_job[0], None if where.job_ids is None else any_job[1](sorted(where.job_ids))),
+        (f"slot >= {p}", None if where.since is None else time(where.since)),
+        (f"slot < {p}", None if where.until is None else time(where.until)),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            args.append(value)
+    if after is not None:
+        clauses.append(f"(slot, id) < ({p}, {p})")
+        args += [time(after.slot), after.id]
+    sql = select
+    if clauses:
+        sql += " WHERE " + " AND ".join(clauses)
+    args.append(int(limit) + 1)
+    return f"{sql} ORDER BY slot DESC, id DESC LIMIT {p}", args

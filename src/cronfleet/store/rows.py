@@ -39,7 +39,7 @@ __all__ = [
 RUN_COLUMNS = (
     "id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual, "
     "is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline, "
-    "result, error, logs"
+    "result, error, logs, params, forced_by"
 )
 RUN_INSERT_COLUMNS = RUN_COLUMNS.removeprefix("id, ")
 # the job state columns; ``last_slot`` is derived by the watermark rule (store/base.py)
@@ -101,6 +101,8 @@ def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
         _json(r.result),
         r.error,
         json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+        _json(r.params),
+        r.forced_by,
     )
 
 
@@ -142,6 +144,8 @@ def sqlite_run(row: Sequence[Any]) -> RunRecord:
         result=None if row[16] is None else json.loads(row[16]),
         error=row[17],
         logs=[] if row[18] is None else json.loads(row[18]),
+        params=None if row[19] is None else json.loads(row[19]),
+        forced_by=row[20],
     )
 
 
@@ -187,6 +191,8 @@ def pg_run_rows(recs: Sequence[RunRecord]) -> str:
                 r.result,
                 r.error,
                 r.logs or [],
+                r.params,
+                r.forced_by,
             ]
             for r in recs
         ]
@@ -229,6 +235,8 @@ def pg_run(row: Sequence[Any]) -> RunRecord:
         result=row[16],
         error=row[17],
         logs=[] if row[18] is None else list(row[18]),
+        params=row[19],
+        forced_by=row[20],
     )
 
 

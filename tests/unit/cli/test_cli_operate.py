@@ -67,6 +67,87 @@ def test_jobs_json_shows_last_run_override_and_lease(cli: Callable[..., Result],
     assert "succeeded" in r.stdout and "running" in r.stdout
 
 
+def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
+        cli: Callable[..., Result], project: Path) -> None:
+    project.write_text(project.read_text().replace(
+        'description = "a task that works"',
+        'description = "a task that works"\nconfig_json = \'{"region": "eu", "n": 3}\''))
+    tick, boom, _ = json.loads(cli("jobs", "--json").stdout)
+    assert tick["config"] == {"region": "eu", "n": 3} and boom["config"] == {}
+    assert tick["paused"] is False and tick["next_run"] == tick["next_fire"] is not None
+    checked = json.loads(cli("check", "--json").stdout)["jobs"]
+    assert checked[0]["config"] == {"region": "eu", "n": 3}
+    assert 'config: {"n": 3, "region": "eu"}' in cli("check").stdout
+    # paused for good: no next run (the schedule's next fire stays visible as next_fire)
+    assert cli("pause", "tick").exit_code == 0
+    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    assert tick["paused"] is True and tick["next_run"] is None and tick["next_fire"]
+    assert "paused" in cli("jobs").stdout.split("tick", 1)[1].split("\n")[0]
+    # paused for 2h30m of an hourly job: the next run is the first slot at or after the end
+    assert cli("pause", "tick", "--until", "2h30m").exit_code == 0
+    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    until = datetime.fromisoformat(tick["override"]["until"])
+    nxt = datetime.fromisoformat(tick["next_run"])
+    assert until <= nxt < until + timedelta(hours=1) and nxt.minute == 0 and nxt.second == 0
+    assert datetime.fromisoformat(tick["next_fire"]) < until
+    assert "paused; then" in cli("jobs").stdout
+
+
+def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Path,
+                                        write: Callable[..., Path], tmp_path: Path) -> None:
+    import asyncio
+
+    from cronfleet.store.api import ApiStore
+
+    toml = write("hook.toml", 'id = "hook"\nschedule = "*/10 * * * *"\n[http]\n'
+                              'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
+    r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
+    assert r.exit_code == 0, r.stderr
+    assert "created job 'hook' (team ops)" in r.stdout
+
+    async def stored() -> tuple[object, list[str]]:
+        api = ApiStore(f"sqlite:///{tmp_path / 'ops.db'}")
+        try:
+            d = await api.job_def("hook")
+            audit = [e.action for e in await api.audit_entries("ops")]
+            return d, audit
+        finally:
+            await api.close()
+
+    d, audit = asyncio.run(stored())
+    assert d is not None and d.team == "ops" and d.created_by == "alice"  # type: ignore[attr-defined]
+    assert d.spec["schedule"] == "*/10 * * * *" and audit == ["job.create"]  # type: ignore[attr-defined]
+    # the same validation as the API: every problem at once, by field; nothing stored
+    bad = write("bad.json", '{"id": "bad", "schedule": "61 * * * *", "timeout": "soon", '
+                            '"http": {"url": "ftp://x"}}')
+    r = cli("jobs", "create", str(bad))
+    assert r.exit_code == 2
+    for field in ("schedule:", "timeout:", "http.url:"):
+        assert f"{bad}: {field}" in r.stderr
+    assert "job 'bad' not created: 3 problem(s)" in r.stderr
+    r = cli("jobs", "create", str(toml))
+    assert r.exit_code == 2 and "id: job id 'hook' is already taken" in r.stderr
+    taken = write("tick.json", '{"id": "tick", "schedule": "@daily", "http": {"url": '
+                               '"https://example.com"}}')
+    assert "is already taken" in cli("jobs", "create", str(taken)).stderr  # declared in config
+    broken = write("broken.json", '{"id": "x",\n  "schedule": }')
+    r = cli("jobs", "create", str(broken))
+    assert r.exit_code == 2 and f"{broken}:2:15: invalid JSON" in r.stderr
+    assert "id: is missing" in cli("jobs", "create", str(write("noid.toml", 'a = 1\n'))).stderr
+    # delete: the stored job goes, its tombstone keeps the team; declared jobs are refused
+    r = cli("jobs", "delete", "tick")
+    assert r.exit_code == 2 and "declared in cronfleet.toml" in r.stderr
+    r = cli("jobs", "delete", "hook", "--by", "bob")
+    assert r.exit_code == 0, r.stderr
+    assert "deleted job 'hook' (team ops)" in r.stdout
+    d, audit = asyncio.run(stored())
+    assert d is not None and d.deleted_at is not None  # type: ignore[attr-defined]
+    assert audit == ["job.delete", "job.create"]
+    r = cli("jobs", "delete", "hook")
+    assert r.exit_code == 2 and "no job 'hook' created over the API" in r.stderr
+    assert cli("jobs", "--json").exit_code == 0  # the list is still `jobs`
+
+
 # -- trigger --------------------------------------------------------------------------
 
 
@@ -79,6 +160,36 @@ def test_trigger_runs_the_job_here_and_now(cli: Callable[..., Result], project: 
     r = cli("trigger", "tick", "--json")
     run = json.loads(r.stdout)
     assert run["status"] == "succeeded" and run["manual"] is True and run["id"] == 2
+
+
+def test_trigger_with_params_and_force(cli: Callable[..., Result], project: Path,
+                                      write: Callable[..., Path]) -> None:
+    write("ops_handlers.py", (project.parent / "ops_handlers.py").read_text()
+          + "\n\ndef echo(ctx):\n    return dict(ctx.params)\n")
+    project.write_text(project.read_text() + '\n[[tasks]]\nid = "echo"\ncron = "@daily"\n'
+                       'handler = "ops_handlers:echo"\n')
+    r = cli("trigger", "echo", "--param", "region=eu", "--param", "q=a=b", "--json")
+    assert r.exit_code == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert run["result"] == {"region": "eu", "q": "a=b"} == run["params"]
+    assert run["forced"] is False
+    shown = cli("show-run", str(run["id"])).stdout
+    assert 'params        {"q": "a=b", "region": "eu"}' in shown
+    for bad, message in ((("--param", "novalue"), "'novalue' is not KEY=VALUE"),
+                         (("--param", "=v"), "'=v' is not KEY=VALUE"),
+                         (("--param", "a=1", "--param", "a=2"), "'a' is given twice")):
+        r = cli("trigger", "echo", *bad)
+        assert r.exit_code == 2 and message in r.stderr
+    assert cli("pause", "echo", "--by", "ops", "--note", "vendor down").exit_code == 0
+    r = cli("trigger", "echo")
+    assert r.exit_code == 3
+    assert "job 'echo' is paused (by ops: vendor down)" in r.stderr and "--force" in r.stderr
+    assert len(json.loads(cli("history", "echo", "--json").stdout)) == 1  # nothing recorded
+    r = cli("trigger", "echo", "--force", "--by", "alice", "--json")
+    assert r.exit_code == 0, r.stderr
+    forced = json.loads(r.stdout)
+    assert forced["forced"] is True and forced["forced_by"] == "alice"
+    assert "forced by     alice" in cli("show-run", str(forced["id"])).stdout
 
 
 def test_trigger_exits_1_when_the_run_fails(cli: Callable[..., Result], project: Path) -> None:
@@ -190,6 +301,53 @@ def test_history(cli: Callable[..., Result], project: Path) -> None:
                                             "--json").stdout)] == [4]
     assert json.loads(cli("history", "boom", "--status", "succeeded", "--json").stdout) == []
     assert cli("history", "tick", "--status", "done").exit_code == 2
+
+
+def test_history_across_jobs_with_status_since_and_instance(cli: Callable[..., Result],
+                                                            project: Path) -> None:
+    assert cli("history").stdout == "no runs\n"
+    cli("trigger", "tick")
+    cli("trigger", "boom")
+    cli("trigger", "tick")
+    runs = json.loads(cli("history", "--json").stdout)
+    assert [(x["id"], x["job_id"]) for x in runs] == [(3, "tick"), (2, "boom"), (1, "tick")]
+    failed = json.loads(cli("history", "--status", "failed", "--since", "1d", "--json").stdout)
+    assert [(x["id"], x["job_id"]) for x in failed] == [(2, "boom")]
+    r = cli("history", "--status", "failed", "--since", "1d")
+    assert r.exit_code == 0 and "across jobs" in r.stdout and "boom" in r.stdout
+    assert "tick" not in r.stdout
+    assert json.loads(cli("history", "--since", "2099-01-01", "--json").stdout) == []
+    assert json.loads(cli("history", "--until", "1d", "--json").stdout) == []
+    assert len(json.loads(cli("history", "--until", "2099-01-01T00:00:00+00:00",
+                              "--json").stdout)) == 3
+    me = runs[0]["instance_id"]  # each trigger is a process of its own
+    assert [x["id"] for x in json.loads(cli("history", "--instance", me, "--json").stdout)] \
+        == [3]
+    assert json.loads(cli("history", "--instance", "nobody", "--json").stdout) == []
+    assert [x["id"] for x in json.loads(cli("history", "tick", "--since", "1h",
+                                            "--json").stdout)] == [3, 1]
+    assert [x["id"] for x in json.loads(cli("runs", "--job", "boom", "--json").stdout)] == [2]
+    assert cli("history", "--limit", "1", "--json").stdout.count('"id"') == 1
+    r = cli("history", "--since", "last tuesday")
+    assert r.exit_code == 2 and "--since: 'last tuesday' is neither" in r.stderr
+
+
+def test_runs_running_shows_instance_start_and_lease(cli: Callable[..., Result], project: Path,
+                                                     tmp_path: Path) -> None:
+    assert json.loads(cli("runs", "--running", "--json").stdout) == []
+    assert "nothing running" in cli("runs", "--running").stdout
+    hold_lease(tmp_path / "ops.db", "quiet", "other-host:42:abc")
+    [item] = json.loads(cli("runs", "--running", "--json").stdout)
+    assert item["job_id"] == "quiet" and item["instance_id"] == "other-host:42:abc"
+    assert item["started_at"] is not None
+    lease = datetime.fromisoformat(item["lease_until"])
+    assert timedelta(minutes=9) < lease - datetime.now(UTC) <= timedelta(minutes=10)
+    r = cli("runs", "--running")
+    assert r.exit_code == 0 and "other-host:42:abc" in r.stdout
+    assert "(in 10m" in r.stdout or "(in 9m" in r.stdout
+    status = json.loads(cli("status", "--json").stdout)
+    assert [x["run_id"] for x in status["running"]] == [item["run_id"]]
+    assert status["running"][0]["lease_until"] == item["lease_until"]
 
 
 def test_history_of_a_job_no_longer_declared(cli: Callable[..., Result],

@@ -248,6 +248,8 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         ('[scheduler]\ncatch_up_window = true\n',
          "2:19: scheduler: catch_up_window: expected a duration like '30s' or a number of "
          "seconds, got a boolean (True)"),
+        ('[scheduler]\nmetrics_job_label = "no"\n',
+         "2:21: scheduler: metrics_job_label: expected true or false, got a string ('no')"),
         ('[scheduler]\nruns_per_job = 0\n',
          "2:16: scheduler: runs_per_job: expected a whole number of at least 1, got a number "
          "(0)"),

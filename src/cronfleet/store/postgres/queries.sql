@@ -179,12 +179,13 @@ WHERE r.fencing_token = v.tok AND r.job_id = v.j AND r.status = 'running';
 -- rows: the RUN_INSERT_COLUMNS values (store/rows.py pg_run_rows); ids drawn in order
 INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
                         fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
-                        started_at, finished_at, deadline, result, error, logs)
+                        started_at, finished_at, deadline, result, error, logs, params,
+                        forced_by)
 SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, e->>3, e->>4, e->>5,
        (e->>6)::bigint, (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
        to_timestamp((e->>11)::bigint / 1000.0), to_timestamp((e->>12)::bigint / 1000.0),
        to_timestamp((e->>13)::bigint / 1000.0), to_timestamp((e->>14)::bigint / 1000.0),
-       nullif(e->15, 'null'), e->>16, e->17
+       nullif(e->15, 'null'), e->>16, e->17, nullif(e->18, 'null'), e->>19
 FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS v(e, n)
 ORDER BY v.n
 RETURNING id;
@@ -195,12 +196,13 @@ RETURNING id;
 -- slow holder's real outcome replaces the row the reaper wrote when it looked dead
 INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
                         fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
-                        started_at, finished_at, deadline, result, error, logs)
+                        started_at, finished_at, deadline, result, error, logs, params,
+                        forced_by)
 SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, e->>3, e->>4, e->>5,
        (e->>6)::bigint, (e->>7)::boolean, (e->>8)::boolean, (e->>9)::boolean, (e->>10)::int,
        to_timestamp((e->>11)::bigint / 1000.0), to_timestamp((e->>12)::bigint / 1000.0),
        to_timestamp((e->>13)::bigint / 1000.0), to_timestamp((e->>14)::bigint / 1000.0),
-       nullif(e->15, 'null'), e->>16, e->17
+       nullif(e->15, 'null'), e->>16, e->17, nullif(e->18, 'null'), e->>19
 FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS v(e, n)
 ORDER BY v.n
 ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
@@ -258,7 +260,7 @@ WHERE status IN ('running', 'pending') AND deadline < %(now)s
                   AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-          result, error, logs;
+          result, error, logs, params, forced_by;
 
 -- name: lost_runs
 -- claimed and leased, but the holder died before writing its run row; SKIP LOCKED: two
@@ -275,19 +277,19 @@ FOR UPDATE OF s SKIP LOCKED;
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM __S__.runs;
 
 -- name: runs_by_id
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM __S__.runs WHERE id IN (SELECT (jsonb_array_elements_text(%(ids)s::jsonb))::bigint);
 
 -- name: get_run
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM __S__.runs WHERE id = %s;
 
 -- name: last_runs
@@ -296,7 +298,7 @@ SELECT r.* FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)
 CROSS JOIN LATERAL (
   SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
          is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-         result, error, logs
+         result, error, logs, params, forced_by
   FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
 
 -- name: prune_claims
@@ -335,6 +337,10 @@ CREATE TABLE IF NOT EXISTS __S__.schema_migrations (
 
 -- name: schema_version
 SELECT max(version) FROM __S__.schema_migrations;
+
+-- name: schema_versions
+-- every version applied: numbers are handed out ahead, so one may land after a higher one
+SELECT version FROM __S__.schema_migrations;
 
 -- name: search_path
 -- the migration files name tables without a schema

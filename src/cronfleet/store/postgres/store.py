@@ -55,11 +55,14 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    RunCursor,
+    RunFilter,
+    RunPage,
     Skip,
     Start,
     Started,
 )
-from cronfleet.store.queries import history_query, load_queries, migrations
+from cronfleet.store.queries import find_runs_query, history_query, load_queries, migrations
 from cronfleet.store.rows import (
     dumps,
     ms,
@@ -161,7 +164,11 @@ async def apply_migrations(cur: Cursor, schema: str, label: str) -> list[str]:
             f"PostgreSQL store {label}: schema {schema!r} is at version {current}, newer "
             f"than this cronfleet understands ({latest}); upgrade cronfleet"
         )
-    pending = [(v, n, t) for v, n, t in known if v > current]
+    await cur.execute(q["schema_versions"])
+    done = {r[0] for r in await cur.fetchall()}
+    # every known version not applied yet, in order: a number is handed out before its
+    # change lands, so a lower one may arrive after a higher one was applied
+    pending = [(v, n, t) for v, n, t in known if v not in done]
     if pending:  # the migration files name tables without a schema
         await cur.execute(q["search_path"])
     for version, name, text in pending:
@@ -1166,6 +1173,21 @@ class PostgresStore:
             return [_run(r) for r in await cur.fetchall()]
 
         return await self._run(go, tx=False)
+
+    async def find_runs(
+        self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
+    ) -> RunPage:
+        query, args = find_runs_query(
+            self.q["runs"].rstrip(), where, after=after, limit=limit, placeholder="%s",
+            time=lambda d: d,
+            any_job=("job_id = ANY(%s::text[])", list),
+        )  # fmt: skip
+
+        async def go(cur: Cursor, now: datetime) -> list[RunRecord]:
+            await cur.execute(query, args)
+            return [_run(r) for r in await cur.fetchall()]
+
+        return RunPage.of(await self._run(go, tx=False), limit)
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         async def go(cur: Cursor, now: datetime) -> RunRecord | None:

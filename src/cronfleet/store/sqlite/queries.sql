@@ -109,8 +109,8 @@ SELECT last_insert_rowid();
 -- name: insert_run
 INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, fencing_token,
                   manual, is_catchup, is_recovery, attempt, claimed_at, started_at,
-                  finished_at, deadline, result, error, logs)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                  finished_at, deadline, result, error, logs, params, forced_by)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: finish_run
 UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
@@ -150,32 +150,32 @@ WHERE status IN ('running', 'pending') AND deadline < ?1
                   AND s.lease_token = runs.fencing_token AND s.lease_until > ?1)
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-          result, error, logs;
+          result, error, logs, params, forced_by;
 
 -- name: runs
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs;
 
 -- name: runs_by_id
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs WHERE id IN (SELECT value FROM json_each(?));
 
 -- name: get_run
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs WHERE id = ?;
 
 -- name: last_runs
 -- the newest run of each job: one index probe per job
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
-       result, error, logs
+       result, error, logs, params, forced_by
 FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
                        FROM json_each(?) AS v);
 
@@ -185,6 +185,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 -- name: schema_version
 SELECT max(version) FROM schema_migrations;
+
+-- name: schema_versions
+-- every version applied: numbers are handed out ahead, so one may land after a higher one
+SELECT version FROM schema_migrations;
 
 -- name: migration_applied
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);

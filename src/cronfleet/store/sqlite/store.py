@@ -33,11 +33,14 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    RunCursor,
+    RunFilter,
+    RunPage,
     Skip,
     Start,
     Started,
 )
-from cronfleet.store.queries import history_query, load_queries, migrations
+from cronfleet.store.queries import find_runs_query, history_query, load_queries, migrations
 from cronfleet.store.rows import (
     dt,
     ms,
@@ -120,9 +123,12 @@ def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]
             f"SQLite store {path}: schema version {current} is newer than this "
             f"cronfleet understands ({latest}); upgrade cronfleet"
         )
+    # every known version not applied yet, in order: a number is handed out before its
+    # change lands, so a lower one may arrive after a higher one was applied
+    done = {r[0] for r in c.execute(Q["schema_versions"])}
     applied = []
     for version, name, sql in known:
-        if version <= current:
+        if version in done:
             continue
         for stmt in _split_sql(sql):
             c.execute(stmt)
@@ -681,6 +687,17 @@ class SQLiteStore:
             placeholder="?",
         )
         return [_run(r) for r in self.conn.execute(sql, args)]
+
+    async def find_runs(
+        self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
+    ) -> RunPage:
+        sql, args = find_runs_query(
+            Q["runs"].rstrip(), where, after=after, limit=limit, placeholder="?",
+            time=lambda d: round(d.timestamp() * 1000),
+            any_job=("job_id IN (SELECT value FROM json_each(?))", json.dumps),
+        )  # fmt: skip
+        rows = await self._call(lambda: [_run(r) for r in self.conn.execute(sql, args)])
+        return RunPage.of(rows, limit)
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         return await self._call(self._get_run, run_id)
