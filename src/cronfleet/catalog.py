@@ -86,31 +86,68 @@ def merge_changes(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[s
     return out
 
 
-def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM
+MAX_ONE_OFF_JITTER = 86400.0  # a schedule without a period (a one-off `at`)
+NO_OPT_OUT = ("API jobs cannot turn the SSRF guard off; the operator allows private "
+              "networks and hosts for them with [api] private_targets")
+
+
+def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: bool = False
                   ) -> tuple[_spec.JobSpec | None, list[FieldProblem]]:
-    """Every problem of a stored job's spec (API keys), at once; the job is ``team``'s."""
+    """Every problem of a stored job's spec (API keys), at once; the job is ``team``'s.
+    ``new``: the spec is being saved (``allow_private_targets = true`` is refused; in a
+    definition stored by an earlier release it is ignored)."""
     result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
                                           calendars=False,
                                           require_http=True)
+    if new:
+        http = spec.get("http")
+        for key, value in (("allow_private_targets", spec.get("allow_private_targets")),
+                           ("http.allow_private_targets",
+                            http.get("allow_private_targets") if isinstance(http, Mapping)
+                            else None)):
+            if value is True:
+                problems.append(FieldProblem(key, NO_OPT_OUT))
+        if problems:
+            return None, problems
     return (None if result is None else dataclasses.replace(result, team=team)), problems
 
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
-              runtime: HttpRuntime | None = None) -> Job:
+              runtime: HttpRuntime | None = None, saved_role: str | None = "admin",
+              new: bool = False) -> Job:
     """The :class:`Job` a spec describes; raises :class:`SpecInvalid` listing every
-    problem. The request's secrets are looked up in the team's namespace."""
-    from cronfleet.jobs.http import HttpJob, HttpJobInvalid
+    problem. The request's secrets are looked up in the team's namespace; it reaches
+    private targets only as the operator's ``[api] private_targets`` allow (the runtime's
+    ``api_private_targets``); unless an admin saved it (``saved_role``), a secret it uses
+    must have hosts."""
+    from cronfleet.jobs.http import HttpJob, HttpJobInvalid, TargetPolicy
 
-    result, problems = validate_spec(spec, team=team)
+    result, problems = validate_spec(spec, team=team, new=new)
     if result is None:
         raise SpecInvalid(problems)
+    targets = runtime.api_private_targets if runtime is not None else TargetPolicy.parse([])
     try:
-        handler = HttpJob.from_spec(result, runtime=runtime, namespace=team)
+        handler = HttpJob.from_spec(result, runtime=runtime, namespace=team,
+                                    private_targets=targets,
+                                    secrets_need_hosts=saved_role != "admin")
     except HttpJobInvalid as exc:
         raise SpecInvalid([
             FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
             for key, message in exc.problems]) from None
-    return Job(handler=handler, source=SOURCE, **result.job_fields())
+    job = Job(handler=handler, source=SOURCE, **result.job_fields())
+    if new and job.jitter:
+        from datetime import UTC, datetime
+
+        from cronfleet.views import period_of
+
+        found = period_of(job, datetime.now(UTC))
+        period = found or MAX_ONE_OFF_JITTER
+        if job.jitter > period:
+            what = "" if found else ", for a one-off"
+            raise SpecInvalid([FieldProblem(
+                "jitter", f"{job.jitter:g}s is longer than the schedule's period "
+                          f"({period:g}s{what}): a run would start after the next slot")])
+    return job
 
 
 class Catalog:
@@ -142,6 +179,7 @@ class Catalog:
     async def start(self) -> None:
         if self._task is not None:
             return
+        await self.reserve_declared()
         await self.refresh()
         self._changed = asyncio.Event()
         subscribe = getattr(self.scheduler.store, "subscribe", None)
@@ -149,6 +187,14 @@ class Catalog:
             await subscribe(self._changed.set)
         self._task = asyncio.get_running_loop().create_task(self._watch(),
                                                             name="cronfleet-catalog")
+
+    async def reserve_declared(self) -> None:
+        """Record the ids of the jobs declared in code or config with their teams
+        (``job_ids``): such an id stays its team's after the job leaves the config, so no
+        other team can create a job with it and read the runs left under it."""
+        declared = [(j.id, j.team, j.source) for j in list(self.scheduler.jobs.values())
+                    if isinstance(j, Job) and j.id not in self._versions and j.source != SOURCE]
+        await self.api_store.reserve_ids(declared)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -185,34 +231,87 @@ class Catalog:
 
     # -- changes (what the API and the CLI call) ---------------------------------------
 
-    def validate(self, spec: Mapping[str, Any], team: str) -> Job:
-        """The job ``spec`` describes for ``team``; raises :class:`SpecInvalid` naming
-        every problem."""
-        return build_job(spec, team=team, runtime=self.runtime)
+    def validate(self, spec: Mapping[str, Any], team: str, role: str | None = "admin"
+                 ) -> Job:
+        """The job ``spec`` describes for ``team``, saved by a token of ``role``; raises
+        :class:`SpecInvalid` naming every problem."""
+        return build_job(spec, team=team, runtime=self.runtime, saved_role=role, new=True)
+
+    async def check_secrets(self, job: Job, team: str, role: str | None) -> None:
+        """An editor's job may only use secrets bound to the hosts its URL names: raise
+        :class:`SpecInvalid` at ``http`` for a secret without hosts, or whose hosts do not
+        include the URL's (a URL whose host is itself a secret is judged at run time)."""
+        from cronfleet.jobs.http import HttpJob
+        from cronfleet.secrets import host_allowed, references
+
+        handler = job.handler
+        if role == "admin" or not isinstance(handler, HttpJob) or self.runtime is None:
+            return
+        # (field, where it is sent, the texts that may reference secrets)
+        uses: list[tuple[str, str | None, list[str | None]]] = [
+            ("http", _url_host(handler.url), [handler.url, handler.body,
+                                               handler.signing_secret,
+                                               *handler.headers.values()])]
+        notify = handler.notify
+        if notify is not None:
+            uses += [("notify.webhook", _url_host(notify.webhook or ""), [notify.webhook]),
+                     ("notify.slack", _url_host(notify.slack or ""), [notify.slack])]
+            if notify.email is not None:
+                uses.append(("notify.email", notify.email.host, [notify.email.password]))
+        names = references(*(t for _, _, texts in uses for t in texts))
+        vault = self.runtime.vault if names else None
+        if vault is None:
+            return
+        bound = await vault.hosts(names, team)
+        problems = []
+        for field, host, texts in uses:
+            for name in references(*texts):
+                hosts = bound.get(name, ())
+                if name not in bound:
+                    problems.append(FieldProblem(field, f"${{secrets.{name}}}: no such secret "
+                                                        f"in team {team!r} (an admin creates "
+                                                        "it, with its hosts)"))
+                elif hosts is None:
+                    problems.append(FieldProblem(
+                        field, f"${{secrets.{name}}} has no hosts: only admins' jobs and "
+                               "config tasks may use it (an admin sets its hosts)"))
+                elif host is None and field != "http":
+                    problems.append(FieldProblem(
+                        field, f"${{secrets.{name}}}: the destination must be a plain host "
+                               "name in an editor's job"))
+                elif host is not None and not host_allowed(host, hosts):
+                    problems.append(FieldProblem(
+                        "http.url" if field == "http" else field,
+                        f"${{secrets.{name}}} may only be sent to {', '.join(hosts)}, not to "
+                        f"{host}"))
+        if problems:
+            raise SpecInvalid(problems)
 
     async def create(self, job_id: str, spec: Mapping[str, Any], team: str,
-                     by: str) -> Job | None:
+                     by: str, role: str | None = "admin") -> Job | None:
         """Validate, store and apply a new job. Raises :class:`IdTaken` when the id is
-        used; returns ``None`` when it was stored but a job declared in code or config
-        took the id meanwhile (in another process): the declared job wins."""
+        used (also by a config or code job of another team, present or past); returns
+        ``None`` when it was stored but a job declared in code or config took the id
+        meanwhile (in another process): the declared job wins."""
         if job_id in self.scheduler.jobs:
             raise IdTaken(job_id)
-        self.validate(spec, team)
-        d = await self.api_store.create_job_def(job_id, team, dict(spec), by)
+        await self.check_secrets(self.validate(spec, team, role), team, role)
+        d = await self.api_store.create_job_def(job_id, team, dict(spec), by, role)
         if d is None:
             raise IdTaken(job_id)
         return self.apply(d)
 
-    async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str) -> Job:
+    async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str,
+                     role: str | None = "admin") -> Job:
         """Apply ``changes`` (:func:`merge_changes`) to the stored spec, validate the
         result and store it if nobody changed it meanwhile (else :class:`ChangedMeanwhile`)."""
         d = await self.api_store.job_def(job.id)
         if d is None or d.deleted_at is not None:
             raise JobNotFound(job.id)
         spec = merge_changes(d.spec, changes)
-        self.validate(spec, team)
+        await self.check_secrets(self.validate(spec, team, role), team, role)
         new = await self.api_store.update_job_def(job.id, team, spec, by,
-                                                  expect_version=d.version)
+                                                  expect_version=d.version, role=role)
         if new is None:
             raise ChangedMeanwhile(job.id)
         return self.apply(new) or job
@@ -244,7 +343,8 @@ class Catalog:
                 log.info("job %s removed (deleted over the API)", d.id)
             return None
         try:
-            job = build_job(d.spec, team=d.team, runtime=self.runtime)
+            job = build_job(d.spec, team=d.team, runtime=self.runtime,
+                            saved_role=d.saved_role)
         except SpecInvalid as exc:
             log.error("stored job %r ignored: %s", d.id, exc)
             return None
@@ -256,3 +356,18 @@ class Catalog:
             log.info("job %s added from the catalog", d.id)
         self._versions[d.id] = d.version
         return job
+
+
+def _url_host(url: str) -> str | None:
+    """The host a URL names, or None when it is (inside) a secret reference."""
+    import httpx
+
+    if "://" not in url:
+        return None
+    authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    if "${" in authority:
+        return None
+    try:
+        return httpx.URL(url.split("?", 1)[0]).host or None
+    except Exception:
+        return None

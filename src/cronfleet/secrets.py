@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
@@ -43,6 +44,7 @@ __all__ = [
     "KEY_FILE_ENV",
     "PREVIOUS_KEYS_ENV",
     "REDACTED",
+    "BoundSecret",
     "Keyring",
     "Redactor",
     "SecretError",
@@ -51,9 +53,12 @@ __all__ = [
     "UnknownSecret",
     "Vault",
     "VaultLocked",
+    "check_hosts",
     "check_secret_name",
     "expand",
     "generate_key",
+    "host_allowed",
+    "redact",
     "references",
 ]
 
@@ -191,15 +196,74 @@ class SecretInfo:
     key_id: str
     created_at: datetime
     updated_at: datetime
+    hosts: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "namespace": self.namespace,
             "name": self.name,
             "key_id": self.key_id,
+            "hosts": None if self.hosts is None else list(self.hosts),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
         }
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+MAX_HOSTS = 100
+
+
+def check_hosts(hosts: Iterable[object]) -> tuple[tuple[str, ...], list[str]]:
+    """The host names a secret may be sent to, normalised (lower case, no trailing dot),
+    and the problem with each bad entry. ``*.example.com`` allows every sub-domain of
+    ``example.com`` (not the name itself); an IP address is written as is."""
+    import ipaddress
+
+    out: list[str] = []
+    problems: list[str] = []
+    entries = list(hosts)
+    if len(entries) > MAX_HOSTS:
+        return (), [f"at most {MAX_HOSTS} hosts, got {len(entries)}"]
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str) or not entry.strip():
+            problems.append(f"hosts[{i}]: expected a host name, got {entry!r}")
+            continue
+        host = entry.strip().lower().rstrip(".")
+        try:
+            out.append(str(ipaddress.ip_address(host.strip("[]"))))
+            continue
+        except ValueError:
+            pass
+        name = host[2:] if host.startswith("*.") else host
+        labels = name.split(".")
+        if len(name) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+            problems.append(f"hosts[{i}]: {entry!r} is not a host name (e.g. api.example.com "
+                            "or *.example.com; no scheme, port or path)")
+            continue
+        out.append(host)
+    return tuple(dict.fromkeys(out)), problems
+
+
+def host_allowed(host: str, hosts: Iterable[str] | None) -> bool:
+    """Whether a request to ``host`` may carry a secret bound to ``hosts``."""
+    if not hosts:
+        return False
+    host = host.strip("[]").lower().rstrip(".")
+    for allowed in hosts:
+        if allowed.startswith("*."):
+            if host.endswith(allowed[1:]) and len(host) > len(allowed) - 1:
+                return True
+        elif host == allowed:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class BoundSecret:
+    """A secret's value and the hosts it may be sent to (None: no hosts set)."""
+
+    value: str = field(repr=False)
+    hosts: tuple[str, ...] | None
 
 
 class Vault:
@@ -242,18 +306,37 @@ class Vault:
             f"{PREVIOUS_KEYS_ENV} and run 'cronfleet secrets rotate-key'"
         )
 
-    async def set(self, name: str, value: str, namespace: str = DEFAULT_NAMESPACE) -> bool:
-        """Store (create or replace) a secret; True when it was created."""
+    async def set(self, name: str, value: str, namespace: str = DEFAULT_NAMESPACE,
+                  hosts: Iterable[str] | EllipsisType | None = ...) -> bool:
+        """Store (create or replace) a secret and the hosts it may be sent to (``None`` or
+        empty: none -- only admins' jobs and config tasks may use it; ``...``, the default:
+        keep the hosts it has); True when it was created."""
         problem = check_secret_name(name)
         if problem:
             raise SecretError(problem)
         if not isinstance(value, str) or value == "":
             raise SecretError(f"secret {name!r}: the value is empty")
+        bound: tuple[str, ...] | None = None
+        if hosts is ...:
+            old = await self.store.get_secret(namespace, name)
+            bound = old.hosts if old is not None else None
+        elif hosts is not None:
+            bound, problems = check_hosts(hosts)
+            if problems:
+                raise SecretError(f"secret {name!r}: " + "; ".join(problems))
         key = self._key()
+        # never write under a key while values exist that this key ring cannot read: the
+        # processes holding those keys would then not read this one (and refuse to start)
+        await self.check()
         nonce, ct = encrypt(key, namespace, name, value)
-        return await self.store.put_secret(namespace, name, key.id, nonce, ct, _now())
+        return await self.store.put_secret(namespace, name, key.id, nonce, ct, _now(),
+                                           bound or None)
 
     async def get(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+        return (await self.get_bound(name, namespace)).value
+
+    async def get_bound(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> BoundSecret:
+        """The value and its hosts."""
         row = await self.store.get_secret(namespace, name)
         if row is None:
             raise UnknownSecret(name, namespace)
@@ -269,7 +352,23 @@ class Vault:
                 f"configured (current key {self.keyring.current.id}; list old keys in "
                 f"{PREVIOUS_KEYS_ENV})"
             )
-        return decrypt(key, namespace, name, row.nonce, row.ciphertext)
+        return BoundSecret(decrypt(key, namespace, name, row.nonce, row.ciphertext), row.hosts)
+
+    async def resolve_bound(self, names: Iterable[str], namespace: str = DEFAULT_NAMESPACE
+                            ) -> dict[str, BoundSecret]:
+        """Values and hosts of ``names``; raises :class:`UnknownSecret` for the first
+        missing."""
+        return {n: await self.get_bound(n, namespace) for n in dict.fromkeys(names)}
+
+    async def hosts(self, names: Iterable[str], namespace: str = DEFAULT_NAMESPACE
+                    ) -> dict[str, tuple[str, ...] | None]:
+        """The hosts of each existing secret of ``names`` (no decryption, no key needed)."""
+        out: dict[str, tuple[str, ...] | None] = {}
+        for n in dict.fromkeys(names):
+            row = await self.store.get_secret(namespace, n)
+            if row is not None:
+                out[n] = row.hosts
+        return out
 
     async def resolve(self, names: Iterable[str], namespace: str = DEFAULT_NAMESPACE
                       ) -> dict[str, str]:
@@ -279,7 +378,7 @@ class Vault:
     async def entries(self, namespace: str | None = DEFAULT_NAMESPACE) -> list[SecretInfo]:
         """Names and dates (``namespace=None``: every namespace), never values."""
         rows = await self.store.list_secrets(namespace)
-        return [SecretInfo(r.namespace, r.name, r.key_id, r.created_at, r.updated_at)
+        return [SecretInfo(r.namespace, r.name, r.key_id, r.created_at, r.updated_at, r.hosts)
                 for r in rows]
 
     async def delete(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> bool:
@@ -300,7 +399,8 @@ class Vault:
                 continue
             value = decrypt(old, row.namespace, row.name, full.nonce, full.ciphertext)
             nonce, ct = encrypt(key, row.namespace, row.name, value)
-            await self.store.put_secret(row.namespace, row.name, key.id, nonce, ct, _now())
+            await self.store.put_secret(row.namespace, row.name, key.id, nonce, ct, _now(),
+                                        full.hosts)
             count += 1
         return count
 
@@ -326,35 +426,82 @@ def expand(text: str, values: Mapping[str, str]) -> str:
     return _REF.sub(lambda m: values[m.group(1)], text)
 
 
+def _char_forms(ch: str) -> list[str]:
+    """Every spelling of one character a target, a library or a log may use: raw,
+    percent-encoded bytes (either case, ``+`` for a space), JSON escapes (``\\uXXXX`` in
+    either case, surrogate pairs, ``\\/``, ``\\"``, ``\\n`` ...), HTML references and
+    the ``\\xNN`` escapes of Python's repr (library error texts quote bytes that way)."""
+    code = ord(ch)
+    forms = {ch}
+    utf8 = ch.encode("utf-8")
+    for case in (str.upper, str.lower):
+        forms.add("".join(f"%{case(f'{b:02x}')}" for b in utf8))
+    if ch == " ":
+        forms.add("+")
+    units = ([code] if code < 0x10000 else
+             [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)])
+    for case in (str.lower, str.upper):
+        forms.add("".join(f"\\u{case(f'{u:04x}')}" for u in units))
+        forms.add(f"&#x{case(f'{code:x}')};")
+    forms.add(f"&#{code};")
+    if code > 0x7E or code < 0x20:  # Python's repr of text and of bytes (error messages)
+        forms.add("".join(f"\\x{b:02x}" for b in utf8))
+        forms.add(f"\\x{code:02x}" if code < 0x100 else f"\\U{code:08x}")
+    forms.update(_SHORT_ESCAPES.get(ch, ()))
+    return sorted(forms, key=len, reverse=True)
+
+
+_SHORT_ESCAPES = {
+    '"': ('\\"', "&quot;"), "\\": ("\\\\",), "/": ("\\/",), "\n": ("\\n",),
+    "\r": ("\\r",), "\t": ("\\t",), "\b": ("\\b",), "\f": ("\\f",),
+    "&": ("&amp;",), "<": ("&lt;",), ">": ("&gt;",), "'": ("&#39;", "&apos;", "\\'"),
+}
+
+
+def _value_pattern(value: str) -> str:
+    """A regular expression matching ``value`` in any mix of the forms of each character,
+    or the base64 of its UTF-8 bytes (standard or URL-safe, padded or not). Linear: one
+    alternation per character, no nested repetition."""
+    parts = ["(?:" + "|".join(re.escape(f) for f in _char_forms(ch)) + ")" for ch in value]
+    raw = value.encode("utf-8")
+    b64 = {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()}
+    b64 |= {b.rstrip("=") for b in b64}
+    return "|".join([*(re.escape(b) for b in sorted(b64, key=len, reverse=True)),
+                     "".join(parts)])
+
+
 class Redactor:
-    """Replaces every known secret value (and its URL-encoded form) with ``[REDACTED]``."""
+    """Replaces every known secret value with ``[REDACTED]`` in any text, in every form it
+    can take: raw, percent-encoded (either case, ``+`` for a space), JSON-escaped (``\\/``
+    and ``\\uXXXX`` included), HTML-escaped, httpx's normalised URL form (a mix of the
+    above) and base64 of the raw value. One instance per run: :meth:`add` each value as it
+    is read, then call it on every string that is stored, shown or logged."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
         for v in values:
             self.add(v)
 
     def add(self, value: str) -> None:
-        from urllib.parse import quote, quote_plus
-
-        if not value:
-            return
-        # the forms a value takes inside a URL: fully escaped, path-escaped, query-escaped
-        forms = (value, quote(value, safe=""), quote(value), quote_plus(value),
-                 quote(value, safe="!$&'()*+,;=:@/"), quote(value, safe="!$&'()*+,;=:@/?"))
-        for form in forms:
-            if form:
-                self._values.add(form)
+        if value and value not in self._values:
+            self._values.add(value)
+            self._pattern = None
 
     def __bool__(self) -> bool:
         return bool(self._values)
 
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            # longest first so that a value containing another is hidden whole
+            ordered = sorted(self._values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(f"(?:{_value_pattern(v)})" for v in ordered))
+        return self._pattern
+
     def __call__(self, text: str) -> str:
-        # longest first so that a value containing another is hidden whole
-        for v in sorted(self._values, key=len, reverse=True):
-            if v in text:
-                text = text.replace(v, REDACTED)
-        return text
+        if not self._values or not text:
+            return text
+        return self._compiled().sub(REDACTED, text)
 
     def data(self, value: Any) -> Any:
         """Redact every string inside a JSON-like structure."""
@@ -365,3 +512,9 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
         return value
+
+
+def redact(text: str, values: Iterable[str]) -> str:
+    """``text`` with each of ``values`` replaced by ``[REDACTED]`` in every form it can take
+    (see :class:`Redactor`; keep one Redactor when redacting many strings)."""
+    return Redactor(values)(text)

@@ -127,6 +127,19 @@ NOTIFY_KEYS = ("on", "after_failures", "webhook", "slack", "email")
 EMAIL_KEYS = ("host", "port", "from", "to", "starttls", "ssl", "username", "password",
               "timeout")
 TEXT_LIMITS = {"schedule": 1000, "timezone": 100, "description": 2000}
+# the size of everything a job carries (every face: config, API, code); the API's request
+# body limit (1 MiB, [api] max_request_body) comes before these
+LIMITS = {
+    "headers": 100,  # header count
+    "header_name": 256,  # characters
+    "header_value": 8 * 1024,  # characters
+    "body": 256 * 1024,  # characters of http.body
+    "accept_status": 100,  # entries
+    "match_text": 4096,  # body_contains / body_not_contains / body_regex / body_not_regex
+    "signing_secret": 4096,
+    "config": 64 * 1024,  # characters of the config object as JSON
+}
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
 
 
 # -- problems ---------------------------------------------------------------------------
@@ -520,6 +533,50 @@ def default_job_id(fn: Callable[..., Any]) -> str:
     return clean[:JOB_ID_MAX]
 
 
+def _url_problem(url: str) -> str | None:
+    """What is wrong with a job's URL before it ever runs (parts written as
+    ``${secrets.NAME}`` are judged when the request is built), or None."""
+    import httpx
+
+    if url.startswith("${secrets."):
+        return None
+    probe = re.sub(r"\$\{secrets\.[^}]*\}", "x", url)
+    if any(c in probe for c in "\r\n\t\0 ") or any(ord(c) < 0x20 for c in probe):
+        return "contains white space or a control character (percent-encode it)"
+    try:
+        parsed = httpx.URL(probe)
+        port = parsed.port
+    except (httpx.InvalidURL, ValueError) as exc:
+        return f"not a valid URL: {exc}"
+    if not parsed.host:
+        return f"no host in {url!r} (e.g. https://example.com/hook)"
+    if port is not None and not 1 <= port <= 65535:
+        return f"port {port} is not 1-65535"
+    return None
+
+
+def header_problem(name: object, value: object) -> str | None:
+    """Why ``name: value`` cannot be a request header, or None. Never quotes the value
+    (it may hold a secret)."""
+    if not isinstance(name, str) or not _HEADER_NAME.match(name):
+        return "not a valid header name (letters, digits and !#$%&'*+.^_`|~-)"
+    if len(name) > LIMITS["header_name"]:
+        return f"the name is longer than {LIMITS['header_name']} characters"
+    if not isinstance(value, str):
+        return "expected text"
+    if len(value) > LIMITS["header_value"]:
+        return f"the value is longer than {LIMITS['header_value']} characters"
+    if any(c in value for c in "\r\n\0"):
+        return "the value contains a line break or NUL"
+    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
+        return "the value contains a control character"
+    if value != value.strip(" \t"):
+        return "the value starts or ends with white space"
+    if not value.isascii():
+        return "the value is not ASCII text (percent-encode or base64 it)"
+    return None
+
+
 # -- the spec ------------------------------------------------------------------------------
 
 
@@ -568,6 +625,8 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                                                 f"{url!r}"))
         elif len(url) > MAX_URL:
             problems.append(FieldProblem("url", f"longer than {MAX_URL} characters"))
+        elif problem := _url_problem(url):
+            problems.append(FieldProblem("url", problem))
         kw["url"] = url
     if "method" in table:
         method = table["method"]
@@ -582,12 +641,23 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
         if not isinstance(headers, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             problems.append(FieldProblem("headers", "expected a table of text values"))
+        elif len(headers) > LIMITS["headers"]:
+            problems.append(FieldProblem("headers", f"at most {LIMITS['headers']} headers, got "
+                                                    f"{len(headers)}"))
         else:
-            kw["headers"] = dict(headers)
+            bad = [FieldProblem(f"headers.{name[:64]}", problem)
+                   for name, value in headers.items()
+                   if (problem := header_problem(name, value))]
+            problems += bad
+            if not bad:
+                kw["headers"] = dict(headers)
     if table.get("body") is not None:
         if not isinstance(table["body"], str):
             problems.append(FieldProblem("body", f"expected text, got "
                                                  f"{type(table['body']).__name__}"))
+        elif len(table["body"]) > LIMITS["body"]:
+            problems.append(FieldProblem("body", f"longer than {LIMITS['body']} characters "
+                                                 f"({len(table['body'])})"))
         else:
             kw["body"] = table["body"]
     if table.get("timeout") is not None:
@@ -607,6 +677,10 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                                          and 100 <= s <= 599 for s in status):
             problems.append(FieldProblem("accept_status",
                                          "expected a non-empty list of status codes 100-599"))
+        elif len(status) > LIMITS["accept_status"]:
+            problems.append(FieldProblem("accept_status",
+                                         f"at most {LIMITS['accept_status']} status codes, got "
+                                         f"{len(status)}"))
         else:
             kw["accept_status"] = tuple(status)
     for key in ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
@@ -616,6 +690,10 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
             continue
         if not isinstance(value, str) or not value:
             problems.append(FieldProblem(key, "expected non-empty text"))
+            continue
+        limit = LIMITS["signing_secret" if key == "signing_secret" else "match_text"]
+        if key != "namespace" and len(value) > limit:
+            problems.append(FieldProblem(key, f"longer than {limit} characters"))
             continue
         if key in ("body_regex", "body_not_regex"):
             try:
@@ -918,7 +996,16 @@ def validate_job(
             problems.append(FieldProblem("config", f"expected an object, got "
                                                    f"{describe_value(config)}"))
         else:
-            out["config"] = dict(config)
+            try:
+                size = len(json.dumps(config, default=str))
+            except (TypeError, ValueError, RecursionError):
+                size = 0
+                problems.append(FieldProblem("config", "expected a JSON object"))
+            if size > LIMITS["config"]:
+                problems.append(FieldProblem("config", f"larger than {LIMITS['config']} "
+                                                       f"characters as JSON ({size})"))
+            else:
+                out["config"] = dict(config)
     for key, convert_policy in (("retry", retry_policy), ("notify", notify_policy)):
         value = get(key)
         if value is not None:

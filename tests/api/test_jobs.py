@@ -107,7 +107,7 @@ async def test_create_get_and_list_a_stored_job(api: Api) -> None:
         "id": "alpha.hook", "schedule": "*/15 9-17 * * MON-FRI", "timezone": "Europe/Paris",
         "description": "ping the hook", "timeout": "30s",
         "retry": {"attempts": 3, "backoff": "exponential", "delay": "2s"},
-        "http": {"url": HOOK, "allow_private_targets": True, "method": "GET", "headers": {},
+        "http": {"url": HOOK, "method": "GET", "headers": {},
                  "follow_redirects": True},
     }
     assert len(body["next_fire_times"]) == 10
@@ -246,9 +246,8 @@ async def test_patch_merges_http_and_resets_null_fields(api: Api) -> None:
     assert body["version"] == 2
     assert body["schedule"] == "30m"
     assert body["description"] == f"POST {HOOK}"  # the default description again
-    assert body["spec"]["http"] == {"url": HOOK, "allow_private_targets": True,
-                                    "method": "POST", "body": "{}", "headers": {},
-                                    "follow_redirects": True}
+    assert body["spec"]["http"] == {"url": HOOK, "method": "POST", "body": "{}",
+                                    "headers": {}, "follow_redirects": True}
     assert body["spec"]["timeout"] == "10s"
     assert "description" not in body["spec"]
     assert body["updated_by"] == "alpha-editor (team alpha)"
@@ -445,20 +444,23 @@ async def test_every_problem_of_a_body_is_named_at_once(api: Api) -> None:
 
 async def test_a_body_takes_what_a_config_task_takes(api: Api) -> None:
     body = await api.create_job(
-        "alpha.hook", HOOK, recover=True, auto_pause_after=3, allow_private_targets=True,
+        "alpha.hook", HOOK, recover=True, auto_pause_after=3, allow_private_targets=False,
         notify={"on": ["failure"], "webhook": "https://hooks.example.com/x"},
         http={"url": HOOK})
-    assert body["spec"]["recover"] is True and body["spec"]["allow_private_targets"] is True
+    assert body["spec"]["recover"] is True and body["spec"]["allow_private_targets"] is False
     job = api.scheduler.jobs["alpha.hook"]
     assert job.recover is True and job.auto_pause_after == 3
     assert job.notify is not None and job.notify.webhook == "https://hooks.example.com/x"
-    assert job.handler.allow_private_targets is True  # type: ignore[union-attr]
+    # an API job never opts out of the SSRF guard: the operator's list applies
+    assert job.handler.private_targets == api.runtime.api_private_targets  # type: ignore[union-attr]
     assert job.handler.notify == job.notify  # type: ignore[union-attr]
     body = expect(await api.post("/api/jobs", "alpha-editor", json={
-        "id": "alpha.two", "schedule": "1h", "team": "beta", "allow_private_targets": False,
+        "id": "alpha.two", "schedule": "1h", "team": "beta", "allow_private_targets": True,
         "http": {"url": HOOK, "allow_private_targets": True}}), 422, "VALIDATION_ERROR")
     assert sorted(e["field"] for e in body["details"]["errors"]) == [
-        "http.allow_private_targets", "team"]
+        "allow_private_targets", "http.allow_private_targets", "team"]
+    assert all("[api] private_targets" in e["message"] for e in body["details"]["errors"]
+               if "allow_private_targets" in e["field"])
 
 
 # -- composed schedules ------------------------------------------------------------------

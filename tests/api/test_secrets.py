@@ -26,7 +26,8 @@ async def test_put_list_delete(api: Api, secret_key: str) -> None:
         r = await api.get("/api/secrets", who)
         listed = expect(r, 200)
         assert [s["name"] for s in listed["items"]] == ["API_TOKEN", "other.name"]
-        assert all(set(s) == {"name", "created_at", "updated_at"} for s in listed["items"])
+        assert all(set(s) == {"name", "hosts", "created_at", "updated_at"}
+                   for s in listed["items"])
         assert "s3cr3t" not in r.text
     vault = api.runtime.vault
     assert vault is not None

@@ -107,7 +107,8 @@ def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> 
     hook = f"http://127.0.0.1:{server.server_address[1]}/hook"
     db = tmp_path / "fleet.db"
     (tmp_path / "cronfleet.toml").write_text(
-        f'[scheduler]\nstore = "sqlite:///{db}"\nshutdown_grace = "2s"\n', encoding="utf-8")
+        f'[scheduler]\nstore = "sqlite:///{db}"\nshutdown_grace = "2s"\n'
+        '[api]\nprivate_targets = ["127.0.0.1"]\n', encoding="utf-8")
     auth = {"Authorization": f"Bearer {token(f'sqlite:///{db}')}"}
     api, api_log = spawn(tmp_path, "api", "--role", "api", "--port", "0")
     worker: subprocess.Popen[bytes] | None = None
@@ -116,7 +117,7 @@ def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> 
         with httpx.Client(base_url=base, timeout=10, headers=auth) as client:
             r = client.post("/api/jobs", json={
                 "id": "hook", "schedule": "1s",
-                "http": {"url": hook, "method": "POST", "allow_private_targets": True}})
+                "http": {"url": hook, "method": "POST"}})
             assert r.status_code == 201, r.text
             # the worker starts after the job exists: it finds it in the catalog at start
             worker, worker_log = spawn(tmp_path, "worker", "--role", "worker")

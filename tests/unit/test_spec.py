@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from cronfleet import spec
+from cronfleet.jobs.http import TargetPolicy
 from cronfleet.model import Job, RetryPolicy
 from cronfleet.plugins import Schedule, schedule_to_job
 from cronfleet.spec import FieldError, FieldProblem, validate_job
@@ -314,9 +315,12 @@ auto_pause_after = 4
                                                           for f in fields}
     assert from_toml.schedule.expr == from_api.schedule.expr
     assert str(from_toml.schedule.tz) == str(from_api.schedule.tz)
-    for attr in ("url", "method", "retry", "allow_private_targets", "notify",
-                 "auto_pause_after"):
+    for attr in ("url", "method", "retry", "notify", "auto_pause_after"):
         assert getattr(from_toml.handler, attr) == getattr(from_api.handler, attr)
+    # the one difference: a stored job's opt-out is not read, the operator's list is
+    assert from_toml.handler.allow_private_targets is True
+    assert from_api.handler.allow_private_targets is None
+    assert from_api.handler.private_targets == TargetPolicy.parse([])
 
 
 # -- composed schedules -------------------------------------------------------------------

@@ -23,6 +23,7 @@ from cronfleet import __version__
 from cronfleet.api import audit, cron, health, jobs, overrides, runs, secrets, triggers
 from cronfleet.api.deps import ApiSettings, Context
 from cronfleet.api.errors import install, responses
+from cronfleet.api.limits import BodyLimit
 from cronfleet.catalog import Catalog
 from cronfleet.errors import StoreError
 from cronfleet.store.api import ApiStore
@@ -83,6 +84,7 @@ def create_app(
     app.state.cronfleet = Context(scheduler, store, settings, catalog, http_runtime, vault,
                                   started=catalog.started)
     install(app)
+    app.add_middleware(BodyLimit, limit=settings.max_request_body)
     # order matters: .../runs and .../trigger before the greedy /api/jobs/{job_id:path}
     for router in (jobs.router, runs.router, triggers.router, jobs.item_router,
                    overrides.router, cron.router, secrets.router, audit.router,

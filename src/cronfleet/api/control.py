@@ -100,16 +100,17 @@ def _catalog_errors(job_id: str, what: str) -> Iterator[None]:
 
 
 async def create_job(ctx: Context, job_id: str, spec: dict[str, Any], team: str,
-                     by: str) -> Job | None:
-    """A new stored job (``None``: a declared job took the id meanwhile)."""
+                     by: str, role: str = "admin") -> Job | None:
+    """A new stored job (``None``: a declared job took the id meanwhile); ``role``: the
+    saving token's (an editor's job may only send secrets to their hosts)."""
     with _catalog_errors(job_id, "cannot store the job"):
-        return await ctx.catalog.create(job_id, spec, team, by)
+        return await ctx.catalog.create(job_id, spec, team, by, role)
 
 
 async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: str,
-                     by: str) -> Job:
+                     by: str, role: str = "admin") -> Job:
     with _catalog_errors(job.id, "cannot store the change"):
-        return await ctx.catalog.update(job, changes, team, by)
+        return await ctx.catalog.update(job, changes, team, by, role)
 
 
 async def delete_job(ctx: Context, job: Job, team: str, by: str) -> None:

@@ -64,12 +64,14 @@ class ApiSettings:
     """``metrics``: ``"public"`` (no token, the default: scrapers rarely carry one) or
     ``"token"``. ``ready_max_overdue``: /readyz fails when the loop is this many seconds
     behind its earliest due slot. ``manage_scheduler``: the app's lifespan starts and
-    stops the scheduler (for ``uvicorn module:app``)."""
+    stops the scheduler (for ``uvicorn module:app``). ``max_request_body``: a larger request
+    body answers 413 (bytes)."""
 
     metrics: Literal["public", "token"] = "public"
     ready_max_overdue: float = 30.0
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
+    max_request_body: int = 1024 * 1024
 
 
 @dataclass
@@ -191,19 +193,23 @@ async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
 
 
 async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str]:
-    """The ids whose runs the token's team sees: its jobs here, and its jobs created over
-    the API and deleted since (their runs keep the team, as in :func:`visible_run`)."""
+    """The ids whose runs the token's team sees: its jobs here, its jobs created over the
+    API and deleted since, and its declared jobs gone from the config (their runs keep the
+    team, as in :func:`visible_run`)."""
     jobs = ctx.scheduler.jobs
     ids = {j.id for j in jobs.values() if isinstance(j, Job) and j.team == tok.team}
     with store_errors("cannot read the job definitions"):
         defs = await ctx.api_store.job_defs(include_deleted=True)
+        reserved = await ctx.api_store.reserved_ids(tok.team)
     ids.update(d.id for d in defs if d.team == tok.team and d.id not in jobs)
+    stored = {d.id for d in defs}
+    ids.update(r for r in reserved if r not in jobs and r not in stored)
     return frozenset(ids)
 
 
 async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
     """The run if the token's team owns its job (a deleted stored job keeps its team in its
-    tombstone); otherwise 404."""
+    tombstone, a job gone from the config in ``job_ids``); otherwise 404."""
     with store_errors("cannot read the run"):
         run: RunRecord | None = await ctx.scheduler.store.get_run(run_id)
         team = None
@@ -213,7 +219,8 @@ async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
                 team = job.team
             else:
                 d = await ctx.api_store.job_def(run.job_id)
-                team = None if d is None else d.team
+                team = (d.team if d is not None
+                        else await ctx.api_store.reserved_team(run.job_id))
     if run is None or team != tok.team:
         raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
     return run

@@ -84,7 +84,7 @@ async def list_jobs(
              responses=responses(401, 403, 409, 503))
 async def create_job(body: S.JobCreate, ctx: Ctx, token: Editor) -> dict[str, Any]:
     spec = body.model_dump(mode="json", exclude_none=True, by_alias=True)
-    job = await control.create_job(ctx, body.id, spec, token.team, who(token))
+    job = await control.create_job(ctx, body.id, spec, token.team, who(token), token.role)
     await audit(ctx, token, "job.create", body.id, {"spec": spec})
     if job is None:
         raise control.taken(body.id)
@@ -108,7 +108,8 @@ async def patch_job(job_id: JobIdPath, body: S.JobPatch, ctx: Ctx, token: Editor
                     ) -> dict[str, Any]:
     job = await stored(ctx, token, job_id)
     changes = body.model_dump(mode="json", exclude_unset=True, by_alias=True)
-    updated = await control.update_job(ctx, job, changes, token.team, who(token))
+    updated = await control.update_job(ctx, job, changes, token.team, who(token),
+                                       token.role)
     await audit(ctx, token, "job.update", job.id, {"changes": changes})
     return await detail(ctx, updated)
 

@@ -440,10 +440,17 @@ class PreviewOut(BaseModel):
 
 class SecretValue(Strict):
     value: str = Field(min_length=1, max_length=65536)
+    hosts: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        default=None, max_length=100,
+        description="The hosts the value may be sent to (api.example.com, *.example.com). "
+                    "Left out: the secret keeps its hosts; null or []: none (only admins' "
+                    "jobs may use it). An editor's job may use a secret only within its "
+                    "hosts.")
 
 
 class SecretInfoOut(BaseModel):
     name: str
+    hosts: list[str] | None = None
     created_at: str
     updated_at: str
 

@@ -20,7 +20,8 @@ router = APIRouter(tags=["secrets"])
 async def list_secrets(ctx: Ctx, token: Viewer) -> dict[str, Any]:
     with store_errors("cannot read secrets"):
         entries = await ctx.get_vault().entries(token.team)
-    return {"items": [{"name": e.name, "created_at": e.created_at.isoformat(),
+    return {"items": [{"name": e.name, "hosts": None if e.hosts is None else list(e.hosts),
+                       "created_at": e.created_at.isoformat(),
                        "updated_at": e.updated_at.isoformat()} for e in entries]}
 
 
@@ -31,16 +32,19 @@ async def put_secret(name: SecretName, body: S.SecretValue, ctx: Ctx, token: Adm
                      response: Response) -> dict[str, Any]:
     from cronfleet.secrets import SecretError, VaultLocked  # loads cryptography
 
+    hosts = body.hosts if "hosts" in body.model_fields_set else ...
     try:
-        created = await ctx.get_vault().set(name, body.value, token.team)
+        created = await ctx.get_vault().set(name, body.value, token.team, hosts=hosts)
     except VaultLocked as exc:
         raise ApiError(503, "VAULT_LOCKED", str(exc)) from None
     except SecretError as exc:
-        raise ApiError(422, "VALIDATION_ERROR", f"name: {exc}",
-                       {"errors": [{"field": "name", "message": str(exc)}]}) from None
+        field = "hosts" if "hosts[" in str(exc) else "name"
+        raise ApiError(422, "VALIDATION_ERROR", f"{field}: {exc}",
+                       {"errors": [{"field": field, "message": str(exc)}]}) from None
     except StoreError as exc:
         raise ApiError(503, "STORE_UNAVAILABLE", f"cannot store the secret: {exc}") from None
-    await audit(ctx, token, "secret.set", name, {"created": created})
+    await audit(ctx, token, "secret.set", name,
+                {"created": created, **({"hosts": hosts} if hosts is not ... else {})})
     response.status_code = 201 if created else 200
     return {"name": name, "created": created}
 

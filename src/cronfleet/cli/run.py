@@ -126,7 +126,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     try:
         scheduler = loaded.scheduler(timers=role != "api", connect_timeout=wait_for_store)
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
-                               ready_max_overdue=config.api_ready_max_overdue)
+                               ready_max_overdue=config.api_ready_max_overdue,
+                               max_request_body=config.api_max_request_body)
         asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
                           port=config.api_port if port is None else port, settings=settings,
                           http_runtime=config.http_runtime()))
@@ -165,16 +166,22 @@ def _has_stored_jobs(url: str) -> bool:
 
 
 def _check_vault(loaded: Loaded) -> None:
-    """With HTTP jobs declared, refuse to start (exit 1, a clear message) when encrypted
-    secrets exist that the configured key cannot decrypt."""
+    """Refuse to start (exit 1, a clear message) when encrypted secrets exist that the
+    configured keys cannot decrypt. Every role checks: each can read secrets (HTTP jobs,
+    from config or created over the API) or write them (the API), and a process writing
+    under a key the others do not hold would stop them at their next start."""
     import asyncio
 
-    from cronfleet.jobs.http import HttpJob
-
-    if not any(isinstance(j.handler, HttpJob) for j in loaded.jobs):
-        return
     from cronfleet.secrets import Keyring, Vault
     from cronfleet.store.secrets import open_secret_store
+    from cronfleet.store.url import parse_store_url
+
+    try:
+        parsed = parse_store_url(loaded.config.store)
+    except CronfleetError:
+        return  # the store itself reports its URL
+    if parsed.no_file_yet or parsed.in_memory:
+        return  # a new store holds no secret yet
 
     async def go() -> None:
         store = open_secret_store(loaded.config.store)

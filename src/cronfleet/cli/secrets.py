@@ -105,25 +105,46 @@ def _read_value(name: str) -> str:
 
 @secrets_group.command("set", epilog=_SECRETS_EXIT_CODES)
 @click.argument("name")
+@click.option("--hosts", "hosts", multiple=True, metavar="HOST[,HOST...]",
+              help="The hosts the value may be sent to (api.example.com, *.example.com); "
+                   "repeat or separate with commas. Without it the secret keeps its hosts.")
+@click.option("--no-hosts", is_flag=True,
+              help="Remove its hosts: only admins' jobs and config tasks may use it.")
 @_NAMESPACE
 @_CONFIG
 @_JSON
-def secrets_set_cmd(name: str, namespace: str, config_path: str | None, as_json: bool) -> None:
+def secrets_set_cmd(name: str, hosts: tuple[str, ...], no_hosts: bool, namespace: str,
+                    config_path: str | None, as_json: bool) -> None:
     """Create or replace secret NAME. The value is read from stdin (e.g. 'printf %s "$TOKEN"
-    | cronfleet secrets set TOKEN') or from a hidden prompt -- never from the command line.
+    | cronfleet secrets set TOKEN --hosts api.example.com') or from a hidden prompt -- never
+    from the command line. A request that would send it to a host outside --hosts fails
+    before sending (redirects included).
     """
-    from cronfleet.secrets import check_secret_name
+    from cronfleet.secrets import check_hosts, check_secret_name
 
     problem = check_secret_name(name)
     if problem:
         _fail(problem, EXIT_BAD_INPUT)
+    if hosts and no_hosts:
+        _fail("--hosts and --no-hosts exclude each other", EXIT_BAD_INPUT)
+    listed = [h.strip() for entry in hosts for h in entry.split(",") if h.strip()]
+    if hosts and not listed:
+        _fail("--hosts: expected host names (e.g. --hosts api.example.com)", EXIT_BAD_INPUT)
+    bound: tuple[str, ...] | None = None
+    if listed:
+        bound, problems = check_hosts(listed)
+        if problems:
+            _fail("--hosts: " + "; ".join(p.replace("hosts[", "entry [") for p in problems),
+                  EXIT_BAD_INPUT)
     value = _read_value(name)
-    created = _vault(config_path, lambda v: v.set(name, value, namespace))
+    created = _vault(config_path, lambda v: v.set(
+        name, value, namespace, hosts=bound if (listed or no_hosts) else ...))
     if as_json:
         _echo_json({"name": name, "namespace": namespace, "created": created})
     else:
+        where = f" (hosts: {', '.join(bound)})" if bound else ""
         click.echo(f"{'created' if created else 'updated'} secret {name!r} in namespace "
-                   f"{namespace!r}")
+                   f"{namespace!r}{where}")
 
 
 @secrets_group.command("list", epilog=_SECRETS_EXIT_CODES)
@@ -145,11 +166,11 @@ def secrets_list_cmd(namespace: str, all_namespaces: bool, config_path: str | No
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
-    for col in ("namespace", "name", "created", "updated", "key id"):
+    for col in ("namespace", "name", "hosts", "created", "updated", "key id"):
         table.add_column(col)
     for i in infos:
-        table.add_row(_t(i.namespace), _t(i.name), _iso(i.created_at), _iso(i.updated_at),
-                      i.key_id)
+        table.add_row(_t(i.namespace), _t(i.name), _t(", ".join(i.hosts or ()) or "-"),
+                      _iso(i.created_at), _iso(i.updated_at), i.key_id)
     _console().print(table)
 
 

@@ -19,7 +19,8 @@ SCHEDULER_KEYS = (
     "connect_timeout",
     "metrics_job_label",
 )
-API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue")
+API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
+            "max_request_body")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",

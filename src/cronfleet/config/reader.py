@@ -97,10 +97,58 @@ def _resolve_sqlite(url: str, base: Path) -> str:
     return resolve_sqlite_url(url, base)
 
 
+MAX_NESTING = 100
+
+
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """Where arrays / inline tables first nest deeper than :data:`MAX_NESTING` (line,
+    column), outside strings and comments; None when they never do. tomllib would recurse
+    once per level and end in a RecursionError thousands of lines long."""
+    depth = 0
+    line, col = 1, 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        col += 1
+        if c == "\n":
+            line, col = line + 1, 0
+        elif c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                if text[j] == "\\" and c == '"':
+                    j += 1
+                elif text[j] == "\n" and len(quote) == 1:
+                    break  # an unterminated string: tomllib reports it
+                j += 1
+            segment = text[i:j + len(quote)]
+            newlines = segment.count("\n")
+            if newlines:
+                line += newlines
+                col = len(segment) - segment.rfind("\n") - 1
+            else:
+                col += len(segment) - 1
+            i = j + len(quote)
+            continue
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line, col
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return None
+
+
 class Reader:
     """Turns the parsed document into a :class:`Config`, collecting every problem."""
 
     def __init__(self, file: Path, display: str, text: str, env: Mapping[str, str]) -> None:
+        text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
         self.file = file
         self.display = display
         self.text = text
@@ -158,8 +206,16 @@ class Reader:
     # reading
 
     def read(self) -> Config:
+        deep = _too_deep(self.text)
+        if deep is not None:
+            self.problem(f"invalid TOML: arrays and inline tables nested deeper than "
+                         f"{MAX_NESTING} levels", at=deep)
+            raise ConfigError(self.problems)
         try:
             doc = tomllib.loads(self.text)
+        except RecursionError:  # a nesting the scan above missed: still a located answer
+            self.problems.append(Problem("invalid TOML: nested too deeply", file=self.display))
+            raise ConfigError(self.problems) from None
         except tomllib.TOMLDecodeError as exc:
             msg = str(exc)
             m = re.search(r"\(at line (\d+), column (\d+)\)$", msg)
@@ -335,6 +391,29 @@ class Reader:
                 config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])
             except ScheduleError as exc:
                 bad("ready_max_overdue", exc.message)
+        if "private_targets" in api:
+            targets = api["private_targets"]
+            from cronfleet.jobs.http import TargetPolicy
+
+            if not isinstance(targets, list):
+                bad("private_targets", 'expected a list of networks and host names, e.g. '
+                                       f'["10.1.2.0/24", "billing.internal"], got '
+                                       f"{describe_value(targets)}")
+            else:
+                try:
+                    TargetPolicy.parse(targets)
+                except ValueError as exc:
+                    bad("private_targets", str(exc).removeprefix("private_targets"))
+                else:
+                    config.api_private_targets = list(targets)
+        if "max_request_body" in api:
+            size = api["max_request_body"]
+            if isinstance(size, bool) or not isinstance(size, int) or not (
+                    1024 <= size <= 64 * 1024 * 1024):
+                bad("max_request_body", f"expected a number of bytes from 1024 to 67108864, "
+                                        f"got {describe_value(size)}")
+            else:
+                config.api_max_request_body = size
 
     def read_plugin_refs(self, refs: list[str], config: Config) -> None:
         key_at = self.where("scheduler", -1, "plugins")

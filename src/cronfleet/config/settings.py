@@ -62,6 +62,8 @@ class Config:
     api_port: int = 8080
     api_metrics: str = "public"
     api_ready_max_overdue: float = 30.0
+    api_private_targets: list[str] = field(default_factory=list)
+    api_max_request_body: int = 1024 * 1024
     tasks: list[Task] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)
@@ -69,12 +71,14 @@ class Config:
 
     def http_runtime(self) -> Any:
         """The :class:`~cronfleet.jobs.http.HttpRuntime` shared by this file's HTTP tasks:
-        one pooled client, the vault of the configured store, the SSRF default."""
+        one pooled client, the vault of the configured store, the SSRF default of config
+        tasks and the private targets of API jobs (``[api] private_targets``)."""
         if self._http_runtime is None:
-            from cronfleet.jobs.http import HttpRuntime
+            from cronfleet.jobs.http import HttpRuntime, TargetPolicy
 
             self._http_runtime = HttpRuntime(
-                store=self.store, allow_private_targets=self.allow_private_targets
+                store=self.store, allow_private_targets=self.allow_private_targets,
+                api_private_targets=TargetPolicy.parse(self.api_private_targets),
             )
         return self._http_runtime
 

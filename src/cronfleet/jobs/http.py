@@ -33,13 +33,17 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote, quote_plus
 
 import httpx
 
+from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
+    BoundSecret,
     Keyring,
     Redactor,
     SecretError,
@@ -47,6 +51,7 @@ from cronfleet.secrets import (
     expand,
     references,
 )
+from cronfleet.spec import header_problem
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
@@ -63,9 +68,13 @@ __all__ = [
     "HttpJobInvalid",
     "HttpRuntime",
     "RetryPolicy",
+    "SecretNotAllowed",
+    "TargetPolicy",
     "UnsafeTarget",
     "check_address",
     "default_runtime",
+    "expand_url",
+    "header_problem",
     "idempotency_key",
     "sign",
 ]
@@ -123,9 +132,10 @@ def retry_after(value: str | None, now: datetime) -> float | None:
 
 # -- keeping secrets out of httpx's own logs ---------------------------------------------
 #
-# httpx logs every request's URL at INFO and httpcore logs headers at DEBUG. While an
-# attempt runs, the Redactor of its secrets is in a context variable and a filter on those
-# loggers rewrites their records.
+# httpx logs every request's URL at INFO and httpcore logs headers at DEBUG: those lines
+# are dropped (the run's own record says the same, redacted). Anything else those loggers
+# print while an attempt runs goes through the Redactor of its secrets (a context
+# variable).
 
 _redactor: contextvars.ContextVar[Redactor | None] = contextvars.ContextVar(
     "cronfleet_http_redactor", default=None
@@ -136,6 +146,8 @@ _LIBRARY_LOGGERS = ("httpx", "httpcore.connection", "httpcore.connection_pool",
 
 class _RedactLogs(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.INFO:  # request lines (URLs) and header dumps
+            return False
         redact = _redactor.get()
         if redact:
             try:
@@ -154,12 +166,47 @@ for _name in _LIBRARY_LOGGERS:
 
 
 # -- SSRF guard --------------------------------------------------------------------------
+#
+# Every address a request would connect to must be global in the interpreter's view
+# (``ipaddress`` is_global) and not a cloud metadata address; an IPv6 address that embeds
+# an IPv4 one (IPv4-mapped, IPv4-compatible, 6to4, Teredo, NAT64) is judged by the embedded
+# address too. The check runs in the connection backend on every address the host
+# resolves to, in order, and the connection is made to the address just checked (no second
+# lookup: DNS rebinding cannot slip in between). What a job may reach beyond that is a
+# TargetPolicy: nothing (API jobs by default), the networks and hosts the operator lists
+# in [api] private_targets (API jobs), or everything (a config task's
+# allow_private_targets = true).
 
-_allow_private: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "cronfleet_http_allow_private", default=False
-)
-_METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254"),
-             ipaddress.ip_address("100.100.100.200")}
+_METADATA = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean ...
+    "169.254.170.2",  # AWS ECS task metadata
+    "fd00:ec2::254",  # AWS over IPv6
+    "100.100.100.200",  # Alibaba Cloud
+    "168.63.129.16",  # Azure wire server
+    "192.0.0.192",  # Oracle Cloud
+))
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def embedded(ip: IPAddress) -> list[IPAddress]:
+    """Every IPv4 address an IPv6 form of ``ip`` carries (mapped, compatible, 6to4, Teredo
+    server and client, NAT64), then ``ip`` itself."""
+    out: list[IPAddress] = []
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            out.append(ip.ipv4_mapped)
+        if ip.sixtofour is not None:
+            out.append(ip.sixtofour)
+        if ip.teredo is not None:
+            out.extend(ip.teredo)
+        if int(ip) >> 32 == 0 and int(ip) > 1:  # ::a.b.c.d (IPv4-compatible, deprecated)
+            out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if any(ip in net for net in _NAT64):
+            out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    out.append(ip)
+    return out
 
 
 def check_address(address: str) -> str | None:
@@ -168,18 +215,77 @@ def check_address(address: str) -> str | None:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip in _METADATA:
-        return f"{ip} is a cloud metadata address"
-    for what, flag in (("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback),
-                       ("link-local", ip.is_link_local), ("private", ip.is_private),
-                       ("multicast", ip.is_multicast), ("reserved", ip.is_reserved)):
-        if flag:
-            return f"{ip} is a {what} address"
-    if not ip.is_global:
-        return f"{ip} is not a public address"
+    for inner in embedded(ip):
+        shown = str(inner) if inner is ip else f"{inner} (inside {ip})"
+        if inner in _METADATA:
+            return f"{shown} is a cloud metadata address"
+        for what, flag in (("unspecified", inner.is_unspecified),
+                           ("loopback", inner.is_loopback),
+                           ("link-local", inner.is_link_local),
+                           ("site-local", getattr(inner, "is_site_local", False)),
+                           ("private", inner.is_private), ("multicast", inner.is_multicast),
+                           ("reserved", inner.is_reserved)):
+            if flag:
+                return f"{shown} is a {what} address"
+        if not inner.is_global:
+            return f"{shown} is not a public address"
     return None
+
+
+@dataclass(frozen=True)
+class TargetPolicy:
+    """What the SSRF guard lets through beyond public addresses: ``everything`` (a config
+    task's ``allow_private_targets = true``), else the listed networks and host names
+    (``[api] private_targets``). The default lets nothing through."""
+
+    networks: tuple[IPNetwork, ...] = ()
+    hosts: frozenset[str] = frozenset()
+    everything: bool = False
+    hint: str = "a config task may set allow_private_targets = true"
+
+    @classmethod
+    def parse(cls, entries: Sequence[object], where: str = "private_targets") -> TargetPolicy:
+        """``["10.1.2.0/24", "billing.internal"]``: networks (CIDR or one address) and host
+        names; raises ValueError naming the bad entry."""
+        networks: list[IPNetwork] = []
+        hosts: set[str] = set()
+        from cronfleet.secrets import check_hosts
+
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, str) or not entry.strip():
+                raise ValueError(f"{where}[{i}]: expected a network or a host name, got "
+                                 f"{entry!r}")
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+                continue
+            except ValueError:
+                pass
+            names, problems = check_hosts([entry])
+            if problems or entry.startswith("*."):
+                raise ValueError(f"{where}[{i}]: {entry!r} is neither a network (10.1.2.0/24)"
+                                 " nor a host name (billing.internal)")
+            hosts.update(names)
+        return cls(tuple(networks), frozenset(hosts),
+                   hint="the operator may list it in [api] private_targets")
+
+    def allows(self, host: str, address: str) -> bool:
+        if self.everything:
+            return True
+        if host.strip("[]").lower().rstrip(".") in self.hosts:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        return any(ip.version == net.version and ip in net for net in self.networks)
+
+
+NO_PRIVATE_TARGETS = TargetPolicy()
+ALL_TARGETS = TargetPolicy(everything=True)
+
+_targets: contextvars.ContextVar[TargetPolicy] = contextvars.ContextVar(
+    "cronfleet_http_targets", default=NO_PRIVATE_TARGETS
+)
 
 
 async def _system_resolve(host: str, port: int) -> list[str]:
@@ -188,29 +294,54 @@ async def _system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def _checked_addresses(host: str, port: int, resolve: Resolver) -> list[str]:
-    """The addresses of ``host``; raises :class:`UnsafeTarget` if any is not public."""
+async def _addresses(host: str, port: int, resolve: Resolver) -> list[str]:
     host = host.strip("[]")
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
-        addresses = [host]
+        return [host]
     except ValueError:
         try:
-            addresses = await resolve(host, port)
+            return await resolve(host, port)
         except OSError as exc:
             raise httpx.ConnectError(f"cannot resolve {host!r}: {exc}") from None
+
+
+def _screen(host: str, addresses: Sequence[str], policy: TargetPolicy
+            ) -> tuple[list[str], list[str]]:
+    """``(allowed addresses in order, the problem of each refused one)``."""
+    allowed: list[str] = []
+    problems: list[str] = []
     for address in addresses:
         problem = check_address(address)
-        if problem:
-            raise UnsafeTarget(
-                f"refusing {host}: {problem} (set allow_private_targets = true to allow it)"
-            )
-    return addresses
+        if problem is None or policy.allows(host, address):
+            allowed.append(address)
+        else:
+            problems.append(problem)
+    return allowed, problems
+
+
+def _refusal(host: str, problems: Sequence[str], policy: TargetPolicy) -> UnsafeTarget:
+    return UnsafeTarget(f"refusing {host}: {'; '.join(dict.fromkeys(problems))} "
+                        f"({policy.hint})")
+
+
+async def _checked_addresses(host: str, port: int, resolve: Resolver,
+                             policy: TargetPolicy | None = None) -> list[str]:
+    """The addresses of ``host``, in order; raises :class:`UnsafeTarget` when the policy
+    refuses any of them (a name that also points inside is not a public target)."""
+    policy = _targets.get() if policy is None else policy
+    addresses = await _addresses(host, port, resolve)
+    allowed, problems = _screen(host.strip("[]"), addresses, policy)
+    if problems or not allowed:
+        raise _refusal(host.strip("[]"), problems or ["no address"], policy)
+    return allowed
 
 
 class _GuardedBackend:
-    """An httpcore network backend that checks the resolved address at connect time and
-    connects to exactly that address (no second lookup: DNS rebinding cannot slip in)."""
+    """An httpcore network backend that resolves the host at connect time, checks every
+    address (any refused one refuses the host), then connects to them in order -- to
+    exactly the addresses it checked (no second lookup: DNS rebinding cannot slip in); an
+    unreachable address moves on to the next."""
 
     def __init__(self, inner: Any, resolve: Resolver) -> None:
         self.inner = inner
@@ -218,15 +349,68 @@ class _GuardedBackend:
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None, socket_options: Any = None) -> Any:
-        if not _allow_private.get():
-            addresses = await _checked_addresses(host, port, self.resolve)
-            host = addresses[0]
-        return await self.inner.connect_tcp(host, port, timeout=timeout,
-                                            local_address=local_address,
-                                            socket_options=socket_options)
+        policy = _targets.get()
+        if policy.everything:
+            return await self.inner.connect_tcp(host, port, timeout=timeout,
+                                                local_address=local_address,
+                                                socket_options=socket_options)
+        error: Exception | None = None
+        for address in await _checked_addresses(host, port, self.resolve, policy):
+            try:
+                return await self.inner.connect_tcp(address, port, timeout=timeout,
+                                                    local_address=local_address,
+                                                    socket_options=socket_options)
+            except Exception as exc:  # httpcore's ConnectError / ConnectTimeout, OSError
+                error = exc
+        assert error is not None  # _checked_addresses never returns an empty list
+        raise error
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+# -- where secrets may go ------------------------------------------------------------------
+#
+# A secret carries the hosts it may be sent to (set by an admin). While a request runs, the
+# secrets it carries are in a context variable; the client's request hook -- run for the
+# first request and for every redirect, before it is sent -- refuses a host outside them.
+
+
+class SecretNotAllowed(UnsafeTarget):
+    """A request would send a secret to a host it is not bound to."""
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The secrets one request carries: ``{name: hosts}`` (None: no hosts set) and whether
+    a secret without hosts is refused (a job saved by an editor)."""
+
+    hosts: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    need_hosts: bool = False
+
+
+_NOTHING_CARRIED = Carried(MappingProxyType({}))
+_bound: contextvars.ContextVar[Carried] = contextvars.ContextVar(
+    "cronfleet_http_secrets", default=_NOTHING_CARRIED
+)
+
+
+def check_destination(host: str, carried: Carried) -> None:
+    """Raise :class:`SecretNotAllowed` when a carried secret may not go to ``host``."""
+    from cronfleet.secrets import host_allowed
+
+    for name, hosts in carried.hosts.items():
+        if hosts is None:
+            if carried.need_hosts:
+                raise SecretNotAllowed(
+                    f"secret {name!r} has no hosts: only admins' jobs and config tasks may "
+                    f"use it (an admin sets them: cronfleet secrets set {name} --hosts ...); "
+                    "nothing was sent")
+            continue
+        if not host_allowed(host, hosts):
+            raise SecretNotAllowed(
+                f"secret {name!r} may only be sent to {', '.join(hosts)}; refusing to send it "
+                f"to {host.strip('[]')}")
 
 
 # -- the shared runtime ----------------------------------------------------------------------
@@ -236,8 +420,11 @@ class HttpRuntime:
     """What HTTP jobs share: the pooled client, the vault, the SSRF default, the sleep.
 
     ``store``: a store URL whose secrets table backs the vault (or pass ``vault``).
-    ``allow_private_targets``: the default for jobs that do not say. ``sleep`` and
-    ``resolve`` are injectable for tests.
+    ``allow_private_targets``: the default for config tasks that do not say;
+    ``api_private_targets``: what jobs created over the API may reach beyond public
+    addresses (``[api] private_targets``; they cannot opt out themselves).
+    ``regex_timeout``: the time limit of one ``body_regex`` match (a worker process).
+    ``sleep`` and ``resolve`` are injectable for tests.
     """
 
     def __init__(
@@ -247,6 +434,8 @@ class HttpRuntime:
         vault: Vault | None = None,
         keyring: Keyring | None = None,
         allow_private_targets: bool = False,
+        api_private_targets: TargetPolicy | None = None,
+        regex_timeout: float = 1.0,
         sleep: Sleep | None = None,
         resolve: Resolver | None = None,
         max_connections: int = 100,
@@ -257,6 +446,9 @@ class HttpRuntime:
         self._vault = vault
         self._keyring = keyring
         self.allow_private_targets = allow_private_targets
+        self.api_private_targets = api_private_targets or TargetPolicy.parse([])
+        self.regex_timeout = regex_timeout
+        self._matcher: Matcher | None = None
         self.sleep: Sleep = sleep or asyncio.sleep
         self.resolve: Resolver = resolve or _system_resolve
         self.max_connections = max_connections
@@ -266,18 +458,26 @@ class HttpRuntime:
         self._notifier = notifier
 
     @contextlib.contextmanager
-    def scope(self, redact: Redactor, allow_private: bool | None = None) -> Iterator[None]:
-        """While notifications are sent: the SSRF guard's setting (``allow_private``, or
-        this runtime's default) and the redactor for every text the client logs."""
-        token = _allow_private.set(
-            self.allow_private_targets if allow_private is None else allow_private
-        )
+    def scope(self, redact: Redactor, policy: TargetPolicy | None = None) -> Iterator[None]:
+        """While notifications are sent: the SSRF guard's policy (``policy``, or this
+        runtime's default for config tasks) and the redactor for every text the client
+        logs."""
+        if policy is None:
+            policy = ALL_TARGETS if self.allow_private_targets else NO_PRIVATE_TARGETS
+        token = _targets.set(policy)
         redact_token = _redactor.set(redact)
         try:
             yield
         finally:
-            _allow_private.reset(token)
+            _targets.reset(token)
             _redactor.reset(redact_token)
+
+    @property
+    def matcher(self) -> Matcher:
+        """The worker that runs ``body_regex`` off the event loop with a time limit."""
+        if self._matcher is None:
+            self._matcher = Matcher(self.regex_timeout)
+        return self._matcher
 
     @property
     def health(self) -> HealthStore:
@@ -342,10 +542,11 @@ class HttpRuntime:
         return self._client
 
     async def _check_request(self, request: httpx.Request) -> None:
-        # runs for the first request and for every redirect it follows
-        if _allow_private.get():
-            return
+        # runs for the first request and for every redirect it follows, before it is sent
         url = request.url
+        check_destination(url.host, _bound.get())
+        if _targets.get().everything:
+            return
         if url.scheme not in ("http", "https"):
             raise UnsafeTarget(f"refusing scheme {url.scheme!r}: only http and https")
         await _checked_addresses(url.host, url.port or (443 if url.scheme == "https" else 80),
@@ -355,6 +556,9 @@ class HttpRuntime:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+        if self._matcher is not None:
+            self._matcher.close()
+            self._matcher = None
         if self._vault is not None:
             await self._vault.store.close()
         if self._health is not None:
@@ -389,6 +593,21 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
     return "v1=" + mac.hexdigest()
 
 
+def expand_url(url: str, values: Mapping[str, str]) -> str:
+    """``url`` with its ``${secrets.NAME}`` references replaced: a reference at the very
+    start stands for the URL itself (its value goes in as written); anywhere else the value
+    is percent-encoded as one component (``/``, ``?``, ``&``, ``=``, ``#`` included), so it
+    lands whole in the part it was written in."""
+    head = ""
+    match = _LEADING_REF.match(url)
+    if match:
+        head, url = expand(match.group(0), values), url[match.end():]
+    return head + expand(url, {n: quote(v, safe="") for n, v in values.items()})
+
+
+_LEADING_REF = re.compile(r"^\$\{secrets\.[^}]*\}")
+
+
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -421,7 +640,10 @@ class HttpJob:
     body contains ``body_contains``, matches ``body_regex``, does not contain
     ``body_not_contains`` and does not match ``body_not_regex``. ``url``, header values,
     ``body`` and ``signing_secret`` may reference ``${secrets.NAME}`` (namespace
-    ``namespace``). ``allow_private_targets``: ``None`` takes the runtime's default.
+    ``namespace``). ``allow_private_targets``: ``None`` takes the runtime's default;
+    ``private_targets`` (API jobs) replaces both. A secret bound to hosts is only ever sent
+    to them (redirects included); with ``secrets_need_hosts`` a secret without hosts is not
+    sent at all.
     """
 
     url: str
@@ -442,6 +664,10 @@ class HttpJob:
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
     runtime: HttpRuntime | None = field(default=None, repr=False)
+    # API jobs: the operator's [api] private_targets (allow_private_targets is then not
+    # read), and whether a secret without hosts is refused (a job saved by an editor)
+    private_targets: TargetPolicy | None = None
+    secrets_need_hosts: bool = False
     # retry (per request, Retry-After honoured), health, auto-pause and notifications are
     # applied inside the handler (their results go into the run's result): the runtime does
     # not retry this job again and cronfleet.alerts leaves it alone
@@ -494,18 +720,30 @@ class HttpJob:
 
     @classmethod
     def from_spec(cls, job_spec: JobSpec, *, runtime: HttpRuntime | None = None,
-                  namespace: str | None = None) -> HttpJob:
+                  namespace: str | None = None, private_targets: TargetPolicy | None = None,
+                  secrets_need_hosts: bool = False) -> HttpJob:
         """The request of a validated :class:`~cronfleet.spec.JobSpec` (its ``http``
         part, retry, notify, auto_pause_after and allow_private_targets). ``namespace``
-        overrides the spec's (stored API jobs use their team's)."""
+        overrides the spec's (stored API jobs use their team's); ``private_targets``
+        replaces allow_private_targets (API jobs: the operator's list)."""
         assert job_spec.http is not None, "not an HTTP job spec"
         kwargs = job_spec.http.kwargs()
         if namespace is not None:
             kwargs["namespace"] = namespace
+        allow = None if private_targets is not None else job_spec.allow_private_targets
         return cls(**kwargs, retry=job_spec.retry or RetryPolicy(),
-                   allow_private_targets=job_spec.allow_private_targets,
+                   allow_private_targets=allow,
                    notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
-                   runtime=runtime)
+                   runtime=runtime, private_targets=private_targets,
+                   secrets_need_hosts=secrets_need_hosts)
+
+    def target_policy(self, rt: HttpRuntime) -> TargetPolicy:
+        """What the SSRF guard lets this job reach beyond public addresses."""
+        if self.private_targets is not None:
+            return self.private_targets
+        allow = (self.allow_private_targets if self.allow_private_targets is not None
+                 else rt.allow_private_targets)
+        return ALL_TARGETS if allow else NO_PRIVATE_TARGETS
 
     def job(self, schedule: str | CronExpr | Sequence[str | CronExpr] | None, *, id: str,
             **options: Any) -> Job:
@@ -578,7 +816,7 @@ class HttpJob:
                                auto_pause_after=self.auto_pause_after,
                                namespace=self.namespace, redact=redact, log_line=ctx.log,
                                scope=functools.partial(rt.scope,
-                                                       allow_private=self.allow_private_targets))
+                                                       policy=self.target_policy(rt)))
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \
@@ -614,24 +852,40 @@ class HttpJob:
 
         # 1. secrets, right before sending; an unknown name sends nothing
         headers_in = dict(self.headers)
+        # every secret is bound to its hosts, the signing secret too: a signature made with
+        # it would let the receiver sign requests for the secret's real hosts
         refs = references(self.url, self.body, self.signing_secret, *headers_in.values())
-        values: dict[str, str] = {}
+        bound: dict[str, BoundSecret] = {}
         if refs:
             vault = rt.vault
             if vault is None:
                 return done("secrets are referenced but no vault is configured", False, False)
             try:
-                values = await vault.resolve(refs, self.namespace)
+                bound = await vault.resolve_bound(refs, self.namespace)
             except SecretError as exc:
                 return done(f"{exc}; nothing was sent", False, False)
             except Exception as exc:
                 return done(f"cannot read secrets: {_error_text(exc)}; nothing was sent",
                             False, True)
-            for v in values.values():
-                redact.add(v)
-        url = expand(self.url, values)
-        body = expand(self.body, values).encode() if self.body is not None else b""
+            for b in bound.values():
+                redact.add(b.value)
+        values = {name: b.value for name, b in bound.items()}
+        url = expand_url(self.url, values)
+        form = any(k.lower() == "content-type" and
+                   v.lower().startswith("application/x-www-form-urlencoded")
+                   for k, v in headers_in.items())
+        body_text = None
+        if self.body is not None:
+            body_text = (expand(self.body, {n: quote_plus(v, safe="") for n, v in values.items()})
+                         if form else expand(self.body, values))
+        body = body_text.encode() if body_text is not None else b""
         headers = {k: expand(v, values) for k, v in headers_in.items()}
+        # a value that cannot go into a header is refused here, before any library sees
+        # it (their error texts would quote it)
+        for name, value in headers.items():
+            problem = header_problem(name, value)
+            if problem:
+                return done(f"header {name!r}: {problem}; nothing was sent", False, False)
         headers.setdefault("User-Agent", "cronfleet")
         headers["Idempotency-Key"] = key
         headers["X-Cronfleet-Slot"] = slot_text(ctx.slot)
@@ -648,6 +902,8 @@ class HttpJob:
             "method": self.method, "url": url, "headers": headers,
             "body": _text(body[:MAX_BODY]) if self.body is not None else None,
         }
+        carried = Carried({n: bound[n].hosts for n in refs if n in bound},
+                          self.secrets_need_hosts)
         timings = record["timings"]
         marks: dict[str, float] = {}
 
@@ -659,10 +915,9 @@ class HttpJob:
                     timings[f"{'connect' if step == 'connect_tcp' else 'tls'}_ms"] = round(
                         (marks[event] - start) * 1000, 3)
 
-        allow = (self.allow_private_targets if self.allow_private_targets is not None
-                 else rt.allow_private_targets)
-        token = _allow_private.set(allow)
+        token = _targets.set(self.target_policy(rt))
         redact_token = _redactor.set(redact)
+        bound_token = _bound.set(carried)
         try:
             client = rt.client()
             request = client.build_request(
@@ -695,8 +950,9 @@ class HttpJob:
         except (httpx.HTTPError, OSError) as exc:
             return done(_error_text(exc), False, True)
         finally:
-            _allow_private.reset(token)
+            _targets.reset(token)
             _redactor.reset(redact_token)
+            _bound.reset(bound_token)
         raw = b"".join(chunks)
         data = _decode(raw[:MAX_BODY], response.headers.get("content-encoding"), truncated)
         text = _text(data[:MAX_BODY])
@@ -710,7 +966,11 @@ class HttpJob:
             "body": text,
             "truncated": truncated or len(data) > MAX_BODY,
         }
-        problem = self._judge(response.status_code, text)
+        try:
+            problem = await self._judge(rt, response.status_code, text)
+        except RegexTimeout as exc:
+            record["failure"] = f"body_regex: {exc}"
+            return done(f"body_regex: {exc}", False, False)
         if problem is None:
             return done(None, True, False)
         wait = None
@@ -719,8 +979,9 @@ class HttpJob:
         record["failure"] = problem
         return done(None, False, True, wait)
 
-    def _judge(self, status: int, text: str) -> str | None:
-        """Why the response is a failure, or None."""
+    async def _judge(self, rt: HttpRuntime, status: int, text: str) -> str | None:
+        """Why the response is a failure, or None. Regular expressions run in the
+        runtime's worker process with a time limit, on the body's first 1 MiB."""
         if self.accept_status is not None:
             if status not in self.accept_status:
                 return f"status {status} is not one of {list(self.accept_status)}"
@@ -730,9 +991,11 @@ class HttpJob:
             return f"the body does not contain {self.body_contains!r}"
         if self.body_not_contains is not None and self.body_not_contains in text:
             return f"the body contains {self.body_not_contains!r}"
-        if self.body_regex is not None and not re.search(self.body_regex, text):
+        text = text[:MAX_BODY]
+        if self.body_regex is not None and not await rt.matcher.search(self.body_regex, text):
             return f"the body does not match {self.body_regex!r}"
-        if self.body_not_regex is not None and re.search(self.body_not_regex, text):
+        if self.body_not_regex is not None and await rt.matcher.search(self.body_not_regex,
+                                                                       text):
             return f"the body matches {self.body_not_regex!r}"
         return None
 

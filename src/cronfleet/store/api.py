@@ -97,6 +97,7 @@ class JobDef:
     created_by: str | None
     updated_by: str | None
     deleted_at: datetime | None = None
+    saved_role: str | None = None  # the role of the token that last saved it
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class AuditEntry:
 
 _TOKEN_COLS = "id, name, team, role, created_at, created_by, revoked_at, last_used_at"
 _DEF_COLS = ("id, team, spec, version, created_at, updated_at, created_by, updated_by, "
-             "deleted_at")
+             "deleted_at, saved_role")
 _NEXT_VERSION = "(SELECT coalesce(max(version), 0) + 1 FROM {p}job_defs)"
 
 
@@ -131,7 +132,7 @@ def _def(r: tuple[Any, ...]) -> JobDef:
     created, updated = _dt(r[4]), _dt(r[5])
     assert created is not None and updated is not None
     return JobDef(r[0], r[1], json.loads(r[2]), int(r[3]), created, updated, r[6], r[7],
-                  _dt(r[8]))
+                  _dt(r[8]), r[9])
 
 
 class ApiStore:
@@ -241,35 +242,39 @@ class ApiStore:
         return _def(rows[0]) if rows else None
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None) -> JobDef | None:
+                             by: str | None, role: str | None = None) -> JobDef | None:
         """Insert (or revive a tombstone of the same team); None when a live definition
-        has this id, or another team's deleted one (its runs keep that team)."""
+        has this id, another team's deleted one (its runs keep that team), or the id is
+        reserved to another team by a config or code job (:meth:`reserve_ids`)."""
         now = _now_ms()
         rows = await self._db.write(
             f"INSERT INTO {{p}}job_defs AS d (id, team, spec, version, created_at, updated_at, "
-            f"created_by, updated_by) VALUES (?, ?, ?, {_NEXT_VERSION}, ?, ?, ?, ?) "
+            f"created_by, updated_by, saved_role) SELECT ?, ?, ?, {_NEXT_VERSION}, ?, ?, ?, ?, ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM {p}job_ids r WHERE r.id = ? AND r.team <> ?) "
             "ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec, "
             "version = excluded.version, created_at = excluded.created_at, "
             "updated_at = excluded.updated_at, created_by = excluded.created_by, "
-            "updated_by = excluded.updated_by, deleted_at = NULL "
+            "updated_by = excluded.updated_by, deleted_at = NULL, "
+            "saved_role = excluded.saved_role "
             # only its own team revives a tombstone: the old runs keep the id and the team
             f"WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team RETURNING {_DEF_COLS}",
-            (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by), lock=_CATALOG_LOCK)
+            (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by, role,
+             job_id, team), lock=_CATALOG_LOCK)
         if rows:
             await self._announce()
         return _def(rows[0]) if rows else None
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None, *, expect_version: int | None = None
-                             ) -> JobDef | None:
+                             by: str | None, *, expect_version: int | None = None,
+                             role: str | None = None) -> JobDef | None:
         """Replace the spec of a live definition of ``team``; None when there is none (or
         when ``expect_version`` no longer matches: someone changed it meanwhile)."""
         rows = await self._db.write(
             f"UPDATE {{p}}job_defs SET spec = ?, version = {_NEXT_VERSION}, updated_at = ?, "
-            "updated_by = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
+            "updated_by = ?, saved_role = ? WHERE id = ? AND team = ? AND deleted_at IS NULL "
             f"AND (CAST(? AS BIGINT) IS NULL OR version = ?) RETURNING {_DEF_COLS}",
-            (json.dumps(spec, sort_keys=True), _now_ms(), by, job_id, team, expect_version,
-             expect_version), lock=_CATALOG_LOCK)
+            (json.dumps(spec, sort_keys=True), _now_ms(), by, role, job_id, team,
+             expect_version, expect_version), lock=_CATALOG_LOCK)
         if rows:
             await self._announce()
         return _def(rows[0]) if rows else None
@@ -282,6 +287,36 @@ class ApiStore:
         if rows:
             await self._announce()
         return bool(rows)
+
+    async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
+        """Record ``(id, team, source)`` of jobs declared in config or code: their ids stay
+        their team's (the runs under an id never pass to another team). A job moved to
+        another team in its config moves its reservation with it (the operator's call)."""
+        if not jobs:
+            return
+        now = _now_ms()
+        for start in range(0, len(jobs), 500):
+            chunk = jobs[start:start + 500]
+            values = ", ".join("(?, ?, ?, ?)" for _ in chunk)
+            args: list[Any] = []
+            for job_id, team, source in chunk:
+                args += [job_id, team, source, now]
+            await self._db.write(
+                f"INSERT INTO {{p}}job_ids AS r (id, team, source, reserved_at) VALUES {values} "
+                "ON CONFLICT (id) DO UPDATE SET team = excluded.team, "
+                "source = excluded.source WHERE r.team <> excluded.team "
+                "OR r.source <> excluded.source", tuple(args))
+
+    async def reserved_ids(self, team: str) -> list[str]:
+        """The ids of config or code jobs that belong (or belonged) to ``team``."""
+        rows = await self._db.query("SELECT id FROM {p}job_ids WHERE team = ? ORDER BY id",
+                                    (team,))
+        return [str(r[0]) for r in rows]
+
+    async def reserved_team(self, job_id: str) -> str | None:
+        """The team a config or code job with this id belonged to, or None."""
+        rows = await self._db.query("SELECT team FROM {p}job_ids WHERE id = ?", (job_id,))
+        return str(rows[0][0]) if rows else None
 
     async def _announce(self) -> None:
         # the change is stored; other schedulers will see it at their next look anyway

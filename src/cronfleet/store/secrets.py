@@ -10,6 +10,7 @@ plaintext.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -36,6 +37,7 @@ class SecretRow:
     ciphertext: bytes = field(repr=False)
     created_at: datetime
     updated_at: datetime
+    hosts: tuple[str, ...] | None = None  # where the value may be sent (None: nowhere)
 
 
 @runtime_checkable
@@ -43,8 +45,9 @@ class SecretStore(Protocol):
     async def get_secret(self, namespace: str, name: str) -> SecretRow | None: ...
 
     async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
-                         ciphertext: bytes, now: datetime) -> bool:
-        """Create or replace; True when created."""
+                         ciphertext: bytes, now: datetime,
+                         hosts: tuple[str, ...] | None = None) -> bool:
+        """Create or replace (value and hosts); True when created."""
         ...
 
     async def delete_secret(self, namespace: str, name: str) -> bool: ...
@@ -66,10 +69,12 @@ class MemorySecretStore:
         return self.rows.get((namespace, name))
 
     async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
-                         ciphertext: bytes, now: datetime) -> bool:
+                         ciphertext: bytes, now: datetime,
+                         hosts: tuple[str, ...] | None = None) -> bool:
         old = self.rows.get((namespace, name))
         self.rows[(namespace, name)] = SecretRow(
-            namespace, name, key_id, nonce, ciphertext, old.created_at if old else now, now)
+            namespace, name, key_id, nonce, ciphertext, old.created_at if old else now, now,
+            hosts)
         return old is None
 
     async def delete_secret(self, namespace: str, name: str) -> bool:
@@ -84,7 +89,7 @@ class MemorySecretStore:
 
 
 # timestamps: integer milliseconds in SQLite, timestamptz in PostgreSQL (migrations v2)
-_COLS = "namespace, name, key_id, nonce, ciphertext, created_at, updated_at"
+_COLS = "namespace, name, key_id, nonce, ciphertext, created_at, updated_at, hosts"
 
 
 def _ms(dt: datetime) -> int:
@@ -99,7 +104,8 @@ def _row(r: tuple[Any, ...]) -> SecretRow:
     created, updated = r[5], r[6]
     if isinstance(created, int):
         created, updated = _dt(created), _dt(updated)
-    return SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), created, updated)
+    hosts = tuple(json.loads(r[7])) if r[7] is not None else None
+    return SecretRow(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), created, updated, hosts)
 
 
 class _SideSecretStore:
@@ -118,14 +124,17 @@ class _SideSecretStore:
         return _row(rows[0]) if rows else None
 
     async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
-                         ciphertext: bytes, now: datetime) -> bool:
+                         ciphertext: bytes, now: datetime,
+                         hosts: tuple[str, ...] | None = None) -> bool:
         at = self._time(now)
         rows = await self._db.query(
-            f"INSERT INTO {{p}}secrets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO {{p}}secrets ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (namespace, name) DO UPDATE SET key_id = excluded.key_id, "
             "nonce = excluded.nonce, ciphertext = excluded.ciphertext, "
-            "updated_at = excluded.updated_at RETURNING created_at = updated_at",
-            (namespace, name, key_id, nonce, ciphertext, at, at))
+            "updated_at = excluded.updated_at, hosts = excluded.hosts "
+            "RETURNING created_at = updated_at",
+            (namespace, name, key_id, nonce, ciphertext, at, at,
+             None if hosts is None else json.dumps(list(hosts))))
         return bool(rows and rows[0][0])
 
     async def delete_secret(self, namespace: str, name: str) -> bool:

@@ -99,8 +99,13 @@ def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Pa
 
     from cronfleet.store.api import ApiStore
 
+    # a stored job cannot opt out of the SSRF guard ([api] private_targets is the operator's)
+    refused = write("inside.toml", 'id = "inside"\nschedule = "@daily"\n[http]\n'
+                                   'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
+    r = cli("jobs", "create", str(refused), "--team", "ops", "--by", "alice")
+    assert r.exit_code == 2 and "cannot turn the SSRF guard off" in r.stderr
     toml = write("hook.toml", 'id = "hook"\nschedule = "*/10 * * * *"\n[http]\n'
-                              'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
+                              'url = "http://127.0.0.1:9/x"\n')
     r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
     assert r.exit_code == 0, r.stderr
     assert "created job 'hook' (team ops)" in r.stdout

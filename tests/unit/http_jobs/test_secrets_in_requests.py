@@ -68,7 +68,8 @@ async def test_secret_values_never_recorded(server: Server, sleeps: Sleeps, tmp_
     assert seen.headers["Authorization"] == f"Bearer {TOKEN}"
     assert seen.body == json.dumps({"token": TOKEN}).replace(", ", ",").encode() or \
         TOKEN.encode() in seen.body
-    assert seen.path == f"/hook/{quote(PATH_PART, safe='@/')}?key={TOKEN}"
+    # a value lands whole in the part it was written in (its / and @ encoded)
+    assert seen.path == f"/hook/{quote(PATH_PART, safe='')}?key={TOKEN}"
     # ... and nothing recorded holds them
     assert run.status.value == ("succeeded" if outcome == "success" else "failed")
     captured = capsys.readouterr()

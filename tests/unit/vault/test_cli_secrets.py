@@ -53,7 +53,8 @@ def test_set_list_delete_never_show_the_value(tmp_path: Path) -> None:
     rows = json.loads(r.output)
     assert [(x["namespace"], x["name"]) for x in rows] == [("default", "API_TOKEN"),
                                                           ("team-a", "OTHER")]
-    assert set(rows[0]) == {"namespace", "name", "key_id", "created_at", "updated_at"}
+    assert set(rows[0]) == {"namespace", "name", "key_id", "hosts", "created_at",
+                            "updated_at"}
     r = cli("secrets", "delete", "API_TOKEN", env=env)
     assert r.exit_code == 0 and "deleted" in r.output
     r = cli("secrets", "delete", "API_TOKEN", env=env)
