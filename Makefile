@@ -4,16 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-lowest lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	@touch $(STAMP)
 
+# make run PORT=9000 ARGS="--role worker --metrics-port 9100"
+PORT ?= 8080
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/cronfleet run --config examples/cronfleet.toml
+	$(BIN)/cronfleet run --config examples/cronfleet.toml --port $(PORT) $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
@@ -21,10 +24,20 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-lowest
+
+# the unit tests against the lowest version every floor in pyproject.toml allows
+test-lowest: $(STAMP)
+	BIN=$(BIN) .ci/test-lowest
 
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py
 	$(BIN)/python bench/runtime.py
 
+# the published fault suite (docs/reliability.md), ~25 min; e.g.
+# make chaos CHAOS="--store sqlite --only kill9,lock --json"
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos $(CHAOS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache

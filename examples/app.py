@@ -2,8 +2,12 @@
 same kind of jobs declared in ``examples/cronfleet.toml`` instead.)
 
 Start it twice in two terminals: both processes share ``cronfleet.db`` and each slot still
-runs exactly once — watch the instance names alternate. Stop one with Ctrl-C and restart
-it a minute later: the missed minute is caught up.
+runs exactly once -- in one of them only. Do not expect the instance names to alternate:
+both wake at the same instant and whichever claims the slot first runs it, so the same
+process usually wins every slot (cronfleet promises once, not a rotation; a fleet spreads
+load across many jobs, not across the slots of one). Stop the one that runs them with
+Ctrl-C: the other takes the next slot. Restart it a minute later with the other stopped
+too, and the missed minute is caught up.
 """
 
 from __future__ import annotations

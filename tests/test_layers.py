@@ -29,14 +29,17 @@ ROOT = "cronfleet"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("root", ("cronfleet",)),  # the package itself: lazy re-exports, imports nothing
     ("cron", ("cronfleet.cron",)),
-    ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec")),
+    ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec",
+              "cronfleet.extras", "cronfleet.signing")),
     ("store", ("cronfleet.store",)),
     ("runtime", ("cronfleet.runtime", "cronfleet.scheduler", "cronfleet.executor",
                  "cronfleet.planning")),
     ("features", ("cronfleet.alerts", "cronfleet.jobs", "cronfleet.notify",
                   "cronfleet.secrets", "cronfleet.config", "cronfleet.plugins",
-                  "cronfleet.catalog", "cronfleet.views", "cronfleet.metrics")),
-    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.__main__")),
+                  "cronfleet.catalog", "cronfleet.views", "cronfleet.metrics",
+                  "cronfleet.logs", "cronfleet.health", "cronfleet.tracing")),
+    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.__main__",
+               "cronfleet.integrations")),
 ]
 
 # (importer, imported) pairs allowed to break a rule; empty, and it may only shrink

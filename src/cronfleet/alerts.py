@@ -102,9 +102,9 @@ async def record_and_alert(
 
     What happened is written into ``into`` as it happens: ``health`` (the job's health
     after this run), ``auto_paused`` (True when this run paused the job) and
-    ``notifications`` (``{event: {channel: None or error}}``). ``scope`` wraps the
-    deliveries (HTTP jobs: their private-target rule and redaction); ``pause`` defaults to
-    ``services.pause``."""
+    ``notifications`` (``{event: {channel: {"ok": true} or {"ok": false, "error": …}}}``).
+    ``scope`` wraps the deliveries (HTTP jobs: their private-target rule and redaction);
+    ``pause`` defaults to ``services.pause``."""
     if services.store is None and notify is None and auto_pause_after is None:
         return
     redact = redact or Redactor()
@@ -148,7 +148,8 @@ async def record_and_alert(
             outcome = await services.notifier.deliver(notify, notification,
                                                       client=services.client(),
                                                       secrets=values, redact=redact)
-            sent[event] = outcome
+            sent[event] = {ch: {"ok": True} if err is None else {"ok": False, "error": err}
+                           for ch, err in outcome.items()}
             say(f"notified {event}: " + ", ".join(
                 f"{ch} {'ok' if err is None else 'failed: ' + err}"
                 for ch, err in outcome.items()))

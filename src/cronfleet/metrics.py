@@ -10,14 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from cronfleet.extras import require
+
+try:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+except ImportError:
+    require("server", "/metrics")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.runtime.stats import Stats

@@ -30,10 +30,15 @@ from pathlib import Path
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from cronfleet.errors import CronfleetError
+from cronfleet.extras import require
+
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+except ImportError:
+    require("http", "the secret vault")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.store.secrets import SecretStore

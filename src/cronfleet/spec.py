@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cronfleet import signing
 from cronfleet.cron import (
     AnySchedule,
     ComposedSchedule,
@@ -120,7 +121,7 @@ MAX_EXCEPT = 1000
 HTTP_KEYS = (
     "method", "url", "headers", "body", "timeout", "follow_redirects", "accept_status",
     "body_contains", "body_not_contains", "body_regex", "body_not_regex", "signing_secret",
-    "namespace", "allow_private_targets",
+    "signature", "namespace", "allow_private_targets",
 )
 RETRY_KEYS = ("attempts", "backoff", "delay")
 NOTIFY_KEYS = ("on", "after_failures", "webhook", "slack", "email")
@@ -597,6 +598,7 @@ class HttpRequest:
     body_regex: str | None = None
     body_not_regex: str | None = None
     signing_secret: str | None = None
+    signature: str = "cronfleet"
     namespace: str | None = None
 
     def kwargs(self) -> dict[str, Any]:
@@ -702,6 +704,21 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                 problems.append(FieldProblem(key, f"invalid regular expression: {exc}"))
                 continue
         kw[key] = value
+    if "signature" in table:
+        scheme = table["signature"]
+        if scheme not in signing.SCHEMES:
+            problems.append(FieldProblem("signature", f"expected one of "
+                                         f"{', '.join(map(repr, signing.SCHEMES))}, got "
+                                         f"{scheme!r}"))
+        else:
+            kw["signature"] = scheme
+            if "signing_secret" not in kw and "signing_secret" not in table:
+                problems.append(FieldProblem("signature", "needs a signing_secret"))
+    if isinstance(kw.get("signing_secret"), str):
+        problem = signing.key_problem(kw.get("signature", signing.DEFAULT_SCHEME),
+                                      kw["signing_secret"])
+        if problem:
+            problems.append(FieldProblem("signing_secret", problem))
     if problems:
         return None, problems
     return HttpRequest(**kw), []

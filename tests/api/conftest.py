@@ -33,7 +33,7 @@ T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 T0_ISO = "2026-05-28T20:26:40+00:00"
 A, B = "alpha", "beta"
 ROLES = ("viewer", "editor", "admin")
-ERROR_KEYS = {"code", "message", "details"}
+ERROR_KEYS = {"type", "title", "status", "detail", "code", "message", "details"}
 SECRET_ENVS = ("CRONFLEET_SECRET_KEY", "CRONFLEET_SECRET_KEY_FILE",
                "CRONFLEET_SECRET_KEY_PREVIOUS")
 
@@ -82,7 +82,8 @@ def clock() -> FakeClock:
 
 def expect(r: httpx.Response, status: int, code: str | None = None) -> Any:
     """The JSON body of ``r`` after checking its status (and, for errors, the one error
-    shape ``{"code", "message", "details"}`` with ``code``)."""
+    shape: an RFC 9457 problem, application/problem+json, whose ``code``, ``message`` and
+    ``details`` extensions are kept)."""
     assert r.status_code == status, f"{r.request.method} {r.request.url}: {r.status_code} " \
                                     f"{r.text}"
     if status == 204:
@@ -91,7 +92,10 @@ def expect(r: httpx.Response, status: int, code: str | None = None) -> Any:
     body = r.json()
     if code is not None:
         assert set(body) == ERROR_KEYS, body
+        assert r.headers["content-type"] == "application/problem+json", r.headers
         assert body["code"] == code, body
+        assert body["status"] == status and body["detail"] == body["message"], body
+        assert body["type"].endswith("/" + code.lower().replace("_", "-")), body
         assert isinstance(body["message"], str) and body["message"]
         assert isinstance(body["details"], dict)
     return body

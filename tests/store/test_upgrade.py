@@ -44,8 +44,8 @@ def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     require_pg()
     schema = new_schema("upgrade")
     dump = (FIXTURES / "c879552_postgres.sql").read_text()
-    quoted = sql.Identifier(schema).as_string(None)
     with psycopg.connect(pg_url(), autocommit=True) as conn:
+        quoted = sql.Identifier(schema).as_string(conn)  # psycopg < 3.2 needs the conn
         conn.execute(dump.replace("__SCHEMA__", quoted).encode())
     yield f"{pg_url()}?schema={schema}"
     drop_schema(schema)

@@ -1,7 +1,9 @@
-"""One error shape for every answer that is not a success: ``{"code", "message",
-"details"}`` -- including FastAPI's validation errors, unknown routes and wrong methods,
-and (as a last resort) unexpected exceptions, which are logged and answered as 500
-``INTERNAL`` without internals."""
+"""One error shape for every answer that is not a success: an RFC 9457 problem
+(``application/problem+json``: ``type``, ``title``, ``status``, ``detail``) that keeps
+cronfleet's own members ``code``, ``message`` and ``details`` as extensions, so clients
+written for ``{"code", "message", "details"}`` keep working -- including FastAPI's
+validation errors, unknown routes and wrong methods, and (as a last resort) unexpected
+exceptions, which are logged and answered as 500 ``INTERNAL`` without internals."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ _DESCRIPTIONS = {
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for these error statuses (all share :class:`ErrorBody`)."""
-    return {c: {"model": ErrorBody, "description": _DESCRIPTIONS.get(c, "Error.")}
+    return {c: {"model": ErrorBody, "description": _DESCRIPTIONS.get(c, "Error."),
+                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
             for c in codes}
 
 
@@ -52,8 +55,33 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"code": code, "message": message, "details": details or {}}
+PROBLEM_JSON = "application/problem+json"
+
+#: the problem type URI of each code: a relative reference to docs/api.md's error list
+#: (RFC 9457 section 3.1.1 allows relative URIs; ``about:blank`` would say "no more than
+#: the status", while a code is more precise than its status)
+TYPE_BASE = "https://cronfleet.dev/problems/"
+
+
+def body(code: str, message: str, details: dict[str, Any] | None = None,
+         status: int = 500) -> dict[str, Any]:
+    """The problem document: RFC 9457 members first, then cronfleet's extensions."""
+    from http import HTTPStatus
+
+    try:
+        title = HTTPStatus(status).phrase
+    except ValueError:
+        title = code
+    return {"type": TYPE_BASE + code.lower().replace("_", "-"), "title": title,
+            "status": status, "detail": message,
+            "code": code, "message": message, "details": details or {}}
+
+
+def problem(status: int, code: str, message: str, details: dict[str, Any] | None = None,
+            headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer as ``application/problem+json``."""
+    return JSONResponse(body(code, message, details, status), status_code=status,
+                        headers=headers, media_type=PROBLEM_JSON)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -94,15 +122,13 @@ def _not_json(errors: Sequence[Any]) -> str | None:
 def install(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return JSONResponse(body(exc.code, exc.message, exc.details), status_code=exc.status,
-                            headers=exc.headers)
+        return problem(exc.status, exc.code, exc.message, exc.details, exc.headers)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         bad_body = _not_json(exc.errors())
         if bad_body is not None:  # docs/api.md: a body that is not JSON is a 400
-            return JSONResponse(body("BAD_REQUEST", f"the body is not JSON: {bad_body}"),
-                                status_code=400)
+            return problem(400, "BAD_REQUEST", f"the body is not JSON: {bad_body}")
         errors = []
         for e in exc.errors():
             loc = tuple(e.get("loc", ()))
@@ -114,8 +140,7 @@ def install(app: FastAPI) -> None:
         message = f"{first['field']}: {first['message']}"
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more)"
-        return JSONResponse(body("VALIDATION_ERROR", message, {"errors": errors}),
-                            status_code=422)
+        return problem(422, "VALIDATION_ERROR", message, {"errors": errors})
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -128,13 +153,11 @@ def install(app: FastAPI) -> None:
             allowed = _allowed_methods(request)
             headers["Allow"] = ", ".join(allowed)
             message = f"{request.method} is not allowed here (allowed: {', '.join(allowed)})"
-        return JSONResponse(body(code, message), status_code=exc.status_code,
-                            headers=headers or None)
+        return problem(exc.status_code, code, message, headers=headers or None)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("API %s %s failed", request.method, request.url.path)
-        return JSONResponse(body("INTERNAL", "internal error; see the server log"),
-                            status_code=500)
+        return problem(500, "INTERNAL", "internal error; see the server log")
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation)
@@ -142,4 +165,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, unexpected)
 
 
-__all__ += ["ErrorBody", "body"]
+__all__ += ["PROBLEM_JSON", "ErrorBody", "body", "problem"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -12,6 +11,7 @@ from fastapi.responses import PlainTextResponse
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import ApiSettings, context, token
 from cronfleet.api.errors import responses
+from cronfleet.health import readiness
 
 __all__ = ["router"]
 
@@ -43,31 +43,6 @@ async def readyz(request: Request, response: Response) -> dict[str, Any]:
     if not ok:
         response.status_code = 503
     return {"status": "ready" if ok else "not ready", "checks": checks}
-
-
-async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str, Any]]:
-    """Ready: the scheduler runs, the store answers within 5 s, and (with timers) the loop
-    is alive and at most ``max_overdue`` seconds behind its earliest due slot."""
-    health: dict[str, Any] = scheduler.health()
-    checks: dict[str, Any] = {"scheduler": health}
-    ok = bool(scheduler.running)
-    try:
-        await asyncio.wait_for(scheduler.store.list_runs(limit=1), 5.0)
-        checks["store"] = "ok"
-    except Exception as exc:
-        checks["store"] = f"unreachable: {type(exc).__name__}: {exc}"
-        ok = False
-    if health["timers"]:
-        if not health["loop_alive"]:
-            ok = False
-            checks["loop"] = "the scheduler loop is not running"
-        elif health["overdue"] > max_overdue:
-            ok = False
-            checks["loop"] = (f"the loop is {health['overdue']:.1f}s behind its earliest due "
-                              f"slot (limit {max_overdue:g}s)")
-        else:
-            checks["loop"] = "ok"
-    return ok, checks
 
 
 async def metrics(request: Request) -> PlainTextResponse:

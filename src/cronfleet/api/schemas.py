@@ -29,6 +29,12 @@ class Strict(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    """An RFC 9457 problem (``application/problem+json``) with cronfleet's extensions."""
+
+    type: str = Field(description="A URI naming the problem type (one per code).")
+    title: str = Field(description="The HTTP status phrase.")
+    status: int = Field(description="The HTTP status code.")
+    detail: str = Field(description="What went wrong (the same text as message).")
     code: str = Field(description="Stable machine-readable code, e.g. JOB_NOT_FOUND.")
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
@@ -56,6 +62,10 @@ class HttpSpec(Strict):
     body_regex: str | None = None
     body_not_regex: str | None = None
     signing_secret: str | None = None
+    signature: Literal["cronfleet", "standard-webhooks"] = Field(
+        default="cronfleet", description="The signature headers sent with signing_secret: "
+                                         "X-Cronfleet-Signature, or Standard Webhooks "
+                                         "(webhook-id/-timestamp/-signature).")
     allow_private_targets: bool | None = Field(
         default=None, description="Deprecated here: give it next to `http` (as in a config "
                                   "file); still read for jobs stored before.")

@@ -11,10 +11,11 @@ import socket
 from collections.abc import Generator
 from typing import Any
 
-from cronfleet import alerts
+from cronfleet import alerts, tracing
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
+from cronfleet.health import ProbeServer
 from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
 from cronfleet.store.api import ApiStore
 
@@ -69,8 +70,12 @@ async def serve(
     settings: ApiSettings | None = None,
     http_runtime: Any = None,
     stop: asyncio.Event | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
-    """Run until SIGINT/SIGTERM (or until ``stop`` is set)."""
+    """Run until SIGINT/SIGTERM (or until ``stop`` is set). ``metrics_port``: also serve
+    ``/healthz``, ``/readyz`` and ``/metrics`` there (:class:`~cronfleet.health.ProbeServer`),
+    whatever the role."""
     import uvicorn
 
     stop = stop or asyncio.Event()
@@ -82,16 +87,24 @@ async def serve(
         http_runtime = HttpRuntime(store=scheduler.store.url)
     # health, auto-pause and notifications for every job kind that asks for them
     unsubscribe_alerts = alerts.install(scheduler, http_runtime)
+    # one span per run when the OTEL_* variables ask for traces (the otel extra)
+    unsubscribe_tracing = tracing.install_from_env(scheduler)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll)
     server: Any = None
     # the port first: a taken port must stop the process before any timer has fired a
     # slot (a supervisor's restart loop would otherwise run jobs without an API)
     sock: socket.socket | None = None
+    probes: ProbeServer | None = None
     try:
         if api:
             sock = _bind(host, port)
         async with scheduler:
+            if metrics_port is not None:
+                probes = ProbeServer(scheduler, metrics_host, metrics_port,
+                                     ready_max_overdue=(settings or ApiSettings())
+                                     .ready_max_overdue)
+                await probes.start()
             await catalog.start()
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
@@ -125,8 +138,12 @@ async def serve(
             await catalog.stop()
             raise_if_failed(loop_task)
     finally:
+        if probes is not None:
+            await probes.stop()
         if sock is not None:
             sock.close()
         unsubscribe_alerts()
+        if unsubscribe_tracing is not None:
+            unsubscribe_tracing()
         await catalog.stop()
         await api_store.close()

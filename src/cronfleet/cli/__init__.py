@@ -24,6 +24,7 @@ Exit codes (shared by every command):
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -55,7 +56,17 @@ COMMANDS = {
 
 
 class _Commands(click.Group):
-    """A group whose commands are imported on first use."""
+    """A group whose commands are imported on first use; a command that needs an extra
+    which is not installed ends with one line naming the ``pip install`` to run."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from cronfleet.extras import MissingExtra
+
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            click.echo(f"cronfleet: {exc}", err=True)
+            ctx.exit(1)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

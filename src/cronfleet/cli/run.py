@@ -47,13 +47,27 @@ _ROLES = {
               help="How long start-up waits for an unreachable store, retrying with backoff "
                    "(e.g. 2m; default: [scheduler] connect_timeout, else forever).")
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-    show_default=True, help="Log verbosity (logs go to stderr).",
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None,
+    help="Log verbosity (logs go to stderr). Default: $CRONFLEET_LOG_LEVEL, else "
+         "[scheduler] log_level, else info.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default=None,
+    help="text: one readable line per record; json: one JSON object per line with job, "
+         "slot, run_id, instance, fencing_token, outcome, duration. Default: "
+         "$CRONFLEET_LOG_FORMAT, else [scheduler] log_format, else text.",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None,
+    help="Also serve /healthz, /readyz and /metrics on this port (all addresses), "
+         "whatever the role; separate from the API. Default: $CRONFLEET_METRICS_PORT, "
+         "else [scheduler] metrics_port, else off.",
 )
 
 
 def run_cmd(config_path: str | None, role: str | None, host: str | None, port: int | None,
-            no_api: bool, connect_timeout: str | None, log_level: str) -> None:
+            no_api: bool, connect_timeout: str | None, log_level: str | None,
+            log_format: str | None, metrics_port: int | None) -> None:
     """Run the declared jobs (and those created over the API) until SIGINT or SIGTERM,
     then stop gracefully.
 
@@ -64,9 +78,14 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     import asyncio
     import logging
 
+    from cronfleet.extras import require
+
+    require("server", "cronfleet run (the REST API, /healthz and /metrics)")
     from cronfleet.api.app import ApiSettings
     from cronfleet.api.serve import serve
     from cronfleet.config import SCHEDULER_ENV, ConfigError, timers_from_env
+    from cronfleet.config.env import pick
+    from cronfleet.logs import configure as configure_logs
 
     wait_for_store: float | None = None
     if connect_timeout is not None:
@@ -99,13 +118,18 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
             "FILE or set CRONFLEET_CONFIG)",
             EXIT_FAILED,
         )
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%Y-%m-%d %H:%M:%S",
-    )
+    # precedence: flag > environment > file > default (config/env.py)
+    level, _ = pick(log_level, "--log-level", config, "log_level")
+    fmt, _ = pick(log_format, "--log-format", config, "log_format")
+    api_host, host_origin = pick(host, "--host", config, "api_host")
+    api_port, port_origin = pick(port, "--port", config, "api_port")
+    probe_port, _ = pick(metrics_port, "--metrics-port", config, "metrics_port")
+    configure_logs(level, fmt)
     log = logging.getLogger("cronfleet.cli")
     log.info("config %s; store %s (from %s)", config.display, config.store, config.store_origin)
+    if api_on:
+        log.info("API address %s (from %s), port %s (from %s)", api_host, host_origin,
+                 api_port, port_origin)
     for p in loaded.plugins:
         log.info(
             "%s %r (%s, priority %d): %d job(s)%s",
@@ -128,9 +152,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
                                ready_max_overdue=config.api_ready_max_overdue,
                                max_request_body=config.api_max_request_body)
-        asyncio.run(serve(scheduler, api=api_on, host=host or config.api_host,
-                          port=config.api_port if port is None else port, settings=settings,
-                          http_runtime=config.http_runtime()))
+        asyncio.run(serve(scheduler, api=api_on, host=api_host, port=api_port, settings=settings,
+                          http_runtime=config.http_runtime(), metrics_port=probe_port))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED

@@ -17,8 +17,11 @@ SCHEDULER_KEYS = (
     "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
     "connect_timeout",
+    "log_level", "log_format", "metrics_port",
     "metrics_job_label",
 )
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
             "max_request_body")
 TASK_KEYS = (

@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cronfleet.config.env import apply_env
 from cronfleet.config.keys import (
     API_KEYS,
     CONFIG_ENV,
     DEFAULT_CONFIG,
     DEFAULT_STORE,
+    LOG_FORMATS,
+    LOG_LEVELS,
     SCHEDULER_KEYS,
     STORE_ENV,
     did_you_mean,
@@ -48,10 +51,11 @@ def load_config(
         path = DEFAULT_CONFIG
     if path is None:
         config = Config()
-        problems: list[Problem] = []
-        _apply_store_env(config, env, problems)
-        if problems:
-            raise ConfigError(problems)
+        reader = Reader(Path(DEFAULT_CONFIG), config.display, "", env)
+        apply_env(reader, config, env)
+        _apply_store_env(config, env, reader.problems)
+        if reader.problems:
+            raise ConfigError(reader.problems)
         return config
     display = str(path)
     file = Path(path)
@@ -87,6 +91,12 @@ def _store_problem(url: str) -> str | None:
         open_store(url)
     except StoreError as exc:
         return str(exc)
+    return None
+
+
+def _port_problem(port: object) -> str | None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        return f"expected a port number 0-65535, got {describe_value(port)}"
     return None
 
 
@@ -255,6 +265,12 @@ class Reader:
         else:
             self.problem("api: expected a table ([api])",
                          at=self.key_position("", -1, "api"), key="api")
+        for table, prefix in (("scheduler", ""), ("api", "api_")):
+            if isinstance(doc.get(table), dict):
+                for key in doc[table]:
+                    config.origins[prefix + key] = self.display
+        # the environment replaces what the file says (flags, later, replace both)
+        apply_env(self, config, self.env)
         _apply_store_env(config, self.env, self.problems)
         tasks = doc.get("tasks", [])
         if isinstance(tasks, dict):
@@ -335,6 +351,19 @@ class Reader:
                     f"expected true or false, got {describe_value(value)}")
             else:
                 config.allow_private_targets = value
+        for key, allowed in (("log_level", LOG_LEVELS), ("log_format", LOG_FORMATS)):
+            if key in sched:
+                if sched[key] not in allowed:
+                    choices = ", ".join(f'"{a}"' for a in allowed)
+                    bad(key, f"expected one of {choices}, got {describe_value(sched[key])}")
+                else:
+                    setattr(config, key, sched[key])
+        if "metrics_port" in sched:
+            problem = _port_problem(sched["metrics_port"])
+            if problem:
+                bad("metrics_port", problem)
+            else:
+                config.metrics_port = sched["metrics_port"]
         if "entry_points" in sched:
             value = sched["entry_points"]
             if not isinstance(value, bool):
@@ -375,11 +404,11 @@ class Reader:
             else:
                 config.api_host = api["host"]
         if "port" in api:
-            port = api["port"]
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-                bad("port", f"expected a port number 0-65535, got {describe_value(port)}")
+            problem = _port_problem(api["port"])
+            if problem:
+                bad("port", problem)
             else:
-                config.api_port = port
+                config.api_port = api["port"]
         if "metrics" in api:
             if api["metrics"] not in ("public", "token"):
                 got = describe_value(api["metrics"])

@@ -64,6 +64,11 @@ class Config:
     api_ready_max_overdue: float = 30.0
     api_private_targets: list[str] = field(default_factory=list)
     api_max_request_body: int = 1024 * 1024
+    log_level: str = "info"
+    log_format: str = "text"
+    metrics_port: int | None = None
+    # where each setting came from when not the default: attribute -> file or variable
+    origins: dict[str, str] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)

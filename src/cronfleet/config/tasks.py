@@ -135,6 +135,11 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         handler = _read_handler(handler_path, bad)
     elif is_http and result is not None and result.http is not None:
         handler = _http_job(result, config, bad)
+        why = _refused_target(handler, config)
+        if why is not None:
+            r.warn(f"{where}: http: url: {why}: the request will be refused (SSRF guard) "
+                   "unless allow_private_targets = true on the task or in [scheduler]",
+                   at=r.where("tasks", index, "http"), task=tid, key="http")
     if failed or result is None or (handler is None and (is_http or handler_path)):
         return None
     kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
@@ -145,6 +150,37 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
     schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
                         auto_pause_after=result.auto_pause_after)
     return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
+
+
+def _refused_target(job: Any, config: Config) -> str | None:
+    """Why the SSRF guard will refuse this HTTP job's URL (a literal private / loopback
+    address or a ``localhost`` name, with private targets not allowed), else None. Names
+    are resolved only when sending: a name that resolves to a private address is refused
+    then, with the address in the run's error."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from cronfleet.jobs.http import check_address
+
+    if job is None or "${" in job.url:
+        return None
+    allowed = (job.allow_private_targets if job.allow_private_targets is not None
+               else config.allow_private_targets)
+    if allowed:
+        return None
+    try:
+        host = urlsplit(job.url).hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host} is a loopback name"
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    return check_address(host)
 
 
 def _http_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:

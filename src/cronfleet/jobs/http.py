@@ -21,10 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
-import hmac
 import ipaddress
-import json
 import logging
 import re
 import socket
@@ -37,8 +34,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, quote_plus
 
-import httpx
-
+from cronfleet import signing, tracing
+from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
 from cronfleet.secrets import (
@@ -51,7 +48,14 @@ from cronfleet.secrets import (
     expand,
     references,
 )
+from cronfleet.signing import sign
 from cronfleet.spec import header_problem
+
+try:
+    import httpx
+except ImportError:
+    require("http", "HTTP jobs")  # one line naming the pip install
+    raise
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
@@ -587,12 +591,6 @@ def idempotency_key(job_id: str, slot: datetime) -> str:
     return f"{job_id}:{slot_text(slot)}"
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``X-Cronfleet-Signature`` value: ``v1=`` + hex HMAC-SHA256 of ``"<ts>." + body``."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "v1=" + mac.hexdigest()
-
-
 def expand_url(url: str, values: Mapping[str, str]) -> str:
     """``url`` with its ``${secrets.NAME}`` references replaced: a reference at the very
     start stands for the URL itself (its value goes in as written); anywhere else the value
@@ -659,6 +657,7 @@ class HttpJob:
     body_not_regex: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     signing_secret: str | None = None
+    signature: str = signing.DEFAULT_SCHEME  # or "standard-webhooks" (cronfleet.signing)
     allow_private_targets: bool | None = None
     namespace: str = DEFAULT_NAMESPACE
     notify: NotifyPolicy | None = None
@@ -783,7 +782,11 @@ class HttpJob:
         if ok:
             message = f"{self.method} {last['request']['url']} -> {status}"
         else:
-            reason = last["error"] or f"HTTP {status}"
+            # the transport error, else the status and the rule it broke (a status out
+            # of 2xx says it alone)
+            failure = last.get("failure") or ""
+            reason = last["error"] or f"HTTP {status}" + (
+                f" ({failure})" if failure and not failure.endswith("is not 2xx") else "")
             message = redact(
                 f"{self.method} {last['request']['url']} failed after {len(attempts)} attempt"
                 f"{'' if len(attempts) == 1 else 's'}: {reason}"
@@ -796,7 +799,7 @@ class HttpJob:
                         redact(_error_text(exc)))
         if ok:
             return result
-        ctx.log("attempts: " + json.dumps(result, ensure_ascii=False))
+        # the attempts are the failed run's result (HttpJobFailed.result), not a log line
         raise HttpJobFailed(message, result)
 
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
@@ -824,7 +827,8 @@ class HttpJob:
         took = record["timings"]["total_ms"]
         if record["error"]:
             return f"{head} -> {record['error']} ({took} ms)"
-        return f"{head} -> {record['response']['status']} in {took} ms"
+        failure = f": {record['failure']}" if record.get("failure") else ""
+        return f"{head} -> {record['response']['status']} in {took} ms{failure}"
 
     async def _attempt(
         self, ctx: RunContext, rt: HttpRuntime, n: int, key: str, redact: Redactor
@@ -892,12 +896,15 @@ class HttpJob:
         headers["X-Cronfleet-Attempt"] = str(n)
         if ctx.fencing_token is not None:
             headers["X-Cronfleet-Fencing-Token"] = str(ctx.fencing_token)
+        tracing.inject(headers)  # W3C traceparent of the run's span, when tracing is on
         if self.signing_secret is not None:
             secret = expand(self.signing_secret, values)
             redact.add(secret)
-            ts = int(time.time())
-            headers["X-Cronfleet-Timestamp"] = str(ts)
-            headers["X-Cronfleet-Signature"] = sign(secret, ts, body)
+            try:
+                headers.update(signing.headers(self.signature, secret, key, int(time.time()),
+                                               body))
+            except ValueError as exc:  # a secret from the vault that cannot sign
+                return done(f"signing_secret: {exc}; nothing was sent", False, False)
         record["request"] = {
             "method": self.method, "url": url, "headers": headers,
             "body": _text(body[:MAX_BODY]) if self.body is not None else None,

@@ -20,7 +20,8 @@ from typing import Any
 
 from cronfleet.model import Job, RunRecord
 
-__all__ = ["Event", "Events", "Listener", "RunFinished", "RunRetried", "Unsubscribe"]
+__all__ = ["Event", "Events", "Listener", "RunFinished", "RunRetried", "RunStarting",
+           "Unsubscribe"]
 
 log = logging.getLogger("cronfleet")
 
@@ -54,7 +55,19 @@ class RunRetried:
     error: str | None
 
 
-Event = RunFinished | RunRetried
+@dataclass(frozen=True, slots=True)
+class RunStarting:
+    """A run's handler is about to be called, in the run's own task (its context is the
+    handler's: a listener may set a context variable -- e.g. the current trace span --
+    that the handler, sync or async, sees). Published only when somebody listens; its
+    listeners are called synchronously and must be quick."""
+
+    job: Job
+    run: RunRecord
+    instance_id: str
+
+
+Event = RunFinished | RunRetried | RunStarting
 Listener = Callable[[Any], Awaitable[None] | None]
 Unsubscribe = Callable[[], None]
 

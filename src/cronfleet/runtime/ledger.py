@@ -25,6 +25,26 @@ log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
 FINISH_CHUNK = 5_000
+log_runs = logging.getLogger("cronfleet")  # the one line per ended run
+
+
+def log_ended(batch: list[Finish], instance_id: str) -> None:
+    """One line per ended run, once its row is written (so its run id is known); the
+    JSON log format (cronfleet.logs) reads the fields passed as ``extra``."""
+    for f in batch:
+        run = f.run
+        if run.status is RunStatus.RUNNING or run.finished_at is None:
+            continue
+        slot = run.slot.isoformat()
+        duration = (None if run.started_at is None
+                    else round((run.finished_at - run.started_at).total_seconds(), 6))
+        fields = {
+            "job": run.job_id, "slot": slot, "run_id": run.id, "instance": instance_id,
+            "fencing_token": run.fencing_token, "outcome": run.status.value,
+            "duration": duration, "attempt": run.attempt,
+        }
+        log_runs.info("job %s slot %s %s%s", run.job_id, slot, run.status.value,
+                      f": {run.error}" if run.error else "", extra={"cronfleet": fields})
 
 
 class Ledger:
@@ -91,9 +111,12 @@ class Ledger:
             # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
             # inside the store's call deadline; a failed chunk keeps itself and the rest
             while batch:
-                await s.store.finish(batch[:FINISH_CHUNK])
+                chunk = batch[:FINISH_CHUNK]
+                await s.store.finish(chunk)
                 del batch[:FINISH_CHUNK]
                 self.progress += 1
+                if log_runs.isEnabledFor(logging.INFO):
+                    log_ended(chunk, s.instance_id)
         except Exception as exc:
             s.stats.store_errors += 1
             s.outage.warn.warning(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
 from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus
-from cronfleet.runtime.events import RunFinished, RunRetried
+from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, Start
@@ -146,6 +146,8 @@ class Runs:
         assert job.handler is not None and self.threads is not None and active.ctx is not None
         clock = self.s.clock
         started = clock.now()
+        if self.s.events.wants(RunStarting):  # e.g. cronfleet.tracing opens the run's span
+            self.s.events.publish(RunStarting(job, active.run, self.s.instance_id))
         try:
             outcome = await execute(
                 job.handler,
@@ -228,7 +230,9 @@ class Runs:
             self.running[job.id] = self.running.get(job.id, 0) + 1
             self.s.activity.enter()
             active.ctx = self.context(job, run)
-            await self._execute(key, active)
+            # in a task of its own, like every run: what a RunStarting listener puts in
+            # the context (the trace span) stays in the run, not in the caller's context
+            await asyncio.create_task(self._execute(key, active))
             await self.s.ledger.flush_once()
         finally:
             threads.shutdown(wait=False)
@@ -270,7 +274,6 @@ class Runs:
         if not ended:
             return
         s = self.s
-        info = log.isEnabledFor(logging.INFO)
         stats = s.stats
         outcomes = stats.outcomes
         finishes = s.ledger.finishes
@@ -289,14 +292,6 @@ class Runs:
             if not run.manual:
                 stats.lateness.observe(outcome.started - run.slot.timestamp())
             stats.durations.observe(outcome.finished - outcome.started)
-            if info:
-                log.info(
-                    "job %s slot %s %s%s",
-                    job.id,
-                    run.slot.isoformat(),
-                    run.status.value,
-                    f": {run.error}" if run.error else "",
-                )
             finishes.append(Finish(run, run.fencing_token if active.leased else None))
             if events is not None:
                 events.publish(RunFinished(job, run, s.instance_id))

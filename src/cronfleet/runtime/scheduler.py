@@ -26,9 +26,9 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
 from cronfleet.cron import CronExpr
@@ -69,6 +69,9 @@ from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.spec import default_job_id, pause_until
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.background import Background
 from cronfleet.store import Store, open_store
 
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
@@ -160,6 +163,7 @@ class Scheduler(SyncControl):
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._background: Background | None = None
         self._build()
 
     def _build(self) -> None:
@@ -408,7 +412,44 @@ class Scheduler(SyncControl):
                 await asyncio.sleep(wait)
                 delay = min(delay * 2, 5.0)
 
-    async def stop(self) -> None:
+    def start_in_background(
+        self, *, timeout: float = 60.0,
+        on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None,
+    ) -> Background:
+        """Start in a daemon thread with an event loop of its own (for sync apps: Flask,
+        Django, gunicorn workers) and return once started; raises what the start raised.
+        ``on_start(scheduler)`` runs in that loop once started (e.g.
+        ``cronfleet.alerts.install``). Stop with :meth:`stop` from any thread; at
+        interpreter exit it is stopped for you."""
+        from cronfleet.runtime.background import Background
+
+        if self.running or (self._background is not None and self._background.alive):
+            raise RuntimeError("the scheduler is already running")
+        bg = Background(self, on_start)
+        self._background = bg
+        try:
+            bg.start(timeout)
+        except BaseException:
+            self._background = None
+            raise
+        return bg
+
+    def stop(self) -> Coroutine[Any, Any, None]:
+        """Stop gracefully (see :meth:`stop_async`). ``await scheduler.stop()`` in the
+        scheduler's loop; after :meth:`start_in_background`, a plain
+        ``scheduler.stop()`` from any other thread stops it and blocks until done."""
+        from cronfleet.runtime.background import Stopped
+
+        bg = self._background
+        if bg is not None and bg.alive and threading.get_ident() != self.loop_thread:
+            bg.stop()
+            self._background = None
+            return Stopped()
+        if not self.running:  # nothing to stop: no coroutine left unawaited
+            return Stopped()
+        return self.stop_async()
+
+    async def stop_async(self) -> None:
         """Stop claiming, let running handlers finish within the grace period, release
         leases and record what was interrupted."""
         if not self.running:

@@ -146,6 +146,9 @@ class SidePostgres:
         self._lock = asyncio.Lock()
 
     async def _connection(self) -> Any:
+        from cronfleet.extras import require
+
+        require("postgres")
         import psycopg
 
         if self._conn is None:

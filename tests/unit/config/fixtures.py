@@ -4,6 +4,7 @@ modules it wrote unloaded after."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -28,6 +29,9 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setattr(plugins, "discover_entry_points", lambda group="": [])
     for var in (CONFIG_ENV, STORE_ENV, SCHEDULER_ENV):
         monkeypatch.delenv(var, raising=False)
+    for var in list(os.environ):  # every setting can come from the environment
+        if var.startswith("CRONFLEET_") and not var.startswith("CRONFLEET_SECRET_KEY"):
+            monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     saved = list(sys.path)
     yield

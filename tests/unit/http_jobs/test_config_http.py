@@ -76,7 +76,7 @@ retry = { attempts = 3, backoff = "linear", delay = "5s" }
     ('http = { url = "https://x", methd = "GET" }',
      "6:8: task 'ping': http: unknown key 'methd' (did you mean 'method'?) (expected "
      "method, url, headers, body, timeout, follow_redirects, accept_status, body_contains, "
-     "body_not_contains, body_regex, body_not_regex, signing_secret, namespace)"),
+     "body_not_contains, body_regex, body_not_regex, signing_secret, signature, namespace)"),
     ('http = { method = "GET" }',
      "6:8: task 'ping': http: url: missing (e.g. http = { url = \"https://example.com/hook\" })"),
     ('http = { url = "https://x", timeout = "soon" }',

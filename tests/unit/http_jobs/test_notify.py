@@ -98,7 +98,7 @@ async def test_notified_once_per_transition(server: Server, hooks: Server, sleep
     assert first.rcpt_tos == ["ops@example.com"]
     assert b"Subject: cronfleet: job ping failed" in first.content
     assert results[3] is not None and results[3]["notifications"]["recovery"] == {
-        "webhook": None, "slack": None, "email": None}
+        "webhook": {"ok": True}, "slack": {"ok": True}, "email": {"ok": True}}
     assert results[4] is not None and "notifications" not in results[4]
     assert results[4]["health"]["successes"] == 2 and results[4]["health"]["failures"] == 3
     assert all(r.headers.get("Idempotency-Key") is None for r in hooks.requests)
@@ -115,7 +115,8 @@ async def test_on_success_and_failing_channel_never_fails_the_job(
     result = await job(ctx(0))
     await rt.aclose()
     assert result["ok"] is True
-    assert result["notifications"]["success"]["webhook"] == "RuntimeError: HTTP 500"
+    assert result["notifications"]["success"]["webhook"] == {
+        "ok": False, "error": "RuntimeError: HTTP 500"}
     assert len(hooks.requests) == 3 and sleeps.calls == [1.0, 2.0]
     assert "notification via webhook failed (attempt 3/3)" in caplog.text
 

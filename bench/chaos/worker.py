@@ -1,0 +1,66 @@
+"""One scheduler process of the chaos suite: ``python -m bench.chaos.worker --help``.
+
+Declares ``--jobs`` interval jobs with the scheduler's **default settings** (only the
+store is given) and runs until SIGTERM / SIGINT, then stops gracefully. Every handler run
+appends one line ``job slot_ms pid started_at`` to ``--record`` (opened ``O_APPEND``, one
+``write`` per line) as its first statement, then sleeps ``--sleep`` seconds: the runs are
+counted on the handler side, not only in the ledger.
+
+``CRONFLEET_CHAOS_CLOCK_OFFSET`` (seconds) skews this process's clock (a host whose
+clock is off: ``SystemClock(offset=…)``). Prints ``READY <instance id>`` once started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+
+from cronfleet import RunContext, Scheduler
+from cronfleet.clock import SystemClock
+from cronfleet.runtime.process import run_until_signal
+
+OFFSET_ENV = "CRONFLEET_CHAOS_CLOCK_OFFSET"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--store", required=True)
+    p.add_argument("--jobs", type=int, default=50)
+    p.add_argument("--every", default="1s")
+    p.add_argument("--sleep", type=float, default=0.4, help="handler duration in seconds")
+    p.add_argument("--record", required=True, help="file the handlers append their runs to")
+    p.add_argument("--log-level", default="WARNING")
+    args = p.parse_args()
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format=f"{os.getpid()} %(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    offset = float(os.environ.get(OFFSET_ENV, "0") or 0)
+    s = Scheduler(store=args.store, clock=SystemClock(offset=offset) if offset else None)
+    fd = os.open(args.record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    pid = os.getpid()
+
+    async def handler(ctx: RunContext) -> None:
+        slot_ms = round(ctx.slot.timestamp() * 1000)
+        os.write(fd, f"{ctx.job_id} {slot_ms} {pid} {time.time():.3f}\n".encode())
+        if args.sleep:
+            await asyncio.sleep(args.sleep)
+
+    for i in range(args.jobs):
+        s.job(args.every, id=f"job-{i:04d}")(handler)
+
+    async def go() -> None:
+        async with s:
+            print(f"READY {s.instance_id}", flush=True)
+            await run_until_signal()
+        print(f"STOPPED {s.instance_id} at {time.time():.3f}", flush=True)
+
+    asyncio.run(go())
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
