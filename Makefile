@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+AXE := tests/browser/node_modules/axe-core/axe.min.js
+
 .PHONY: run test test-lowest lint bench chaos clean
 
 $(STAMP): pyproject.toml
@@ -22,7 +24,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
 
-test: lint
+# axe-core (npm registry) for the dashboard's browser tests; Chromium comes from apt
+$(AXE): tests/browser/package.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --prefix tests/browser --no-audit --no-fund --silent && touch $(AXE); \
+	else echo "npm not found: the browser tests skip (and fail with CI=true)"; fi
+
+test: lint $(AXE)
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-lowest
 
@@ -33,6 +41,7 @@ test-lowest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py
 	$(BIN)/python bench/runtime.py
+	$(BIN)/python bench/dashboard.py
 
 # the published fault suite (docs/reliability.md), ~25 min; e.g.
 # make chaos CHAOS="--store sqlite --only kill9,lock --json"
@@ -40,4 +49,4 @@ chaos: $(STAMP)
 	$(BIN)/python -m bench.chaos $(CHAOS)
 
 clean:
-	rm -rf $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache tests/browser/node_modules

@@ -5,6 +5,7 @@
     .venv/bin/python bench/fleet_postgres.py --only periodic1k --systems cronfleet
     .venv/bin/python bench/fleet_postgres.py --only minute100k   # opt-in, ~2 minutes
     .venv/bin/python bench/fleet_postgres.py --rev HEAD~3 --systems cronfleet  # committed src/
+    .venv/bin/python bench/fleet_postgres.py --only share300 --systems cronfleet  # 3 processes
 
 Database: ``CRONFLEET_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 each (workload, system) run gets its own schema, dropped afterwards.
@@ -68,6 +69,7 @@ class Workload:
     quick_window: float
     spread: bool = False  # job i fires at second i % 60 of each minute
     target: str = ""
+    procs: int = 2  # scheduler processes on the one database
 
 
 WORKLOADS = {
@@ -100,6 +102,16 @@ WORKLOADS = {
             60,
             spread=True,
             target="100% fired, p99 <= 100 ms, start-up <= 5 s",
+        ),
+        Workload(
+            "share300",
+            "3 processes, 300 schedules due every second: the share each runs",
+            300,
+            1,
+            20,
+            5,
+            target="100% fired, 0 duplicates, each process 25-42 % of the runs",
+            procs=3,
         ),
     )
 }
@@ -273,7 +285,7 @@ def run_one(
             raise RuntimeError(f"{system} child failed to start (exit {p.wait()})")
         startup.append(float(line.split()[1]))
 
-    for i in range(2):
+    for i in range(w.procs):
         cmd = [python, str(Path(__file__).resolve()), "--child", system, "--index", str(i)]
         cmd += ["--store", store, "--schema", schema, "--jobs", str(w.jobs)]
         cmd += ["--every", str(w.every), "--out", str(tmp / f"{i}.json")]
@@ -309,10 +321,12 @@ def run_one(
         except subprocess.TimeoutExpired:
             p.kill()
     recs: list[tuple[str, float, float]] = []
-    for i in range(2):
+    per_proc: list[list[tuple[str, float, float]]] = []
+    for i in range(w.procs):
         f = tmp / f"{i}.json"
-        if f.exists():
-            recs += [tuple(r) for r in json.loads(f.read_text())["recs"]]  # type: ignore[misc]
+        mine = [tuple(r) for r in json.loads(f.read_text())["recs"]] if f.exists() else []
+        per_proc.append(mine)  # type: ignore[arg-type]
+        recs += mine  # type: ignore[arg-type]
     if w.spread:
         expected = w.jobs * window / 60
     elif w.every >= 30:
@@ -333,6 +347,12 @@ def run_one(
         "p99": pct(late, 99),
         "max": max(late) if late else math.nan,
         "startup": max(startup) if startup else math.nan,
+        # the share of the window's runs each process ran (work spreading)
+        "shares": [
+            round(100.0 * sum(1 for r in mine if w0 - 1e-6 <= r[1] < w1 - 1e-6)
+                  / max(len(inside), 1), 1)
+            for mine in per_proc
+        ],
     }
     if system == "cronfleet":
         out["ledger_duplicates"] = ledger_duplicates(base_url, schema)
@@ -412,7 +432,7 @@ def _run_all(a: argparse.Namespace, base: str, systems: list[str]) -> None:
         print(
             f"{r['workload']:<12} {r['system']:<10} {fired:>16} {r['duplicates']:>5} "
             f"{fmt_s(r['p50']):>10} {fmt_s(r['p99']):>10} {fmt_s(r['max']):>10} "
-            f"{fmt_s(r['startup']):>9}"
+            f"{fmt_s(r['startup']):>9}  shares % {r['shares']}"
         )
     by = {(r["workload"], r["system"]): r for r in results}
     for name in a.only:

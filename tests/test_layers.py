@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "cronfleet.secrets", "cronfleet.config", "cronfleet.plugins",
                   "cronfleet.catalog", "cronfleet.views", "cronfleet.metrics",
                   "cronfleet.logs", "cronfleet.health", "cronfleet.tracing")),
-    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.__main__",
+    ("faces", ("cronfleet.api", "cronfleet.cli", "cronfleet.dashboard", "cronfleet.__main__",
                "cronfleet.integrations")),
 ]
 

@@ -101,6 +101,7 @@ class SkipReason(StrEnum):
     MISSED = "missed"
     ALREADY_EXECUTING = "already_executing"
     STORE_UNAVAILABLE = "store_unavailable"
+    SUPERSEDED = "superseded"  # a recovery that never got its job's lease in time
 
 
 RunResult = Any

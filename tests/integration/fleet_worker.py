@@ -6,6 +6,9 @@ Declares ``--jobs`` identical interval jobs (``--locking``: ``PREFER_GLOBAL`` un
 Prints ``READY <instance>`` once started. The evidence is read from the store afterwards,
 never from this process's output.
 
+``--count FILE``: each handler appends ``job slot instance recovery`` to FILE when its
+work is done (runs counted on the handler side). ``--instance-ttl``, ``--recover``.
+
 Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
 skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
 process, from this one, at a given time.
@@ -43,8 +46,12 @@ def main() -> None:
     p.add_argument("--log-level", default="WARNING")
     p.add_argument("--locking", default="prefer_global",
                    help="locking of --jobs: node_local, prefer_global, require_global, default")
-    p.add_argument("--count-file", default=None,
-                   help="append 'job slot instance' per handler call (handler-side count)")
+    p.add_argument("--instance-ttl", default="15s")
+    p.add_argument("--recover", action="store_true", help="recover=True on every job")
+    p.add_argument(
+        "--count", default=None,
+        help="file each handler appends 'job slot instance recovery' to (handler-side count)",
+    )
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -58,21 +65,29 @@ def main() -> None:
         shutdown_grace="10s",
         clock=SystemClock(offset=args.clock_offset),
         timers=args.role != "api",
+        instance_ttl=args.instance_ttl,
     )
 
-    counts = os.open(args.count_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT) if (
-        args.count_file
-    ) else None
+    def count(ctx: RunContext) -> None:
+        line = f"{ctx.job_id} {ctx.slot.timestamp():.0f} {args.name} {int(ctx.is_recovery)}\n"
+        fd = os.open(args.count, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one small O_APPEND write: never interleaved
+        finally:
+            os.close(fd)
 
     async def handler(ctx: RunContext) -> None:
-        if counts is not None:  # one small O_APPEND write per call: lines never interleave
-            os.write(counts, f"{ctx.job_id} {round(ctx.slot.timestamp())} {args.name}\n".encode())
         if args.sleep:
             await asyncio.sleep(args.sleep)
+        if args.count:
+            count(ctx)  # after the work: a run cut short (kill -9) is not counted
 
     locking = {} if args.locking == "default" else {"locking": Locking(args.locking)}
     for i in range(args.jobs):
-        s.job(args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, **locking)(handler)
+        s.job(
+            args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover,
+            **locking,
+        )(handler)
     for i in range(args.require_jobs):
         s.job(
             args.every,

@@ -38,7 +38,7 @@ def handler_calls(path: Path) -> Counter[tuple[str, int]]:
     calls: Counter[tuple[str, int]] = Counter()
     if path.exists():
         for line in path.read_text().splitlines():
-            job, slot, _ = line.split()
+            job, slot, *_ = line.split()
             calls[(job, int(slot))] += 1
     return calls
 
@@ -75,7 +75,7 @@ def test_default_settings_keep_exactly_once_through_an_outage(
         url = store_url(schema, proxy.url)
         t0 = math.ceil(time.time()) + 8
         until = t0 + 34
-        args = ("--jobs", str(JOBS), "--locking", "default", "--count-file", str(count_file),
+        args = ("--jobs", str(JOBS), "--locking", "default", "--count", str(count_file),
                 "--log-level", "ERROR")
         procs = [spawn(url, f"o{i}", until, *args) for i in range(2)]
         try:
@@ -182,7 +182,7 @@ def test_sqlite_write_lock_held_10s_default_settings(tmp_path: Path) -> None:
     url = f"sqlite:///{db}"
     t0 = math.ceil(time.time()) + 6
     until = t0 + 30
-    args = ("--jobs", str(JOBS), "--locking", "default", "--count-file", str(count_file),
+    args = ("--jobs", str(JOBS), "--locking", "default", "--count", str(count_file),
             "--log-level", "ERROR")
     procs = [spawn(url, f"l{i}", until, *args) for i in range(2)]
     try:
@@ -212,7 +212,7 @@ def test_sqlite_file_corrupted_under_running_processes(tmp_path: Path) -> None:
     for i in range(2):
         for locking in ("default", "prefer_global"):
             procs.append(spawn(url, f"x{i}{locking[0]}", until, "--jobs", "5", "--prefix",
-                               f"{locking[:4]}", "--locking", locking, "--count-file",
+                               f"{locking[:4]}", "--locking", locking, "--count",
                                str(count_file), "--log-level", "CRITICAL"))
     try:
         wait_ready(procs)

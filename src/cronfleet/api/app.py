@@ -41,6 +41,7 @@ def create_app(
     http_runtime: Any = None,
     vault: Any = None,
     catalog: Catalog | None = None,
+    signin_codes: Any = None,
 ) -> FastAPI:
     """The API app for ``scheduler`` (see :class:`ApiSettings`). Mount it in your own
     ASGI app or serve it with uvicorn; the scheduler must be running (``async with
@@ -80,6 +81,8 @@ def create_app(
                     "manage HTTP jobs and secrets. Every /api route needs a bearer token.",
         lifespan=lifespan,
         responses=responses(400, 422),
+        docs_url=None,  # served by the dashboard from the package's own assets (offline)
+        redoc_url=None,
     )
     app.state.cronfleet = Context(scheduler, store, settings, catalog, http_runtime, vault,
                                   started=catalog.started)
@@ -90,4 +93,8 @@ def create_app(
                    overrides.router, cron.router, secrets.router, audit.router,
                    health.router(settings)):
         app.include_router(router)
+    if settings.dashboard:
+        from cronfleet.dashboard import install as install_dashboard
+
+        install_dashboard(app, signin_codes)
     return app

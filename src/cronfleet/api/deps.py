@@ -72,6 +72,7 @@ class ApiSettings:
     manage_scheduler: bool = False
     catalog_poll: float = 2.0
     max_request_body: int = 1024 * 1024
+    dashboard: bool = True
 
 
 @dataclass

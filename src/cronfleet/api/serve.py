@@ -61,6 +61,29 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def _first_start_codes(api_store: ApiStore, host: str,
+                             settings: ApiSettings | None) -> Any:
+    """A one-time sign-in code when the dashboard is on, the API listens on loopback only
+    and the store holds no token yet (``make run`` then leads into the dashboard)."""
+    from cronfleet.dashboard.auth import OneTimeCodes, is_loopback
+
+    if not (settings or ApiSettings()).dashboard or not is_loopback(host):
+        return None
+    try:
+        if await api_store.list_tokens():
+            return None
+    except CronfleetError as exc:
+        log.warning("cannot tell whether API tokens exist (%s): no sign-in link", exc)
+        return None
+    codes = OneTimeCodes()
+    codes.new()
+    return codes
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 async def serve(
     scheduler: Any,
     *,
@@ -109,8 +132,9 @@ async def serve(
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
             if sock is not None:
+                codes = await _first_start_codes(api_store, host, settings)
                 app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
-                                 catalog=catalog)
+                                 catalog=catalog, signin_codes=codes)
                 config = uvicorn.Config(app, host=host, port=port, access_log=False,
                                         log_config=None, lifespan="on", log_level="warning")
                 server = _server_class()(config)
@@ -127,8 +151,14 @@ async def serve(
                 for srv in server.servers:
                     for listening in srv.sockets:
                         name = listening.getsockname()
-                        log.info("API listening on http://%s:%s (docs at /docs)",
-                                 name[0], name[1])
+                        log.info("API listening on http://%s:%s (dashboard at /, docs at "
+                                 "/docs)", name[0], name[1])
+                        if codes is not None and codes.codes:
+                            url = (f"http://{_url_host(name[0])}:{name[1]}/signin/once/"
+                                   f"{next(iter(codes.codes))}")
+                            log.warning("no API token exists yet: open the dashboard with "
+                                        "this one-time sign-in link (it creates an admin "
+                                        "token of team default): %s", url)
             loop_task = scheduler.loop_task
             await run_until_signal(loop_task, *watched, stop=stop, signals=False)
             if server is not None and server_task is not None:

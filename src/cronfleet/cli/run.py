@@ -148,7 +148,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     _check_vault(loaded)
     code = EXIT_OK
     try:
-        scheduler = loaded.scheduler(timers=role != "api", connect_timeout=wait_for_store)
+        scheduler = loaded.scheduler(timers=role != "api", role=role,
+                                     connect_timeout=wait_for_store)
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
                                ready_max_overdue=config.api_ready_max_overdue,
                                max_request_body=config.api_max_request_body)

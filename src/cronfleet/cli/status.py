@@ -32,7 +32,7 @@ from cronfleet.views import job_views, running_now
 
 if TYPE_CHECKING:
     from cronfleet.config import Loaded
-    from cronfleet.store.base import Store
+    from cronfleet.store.base import Instance, Store
     from cronfleet.views import JobView
 
 
@@ -76,7 +76,47 @@ async def _snapshot(store: Store, loaded: Loaded, n_runs: int) -> dict[str, Any]
         "views": await job_views(store, loaded.jobs, now),
         "running": await running_now(store, limit=100),
         "recent": await store.list_runs(None, limit=n_runs),
+        "instances": await _instances(store, loaded),
     }
+
+
+async def _instances(store: Store, loaded: Loaded) -> list[Instance]:
+    """The fleet's instances (live and lost), when the store keeps them."""
+    from cronfleet.store.base import InstanceStore
+
+    if not isinstance(store, InstanceStore):
+        return []
+    return await store.list_instances(ttl=loaded.config.instance_ttl)
+
+
+def _instance_dict(i: Instance) -> dict[str, Any]:
+    return {
+        "instance_id": i.instance_id,
+        "host": i.host,
+        "pid": i.pid,
+        "role": i.role,
+        "version": i.version,
+        "started_at": i.started_at.isoformat() if i.started_at else None,
+        "heartbeat_at": i.heartbeat_at.isoformat() if i.heartbeat_at else None,
+        "live": i.live,
+        "lost_at": i.lost_at.isoformat() if i.lost_at else None,
+        "lost_by": i.lost_by,
+    }
+
+
+def _instances_line(instances: list[Instance], now: datetime) -> str:
+    """One line: ``instances: 2 live, 1 lost · a (host, pid 1, 2s ago) · ...``."""
+    if not instances:
+        return "instances: none registered"
+    live = [i for i in instances if i.live]
+    parts = [f"instances: {len(live)} live, {len(instances) - len(live)} lost"]
+    for i in instances:
+        beat = (
+            _rel(i.heartbeat_at, now) if i.heartbeat_at is not None else "never"
+        )
+        state = "" if i.live else ", LOST" + (f" (by {i.lost_by})" if i.lost_by else "")
+        parts.append(f"{i.instance_id} ({i.role}, {i.host} pid {i.pid}, beat {beat}{state})")
+    return " · ".join(parts)
 
 
 def _snapshot_dict(snap: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +127,7 @@ def _snapshot_dict(snap: dict[str, Any]) -> dict[str, Any]:
         "jobs": [v.to_dict(now) for v in snap["views"]],
         "running": snap["running"],
         "recent": [r.to_dict() for r in snap["recent"]],
+        "instances": [_instance_dict(i) for i in snap["instances"]],
     }
 
 
@@ -117,7 +158,8 @@ def _render(snap: dict[str, Any], now: datetime) -> Any:
     for r in snap["recent"]:
         recent.add_row(str(r.id), _t(r.job_id), _t(_short(r.slot, now)), _status(r),
                        _t(_duration(r.duration)), _t(r.instance_id or "-"))
-    return Group(header, jobs, running, recent)
+    fleet = Text(_instances_line(snap["instances"], now))
+    return Group(header, fleet, jobs, running, recent)
 
 
 async def _live(store: Store, loaded: Loaded, n_runs: int, interval: float,

@@ -331,6 +331,16 @@ class Reader:
                 config.connect_timeout = duration_seconds(sched["connect_timeout"])
             except ScheduleError as exc:
                 bad("connect_timeout", exc.message)
+        if "instance_ttl" in sched:
+            try:
+                ttl = duration_seconds(sched["instance_ttl"])
+            except ScheduleError as exc:
+                bad("instance_ttl", exc.message)
+            else:
+                if ttl < 1:
+                    bad("instance_ttl", f"expected at least 1 second, got {ttl:g}s")
+                else:
+                    config.instance_ttl = ttl
         if "runs_per_job" in sched:
             n = sched["runs_per_job"]
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -53,6 +53,7 @@ class Config:
     entry_points: bool = True
     shutdown_grace: float = 30.0
     connect_timeout: float | None = None  # start-up waits for the store; None: forever
+    instance_ttl: float = 15.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     metrics_job_label: bool = True
@@ -142,6 +143,7 @@ class Loaded:
         instance_id: str | None = None,
         env: Mapping[str, str] | None = None,
         connect_timeout: float | None = None,
+        role: str = "all",
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
@@ -157,6 +159,8 @@ class Loaded:
             catch_up_window=c.catch_up_window,
             shutdown_grace=c.shutdown_grace,
             connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
+            instance_ttl=c.instance_ttl,
+            role=role,
             run_retention=c.run_retention,
             runs_per_job=c.runs_per_job,
             metrics_job_label=c.metrics_job_label,

@@ -38,6 +38,7 @@ class Pending:
 
     slot: float
     ready: list[tuple[Job, Dispatched, Active | None]] = field(default_factory=list)
+    epoch: int = 0  # the fleet epoch the claims were made in (runtime/fleet.py)
 
 
 class EarlyClaims:
@@ -69,6 +70,7 @@ class EarlyClaims:
             and not job.jitter
             and job.id not in runs.queued
             and not runs.running.get(job.id)
+            and job.id not in self.s.loop.sequencing
         )
 
     async def claim(self, slot: float, now: float) -> None:
@@ -82,7 +84,7 @@ class EarlyClaims:
         so no job leaves the schedule.
         """
         s = self.s
-        pending = self.pending = Pending(slot)
+        pending = self.pending = Pending(slot, epoch=s.fleet.epoch)
         jobs, due = s._jobs, s.due
         nexts = due.next
         try:
@@ -100,6 +102,7 @@ class EarlyClaims:
         take: list[Job] = []
         keep: list[str] = []
         seen: set[str] = set()
+        owns = s.fleet.owns  # spreading: only the job's owner claims it early
         for job_id in bucket:
             job = jobs.get(job_id)
             if job is None or nexts.get(job_id) != slot or job_id in seen:
@@ -107,7 +110,7 @@ class EarlyClaims:
             seen.add(job_id)
             st = states.get(job_id)
             enabled = job.enabled if st is None else st.enabled_at(job, at)
-            if enabled and self.may_claim(job):
+            if enabled and self.may_claim(job) and owns(job_id):
                 take.append(job)
             else:
                 keep.append(job_id)
@@ -150,6 +153,19 @@ class EarlyClaims:
             for job in take:  # lease busy, store error, or the job left meanwhile
                 if job.id not in placed and jobs.get(job.id) is job and nexts.get(job.id) == slot:
                     due.push(job, slot)
+
+    def drop_stale(self, pending: Pending) -> None:
+        """This instance was declared lost after claiming ``pending``: the survivors
+        broke those claims (``interrupted`` rows, recoveries), so none is started here;
+        each job goes on with its next slot."""
+        log.warning(
+            "instance %s: %d slot(s) of %s claimed early were taken over by the fleet "
+            "while this process was not answering; not starting them",
+            self.s.instance_id,
+            sum(1 for _, res, _ in pending.ready if res.won),
+            from_ts(pending.slot).isoformat(),
+        )
+        self.s.due.after_many([(job, pending.slot) for job, _, _ in pending.ready], self.s._jobs)
 
     def take(self, now: float) -> Pending | None:
         """The pending early claims if their instant has come (they leave this owner)."""

@@ -28,7 +28,9 @@ from cronfleet.store.ledger import missed_summary, override_skip_log
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
 
-__all__ = ["Loop", "Pipeline"]
+__all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
+
+SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 
 log = logging.getLogger("cronfleet")
 
@@ -80,6 +82,9 @@ class Loop:
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
         self.fired_mono = time.monotonic()  # when the instant being fired began (monotonic)
+        # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
+        # meanwhile join the sequence (they would meet its lease and be skipped)
+        self.sequencing: dict[str, list[tuple[float, bool]]] = {}
 
     async def run(self) -> None:
         s = self.s
@@ -141,7 +146,14 @@ class Loop:
                 "overrides", "cannot read overrides (%s); using each job's declared enabled", exc
             )
             states = {}
-        # every decision below on a fresh reading: the store call may have taken long
+        if (
+            pending is not None
+            and pending.ready
+            and not await s.fleet.confirm(now, pending.epoch)
+        ):
+            s.early.drop_stale(pending)  # a zombie's claims: the fleet took them over
+            pending = None
+        # every decision below on a fresh reading: the store calls may have taken long
         now = max(now, s.clock.now())
         if pending is not None:
             due += await s.early.fire(pending, now, states)
@@ -153,16 +165,30 @@ class Loop:
         queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
         scheduled = requests.scheduled
         items: list[Dispatch] = []
+        sequencing = self.sequencing
+        # spreading: another live instance's jobs, which it claimed early, are claimed
+        # here a moment later, so its handlers start first (runtime/fleet.py)
+        fleet, early = s.fleet, s.early
+        spread = early.ahead > 0 and len(fleet.live) > 1
+        later: list[Dispatch] = []
         for pair in due:
             job, slot = pair
+            if sequencing and job.id in sequencing:
+                sequencing[job.id].append((slot, now - slot > late_after))
+                handled.append(pair)  # its next slot is queued as usual
+                continue
             if now - slot < (job.period or CRON_GAP) and now - slot <= late_after and (
                 job.id not in states and job.enabled
             ):
                 # the common case: one slot, on time, no override; its next slot is
                 # provably ahead and is computed once the handlers are on their way
                 handled.append(pair)
-                items.append(scheduled(job, slot, now, queued=queued, running=running,
-                                       instance_id=instance_id))
+                item = scheduled(job, slot, now, queued=queued, running=running,
+                                 instance_id=instance_id)
+                if spread and not fleet.owns(job.id) and early.may_claim(job):
+                    later.append(item)
+                    continue
+                items.append(item)
             else:
                 self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences)
             if len(items) >= size:
@@ -174,9 +200,15 @@ class Loop:
         if handled:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
+        if later:
+            s.spawn(self.claim_later(later, now + SPREAD_DELAY))
         if skips:
             await s.ledger.record_skips(skips)
         for job, runs in sequences:
+            if job.id in sequencing:  # already running one: the slots join it
+                sequencing[job.id].extend(runs)
+                continue
+            sequencing[job.id] = runs
             s.spawn(self.run_sequence(job, runs))
 
     def plan_job(
@@ -290,6 +322,12 @@ class Loop:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
                 delay = jitter_delay(job.id, res.request.slot, job.jitter)
                 s.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
+            elif run.is_recovery:  # its own place: never in QUEUE_ONE's single slot
+                runs.recovering[job.id] = Queued(job, run, leased=res.request.lease)
+                log.info(
+                    "job %s: recovery of slot %s waits for the lease (%s)",
+                    job.id, run.slot.isoformat(), res.holder or "busy",
+                )  # fmt: skip
             else:
                 runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
         else:
@@ -302,12 +340,26 @@ class Loop:
                     run.logs[-1] if run.logs else run.reason,
                 )
 
+    async def claim_later(self, items: list[Dispatch], at: float) -> None:
+        """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
+        early and start them first; these claims only matter when an owner is gone."""
+        s = self.s
+        await s.clock.sleep_until(at)
+        s.activity.enter()
+        try:
+            await self.dispatch(items)
+        finally:
+            s.activity.leave()
+
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (RUN_ALL catch-up): one after the other."""
         s = self.s
         s.activity.enter()
         try:
-            for slot, catchup in runs:
+            i = 0
+            while i < len(runs):  # slots due meanwhile are appended (fire_due)
+                slot, catchup = runs[i]
+                i += 1
                 await s.runner.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
@@ -321,4 +373,6 @@ class Loop:
                 await self.dispatch([item])
             await s.runner.job_idle(job.id)
         finally:
+            if self.sequencing.get(job.id) is runs:
+                del self.sequencing[job.id]
             s.activity.leave()

@@ -152,6 +152,7 @@ def recovery(job: Job, run: RunRecord) -> Dispatch:
         lease=job.overlap is not _ALLOW,
         hold=job.lease_seconds,
         catchup=run.is_catchup,
+        wait_if_busy=True,  # retried until it runs or is superseded (Runs.recovering)
         logs=[
             f"♻ Recovery run of slot {run.slot.isoformat()}: run {run.id} on "
             f"{run.instance_id} was interrupted"

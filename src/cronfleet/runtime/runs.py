@@ -18,15 +18,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus
+from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, Start
-from cronfleet.store.ledger import SHUTDOWN_REASON, STOPPED_BEFORE_FINISH, shutdown_log
+from cronfleet.store.ledger import (
+    SHUTDOWN_REASON,
+    STOPPED_BEFORE_FINISH,
+    shutdown_log,
+    skip_result,
+)
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
+
+SUPERSEDED = SkipReason.SUPERSEDED.value
 
 __all__ = ["Active", "Queued", "Runs"]
 
@@ -63,6 +70,8 @@ class Runs:
         self.active: dict[int, Active] = {}
         self.running: dict[str, int] = {}  # runs in progress here, per job
         self.queued: dict[str, Queued] = {}
+        # recovery runs waiting for their job's lease (kept apart from QUEUE_ONE's slot)
+        self.recovering: dict[str, Queued] = {}
         self.ended: list[Active] = []
         self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
         self.idle_jobs: dict[str, asyncio.Event] = {}
@@ -298,6 +307,8 @@ class Runs:
             s.activity.leave()
             if job.id in self.queued and s.running and not s.stopping:
                 s.spawn(self._retry_queued(self.queued[job.id]))
+            if job.id in self.recovering and s.running and not s.stopping:
+                s.spawn(self._retry_recovery(self.recovering[job.id]))
 
     def interrupt(self, run: RunRecord, leased: bool, now: float, why: str) -> None:
         run.status = RunStatus.INTERRUPTED
@@ -376,6 +387,60 @@ class Runs:
         for q in list(self.queued.values()):
             if not self.running.get(q.job.id):
                 await self.start_pending(q.job, q.run, q.leased, wait=True)
+        for q in list(self.recovering.values()):
+            await self.start_recovery(q)
+
+    async def _retry_recovery(self, q: Queued) -> None:
+        s = self.s
+        s.activity.enter()
+        try:
+            await s.ledger.flushed()  # our own run's lease release is written first
+            await self.start_recovery(q)
+        finally:
+            s.activity.leave()
+
+    async def start_recovery(self, q: Queued) -> None:
+        """A recovery run waiting for its job's lease: start it when the lease is free,
+        or record it ``skipped`` (``superseded``) once its slot is older than the job's
+        catch-up window — never dropped silently."""
+        s = self.s
+        job, run = q.job, q.run
+        if self.recovering.get(job.id) is not q or run.id is None:
+            return
+        now = s.clock.now()
+        if now - run.slot.timestamp() > max(job.catch_up_window, s.late_after):
+            del self.recovering[job.id]
+            run.status, run.reason = RunStatus.SKIPPED, SUPERSEDED
+            run.finished_at = from_ts(now)
+            run.result = skip_result(SUPERSEDED)
+            run.logs.append(
+                f"Skipped: the recovery never got the job's lease within its catch-up window "
+                f"({job.catch_up_window:g}s): superseded by the job's later slots"
+            )
+            s.stats.skip(SUPERSEDED)
+            s.ledger.finishes.append(Finish(run, None))
+            s.ledger.flush_event.set()
+            log.warning("job %s: recovery of slot %s superseded", job.id, run.slot.isoformat())
+            return
+        if self.running.get(job.id):
+            return  # our own run holds the lease: retried when it ends
+        try:
+            [started] = await s.store.start(
+                [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True)],
+                s.instance_id,
+            )
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("job %s: cannot start recovery run %s (%s); retrying", job.id, run.id, exc)
+            return
+        if started.run is None or self.recovering.get(job.id) is not q:
+            return  # the lease is still busy: next poll
+        del self.recovering[job.id]
+        if started.run.status is RunStatus.RUNNING:
+            log.info("job %s: recovery of slot %s runs now", job.id, run.slot.isoformat())
+            self.launch(job, started.run, leased=q.leased)
+        else:
+            s.stats.skip(started.run.reason)
 
     async def stop(self, grace: float) -> None:
         """Give running handlers ``grace`` seconds, then cancel them; record the queued
@@ -388,9 +453,10 @@ class Runs:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         now = self.s.clock.now()
-        for q in self.queued.values():
+        for q in [*self.queued.values(), *self.recovering.values()]:
             self.interrupt(q.run, q.leased, now, "the scheduler stopped before its turn came")
         self.queued.clear()
+        self.recovering.clear()
 
     def close(self) -> None:
         if self.threads is not None:

@@ -59,6 +59,7 @@ from cronfleet.runtime.activity import Activity
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
+from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
@@ -102,7 +103,11 @@ class Scheduler(SyncControl):
     the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
     are claimed (with their leases), so that their handlers start at the instant without
     a store round trip; 0 claims every slot at its time (docs/architecture.md, "Early
-    claims"). ``timers=False`` runs no loop: a control-only process (an API replica) that
+    claims"). ``instance_ttl``: a timer process heartbeats by the store's clock every
+    fifth of it; one whose heartbeat is older is lost, and the others break its leases
+    and interrupt its runs (docs/concepts.md, "Instances, leases and fencing").
+    ``role`` is what the process's ``instances`` row says it is. ``timers=False`` runs
+    no loop: a control-only process (an API replica) that
     can pause, trigger and read history.
     """
 
@@ -127,6 +132,8 @@ class Scheduler(SyncControl):
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
         connect_timeout: str | float | timedelta | None = None,
+        instance_ttl: str | float | timedelta = 15.0,
+        role: str = "all",
         metrics_job_label: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
@@ -152,6 +159,10 @@ class Scheduler(SyncControl):
         self.timers = timers
         self.record_started_after = record_started_after
         self.claim_ahead = max(0.0, _secs(claim_ahead, "claim_ahead"))
+        self.instance_ttl = _secs(instance_ttl, "instance_ttl")
+        if self.instance_ttl <= 0:
+            raise ValueError(f"instance_ttl must be more than 0 seconds, not {instance_ttl!r}")
+        self.role = role
         # per-job outcomes for /metrics (the ``job`` label); off for very large fleets
         self.stats = Stats(per_job=metrics_job_label)
         self.events = Events()  # kept across restarts: subscriptions are the caller's
@@ -176,6 +187,7 @@ class Scheduler(SyncControl):
         self.early = EarlyClaims(self)
         self.upkeep = Upkeep(self)
         self.outage = Outage(self)
+        self.fleet = Fleet(self)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -325,6 +337,8 @@ class Scheduler(SyncControl):
         now = self.clock.now()
         for job in self._jobs.values():
             self.due.first(job, states.get(job.id), now)
+        if self.fleet.enabled:  # registered before the first claim
+            await self.fleet.beat()
         self.running = True
         self.stopping = False
         self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
@@ -334,6 +348,8 @@ class Scheduler(SyncControl):
             self.spawn(self.upkeep.retention_loop())
             self.spawn(self.upkeep.orphan_loop())
             self.spawn(self.upkeep.renew_loop())
+            if self.fleet.enabled:
+                self.spawn(self.fleet.heartbeat_loop())
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
@@ -475,6 +491,12 @@ class Scheduler(SyncControl):
         self.runner.close()
         try:
             async with asyncio.timeout(STOP_WRITE_BUDGET):
+                await self.fleet.leave()
+        except TimeoutError:
+            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
+                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
                 await self.store.close()
         except TimeoutError:
             log.warning("cronfleet %s: closing the store took over %g s; left behind",
@@ -526,6 +548,10 @@ class Scheduler(SyncControl):
             "overdue": round(overdue, 3),
             "jobs": len(self._jobs),
             "active_runs": len(self.runner.active),
+            # the live instances this one knows of (heartbeats), and how many times it
+            # was declared lost by the others and re-joined
+            "instances_live": list(self.fleet.live),
+            "times_declared_lost": self.fleet.epoch,
         }
 
     def leases_held(self) -> int:

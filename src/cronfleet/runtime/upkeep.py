@@ -70,19 +70,29 @@ class Upkeep:
         except Exception as exc:
             log.warning("orphan check failed (%s)", exc)
             return []
-        for run in orphans:
+        await self.recover(orphans, "its lease expired")
+        return orphans
+
+    async def recover(self, runs: list[RunRecord], why: str) -> None:
+        """Log each run marked ``interrupted`` (by the reaper or for a lost instance) and
+        re-run its slot where the job says ``recover=True``."""
+        s = self.s
+        items = []
+        for run in runs:
             log.warning(
-                "job %s: run %s (slot %s on %s) was interrupted: its lease expired",
+                "job %s: run %s (slot %s on %s) was interrupted: %s",
                 run.job_id,
                 run.id,
                 run.slot.isoformat(),
                 run.instance_id,
+                why,
             )
             job = s._jobs.get(run.job_id)
             if job is None or not job.recover or run.fencing_token is None or run.manual:
                 continue
-            await s.loop.dispatch([requests.recovery(job, run)])
-        return orphans
+            items.append(requests.recovery(job, run))
+        for item in items:  # one at a time: a batch takes at most one lease per job
+            await s.loop.dispatch([item])
 
     async def renew_loop(self) -> None:
         """Keep the leases of long runs without a timeout alive while they run."""

@@ -23,6 +23,10 @@ __all__ = [
     "Dispatched",
     "EarlyClaimStore",
     "Finish",
+    "Heartbeat",
+    "Instance",
+    "InstanceStore",
+    "LostInstances",
     "RunCursor",
     "RunFilter",
     "RunPage",
@@ -331,15 +335,18 @@ class Dispatch:
         hold: float = 3600.0,
         catchup: bool = False,
         logs: list[str] | None = None,
+        wait_if_busy: bool = False,
     ) -> Dispatch:
         """Run again the slot of an interrupted run: its claim (``token``) is replaced by
-        a new, higher token (only one instance wins that)."""
+        a new, higher token (only one instance wins that). ``wait_if_busy``: the lease
+        busy (the job's next slot runs), the recovery stays ``pending`` until it is free."""
         return cls(
             job_id=job_id,
             slot=slot,
             triggered_by=TriggeredBy.RECOVERY,
             lease=lease,
             hold=hold,
+            wait_if_busy=wait_if_busy and lease,
             is_recovery=True,
             is_catchup=catchup,
             reclaim_token=token,
@@ -655,3 +662,84 @@ class EarlyClaimStore(Store, Protocol):
         release the job's lease if that token still holds it, one transaction, as if the
         slot had never been claimed (where catch-up starts included). Returns the number of
         claims deleted."""
+
+
+# -- instances: who is alive (heartbeats by the store's clock) ------------------------------
+
+
+@dataclass(slots=True)
+class Instance:
+    """One scheduler process of the fleet, as its row in ``instances`` says.
+
+    ``heartbeat_at`` is written by the store's clock (PostgreSQL: the database's), so hosts
+    with skewed clocks agree on who is alive. ``lost_at`` / ``lost_by``: set by the
+    survivor that declared it lost and broke its leases. ``live`` is computed when listed:
+    not declared lost and a heartbeat younger than the ``ttl`` asked for.
+    """
+
+    instance_id: str
+    host: str
+    pid: int
+    role: str
+    version: str
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lost_at: datetime | None = None
+    lost_by: str | None = None
+    live: bool = True
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """What :meth:`InstanceStore.heartbeat` found.
+
+    ``lost``: the row said this instance had been declared lost (``lost_at`` / ``lost_by``
+    tell when and by whom); the call re-registered it (a fresh row: ``started_at`` now,
+    the survivors broke its leases). ``live``: the ids of the live
+    instances, this one included, sorted (what work spreading hashes over).
+    """
+
+    now: float
+    lost: bool = False
+    lost_at: datetime | None = None
+    lost_by: str | None = None
+    live: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class LostInstances:
+    """What :meth:`InstanceStore.break_lost` did: the instances it declared lost (each by
+    exactly one survivor) and the run rows it marked or wrote ``interrupted``
+    (reason ``instance_lost``), for the caller's recoveries."""
+
+    instances: list[Instance] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+
+
+@runtime_checkable
+class InstanceStore(Store, Protocol):
+    """A store that keeps the fleet's instances (memory, SQLite and PostgreSQL do).
+
+    Leases are proof of life: a lease stays valid while its holder heartbeats, and the
+    survivors break the leases of an instance whose heartbeat is older than ``ttl``
+    (whatever expiry the lease row carries: that stays the backstop of a fleet without
+    heartbeats).
+    """
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        """Register ``me`` or refresh its heartbeat (store clock) and list the live
+        instances (heartbeat younger than ``ttl``), one transaction. An instance found
+        declared lost is re-registered and told so (``Heartbeat.lost``)."""
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        """Declare lost every other instance whose heartbeat is older than ``ttl`` and
+        break its leases, one transaction: its open runs (running, pending) become
+        ``interrupted`` with reason ``instance_lost`` naming it, a claimed and leased
+        slot it never wrote a row for gets that ``interrupted`` row (early claims
+        included), and its leases are released. Exactly one caller declares each."""
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        """Every registered instance, ``live`` set by ``ttl``, oldest first."""
+
+    async def leave(self, instance_id: str) -> None:
+        """Remove this instance's row (a graceful stop)."""

@@ -8,6 +8,7 @@ tests in ``tests/store/test_ledger.py`` pin each branch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -16,16 +17,22 @@ from cronfleet.model import RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched
 
 __all__ = [
+    "INSTANCE_LOST_REASON",
     "INTERRUPTED_ERROR",
     "INTERRUPTED_REASON",
     "SHUTDOWN_REASON",
     "STOPPED_BEFORE_FINISH",
+    "attach_late_result",
     "busy_log",
     "busy_result",
     "dispatch_run",
     "dispatch_runs",
+    "instance_lost_error",
+    "instance_lost_log",
+    "instance_lost_run",
     "interrupted_log",
     "interrupted_log_parts",
+    "is_late",
     "kept_lost_run",
     "lost_run",
     "missed_log",
@@ -46,6 +53,60 @@ _INTERRUPTED_LOG = (
     "Interrupted: {holder} did not finish this run before its lease expired (marked by {by})"
 )
 _NO_HOLDER = "an instance"
+
+INSTANCE_LOST_REASON = "instance_lost"
+_LOST_LOG = (
+    "Interrupted: instance {holder} was declared lost (no heartbeat for {ttl:g}s, "
+    "marked by {by}); its lease was broken"
+)
+LATE_RESULT_KEY = "late_result"
+"""Where a fenced run's own outcome is kept in the slot's row (``result[LATE_RESULT_KEY]``)."""
+
+
+def instance_lost_error(holder: str) -> str:
+    return f"instance {holder} was declared lost while running it (its heartbeat stopped)"
+
+
+def instance_lost_log(holder: str, ttl: float, marked_by: str) -> str:
+    """The log line of a run whose holder was declared lost by ``marked_by``."""
+    return _LOST_LOG.format(holder=holder, ttl=ttl, by=marked_by)
+
+
+def is_late(stored: RunStatus, incoming: RunStatus) -> bool:
+    """THE fence of the ledger: a row that already holds a final outcome (interrupted by
+    a survivor, for instance) is never overwritten by another outcome; the second one is
+    a late result, attached to it (:func:`attach_late_result`)."""
+    return stored.finished and stored is not incoming
+
+
+def attach_late_result(
+    stored: RunRecord, late: RunRecord, now: datetime | None = None
+) -> RunRecord:
+    """``stored`` with ``late``'s outcome kept as its late result: the status, reason,
+    error and finish time stay the stored ones (one terminal outcome per slot); the
+    result gets ``late_result`` = what the fenced holder reported, and a log line says
+    so."""
+    rec = dataclasses.replace(stored, logs=list(stored.logs))
+    base = rec.result if isinstance(rec.result, dict) else (
+        {} if rec.result is None else {"result": rec.result}
+    )
+    when = late.finished_at or now
+    base = dict(base)
+    base[LATE_RESULT_KEY] = {
+        "status": late.status.value,
+        "reason": late.reason,
+        "finished_at": when.isoformat() if when is not None else None,
+        "instance_id": late.instance_id,
+        "result": late.result,
+        "error": late.error,
+    }
+    rec.result = base
+    rec.logs.append(
+        f"Late result from {late.instance_id or _NO_HOLDER}: {late.status.value}"
+        + (f" at {when.isoformat()}" if when is not None else "")
+        + f" (fenced: this slot was already {stored.status.value}; kept, not a second outcome)"
+    )
+    return rec
 
 
 def busy_log(holder: str | None) -> str:
@@ -302,6 +363,37 @@ def lost_run(
         finished_at=now,
         error=INTERRUPTED_ERROR,
         logs=[interrupted_log(holder, marked_by)],
+    )
+
+
+def instance_lost_run(
+    job_id: str,
+    token: int,
+    holder: str,
+    slot: datetime | None,
+    claimed_at: datetime,
+    *,
+    now: datetime,
+    ttl: float,
+    marked_by: str,
+) -> RunRecord:
+    """The ``interrupted`` row for a slot claimed and leased by an instance declared lost
+    that never wrote its run row (an early claim, or a run whose row was still in its
+    group commit)."""
+    return RunRecord(
+        id=None,
+        job_id=job_id,
+        slot=slot if slot is not None else claimed_at,
+        triggered_by=TriggeredBy.SCHEDULE,
+        status=RunStatus.INTERRUPTED,
+        instance_id=holder,
+        fencing_token=token,
+        manual=slot is None,
+        reason=INSTANCE_LOST_REASON,
+        claimed_at=claimed_at,
+        finished_at=now,
+        error=instance_lost_error(holder),
+        logs=[instance_lost_log(holder, ttl, marked_by)],
     )
 
 

@@ -25,6 +25,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    Heartbeat,
+    Instance,
+    LostInstances,
     RunCursor,
     RunFilter,
     RunPage,
@@ -64,6 +67,7 @@ class MemoryDatabase:
     # what the watermark rule reads, per job: claimed slots and claim-less skip slots (ms)
     claimed: dict[str, set[int]] = field(default_factory=dict)
     skipped: dict[str, dict[int, int]] = field(default_factory=dict)  # slot -> skip rows
+    instances: dict[str, Instance] = field(default_factory=dict)  # the fleet, by id
 
 
 def _copy(r: RunRecord) -> RunRecord:
@@ -147,6 +151,10 @@ class MemoryStore:
     def _update(self, rec: RunRecord) -> None:
         stored = self.db.runs.get(rec.id or 0)
         if stored is None:
+            return
+        if ledger.is_late(stored.status, rec.status):  # one terminal row per slot
+            kept = ledger.attach_late_result(stored, rec, dt(self._now()))
+            stored.result, stored.logs = kept.result, kept.logs
             return
         stored.status = rec.status
         stored.reason = rec.reason
@@ -331,7 +339,7 @@ class MemoryStore:
         deleted = 0
         for job_id, slot, token in items:
             claim = db.claims.get((job_id, ms(slot)))
-            if claim is not None and claim.token == token:
+            if claim is not None and claim.token == token and not self._has_run(job_id, token):
                 self._drop_claim(claim)
                 deleted += 1
             self._release(job_id, token)
@@ -449,6 +457,86 @@ class MemoryStore:
             self._release(st.job_id, claim.token)
             rebuilt.append(rec)
         return reaped + rebuilt
+
+    # -- instances ---------------------------------------------------------------------------
+
+    def _live(self, now: int, ttl: float) -> tuple[str, ...]:
+        cut = now - ms(ttl)
+        return tuple(sorted(
+            i.instance_id for i in self.db.instances.values()
+            if i.lost_at is None and (msd(i.heartbeat_at) or 0) >= cut
+        ))  # fmt: skip
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        db = self._db()
+        now = self._now()
+        row = db.instances.get(me.instance_id)
+        beat = Heartbeat(now=now / 1000.0)
+        if row is None or row.lost_at is not None:
+            if row is not None:
+                beat.lost, beat.lost_at, beat.lost_by = True, row.lost_at, row.lost_by
+            row = Instance(me.instance_id, me.host, me.pid, me.role, me.version, dt(now))
+            db.instances[me.instance_id] = row
+        row.heartbeat_at = dt(now)
+        beat.live = self._live(now, ttl)
+        return beat
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        db = self._db()
+        now = self._now()
+        now_dt = dt(now)
+        assert now_dt is not None
+        cut = now - ms(ttl)
+        out = LostInstances()
+        for inst in db.instances.values():
+            if (
+                inst.instance_id == instance_id
+                or inst.lost_at is not None
+                or (msd(inst.heartbeat_at) or 0) >= cut
+            ):
+                continue
+            inst.lost_at, inst.lost_by = now_dt, instance_id
+            out.instances.append(dataclasses.replace(inst, live=False))
+        lost = {i.instance_id for i in out.instances}
+        if not lost:
+            return out
+        for run in db.runs.values():
+            if run.status in _OPEN and run.instance_id in lost:
+                holder = run.instance_id or ""
+                run.status, run.reason = RunStatus.INTERRUPTED, ledger.INSTANCE_LOST_REASON
+                run.finished_at, run.deadline = now_dt, None
+                run.error = ledger.instance_lost_error(holder)
+                run.logs.append(ledger.instance_lost_log(holder, ttl, instance_id))
+                out.runs.append(_copy(run))
+        for st in db.states.values():
+            if st.lease_holder not in lost or st.lease_token is None:
+                continue
+            tok = st.lease_token
+            claim = db.tokens.get(tok)
+            if claim is not None and claim.job_id == st.job_id and not self._has_run(
+                st.job_id, tok
+            ):
+                claimed = dt(claim.claimed_at)
+                assert claimed is not None
+                rec = ledger.instance_lost_run(
+                    st.job_id, tok, st.lease_holder, dt(claim.slot), claimed,
+                    now=now_dt, ttl=ttl, marked_by=instance_id,
+                )  # fmt: skip
+                self._insert(rec)
+                out.runs.append(_copy(rec))
+            self._release(st.job_id, tok)
+        return out
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        db = self._db()
+        live = set(self._live(self._now(), ttl))
+        rows = sorted(
+            db.instances.values(), key=lambda i: (msd(i.started_at) or 0, i.instance_id)
+        )
+        return [dataclasses.replace(i, live=i.instance_id in live) for i in rows]
+
+    async def leave(self, instance_id: str) -> None:
+        self._db().instances.pop(instance_id, None)
 
     # -- reading the ledger -------------------------------------------------------------------
 

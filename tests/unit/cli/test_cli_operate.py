@@ -428,3 +428,29 @@ def test_every_command_documents_its_exit_codes(cli: Callable[..., Result]) -> N
         r = cli(cmd, "--help")
         assert r.exit_code == 0, cmd
         assert "Exit codes" in r.stdout and "3  the job is already executing" in r.stdout, cmd
+
+
+# -- status: the fleet's instances ----------------------------------------------------
+
+
+def test_status_lists_the_instances(cli: Callable[..., Result], project: Path,
+                                    tmp_path: Path) -> None:
+    from cronfleet.store.base import Instance, InstanceStore
+
+    async def go() -> None:
+        store = open_store(f"sqlite:///{tmp_path / 'ops.db'}")
+        await store.open()
+        assert isinstance(store, InstanceStore)
+        await store.heartbeat(Instance("w1:1:aa", "host-1", 1, "worker", "1.2"), ttl=15)
+        await store.close()
+
+    asyncio.run(go())
+    r = cli("status", "--json")
+    assert r.exit_code == 0, r.stderr
+    [inst] = json.loads(r.stdout)["instances"]
+    assert inst["instance_id"] == "w1:1:aa" and inst["live"] is True
+    assert (inst["host"], inst["pid"], inst["role"], inst["version"]) == ("host-1", 1, "worker",
+                                                                         "1.2")
+    r = cli("status", "--once")
+    assert r.exit_code == 0, r.stderr
+    assert "instances: 1 live, 0 lost" in r.stdout and "w1:1:aa (worker, host-1 pid 1" in r.stdout

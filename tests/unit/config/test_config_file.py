@@ -79,6 +79,14 @@ def test_valid_config_is_read_with_defaults_applied(write: Callable[..., Path],
     assert report.schedule.missed == "RUN_ALL" and report.schedule.enabled is False
 
 
+def test_instance_ttl_is_read_and_reaches_the_scheduler(write: Callable[..., Path]) -> None:
+    write("handlers.py", HANDLERS)
+    config = load_config(write("cronfleet.toml", '[scheduler]\ninstance_ttl = "20s"\n'))
+    assert config.instance_ttl == 20.0
+    with config.load() as loaded:
+        assert loaded.scheduler(timers=False).instance_ttl == 20.0
+
+
 def test_tasks_become_jobs_with_every_option(write: Callable[..., Path]) -> None:
     write("handlers.py", HANDLERS)
     loaded = load_config(write("cronfleet.toml", VALID)).load()
@@ -248,6 +256,11 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         ('[scheduler]\ncatch_up_window = true\n',
          "2:19: scheduler: catch_up_window: expected a duration like '30s' or a number of "
          "seconds, got a boolean (True)"),
+        ('[scheduler]\ninstance_ttl = "500ms"\n',
+         "2:16: scheduler: instance_ttl: expected at least 1 second, got 0.5s"),
+        ('[scheduler]\ninstance_ttl = "soon"\n',
+         "2:16: scheduler: instance_ttl: invalid duration 'soon': unexpected 'soon' at column "
+         "1 (expected a number and a unit (ms, s, m, h, d, w), e.g. '30s', '10m', '1h30m')"),
         ('[scheduler]\nmetrics_job_label = "no"\n',
          "2:21: scheduler: metrics_job_label: expected true or false, got a string ('no')"),
         ('[scheduler]\nruns_per_job = 0\n',
@@ -336,3 +349,9 @@ def test_config_class_defaults_match_the_scheduler() -> None:
     c = Config()
     assert (c.timezone, c.catch_up_window, c.shutdown_grace, c.runs_per_job) == (
         "UTC", 3600.0, 30.0, 1000)
+    import inspect
+
+    from cronfleet import Scheduler
+
+    default = inspect.signature(Scheduler).parameters["instance_ttl"].default
+    assert c.instance_ttl == default == 15.0

@@ -85,3 +85,7 @@ def test_api_lists_and_sizes_from_the_environment() -> None:
                               "CRONFLEET_API_MAX_REQUEST_BODY": "4096"})
     assert config.api_private_targets == ["10.1.2.0/24", "billing.internal"]
     assert config.api_max_request_body == 4096
+
+
+def test_instance_ttl_from_the_environment() -> None:
+    assert load_config(env={"CRONFLEET_INSTANCE_TTL": "30s"}).instance_ttl == 30.0

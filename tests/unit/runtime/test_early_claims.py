@@ -145,7 +145,12 @@ async def test_stop_runs_its_early_claims_at_their_time(
     Giving the winner's claim back at stop would lose the slot (the loser will not try
     again), so the winner's stop waits for the instant, runs it, and only then stops: a
     rolling deploy loses nothing."""
-    by_name = {"a": make(instance_id="a"), "b": make(instance_id="b")}
+    # the clock jumps a minute in one step (to_window): no heartbeat happens meanwhile, so
+    # a ttl below that would have each declare the other lost (test_fleet.py covers that)
+    by_name = {
+        "a": make(instance_id="a", instance_ttl=3600),
+        "b": make(instance_id="b", instance_ttl=3600),
+    }
     ran: list[str] = []
     for name, s in by_name.items():
 

@@ -832,3 +832,45 @@ async def test_run_all_runs_every_missed_slot_of_many_jobs(
         assert calls[job_id][: len(missed)] == missed, job_id
     runs = await second.runs_async(limit=1000)
     assert not [r for r in runs if r.reason == "already_executing"]
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_slot_due_during_a_run_all_sequence_joins_it(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Right after a restart the RUN_ALL catch-up sequence still holds the job's lease when
+    the next on-time slot comes: that slot runs after the sequence (it used to be skipped
+    'already executing' against the process's own catch-up run)."""
+    first = make()
+    first.job("5s", id="all", missed=Missed.RUN_ALL)(Recorder())
+    await first.start()
+    await advance(clock, 5, first, step=5)
+    await first.stop()
+    clock.advance(20)  # down for 4 slots
+    second = make()
+    release = asyncio.Event()
+    calls: list[float] = []
+
+    async def slow(ctx: RunContext) -> None:
+        calls.append(ctx.slot.timestamp())
+        await release.wait()
+
+    second.job("5s", id="all", missed=Missed.RUN_ALL)(slow)
+    await second.start()
+    running.append(second)
+    for _ in range(50):
+        await asyncio.sleep(0.001)
+    assert "all" in second.loop.sequencing and len(calls) == 1
+    for _ in range(2):  # two on-time slots come while the first catch-up run holds on
+        clock.advance(5)
+        for _ in range(50):
+            await asyncio.sleep(0.001)
+    release.set()
+    for _ in range(4):
+        await settle(second)
+    assert calls == sorted(calls) and len(calls) == len(set(calls))
+    assert calls[-2:] == [T0 + 30, T0 + 35], calls
+    runs = await second.runs_async(limit=1000)
+    assert not [r for r in runs if r.reason == "already_executing"], [
+        (r.slot, r.reason) for r in runs
+    ]

@@ -92,6 +92,8 @@ USING (SELECT e->>0 AS j, to_timestamp((e->>1)::bigint / 1000.0) AS slot,
               (e->>2)::bigint AS tok
        FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
 WHERE c.token = v.tok AND c.job_id = v.j AND c.slot = v.slot
+  -- never a claim whose slot has a run row (a survivor resolved it: instance_lost)
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = c.token)
 RETURNING c.job_id;
 
 -- name: take_leases
@@ -193,7 +195,8 @@ RETURNING id;
 -- name: upsert_runs
 -- the same rows, each carrying a fencing token: a token belongs to one run, so writing it
 -- is idempotent (a group commit retried after a lost COMMIT answer writes it once) and a
--- slow holder's real outcome replaces the row the reaper wrote when it looked dead
+-- slow holder's outcome completes the open row the reaper kept for it; a row that already
+-- holds a final outcome is fenced (see the WHERE)
 INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id,
                         fencing_token, manual, is_catchup, is_recovery, attempt, claimed_at,
                         started_at, finished_at, deadline, result, error, logs, params,
@@ -209,6 +212,9 @@ ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO UPDATE SET
   status = EXCLUDED.status, reason = EXCLUDED.reason, started_at = EXCLUDED.started_at,
   finished_at = EXCLUDED.finished_at, deadline = EXCLUDED.deadline, result = EXCLUDED.result,
   error = EXCLUDED.error, logs = EXCLUDED.logs
+-- the fence: a row holding a final outcome is never overwritten by another one (the
+-- store attaches the late result instead, store/ledger.py is_late)
+WHERE runs.status IN ('running', 'pending') OR runs.status = EXCLUDED.status
 RETURNING id, fencing_token;
 
 -- name: finish_runs
@@ -222,7 +228,8 @@ FROM (SELECT (e->>0)::bigint AS id, e->>1 AS status, e->>2 AS reason,
              to_timestamp((e->>5)::bigint / 1000.0) AS deadline,
              nullif(e->6, 'null') AS result, e->>7 AS error, e->8 AS logs
       FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
-WHERE r.id = v.id;
+WHERE r.id = v.id AND (r.status IN ('running', 'pending') OR r.status = v.status)
+RETURNING r.id;
 
 -- name: start_runs
 -- rows: [run id, deadline ms]: pending runs whose turn came
@@ -348,3 +355,67 @@ SET LOCAL search_path TO __S__;
 
 -- name: migration_applied
 INSERT INTO __S__.schema_migrations (version, name) VALUES (%s, %s);
+
+-- name: runs_by_token
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs, params, forced_by
+FROM __S__.runs
+WHERE fencing_token IN (SELECT (jsonb_array_elements_text(%(tokens)s::jsonb))::bigint);
+
+-- name: attach_late
+-- a late result kept on the row that holds the slot's outcome
+UPDATE __S__.runs SET result = %(result)s::jsonb, logs = %(logs)s::jsonb WHERE id = %(id)s;
+
+-- name: instance_get
+SELECT lost_at, lost_by FROM __S__.instances WHERE instance_id = %(id)s FOR UPDATE;
+
+-- name: instance_register
+INSERT INTO __S__.instances (instance_id, host, pid, role, version, started_at, heartbeat_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(role)s, %(version)s, %(now)s, %(now)s)
+ON CONFLICT (instance_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
+  role = EXCLUDED.role, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
+  heartbeat_at = EXCLUDED.heartbeat_at, lost_at = NULL, lost_by = NULL;
+
+-- name: instance_beat
+UPDATE __S__.instances SET heartbeat_at = %(now)s
+WHERE instance_id = %(id)s AND lost_at IS NULL;
+
+-- name: instances_live
+SELECT instance_id FROM __S__.instances
+WHERE lost_at IS NULL AND heartbeat_at >= %(cut)s ORDER BY instance_id COLLATE "C";
+
+-- name: instances_declare_lost
+-- exactly one survivor declares each (the row lock; the WHERE is re-checked after it)
+UPDATE __S__.instances SET lost_at = %(now)s, lost_by = %(me)s
+WHERE lost_at IS NULL AND heartbeat_at < %(cut)s AND instance_id <> %(me)s
+RETURNING instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by;
+
+-- name: instances_all
+SELECT instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by
+FROM __S__.instances ORDER BY started_at, instance_id;
+
+-- name: instance_leave
+DELETE FROM __S__.instances WHERE instance_id = %(id)s;
+
+-- name: interrupt_lost
+-- rows: [instance, error, log line]: open runs of the instances declared lost
+UPDATE __S__.runs SET status = 'interrupted', reason = %(reason)s, finished_at = %(now)s,
+  deadline = NULL, error = e->>1,
+  logs = coalesce(runs.logs, '[]'::jsonb) || jsonb_build_array(e->>2)
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+WHERE runs.status IN ('running', 'pending') AND runs.instance_id = e->>0
+RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+          is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+          result, error, logs, params, forced_by;
+
+-- name: leases_of
+-- leases held by these instances (locked in job_id order), with the claim and whether the
+-- token already has a run row
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
+       EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
+FROM __S__.job_state s LEFT JOIN __S__.claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL
+  AND s.lease_holder IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+ORDER BY s.job_id
+FOR UPDATE OF s;

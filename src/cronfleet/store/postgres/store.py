@@ -55,6 +55,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    Heartbeat,
+    Instance,
+    LostInstances,
     RunCursor,
     RunFilter,
     RunPage,
@@ -140,6 +143,13 @@ _dumps = dumps
 _state = pg_state
 _run = pg_run
 _run_rows = pg_run_rows
+
+
+def _instance(row: Sequence[Any], *, live: bool) -> Instance:
+    return Instance(
+        instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
+        started_at=row[5], heartbeat_at=row[6], lost_at=row[7], lost_by=row[8], live=live,
+    )  # fmt: skip
 
 
 def _run_id(r: RunRecord) -> int:
@@ -982,6 +992,9 @@ class PostgresStore:
         if fenced:
             await cur.execute(cur.q["upsert_runs"], {"rows": _run_rows([recs[i] for i in fenced])})
             by_token = {tok: rid for rid, tok in await cur.fetchall()}
+            missing = [recs[i] for i in fenced if recs[i].fencing_token not in by_token]
+            if missing:  # fenced: the token's row holds a final outcome already
+                by_token.update(await PostgresStore._attach_late(cur, missing, "tokens"))
             for i in fenced:
                 ids[i] = by_token[recs[i].fencing_token]
         if plain:
@@ -992,6 +1005,118 @@ class PostgresStore:
             for i, rid in zip(plain, got, strict=True):
                 ids[i] = rid
         return ids
+
+    @staticmethod
+    async def _attach_late(
+        cur: Cursor, late: Sequence[RunRecord], by: Literal["tokens", "ids"]
+    ) -> dict[int, int]:
+        """Keep each of ``late`` as the late result of the row that already holds its
+        slot's final outcome (found by token or by id); ``{token: row id}``."""
+        if by == "tokens":
+            await cur.execute(
+                cur.q["runs_by_token"], {"tokens": _dumps([r.fencing_token for r in late])}
+            )
+            stored = {row.fencing_token: row for row in map(_run, await cur.fetchall())}
+            pairs = [(stored.get(r.fencing_token), r) for r in late]
+        else:
+            await cur.execute(cur.q["runs_by_id"], {"ids": _dumps([r.id for r in late])})
+            stored_id = {row.id: row for row in map(_run, await cur.fetchall())}
+            pairs = [(stored_id.get(r.id), r) for r in late]
+        out: dict[int, int] = {}
+        for row, rec in pairs:
+            if row is None or row.id is None:
+                raise StoreError(f"run row of job {rec.job_id} vanished while writing it")
+            kept = ledger.attach_late_result(row, rec)
+            await cur.execute(
+                cur.q["attach_late"],
+                {"result": _dumps(kept.result), "logs": _dumps(kept.logs), "id": row.id},
+            )
+            if row.fencing_token is not None:
+                out[row.fencing_token] = row.id
+        return out
+
+    # -- instances ----------------------------------------------------------------------
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        async def go(cur: Cursor, now: datetime) -> Heartbeat:
+            beat = Heartbeat(now=now.timestamp())
+            await cur.execute(cur.q["instance_get"], {"id": me.instance_id})
+            row = await cur.fetchone()
+            if row is None or row[0] is not None:
+                if row is not None:
+                    beat.lost, beat.lost_at, beat.lost_by = True, row[0], row[1]
+                await cur.execute(
+                    cur.q["instance_register"],
+                    {"id": me.instance_id, "host": me.host, "pid": me.pid, "role": me.role,
+                     "version": me.version, "now": now},
+                )  # fmt: skip
+            else:
+                await cur.execute(cur.q["instance_beat"], {"id": me.instance_id, "now": now})
+            await cur.execute(cur.q["instances_live"], {"cut": now - timedelta(seconds=ttl)})
+            beat.live = tuple(r[0] for r in await cur.fetchall())
+            return beat
+
+        return await self._run(go)
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        async def go(cur: Cursor, now: datetime) -> LostInstances:
+            out = LostInstances()
+            await cur.execute(
+                cur.q["instances_declare_lost"],
+                {"now": now, "cut": now - timedelta(seconds=ttl), "me": instance_id},
+            )
+            out.instances = [_instance(r, live=False) for r in await cur.fetchall()]
+            if not out.instances:
+                return out
+            lost = [i.instance_id for i in out.instances]
+            await cur.execute(
+                cur.q["leases_of"], {"ids": _dumps(lost)}
+            )  # lock the job_state rows first, in job_id order (as every writer does)
+            leases = await cur.fetchall()
+            rows = [
+                [i, ledger.instance_lost_error(i), ledger.instance_lost_log(i, ttl, instance_id)]
+                for i in lost
+            ]
+            await cur.execute(
+                cur.q["interrupt_lost"],
+                {"now": now, "reason": ledger.INSTANCE_LOST_REASON, "rows": _dumps(rows)},
+            )
+            out.runs = [_run(r) for r in await cur.fetchall()]
+            rebuilt = [
+                ledger.instance_lost_run(
+                    job_id, token, holder, slot, claimed, now=now, ttl=ttl, marked_by=instance_id
+                )
+                for job_id, token, holder, slot, claimed, has_run in leases
+                if claimed is not None and not has_run
+            ]
+            ids = await self._insert_runs(cur, rebuilt)
+            for rec, rid in zip(rebuilt, ids, strict=True):
+                rec.id = rid
+            out.runs.extend(rebuilt)
+            if leases:
+                await cur.execute(
+                    cur.q["release_leases"],
+                    {"rows": _dumps([[j, tok] for j, tok, *_ in leases])},
+                )
+            return out
+
+        return await self._run(go)
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        async def go(cur: Cursor, now: datetime) -> list[Instance]:
+            cut = now - timedelta(seconds=ttl)
+            await cur.execute(cur.q["instances_all"])
+            return [
+                _instance(r, live=r[7] is None and r[6] >= cut) for r in await cur.fetchall()
+            ]
+
+        return await self._run(go)
+
+    async def leave(self, instance_id: str) -> None:
+        async def go(cur: Cursor, now: datetime) -> None:
+            await cur.execute(cur.q["instance_leave"], {"id": instance_id})
+
+        await self._run(go)
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
         if not items:
@@ -1071,10 +1196,16 @@ class PostgresStore:
         )
         releases = [(f.run.job_id, f.release_token) for f in reqs if f.release_token is not None]
 
+        changed = [f.run for f in reqs if f.run.id is not None]
+
         async def go(cur: Cursor, now: datetime) -> list[int]:
             ids = await self._insert_runs(cur, new)
             if len(new) < len(reqs):
                 await cur.execute(cur.q["finish_runs"], {"rows": updates})
+                done = {r[0] for r in await cur.fetchall()}
+                late = [r for r in changed if r.id not in done]
+                if late:  # fenced: those rows hold a final outcome already
+                    await self._attach_late(cur, late, "ids")
             if releases:
                 await cur.execute(cur.q["release_leases"], {"rows": _dumps(releases)})
             return ids

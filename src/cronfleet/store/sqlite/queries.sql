@@ -60,8 +60,10 @@ DELETE FROM claims WHERE token = ?;
 DELETE FROM claims WHERE token IN (SELECT value FROM json_each(?));
 
 -- name: withdraw_claim
--- (token, job, slot): only that exact claim
-DELETE FROM claims WHERE token = ? AND job_id = ? AND slot = ?;
+-- (token, job, slot): only that exact claim, and never one whose slot has a run row
+-- (a survivor resolved it: interrupted, instance_lost)
+DELETE FROM claims WHERE token = ?1 AND job_id = ?2 AND slot = ?3
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.fencing_token = ?1);
 
 -- name: take_leases
 -- ?1 instance, ?2 now, ?3 [[job, token, until], ...]: leases that are free or expired
@@ -220,3 +222,73 @@ DELETE FROM runs WHERE id BETWEEN ? AND ?
   AND id <= (SELECT p.cut FROM temp.prune_cut p WHERE p.job_id = runs.job_id)
   AND NOT (dedupe IS NOT NULL AND id = (SELECT max(r.id) FROM runs r
                                         WHERE r.job_id = runs.job_id AND r.dedupe IS NOT NULL));
+
+-- name: runs_by_token
+-- ?1 [token, ...]: the rows those fencing tokens already have (the late-result fence)
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs, params, forced_by
+FROM runs WHERE fencing_token IN (SELECT value FROM json_each(?1));
+
+-- name: finished_runs_by_id
+-- ?1 [id, ...]: those of the rows that already hold a final outcome
+SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+       is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+       result, error, logs, params, forced_by
+FROM runs WHERE id IN (SELECT value FROM json_each(?1))
+  AND status NOT IN ('running', 'pending');
+
+-- name: attach_late
+-- ?1 result, ?2 logs, ?3 id: a late result kept on the row that holds the slot's outcome
+UPDATE runs SET result = ?1, logs = ?2 WHERE id = ?3;
+
+-- name: instance_get
+SELECT lost_at, lost_by FROM instances WHERE instance_id = ?;
+
+-- name: instance_register
+-- ?1 id, ?2 host, ?3 pid, ?4 role, ?5 version, ?6 now
+INSERT INTO instances (instance_id, host, pid, role, version, started_at, heartbeat_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+ON CONFLICT (instance_id) DO UPDATE SET host = ?2, pid = ?3, role = ?4, version = ?5,
+  started_at = ?6, heartbeat_at = ?6, lost_at = NULL, lost_by = NULL;
+
+-- name: instance_beat
+UPDATE instances SET heartbeat_at = ?2 WHERE instance_id = ?1 AND lost_at IS NULL;
+
+-- name: instances_live
+-- ?1 cut-off: heartbeat at or after it, not declared lost
+SELECT instance_id FROM instances WHERE lost_at IS NULL AND heartbeat_at >= ?1
+ORDER BY instance_id;
+
+-- name: instances_declare_lost
+-- ?1 now, ?2 cut-off, ?3 the survivor
+UPDATE instances SET lost_at = ?1, lost_by = ?3
+WHERE lost_at IS NULL AND heartbeat_at < ?2 AND instance_id <> ?3
+RETURNING instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by;
+
+-- name: instances_all
+SELECT instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by
+FROM instances ORDER BY started_at, instance_id;
+
+-- name: instance_leave
+DELETE FROM instances WHERE instance_id = ?;
+
+-- name: interrupt_lost
+-- ?1 now, ?2 reason, ?3 [[instance, error, log line], ...]: open runs of lost instances
+UPDATE runs SET status = 'interrupted', reason = ?2, finished_at = ?1, deadline = NULL,
+                error = v.value->>1,
+                logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2)
+FROM json_each(?3) AS v
+WHERE runs.status IN ('running', 'pending') AND runs.instance_id = v.value->>0
+RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
+          is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
+          result, error, logs, params, forced_by;
+
+-- name: leases_of
+-- ?1 [instance, ...]: leases held by these instances, with the claim and whether the
+-- token already has a run row
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
+       EXISTS (SELECT 1 FROM runs r WHERE r.fencing_token = s.lease_token
+               AND r.job_id = s.job_id)
+FROM job_state s LEFT JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_holder IN (SELECT value FROM json_each(?1));

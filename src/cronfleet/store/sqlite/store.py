@@ -33,6 +33,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    Heartbeat,
+    Instance,
+    LostInstances,
     RunCursor,
     RunFilter,
     RunPage,
@@ -86,6 +89,14 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
 
 _state = sqlite_state
 _run = sqlite_run
+
+
+def _instance(row: Sequence[Any], *, live: bool) -> Instance:
+    return Instance(
+        instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
+        started_at=dt(row[5]), heartbeat_at=dt(row[6]), lost_at=dt(row[7]), lost_by=row[8],
+        live=live,
+    )  # fmt: skip
 
 
 def _req(value: datetime | None) -> datetime:
@@ -587,13 +598,50 @@ class SQLiteStore:
 
     def _finish(self, items: list[Finish]) -> None:
         new = [f.run for f in items if f.run.id is None]
-        updates = [sqlite_finish_row(f.run) for f in items if f.run.id is not None]
+        changed = [f.run for f in items if f.run.id is not None]
         releases = [(f.run.job_id, f.release_token) for f in items if f.release_token is not None]
         try:
             with self._tx() as c:
+                now = self._now_ms()
+                late: list[tuple[RunRecord, RunRecord]] = []  # (stored, incoming)
+                tokens = [r.fencing_token for r in new if r.fencing_token is not None]
+                if tokens:  # a token's row exists already: update it (one row per token)
+                    have = {
+                        row.fencing_token: row
+                        for row in map(_run, c.execute(Q["runs_by_token"], (json.dumps(tokens),)))
+                    }
+                    if have:
+                        for r in new:
+                            got = have.get(r.fencing_token)
+                            if got is not None:
+                                r.id = got.id
+                                changed.append(r)
+                        new = [r for r in new if r.id is None]
+                if changed:  # the fence: a row holding a final outcome is never overwritten
+                    done = {
+                        row.id: row
+                        for row in map(
+                            _run,
+                            c.execute(
+                                Q["finished_runs_by_id"], (json.dumps([r.id for r in changed]),)
+                            ),
+                        )
+                    }
+                    for r in changed:
+                        stored = done.get(r.id)
+                        if stored is not None and ledger.is_late(stored.status, r.status):
+                            late.append((stored, r))
+                    if late:
+                        fenced = {id(r) for _, r in late}
+                        changed = [r for r in changed if id(r) not in fenced]
                 insert_runs(c, new)
-                if updates:
-                    c.executemany(Q["finish_run"], updates)
+                if changed:
+                    c.executemany(Q["finish_run"], [sqlite_finish_row(r) for r in changed])
+                for stored, r in late:
+                    kept = ledger.attach_late_result(stored, r, dt(now))
+                    c.execute(
+                        Q["attach_late"], (_json(kept.result), json.dumps(kept.logs), stored.id)
+                    )
                 if releases:  # one statement: thousands of tiny ones would queue on the GIL
                     c.execute(Q["release_leases"], (json.dumps(releases),))
         except BaseException:
@@ -662,6 +710,83 @@ class SQLiteStore:
                 freed = [[r.job_id, r.fencing_token] for r in rebuilt]
                 c.execute(Q["release_leases"], (json.dumps(freed),))
         return reaped + rebuilt
+
+    # -- instances ----------------------------------------------------------------------
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        return await self._call(self._heartbeat, me, ttl)
+
+    def _heartbeat(self, me: Instance, ttl: float) -> Heartbeat:
+        with self._tx() as c:
+            now = self._now_ms()
+            beat = Heartbeat(now=now / 1000.0)
+            row = c.execute(Q["instance_get"], (me.instance_id,)).fetchone()
+            if row is None or row[0] is not None:
+                if row is not None:
+                    beat.lost, beat.lost_at, beat.lost_by = True, dt(row[0]), row[1]
+                c.execute(
+                    Q["instance_register"],
+                    (me.instance_id, me.host, me.pid, me.role, me.version, now),
+                )
+            else:
+                c.execute(Q["instance_beat"], (me.instance_id, now))
+            beat.live = tuple(r[0] for r in c.execute(Q["instances_live"], (now - ms(ttl),)))
+        return beat
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        return await self._call(self._break_lost, instance_id, ttl)
+
+    def _break_lost(self, me: str, ttl: float) -> LostInstances:
+        out = LostInstances()
+        with self._tx() as c:
+            now = self._now_ms()
+            rows = c.execute(Q["instances_declare_lost"], (now, now - ms(ttl), me)).fetchall()
+            out.instances = [_instance(r, live=False) for r in rows]
+            if not rows:
+                return out
+            lost = [i.instance_id for i in out.instances]
+            payload = [
+                [i, ledger.instance_lost_error(i), ledger.instance_lost_log(i, ttl, me)]
+                for i in lost
+            ]
+            out.runs = [
+                _run(r)
+                for r in c.execute(
+                    Q["interrupt_lost"],
+                    (now, ledger.INSTANCE_LOST_REASON, json.dumps(payload)),
+                ).fetchall()
+            ]
+            now_dt = _req(dt(now))
+            leases = c.execute(Q["leases_of"], (json.dumps(lost),)).fetchall()
+            rebuilt = [
+                ledger.instance_lost_run(
+                    job_id, token, holder, dt(slot), _req(dt(claimed)),
+                    now=now_dt, ttl=ttl, marked_by=me,
+                )
+                for job_id, token, holder, slot, claimed, has_run in leases
+                if claimed is not None and not has_run
+            ]  # fmt: skip
+            insert_runs(c, rebuilt)
+            out.runs.extend(rebuilt)
+            if leases:
+                freed = [[job_id, token] for job_id, token, *_ in leases]
+                c.execute(Q["release_leases"], (json.dumps(freed),))
+        return out
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        return await self._call(self._list_instances, ttl)
+
+    def _list_instances(self, ttl: float) -> list[Instance]:
+        cut = self._now_ms() - ms(ttl)
+        rows = self.conn.execute(Q["instances_all"]).fetchall()
+        return [_instance(r, live=r[7] is None and r[6] >= cut) for r in rows]
+
+    async def leave(self, instance_id: str) -> None:
+        await self._call(self._leave, instance_id)
+
+    def _leave(self, instance_id: str) -> None:
+        with self._tx() as c:
+            c.execute(Q["instance_leave"], (instance_id,))
 
     # -- reading the ledger -----------------------------------------------------------
 

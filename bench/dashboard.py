@@ -1,0 +1,141 @@
+"""Dashboard server time and first-load size, with the REST API's job list as the peer.
+
+A scheduler with 100,000 jobs (SQLite store in a temp dir, timers off: nothing fires) and
+one job of one slot a minute with 10,000 runs in its ledger (7 days of slots: the 7-day
+timeline shows 10,000 cells). The app is called in-process over ASGI, so the times are the
+server's (routing, store reads, rendering), without a network. Each figure is the p50 /
+p99 of N requests after 3 warm-ups.
+
+    .venv/bin/python bench/dashboard.py              # 100,000 jobs, 200 requests per case
+                                                     # (the peer: 20)
+    .venv/bin/python bench/dashboard.py --jobs 10000 --n 50
+
+Targets (docs/dashboard.md): jobs page p99 <= 100 ms at 100,000 jobs, a 10,000-slot
+timeline p99 <= 200 ms, first load of the jobs page (HTML + CSS + JS, gzip) <= 200 KB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sqlite3
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+async def main(n_jobs: int, n: int) -> dict[str, Any]:
+    import httpx
+
+    from cronfleet import Job, Scheduler
+    from cronfleet.api.app import create_app
+    from cronfleet.store.api import ApiStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="cf-dash-bench-"))
+    url = f"sqlite:///{tmp / 'bench.db'}"
+    sched = Scheduler(store=url, timers=False)
+
+    def noop(ctx: Any) -> None:
+        return None
+
+    exprs = [f"{m} {h} * * *" for h in range(24) for m in range(0, 60, 7)]
+    for i in range(n_jobs):
+        sched.add_job(Job.create(exprs[i % len(exprs)], noop, id=f"job-{i:06d}",
+                                 description=f"nightly export of shard {i}"))
+    sched.add_job(Job.create("* * * * *", noop, id="minutely", description="every minute"))
+    api = ApiStore(url)
+    t0 = time.perf_counter()
+    await sched.start()
+    start_s = time.perf_counter() - t0
+    plain, _ = await api.create_token(name="bench", team="default", role="admin")
+    # 10,000 runs of "minutely", one per slot of the last 10,000 minutes
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    rows = []
+    for k in range(10_000):
+        slot = now - timedelta(minutes=k)
+        ms = int(slot.timestamp() * 1000)
+        status = "failed" if k % 97 == 0 else "skipped" if k % 211 == 0 else "succeeded"
+        rows.append(("minutely", ms, "schedule", status, "paused" if status == "skipped"
+                     else None, "bench", k + 1, ms, ms + 5, ms + 5 + (k % 50) * 20,
+                     "boom" if status == "failed" else None))
+    db = sqlite3.connect(tmp / "bench.db")
+    db.executemany("INSERT INTO runs (job_id, slot, triggered_by, status, reason, "
+                   "instance_id, fencing_token, claimed_at, started_at, finished_at, error) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.execute("UPDATE job_state SET created_at = ? WHERE job_id = 'minutely'",
+               (int((now - timedelta(days=30)).timestamp() * 1000),))
+    db.commit()
+    db.close()
+
+    app = create_app(sched, api_store=api)
+    transport = httpx.ASGITransport(app=app)
+    out: dict[str, Any] = {"jobs": n_jobs, "requests": n, "start_s": round(start_s, 2)}
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as c:
+        c.cookies.set("cronfleet_session", plain)
+
+        async def measure(path: str, headers: dict[str, str] | None = None,
+                          count: int = n) -> tuple[list[float], httpx.Response]:
+            times = []
+            r = None
+            for i in range(count + 3):
+                t = time.perf_counter()
+                r = await c.get(path, headers=headers)
+                dt = time.perf_counter() - t
+                assert r.status_code == 200, (path, r.status_code, r.text[:500])
+                if i >= 3:
+                    times.append(dt * 1000)
+            assert r is not None
+            return times, r
+
+        cases = {
+            "jobs page (first page, 50 rows)": "/jobs",
+            "jobs page, search 'shard 4242'": "/jobs?q=shard+4242",
+            "jobs page 1,000 (by id)": "/jobs?page=1000",
+            "jobs page sorted by next run": "/jobs?sort=next",
+            "jobs page live refresh (partial)": "/jobs?partial=1",
+            "job timeline 7d (10,000 slots)": "/jobs/minutely?window=7d",
+            "job timeline 24h (1,440 slots)": "/jobs/minutely",
+        }
+        # the peer reads every job's state row per request: fewer requests
+        peer_ms, _ = await measure("/api/jobs?limit=50", count=min(n, 20),
+                                   headers={"Authorization": f"Bearer {plain}"})
+        out["peer: GET /api/jobs?limit=50"] = {"p50_ms": round(pct(peer_ms, 50), 1),
+                                               "p99_ms": round(pct(peer_ms, 99), 1)}
+        for name, path in cases.items():
+            ms, r = await measure(path)
+            out[name] = {"p50_ms": round(pct(ms, 50), 1), "p99_ms": round(pct(ms, 99), 1),
+                         "html_kb": round(len(r.content) / 1024, 1),
+                         "vs_peer_p50": round(pct(ms, 50) / pct(peer_ms, 50), 2)}
+        # first load of the jobs page: what a browser transfers (gzip)
+        total = 0
+        for path in ("/jobs", "/ui/static/app.css", "/ui/static/app.js"):
+            r = await c.get(path, headers={"Accept-Encoding": "gzip"})
+            total += int(r.headers.get("content-length") or len(r.content))
+            if path == "/jobs":
+                out["jobs page encoding"] = r.headers.get("content-encoding", "identity")
+        out["first load of /jobs, transferred KB"] = round(total / 1024, 1)
+    await sched.stop()
+    await api.close()
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--n", type=int, default=200)
+    args = ap.parse_args()
+    res = asyncio.run(main(args.jobs, args.n))
+    print(json.dumps(res, indent=2))

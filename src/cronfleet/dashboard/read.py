@@ -1,0 +1,448 @@
+"""What the dashboard's pages show, computed from the scheduler's registry and the store:
+the jobs page (search, filters, sorting and paging over every job of a team), the slot
+cells of a job (its timeline and the 30-slot strip of the jobs page), duration
+percentiles, the next fires with their marks, the runs listing and the overview counts.
+
+Nothing here writes; nothing here renders HTML. The job list is filtered in memory (the
+registry is in memory anyway) and the store is read only for the rows of the page shown,
+except for the filters that need every job's state (paused: the rows with an override,
+one partial-index read; last outcome: the newest runs, one statement).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from operator import attrgetter
+from typing import Any
+
+from cronfleet.jobs.http import HttpJob
+from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.store.base import RunCursor, RunFilter, Store
+from cronfleet.views import dst_marks, fire_times, job_view
+
+__all__ = [
+    "FAILED_STATUSES",
+    "SORTS",
+    "STRIP",
+    "WINDOWS",
+    "Cell",
+    "JobRow",
+    "JobsQuery",
+    "duration_percentiles",
+    "find_runs",
+    "job_kind",
+    "jobs_page",
+    "next_fire_marks",
+    "overview",
+    "slot_cells",
+    "timeline",
+]
+
+STRIP = 30  # slots in a job row's strip
+WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+MAX_CELLS = 10_000  # slots shown in one timeline (the newest ones when there are more)
+FAILED_STATUSES = (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.INTERRUPTED)
+SORTS = ("id", "-id", "last", "next")
+PAGE_SIZES = (25, 50, 100)
+
+
+def job_kind(job: Job) -> str:
+    """``http`` for an HTTP job, ``handler`` for a Python handler."""
+    return "http" if isinstance(job.handler, HttpJob) else "handler"
+
+
+# -- slot cells -----------------------------------------------------------------------
+
+
+_VALUE = {st: st.value for st in RunStatus}  # Enum.value is a slow descriptor
+_STATE = {**_VALUE, RunStatus.TIMED_OUT: "failed"}
+_SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "paused",
+               SkipReason.MISSED.value: "missed"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One slot as the ledger tells it: ``state`` is the colour (succeeded, failed,
+    skipped, missed, paused, interrupted, running, pending, none: no row for the slot)."""
+
+    slot: datetime
+    state: str
+    run: RunRecord | None
+
+    @property
+    def label(self) -> str:
+        run = self.run
+        if run is None:
+            return "no run recorded for this slot"
+        text = _VALUE[run.status]
+        if run.reason:
+            text += f" ({run.reason})"
+        if run.started_at is not None and run.finished_at is not None:
+            text += f" in {(run.finished_at - run.started_at).total_seconds():.3g}s"
+        if run.error:
+            text += f": {run.error[:120]}"
+        return text
+
+
+def cell_state(run: RunRecord | None) -> str:
+    if run is None:
+        return "none"
+    if run.status is RunStatus.SKIPPED:
+        return _SKIP_STATE.get(run.reason or "", "skipped")
+    return _STATE[run.status]
+
+
+def slot_cells(slots: Sequence[datetime], runs: Iterable[RunRecord]) -> list[Cell]:
+    """A cell per slot, from the scheduled (not manual) run of that slot; a slot with
+    several rows (a recovery after an interruption) shows the newest one."""
+    by_slot: dict[datetime, RunRecord] = {}
+    for r in runs:
+        if r.manual:
+            continue
+        old = by_slot.get(r.slot)
+        if old is None or (r.id or 0) > (old.id or 0):
+            by_slot[r.slot] = r
+    out = []
+    for s in slots:
+        run = by_slot.get(s)
+        out.append(Cell(s, cell_state(run), run))
+    return out
+
+
+def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
+    """The ``n`` newest slots of ``job`` at or before ``now``, oldest first."""
+    out: list[datetime] = []
+    t = now + timedelta(microseconds=1)
+    for _ in range(n):
+        try:
+            t = job.schedule.prev(t)
+        except Exception:  # no earlier fire (a one-off, a start bound)
+            break
+        out.append(t)
+    out.reverse()
+    return out
+
+
+class RunCache:
+    """The runs of the jobs whose timelines were looked at lately, so that a timeline's
+    refresh every 2 s reads only the runs that are new or were still going.
+
+    A finished run never changes, so it is read once; each read pages newest-first until
+    it reaches runs it knows finished, and below the oldest run it knew unfinished. Runs
+    the retention deleted stay until their slot leaves every window (they were real).
+    Per process, for at most ``size`` jobs (least recently used leaves)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self.jobs: dict[str, dict[int, RunRecord]] = {}
+
+    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[RunRecord]:
+        known = self.jobs.pop(job_id, None) or {}
+        open_ids = [i for i, r in known.items() if not r.status.finished]
+        floor = min(open_ids) if open_ids else None
+        before: int | None = None
+        size = 100 if known else PAGE  # a refresh usually finds a few new runs
+        while True:
+            page = await store.list_runs(job_id, limit=size, before_id=before)
+            stop = False
+            for r in page:
+                if r.id is None:
+                    continue
+                old = known.get(r.id)
+                known[r.id] = r
+                if old is not None and old.status.finished and (floor is None or r.id < floor):
+                    stop = True
+            last = page[-1] if page else None
+            if stop or len(page) < size or last is None or last.id is None:
+                break
+            before = last.id
+            size = PAGE
+        # reach back to the window's start if the cache did not yet
+        lowest = min(known, default=None)
+        while lowest is not None and known[lowest].slot >= oldest:
+            page = await store.list_runs(job_id, limit=PAGE, before_id=lowest)
+            for r in page:
+                if r.id is not None:
+                    known[r.id] = r
+            if len(page) < PAGE:
+                break
+            lowest = min(known)
+        cutoff = oldest - max(WINDOWS.values())
+        known = {i: r for i, r in known.items() if r.slot >= cutoff}
+        self.jobs[job_id] = known
+        while len(self.jobs) > self.size:
+            del self.jobs[next(iter(self.jobs))]
+        return [r for r in known.values() if r.slot >= oldest]
+
+
+PAGE = 2000
+RUNS = RunCache()
+
+
+async def timeline(store: Store, job: Job, now: datetime, window: str,
+                   since: datetime | None = None, cache: RunCache | None = RUNS
+                   ) -> tuple[list[Cell], bool]:
+    """The slot cells of ``job`` over ``window`` (a key of WINDOWS) up to ``now``, from
+    ``since`` at the earliest (the job's state row's creation: no slot was due before),
+    and whether the window held more than MAX_CELLS slots (the newest are shown)."""
+    start = now - WINDOWS[window]
+    if since is not None and since > start:
+        start = since
+    slots: list[datetime] = []
+    cut = False
+    for t in job.schedule.between(start, now):
+        slots.append(t)
+    if len(slots) > MAX_CELLS:
+        slots = slots[-MAX_CELLS:]
+        cut = True
+    runs: list[RunRecord] = []
+    if slots:
+        if cache is not None:
+            runs = await cache.runs(store, job.id, slots[0])
+        else:
+            before: int | None = None
+            while True:  # newest first, until the page reaches the oldest slot shown
+                page = await store.list_runs(job.id, limit=PAGE, before_id=before)
+                runs.extend(page)
+                if len(page) < PAGE or page[-1].slot < slots[0] or page[-1].id is None:
+                    break
+                before = page[-1].id
+    return slot_cells(slots, runs), cut
+
+
+def duration_percentiles(runs: Sequence[RunRecord]) -> dict[str, float | None]:
+    """p50 / p90 / p99 and max of the ended runs' durations (nearest-rank)."""
+    ds = sorted(d for r in runs if (d := r.duration) is not None)
+    if not ds:
+        return {"n": 0, "p50": None, "p90": None, "p99": None, "max": None}
+
+    def rank(p: float) -> float:
+        return ds[max(0, math.ceil(p / 100 * len(ds)) - 1)]
+
+    return {"n": len(ds), "p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ds[-1]}
+
+
+def daily_percentiles(runs: Sequence[RunRecord], tz: Any) -> list[dict[str, Any]]:
+    """Duration percentiles per local day, newest day first."""
+    days: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        if r.duration is not None:
+            days.setdefault(r.slot.astimezone(tz).date().isoformat(), []).append(r)
+    return [{"day": d, **duration_percentiles(rs)} for d, rs in
+            sorted(days.items(), reverse=True)]
+
+
+def next_fire_marks(job: Job, now: datetime, n: int = 10) -> list[dict[str, Any]]:
+    """The next ``n`` fires, each with the clock change of its day (``+1:00:00``) and
+    the instants an exclusion removes before it (composed schedules)."""
+    times = fire_times(job.schedule, now, n)
+    shifts = {m["time"]: m["shift"] for m in dst_marks(times)}
+    excluded: list[datetime] = []
+    between = getattr(job.schedule, "excluded_between", None)
+    if times and between is not None:
+        excluded = list(between(now, times[-1]))
+    out: list[tuple[datetime, dict[str, Any]]] = [
+        (t, {"time": t, "dst": shifts.get(t.isoformat()), "excluded": False}) for t in times]
+    out.extend((t, {"time": t, "dst": None, "excluded": True}) for t in excluded)
+    out.sort(key=lambda pair: pair[0])
+    return [d for _, d in out]
+
+
+# -- the jobs page --------------------------------------------------------------------
+
+
+@dataclass
+class JobsQuery:
+    """The jobs page's query: text (id, description or schedule), filters, sort, page."""
+
+    q: str = ""
+    status: str = ""  # last outcome: a RunStatus value
+    paused: str = ""  # "yes" / "no"
+    failing: bool = False
+    kind: str = ""  # handler / http
+    source: str = ""
+    sort: str = "id"
+    page: int = 1
+    size: int = 50
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, str]) -> JobsQuery:
+        def num(key: str, default: int) -> int:
+            try:
+                return max(1, int(p.get(key, default)))
+            except ValueError:
+                return default
+
+        size = num("size", 50)
+        return cls(
+            q=p.get("q", "").strip()[:200],
+            status=p.get("status", "") if p.get("status", "") in {s.value for s in RunStatus}
+            else "",
+            paused=p.get("paused", "") if p.get("paused") in ("yes", "no") else "",
+            failing=p.get("failing") in ("1", "on", "yes", "true"),
+            kind=p.get("kind", "") if p.get("kind") in ("handler", "http") else "",
+            source=p.get("source", "")[:100],
+            sort=p.get("sort", "id") if p.get("sort") in SORTS else "id",
+            page=num("page", 1),
+            size=size if size in PAGE_SIZES else 50,
+        )
+
+    def params(self, **changes: Any) -> dict[str, Any]:
+        d = {"q": self.q, "status": self.status, "paused": self.paused,
+             "failing": "1" if self.failing else "", "kind": self.kind,
+             "source": self.source, "sort": self.sort, "page": self.page, "size": self.size}
+        d.update(changes)
+        return {k: v for k, v in d.items() if v not in ("", None) and not
+                (k == "page" and v == 1) and not (k == "sort" and v == "id") and not
+                (k == "size" and v == 50)}
+
+
+_BY_ID = attrgetter("id")
+_SOURCES: dict[tuple[str, int], list[str]] = {}
+
+
+@dataclass
+class JobRow:
+    job: Job
+    state: JobState | None
+    last: RunRecord | None
+    next_fire: datetime | None
+    paused: bool
+    kind: str
+    strip: list[Cell] = field(default_factory=list)
+
+
+@dataclass
+class JobsPage:
+    rows: list[JobRow]
+    total: int
+    pages: int
+    sources: list[str]
+
+
+async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQuery,
+                    now: datetime, *, next_of: Any = None) -> JobsPage:
+    """One page of ``team``'s jobs matching ``query``. ``next_of(job_id)``: the job's
+    queued next slot (epoch seconds) from the running scheduler, used to sort by next
+    run without computing every job's schedule; None computes it."""
+    mine = [j for j in jobs if j.team == team]
+    key = (team, len(mine))
+    sources = _SOURCES.get(key)
+    if sources is None:  # the filter's choices; recomputed when the team's count moves
+        sources = _SOURCES[key] = sorted({j.source for j in mine})
+        while len(_SOURCES) > 64:
+            del _SOURCES[next(iter(_SOURCES))]
+    if query.q:
+        needle = query.q.lower()
+        mine = [j for j in mine if needle in j.id.lower() or needle in j.description.lower()
+                or needle in j.schedule.expr.lower()]
+    if query.kind:
+        mine = [j for j in mine if job_kind(j) == query.kind]
+    if query.source:
+        mine = [j for j in mine if j.source == query.source]
+    paused_ids: set[str] | None = None
+    if query.paused:
+        overrides = await store.read_overrides([j.id for j in mine]) if mine else {}
+        paused_ids = {k for k, st in overrides.items()
+                      if st.enabled_override is False and
+                      (st.override_until is None or st.override_until > now)}
+        want = query.paused == "yes"
+        mine = [j for j in mine if (j.id in paused_ids) == want]
+    lasts: Mapping[str, RunRecord] | None = None
+    if query.status or query.failing or query.sort == "last":
+        lasts = await store.last_runs([j.id for j in mine]) if mine else {}
+        if query.status:
+            mine = [j for j in mine if (r := lasts.get(j.id)) is not None
+                    and r.status.value == query.status]
+        if query.failing:
+            mine = [j for j in mine if (r := lasts.get(j.id)) is not None
+                    and r.status in FAILED_STATUSES]
+    if query.sort in ("id", "-id"):
+        mine.sort(key=_BY_ID, reverse=query.sort == "-id")
+    elif query.sort == "last":
+        got = lasts or {}
+
+        def last_key(j: Job) -> tuple[float, str]:
+            r = got.get(j.id)
+            return (-(r.slot.timestamp()) if r is not None else math.inf, j.id)
+
+        mine.sort(key=last_key)
+    else:  # next
+        def next_key(j: Job) -> tuple[float, str]:
+            if next_of is not None:
+                v = next_of(j.id)
+                return (math.inf if v is None else v, j.id)
+            fires = fire_times(j.schedule, now, 1)
+            return (fires[0].timestamp() if fires else math.inf, j.id)
+
+        mine.sort(key=next_key)
+    total = len(mine)
+    pages = max(1, math.ceil(total / query.size))
+    page = mine[(min(query.page, pages) - 1) * query.size:][:query.size]
+    ids = [j.id for j in page]
+    states = await store.read_states(ids) if ids else {}
+    if lasts is None:
+        lasts = await store.last_runs(ids) if ids else {}
+    rows = []
+    for j in page:
+        st = states.get(j.id)
+        view = job_view(j, st, lasts.get(j.id), now)
+        slots = last_slots(j, now, STRIP)
+        if st is not None and st.created_at is not None:
+            slots = [x for x in slots if x >= st.created_at]
+        runs = await store.list_runs(j.id, limit=STRIP + 5) if slots else []
+        rows.append(JobRow(j, st, view.last, view.next_fire, view.paused(now), job_kind(j),
+                           slot_cells(slots, runs)))
+    return JobsPage(rows, total, pages, sources)
+
+
+# -- runs across jobs -----------------------------------------------------------------
+
+
+async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None = None,
+                    status: RunStatus | None = None, instance: str | None = None,
+                    since: datetime | None = None, until: datetime | None = None,
+                    cursor: str | None = None, limit: int = 50
+                    ) -> tuple[list[RunRecord], str | None]:
+    """Runs of ``job_ids`` (the team's jobs) or of ``job_id``, newest first by
+    ``(slot, id)``, filtered; and the cursor text of the next page. One store statement
+    (``Store.find_runs``, as ``GET /api/runs``). A cursor that is not one of ours starts
+    from the newest run."""
+    try:
+        after = None if not cursor else RunCursor.decode(cursor)
+    except ValueError:
+        after = None
+    scope: dict[str, Any] = {"job_id": job_id} if job_id else {"job_ids": job_ids}
+    where = RunFilter(status=status, instance_id=instance, since=since, until=until,
+                      **scope)
+    page = await store.find_runs(where, limit=limit, after=after)
+    nxt = page.next_cursor
+    return page.runs, None if nxt is None else nxt.encode()
+
+
+# -- overview -------------------------------------------------------------------------
+
+
+async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str, Any]:
+    """Counts for the overview: jobs, paused, failing (last run failed / timed out /
+    interrupted), running now (rows with status running), the latest failures."""
+    ids = [j.id for j in jobs]
+    overrides = await store.read_overrides(ids) if ids else {}
+    paused = sum(1 for st in overrides.values() if st.enabled_override is False
+                 and (st.override_until is None or st.override_until > now))
+    lasts = await store.last_runs(ids) if ids else {}
+    failing = sorted(j for j, r in lasts.items() if r.status in FAILED_STATUSES)
+    mine = set(ids)
+    running = [r for r in await store.list_runs(None, limit=500, status=RunStatus.RUNNING)
+               if r.job_id in mine]
+    failures: list[RunRecord] = []
+    for status in FAILED_STATUSES:
+        failures.extend(r for r in await store.list_runs(None, limit=200, status=status)
+                        if r.job_id in mine)
+    failures.sort(key=lambda r: r.id or 0, reverse=True)
+    return {"jobs": len(ids), "paused": paused, "failing": len(failing),
+            "failing_ids": failing[:20], "running": running[:50],
+            "failures": failures[:10]}

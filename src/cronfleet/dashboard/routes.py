@@ -1,0 +1,722 @@
+"""The dashboard's routes: server-rendered pages over the API's context, its tokens, roles
+and teams. Reads go through ``views.py`` and ``dashboard/read.py``; every change goes
+through ``api/control.py`` or the scheduler's methods, exactly like the REST API, and is
+audited the same way. A page asked with ``?partial=1`` answers only its live region (the
+polling script replaces it every 2 s)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from html import escape
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from starlette.middleware.gzip import GZipMiddleware
+
+from cronfleet.api import control
+from cronfleet.api.deps import (
+    Context,
+    audit,
+    now,
+    ready_context,
+    team_jobs,
+    visible,
+    visible_run,
+    who,
+)
+from cronfleet.api.errors import ApiError
+from cronfleet.catalog import SpecInvalid
+from cronfleet.dashboard import read
+from cronfleet.dashboard.auth import (
+    COOKIE,
+    PREFS,
+    OneTimeCodes,
+    csrf_for,
+    csrf_ok,
+    set_session,
+)
+from cronfleet.errors import AlreadyExecuting, StoreError
+from cronfleet.model import Job, RunStatus, TriggeredBy
+from cronfleet.store.api import TokenInfo
+from cronfleet.views import job_view, run_stats
+
+log = logging.getLogger("cronfleet.dashboard")
+
+__all__ = ["install"]
+
+FLASH = "cronfleet_flash"
+REFRESH_MS = 2000
+
+
+@dataclass
+class Session:
+    token: str
+    info: TokenInfo
+    utc: bool
+
+    @property
+    def can_edit(self) -> bool:
+        return self.info.can("editor")
+
+    @property
+    def is_admin(self) -> bool:
+        return self.info.can("admin")
+
+
+class SignIn(Exception):
+    """No (valid) session: the page redirects to the sign-in form."""
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- rendering ------------------------------------------------------------------------
+
+_env = Environment(loader=PackageLoader("cronfleet.dashboard", "templates"),
+                   autoescape=select_autoescape(["html"]), trim_blocks=True,
+                   lstrip_blocks=True)
+
+
+def _zone(job: Job | None, s: Session | None) -> tzinfo:
+    if (s is not None and s.utc) or job is None:
+        return UTC
+    return job.schedule.tz
+
+
+def fmt_time(t: datetime | None, tz: tzinfo = UTC, seconds: bool = True) -> str:
+    if t is None:
+        return "—"
+    local = t.astimezone(tz)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z" if seconds else "%Y-%m-%d %H:%M %Z")
+
+
+def relative(t: datetime | None, ref: datetime) -> str:
+    if t is None:
+        return ""
+    secs = (t - ref).total_seconds()
+    a = abs(secs)
+    if a < 60:
+        text = f"{a:.0f}s"
+    elif a < 3600:
+        text = f"{a / 60:.0f}m"
+    elif a < 86400 * 2:
+        text = f"{a / 3600:.1f}h"
+    else:
+        text = f"{a / 86400:.0f}d"
+    return f"in {text}" if secs >= 0 else f"{text} ago"
+
+
+def fmt_secs(v: float | None) -> str:
+    if v is None:
+        return "—"
+    if v < 1:
+        return f"{v * 1000:.0f} ms"
+    if v < 120:
+        return f"{v:.2f} s"
+    return f"{v / 60:.1f} min"
+
+
+def describe(job: Job) -> str:
+    try:
+        return job.schedule.describe()
+    except Exception:  # a description never breaks a page
+        return job.schedule.expr
+
+
+def cells_html(cells: list[read.Cell], tz: tzinfo) -> Markup:
+    """The timeline's cells (up to 10,000: written here rather than by a template loop,
+    5x faster). A cell with a run links to it; its title tells the slot and the outcome."""
+    out = []
+    names: dict[Any, str] = {}
+    for c in cells:
+        d = c.slot.astimezone(tz)
+        off = d.utcoffset()
+        name = names.get(off)
+        if name is None:
+            name = names[off] = d.strftime("%Z")
+        title = escape(f"{d.year}-{d.month:02}-{d.day:02} {d.hour:02}:{d.minute:02} {name}: "
+                       f"{c.label}")
+        if c.run is not None:
+            out.append(f'<a class="c {c.state}" href="/runs/{c.run.id}" title="{title}" '
+                       'tabindex="-1"></a>')
+        else:
+            out.append(f'<span class="c none" title="{title}"></span>')
+    return Markup("".join(out))
+
+
+def short_source(source: str) -> str:
+    """A config file's name and line rather than its whole path."""
+    return source.rsplit("/", 1)[-1] if "/" in source else source
+
+
+_env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
+_env.globals.update(cells_html=cells_html, fmt_time=fmt_time, relative=relative, describe=describe,
+                    kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
+                    windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
+                    json=lambda v: json.dumps(v, indent=2, sort_keys=True, default=str))
+
+
+def render(request: Request, name: str, s: Session | None, status: int = 200,
+           **ctx: Any) -> HTMLResponse:
+    partial = request.query_params.get("partial") == "1" and name in _LIVE
+    template = _env.get_template(f"_{name}" if partial else name)
+    flash = request.cookies.get(FLASH)
+    html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
+                           flash=None if partial else flash, path=request.url.path,
+                           full_path=str(request.url.path) + (
+                               f"?{request.url.query}" if request.url.query else ""),
+                           **ctx)
+    resp = HTMLResponse(html, status_code=status,
+                        headers={"Cache-Control": "no-store",
+                                 "Content-Security-Policy": CSP,
+                                 "X-Content-Type-Options": "nosniff",
+                                 "Referrer-Policy": "same-origin"})
+    if flash and not partial:
+        resp.delete_cookie(FLASH, path="/")
+    return resp
+
+
+_LIVE = {"overview.html", "jobs.html", "job.html", "run.html", "runs.html", "error.html"}
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+
+
+def redirect(to: str, flash: str | None = None) -> RedirectResponse:
+    local = to.startswith("/") and not to.startswith(("//", "/\\"))
+    resp = RedirectResponse(to if local else "/", status_code=303)
+    if flash:
+        resp.set_cookie(FLASH, flash[:500], path="/", httponly=True, samesite="strict")
+    return resp
+
+
+# -- sessions -------------------------------------------------------------------------
+
+
+async def session(request: Request) -> Session:
+    ctx: Context = request.app.state.cronfleet
+    token = request.cookies.get(COOKIE)
+    if not token:
+        raise SignIn
+    try:
+        info = await ctx.api_store.authenticate(token)
+    except StoreError as exc:
+        raise Refused(503, f"cannot check the session: {exc}") from None
+    if info is None:
+        raise SignIn
+    return Session(token, info, request.cookies.get(PREFS) == "1")
+
+
+async def form_of(request: Request, s: Session) -> Any:
+    """The posted form, once its CSRF token and origin are checked."""
+    form = await request.form()
+    sent = form.get("csrf") or request.headers.get("x-csrf-token")
+    if not csrf_ok(request, s.token, sent if isinstance(sent, str) else None):
+        raise Refused(403, "the form's CSRF token is missing or wrong (reload the page "
+                           "and try again)")
+    return form
+
+
+def need(s: Session, role: str) -> None:
+    if not s.info.can(role):
+        raise Refused(403, f"token {s.info.name!r} has role {s.info.role}; this needs {role}")
+
+
+Page = Callable[[Request, Session, Context], Awaitable[Response]]
+
+
+def page(fn: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A page or action: the session (else the sign-in form), the context, and errors as
+    pages (an ApiError keeps its status: another team's job is a 404 here too)."""
+
+    async def handler(request: Request) -> Response:
+        s: Session | None = None
+        try:
+            s = await session(request)
+            ctx = await ready_context(request)
+            return await fn(request, s, ctx)
+        except SignIn:
+            if request.query_params.get("partial") == "1" or request.method != "GET":
+                return HTMLResponse("signed out", status_code=401)
+            nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return redirect("/signin?" + urlencode({"next": nxt}))
+        except ApiError as exc:
+            return render(request, "error.html", s, status=exc.status,
+                          title=f"{exc.status}", message=exc.message)
+        except Refused as exc:
+            return render(request, "error.html", s, status=exc.status,
+                          title=f"{exc.status}", message=exc.message)
+        except StoreError as exc:
+            return render(request, "error.html", s, status=503, title="503",
+                          message=f"the store did not answer: {exc}")
+
+    handler.__name__ = fn.__name__
+    return handler
+
+
+# -- pages ----------------------------------------------------------------------------
+
+
+async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
+    t = now(ctx)
+    jobs = [j for j in ctx.scheduler.jobs.values() if j.team == s.info.team]
+    data = await read.overview(ctx.scheduler.store, jobs, t)
+    health = ctx.scheduler.health()
+    store_ok = True
+    store_error = None
+    try:
+        await ctx.scheduler.store.read_states([])
+    except StoreError as exc:
+        store_ok, store_error = False, str(exc)
+    return render(request, "overview.html", s, t=t, data=data, health=health,
+                  store_ok=store_ok, store_error=store_error,
+                  store_url=_safe_url(ctx.scheduler.store.url),
+                  instances=None)  # fleet instances: filled when heartbeats land
+
+
+def _safe_url(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://…@{rest.split('@', 1)[1]}"
+    return url
+
+
+async def jobs_page(request: Request, s: Session, ctx: Context) -> Response:
+    t = now(ctx)
+    query = read.JobsQuery.from_params(request.query_params)
+    sched = ctx.scheduler
+    next_of = None
+    due = getattr(sched, "due", None)
+    queued = getattr(due, "next", None) if due is not None else None
+    if isinstance(queued, dict):
+        next_of = queued.get
+    result = await read.jobs_page(sched.store, sched.jobs.values(), s.info.team, query, t,
+                                  next_of=next_of)
+    return render(request, "jobs.html", s, t=t, query=query, result=result,
+                  utc=UTC if s.utc else None)
+
+
+async def job_page(request: Request, s: Session, ctx: Context) -> Response:
+    job = await visible(ctx, s.info, request.path_params["job_id"])
+    t = now(ctx)
+    store = ctx.scheduler.store
+    window = request.query_params.get("window", "24h")
+    if window not in read.WINDOWS:
+        window = "24h"
+    states = await store.read_states([job.id])
+    recent = await store.list_runs(job.id, limit=100)
+    view = job_view(job, states.get(job.id), recent[0] if recent else None, t)
+    st = states.get(job.id)
+    cells, cut = await read.timeline(store, job, t, window,
+                                     since=None if st is None else st.created_at)
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.state] = counts.get(c.state, 0) + 1
+    spec = None
+    if ctx.catalog.is_stored(job.id):
+        d = await ctx.api_store.job_def(job.id)
+        spec = None if d is None else d.spec
+    tz = _zone(job, s)
+    return render(request, "job.html", s, t=t, job=job, view=view, state=view.state,
+                  window=window, cells=cells, cut=cut, counts=counts, tz=tz,
+                  fires=read.next_fire_marks(job, t, 10),
+                  pct=read.duration_percentiles(recent),
+                  daily=read.daily_percentiles(recent, tz),
+                  stats=run_stats(recent), recent=recent[:15], spec=spec,
+                  editable=ctx.catalog.is_stored(job.id),
+                  lease=view.lease_holder(t), paused=view.paused(t),
+                  override=view.override_active(t), declared=_declared(job))
+
+
+def _declared(job: Job) -> dict[str, Any]:
+    return {"schedule": job.schedule_text or job.schedule.expr, "timezone": str(job.schedule.tz),
+            "source": job.source, "team": job.team, "enabled": job.enabled,
+            "missed": job.missed.value, "catch_up_window": job.catch_up_window,
+            "overlap": job.overlap.value, "locking": job.locking.value,
+            "timeout": job.timeout, "jitter": job.jitter, "recover": job.recover,
+            "retry": None if job.retry is None else str(job.retry),
+            "auto_pause_after": job.auto_pause_after, "config": dict(job.config)}
+
+
+async def run_page(request: Request, s: Session, ctx: Context) -> Response:
+    try:
+        run_id = int(request.path_params["run_id"])
+    except ValueError:
+        raise Refused(404, "no such run") from None
+    run = await visible_run(ctx, s.info, run_id)
+    job = ctx.scheduler.jobs.get(run.job_id)
+    return render(request, "run.html", s, run=run, job=job, tz=_zone(job, s), t=now(ctx),
+                  result=json.dumps(run.result, indent=2, default=str)
+                  if run.result is not None else None)
+
+
+async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
+    p = request.query_params
+    status = p.get("status", "")
+    st = RunStatus(status) if status in {x.value for x in RunStatus} else None
+    job_id = p.get("job", "").strip() or None
+    instance = p.get("instance", "").strip()[:200] or None
+    since_key = p.get("since", "")
+    t = now(ctx)
+    spans = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
+    since = (datetime.fromtimestamp(t.timestamp() - spans[since_key], UTC)
+             if since_key in spans else None)
+    if job_id is not None:
+        await visible(ctx, s.info, job_id)  # another team's job: 404
+    runs, nxt = await read.find_runs(ctx.scheduler.store, await team_jobs(ctx, s.info),
+                                     job_id=job_id, status=st, instance=instance,
+                                     since=since, cursor=p.get("cursor"))
+    params = {k: v for k, v in (("status", status), ("job", job_id or ""),
+                                ("instance", instance or ""), ("since", since_key)) if v}
+    jobs = ctx.scheduler.jobs
+    return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,
+                  job_id=job_id or "", instance=instance or "", since=since_key,
+                  next_cursor=nxt, params=params,
+                  zones={r.job_id: _zone(jobs.get(r.job_id), s) for r in runs})
+
+
+async def audit_page(request: Request, s: Session, ctx: Context) -> Response:
+    need(s, "admin")
+    cursor = request.query_params.get("cursor")
+    before = int(cursor) if cursor and cursor.isdigit() else None
+    entries = await ctx.api_store.audit_entries(s.info.team, limit=51, before_id=before)
+    more = len(entries) > 50
+    entries = entries[:50]
+    return render(request, "audit.html", s, entries=entries,
+                  next_cursor=entries[-1].id if more and entries else None, tz=_zone(None, s))
+
+
+async def secrets_page(request: Request, s: Session, ctx: Context) -> Response:
+    entries = await ctx.get_vault().entries(s.info.team)
+    return render(request, "secrets.html", s, entries=entries, tz=_zone(None, s))
+
+
+async def tokens_page(request: Request, s: Session, ctx: Context) -> Response:
+    need(s, "admin")
+    tokens = await ctx.api_store.list_tokens(s.info.team)
+    return render(request, "tokens.html", s, tokens=tokens, tz=_zone(None, s),
+                  created=None)
+
+
+# -- actions --------------------------------------------------------------------------
+
+
+async def act(request: Request, s: Session, ctx: Context) -> Response:
+    """Pause / resume / clear / trigger one job or several (bulk: a note is required)."""
+    form = await form_of(request, s)
+    need(s, "editor")
+    action = str(form.get("action", ""))
+    ids = [str(v) for v in form.getlist("job_id") if str(v)]
+    back = str(form.get("next", "/jobs"))
+    note = str(form.get("note", "")).strip() or None
+    until_text = str(form.get("until", "")).strip() or None
+    if action not in ("pause", "resume", "clear", "trigger"):
+        raise Refused(400, f"unknown action {action!r}")
+    if not ids:
+        return redirect(back, "select at least one job")
+    bulk = len(ids) > 1 or form.get("bulk") == "1"
+    if (action == "pause" or bulk) and not note:
+        return redirect(back, f"{action}: a note is required (say why)")
+    jobs = [await visible(ctx, s.info, i) for i in ids]  # another team's job: 404
+    done: list[str] = []
+    problems: list[str] = []
+    t = now(ctx)
+    for job in jobs:
+        if action == "trigger":
+            try:
+                run = await ctx.scheduler.trigger_async(job.id, by=who(s.info),
+                                                        triggered_by=TriggeredBy.API)
+            except AlreadyExecuting as exc:
+                await audit(ctx, s.info, "job.trigger", job.id,
+                            {"refused": "already_executing", "holder": exc.holder,
+                             "note": note})
+                problems.append(f"{job.id}: already running, the lease is held by "
+                                f"{exc.holder or 'another process'} (409)")
+                continue
+            except StoreError as exc:
+                problems.append(f"{job.id}: cannot claim the run: {exc}; nothing ran")
+                continue
+            await audit(ctx, s.info, "job.trigger", job.id, {"run_id": run.id, "note": note})
+            done.append(f"{job.id} (run {run.id})")
+            continue
+        enabled = {"pause": False, "resume": True, "clear": None}[action]
+        try:
+            until = control.until_time(enabled, until_text, job, t) if action != "clear" \
+                else None
+        except ApiError as exc:
+            return redirect(back, exc.message)
+        await control.set_override(ctx, job, enabled, by=who(s.info), note=note, until=until)
+        await audit(ctx, s.info, {"pause": "job.pause", "resume": "job.resume",
+                                  "clear": "job.clear_override"}[action], job.id,
+                    {"note": note, "until": None if until is None else until.isoformat(),
+                     "via": "dashboard"})
+        done.append(job.id)
+    verb = {"pause": "paused", "resume": "resumed", "clear": "override cleared for",
+            "trigger": "triggered"}[action]
+    msg = (f"{verb} {', '.join(done)}" if done else "") + \
+        ("; " if done and problems else "") + "; ".join(problems)
+    return redirect(back, msg)
+
+
+_EDIT_FIELDS = ("schedule", "timezone", "description", "timeout")
+
+
+async def edit_page(request: Request, s: Session, ctx: Context) -> Response:
+    job = await visible(ctx, s.info, request.query_params.get("job", ""))
+    need(s, "editor")
+    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    if d is None:
+        raise Refused(409, f"job {job.id!r} is declared in {job.source} and is read-only "
+                           "here; change its declaration")
+    values = _spec_values(d.spec)
+    return render(request, "edit.html", s, job=job, values=values, errors={}, top=None)
+
+
+def _spec_values(spec: dict[str, Any]) -> dict[str, str]:
+    sched = spec.get("schedule")
+    http = spec.get("http") or {}
+    return {"schedule": sched if isinstance(sched, str) else
+            " | ".join(sched) if isinstance(sched, list) else "",
+            "timezone": str(spec.get("timezone") or ""),
+            "description": str(spec.get("description") or ""),
+            "timeout": "" if spec.get("timeout") is None else str(spec.get("timeout")),
+            "http.url": str(http.get("url") or ""),
+            "http.method": str(http.get("method") or "GET")}
+
+
+async def edit_post(request: Request, s: Session, ctx: Context) -> Response:
+    form = await form_of(request, s)
+    need(s, "editor")
+    job = await visible(ctx, s.info, str(form.get("job_id", "")))
+    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    if d is None:
+        raise Refused(409, f"job {job.id!r} is read-only here")
+    values = {k: str(form.get(k, "")).strip() for k in (*_EDIT_FIELDS, "http.url",
+                                                         "http.method")}
+    old = _spec_values(d.spec)
+    changes: dict[str, Any] = {}
+    for k in _EDIT_FIELDS:
+        if values[k] != old[k]:
+            changes[k] = values[k] or None
+    if values["http.url"] != old["http.url"] or values["http.method"] != old["http.method"]:
+        changes["http"] = {"url": values["http.url"], "method": values["http.method"] or "GET"}
+    if not changes:
+        return redirect(f"/jobs/{quote(job.id, safe='')}", "nothing changed")
+    try:
+        await ctx.catalog.update(job, changes, s.info.team, who(s.info))
+    except SpecInvalid as exc:
+        errors: dict[str, str] = {}
+        for p in exc.problems:
+            key = p.field if p.field in values else p.field.split(".")[0]
+            if key == "http":
+                key = "http.url"
+            msg = p.message + (f" (column {p.column})" if p.column is not None and
+                               "(column" not in p.message else "")
+            errors.setdefault(key if key in values else "_", msg)
+        return render(request, "edit.html", s, status=422, job=job, values=values,
+                      errors=errors, top=None)
+    except ApiError as exc:
+        return render(request, "edit.html", s, status=exc.status, job=job, values=values,
+                      errors={}, top=exc.message)
+    await audit(ctx, s.info, "job.update", job.id, {"changes": changes, "via": "dashboard"})
+    return redirect(f"/jobs/{quote(job.id, safe='')}", f"saved {job.id}")
+
+
+async def preview(request: Request, s: Session, ctx: Context) -> Response:
+    """The edit form's live preview: the API's preview, for the session."""
+    from cronfleet.api import cron as cron_api
+    from cronfleet.api import schemas as S
+
+    if not csrf_ok(request, s.token, request.headers.get("x-csrf-token")):
+        raise Refused(403, "CSRF token missing or wrong")
+    try:
+        body = await request.json()
+        req = S.PreviewRequest.model_validate({"expr": body.get("expr") or None,
+                                               "timezone": body.get("timezone") or "UTC",
+                                               "count": 5})
+        out = await cron_api.preview(req, s.info)
+    except ApiError as exc:
+        errs = (exc.details or {}).get("errors") or [{"message": exc.message}]
+        return JSONResponse({"valid": False, "error": errs[0].get("message", exc.message),
+                             "column": errs[0].get("column")}, status_code=200)
+    except Exception as exc:  # a body that is not what the form sends
+        return JSONResponse({"valid": False, "error": str(exc)[:300]}, status_code=200)
+    return JSONResponse(out)
+
+
+async def secret_post(request: Request, s: Session, ctx: Context) -> Response:
+    from cronfleet.secrets import SecretError, VaultLocked
+
+    form = await form_of(request, s)
+    need(s, "admin")
+    name = str(form.get("name", "")).strip()
+    value = str(form.get("value", ""))
+    hosts_text = str(form.get("hosts", "")).strip()
+    # blank keeps the hosts the secret has (a new one: none); "-" clears them
+    hosts: Any = ... if not hosts_text else [] if hosts_text == "-" else [
+        h.strip() for h in hosts_text.replace("\n", ",").split(",") if h.strip()]
+    if not value:
+        return redirect("/secrets", f"{name or 'secret'}: the value is empty; nothing stored")
+    try:
+        created = await ctx.get_vault().set(name, value, s.info.team, hosts=hosts)
+    except (VaultLocked, SecretError) as exc:
+        return redirect("/secrets", f"{name}: {exc}; nothing stored")
+    await audit(ctx, s.info, "secret.set", name,
+                {"created": created, "via": "dashboard",
+                 **({"hosts": hosts} if hosts is not ... else {})})
+    return redirect("/secrets", f"secret {name} {'created' if created else 'rotated'}")
+
+
+async def token_post(request: Request, s: Session, ctx: Context) -> Response:
+    form = await form_of(request, s)
+    need(s, "admin")
+    action = str(form.get("action", "create"))
+    if action == "revoke":
+        tid = str(form.get("id", ""))
+        mine = {t.id for t in await ctx.api_store.list_tokens(s.info.team)}
+        if tid not in mine:
+            raise Refused(404, f"no token {tid!r}")
+        await ctx.api_store.revoke_token(tid)
+        await audit(ctx, s.info, "token.revoke", tid, {"via": "dashboard"})
+        return redirect("/tokens", f"token {tid} revoked")
+    name = str(form.get("name", "")).strip()
+    role = str(form.get("role", "viewer"))
+    if not name or len(name) > 100:
+        return redirect("/tokens", "name: required, up to 100 characters")
+    if role not in ("viewer", "editor", "admin"):
+        return redirect("/tokens", f"role: {role!r} is not viewer, editor or admin")
+    plain, info = await ctx.api_store.create_token(name=name, team=s.info.team, role=role,
+                                                   created_by=who(s.info))
+    await audit(ctx, s.info, "token.create", info.id, {"name": name, "role": role,
+                                                        "via": "dashboard"})
+    tokens = await ctx.api_store.list_tokens(s.info.team)
+    return render(request, "tokens.html", s, tokens=tokens, tz=_zone(None, s),
+                  created=(info, plain))
+
+
+async def prefs_post(request: Request, s: Session, ctx: Context) -> Response:
+    form = await form_of(request, s)
+    resp = redirect(str(form.get("next", "/")))
+    resp.set_cookie(PREFS, "1" if form.get("utc") == "1" else "0", path="/",
+                    max_age=365 * 86400, httponly=True, samesite="strict",
+                    secure=request.url.scheme == "https")
+    return resp
+
+
+# -- sign-in --------------------------------------------------------------------------
+
+
+async def signin_form(request: Request) -> Response:
+    return render(request, "signin.html", None, error=None,
+                  next=request.query_params.get("next", "/"))
+
+
+async def signin_post(request: Request) -> Response:
+    ctx: Context = request.app.state.cronfleet
+    form = await request.form()
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.headers.get('host')}":
+        return render(request, "signin.html", None, status=403,
+                      error="sign-in from another site refused", next="/")
+    token = str(form.get("token", "")).strip()
+    nxt = str(form.get("next", "/"))
+    try:
+        info = await ctx.api_store.authenticate(token) if token else None
+    except StoreError as exc:
+        return render(request, "signin.html", None, status=503,
+                      error=f"cannot check the token: {exc}", next=nxt)
+    if info is None:
+        return render(request, "signin.html", None, status=401,
+                      error="unknown or revoked token", next=nxt)
+    resp = redirect(nxt)
+    set_session(request, resp, token)
+    return resp
+
+
+async def signin_once(request: Request) -> Response:
+    ctx: Context = request.app.state.cronfleet
+    codes: OneTimeCodes | None = getattr(request.app.state, "signin_codes", None)
+    code = request.path_params["code"]
+    if codes is None or not codes.redeem(code):
+        return render(request, "signin.html", None, status=410,
+                      error="this sign-in link was used already or has expired: sign in "
+                            "with a token (cronfleet tokens create)", next="/")
+    plain, info = await ctx.api_store.create_token(name="dashboard", team="default",
+                                                   role="admin", created_by="first start")
+    await ctx.api_store.audit(team="default", actor="first start", action="token.create",
+                              target=info.id, details={"name": "dashboard",
+                                                       "role": "admin",
+                                                       "via": "one-time sign-in link"})
+    resp = redirect("/")
+    set_session(request, resp, plain)
+    return resp
+
+
+async def signout(request: Request) -> Response:
+    ctx: Context = request.app.state.cronfleet
+    token = request.cookies.get(COOKIE)
+    form = await request.form()
+    sent = form.get("csrf")
+    if token and not csrf_ok(request, token, sent if isinstance(sent, str) else None):
+        return HTMLResponse("CSRF token missing or wrong", status_code=403)
+    del ctx
+    resp = redirect("/signin")
+    set_session(request, resp, None)
+    return resp
+
+
+async def docs(request: Request) -> Response:
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="cronfleet API",
+                               swagger_js_url="/ui/static/swagger/swagger-ui-bundle.js",
+                               swagger_css_url="/ui/static/swagger/swagger-ui.css",
+                               swagger_favicon_url="/ui/static/swagger/favicon.png")
+
+
+def install(app: FastAPI, codes: OneTimeCodes | None = None) -> None:
+    """Add the dashboard, its assets and the offline API docs to the API ``app``."""
+    app.state.signin_codes = codes
+    # pages and their refreshes compress well (a jobs page of 50 rows: ~10x)
+    app.add_middleware(GZipMiddleware, minimum_size=2000, compresslevel=5)
+    static = resources.files("cronfleet.dashboard") / "static"
+    swagger = resources.files("fastapi_offline") / "static"
+    app.mount("/ui/static/swagger", StaticFiles(directory=str(swagger)), name="swagger")
+    app.mount("/ui/static", StaticFiles(directory=str(static)), name="dashboard-static")
+    r = APIRouter(include_in_schema=False)
+    r.add_api_route("/docs", docs, methods=["GET"])
+    r.add_api_route("/signin", signin_form, methods=["GET"])
+    r.add_api_route("/signin", signin_post, methods=["POST"])
+    r.add_api_route("/signin/once/{code}", signin_once, methods=["GET"])
+    r.add_api_route("/signout", signout, methods=["POST"])
+    for path, fn, methods in (
+        ("/", overview_page, ["GET"]),
+        ("/jobs", jobs_page, ["GET"]),
+        ("/jobs/{job_id:path}", job_page, ["GET"]),
+        ("/runs", runs_page, ["GET"]),
+        ("/runs/{run_id}", run_page, ["GET"]),
+        ("/audit", audit_page, ["GET"]),
+        ("/secrets", secrets_page, ["GET"]),
+        ("/secrets", secret_post, ["POST"]),
+        ("/tokens", tokens_page, ["GET"]),
+        ("/tokens", token_post, ["POST"]),
+        ("/act", act, ["POST"]),
+        ("/edit", edit_page, ["GET"]),
+        ("/edit", edit_post, ["POST"]),
+        ("/preview", preview, ["POST"]),
+        ("/prefs", prefs_post, ["POST"]),
+    ):
+        r.add_api_route(path, page(fn), methods=methods)
+    app.include_router(r)

@@ -1,0 +1,211 @@
+"""The fleet as this process sees it: its own ``instances`` row, heartbeats by the
+store's clock, the live set, breaking a lost instance's leases, and work spreading.
+
+- **Heartbeat** every ``instance_ttl / 5`` (3 s by default): one transaction that
+  refreshes this instance's row and reads the live set. An instance whose heartbeat is
+  older than ``instance_ttl`` (15 s) is lost.
+- **Lost instances**: after each heartbeat, this process declares lost any other
+  instance past the ttl and breaks its leases (``InstanceStore.break_lost``, exactly one
+  survivor acts on each): its open runs and its claimed-but-unwritten slots (early claims
+  included) become ``interrupted`` (``instance_lost``), and jobs with ``recover=True``
+  re-run the slot with a higher fencing token. A lease is therefore worth as much as its
+  holder's heartbeat, whatever its stored expiry (which stays the backstop).
+- **Zombies**: a process that could not confirm its heartbeat for longer than the ttl
+  (stopped, paused, starved) may have been declared lost. Before it starts runs from
+  claims made earlier it confirms with a heartbeat; if the store says it was declared
+  lost (``epoch`` moves: every claim made before belongs to the survivors), it logs it,
+  re-registers (the heartbeat did) and drops those claims — the survivors already wrote
+  them ``interrupted``. The stores refuse to withdraw a claim whose slot has a run row,
+  so a zombie can never make a resolved slot claimable again. Its handlers still running
+  report late: the store keeps their outcomes as late results on the interrupted rows
+  (never a second outcome, ``store/ledger.py`` ``is_late``).
+- **Spreading**: each job belongs to one live instance by rendezvous hashing
+  (highest ``blake2b(job id, instance id)``). Only the owner claims a job's slot early
+  (``claim_ahead`` before the instant); the others try ``SPREAD_DELAY`` (100 ms) after
+  the instant (``Loop.claim_later``), so the owner's handlers start first and an owner
+  that is gone costs 100 ms of lateness until it is declared lost, never a slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+from cronfleet.model import RunRecord
+from cronfleet.store.base import Heartbeat, Instance, InstanceStore
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["QUIET", "Fleet", "owner"]
+
+QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
+
+log = logging.getLogger("cronfleet")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("cronfleet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _score(job_id: str, instance_id: str) -> bytes:
+    return hashlib.blake2b(
+        instance_id.encode() + b"\x00" + job_id.encode(), digest_size=8
+    ).digest()
+
+
+def owner(job_id: str, live: tuple[str, ...]) -> str | None:
+    """The live instance a job belongs to (rendezvous hashing): every process computes the
+    same answer from the same live set, and a change of the set moves only the jobs of
+    the instance that came or went."""
+    if not live:
+        return None
+    return max(live, key=lambda i: _score(job_id, i))
+
+
+class Fleet:
+    """This process's membership (built afresh at each start)."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.store: InstanceStore | None = (
+            s.store if isinstance(s.store, InstanceStore) and s.timers else None
+        )
+        self.ttl = s.instance_ttl
+        self.interval = max(0.05, self.ttl / 5)
+        self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
+        self.live: tuple[str, ...] = ()
+        self.last_ok: float | None = None  # our clock when the store last confirmed us
+        self.epoch = 0  # +1 each time the store says this instance had been declared lost
+        self._mine: dict[str, bool] = {}
+        self._mine_for: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    # -- membership ----------------------------------------------------------------------
+
+    async def beat(self) -> Heartbeat | None:
+        """One heartbeat; ``None`` when the store did not answer (logged)."""
+        if self.store is None:
+            return None
+        asked = self.s.clock.now()
+        try:
+            beat = await self.store.heartbeat(self.me, ttl=self.ttl)
+        except Exception as exc:
+            self.s.stats.store_errors += 1
+            log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
+            return None
+        self.last_ok = asked
+        if beat.live != self.live:
+            if self.live:
+                log.info(
+                    "fleet: %d live instance(s): %s", len(beat.live), ", ".join(beat.live)
+                )
+            self.live = beat.live
+        if beat.lost:
+            self.epoch += 1  # claims made before belong to the survivors now
+            log.warning(
+                "instance %s was declared lost by %s at %s (no heartbeat for more than "
+                "%gs); its runs in progress were interrupted and their results will be "
+                "kept as late results; re-registered",
+                self.me.instance_id,
+                beat.lost_by or "another instance",
+                beat.lost_at.isoformat() if beat.lost_at is not None else "?",
+                self.ttl,
+            )
+        return beat
+
+    def suspect(self, now: float) -> bool:
+        """True when the store has not confirmed this instance for longer than half the
+        ttl: claims made before may have been broken by the survivors."""
+        return self.enabled and (self.last_ok is None or now - self.last_ok > self.ttl / 2)
+
+    async def confirm(self, now: float, epoch: int) -> bool:
+        """Before starting runs from claims made in ``epoch``: True when they are still
+        ours (the store confirms this instance was not declared lost since)."""
+        if self.suspect(now):
+            beat = await self.beat()
+            if beat is None:  # no answer: ours unless a survivor may have declared us lost
+                last = self.last_ok
+                return last is not None and now - last < self.ttl and epoch == self.epoch
+        return epoch == self.epoch
+
+    async def break_lost(self) -> list[RunRecord]:
+        """Declare lost the instances past the ttl and break their leases; recover."""
+        if self.store is None:
+            return []
+        try:
+            got = await self.store.break_lost(self.me.instance_id, ttl=self.ttl)
+        except Exception as exc:
+            self.s.stats.store_errors += 1
+            log.warning("checking for lost instances failed (%s)", exc)
+            return []
+        for inst in got.instances:
+            log.warning(
+                "instance %s (host %s, pid %d) is lost: no heartbeat since %s; its leases "
+                "are broken",
+                inst.instance_id,
+                inst.host,
+                inst.pid,
+                inst.heartbeat_at.isoformat() if inst.heartbeat_at is not None else "?",
+            )
+        if got.runs:
+            await self.s.upkeep.recover(got.runs, "its instance was lost")
+        return got.runs
+
+    async def quiet_moment(self) -> None:
+        """Wait until this is not the moment of an instant or of its early claims: a
+        heartbeat is a store write, and a handler's lateness must not pay for it."""
+        s = self.s
+        heap = s.due.heap
+        if not heap:
+            return
+        now = s.clock.now()
+        nxt = heap[0]
+        if nxt - s.early.ahead - QUIET <= now < nxt + QUIET:
+            await s.clock.sleep_until(nxt + QUIET)
+
+    async def heartbeat_loop(self) -> None:
+        s = self.s
+        while True:
+            await self.quiet_moment()
+            s.activity.enter()
+            try:
+                beat = await self.beat()
+                if beat is not None:
+                    await self.break_lost()
+            finally:
+                s.activity.leave()
+            await s.clock.sleep_until(s.clock.now() + self.interval)
+
+    async def leave(self) -> None:
+        if self.store is None:
+            return
+        try:
+            await self.store.leave(self.me.instance_id)
+        except Exception as exc:
+            log.warning("instance %s: could not remove its row (%s)", self.me.instance_id, exc)
+
+    # -- spreading -----------------------------------------------------------------------
+
+    def owns(self, job_id: str) -> bool:
+        """Does this instance claim ``job_id`` early (rendezvous hashing over the live
+        set)? With one live instance, or none known, every job is ours."""
+        live = self.live
+        if len(live) < 2 or self.me.instance_id not in live:
+            return True
+        if live != self._mine_for:
+            self._mine, self._mine_for = {}, live
+        mine = self._mine.get(job_id)
+        if mine is None:
+            mine = self._mine[job_id] = owner(job_id, live) == self.me.instance_id
+        return mine

@@ -1,0 +1,170 @@
+"""The dashboard's read model on the memory store: slot cells, percentiles, the jobs
+page's query (filters, sorting, paging), next fires with DST marks, the run cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, Job
+from cronfleet.dashboard import read
+from cronfleet.model import RunRecord, RunStatus, TriggeredBy
+from cronfleet.store.base import Finish
+from cronfleet.store.memory import MemoryStore
+
+T = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+
+
+def run(job: str, slot: datetime, status: RunStatus, *, reason: str | None = None,
+        secs: float | None = 1.0, manual: bool = False, rid: int | None = None,
+        error: str | None = None) -> RunRecord:
+    return RunRecord(rid, job, slot, TriggeredBy.SCHEDULE, status, reason=reason,
+                     manual=manual, started_at=slot if secs is not None else None,
+                     finished_at=slot + timedelta(seconds=secs) if secs is not None else None,
+                     error=error)
+
+
+def noop(ctx: Any) -> None:
+    return None
+
+
+def test_cells_say_what_the_ledger_says() -> None:
+    slots = [T + timedelta(minutes=i) for i in range(7)]
+    runs = [
+        run("j", slots[0], RunStatus.SUCCEEDED, rid=1),
+        run("j", slots[1], RunStatus.TIMED_OUT, rid=2, error="took too long"),
+        run("j", slots[2], RunStatus.SKIPPED, reason="paused", rid=3, secs=None),
+        run("j", slots[3], RunStatus.SKIPPED, reason="missed", rid=4, secs=None),
+        run("j", slots[4], RunStatus.SKIPPED, reason="already_executing", rid=5, secs=None),
+        run("j", slots[5], RunStatus.INTERRUPTED, rid=6),
+        run("j", slots[5], RunStatus.SUCCEEDED, rid=9),  # the recovery: newest row wins
+        run("j", slots[6], RunStatus.SUCCEEDED, rid=7, manual=True),  # not the slot's run
+    ]
+    cells = read.slot_cells(slots, runs)
+    assert [c.state for c in cells] == ["succeeded", "failed", "paused", "missed", "skipped",
+                                        "succeeded", "none"]
+    assert cells[1].label == "timed_out in 1s: took too long"
+    assert cells[4].label == "skipped (already_executing)"
+    assert cells[5].run is not None and cells[5].run.id == 9
+    assert cells[6].label == "no run recorded for this slot"
+
+
+def test_percentiles_nearest_rank() -> None:
+    runs = [run("j", T, RunStatus.SUCCEEDED, secs=float(i)) for i in range(1, 101)]
+    runs.append(run("j", T, RunStatus.SKIPPED, secs=None))
+    p = read.duration_percentiles(runs)
+    assert (p["n"], p["p50"], p["p90"], p["p99"], p["max"]) == (100, 50.0, 90.0, 99.0, 100.0)
+    assert read.duration_percentiles([])["p50"] is None
+
+
+def test_query_from_params_refuses_nonsense() -> None:
+    q = read.JobsQuery.from_params({"status": "exploded", "paused": "maybe", "sort": "drop",
+                                    "page": "-3", "size": "7", "kind": "shell"})
+    assert (q.status, q.paused, q.sort, q.page, q.size, q.kind) == ("", "", "id", 1, 50, "")
+    q = read.JobsQuery.from_params({"q": " nightly ", "failing": "1", "page": "2"})
+    assert q.q == "nightly" and q.failing and q.params() == {"q": "nightly", "failing": "1",
+                                                             "page": 2}
+
+
+def test_next_fires_mark_the_day_the_clocks_change() -> None:
+    job = Job.create("30 2 * * *", noop, id="export", timezone="Europe/Paris")
+    fires = read.next_fire_marks(job, datetime(2026, 3, 27, tzinfo=UTC), 3)
+    marked = [(f["time"].date().isoformat(), f["dst"]) for f in fires if f["dst"]]
+    # 02:30 does not exist on 2026-03-29 in Paris: the fire that day carries the mark
+    assert marked and marked[0][0] == "2026-03-29" and marked[0][1] == "+1:00:00"
+
+
+@pytest.fixture
+async def store() -> Any:
+    s = MemoryStore(clock=FakeClock((T - timedelta(days=2)).timestamp()))  # jobs made then
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def test_jobs_page_filters_sorts_and_pages(store: MemoryStore) -> None:
+    jobs = [Job.create("0 * * * *", noop, id=f"job-{i:03d}",
+                       description="nightly export" if i % 2 else "sync",
+                       team="alpha" if i < 120 else "beta") for i in range(130)]
+    await store.ensure_jobs([j.id for j in jobs])
+    await store.set_override("job-003", False, by="ops", note="disk full", until=None)
+    await store.finish([Finish(run("job-005", T - timedelta(hours=1), RunStatus.FAILED,
+                                   error="boom"))])
+    await store.finish([Finish(run("job-006", T - timedelta(hours=1), RunStatus.SUCCEEDED))])
+    page = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(), T)
+    assert page.total == 120 and page.pages == 3 and len(page.rows) == 50
+    assert page.rows[0].job.id == "job-000"
+    last = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(page=3), T)
+    assert [r.job.id for r in last.rows][-1] == "job-119" and len(last.rows) == 20
+    rev = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(sort="-id", size=25), T)
+    assert rev.rows[0].job.id == "job-119" and len(rev.rows) == 25
+    paused = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(paused="yes"), T)
+    assert [r.job.id for r in paused.rows] == ["job-003"] and paused.rows[0].paused
+    failing = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(failing=True), T)
+    assert [r.job.id for r in failing.rows] == ["job-005"]
+    ok = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(status="succeeded"), T)
+    assert [r.job.id for r in ok.rows] == ["job-006"]
+    text = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(q="NIGHTLY"), T)
+    assert text.total == 60
+    latest = await read.jobs_page(store, jobs, "alpha", read.JobsQuery(sort="last"), T)
+    assert {r.job.id for r in latest.rows[:2]} == {"job-005", "job-006"}
+    beta = await read.jobs_page(store, jobs, "beta", read.JobsQuery(), T)
+    assert beta.total == 10 and all(r.job.team == "beta" for r in beta.rows)
+    # the strip: the last 30 slots of job-005 up to now (12:00 included); 11:00 failed
+    row = failing.rows[0]
+    assert len(row.strip) == 30 and row.strip[-1].slot == T
+    assert row.strip[-2].state == "failed"
+    assert {c.state for c in row.strip if c.slot != T - timedelta(hours=1)} == {"none"}
+
+
+async def test_timeline_refresh_sees_a_run_finish(store: MemoryStore) -> None:
+    job = Job.create("* * * * *", noop, id="minutely")
+    await store.ensure_jobs([job.id])
+    now = T
+    slots = [now - timedelta(minutes=k) for k in range(2500)]
+    await store.finish([Finish(run("minutely", s, RunStatus.SUCCEEDED)) for s in slots[1:]])
+    going = run("minutely", slots[0], RunStatus.RUNNING, secs=None)
+    await store.finish([Finish(going)])
+    cache = read.RunCache()
+    cells, cut = await read.timeline(store, job, now, "7d", since=now - timedelta(days=1),
+                                     cache=cache)
+    assert not cut and len(cells) == 1440
+    assert cells[-1].state == "running" and cells[0].state == "succeeded"
+    going.status, going.finished_at = RunStatus.FAILED, now + timedelta(seconds=3)
+    await store.finish([Finish(going)])
+    cells, _ = await read.timeline(store, job, now, "7d", since=now - timedelta(days=1),
+                                   cache=cache)
+    assert cells[-1].state == "failed"
+    # the uncached read agrees
+    plain, _ = await read.timeline(store, job, now, "7d", since=now - timedelta(days=1),
+                                   cache=None)
+    assert [c.state for c in plain] == [c.state for c in cells]
+    week, cut = await read.timeline(store, job, now, "30d", cache=None)
+    assert cut and len(week) == read.MAX_CELLS
+
+
+async def test_runs_across_the_teams_jobs_paged(store: MemoryStore) -> None:
+    await store.ensure_jobs(["a1", "a2", "b1"])
+    rows = [run(j, T - timedelta(minutes=k), RunStatus.FAILED if k % 3 == 0
+                else RunStatus.SUCCEEDED) for k in range(30) for j in ("a1", "a2", "b1")]
+    await store.finish([Finish(r) for r in rows])
+    mine = frozenset({"a1", "a2"})
+    seen: list[RunRecord] = []
+    cursor: str | None = None
+    while True:
+        page, cursor = await read.find_runs(store, mine, cursor=cursor, limit=25)
+        seen.extend(page)
+        if cursor is None:
+            break
+    assert len(seen) == 60 and {r.job_id for r in seen} == {"a1", "a2"}
+    assert [r.slot for r in seen] == sorted((r.slot for r in seen), reverse=True)
+    failed, _ = await read.find_runs(store, mine, status=RunStatus.FAILED,
+                                     since=T - timedelta(minutes=10), limit=100)
+    assert len(failed) == 8 and all(r.status is RunStatus.FAILED for r in failed)
+    one, _ = await read.find_runs(store, mine, job_id="a2", limit=100)
+    assert {r.job_id for r in one} == {"a2"} and len(one) == 30
+    # a cursor that is not ours starts over rather than failing the page
+    again, _ = await read.find_runs(store, mine, cursor="not-a-cursor", limit=5)
+    assert again == seen[:5]

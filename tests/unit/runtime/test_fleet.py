@@ -1,0 +1,293 @@
+"""Instances, heartbeats and lost instances in the runtime: a dead holder's jobs move to
+the survivors within the instance ttl, a woken zombie is fenced and re-joins, and work is
+spread over the live instances (docs/concepts.md, "Instances, leases and fencing")."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, RunStatus, Scheduler, TriggeredBy
+from cronfleet.runtime.fleet import owner
+from cronfleet.store.base import Dispatch, Instance, InstanceStore
+
+from .conftest import BOTH, T0, Recorder, advance, settle
+
+Make = Callable[..., Scheduler]
+TTL = 3.0
+
+
+async def spin() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Real-time wait for ``cond`` (a store thread is involved on SQLite)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def istore(s: Scheduler) -> InstanceStore:
+    assert isinstance(s.store, InstanceStore)
+    return s.store
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_lost_holders_jobs_run_on_the_survivor_within_the_ttl(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    rec = Recorder()
+    s.job("10s", id="r", recover=True)(rec)  # no timeout: its lease lasts an hour
+    s.job("10s", id="n")(rec)
+    await s.store.open()
+    store = istore(s)
+    await store.ensure_jobs(["r", "n"])
+    # a process that registered, claimed both slots of T0 (leases of one hour) and died
+    await store.heartbeat(Instance("dead:1:x", "h", 1, "all", "0"), ttl=TTL)
+    dead = [
+        Dispatch(job_id=j, slot=T0, triggered_by=TriggeredBy.SCHEDULE, lease=True, hold=3600)
+        for j in ("r", "n")
+    ]
+    results = await store.dispatch(dead, "dead:1:x")
+    await s.store.close()
+    await s.start()
+    running.append(s)
+    await advance(clock, TTL + 2, s, step=0.25)
+    runs = {r.id: r for r in await s.runs_async(limit=50)}
+    for res in results:
+        got = runs[res.run.id]  # type: ignore[union-attr]
+        assert got.status is RunStatus.INTERRUPTED and got.reason == "instance_lost"
+        assert "dead:1:x" in (got.error or "")
+    recovered = [c for c in rec.calls if c.is_recovery]
+    assert [c.job_id for c in recovered] == ["r"]
+    assert recovered[0].slot.timestamp() == T0
+    assert recovered[0].fencing_token > results[0].token  # type: ignore[operator]
+    # the next slot (T0 + 10) runs on the survivor, an hour before the lease would expire
+    await advance(clock, 10 - (TTL + 2) + 0.5, s, step=0.5)
+    on_time = sorted(c.job_id for c in rec.calls if c.slot.timestamp() == T0 + 10)
+    assert on_time == ["n", "r"]
+    listed = {i.instance_id: i for i in await store.list_instances(ttl=TTL)}
+    assert listed["survivor"].live and not listed["dead:1:x"].live
+    assert listed["dead:1:x"].lost_by == "survivor"
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
+    make: Make, clock: FakeClock, running: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = asyncio.Event()
+    calls: list[str] = []
+
+    async def slow(ctx: Any) -> str:
+        calls.append(ctx.instance_id)
+        await release.wait()
+        return "late"
+
+    z = make(instance_id="zombie", instance_ttl=TTL)
+    z.job("60s", id="j")(slow)
+    await z.start()
+    running.append(z)
+    await advance(clock, 59.5, z, step=0.5)
+    clock.set(T0 + 60.1)  # the handler starts and does not end: no waiting for idle here
+    await until(lambda: calls)
+    assert calls == ["zombie"]
+    # the zombie stops answering: no heartbeat, no loop (a SIGSTOP, as far as the store sees)
+    beats = [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]
+    assert len(beats) == 1
+    beats[0].cancel()
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("60s", id="j")(slow)
+    await s.start()
+    running.append(s)
+    await advance(clock, TTL + 2, s, step=0.25)
+    [row] = await s.runs_async("j")
+    assert row.status is RunStatus.INTERRUPTED and row.reason == "instance_lost"
+    # the zombie wakes: its handler ends; the success is kept as a late result
+    caplog.set_level(logging.WARNING, logger="cronfleet")
+    epoch = z.fleet.epoch
+    assert not await z.fleet.confirm(clock.now(), epoch)  # learns it was declared lost
+    assert z.fleet.epoch == epoch + 1
+    assert "was declared lost by survivor" in caplog.text
+    release.set()
+    await settle(z, s)
+    rows = await s.runs_async("j")
+    assert len(rows) == 1, rows
+    [row] = rows
+    assert row.status is RunStatus.INTERRUPTED
+    assert row.result["late_result"]["status"] == "succeeded"
+    assert row.result["late_result"]["result"] == "late"
+    # it re-joined: both are live again, the next slot runs once in the fleet
+    assert (await z.fleet.beat()) is not None
+    z.spawn(z.fleet.heartbeat_loop())
+    assert z.fleet.live == ("survivor", "zombie")
+    health = z.health()
+    assert health["instances_live"] == ["survivor", "zombie"]
+    assert health["times_declared_lost"] == 1
+    await advance(clock, 60, z, s, step=0.5)
+    nxt = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 + 120]
+    assert len(nxt) == 1 and nxt[0].status is RunStatus.SUCCEEDED
+    assert calls.count("zombie") + calls.count("survivor") == 2
+
+
+async def test_a_zombie_does_not_start_its_stale_early_claims(
+    make: Make, clock: FakeClock, running: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    z = make(instance_id="zombie", instance_ttl=TTL)
+    zrec = Recorder()
+    z.job("60s", id="j")(zrec)
+    await z.start()
+    running.append(z)
+    await advance(clock, 59.75, z, step=0.25)  # inside the claim window of T0 + 60
+    assert z.early.pending is not None and z.early.pending.ready
+    for t in [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]:
+        t.cancel()
+    z.stopping = True  # the zombie's loop is frozen too
+    z.wake()
+    await asyncio.gather(z.loop.task, return_exceptions=True)  # type: ignore[arg-type]
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    srec = Recorder()
+    s.job("60s", id="j", recover=True)(srec)
+    await s.start()
+    running.append(s)
+    await advance(clock, TTL + 2.5, s, step=0.25)
+    rows = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 + 60]
+    [row] = [r for r in rows if not r.is_recovery]
+    assert row.status is RunStatus.INTERRUPTED and row.reason == "instance_lost"
+    assert [c.is_recovery for c in srec.calls] == [True]  # the survivor ran it
+    # the zombie wakes at what was its instant: it must not start the stale claim
+    caplog.set_level(logging.WARNING, logger="cronfleet")
+    z.stopping = False
+    await z.loop.fire_due(clock.now())
+    await settle(z, s)
+    assert zrec.calls == []
+    assert "not starting them" in caplog.text
+    z.stopping = True
+
+
+async def test_work_is_spread_over_the_live_instances(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    ids = [f"i{n}" for n in range(3)]
+    fleet = [make(instance_id=i, instance_ttl=TTL) for i in ids]
+    per: Counter[str] = Counter()
+
+    async def count(ctx: Any) -> None:
+        per[ctx.instance_id] += 1
+
+    for s in fleet:
+        for n in range(300):
+            s.job("10s", id=f"job-{n:03d}")(count)
+        await s.start()
+        running.append(s)
+    await advance(clock, 1, *fleet, step=0.25)  # heartbeats: everyone knows the fleet
+    assert all(s.fleet.live == tuple(ids) for s in fleet)
+    per.clear()
+    await advance(clock, 30, *fleet, step=0.25)  # three instants, 900 runs
+    assert sum(per.values()) == 900
+    shares = {i: per[i] / 900 for i in ids}
+    assert all(0.25 <= v <= 0.42 for v in shares.values()), shares
+    # each ran exactly the jobs it owns
+    expected = Counter(owner(f"job-{n:03d}", tuple(ids)) for n in range(300))
+    assert {i: per[i] for i in ids} == {i: 3 * expected[i] for i in ids}
+
+
+def test_rendezvous_moves_only_the_jobs_of_the_instance_that_left() -> None:
+    jobs = [f"j{n}" for n in range(1000)]
+    three = ("a", "b", "c")
+    two = ("a", "b")
+    before = {j: owner(j, three) for j in jobs}
+    after = {j: owner(j, two) for j in jobs}
+    moved = [j for j in jobs if before[j] != after[j]]
+    assert moved and all(before[j] == "c" for j in moved)
+    assert owner("x", ()) is None
+
+
+async def _interrupted_slot(s: Scheduler, job_id: str, slot: float) -> Any:
+    """The store's row of ``slot`` claimed by a dead instance and marked interrupted."""
+    from cronfleet.store.base import Finish
+
+    await s.store.open()
+    await s.store.ensure_jobs([job_id])
+    [res] = await s.store.dispatch(
+        [Dispatch(job_id=job_id, slot=slot, triggered_by=TriggeredBy.SCHEDULE, lease=True,
+                  hold=90)], "dead:1:x",
+    )  # fmt: skip
+    run = res.run
+    run.status, run.reason = RunStatus.INTERRUPTED, "instance_lost"
+    await s.store.finish([Finish(run, release_token=res.token)])
+    await s.store.close()
+    return run
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_recovery_that_meets_the_next_slots_lease_waits_and_runs(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    release = asyncio.Event()
+    calls: list[tuple[float, bool]] = []
+
+    async def handler(ctx: Any) -> None:
+        calls.append((ctx.slot.timestamp(), ctx.is_recovery))
+        if not ctx.is_recovery:
+            await release.wait()
+
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="j", timeout=60, recover=True)(handler)
+    lost = await _interrupted_slot(s, "j", T0)
+    clock.set(T0 + 9)
+    await s.start()
+    running.append(s)
+    clock.set(T0 + 10.1)  # the next slot starts and holds the lease
+    await until(lambda: calls)
+    assert calls == [(T0 + 10, False)]
+    await s.upkeep.recover([lost], "test")  # the recovery meets that lease
+    assert "j" in s.runner.recovering
+    for _ in range(3):  # polled, still busy: it waits (no already_executing row)
+        clock.advance(1)
+        await asyncio.sleep(0.05)
+    assert calls == [(T0 + 10, False)]
+    release.set()  # the next slot's run ends: the recovery gets the lease
+    await settle(s)
+    assert calls == [(T0 + 10, False), (T0, True)]
+    rows = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0]
+    assert sorted((r.status.value, r.is_recovery) for r in rows) == [
+        ("interrupted", False), ("succeeded", True)
+    ]
+
+
+async def test_a_recovery_that_never_gets_the_lease_is_recorded_superseded(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    release = asyncio.Event()
+
+    async def handler(ctx: Any) -> None:
+        await release.wait()
+
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="j", timeout=60, recover=True, catch_up_window=20)(handler)
+    lost = await _interrupted_slot(s, "j", T0)
+    clock.set(T0 + 9)
+    await s.start()
+    running.append(s)
+    clock.set(T0 + 10.1)
+    await until(lambda: s.runner.running.get("j"))
+    await s.upkeep.recover([lost], "test")
+    for _ in range(12):  # past the catch-up window (20 s) of its slot
+        clock.advance(1)
+        await asyncio.sleep(0.02)
+    await until(lambda: "j" not in s.runner.recovering)
+    release.set()
+    await settle(s)
+    [rec] = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 and r.is_recovery]
+    assert rec.status is RunStatus.SKIPPED and rec.reason == "superseded"
+    assert "superseded" in rec.logs[-1]
