@@ -120,6 +120,59 @@ async def test_start_waits_for_postgres_then_runs(schema: str) -> None:
             await s.stop()
 
 
+async def test_readyz_is_503_while_start_up_waits_for_the_store(schema: str) -> None:
+    """``serve(metrics_port=…)`` answers its probes before the scheduler has the store:
+    ``/readyz`` 503 ("not connected") while start-up waits, 200 once it is connected."""
+    import asyncio
+    import socket
+
+    from cronfleet import Scheduler
+    from cronfleet.api.serve import serve
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def readyz() -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /readyz HTTP/1.1\r\n\r\n")
+        await writer.drain()
+        data = await reader.read()
+        writer.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), body
+
+    with TcpProxy(pg_url()) as proxy:
+        proxy.cut()
+        s = Scheduler(store_url(schema, proxy.url), instance_id="probed")
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(serve(s, api=False, stop=stop, metrics_port=port,
+                                              metrics_host="127.0.0.1"))
+        try:
+            answers: list[tuple[int, bytes]] = []
+            for _ in range(100):  # the listener is up within a moment; the store is not
+                await asyncio.sleep(0.1)
+                try:
+                    answers.append(await readyz())
+                    break
+                except OSError:
+                    continue
+            assert answers, "the probes did not answer while the store was awaited"
+            status, body = answers[0]
+            assert status == 503 and b"not connected" in body, (status, body)
+            assert not s.running
+            proxy.restore()
+            for _ in range(300):
+                await asyncio.sleep(0.1)
+                status, body = await readyz()
+                if status == 200:
+                    break
+            assert status == 200, body
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 60)
+
+
 async def test_start_gives_up_after_connect_timeout_on_postgres(schema: str) -> None:
     from cronfleet import Scheduler
     from cronfleet.errors import StoreUnavailable
