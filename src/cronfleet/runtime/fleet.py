@@ -5,11 +5,14 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   refreshes this instance's row and reads the live set. An instance whose heartbeat is
   older than ``instance_ttl`` (15 s) is lost.
 - **Lost instances**: after each heartbeat, this process declares lost any other
-  instance past the ttl and breaks its leases (``InstanceStore.break_lost``, exactly one
-  survivor acts on each): its open runs and its claimed-but-unwritten slots (early claims
-  included) become ``interrupted`` (``instance_lost``), and jobs with ``recover=True``
-  re-run the slot with a higher fencing token. A lease is therefore worth as much as its
-  holder's heartbeat, whatever its stored expiry (which stays the backstop).
+  instance past the ttl -- once its own heartbeats have gone through without a gap for
+  a whole ttl (``Fleet.steady``: after a store outage every heartbeat is stale, and the
+  first process back must not declare the rest lost) -- and breaks its leases
+  (``InstanceStore.break_lost``, exactly one survivor acts on each): its open runs and
+  its claimed-but-unwritten slots (early claims included) become ``interrupted``
+  (``instance_lost``), and jobs with ``recover=True`` re-run the slot with a higher
+  fencing token. A lease is therefore worth as much as its holder's heartbeat, whatever
+  its stored expiry (which stays the backstop).
 - **Zombies**: a process that could not confirm its heartbeat for longer than the ttl
   (stopped, paused, starved) may have been declared lost. Before it starts runs from
   claims made earlier it confirms with a heartbeat; if the store says it was declared
@@ -83,6 +86,7 @@ class Fleet:
         self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
+        self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
         self._mine: dict[str, bool] = {}
         self._mine_for: tuple[str, ...] = ()
@@ -104,7 +108,11 @@ class Fleet:
             self.s.stats.store_errors += 1
             log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
             return None
-        self.last_ok = asked
+        prev, self.last_ok = self.last_ok, asked
+        if prev is None or asked - prev > self.ttl / 2:
+            # (re)joined after a gap: the others' heartbeats may be as stale as ours for
+            # the same reason (a store outage, a held SQLite lock); see steady()
+            self.steady_since = asked
         if beat.live != self.live:
             if self.live:
                 log.info(
@@ -138,6 +146,15 @@ class Fleet:
                 last = self.last_ok
                 return last is not None and now - last < self.ttl and epoch == self.epoch
         return epoch == self.epoch
+
+    def steady(self) -> bool:
+        """True once this instance has heartbeat without a gap (none longer than half the
+        ttl) for a whole ttl. Only then may it judge the others: after an outage of the
+        store every heartbeat is stale, and the first process back must not declare the
+        rest of the fleet lost (they could not beat either); a live one beats within the
+        ttl, a dead one does not."""
+        last, since = self.last_ok, self.steady_since
+        return last is not None and since is not None and last - since >= self.ttl
 
     async def break_lost(self) -> list[RunRecord]:
         """Declare lost the instances past the ttl and break their leases; recover."""
@@ -181,7 +198,7 @@ class Fleet:
             s.activity.enter()
             try:
                 beat = await self.beat()
-                if beat is not None:
+                if beat is not None and self.steady():
                     await self.break_lost()
             finally:
                 s.activity.leave()

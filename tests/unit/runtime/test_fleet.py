@@ -291,3 +291,42 @@ async def test_a_recovery_that_never_gets_the_lease_is_recorded_superseded(
     [rec] = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 and r.is_recovery]
     assert rec.status is RunStatus.SKIPPED and rec.reason == "superseded"
     assert "superseded" in rec.logs[-1]
+
+
+async def test_after_a_store_outage_nobody_declares_the_others_lost(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Every heartbeat is stale after the store was away longer than the ttl (a held
+    SQLite lock, a cut): the first process back must not declare the rest of the fleet
+    lost. A process judges the others only after a whole ttl of its own heartbeats."""
+    from cronfleet.errors import StoreUnavailable
+
+    a = make(instance_id="a", instance_ttl=TTL)
+    b = make(instance_id="b", instance_ttl=TTL)
+    for s in (a, b):
+        s.job("1h", id="j")(Recorder())
+        await s.start()
+        running.append(s)
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    assert a.fleet.live == ("a", "b") and a.fleet.steady() and b.fleet.steady()
+
+    async def away(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the store is away")
+
+    for s in (a, b):
+        s.store.heartbeat = away  # type: ignore[method-assign]
+    await advance(clock, 3 * TTL, a, b, step=0.25)  # both heartbeats now older than the ttl
+    del a.store.heartbeat  # type: ignore[method-assign]
+    await advance(clock, 1.0, a, b, step=0.25)  # a is back first; b's row is still stale
+    assert a.fleet.last_ok is not None and not a.fleet.steady()
+    del b.store.heartbeat  # type: ignore[method-assign]
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    listed = {i.instance_id: i for i in await istore(a).list_instances(ttl=TTL)}
+    assert listed["a"].lost_at is None and listed["b"].lost_at is None, listed
+    assert listed["a"].live and listed["b"].live
+    assert a.fleet.epoch == 0 and b.fleet.epoch == 0
+    # the rule still catches a dead one: b stops beating for good, a declares it lost
+    b.store.heartbeat = away  # type: ignore[method-assign]
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    listed = {i.instance_id: i for i in await istore(a).list_instances(ttl=TTL)}
+    assert listed["b"].lost_at is not None and listed["b"].lost_by == "a"
