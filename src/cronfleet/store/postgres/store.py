@@ -91,6 +91,9 @@ _SKEW_WARN = 1.0
 DEFAULT_CALL_TIMEOUT = 10.0
 """A store call that takes longer makes the store unavailable (a hung server or pooler
 that keeps its connections open is an outage, not a wait)."""
+PROBE_MAX_BACKOFF = 1.0
+"""Seconds at most between two reconnect probes while the database is down (full jitter
+below it): every process fires on time again within about a second of its return."""
 
 
 PRUNE_TIMEOUT = 120.0
@@ -359,7 +362,9 @@ class PostgresStore:
                 await within(self._withdraw_ambiguous_early(), self.call_timeout, "give-back")
             except Exception as exc:
                 self._down = exc
-                delay = min(delay * 2, self.max_backoff)
+                # capped low: the fleet is back on time within ~1 s of the database (a
+                # probe is one fresh connection; full jitter keeps the fleet apart)
+                delay = min(delay * 2, PROBE_MAX_BACKOFF, self.max_backoff)
                 log.debug("PostgreSQL store %s still unavailable: %s", self.url, exc)
                 continue
             log.warning("PostgreSQL store %s is available again", self.url)
