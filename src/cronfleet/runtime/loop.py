@@ -151,7 +151,9 @@ class Loop:
             and pending.ready
             and not await s.fleet.confirm(now, pending.epoch)
         ):
-            s.early.drop_stale(pending)  # a zombie's claims: the fleet took them over
+            # a zombie's claims: the fleet took them over; those it did not see are
+            # claimed again like any due slot
+            due += await s.early.drop_stale(pending)
             pending = None
         # every decision below on a fresh reading: the store calls may have taken long
         now = max(now, s.clock.now())
