@@ -300,7 +300,7 @@ class Loop:
         got: list[Dispatched] = task.result()
         for res in got:
             self.after_dispatch(res)
-        if self.s.outage.backlog:
+        if self.s.outage.pending:
             self.s.outage.answered(got)
         return got
 

@@ -50,6 +50,9 @@ log = logging.getLogger("cronfleet")
 WARN_EVERY = 10.0
 """Seconds between two warnings of one kind; the ones in between are counted."""
 
+MAX_SKIPS = 10_000
+"""Claimed ``missed`` records kept for the store's return; older ones go claim-less."""
+
 CONFIRM_FOR = 1.0
 """Seconds one answer of ``Store.confirm_outage`` is reused."""
 
@@ -93,6 +96,7 @@ class Outage:
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
+        self.skips: list[Dispatch] = []  # claimed missed records the store did not take
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
@@ -115,6 +119,13 @@ class Outage:
                 continue
             if it.kind is DispatchKind.MISSED and it.skip_reason == _UNAVAILABLE:
                 self.keep(job, it.slot, exc)  # a replayed backlog slot: back in the backlog
+                continue
+            if it.skip_reason and it.kind is DispatchKind.MISSED and (
+                job.locking is not Locking.NODE_LOCAL
+            ):
+                # a slot the catch-up recorded missed, under a claim: claimed again when
+                # the store is back (claim-less, it could sit beside another process's row)
+                self.keep_skip(it)
                 continue
             if it.skip_reason:
                 # a skip the store could not take: written (claim-less) once it is back
@@ -141,6 +152,25 @@ class Outage:
         if prefer:
             s.spawn(self.fail_open(prefer, exc, fired_mono))
         return out
+
+    def keep_skip(self, it: Dispatch) -> None:
+        """A claimed ``missed`` record the store did not take: offered again (claimed) with
+        the backlog; beyond :data:`MAX_SKIPS` the oldest are written claim-less."""
+        self.skips.append(it)
+        if len(self.skips) > MAX_SKIPS:
+            old = self.skips.pop(0)
+            self.s.ledger.unsaved_skips.append(
+                Skip(old.job_id, old.slot, old.skip_reason or _UNAVAILABLE,
+                     triggered_by=old.triggered_by, instance_id=self.s.instance_id,
+                     logs=list(old.logs), result=old.result)
+            )
+        if self.retrying is None and not self.s.stopping:
+            self.retrying = self.s.spawn(self.retry_loop())
+
+    @property
+    def pending(self) -> bool:
+        """Slots or records waiting for the store."""
+        return bool(self.backlog or self.skips)
 
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
         """A slot not run for want of the store: into the backlog (bounded per job)."""
@@ -253,6 +283,13 @@ class Outage:
                          logs=[store_unavailable_log(why)])
                 )
         self.backlog.clear()
+        for it in self.skips:  # last resort: claim-less (the store may be gone for good)
+            self.s.ledger.unsaved_skips.append(
+                Skip(it.job_id, it.slot, it.skip_reason or _UNAVAILABLE,
+                     triggered_by=it.triggered_by, instance_id=self.s.instance_id,
+                     logs=list(it.logs), result=it.result)
+            )
+        self.skips.clear()
 
     # -- the store is back -------------------------------------------------------------
 
@@ -275,9 +312,9 @@ class Outage:
         s = self.s
         delay = 0.5
         try:
-            while self.backlog and not s.stopping:
+            while self.pending and not s.stopping:
                 await asyncio.sleep(random.uniform(0.05, delay))
-                if not self.replaying and self.backlog:
+                if not self.replaying and self.pending:
                     self.replaying = True
                     await self.replay()
                 delay = min(delay * 2, 5.0)
@@ -291,7 +328,8 @@ class Outage:
             backlog, self.backlog = self.backlog, {}
             superseded, self.superseded = self.superseded, {}
             now = s.clock.now()
-            items: list[Dispatch] = []
+            items: list[Dispatch] = self.skips
+            self.skips = []
             for job_id, slots in backlog.items():
                 job = s._jobs.get(job_id)
                 if job is None:

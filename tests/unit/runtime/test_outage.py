@@ -324,3 +324,43 @@ async def test_a_backlog_left_at_stop_is_recorded(
 
 async def _never() -> None:
     return None
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_missed_record_the_store_did_not_take_is_claimed_again(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """A catch-up's ``missed`` record (claimed) that fails during an outage is offered
+    again under a claim, never written claim-less: a slot another process ran meanwhile
+    keeps one row (it used to get a second, ``skipped / missed``, beside the run)."""
+    from cronfleet.runtime import requests
+
+    a, b = make(instance_id="a"), make(instance_id="b")
+    rec = Recorder()
+    for s in (a, b):
+        s.job("1h", id="j")(rec)
+        await s.start()
+        running.append(s)
+    slot = T0 + 3600
+    flaky = Flaky(a)
+    await a.loop.dispatch([requests.missed(a.jobs["j"], slot, "missed while no scheduler ran it")])
+    assert a.outage.pending and not a.ledger.unsaved_skips
+    got = await b.loop.dispatch([requests.scheduled(b.jobs["j"], slot, clock.now())])
+    assert [r.won for r in got] == [True]
+    await wait_for(lambda: len(rec.calls) == 1)
+    flaky.down = False
+    await wait_for(lambda: not a.outage.pending)
+    await a.ledger.flush_once()
+    await a.ledger.flush_skips()
+    await b.ledger.flush_once()
+    rows = [r for r in await a.runs_async("j") if r.slot.timestamp() == slot]
+    assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows
+    # and with nobody else on the slot, the retried record is written under a claim
+    slot2 = slot + 3600
+    flaky.down = True
+    await a.loop.dispatch([requests.missed(a.jobs["j"], slot2, "missed while no scheduler ran it")])
+    flaky.down = False
+    await wait_for(lambda: not a.outage.pending)
+    rows = [r for r in await a.runs_async("j") if r.slot.timestamp() == slot2]
+    assert [(r.status, r.reason) for r in rows] == [(RunStatus.SKIPPED, "missed")], rows
+    assert rows[0].fencing_token is not None
