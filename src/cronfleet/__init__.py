@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         StoreError,
         StoreUnavailable,
     )
+    from cronfleet.jobs.command import CommandJob
     from cronfleet.jobs.http import HttpJob
     from cronfleet.model import (
         Job,
@@ -56,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "JobNotFound": "cronfleet.errors",
     "StoreError": "cronfleet.errors",
     "StoreUnavailable": "cronfleet.errors",
+    "CommandJob": "cronfleet.jobs.command",
     "HttpJob": "cronfleet.jobs.http",
     "Job": "cronfleet.model",
     "JobState": "cronfleet.model",
@@ -81,6 +83,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AlreadyExecuting",
+    "CommandJob",
     "ConfigError",
     "CronfleetError",
     "DuplicateJob",

@@ -36,12 +36,13 @@ from cronfleet.model import DEFAULT_TEAM, Job
 from cronfleet.spec import FieldProblem, SpecInvalid
 
 if TYPE_CHECKING:
+    from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.scheduler import Scheduler
     from cronfleet.store.api import ApiStore, JobDef
 
-__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "IdTaken", "SpecInvalid",
-           "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
+           "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -60,6 +61,17 @@ class IdTaken(CronfleetError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job id {job_id!r} is already taken")
+        self.job_id = job_id
+
+
+class CommandJobsDisabled(CronfleetError):
+    """A stored job runs a command, and command jobs are off here (``[api]
+    allow_command_jobs``, off by default: a command job is code execution on the fleet)."""
+
+    def __init__(self, job_id: str | None = None) -> None:
+        super().__init__("command jobs are disabled on this server: a command job runs "
+                         "code on every host of the fleet, so an administrator must turn "
+                         "them on with allow_command_jobs = true in [api] of cronfleet.toml")
         self.job_id = job_id
 
 
@@ -114,27 +126,39 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
               runtime: HttpRuntime | None = None, saved_role: str | None = "admin",
-              new: bool = False) -> Job:
+              new: bool = False, allow_commands: bool = False,
+              command_runtime: CommandRuntime | None = None) -> Job:
     """The :class:`Job` a spec describes; raises :class:`SpecInvalid` listing every
     problem. The request's secrets are looked up in the team's namespace; it reaches
     private targets only as the operator's ``[api] private_targets`` allow (the runtime's
     ``api_private_targets``); unless an admin saved it (``saved_role``), a secret it uses
-    must have hosts."""
+    must have hosts. A command job raises :class:`CommandJobsDisabled` unless
+    ``allow_commands``, and may use secrets only when an admin saved it (a command can
+    send a value anywhere: no host binding holds)."""
     from cronfleet.jobs.http import HttpJob, HttpJobInvalid, TargetPolicy
 
     result, problems = validate_spec(spec, team=team, new=new)
     if result is None:
         raise SpecInvalid(problems)
-    targets = runtime.api_private_targets if runtime is not None else TargetPolicy.parse([])
-    try:
-        handler = HttpJob.from_spec(result, runtime=runtime, namespace=team,
-                                    private_targets=targets,
-                                    secrets_need_hosts=saved_role != "admin")
-    except HttpJobInvalid as exc:
-        raise SpecInvalid([
-            FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
-            for key, message in exc.problems]) from None
-    job = Job(handler=handler, source=SOURCE, **result.job_fields())
+    handler: Any
+    if result.command is not None:
+        if not allow_commands:
+            raise CommandJobsDisabled(result.id)
+        handler = _command_job(result, team, saved_role, command_runtime)
+        fields = {**result.job_fields(), "timeout": handler.job_timeout}
+    else:
+        targets = (runtime.api_private_targets if runtime is not None
+                   else TargetPolicy.parse([]))
+        try:
+            handler = HttpJob.from_spec(result, runtime=runtime, namespace=team,
+                                        private_targets=targets,
+                                        secrets_need_hosts=saved_role != "admin")
+        except HttpJobInvalid as exc:
+            raise SpecInvalid([
+                FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
+                for key, message in exc.problems]) from None
+        fields = result.job_fields()
+    job = Job(handler=handler, source=SOURCE, **fields)
     if new and job.jitter:
         from datetime import UTC, datetime
 
@@ -150,6 +174,30 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     return job
 
 
+def _command_job(result: _spec.JobSpec, team: str, saved_role: str | None,
+                 runtime: CommandRuntime | None) -> Any:
+    """The :class:`~cronfleet.jobs.command.CommandJob` of a stored spec (its secrets in
+    the team's namespace, and only in an admin's job)."""
+    from cronfleet.jobs.command import CommandJob, CommandJobInvalid
+    from cronfleet.secrets import references
+
+    try:
+        command = CommandJob.from_spec(result, runtime=runtime, namespace=team)
+    except CommandJobInvalid as exc:
+        raise SpecInvalid([FieldProblem("command" if key == "secrets" else key, message)
+                           for key, message in exc.problems]) from None
+    if saved_role != "admin":
+        texts = [("command", t) for t in ([command.command] if isinstance(command.command, str)
+                                          else command.command)]
+        texts += [(f"env.{k}", v) for k, v in command.env.items()]
+        problems = [FieldProblem(key, f"${{secrets.{name}}}: only an admin's command job may "
+                                      "use secrets (a command can send a value anywhere)")
+                    for key, text in texts for name in references(text)]
+        if problems:
+            raise SpecInvalid(problems)
+    return command
+
+
 class Catalog:
     """Keeps ``scheduler``'s jobs in step with the definitions in ``api_store``.
 
@@ -158,10 +206,14 @@ class Catalog:
     """
 
     def __init__(self, scheduler: Scheduler, api_store: ApiStore, *,
-                 runtime: HttpRuntime | None = None, poll: float = 2.0) -> None:
+                 runtime: HttpRuntime | None = None, poll: float = 2.0,
+                 allow_commands: bool = False,
+                 command_runtime: CommandRuntime | None = None) -> None:
         self.scheduler = scheduler
         self.api_store = api_store
         self.runtime = runtime
+        self.allow_commands = allow_commands
+        self._command_runtime = command_runtime
         self.poll = poll
         self._versions: dict[str, int] = {}
         self._seen = -1
@@ -235,7 +287,19 @@ class Catalog:
                  ) -> Job:
         """The job ``spec`` describes for ``team``, saved by a token of ``role``; raises
         :class:`SpecInvalid` naming every problem."""
-        return build_job(spec, team=team, runtime=self.runtime, saved_role=role, new=True)
+        return build_job(spec, team=team, runtime=self.runtime, saved_role=role, new=True,
+                         allow_commands=self.allow_commands,
+                         command_runtime=self.command_runtime)
+
+    @property
+    def command_runtime(self) -> CommandRuntime | None:
+        """The runtime of stored command jobs (the scheduler store's vault), made on first
+        use; None while command jobs are off."""
+        if self._command_runtime is None and self.allow_commands:
+            from cronfleet.jobs.command import CommandRuntime
+
+            self._command_runtime = CommandRuntime(store=self.scheduler.store.url)
+        return self._command_runtime
 
     async def check_secrets(self, job: Job, team: str, role: str | None) -> None:
         """An editor's job may only use secrets bound to the hosts its URL names: raise
@@ -344,8 +408,9 @@ class Catalog:
             return None
         try:
             job = build_job(d.spec, team=d.team, runtime=self.runtime,
-                            saved_role=d.saved_role)
-        except SpecInvalid as exc:
+                            saved_role=d.saved_role, allow_commands=self.allow_commands,
+                            command_runtime=self.command_runtime)
+        except (SpecInvalid, CommandJobsDisabled) as exc:
             log.error("stored job %r ignored: %s", d.id, exc)
             return None
         if d.id in self._versions:

@@ -503,6 +503,19 @@ class RunContext:
     params: Mapping[str, Any] = field(default_factory=dict)
     """The parameters of a manual run (``cronfleet trigger --param k=v``, the API's
     ``params``); empty for scheduled runs."""
+    # set by the scheduler: writes the run's row now (see save()); None elsewhere
+    saver: Callable[[bool], Awaitable[int | None]] | None = field(default=None, repr=False)
+
+    async def save(self, *, wait: bool = False) -> int | None:
+        """Write the run's row now, with its log lines so far, so a long run's output is
+        visible (``show-run``, the API) while it runs. ``wait``: return once it is written
+        (a few seconds at most), with the run's id -- None outside a scheduler or while
+        the store cannot be written."""
+        if self.saver is not None:
+            run_id = await self.saver(wait)
+            if run_id is not None:
+                self.run_id = run_id
+        return self.run_id
 
     @property
     def schedule_id(self) -> str:

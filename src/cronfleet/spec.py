@@ -65,16 +65,20 @@ from cronfleet.model import (
 )
 
 __all__ = [
+    "COMMAND_KEYS",
     "HTTP_KEYS",
     "HTTP_METHODS",
     "JOB_ID_MAX",
     "SPEC_KEYS",
+    "CommandSpec",
     "FieldError",
     "FieldProblem",
     "HttpRequest",
     "JobSpec",
     "SpecInvalid",
     "boolean",
+    "byte_size",
+    "check_command",
     "check_job_id",
     "check_name",
     "config_from_json",
@@ -112,7 +116,20 @@ SPEC_KEYS = (
     "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
     "notify", "auto_pause_after", "allow_private_targets", "http",
     "at", "start", "end", "except",
+    "command", "shell", "env", "cwd", "kill_grace", "success_codes", "max_output",
 )
+# a command job: ``command`` (an argv list, or a text with shell = true) and its options,
+# beside the job's keys (timeout and retry are the job's; cronfleet.jobs.command)
+COMMAND_KEYS = ("command", "shell", "env", "cwd", "kill_grace", "success_codes",
+                "max_output")
+DEFAULT_KILL_GRACE = 10.0
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+MAX_MAX_OUTPUT = 64 * 1024 * 1024
+MAX_ARGV = 1000
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1000, "kib": 1024, "mb": 1000 ** 2, "mib": 1024 ** 2,
+               "gb": 1000 ** 3, "gib": 1024 ** 3}
 # a schedule may be composed: several expressions (a list), a one-off ``at`` instead,
 # ``start``/``end`` bounds and ``except`` exclusions (cronfleet.cron.compose)
 SCHEDULE_KEYS = ("schedule", "at", "start", "end", "except")
@@ -206,9 +223,12 @@ def describe_value(value: object) -> str:
 
 def did_you_mean(name: str, allowed: Sequence[str], hints: Mapping[str, str] | None = None
                  ) -> str:
-    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
-    if not close and hints and hints.get(name.lower()) in allowed:
+    # a hint names what people mean (schedule -> cron) and wins over a spelling match
+    # (schedule -> shell)
+    if hints and hints.get(name.lower()) in allowed:
         close = [hints[name.lower()]]
+    else:
+        close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -725,6 +745,124 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
 
 
 @dataclass(frozen=True)
+class CommandSpec:
+    """The command part of a command job, validated (see
+    :class:`~cronfleet.jobs.command.CommandJob` for what each field does)."""
+
+    command: tuple[str, ...] | str
+    shell: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    kill_grace: float = DEFAULT_KILL_GRACE
+    success_codes: tuple[int, ...] = (0,)
+    max_output: int = DEFAULT_MAX_OUTPUT
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def byte_size(value: object) -> int:
+    """Bytes from a whole number or a text like ``"1MiB"``, ``"512KiB"``, ``"10MB"``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise FieldError(f"expected a size in bytes or a text like '1MiB' or '512KiB', got "
+                         f"{describe_value(value)}")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
+
+
+def check_command(table: Mapping[str, Any], *, base: str | Path | None = None
+                  ) -> tuple[CommandSpec | None, list[FieldProblem]]:
+    """The command part of a job from its :data:`COMMAND_KEYS` in ``table`` (keys at the
+    job's level), or every problem. ``base``: the directory a relative ``cwd`` is
+    resolved against (a config file's); otherwise it stays relative to the process's.
+    Secret references (``${secrets.NAME}``) are checked by the job class."""
+    problems: list[FieldProblem] = []
+    kw: dict[str, Any] = {}
+    command = table.get("command")
+    shell = table.get("shell")
+    if shell is not None:
+        try:
+            kw["shell"] = boolean(shell)
+        except FieldError as exc:
+            problems.append(FieldProblem("shell", exc.message))
+    if isinstance(command, str):
+        if not command.strip():
+            problems.append(FieldProblem("command", "empty: give the program and its "
+                                                    "arguments"))
+        elif not kw.get("shell"):
+            problems.append(FieldProblem("command", "a text runs through /bin/sh only with "
+                                                    "shell = true; or give a list: "
+                                                    'command = ["pg_dump", "-Fc", "app"]'))
+        kw["command"] = command
+    elif isinstance(command, list | tuple):
+        if not command or not all(isinstance(a, str) for a in command) or not command[0]:
+            problems.append(FieldProblem("command", "expected a non-empty list of texts, the "
+                                                    'program first: ["pg_dump", "-Fc", "app"]'))
+        elif len(command) > MAX_ARGV:
+            problems.append(FieldProblem("command", f"more than {MAX_ARGV} arguments"))
+        elif kw.get("shell"):
+            problems.append(FieldProblem("shell", "shell = true takes the command as one "
+                                                  "text (command = \"a | b\"), not a list"))
+        kw["command"] = tuple(command)
+    else:
+        problems.append(FieldProblem("command", f"expected a list (the program and its "
+                                                f"arguments) or a text with shell = true, got "
+                                                f"{describe_value(command)}"))
+    env = table.get("env")
+    if env is not None:
+        if not isinstance(env, Mapping):
+            problems.append(FieldProblem("env", f"expected a table of NAME = \"value\", got "
+                                                f"{describe_value(env)}"))
+        else:
+            for name, value in env.items():
+                if not isinstance(name, str) or not _ENV_NAME.match(name):
+                    problems.append(FieldProblem(f"env.{name}", "not a valid variable name "
+                                                 "(letters, digits and _, not starting with "
+                                                 "a digit)"))
+                elif name.upper().startswith("CRONFLEET_"):
+                    problems.append(FieldProblem(f"env.{name}", "CRONFLEET_* variables are "
+                                                 "set by cronfleet (the run's identity)"))
+                elif not isinstance(value, str):
+                    problems.append(FieldProblem(f"env.{name}", f"expected text, got "
+                                                 f"{describe_value(value)}"))
+            kw["env"] = dict(env)
+    cwd = table.get("cwd")
+    if cwd is not None:
+        if not isinstance(cwd, str) or not cwd:
+            problems.append(FieldProblem("cwd", "expected a directory path"))
+        else:
+            kw["cwd"] = str(Path(base) / cwd) if base is not None else cwd
+    if table.get("kill_grace") is not None:
+        try:
+            kw["kill_grace"] = duration(table["kill_grace"])
+        except FieldError as exc:
+            problems.append(FieldProblem("kill_grace", exc.message))
+    codes = table.get("success_codes")
+    if codes is not None:
+        if isinstance(codes, str | bytes) or not isinstance(codes, list | tuple) or not codes \
+                or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255
+                           for c in codes):
+            problems.append(FieldProblem("success_codes", "expected a non-empty list of exit "
+                                                          "codes 0-255, e.g. [0, 3]"))
+        else:
+            kw["success_codes"] = tuple(codes)
+    if table.get("max_output") is not None:
+        try:
+            size = byte_size(table["max_output"])
+            if not 1024 <= size <= MAX_MAX_OUTPUT:
+                raise FieldError(f"expected 1KiB to {MAX_MAX_OUTPUT // 1024 ** 2}MiB, got "
+                                 f"{size} bytes")
+            kw["max_output"] = size
+        except FieldError as exc:
+            problems.append(FieldProblem("max_output", exc.message))
+    if problems:
+        return None, problems
+    return CommandSpec(**kw), []
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Every field of a job, converted and valid (build it with :func:`validate_job`)."""
 
@@ -746,6 +884,7 @@ class JobSpec:
     auto_pause_after: int | None = None
     allow_private_targets: bool | None = None
     http: HttpRequest | None = None
+    command: CommandSpec | None = None
     schedule_text: str | None = None  # the schedule as written when it was a sentence
 
     def job_fields(self) -> dict[str, Any]:
@@ -1030,7 +1169,7 @@ def validate_job(
             problems += [p.under(key) for p in policy_problems]
             out[key] = policy
     http = get("http")
-    if http is None and require_http:
+    if http is None and require_http and get("command") is None:
         problems.append(FieldProblem("http", 'missing: the request, e.g. {"url": '
                                              '"https://example.com/hook"}'))
     elif http is not None:
@@ -1055,6 +1194,17 @@ def validate_job(
                             "conflicts with allow_private_targets (give it once, outside "
                             "http)"))
                     out["allow_private_targets"] = inner
+    given = [k for k in COMMAND_KEYS if get(k) is not None]
+    if "command" in given:
+        command, command_problems = check_command(known, base=base if calendars else None)
+        problems += command_problems
+        out["command"] = command
+        if http is not None:
+            problems.append(FieldProblem("command", "a job runs either a command or an http "
+                                                    "request, not both"))
+    elif given:
+        problems += [FieldProblem(k, 'only applies to command jobs (add command = '
+                                     '["program", "arg"])') for k in given]
     if problems:
         return None, problems
     assert expr is not None and isinstance(job_id, str)
@@ -1062,6 +1212,12 @@ def validate_job(
     request = out.get("http")
     if request is not None and not description:
         description = f"{request.method} {request.url}"
+    command = out.get("command")
+    if command is not None and not description:
+        import shlex
+
+        description = (command.command if isinstance(command.command, str)
+                       else shlex.join(command.command))[:TEXT_LIMITS["description"]]
     out.pop("timezone", None)
     out.setdefault("catch_up_window", catch_up_window)
     return JobSpec(id=job_id, schedule=expr, description=description,

@@ -46,6 +46,9 @@ def main() -> None:
     p.add_argument("--log-level", default="WARNING")
     p.add_argument("--locking", default="prefer_global",
                    help="locking of --jobs: node_local, prefer_global, require_global, default")
+    p.add_argument("--command-log", default=None,
+                   help="command jobs instead of handlers: each run appends "
+                        "'<job> <slot> <token>' to this file (counted on the command side)")
     p.add_argument("--instance-ttl", default="15s")
     p.add_argument("--recover", action="store_true", help="recover=True on every job")
     p.add_argument(
@@ -84,6 +87,13 @@ def main() -> None:
 
     locking = {} if args.locking == "default" else {"locking": Locking(args.locking)}
     for i in range(args.jobs):
+        if args.command_log:
+            from cronfleet.jobs.command import CommandJob
+
+            line = 'echo "$CRONFLEET_JOB $CRONFLEET_SLOT $CRONFLEET_FENCING_TOKEN"'
+            command = CommandJob(["/bin/sh", "-c", f"{line} >> {args.command_log}"])
+            s.add_job(command.job(args.every, id=f"{args.prefix}-{i:04d}"))
+            continue
         s.job(
             args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover,
             **locking,

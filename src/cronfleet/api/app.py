@@ -53,7 +53,8 @@ def create_app(
 
         http_runtime = HttpRuntime(store=scheduler.store.url)
     if catalog is None:
-        catalog = Catalog(scheduler, store, runtime=http_runtime, poll=settings.catalog_poll)
+        catalog = Catalog(scheduler, store, runtime=http_runtime, poll=settings.catalog_poll,
+                          allow_commands=settings.allow_command_jobs)
     else:
         store = catalog.api_store
 

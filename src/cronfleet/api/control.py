@@ -13,7 +13,7 @@ from typing import Any
 
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
-from cronfleet.catalog import ChangedMeanwhile, IdTaken, SpecInvalid
+from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
 from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, JobState
 from cronfleet.spec import FieldError, pause_until
@@ -92,6 +92,9 @@ def _catalog_errors(job_id: str, what: str) -> Iterator[None]:
             raise invalid(exc) from None
         except IdTaken:
             raise taken(job_id) from None
+        except CommandJobsDisabled as exc:
+            raise ApiError(403, "COMMAND_JOBS_DISABLED", str(exc),
+                           {"job_id": job_id, "setting": "[api] allow_command_jobs"}) from None
         except ChangedMeanwhile as exc:
             raise ApiError(409, "CONFLICT", str(exc), {"job_id": job_id}) from None
         except JobNotFound:

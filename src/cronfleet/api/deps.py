@@ -65,7 +65,8 @@ class ApiSettings:
     ``"token"``. ``ready_max_overdue``: /readyz fails when the loop is this many seconds
     behind its earliest due slot. ``manage_scheduler``: the app's lifespan starts and
     stops the scheduler (for ``uvicorn module:app``). ``max_request_body``: a larger request
-    body answers 413 (bytes)."""
+    body answers 413 (bytes). ``allow_command_jobs``: accept and run command jobs stored
+    over the API (off by default: they execute code on every host of the fleet)."""
 
     metrics: Literal["public", "token"] = "public"
     ready_max_overdue: float = 30.0
@@ -73,6 +74,8 @@ class ApiSettings:
     catalog_poll: float = 2.0
     max_request_body: int = 1024 * 1024
     dashboard: bool = True
+    # jobs that run a command (code execution on the fleet): off unless turned on
+    allow_command_jobs: bool = False
 
 
 @dataclass

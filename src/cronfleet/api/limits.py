@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cronfleet.api.errors import body
+from cronfleet.api.errors import PROBLEM_JSON, body
 
 __all__ = ["BodyLimit"]
 
@@ -57,9 +57,9 @@ class BodyLimit:
         got = f" ({size} bytes)" if size is not None and size >= 0 else ""
         payload = json.dumps(body("TOO_LARGE", f"body: the request body is larger than "
                                                f"{self.limit} bytes{got}",
-                                  {"field": "body", "limit": self.limit})).encode()
+                                  {"field": "body", "limit": self.limit}, 413)).encode()
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
+                    "headers": [(b"content-type", PROBLEM_JSON.encode()),
                                 (b"content-length", str(len(payload)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": payload})

@@ -142,6 +142,11 @@ _EXCEPT_DOC = ("Exclusions: MM-DD (every year), YYYY-MM-DD, cron expressions (th
                "Excluded instants are neither run nor recorded as missed.")
 
 
+_COMMAND_DOC = ("A command job instead of `http`: the program and its arguments (a list), "
+                "or one text with `shell: true`. Needs `[api] allow_command_jobs = true` on "
+                "the server (else 403 COMMAND_JOBS_DISABLED): it runs code on the fleet.")
+
+
 class JobFields(BaseModel):
     """Every field of a stored job except its id (all optional: used by PATCH too)."""
 
@@ -176,14 +181,32 @@ class JobFields(BaseModel):
         default=None, description="Pause the job after this many failures in a row.")
     allow_private_targets: _doc(bool | None) = Field(  # type: ignore[valid-type]
         default=None, description="Let the request (and webhooks) reach private addresses.")
+    command: _doc(list[Annotated[str, Field(max_length=100_000)]]  # type: ignore[valid-type]
+                  | Annotated[str, Field(max_length=100_000)] | None) = Field(
+        default=None, description=_COMMAND_DOC)
+    shell: _doc(bool | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Run `command` (one text) with /bin/sh -c.")
+    env: _doc(dict[str, str] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Variables added to the command's environment; values "
+                                  "may use ${secrets.NAME} (the team's).")
+    cwd: _doc(str | None) = Field(  # type: ignore[valid-type]
+        default=None, description="The command's working directory.")
+    kill_grace: _doc(Duration | None) = Field(  # type: ignore[valid-type]
+        default=None, description="After SIGTERM (timeout, stop), SIGKILL this much later "
+                                  "(default 10s).")
+    success_codes: _doc(list[Annotated[int, Field(ge=0, le=255)]] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Exit codes that count as success (default [0]).")
+    max_output: _doc(Annotated[int, Field(ge=1024)] | str | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Bytes of stdout + stderr kept in the run (default 1MiB: "
+                                  "the first and last halves).")
 
 
 class JobCreate(JobFields):
     __doc__ = f"A job to store. {_SPEC_DOC}"
     # required in the schema; a missing one is reported by the spec with the rest
-    # (``schedule`` or ``at``: the spec reports a job with neither)
+    # (``schedule`` or ``at``, ``http`` or ``command``: the spec reports a job with neither)
     model_config = ConfigDict(extra="allow", json_schema_extra={
-        **_NOT_OTHERS, "required": ["id", "http"]})
+        **_NOT_OTHERS, "required": ["id"]})
 
     id: _doc(Annotated[str, Field(min_length=1, max_length=200,  # type: ignore[valid-type]
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")]) = None

@@ -92,6 +92,7 @@ async def serve(
     port: int = 8080,
     settings: ApiSettings | None = None,
     http_runtime: Any = None,
+    command_runtime: Any = None,
     stop: asyncio.Event | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
@@ -113,7 +114,9 @@ async def serve(
     # one span per run when the OTEL_* variables ask for traces (the otel extra)
     unsubscribe_tracing = tracing.install_from_env(scheduler)
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
-                      poll=(settings or ApiSettings()).catalog_poll)
+                      poll=(settings or ApiSettings()).catalog_poll,
+                      allow_commands=(settings or ApiSettings()).allow_command_jobs,
+                      command_runtime=command_runtime)
     server: Any = None
     # the port first: a taken port must stop the process before any timer has fired a
     # slot (a supervisor's restart loop would otherwise run jobs without an API)

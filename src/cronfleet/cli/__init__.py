@@ -9,8 +9,9 @@ Schedule tools (``cron``): ``next``, ``explain``. Running: ``run`` (``run``), ``
 ``status``): ``jobs``, ``history``, ``show-run``, ``trigger``, ``pause``, ``resume``,
 ``clear-override``, ``status``. Secrets (``secrets``): ``secrets set|list|delete|
 rotate-key|generate-key`` (docs/secrets.md). API tokens (``tokens``): ``tokens
-create|list|revoke``. Shared helpers: ``common`` (exit codes, options, config, store
-session) and ``render`` (tables and text). See docs/cli.md.
+create|list|revoke``. Moving from cron (``crontab``): ``import-crontab``.
+Shared helpers: ``common`` (exit codes, options, config, store session) and ``render``
+(tables and text). See docs/cli.md.
 
 Exit codes (shared by every command):
     0  success
@@ -52,6 +53,7 @@ COMMANDS = {
     "status": "status:status_cmd",
     "secrets": "secrets:secrets_group",
     "tokens": "tokens:tokens_group",
+    "import-crontab": "crontab:import_crontab_cmd",
 }
 
 

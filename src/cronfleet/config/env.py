@@ -45,7 +45,7 @@ def env_name(table: str, key: str) -> str:
 
 _KINDS = {
     "entry_points": "bool", "allow_private_targets": "bool", "enabled": "bool",
-    "metrics_job_label": "bool",
+    "metrics_job_label": "bool", "allow_command_jobs": "bool",
     "runs_per_job": "int", "port": "int", "metrics_port": "int", "max_request_body": "int",
     "plugins": "list", "private_targets": "list",
 }

@@ -24,12 +24,13 @@ SCHEDULER_KEYS = (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
-            "max_request_body")
+            "max_request_body", "allow_command_jobs")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
     "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
     "at", "start", "end", "except",
+    *spec.COMMAND_KEYS,
 )
 # keys of a task's http = {...}, retry = {...} and notify = {...} tables: the spec's
 HTTP_KEYS = tuple(k for k in spec.HTTP_KEYS if k != "allow_private_targets")
@@ -48,7 +49,9 @@ _HINTS = {
     "func": "handler", "function": "handler", "callable": "handler", "target": "handler",
     "config": "config_json", "args": "config_json", "params": "config_json",
     "disabled": "enabled", "misfire": "missed", "misfire_grace_time": "catch_up_window",
-    "max_instances": "overlap", "database": "store", "db": "store", "url": "store",
+    "max_instances": "overlap", "cmd": "command", "argv": "command", "run": "command",
+    "environment": "env", "workdir": "cwd", "directory": "cwd", "working_dir": "cwd",
+    "database": "store", "db": "store", "url": "store",
     "task": "tasks", "jobs": "tasks", "job": "tasks",
     "exclude": "except", "exclusions": "except", "excluding": "except", "until": "end",
     "start_date": "start", "end_date": "end", "once": "at", "run_at": "at", "date": "at",

@@ -425,6 +425,12 @@ class Reader:
                 bad("metrics", f'expected "public" or "token", got {got}')
             else:
                 config.api_metrics = api["metrics"]
+        if "allow_command_jobs" in api:
+            if not isinstance(api["allow_command_jobs"], bool):
+                bad("allow_command_jobs", f"expected true or false, got "
+                                          f"{describe_value(api['allow_command_jobs'])}")
+            else:
+                config.api_allow_command_jobs = api["allow_command_jobs"]
         if "ready_max_overdue" in api:
             try:
                 config.api_ready_max_overdue = duration_seconds(api["ready_max_overdue"])

@@ -65,6 +65,7 @@ class Config:
     api_ready_max_overdue: float = 30.0
     api_private_targets: list[str] = field(default_factory=list)
     api_max_request_body: int = 1024 * 1024
+    api_allow_command_jobs: bool = False
     log_level: str = "info"
     log_format: str = "text"
     metrics_port: int | None = None
@@ -74,6 +75,7 @@ class Config:
     warnings: list[Problem] = field(default_factory=list)
     source_lines: list[str] = field(default_factory=list, repr=False)
     _http_runtime: Any = field(default=None, repr=False)
+    _command_runtime: Any = field(default=None, repr=False)
 
     def http_runtime(self) -> Any:
         """The :class:`~cronfleet.jobs.http.HttpRuntime` shared by this file's HTTP tasks:
@@ -87,6 +89,15 @@ class Config:
                 api_private_targets=TargetPolicy.parse(self.api_private_targets),
             )
         return self._http_runtime
+
+    def command_runtime(self) -> Any:
+        """The :class:`~cronfleet.jobs.command.CommandRuntime` shared by this file's
+        command tasks: the vault of the configured store and one warden process."""
+        if self._command_runtime is None:
+            from cronfleet.jobs.command import CommandRuntime
+
+            self._command_runtime = CommandRuntime(store=self.store)
+        return self._command_runtime
 
     def load(
         self, *, strict: bool = True, entry_points: Sequence[EntryPointSpec] | None = None

@@ -4,8 +4,10 @@ Each entry is renamed into spec keys (``cron`` -> ``schedule``, ``config_json`` 
 ``config``) and checked by :func:`cronfleet.spec.validate_job` in one go, so every problem
 of a task -- its schedule, its ``http`` table, ``retry``, ``notify`` -- is reported in the
 same round; each problem is placed at its key (the column inside a cron expression for a
-syntax error). Handler tasks and http tasks accept the same keys (``retry``, ``notify``
-and ``auto_pause_after`` included); only ``allow_private_targets`` is for http tasks.
+syntax error). Handler tasks, http tasks and command tasks (``command = [...]``) accept
+the same keys (``retry``, ``notify`` and ``auto_pause_after`` included); only
+``allow_private_targets`` is for http tasks, and ``shell``, ``env``, ``cwd``,
+``kill_grace``, ``success_codes``, ``max_output`` are for command tasks.
 """
 
 from __future__ import annotations
@@ -92,13 +94,17 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
                     'or at = "2026-12-24T18:00:00+01:00" for a one-off)')
     handler_path = raw.get("handler")
     is_http = "http" in raw
+    is_command = "command" in raw
     if is_http and handler_path is not None:
         bad("http", "a task has either a handler or an http request, not both")
+    if is_command and handler_path is not None:
+        bad("command", "a task has either a handler or a command, not both")
     elif not is_http:
         for key in HTTP_ONLY:
             if key in raw:
                 bad(key, "only applies to http tasks (add http = { url = \"...\" })")
-    if handler_path is None and not is_http and config.provider == BUILTIN_PROVIDER:
+    if handler_path is None and not is_http and not is_command \
+            and config.provider == BUILTIN_PROVIDER:
         bad("handler", f"missing (the built-in {BUILTIN_PROVIDER!r} provider calls it, e.g. "
                        'handler = "myapp.tasks:cleanup")')
     if isinstance(task_id, str) and task_id in first_line:
@@ -140,13 +146,18 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
             r.warn(f"{where}: http: url: {why}: the request will be refused (SSRF guard) "
                    "unless allow_private_targets = true on the task or in [scheduler]",
                    at=r.where("tasks", index, "http"), task=tid, key="http")
-    if failed or result is None or (handler is None and (is_http or handler_path)):
+    elif is_command and result is not None and result.command is not None:
+        handler = _command_job(result, config, bad)
+    if failed or result is None or (handler is None and (is_http or is_command
+                                                         or handler_path)):
         return None
     kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
     if "except" in raw:  # as read (a calendar file is read relative to this file once)
         kwargs["exclude"] = getattr(result.schedule, "exclusions", raw["except"])
-    if is_http:
+    if is_http or is_command:
         kwargs["description"] = result.description
+    if is_command and handler is not None and handler.timeout is not None:
+        kwargs["timeout"] = handler.job_timeout  # a net behind the command's own
     schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
                         auto_pause_after=result.auto_pause_after)
     return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
@@ -193,6 +204,19 @@ def _http_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:
     except HttpJobInvalid as exc:
         for key, message in exc.problems:
             bad("http", f"{key}: {message}")
+    return None
+
+
+def _command_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:
+    """The task's :class:`~cronfleet.jobs.command.CommandJob` (secret references are
+    checked there), or None after reporting."""
+    from cronfleet.jobs.command import CommandJob, CommandJobInvalid
+
+    try:
+        return CommandJob.from_spec(result, runtime=config.command_runtime())
+    except CommandJobInvalid as exc:
+        for key, message in exc.problems:
+            bad("command" if key == "secrets" else key, message)
     return None
 
 

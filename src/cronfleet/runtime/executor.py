@@ -45,7 +45,14 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _timed_out(timeout: float | None, started: float, now: float) -> Outcome:
+def _timed_out(timeout: float | None, started: float, now: float,
+               exc: BaseException | None = None) -> Outcome:
+    """A run past its timeout; a handler that enforces its own timeout raises a
+    ``TimeoutError`` carrying its message and ``result`` (a command job's exit record)."""
+    result = getattr(exc, "result", None)
+    if result is not None and str(exc):
+        return Outcome(RunStatus.TIMED_OUT, started, now, result=_jsonable(result),
+                       error=str(exc), reason="timeout")
     return Outcome(
         RunStatus.TIMED_OUT, started, now, error=f"timed out after {timeout:g}s", reason="timeout"
     )
@@ -54,7 +61,8 @@ def _timed_out(timeout: float | None, started: float, now: float) -> Outcome:
 def _failed(exc: BaseException, ctx: RunContext, started: float, now: float) -> Outcome:
     """A failure keeps the traceback in the log and, when the exception carries a ``result``
     (e.g. an HTTP job's attempt records), that result on the run."""
-    ctx.log("".join(traceback.format_exception(exc)).rstrip())
+    if getattr(exc, "log_traceback", True):  # a command's exit code needs no traceback
+        ctx.log("".join(traceback.format_exception(exc)).rstrip())
     return Outcome(
         RunStatus.FAILED,
         started,
@@ -104,8 +112,8 @@ async def execute(
                 raise
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, timeout)
-    except TimeoutError:
-        return _timed_out(timeout, started, now())
+    except TimeoutError as exc:
+        return _timed_out(timeout, started, now(), exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:

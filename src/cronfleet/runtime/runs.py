@@ -9,6 +9,8 @@ ended but not settled yet, and the worker threads for sync handlers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import logging
 import sys
@@ -41,6 +43,7 @@ log = logging.getLogger("cronfleet")
 
 _EAGER = sys.version_info >= (3, 12)
 _RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+SAVE_WAIT = 5.0  # RunContext.save(wait=True): how long a run waits for its row
 
 
 @dataclass(slots=True)
@@ -146,7 +149,25 @@ class Runs:
             attempt=run.attempt,
             logs=run.logs,
             params=run.params or {},
+            saver=functools.partial(self.save, run),
         )
+
+    async def save(self, run: RunRecord, wait: bool) -> int | None:
+        """``RunContext.save``: queue the row of a run in progress (its logs so far) for
+        the group commit; ``wait``: until it is written (5 s at most), its id returned."""
+        if run.status is not RunStatus.RUNNING:
+            return run.id
+        ledger = self.s.ledger
+        ledger.finishes.append(Finish(run))
+        ledger.wake()
+        if wait and run.id is None and self.s.running:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SAVE_WAIT):
+                    while run.id is None and self.s.running:
+                        await ledger.flushed()
+                        if run.id is None:
+                            await asyncio.sleep(0.05)
+        return run.id
 
     # -- executing ----------------------------------------------------------------------
 

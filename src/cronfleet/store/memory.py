@@ -163,6 +163,7 @@ class MemoryStore:
         stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
         stored.result = rec.result
         stored.error = rec.error
+        stored.attempt = rec.attempt
         stored.logs = list(rec.logs)
 
     def _release(self, job_id: str, token: int | None) -> None:

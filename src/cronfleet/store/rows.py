@@ -107,7 +107,7 @@ def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
 
 
 def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
-    """``(status, reason, started, finished, deadline, result, error, logs, id)``."""
+    """``(status, reason, started, finished, deadline, result, error, logs, attempt, id)``."""
     return (
         r.status.value,
         r.reason,
@@ -117,6 +117,7 @@ def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
         _json(r.result),
         r.error,
         json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
+        r.attempt,
         r.id,
     )
 
@@ -200,7 +201,7 @@ def pg_run_rows(recs: Sequence[RunRecord]) -> str:
 
 
 def pg_finish_row(r: RunRecord) -> list[Any]:
-    """``[id, status, reason, started, finished, deadline, result, error, logs]``."""
+    """``[id, status, reason, started, finished, deadline, result, error, logs, attempt]``."""
     return [
         r.id,
         r.status.value,
@@ -211,6 +212,7 @@ def pg_finish_row(r: RunRecord) -> list[Any]:
         r.result,
         r.error,
         r.logs or [],
+        r.attempt,
     ]
 
 

@@ -212,7 +212,8 @@ def test_the_example_config_is_valid(cli: Callable[..., Result]) -> None:
     data = json.loads(r.stdout)
     assert [j["id"] for j in data["jobs"]] == ["heartbeat", "sync-inventory", "slow-export",
                                                "minutely-report", "office-digest",
-                                               "xmas-eve-report", "weekday-pulse"]
+                                               "xmas-eve-report", "weekday-pulse",
+                                               "disk-report"]
     assert data["store"] == f"sqlite:///{example.parent / 'cronfleet.db'}"
 
 

@@ -218,15 +218,17 @@ WHERE runs.status IN ('running', 'pending') OR runs.status = EXCLUDED.status
 RETURNING id, fencing_token;
 
 -- name: finish_runs
--- rows: [id, status, reason, started ms, finished ms, deadline ms, result, error, logs]
+-- rows: [id, status, reason, started ms, finished ms, deadline ms, result, error, logs,
+--        attempt]
 UPDATE __S__.runs r SET status = v.status, reason = v.reason, started_at = v.started_at,
   finished_at = v.finished_at, deadline = v.deadline, result = v.result, error = v.error,
-  logs = v.logs
+  logs = v.logs, attempt = v.attempt
 FROM (SELECT (e->>0)::bigint AS id, e->>1 AS status, e->>2 AS reason,
              to_timestamp((e->>3)::bigint / 1000.0) AS started_at,
              to_timestamp((e->>4)::bigint / 1000.0) AS finished_at,
              to_timestamp((e->>5)::bigint / 1000.0) AS deadline,
-             nullif(e->6, 'null') AS result, e->>7 AS error, e->8 AS logs
+             nullif(e->6, 'null') AS result, e->>7 AS error, e->8 AS logs,
+             coalesce((e->>9)::int, 1) AS attempt
       FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
 WHERE r.id = v.id AND (r.status IN ('running', 'pending') OR r.status = v.status)
 RETURNING r.id;

@@ -116,7 +116,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: finish_run
 UPDATE runs SET status = ?, reason = ?, started_at = ?, finished_at = ?, deadline = ?,
-                result = ?, error = ?, logs = ?
+                result = ?, error = ?, logs = ?, attempt = ?
 WHERE id = ?;
 
 -- name: start_runs
