@@ -395,9 +395,10 @@ class PostgresStore:
         return False
 
     async def _withdraw_ambiguous_early(self) -> None:
-        """Early claims whose COMMIT went unanswered are given back on a connection of
-        their own, before the store is marked available: the scheduler took the batch as
-        failed and claims those slots again at their time, which must find them free."""
+        """Slot claims whose COMMIT went unanswered (early or not) are given back on a
+        connection of their own, before the store is marked available: the scheduler took
+        the batch as failed and claims those slots again, which must find them free (a
+        claim whose slot has a row stays)."""
         if not self._ambiguous_early:
             return
         rows = sorted(set(self._ambiguous_early))
@@ -409,8 +410,8 @@ class PostgresStore:
         finally:
             await conn.close()
         self._ambiguous_early.clear()
-        log.warning("PostgreSQL store %s: gave back %d early claims whose commit was not "
-                    "acknowledged", self.url, len(rows))
+        log.warning("PostgreSQL store %s: gave back the claims of %d slots whose commit was "
+                    "not acknowledged", self.url, len(rows))
 
     async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
         await cur.execute(cur.q["withdraw_claims"], {"rows": _dumps([list(r) for r in rows])})
@@ -861,11 +862,14 @@ class PostgresStore:
                 [(d.request.job_id, d.token) for d in out
                  if d.started and d.request.lease and not d.request.early]
             )
-            # the scheduler claims these slots again at their time: the early claims must
-            # be gone by then, or nobody would run them
+            # the scheduler claims these slots again (early ones at their time, the others
+            # through its outage backlog): the claims must be gone by then, or nobody would
+            # run them. A claim whose row was written with it (a skip, a catch-up run) is
+            # kept: the withdrawal refuses a claim whose slot has a row.
             self._ambiguous_early.extend(
                 (d.request.job_id, ms(d.request.slot), d.token) for d in out
-                if d.request.early and d.won and d.token is not None
+                if d.won and d.token is not None and d.request.claim == "slot"
+                and d.request.kind is not DispatchKind.RECOVERY
             )
 
         out = await self._run(go, ambiguous=unsure)
