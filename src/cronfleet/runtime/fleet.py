@@ -6,13 +6,13 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   older than ``instance_ttl`` (15 s) is lost.
 - **Lost instances**: after each heartbeat, this process declares lost any other
   instance past the ttl -- once its own heartbeats have gone through without a gap for
-  a whole ttl (``Fleet.steady``: after a store outage every heartbeat is stale, and the
-  first process back must not declare the rest lost) -- and breaks its leases
-  (``InstanceStore.break_lost``, exactly one survivor acts on each): its open runs and
-  its claimed-but-unwritten slots (early claims included) become ``interrupted``
-  (``instance_lost``), and jobs with ``recover=True`` re-run the slot with a higher
-  fencing token. A lease is therefore worth as much as its holder's heartbeat, whatever
-  its stored expiry (which stays the backstop).
+  ``steady_for`` (6 s by default; ``Fleet.steady``: after a store outage every
+  heartbeat is stale, and the first process back must not declare the rest lost) -- and
+  breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
+  its open runs and its claimed-but-unwritten slots (early claims included) become
+  ``interrupted`` (``instance_lost``), and jobs with ``recover=True`` re-run the slot
+  with a higher fencing token. A lease is therefore worth as much as its holder's
+  heartbeat, whatever its stored expiry (which stays the backstop).
 - **Zombies**: a process that could not confirm its heartbeat for longer than the ttl
   (stopped, paused, starved) may have been declared lost. Before it starts runs from
   claims made earlier it confirms with a heartbeat; if the store says it was declared
@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 __all__ = ["QUIET", "Fleet", "owner"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
+STEADY_BEATS = 2
+"""A gap: more than this many heartbeat intervals between two heartbeats that went
+through. After one, an instance judges the others only after ``Fleet.steady_for``
+(this many intervals, at least an interval + 2 s, at most the ttl: 6 s by default)."""
 
 log = logging.getLogger("cronfleet")
 
@@ -83,6 +87,9 @@ class Fleet:
         )
         self.ttl = s.instance_ttl
         self.interval = max(0.05, self.ttl / 5)
+        # a live instance beats within an interval of the store's return, plus its own
+        # reconnect (PostgreSQL's probe: up to 1 s): wait that long after a gap
+        self.steady_for = min(self.ttl, max(STEADY_BEATS * self.interval, self.interval + 2.0))
         self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
@@ -109,7 +116,7 @@ class Fleet:
             log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
             return None
         prev, self.last_ok = self.last_ok, asked
-        if prev is None or asked - prev > self.ttl / 2:
+        if prev is None or asked - prev > STEADY_BEATS * self.interval:
             # (re)joined after a gap: the others' heartbeats may be as stale as ours for
             # the same reason (a store outage, a held SQLite lock); see steady()
             self.steady_since = asked
@@ -148,13 +155,13 @@ class Fleet:
         return epoch == self.epoch
 
     def steady(self) -> bool:
-        """True once this instance has heartbeat without a gap (none longer than half the
-        ttl) for a whole ttl. Only then may it judge the others: after an outage of the
-        store every heartbeat is stale, and the first process back must not declare the
-        rest of the fleet lost (they could not beat either); a live one beats within the
-        ttl, a dead one does not."""
+        """True once this instance's heartbeats have gone through without a gap (none
+        missed) for ``steady_for`` seconds. Only then may it judge the others:
+        after an outage of the store every heartbeat is stale, and the first process back
+        must not declare the rest of the fleet lost -- they could not beat either, and
+        each live one beats again within an interval of the store's return."""
         last, since = self.last_ok, self.steady_since
-        return last is not None and since is not None and last - since >= self.ttl
+        return last is not None and since is not None and last - since >= self.steady_for
 
     async def break_lost(self) -> list[RunRecord]:
         """Declare lost the instances past the ttl and break their leases; recover."""
