@@ -270,9 +270,14 @@ class SQLiteStore:
 
     def _open(self) -> None:
         if self.path != ":memory:":
-            parent = Path(self.path).expanduser().resolve().parent
+            file = Path(self.path).expanduser().resolve()
+            parent = file.parent
             if not parent.is_dir():
                 raise StoreError(f"SQLite store {self.path}: folder {parent} does not exist")
+            # a misconfiguration, not an outage: start-up must not wait for it to pass
+            if file.is_dir():
+                raise StoreError(f"SQLite store {self.path}: {file} is a directory, not a "
+                                 "database file")
         conn = sqlite3.connect(
             self.path,
             timeout=self.busy_timeout,
