@@ -48,9 +48,9 @@ __all__ = ["QUIET", "Fleet", "owner"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
 STEADY_BEATS = 2
-"""A gap: more than this many heartbeat intervals between two heartbeats that went
-through. After one, an instance judges the others only after ``Fleet.steady_for``
-(this many intervals, at least an interval + 2 s, at most the ttl: 6 s by default)."""
+"""After a gap in its heartbeats (one failed, or none for longer than the ttl), an
+instance judges the others only after ``Fleet.steady_for``: this many intervals, at
+least an interval + 2 s, at most the ttl (6 s by default)."""
 
 log = logging.getLogger("cronfleet")
 
@@ -94,6 +94,7 @@ class Fleet:
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
         self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
+        self.failed = False  # a heartbeat failed since the last one that went through
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
         self._mine: dict[str, bool] = {}
         self._mine_for: tuple[str, ...] = ()
@@ -113,13 +114,17 @@ class Fleet:
             beat = await self.store.heartbeat(self.me, ttl=self.ttl)
         except Exception as exc:
             self.s.stats.store_errors += 1
+            self.failed = True
             log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
             return None
         prev, self.last_ok = self.last_ok, asked
-        if prev is None or asked - prev > STEADY_BEATS * self.interval:
-            # (re)joined after a gap: the others' heartbeats may be as stale as ours for
-            # the same reason (a store outage, a held SQLite lock); see steady()
+        if prev is None or self.failed or asked - prev > self.ttl:
+            # back after failed heartbeats (a store outage, a held SQLite lock) or a pause
+            # longer than the ttl: the others' heartbeats may be as stale as ours for the
+            # same reason; see steady(). A beat that is merely late (a loaded machine)
+            # is no gap.
             self.steady_since = asked
+            self.failed = False
         if beat.live != self.live:
             if self.live:
                 log.info(
@@ -156,7 +161,8 @@ class Fleet:
 
     def steady(self) -> bool:
         """True once this instance's heartbeats have gone through without a gap (none
-        missed) for ``steady_for`` seconds. Only then may it judge the others:
+        failed, none missing for longer than the ttl) for ``steady_for`` seconds. Only
+        then may it judge the others:
         after an outage of the store every heartbeat is stale, and the first process back
         must not declare the rest of the fleet lost -- they could not beat either, and
         each live one beats again within an interval of the store's return."""
