@@ -20,7 +20,7 @@ __all__ = ["EXTRAS", "MissingExtra", "available", "require"]
 #: extra -> (what it is for, the top-level modules it installs)
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "postgres": ("the PostgreSQL store", ("psycopg", "psycopg_pool")),
-    "redis": ("the Redis store", ()),
+    "redis": ("the Redis store", ("redis",)),
     "http": ("HTTP jobs, notifications and the secret vault", ("httpx", "cryptography")),
     "server": ("the REST API, the dashboard and /metrics",
                ("fastapi", "uvicorn", "prometheus_client", "httpx", "cryptography")),

@@ -71,6 +71,7 @@ class Overlap(StrEnum):
     SKIP = "skip"
     QUEUE_ONE = "queue_one"
     ALLOW = "allow"
+    REPLACE = "replace"  # cancel the running run (anywhere in the fleet), run the new slot
 
 
 class TriggeredBy(StrEnum):
@@ -89,6 +90,7 @@ class RunStatus(StrEnum):
     TIMED_OUT = "timed_out"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"  # stopped by an operator (Runs.cancel) or replaced (REPLACE)
 
     @property
     def finished(self) -> bool:

@@ -52,7 +52,7 @@ def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
     return key
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -69,9 +69,15 @@ def pg_schema(store_kind: str) -> Iterator[str | None]:
 
 
 @pytest.fixture
-def store_url(store_kind: str, tmp_path: Path, pg_schema: str | None) -> str:
+def store_url(
+    store_kind: str, tmp_path: Path, pg_schema: str | None, request: pytest.FixtureRequest
+) -> str:
     if store_kind == "sqlite":
         return f"sqlite:///{tmp_path / 'api.db'}"
+    if store_kind == "redis":  # a private server, a fresh prefix per test
+        from store.redis_server import new_prefix
+
+        return f"{request.getfixturevalue('redis_session').url}?prefix={new_prefix()}"
     return f"{pg_url()}?schema={pg_schema}"
 
 

@@ -86,6 +86,7 @@ CONFIG = textwrap.dedent('''
     [api]
     host = "127.0.0.1"
     port = 0
+    private_targets = ["127.0.0.1"]  # the HTTP job of the run page's test calls back here
 
     [[tasks]]
     id = "export.nightly"

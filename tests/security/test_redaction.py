@@ -1,6 +1,7 @@
 """Redaction by construction: awkward secret values x every place a secret can go x every
 way a target echoes it, then a search of every log line, API answer, CLI output and stored
-row (the SQLite file, a pg_dump of the PostgreSQL schema) for every encoding of every value:
+row (the SQLite file, a pg_dump of the PostgreSQL schema, every key and value under the
+Redis prefix) for every encoding of every value:
 0 hits."""
 
 from __future__ import annotations
@@ -75,6 +76,30 @@ def stored_bytes(store_url: str, store_kind: str, schema: str | None) -> bytes:
         path = Path(store_url.removeprefix("sqlite:///"))
         return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal"))
                         if p.exists())
+    if store_kind == "redis":  # every key under the test's prefix, every value in it
+        import redis
+
+        from cronfleet.store.url import parse_store_url
+
+        parsed = parse_store_url(store_url)
+        client = redis.Redis.from_url(parsed.conninfo, socket_timeout=30)
+        out = []
+        for key in client.scan_iter(match=parsed.prefix + "*", count=1000):
+            kind = client.type(key)
+            if kind == b"string":
+                out.append(client.get(key) or b"")
+            elif kind == b"hash":
+                out += [x for kv in client.hgetall(key).items() for x in kv]
+            elif kind == b"zset":
+                out += [m for m, _ in client.zrange(key, 0, -1, withscores=True)]
+            elif kind == b"set":
+                out += list(client.smembers(key))
+            else:
+                raise AssertionError(f"unexpected {kind!r} key {key!r}")
+            out.append(key)
+        client.close()
+        assert out, "nothing stored under the prefix"
+        return b"\n".join(out)
     dump = subprocess.run(["pg_dump", "--no-owner", f"--schema={schema}", pg_url()],
                           capture_output=True, check=True, timeout=120)
     return dump.stdout

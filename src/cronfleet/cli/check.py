@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 @_CONFIG
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--no-history", is_flag=True,
-              help="Do not read the store (skips the runs-longer-than-their-period check).")
+              help="Do not read the store (skips the runs-longer-than-their-period check "
+                   "and, on Redis, the persistence check).")
 @_JSON
 def check_cmd(file: str | None, config_path: str | None, strict: bool, no_history: bool,
               as_json: bool) -> None:
@@ -83,6 +84,10 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
                 warnings += history_warnings
                 if note:
                     notes.append(note)
+            if not no_history:
+                more_warnings, more_notes = _durability(loaded.config.store)
+                warnings += more_warnings
+                notes += more_notes
     name = loaded.config.display if loaded else _config_name(path)
     failed = bool(problems) or (strict and bool(warnings))
     if as_json:
@@ -133,6 +138,31 @@ def check_cmd(file: str | None, config_path: str | None, strict: bool, no_histor
     else:
         console.print(_t(f"OK: {name} is valid ({len(rows)} job(s))"), style="green")
     sys.exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _durability(url: str) -> tuple[list[str], list[str]]:
+    """A Redis store's persistence settings as warnings / notes (other stores: none)."""
+    import asyncio
+
+    from cronfleet.store.url import parse_store_url
+
+    if parse_store_url(url).dialect != "redis":
+        return [], []
+    from cronfleet.store.redis import RedisStore
+
+    async def read() -> tuple[list[str], list[str]]:
+        store = RedisStore(url)
+        async with asyncio.timeout(15):
+            await store.open()
+            try:
+                return await store.durability()
+            finally:
+                await store.close()
+
+    try:
+        return asyncio.run(read())
+    except Exception as exc:
+        return [], [f"could not read the persistence settings of {url} ({exc})"]
 
 
 def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:

@@ -141,6 +141,10 @@ class Loaded:
     plugins: list[LoadedPlugin] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # the fleet's job registry (cronfleet.runtime.registry.FleetJob by id) when read, and
+    # the ids of ``jobs`` that come from it (declared by other processes, not here)
+    fleet: dict[str, Any] = field(default_factory=dict)
+    remote: set[str] = field(default_factory=set)
     _cleaned: bool = field(default=False, repr=False)
 
     def job_ids(self) -> list[str]:

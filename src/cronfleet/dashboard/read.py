@@ -12,6 +12,7 @@ one partial-index read; last outcome: the newest runs, one statement).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from typing import Any
 
 from cronfleet.jobs.http import HttpJob
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
-from cronfleet.store.base import RunCursor, RunFilter, Store
+from cronfleet.store.base import Instance, InstanceStore, RunCursor, RunFilter, Store
 from cronfleet.views import dst_marks, fire_times, job_view
 
 __all__ = [
@@ -31,8 +32,11 @@ __all__ = [
     "Cell",
     "JobRow",
     "JobsQuery",
+    "SlotCache",
+    "Timeline",
     "duration_percentiles",
     "find_runs",
+    "fleet",
     "job_kind",
     "jobs_page",
     "next_fire_marks",
@@ -71,6 +75,7 @@ class Cell:
     slot: datetime
     state: str
     run: RunRecord | None
+    at: float = 0.0  # the slot in epoch seconds
 
     @property
     def label(self) -> str:
@@ -95,21 +100,26 @@ def cell_state(run: RunRecord | None) -> str:
     return _STATE[run.status]
 
 
-def slot_cells(slots: Sequence[datetime], runs: Iterable[RunRecord]) -> list[Cell]:
+def slot_cells(slots: Sequence[datetime], runs: Iterable[RunRecord],
+               stamps: Sequence[float] | None = None) -> list[Cell]:
     """A cell per slot, from the scheduled (not manual) run of that slot; a slot with
-    several rows (a recovery after an interruption) shows the newest one."""
-    by_slot: dict[datetime, RunRecord] = {}
+    several rows (a recovery after an interruption) shows the newest one. ``stamps``:
+    the slots' epoch seconds when known (matching is by them: hashing an aware datetime
+    asks its zone for the offset every time, ~3x slower)."""
+    by_slot: dict[float, RunRecord] = {}
+    get = by_slot.get
     for r in runs:
         if r.manual:
             continue
-        old = by_slot.get(r.slot)
+        key = r.slot.timestamp()
+        old = get(key)
         if old is None or (r.id or 0) > (old.id or 0):
-            by_slot[r.slot] = r
-    out = []
-    for s in slots:
-        run = by_slot.get(s)
-        out.append(Cell(s, cell_state(run), run))
-    return out
+            by_slot[key] = r
+    if stamps is None:
+        stamps = [s.timestamp() for s in slots]
+    state = cell_state
+    return [Cell(s, state(run := get(at)), run, at) for s, at in zip(slots, stamps,
+                                                                       strict=True)]
 
 
 def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
@@ -126,6 +136,45 @@ def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
     return out
 
 
+@dataclass
+class _Known:
+    """What the run cache holds for one job."""
+
+    runs: dict[int, RunRecord] = field(default_factory=dict)  # by id
+    by_slot: dict[float, RunRecord] = field(default_factory=dict)  # a slot's newest
+    # scheduled row, by the slot's epoch seconds
+    open: set[int] = field(default_factory=set)  # ids of runs not finished
+    bottom: bool = False  # the store has no run older than the oldest held
+
+    def add(self, r: RunRecord) -> None:
+        rid = r.id
+        if rid is None:
+            return
+        self.runs[rid] = r
+        if r.status.finished:
+            self.open.discard(rid)
+        else:
+            self.open.add(rid)
+        if not r.manual:
+            key = r.slot.timestamp()
+            old = self.by_slot.get(key)
+            if old is None or (old.id or 0) <= rid:
+                self.by_slot[key] = r
+
+    def trim(self, cutoff: datetime) -> None:
+        """Forget the runs whose slot is before ``cutoff``."""
+        gone = [i for i, r in self.runs.items() if r.slot < cutoff]
+        if not gone:
+            return
+        for i in gone:
+            r = self.runs.pop(i)
+            self.open.discard(i)
+            key = r.slot.timestamp()
+            if self.by_slot.get(key) is r:
+                del self.by_slot[key]
+        self.bottom = False
+
+
 class RunCache:
     """The runs of the jobs whose timelines were looked at lately, so that a timeline's
     refresh every 2 s reads only the runs that are new or were still going.
@@ -133,76 +182,168 @@ class RunCache:
     A finished run never changes, so it is read once; each read pages newest-first until
     it reaches runs it knows finished, and below the oldest run it knew unfinished. Runs
     the retention deleted stay until their slot leaves every window (they were real).
+    Each job's runs are also kept by slot (its newest scheduled row), updated as runs
+    arrive, so a refresh matches 10,000 slots without going over 10,000 runs again.
     Per process, for at most ``size`` jobs (least recently used leaves)."""
 
     def __init__(self, size: int = 16) -> None:
         self.size = size
-        self.jobs: dict[str, dict[int, RunRecord]] = {}
+        self.jobs: dict[str, _Known] = {}
 
-    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[RunRecord]:
-        known = self.jobs.pop(job_id, None) or {}
-        open_ids = [i for i, r in known.items() if not r.status.finished]
-        floor = min(open_ids) if open_ids else None
+    async def by_slot(self, store: Store, job_id: str, oldest: datetime
+                      ) -> dict[float, RunRecord]:
+        """The job's runs from ``oldest`` on (at least), by slot epoch seconds: a slot's
+        newest scheduled (not manual) row. The mapping may hold older slots too."""
+        known = self.jobs.pop(job_id, None) or _Known()
+        floor = min(known.open) if known.open else None
         before: int | None = None
-        size = 100 if known else PAGE  # a refresh usually finds a few new runs
+        size = 100 if known.runs else PAGE  # a refresh usually finds a few new runs
         while True:
             page = await store.list_runs(job_id, limit=size, before_id=before)
             stop = False
             for r in page:
                 if r.id is None:
                     continue
-                old = known.get(r.id)
-                known[r.id] = r
+                old = known.runs.get(r.id)
+                known.add(r)
                 if old is not None and old.status.finished and (floor is None or r.id < floor):
                     stop = True
             last = page[-1] if page else None
             if stop or len(page) < size or last is None or last.id is None:
+                if not stop and len(page) < size:
+                    known.bottom = True  # read down to the job's first run
+                break
+            if last.slot < oldest:  # past the window: older runs are read when asked
                 break
             before = last.id
             size = PAGE
         # reach back to the window's start if the cache did not yet
-        lowest = min(known, default=None)
-        while lowest is not None and known[lowest].slot >= oldest:
+        lowest = min(known.runs, default=None)
+        while (not known.bottom and lowest is not None
+               and known.runs[lowest].slot >= oldest):
             page = await store.list_runs(job_id, limit=PAGE, before_id=lowest)
             for r in page:
-                if r.id is not None:
-                    known[r.id] = r
+                known.add(r)
             if len(page) < PAGE:
+                known.bottom = True  # nothing older: later runs come from the top
                 break
-            lowest = min(known)
-        cutoff = oldest - max(WINDOWS.values())
-        known = {i: r for i, r in known.items() if r.slot >= cutoff}
+            lowest = min(known.runs)
+        if lowest is not None and known.runs[lowest].slot < oldest - max(WINDOWS.values()):
+            known.trim(oldest - max(WINDOWS.values()))
         self.jobs[job_id] = known
         while len(self.jobs) > self.size:
             del self.jobs[next(iter(self.jobs))]
-        return [r for r in known.values() if r.slot >= oldest]
+        return known.by_slot
+
+    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[RunRecord]:
+        """The job's runs whose slot is at or after ``oldest``."""
+        await self.by_slot(store, job_id, oldest)
+        return [r for r in self.jobs[job_id].runs.values() if r.slot >= oldest]
 
 
 PAGE = 2000
 RUNS = RunCache()
 
 
+class SlotCache:
+    """The slots of the jobs whose timelines were looked at lately: a refresh computes
+    only the slots due since the last one (a 7-day window of a job firing every minute
+    is 10,000 fire times; recomputing them took ~20 ms a view).
+
+    Keyed by job id, schedule text and zone (an edited schedule starts afresh); slots
+    older than the longest window are dropped. ``slots(job, start, end)`` is exactly
+    ``list(job.schedule.between(start, end))``."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        # key -> (lo, hi, slots, their epoch seconds): every fire time t with
+        # lo < t <= hi, in order
+        self.jobs: dict[tuple[str, str, str],
+                        tuple[datetime, datetime, list[datetime], list[float]]] = {}
+
+    def slots(self, job: Job, start: datetime, end: datetime
+              ) -> tuple[list[datetime], list[float]]:
+        """The fire times ``start < t <= end`` and their epoch seconds."""
+        key = (job.id, job.schedule.expr, str(job.schedule.tz))
+        got = self.jobs.pop(key, None)
+        if got is None or got[0] > start or got[1] > end:
+            lo, hi = start, end
+            known = list(job.schedule.between(start, end))
+            stamps = [t.timestamp() for t in known]
+        else:
+            lo, hi, known, stamps = got
+            if end > hi:
+                more = list(job.schedule.between(hi, end))
+                known.extend(more)
+                stamps.extend(t.timestamp() for t in more)
+                hi = end
+            floor = end - max(WINDOWS.values())
+            if floor > lo:  # keep at most the longest window
+                k = bisect_right(stamps, floor.timestamp())
+                known, stamps = known[k:], stamps[k:]
+                lo = floor
+        self.jobs[key] = (lo, hi, known, stamps)
+        while len(self.jobs) > self.size:
+            del self.jobs[next(iter(self.jobs))]
+        k = bisect_right(stamps, start.timestamp())
+        return known[k:], stamps[k:]
+
+
+SLOTS = SlotCache()
+
+
+class Timeline(Sequence[Cell]):
+    """A timeline's cells, kept as parallel lists (a state, the slot's epoch seconds,
+    the run id or 0) so that a page of 10,000 slots is written without building 10,000
+    objects; indexing gives a :class:`Cell`."""
+
+    __slots__ = ("runs", "slots", "stamps", "states")
+
+    def __init__(self, slots: list[datetime], stamps: list[float],
+                 runs: list[RunRecord | None]) -> None:
+        self.slots = slots
+        self.stamps = stamps
+        self.runs = runs
+        state = cell_state
+        self.states = [state(r) for r in runs]
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return Cell(self.slots[i], self.states[i], self.runs[i], self.stamps[i])
+
+    @property
+    def run_ids(self) -> list[int]:
+        return [0 if r is None or r.id is None else r.id for r in self.runs]
+
+
 async def timeline(store: Store, job: Job, now: datetime, window: str,
-                   since: datetime | None = None, cache: RunCache | None = RUNS
-                   ) -> tuple[list[Cell], bool]:
+                   since: datetime | None = None, cache: RunCache | None = RUNS,
+                   slot_cache: SlotCache | None = SLOTS) -> tuple[Timeline, bool]:
     """The slot cells of ``job`` over ``window`` (a key of WINDOWS) up to ``now``, from
     ``since`` at the earliest (the job's state row's creation: no slot was due before),
     and whether the window held more than MAX_CELLS slots (the newest are shown)."""
     start = now - WINDOWS[window]
     if since is not None and since > start:
         start = since
-    slots: list[datetime] = []
     cut = False
-    for t in job.schedule.between(start, now):
-        slots.append(t)
+    if slot_cache is not None:
+        slots, stamps = slot_cache.slots(job, start, now)
+    else:
+        slots = list(job.schedule.between(start, now))
+        stamps = [t.timestamp() for t in slots]
     if len(slots) > MAX_CELLS:
-        slots = slots[-MAX_CELLS:]
+        slots, stamps = slots[-MAX_CELLS:], stamps[-MAX_CELLS:]
         cut = True
-    runs: list[RunRecord] = []
+    by_slot: Mapping[float, RunRecord] = {}
     if slots:
         if cache is not None:
-            runs = await cache.runs(store, job.id, slots[0])
+            by_slot = await cache.by_slot(store, job.id, slots[0])
         else:
+            runs: list[RunRecord] = []
             before: int | None = None
             while True:  # newest first, until the page reaches the oldest slot shown
                 page = await store.list_runs(job.id, limit=PAGE, before_id=before)
@@ -210,7 +351,10 @@ async def timeline(store: Store, job: Job, now: datetime, window: str,
                 if len(page) < PAGE or page[-1].slot < slots[0] or page[-1].id is None:
                     break
                 before = page[-1].id
-    return slot_cells(slots, runs), cut
+            by_slot = {c.at: c.run for c in slot_cells(slots, runs, stamps)
+                       if c.run is not None}
+    get = by_slot.get
+    return Timeline(slots, stamps, [get(at) for at in stamps]), cut
 
 
 def duration_percentiles(runs: Sequence[RunRecord]) -> dict[str, float | None]:
@@ -445,4 +589,50 @@ async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str
     failures.sort(key=lambda r: r.id or 0, reverse=True)
     return {"jobs": len(ids), "paused": paused, "failing": len(failing),
             "failing_ids": failing[:20], "running": running[:50],
+            "running_n": len(running), "running_all": running,
             "failures": failures[:10]}
+
+
+# -- the fleet ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    """One instance of the fleet as the overview shows it. ``heartbeat_age``: seconds
+    since its last heartbeat, by the store's clock (heartbeats are written by it, so
+    hosts with skewed clocks compare fairly). ``leases``: its runs in progress (a
+    running run holds its job's lease). ``skew``: this host's clock minus the store's,
+    in seconds, for the instance serving the page (the only clock the page can read;
+    another host's is not in the store: None)."""
+
+    instance: Instance
+    heartbeat_age: float | None
+    leases: int
+    skew: float | None
+    me: bool
+
+
+async def fleet(store: Store, ttl: float, me: str, local_now: Any,
+                running: Sequence[RunRecord]) -> list[InstanceRow] | None:
+    """The fleet's instances, live first then lost, each with its heartbeat age, runs in
+    progress and (for this process) clock skew; None when the store keeps no instances.
+    ``local_now()``: this process's clock (epoch seconds); the skew is measured around one
+    store clock read, taking the middle of the round trip."""
+    if not isinstance(store, InstanceStore):
+        return None
+    rows = await store.list_instances(ttl=ttl)
+    before = local_now()
+    store_now = await store.now()
+    after = local_now()
+    skew = (before + after) / 2 - store_now
+    held: dict[str, int] = {}
+    for r in running:
+        if r.status is RunStatus.RUNNING and r.instance_id:
+            held[r.instance_id] = held.get(r.instance_id, 0) + 1
+    out = [InstanceRow(i, None if i.heartbeat_at is None else
+                       max(0.0, store_now - i.heartbeat_at.timestamp()),
+                       held.get(i.instance_id, 0),
+                       skew if i.instance_id == me else None, i.instance_id == me)
+           for i in rows]
+    out.sort(key=lambda x: (not x.instance.live, x.instance.instance_id))
+    return out

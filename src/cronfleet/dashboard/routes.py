@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from html import escape
 from importlib import resources
+from itertools import pairwise
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -46,9 +47,10 @@ from cronfleet.dashboard.auth import (
     csrf_ok,
     set_session,
 )
-from cronfleet.errors import AlreadyExecuting, StoreError
+from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
 from cronfleet.model import Job, RunStatus, TriggeredBy
 from cronfleet.store.api import TokenInfo
+from cronfleet.store.ledger import LATE_RESULT_KEY
 from cronfleet.views import job_view, run_stats
 
 log = logging.getLogger("cronfleet.dashboard")
@@ -138,25 +140,45 @@ def describe(job: Job) -> str:
         return job.schedule.expr
 
 
-def cells_html(cells: list[read.Cell], tz: tzinfo) -> Markup:
-    """The timeline's cells (up to 10,000: written here rather than by a template loop,
-    5x faster). A cell with a run links to it; its title tells the slot and the outcome."""
-    out = []
-    names: dict[Any, str] = {}
-    for c in cells:
-        d = c.slot.astimezone(tz)
-        off = d.utcoffset()
-        name = names.get(off)
-        if name is None:
-            name = names[off] = d.strftime("%Z")
-        title = escape(f"{d.year}-{d.month:02}-{d.day:02} {d.hour:02}:{d.minute:02} {name}: "
-                       f"{c.label}")
-        if c.run is not None:
-            out.append(f'<a class="c {c.state}" href="/runs/{c.run.id}" title="{title}" '
-                       'tabindex="-1"></a>')
+_CELL = {st: f'<i class="{st}"></i>' for st in
+         ("succeeded", "failed", "skipped", "missed", "paused", "interrupted", "running",
+          "pending", "none")}
+
+
+_CELL = {st: f'<i class="{st}"></i>' for st in
+         ("succeeded", "failed", "skipped", "missed", "paused", "interrupted", "running",
+          "pending", "none")}
+
+
+def cells_html(cells: read.Timeline) -> Markup:
+    """The timeline's cells (up to 10,000): one empty element per slot, its state as its
+    class and nothing else; the slot times and run ids are in :func:`cells_data`, and
+    the details of a run are fetched when its cell is hovered or reached by keyboard
+    (``/runs/{id}/label``). 24 bytes a cell, about 4x less than a titled link."""
+    cell = _CELL
+    return Markup("".join([cell[st] for st in cells.states]))
+
+
+def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
+    """The timeline's data for the script: ``t0`` (the first slot, epoch seconds),
+    ``dt`` (each slot's distance from the one before, seconds: mostly one repeated
+    number), ``runs`` (each slot's run id, 0 for none, as the difference from the
+    previous run id: mostly 1) and the zone to show times in."""
+    times = [int(at) for at in cells.stamps]
+    dt = [b - a for a, b in pairwise(times)]
+    runs: list[int] = []
+    prev = 0
+    for rid in cells.run_ids:
+        if rid:
+            runs.append(rid - prev)
+            prev = rid
         else:
-            out.append(f'<span class="c none" title="{title}"></span>')
-    return Markup("".join(out))
+            runs.append(0)
+    zone = getattr(tz, "key", None) or ("UTC" if tz is UTC else str(tz))
+    data = (f'{{"t0":{times[0] if times else 0},"tz":{json.dumps(zone)},'
+            f'"dt":[{",".join(map(str, dt))}],"runs":[{",".join(map(str, runs))}]}}')
+    # JSON in a script element: "</" cannot occur (numbers and a zone name) but be sure
+    return Markup(data.replace("</", "<\\/"))
 
 
 def short_source(source: str) -> str:
@@ -165,7 +187,8 @@ def short_source(source: str) -> str:
 
 
 _env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
-_env.globals.update(cells_html=cells_html, fmt_time=fmt_time, relative=relative, describe=describe,
+_env.globals.update(cells_html=cells_html, cells_data=cells_data, fmt_time=fmt_time,
+                    relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
                     json=lambda v: json.dumps(v, indent=2, sort_keys=True, default=str))
@@ -176,6 +199,8 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     partial = request.query_params.get("partial") == "1" and name in _LIVE
     template = _env.get_template(f"_{name}" if partial else name)
     flash = request.cookies.get(FLASH)
+    if flash:
+        flash = unquote(flash)
     html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
                            flash=None if partial else flash, path=request.url.path,
                            full_path=str(request.url.path) + (
@@ -199,8 +224,9 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 def redirect(to: str, flash: str | None = None) -> RedirectResponse:
     local = to.startswith("/") and not to.startswith(("//", "/\\"))
     resp = RedirectResponse(to if local else "/", status_code=303)
-    if flash:
-        resp.set_cookie(FLASH, flash[:500], path="/", httponly=True, samesite="strict")
+    if flash:  # percent-encoded: a cookie is latin-1 at best (a job id, a quote mark)
+        resp.set_cookie(FLASH, quote(flash[:500], safe=""), path="/", httponly=True,
+                        samesite="strict")
     return resp
 
 
@@ -282,10 +308,18 @@ async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
         await ctx.scheduler.store.read_states([])
     except StoreError as exc:
         store_ok, store_error = False, str(exc)
+    sched = ctx.scheduler
+    instances: list[read.InstanceRow] | None = None
+    fleet_error = None
+    try:
+        instances = await read.fleet(sched.store, sched.instance_ttl, sched.instance_id,
+                                     sched.clock.now, data["running_all"])
+    except StoreError as exc:
+        fleet_error = str(exc)
     return render(request, "overview.html", s, t=t, data=data, health=health,
                   store_ok=store_ok, store_error=store_error,
-                  store_url=_safe_url(ctx.scheduler.store.url),
-                  instances=None)  # fleet instances: filled when heartbeats land
+                  store_url=_safe_url(sched.store.url), instances=instances,
+                  fleet_error=fleet_error, ttl=sched.instance_ttl)
 
 
 def _safe_url(url: str) -> str:
@@ -323,9 +357,7 @@ async def job_page(request: Request, s: Session, ctx: Context) -> Response:
     st = states.get(job.id)
     cells, cut = await read.timeline(store, job, t, window,
                                      since=None if st is None else st.created_at)
-    counts: dict[str, int] = {}
-    for c in cells:
-        counts[c.state] = counts.get(c.state, 0) + 1
+    counts = Counter(cells.states)
     spec = None
     if ctx.catalog.is_stored(job.id):
         d = await ctx.api_store.job_def(job.id)
@@ -361,7 +393,33 @@ async def run_page(request: Request, s: Session, ctx: Context) -> Response:
     job = ctx.scheduler.jobs.get(run.job_id)
     return render(request, "run.html", s, run=run, job=job, tz=_zone(job, s), t=now(ctx),
                   result=json.dumps(run.result, indent=2, default=str)
-                  if run.result is not None else None)
+                  if run.result is not None else None, **run_details(run.result))
+
+
+async def run_label(request: Request, s: Session, ctx: Context) -> Response:
+    """A timeline cell's details, fetched when it is hovered or reached by keyboard: the
+    run's outcome, reason, duration and error (as its title used to carry), scoped to
+    the session's team like the run page (another team's run: 404)."""
+    try:
+        run_id = int(request.path_params["run_id"])
+    except ValueError:
+        raise Refused(404, "no such run") from None
+    run = await visible_run(ctx, s.info, run_id)
+    return JSONResponse({"id": run.id, "state": read.cell_state(run),
+                         "label": read.Cell(run.slot, read.cell_state(run), run).label},
+                        headers={"Cache-Control": "no-store"})
+
+
+def run_details(result: Any) -> dict[str, Any]:
+    """What the run page shows apart from the stored result: an HTTP job's attempts
+    (request and response as stored, already redacted) and a fenced holder's late
+    result (``result.late_result``)."""
+    if not isinstance(result, dict):
+        return {"attempts": [], "late": None}
+    attempts = [a for a in result.get("attempts") or [] if isinstance(a, dict)
+                and isinstance(a.get("request"), dict)]
+    late = result.get(LATE_RESULT_KEY)
+    return {"attempts": attempts, "late": late if isinstance(late, dict) else None}
 
 
 async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -435,11 +493,25 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
     done: list[str] = []
     problems: list[str] = []
     t = now(ctx)
+    params: dict[str, str] | None = None
+    force = form.get("force") == "1"
+    if action == "trigger":
+        try:
+            params = trigger_params(form.getlist("param_key"), form.getlist("param_value"))
+        except ValueError as exc:
+            return redirect(back, f"trigger: {exc}; nothing ran")
     for job in jobs:
         if action == "trigger":
             try:
                 run = await ctx.scheduler.trigger_async(job.id, by=who(s.info),
-                                                        triggered_by=TriggeredBy.API)
+                                                        triggered_by=TriggeredBy.API,
+                                                        params=params, force=force)
+            except JobPaused as exc:
+                await audit(ctx, s.info, "job.trigger", job.id,
+                            {"refused": "paused", "note": note})
+                problems.append(f"{job.id}: {exc.args[0].split('; ')[0]} (409); tick "
+                                "“Force” to run it anyway")
+                continue
             except AlreadyExecuting as exc:
                 await audit(ctx, s.info, "job.trigger", job.id,
                             {"refused": "already_executing", "holder": exc.holder,
@@ -450,8 +522,13 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
             except StoreError as exc:
                 problems.append(f"{job.id}: cannot claim the run: {exc}; nothing ran")
                 continue
-            await audit(ctx, s.info, "job.trigger", job.id, {"run_id": run.id, "note": note})
-            done.append(f"{job.id} (run {run.id})")
+            details: dict[str, Any] = {"run_id": run.id, "note": note, "via": "dashboard"}
+            if run.forced_by is not None:
+                details["forced"] = True
+            if params:
+                details["params"] = sorted(params)  # the keys: values may be sensitive
+            await audit(ctx, s.info, "job.trigger", job.id, details)
+            done.append(f"{job.id} (run {run.id}{', forced' if run.forced_by else ''})")
             continue
         enabled = {"pause": False, "resume": True, "clear": None}[action]
         try:
@@ -470,6 +547,32 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
     msg = (f"{verb} {', '.join(done)}" if done else "") + \
         ("; " if done and problems else "") + "; ".join(problems)
     return redirect(back, msg)
+
+
+MAX_PARAMS = 50
+
+
+def trigger_params(keys: list[Any], values: list[Any]) -> dict[str, str] | None:
+    """The run-now form's parameter rows (``key`` = ``value``, both text) as the run's
+    ``params``; blank rows are ignored, None when there are none. A value with no key, a
+    key given twice or too many rows is a ValueError naming the row."""
+    out: dict[str, str] = {}
+    for n, (k, v) in enumerate(zip(keys, values, strict=False), 1):
+        key, value = str(k).strip(), str(v)
+        if not key and not value.strip():
+            continue
+        if not key:
+            raise ValueError(f"parameter row {n}: the value {value[:40]!r} has no name")
+        if len(key) > 100:
+            raise ValueError(f"parameter row {n}: the name is longer than 100 characters")
+        if key in out:
+            raise ValueError(f"parameter row {n}: {key!r} is given twice")
+        if len(value) > 4096:
+            raise ValueError(f"parameter {key!r}: the value is longer than 4096 characters")
+        out[key] = value
+    if len(out) > MAX_PARAMS:
+        raise ValueError(f"{len(out)} parameters: at most {MAX_PARAMS}")
+    return out or None
 
 
 _EDIT_FIELDS = ("schedule", "timezone", "description", "timeout")
@@ -707,6 +810,7 @@ def install(app: FastAPI, codes: OneTimeCodes | None = None) -> None:
         ("/jobs/{job_id:path}", job_page, ["GET"]),
         ("/runs", runs_page, ["GET"]),
         ("/runs/{run_id}", run_page, ["GET"]),
+        ("/runs/{run_id}/label", run_label, ["GET"]),
         ("/audit", audit_page, ["GET"]),
         ("/secrets", secrets_page, ["GET"]),
         ("/secrets", secret_post, ["POST"]),

@@ -213,6 +213,7 @@ class Fleet:
                 beat = await self.beat()
                 if beat is not None and self.steady():
                     await self.break_lost()
+                    await s.registry.sync()  # only on change, or the periodic touch
             finally:
                 s.activity.leave()
             await s.clock.sleep_until(s.clock.now() + self.interval)

@@ -17,7 +17,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.model import Job, JobState, RunStatus, SkipReason, skip_reason
+from cronfleet.model import (
+    Job,
+    JobState,
+    Overlap,
+    RunStatus,
+    SkipReason,
+    skip_reason,
+)
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
@@ -332,6 +339,8 @@ class Loop:
                 )  # fmt: skip
             else:
                 runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
+                if job.overlap is Overlap.REPLACE:
+                    s.spawn(runs.replace_running(job))
         else:
             s.stats.skip(run.reason)
             if run.reason == SkipReason.ALREADY_EXECUTING.value:

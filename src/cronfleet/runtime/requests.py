@@ -28,6 +28,8 @@ __all__ = ["early", "manual", "missed", "recovery", "scheduled"]
 _NODE_LOCAL = Locking.NODE_LOCAL
 _ALLOW = Overlap.ALLOW
 _QUEUE_ONE = Overlap.QUEUE_ONE
+_WAITS = (Overlap.QUEUE_ONE, Overlap.REPLACE)  # a busy lease: wait for it (REPLACE: and
+# cancel the run holding it, Runs.replace_running)
 _MISSED = SkipReason.MISSED.value
 # bound once: a burst builds one request per slot
 _scheduled = Dispatch.scheduled
@@ -66,7 +68,7 @@ def scheduled(
             lease=overlap is not _ALLOW,
             hold=job.lease_seconds + delay,
             defer=delay > 0,
-            wait_if_busy=wait_if_busy and overlap is _QUEUE_ONE and job.id not in queued,
+            wait_if_busy=wait_if_busy and overlap in _WAITS and job.id not in queued,
             catchup=catchup,
             logs=[catchup_banner(slot, now + delay)] if catchup else None,
         )
@@ -79,7 +81,7 @@ def scheduled(
         logs=[catchup_banner(slot, now + delay)] if catchup else None,
     )
     if overlap is not _ALLOW and running and running.get(job.id):
-        if overlap is _QUEUE_ONE and job.id not in queued:
+        if overlap in _WAITS and job.id not in queued:
             item.defer = True
         else:
             _busy_skip(item, instance_id)

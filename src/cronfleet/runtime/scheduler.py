@@ -64,6 +64,7 @@ from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.runtime.registry import Registry
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
@@ -188,6 +189,7 @@ class Scheduler(SyncControl):
         self.upkeep = Upkeep(self)
         self.outage = Outage(self)
         self.fleet = Fleet(self)
+        self.registry = Registry(self)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -271,12 +273,15 @@ class Scheduler(SyncControl):
         self._jobs[job.id] = job
         if self.running:
             self.spawn(self._add_running(job))
+            self.registry.changed()
         return job
 
     def remove_job(self, job_id: str) -> None:
         if self._jobs.pop(job_id, None) is None:
             raise JobNotFound(job_id)
         self.due.forget(job_id)
+        if self.running:
+            self.registry.changed()
 
     def replace_job(self, job: Job) -> Job:
         """Swap a job's definition (same id) for a new one; a running scheduler plans its
@@ -339,6 +344,7 @@ class Scheduler(SyncControl):
             self.due.first(job, states.get(job.id), now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
+            await self.registry.sync()
         self.running = True
         self.stopping = False
         self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
@@ -350,11 +356,15 @@ class Scheduler(SyncControl):
             self.spawn(self.upkeep.renew_loop())
             if self.fleet.enabled:
                 self.spawn(self.fleet.heartbeat_loop())
+            if self.registry.enabled:
+                self.spawn(self.registry.request_loop())
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
             # overrides are still read at fire time, so a lost notification changes nothing
             await subscribe(self.wake)
+            if self.registry.enabled:
+                await subscribe(self.registry.wake)
         log.info(
             "cronfleet %s started with %d jobs on %s%s",
             self.instance_id,
@@ -644,6 +654,22 @@ class Scheduler(SyncControl):
                 await asyncio.gather(active.task, return_exceptions=True)
             await self.ledger.flushed()
         return res.run
+
+    async def cancel_async(self, run_id: int, *, by: str = "manual", why: str = "",
+                           timeout: float = 30.0) -> str:
+        """Cancel run ``run_id`` wherever it executes in the fleet: here directly
+        (:meth:`Runs.cancel`), elsewhere through the store (the holder takes the request;
+        :func:`~cronfleet.runtime.registry.remote_cancel`). The run is recorded
+        ``cancelled`` with ``by`` and ``why``. Returns what was done, in words; raises
+        :class:`~cronfleet.errors.RemoteRefused` / ``RemoteTimeout`` (see there)."""
+        why = why or "no reason given"
+        if run_id in self.runner.active:
+            return self.runner.cancel(run_id, by=by, why=why)
+        from cronfleet.runtime.registry import remote_cancel
+
+        got = await remote_cancel(self.store, run_id, by=by, why=why, ttl=self.instance_ttl,
+                                  timeout=timeout)
+        return f"cancel taken by instance {got.taken_by}"
 
     async def pause_async(
         self,

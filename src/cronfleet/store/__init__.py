@@ -13,8 +13,9 @@ from cronfleet.store.url import parse_store_url
 if TYPE_CHECKING:
     from cronfleet.store.memory import MemoryStore
     from cronfleet.store.postgres import PostgresStore
+    from cronfleet.store.redis import RedisStore
 
-__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "Store", "open_store"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from cronfleet.store.postgres import PostgresStore
 
         return PostgresStore
+    if name == "RedisStore":
+        from cronfleet.store.redis import RedisStore
+
+        return RedisStore
     if name == "MemoryStore":
         from cronfleet.store.memory import MemoryStore
 
@@ -31,8 +36,8 @@ def __getattr__(name: str) -> Any:
 
 
 def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
-    """A store from a SQLAlchemy-style URL (``sqlite:///file.db``, ``postgresql://…``),
-    or the given store object as is.
+    """A store from a SQLAlchemy-style URL (``sqlite:///file.db``, ``postgresql://…``,
+    ``redis://host:6379/0?prefix=cf:``), or the given store object as is.
 
     On PostgreSQL a ``SystemClock`` (the default) only measures this host's skew: the
     database clock judges leases and claim times. Any other clock (a test's ``FakeClock``)
@@ -45,6 +50,10 @@ def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
     parsed = parse_store_url(target)
     if parsed.dialect == "sqlite":
         return SQLiteStore(parsed.path, clock=clock)
+    if parsed.dialect == "redis":
+        from cronfleet.store.redis import RedisStore
+
+        return RedisStore(target, clock=clock)
     from cronfleet.store.postgres import PostgresStore
 
     return PostgresStore(target, clock=clock)

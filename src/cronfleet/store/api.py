@@ -27,6 +27,7 @@ from typing import Any
 
 from cronfleet.errors import StoreError
 from cronfleet.store.side import SideDB, open_side_db
+from cronfleet.store.url import parse_store_url
 
 __all__ = [
     "ROLES",
@@ -136,7 +137,16 @@ def _def(r: tuple[Any, ...]) -> JobDef:
 
 
 class ApiStore:
-    """Tokens, audit log and job definitions in the store named by ``url``."""
+    """Tokens, audit log and job definitions in the store named by ``url``
+    (``ApiStore(url)`` of a ``redis://`` URL is a
+    :class:`~cronfleet.store.redis.side.RedisApiStore`: the same interface on Redis)."""
+
+    def __new__(cls, url: str) -> ApiStore:
+        if cls is ApiStore and parse_store_url(url).dialect == "redis":
+            from cronfleet.store.redis.side import RedisApiStore
+
+            return super().__new__(RedisApiStore)
+        return super().__new__(cls)
 
     def __init__(self, url: str) -> None:
         self.url = url

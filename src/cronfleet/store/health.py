@@ -163,6 +163,10 @@ class PostgresHealthStore(_SideHealthStore):
 
 def open_health_store(url: str) -> HealthStore:
     parsed = parse_store_url(url)
+    if parsed.dialect == "redis":
+        from cronfleet.store.redis.side import RedisHealthStore
+
+        return RedisHealthStore(url)
     if parsed.dialect == "sqlite":
         return SQLiteHealthStore(parsed.path)
     return PostgresHealthStore(url)

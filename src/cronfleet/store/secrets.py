@@ -185,6 +185,10 @@ class PostgresSecretStore(_SideSecretStore):
 def open_secret_store(url: str) -> SecretStore:
     """The secret store next to the run store named by ``url``."""
     parsed = parse_store_url(url)
+    if parsed.dialect == "redis":
+        from cronfleet.store.redis.side import RedisSecretStore
+
+        return RedisSecretStore(url)
     if parsed.dialect == "sqlite":
         return SQLiteSecretStore(parsed.path)
     return PostgresSecretStore(url)

@@ -6,6 +6,8 @@ tables, the config file, the CLI) asks :func:`parse_store_url`.
 * ``postgresql://…`` / ``postgres://…`` -- any libpq URI; the query keys cronfleet reads
   (``schema``, ``pool_min``, ``pool_max``, ``time_source``) are taken out, the rest is
   left to libpq. A libpq ``key=value`` string is accepted by :func:`split_pg_url` too.
+* ``redis://[user:password@]host:6379/0?prefix=cf:`` / ``rediss://…`` (TLS) -- ``prefix``
+  (default ``cronfleet:``) starts every key; the rest goes to redis-py as is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from cronfleet.errors import StoreError
 
 __all__ = [
+    "DEFAULT_PREFIX",
     "DEFAULT_SCHEMA",
     "PG_OPTIONS",
     "StoreURL",
@@ -27,11 +30,13 @@ __all__ = [
     "split_pg_url",
 ]
 
-Dialect = Literal["sqlite", "postgres"]
+Dialect = Literal["sqlite", "postgres", "redis"]
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_SCHEMA = "cronfleet"
 # our options in a PostgreSQL URL's query; everything else is passed to libpq untouched
 PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source", "call_timeout")
+DEFAULT_PREFIX = "cronfleet:"
+REDIS_OPTIONS = ("prefix",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,11 @@ class StoreURL:
         return self.options.get("schema") or DEFAULT_SCHEMA
 
     @property
+    def prefix(self) -> str:
+        """The Redis key prefix (``?prefix=``, default ``cronfleet:``)."""
+        return self.options.get("prefix", DEFAULT_PREFIX)
+
+    @property
     def in_memory(self) -> bool:
         return self.dialect == "sqlite" and self.path == ":memory:"
 
@@ -66,6 +76,8 @@ def _dialect(url: str) -> Dialect | None:
         return "sqlite"
     if scheme in ("postgresql", "postgres"):
         return "postgres"
+    if scheme in ("redis", "rediss"):
+        return "redis"
     return None
 
 
@@ -102,8 +114,25 @@ def parse_store_url(url: str) -> StoreURL:
             )
         conninfo, options = split_pg_url(url)
         return StoreURL(url, "postgres", conninfo=conninfo, options=options)
+    if dialect == "redis":
+        parts = urlsplit(url)
+        if not parts.hostname and not parts.path.strip("/"):
+            raise StoreError(
+                f"invalid Redis URL {redact_url(url)!r}: expected redis://host:6379/0"
+            )
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in pairs if k in REDIS_OPTIONS}
+        if "prefix" in ours and not ours["prefix"]:
+            raise StoreError(
+                f"invalid Redis URL {redact_url(url)!r}: prefix is empty (omit it for "
+                f"the default {DEFAULT_PREFIX!r})"
+            )
+        kept = [(k, v) for k, v in pairs if k not in REDIS_OPTIONS]
+        conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
+        return StoreURL(url, "redis", conninfo=conninfo, options=ours)
     raise StoreError(
-        f"unknown store URL {url!r}: expected sqlite:///path.db or postgresql://user@host/db"
+        f"unknown store URL {url!r}: expected sqlite:///path.db, postgresql://user@host/db "
+        "or redis://host:6379/0"
     )
 
 

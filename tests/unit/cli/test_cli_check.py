@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -145,7 +146,7 @@ def test_a_broken_plugin_fails_the_check_but_the_rest_is_shown(
     assert "tick" in r.stdout  # the tasks are still listed
     assert r.stderr.splitlines()[0] == (
         "cronfleet.toml:3:12: plugin 'broken' (plugs:Broken listed in cronfleet.toml:3): "
-        "schedule 'nightly': overlap: 'sometimes' is not one of skip, queue_one, allow"
+        "schedule 'nightly': overlap: 'sometimes' is not one of skip, queue_one, allow, replace"
     )
 
 
@@ -253,3 +254,53 @@ def test_check_config_reports_warnings_as_located_problems(project: Path,
     (warning,) = report.warnings
     assert "schedule id 'tick' is declared twice" in str(warning)
     assert warning.to_dict()["message"] == str(warning)
+
+
+REDIS_CONFIG = '''
+[scheduler]
+store = "{url}"
+
+[[tasks]]
+id = "tick"
+cron = "1h"
+handler = "ops_handlers:tick"
+'''
+
+
+@pytest.mark.parametrize(
+    ("server_args", "expect_warning", "expect_note"),
+    [
+        ({}, "persistence is off (appendonly no, no save points)", None),
+        ({"extra": ("--save", "900 1")}, "only RDB snapshots", None),
+        ({"appendonly": True}, None, None),
+        ({"appendonly": True, "extra": ("--appendfsync", "everysec")}, None,
+         "appendfsync everysec"),
+        ({"extra": ("--rename-command", "CONFIG", "")}, "CONFIG GET refused", None),
+    ],
+)
+def test_check_warns_when_redis_persistence_is_off(
+    cli: Callable[..., Result], write: Callable[..., Path], server_args: dict[str, Any],
+    expect_warning: str | None, expect_note: str | None,
+) -> None:
+    from store.redis_server import RedisServer, new_prefix
+
+    server = RedisServer(**server_args).start()
+    try:
+        write("ops_handlers.py", "def tick(ctx):\n    pass\n")
+        write("cronfleet.toml", REDIS_CONFIG.format(url=f"{server.url}?prefix={new_prefix()}"))
+        r = cli("check", "--json")
+        data = json.loads(r.stdout)
+        warned = [w for w in data["warnings"] if "Redis at" in w]
+        noted = [n for n in data["notes"] if "Redis at" in n]
+        if expect_warning is None:
+            assert warned == [] and r.exit_code == 0, data
+        else:
+            assert len(warned) == 1 and expect_warning in warned[0], data
+            assert cli("check", "--strict").exit_code == 1
+        if expect_note is None:
+            assert noted == [], data
+        else:
+            assert len(noted) == 1 and expect_note in noted[0], data
+        assert cli("check", "--json", "--no-history").stdout.count("Redis at") == 0
+    finally:
+        server.cleanup()

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -178,3 +179,62 @@ def test_real_process_without_timers_fires_nothing(tmp_path: Path,
     assert "role api (CRONFLEET_SCHEDULER=0): no timers: this process fires nothing (manual " \
            "triggers run here); REST API on" in text
     assert "(no timers: control only)" in text
+
+
+@pytest.mark.slow
+def test_real_process_on_redis_only_runs_and_serves_the_api(
+    tmp_path: Path, write: Callable[..., Path], cli: Callable[..., Result],
+    redis_session: Any,
+) -> None:
+    """`cronfleet run` with nothing but a Redis URL: tasks run, a token made by the CLI
+    opens the API, which lists the job and its runs (all of it kept in Redis)."""
+    import re
+
+    import httpx
+
+    from store.redis_server import new_prefix
+
+    url = f"{redis_session.url}?prefix={new_prefix()}"
+    write("beat_handlers.py", BEAT)
+    config = write("cronfleet.toml", f"""
+        [scheduler]
+        store = "{url}"
+        shutdown_grace = "5s"
+
+        [[tasks]]
+        id = "beat"
+        cron = "1s"
+        handler = "beat_handlers:beat"
+        """)
+    made = cli("tokens", "create", "--team", "default", "--role", "viewer", "--config",
+               str(config))
+    assert made.exit_code == 0, made.stderr
+    token = made.stdout.splitlines()[0].strip()
+    log = tmp_path / "run.log"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cronfleet.cli", "run", "--config", str(config), "--port", "0"],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=tmp_path, env=clean,
+    )
+    try:
+        deadline = time.time() + 30
+        found = None
+        while found is None and time.time() < deadline and proc.poll() is None:
+            found = re.search(r"API listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+            time.sleep(0.1)
+        assert found, log.read_text()
+        base, auth = found.group(1), {"Authorization": f"Bearer {token}"}
+        runs: list[Any] = []
+        while len(runs) < 2 and time.time() < deadline:
+            r = httpx.get(f"{base}/api/jobs/beat/runs", headers=auth, timeout=5)
+            assert r.status_code == 200, r.text
+            runs = [x for x in r.json()["items"] if x["status"] == "succeeded"]
+            time.sleep(0.2)
+        assert len(runs) >= 2, log.read_text()
+        assert httpx.get(f"{base}/api/jobs", headers=auth, timeout=5).status_code == 200
+        assert httpx.get(f"{base}/api/jobs", timeout=5).status_code == 401
+    finally:
+        code = stop(proc)
+    text = log.read_text()
+    assert code == 0, text
+    assert "store redis://127.0.0.1:" in text

@@ -138,8 +138,8 @@ def test_missing_files_and_bad_environment() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(env={"CRONFLEET_STORE": "mysql://db"})
     assert str(info.value) == (
-        "CRONFLEET_STORE: unknown store URL 'mysql://db': expected sqlite:///path.db or "
-        "postgresql://user@host/db"
+        "CRONFLEET_STORE: unknown store URL 'mysql://db': expected sqlite:///path.db, "
+        "postgresql://user@host/db or redis://host:6379/0"
     )
 
 
@@ -180,7 +180,7 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         (TASK + 'jitter = "-5s"\n',
          "5:10: task 'gc': jitter: invalid duration '-5s': must not be negative"),
         (TASK + 'overlap = "queue"\n',
-         "5:11: task 'gc': overlap: 'queue' is not one of skip, queue_one, allow "
+         "5:11: task 'gc': overlap: 'queue' is not one of skip, queue_one, allow, replace "
          "(did you mean 'queue_one'?)"),
         (TASK + 'enabled = "no"\n',
          "5:11: task 'gc': enabled: expected true or false, got a string ('no')"),
@@ -251,8 +251,8 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         ('[scheduler]\ntz = "UTC"\n',
          "2:1: scheduler: unknown key 'tz' (did you mean 'timezone'?)"),
         ('[scheduler]\nstore = "mysql://db/x"\n',
-         "2:9: scheduler: store: unknown store URL 'mysql://db/x': expected sqlite:///path.db "
-         "or postgresql://user@host/db"),
+         "2:9: scheduler: store: unknown store URL 'mysql://db/x': expected sqlite:///path.db, "
+         "postgresql://user@host/db or redis://host:6379/0"),
         ('[scheduler]\ncatch_up_window = true\n',
          "2:19: scheduler: catch_up_window: expected a duration like '30s' or a number of "
          "seconds, got a boolean (True)"),

@@ -168,3 +168,119 @@ async def test_runs_across_the_teams_jobs_paged(store: MemoryStore) -> None:
     # a cursor that is not ours starts over rather than failing the page
     again, _ = await read.find_runs(store, mine, cursor="not-a-cursor", limit=5)
     assert again == seen[:5]
+
+
+def test_slot_cache_gives_what_between_gives_across_refreshes() -> None:
+    """The cached slots equal a fresh ``between`` at every refresh: extended as time
+    moves (over the night the clocks change), trimmed past the longest window, started
+    afresh when the schedule changes or an earlier start is asked."""
+    cache = read.SlotCache()
+    job = Job.create("*/7 * * * *", noop, id="seven", timezone="Europe/Paris")
+    end = datetime(2026, 3, 28, 20, 0, tzinfo=UTC)  # the clocks change at 01:00 UTC
+    for step in range(0, 40 * 24 * 60, 337):  # 40 days in steps of 337 minutes
+        t = end + timedelta(minutes=step)
+        for window in ("24h", "7d"):
+            start = t - read.WINDOWS[window]
+            slots, stamps = cache.slots(job, start, t)
+            want = list(job.schedule.between(start, t))
+            assert slots == want, (t, window)
+            assert stamps == [s.timestamp() for s in want]
+    _, _, known, _ = cache.jobs[("seven", job.schedule.expr, "Europe/Paris")]
+    assert len(known) <= 30 * 24 * 9 + 1  # trimmed to the longest window (9 an hour)
+    # an edited schedule is another key; an earlier start recomputes
+    other = Job.create("*/5 * * * *", noop, id="seven", timezone="Europe/Paris")
+    t = end + timedelta(days=3)
+    assert cache.slots(other, t - timedelta(hours=1), t)[0] == list(
+        other.schedule.between(t - timedelta(hours=1), t))
+    early = t - timedelta(days=20)
+    assert cache.slots(job, early, t)[0] == list(job.schedule.between(early, t))
+
+
+async def test_run_cache_reads_only_new_or_open_runs(store: MemoryStore) -> None:
+    job = Job.create("* * * * *", noop, id="m")
+    await store.ensure_jobs([job.id])
+    slots = [T - timedelta(minutes=k) for k in range(3000)]
+    await store.finish([Finish(run("m", s, RunStatus.SUCCEEDED)) for s in slots[2:]])
+    going = run("m", slots[1], RunStatus.RUNNING, secs=None)
+    await store.finish([Finish(going)])
+    calls: list[tuple[Any, Any]] = []
+    real = store.list_runs
+
+    async def counted(job_id: Any, **kw: Any) -> Any:
+        calls.append((kw.get("limit"), kw.get("before_id")))
+        return await real(job_id, **kw)
+
+    store.list_runs = counted  # type: ignore[method-assign]
+    cache = read.RunCache()
+    cells, _ = await read.timeline(store, job, T, "24h", cache=cache)
+    assert [c.state for c in cells[-3:]] == ["succeeded", "running", "none"]
+    first = len(calls)
+    calls.clear()
+    # a refresh: one small read from the top, no reach-back (nothing older than the window
+    # is needed, and the oldest run is known)
+    cells, _ = await read.timeline(store, job, T, "24h", cache=cache)
+    assert calls == [(100, None)], calls
+    # the running run finishes and the next slot gets a failure: both show
+    going.status, going.finished_at = RunStatus.SUCCEEDED, T
+    await store.finish([Finish(going), Finish(run("m", slots[0], RunStatus.FAILED))])
+    cells, _ = await read.timeline(store, job, T, "24h", cache=cache)
+    assert [c.state for c in cells[-3:]] == ["succeeded", "succeeded", "failed"]
+    # the cache agrees with an uncached read, slot for slot, over 7 days
+    cached, _ = await read.timeline(store, job, T, "7d", cache=cache)
+    plain, _ = await read.timeline(store, job, T, "7d", cache=None, slot_cache=None)
+    assert cached.states == plain.states and cached.run_ids == plain.run_ids
+    assert first >= 2 and cached.states.count("succeeded") == 2999
+
+
+async def test_fleet_rows(store: MemoryStore) -> None:
+    from cronfleet.store.base import Instance
+
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    a = Instance("a-1", "host-a", 11, "all", "1.2.3")
+    b = Instance("b-1", "host-b", 22, "worker", "1.2.3")
+    await store.heartbeat(a, ttl=15)
+    await store.heartbeat(b, ttl=15)
+    clock.advance(10)
+    await store.heartbeat(a, ttl=15)
+    clock.advance(8)  # b: 18 s without a heartbeat, past the ttl
+    running = [RunRecord(1, "j", T, TriggeredBy.SCHEDULE, RunStatus.RUNNING, instance_id="a-1"),
+               RunRecord(2, "k", T, TriggeredBy.SCHEDULE, RunStatus.RUNNING, instance_id="a-1"),
+               RunRecord(3, "l", T, TriggeredBy.SCHEDULE, RunStatus.RUNNING, instance_id="b-1")]
+    rows = await read.fleet(store, 15, "a-1", lambda: clock.now() + 2.5, running)
+    assert rows is not None
+    by = {r.instance.instance_id: r for r in rows}
+    assert [r.instance.instance_id for r in rows] == ["a-1", "b-1"]  # live first
+    assert by["a-1"].instance.live and not by["b-1"].instance.live
+    assert by["a-1"].heartbeat_age == pytest.approx(8) and by["b-1"].heartbeat_age == (
+        pytest.approx(18))
+    assert (by["a-1"].leases, by["b-1"].leases) == (2, 1)
+    assert by["a-1"].skew == pytest.approx(2.5) and by["b-1"].skew is None
+    assert by["a-1"].me and not by["b-1"].me
+
+
+async def test_run_cache_first_read_stops_at_the_window(store: MemoryStore) -> None:
+    """A job with a long history: the first view reads back to the window's start, not
+    the whole ledger; a longer window reads further back when asked."""
+    job = Job.create("* * * * *", noop, id="long")
+    await store.ensure_jobs([job.id])
+    slots = [T - timedelta(minutes=k) for k in range(20_000)]  # ~14 days
+    # written as time went: older slots have lower ids
+    await store.finish([Finish(run("long", s, RunStatus.SUCCEEDED)) for s in reversed(slots)])
+    read_rows: list[int] = []
+    real = store.list_runs
+
+    async def counted(job_id: Any, **kw: Any) -> Any:
+        page = await real(job_id, **kw)
+        read_rows.append(len(page))
+        return page
+
+    store.list_runs = counted  # type: ignore[method-assign]
+    cache = read.RunCache()
+    day, _ = await read.timeline(store, job, T, "24h", cache=cache)
+    assert day.states.count("succeeded") == 1440
+    assert sum(read_rows) <= 1440 + read.PAGE  # not the 20,000 rows
+    read_rows.clear()
+    week, _ = await read.timeline(store, job, T, "7d", cache=cache)
+    assert week.states.count("succeeded") == read.MAX_CELLS
+    assert sum(read_rows) <= read.MAX_CELLS - 1440 + 2 * read.PAGE + 100

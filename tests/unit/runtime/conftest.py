@@ -29,8 +29,8 @@ def clock() -> FakeClock:
     return FakeClock(T0)
 
 
-# the key scenarios (claims, catch-up, early claims, leases, retry, overrides) run on both
-BOTH = ["memory", "sqlite"]
+# the key scenarios (claims, catch-up, early claims, leases, retry, overrides) run on each
+BOTH = ["memory", "sqlite", "redis"]
 
 
 @pytest.fixture
@@ -44,17 +44,23 @@ def db(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def make(store_kind: str, tmp_path: Path, clock: FakeClock) -> Callable[..., Scheduler]:
+def make(
+    store_kind: str, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest
+) -> Callable[..., Scheduler]:
     """Schedulers on one database: each call is a new instance (its own store object)."""
     database = MemoryDatabase()
     url = f"sqlite:///{tmp_path / 'cronfleet.db'}"  # the same file as ``db``
+    if store_kind == "redis":  # a private server, a fresh prefix per test
+        from store.redis_server import new_prefix
+
+        url = f"{request.getfixturevalue('redis_session').url}?prefix={new_prefix()}"
 
     def factory(**kw: Any) -> Scheduler:
         kw.setdefault("instance_id", "test-1")
         kw.setdefault("orphan_interval", 5)
         if store_kind == "memory":
             return Scheduler(store=MemoryStore(database, clock=clock), clock=clock, **kw)
-        assert store_kind == "sqlite", store_kind
+        assert store_kind in ("sqlite", "redis"), store_kind
         return Scheduler(store=url, clock=clock, **kw)
 
     return factory

@@ -7,6 +7,8 @@
   function busy(el) {
     var a = document.activeElement;
     if (a && el.contains(a) && a !== document.body && a.tagName !== "A") return true;
+    // the slot under the pointer is being read: do not swap the timeline under it
+    if (el.querySelector(".timeline:hover")) return true;
     // a selection made in the table (bulk checkboxes) must survive the refresh
     return !!el.querySelector("input[type=checkbox]:checked");
   }
@@ -72,7 +74,175 @@
     show();
   }
 
+  // -- the slot timeline: one <i> per slot; times and run ids in #timeline-data; a
+  // run's details fetched when its cell is hovered or reached by keyboard
+  var labels = {};
+  var formats = {};
+  var shown = null;  // the cell the status line describes
+
+  function tlData() {
+    var el = document.getElementById("timeline-data");
+    if (!el) return null;
+    if (el._d) return el._d;
+    var raw = JSON.parse(el.textContent);
+    var n = raw.dt.length + 1, times = new Array(n), runs = new Array(raw.runs.length);
+    var t = raw.t0, i, prev = 0;
+    for (i = 0; i < n; i++) { if (i) t += raw.dt[i - 1]; times[i] = t; }
+    for (i = 0; i < runs.length; i++) {
+      if (raw.runs[i]) { prev += raw.runs[i]; runs[i] = prev; } else runs[i] = 0;
+    }
+    el._d = { times: times, runs: runs, tz: raw.tz };
+    return el._d;
+  }
+
+  function fmt(secs, tz) {
+    var f = formats[tz];
+    if (!f) {
+      try {
+        f = new Intl.DateTimeFormat("en-GB", { timeZone: tz, year: "numeric", month: "2-digit",
+          day: "2-digit", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+          timeZoneName: "short" });
+      } catch (e) {
+        f = new Intl.DateTimeFormat("en-GB", { timeZone: "UTC", year: "numeric",
+          month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+          hourCycle: "h23", timeZoneName: "short" });
+      }
+      formats[tz] = f;
+    }
+    var p = {};
+    f.formatToParts(new Date(secs * 1000)).forEach(function (x) { p[x.type] = x.value; });
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + " " +
+      (p.timeZoneName || "");
+  }
+
+  function cellIndex(tl, cell) { return Array.prototype.indexOf.call(tl.children, cell); }
+
+  function describeCell(tl, i) {
+    var d = tlData(), cell = tl.children[i], status = document.getElementById("tl-status");
+    if (!d || !cell) return;
+    var head = fmt(d.times[i], d.tz) + ": ";
+    var rid = d.runs[i];
+    var text = head + (rid ? cell.className.replace(" cur", "") :
+      "no run recorded for this slot");
+    function show(t) {
+      cell.title = t;
+      if (status) status.textContent = "Slot " + (i + 1) + " of " + tl.children.length +
+        ", " + t + (rid ? " (run #" + rid + ")" : "");
+    }
+    shown = cell;
+    show(labels[rid] ? head + labels[rid] : text);
+    if (rid && !labels[rid]) {
+      fetch("/runs/" + rid + "/label", { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (j) {
+          if (!j) return;
+          labels[rid] = j.label;
+          cell.title = head + j.label;
+          // the status line speaks of the cell shown last: a late answer for a cell the
+          // cursor or the pointer has left must not overwrite it
+          if (shown === cell && tl.children[i] === cell) show(head + j.label);
+        }).catch(function () {});
+    }
+  }
+
+  function moveTo(tl, i) {
+    var n = tl.children.length;
+    if (!n) return;
+    i = Math.max(0, Math.min(n - 1, i));
+    var old = tl.querySelector("i.cur");
+    if (old) old.classList.remove("cur");
+    tl.children[i].classList.add("cur");
+    tl._cur = i;
+    if (tl.children[i].scrollIntoView) tl.children[i].scrollIntoView({ block: "nearest" });
+    describeCell(tl, i);
+  }
+
+  function rowLength(tl) {
+    var kids = tl.children, top = kids.length ? kids[0].offsetTop : 0, k = 0;
+    while (k < kids.length && kids[k].offsetTop === top) k++;
+    return Math.max(1, k);
+  }
+
+  function dayFrom(i, dir) {
+    var d = tlData();
+    if (!d) return i + dir;
+    var target = d.times[i] + dir * 86400, j = i;
+    if (dir > 0) { while (j < d.times.length - 1 && d.times[j] < target) j++; }
+    else { while (j > 0 && d.times[j] > target) j--; }
+    return j === i ? i + dir : j;
+  }
+
+  function openRun(i) {
+    var d = tlData();
+    if (d && d.runs[i]) window.location.href = "/runs/" + d.runs[i];
+  }
+
+  function timeline() {
+    document.addEventListener("mouseover", function (e) {
+      var c = e.target;
+      if (c && c.tagName === "I" && c.parentNode && c.parentNode.id === "timeline") {
+        describeCell(c.parentNode, cellIndex(c.parentNode, c));
+      }
+    });
+    document.addEventListener("click", function (e) {
+      var c = e.target;
+      if (c && c.tagName === "I" && c.parentNode && c.parentNode.id === "timeline") {
+        openRun(cellIndex(c.parentNode, c));
+      }
+    });
+    document.addEventListener("focusin", function (e) {
+      var tl = e.target;
+      if (tl && tl.id === "timeline" && tl.children.length) {
+        moveTo(tl, typeof tl._cur === "number" ? tl._cur : tl.children.length - 1);
+      }
+    });
+    document.addEventListener("keydown", function (e) {
+      var tl = e.target;
+      if (!tl || tl.id !== "timeline" || !tl.children.length) return;
+      var i = typeof tl._cur === "number" ? tl._cur : tl.children.length - 1, to = null;
+      switch (e.key) {
+        case "ArrowRight": to = i + 1; break;
+        case "ArrowLeft": to = i - 1; break;
+        case "ArrowDown": to = i + rowLength(tl); break;
+        case "ArrowUp": to = i - rowLength(tl); break;
+        case "PageDown": to = dayFrom(i, 1); break;
+        case "PageUp": to = dayFrom(i, -1); break;
+        case "Home": to = 0; break;
+        case "End": to = tl.children.length - 1; break;
+        case "Enter": case " ": openRun(i); e.preventDefault(); return;
+        default: return;
+      }
+      e.preventDefault();
+      moveTo(tl, to);
+    });
+  }
+
+  function paramRows() {
+    var add = document.getElementById("add-param");
+    if (!add) return;
+    add.hidden = false;
+    add.addEventListener("click", function () {
+      var n = add.parentNode.querySelectorAll(".param").length + 1;
+      var span = document.createElement("span");
+      span.className = "param";
+      [["pk-", "Name ", "param_key", 100], ["pv-", "Value ", "param_value", 4096]]
+        .forEach(function (f) {
+          var label = document.createElement("label");
+          label.htmlFor = f[0] + n;
+          label.textContent = f[1] + n;
+          var input = document.createElement("input");
+          input.id = f[0] + n; input.name = f[2]; input.maxLength = f[3];
+          input.autocomplete = "off";
+          span.appendChild(label); span.appendChild(input);
+        });
+      add.parentNode.insertBefore(span, add);
+      span.querySelector("input").focus();
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    timeline();
+    paramRows();
     var live = document.querySelectorAll("[data-live]");
     if (live.length) {
       setInterval(function () { live.forEach(refresh); }, PERIOD);

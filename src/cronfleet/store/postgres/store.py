@@ -51,10 +51,12 @@ from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -152,6 +154,14 @@ def _instance(row: Sequence[Any], *, live: bool) -> Instance:
     return Instance(
         instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
         started_at=row[5], heartbeat_at=row[6], lost_at=row[7], lost_by=row[8], live=live,
+    )  # fmt: skip
+
+
+def _request(row: Sequence[Any]) -> FleetRequest:
+    return FleetRequest(
+        id=row[0], kind=row[1], job_id=row[2], target=row[3], payload=dict(row[4] or {}),
+        requested_by=row[5], requested_at=row[6], taken_by=row[7], taken_at=row[8],
+        answered_at=row[9], run_id=row[10], error=row[11],
     )  # fmt: skip
 
 
@@ -1066,6 +1076,91 @@ class PostgresStore:
             return beat
 
         return await self._run(go)
+
+    # -- the job registry and requests -----------------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        wanted = None if jobs is None else {d.job_id: d for d in jobs}
+
+        async def go(cur: Cursor, now: datetime) -> None:
+            if wanted is not None:
+                await cur.execute(cur.q["registry_of"], {"id": instance_id})
+                had = {r[0]: r[1] for r in await cur.fetchall()}
+                gone = [j for j in had if j not in wanted]
+                if gone:
+                    await cur.execute(cur.q["registry_drop"],
+                                      {"id": instance_id, "gone": _dumps(gone)})
+                put = [[d.job_id, d.team, d.source, d.digest, d.spec]
+                       for d in wanted.values() if had.get(d.job_id) != d.digest]
+                if put:
+                    await cur.execute(cur.q["registry_put"],
+                                      {"id": instance_id, "now": now, "rows": _dumps(put)})
+            await cur.execute(cur.q["registry_touch"], {"id": instance_id, "now": now})
+
+        await self._run(go)
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        async def go(cur: Cursor, now: datetime) -> list[Declared]:
+            cut = now - timedelta(seconds=ttl)
+            await cur.execute(cur.q["registry_all"])
+            return [
+                Declared(job_id=r[0], instance_id=r[1], team=r[2], source=r[3], digest=r[4],
+                         spec=dict(r[5]), declared_at=r[6], seen_at=r[7],
+                         live=bool(r[10]) and r[8] is None and r[9] >= cut)
+                for r in await cur.fetchall()
+            ]  # fmt: skip
+
+        return await self._run(go)
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        r = request
+
+        async def go(cur: Cursor, now: datetime) -> FleetRequest:
+            await cur.execute(cur.q["request_add"], {
+                "kind": r.kind, "job": r.job_id, "target": r.target,
+                "payload": _dumps(r.payload), "by": r.requested_by, "now": now,
+            })  # fmt: skip
+            row = await cur.fetchone()
+            assert row is not None
+            await self._announce(cur, "request", [r.job_id])
+            return FleetRequest(kind=r.kind, job_id=r.job_id, requested_by=r.requested_by,
+                                payload=dict(r.payload), target=r.target, id=row[0],
+                                requested_at=row[1])
+
+        return await self._run(go)
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        ids = list(job_ids)
+
+        async def go(cur: Cursor, now: datetime) -> list[FleetRequest]:
+            await cur.execute(cur.q["requests_take"],
+                              {"id": instance_id, "now": now, "jobs": _dumps(ids)})
+            return sorted((_request(r) for r in await cur.fetchall()), key=lambda q: q.id or 0)
+
+        return await self._run(go)
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        async def go(cur: Cursor, now: datetime) -> bool:
+            await cur.execute(cur.q["request_answer"], {
+                "rid": request_id, "now": now, "run": run_id, "error": error,
+                "untaken": only_untaken,
+            })  # fmt: skip
+            return cur.rowcount == 1
+
+        return await self._run(go)
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        async def go(cur: Cursor, now: datetime) -> FleetRequest | None:
+            await cur.execute(cur.q["request_get"], {"rid": request_id})
+            row = await cur.fetchone()
+            return None if row is None else _request(row)
+
+        return await self._run(go, tx=False)
 
     async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
         async def go(cur: Cursor, now: datetime) -> LostInstances:

@@ -292,3 +292,56 @@ SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
                AND r.job_id = s.job_id)
 FROM job_state s LEFT JOIN claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_holder IN (SELECT value FROM json_each(?1));
+
+-- name: registry_of
+-- the rows an instance declares (instance): job, digest
+SELECT job_id, digest FROM job_registry WHERE instance_id = ?;
+
+-- name: registry_drop
+-- ?1 instance, ?2 job ids (JSON array) it no longer declares
+DELETE FROM job_registry
+WHERE instance_id = ?1 AND job_id IN (SELECT value FROM json_each(?2));
+
+-- name: registry_put
+-- ?1 instance, ?2 now, ?3 [[job, team, source, digest, spec], ...]: a new or changed spec
+INSERT INTO job_registry (job_id, instance_id, team, source, digest, spec, declared_at, seen_at)
+SELECT value->>0, ?1, value->>1, value->>2, value->>3, value->>4, ?2, ?2
+FROM json_each(?3) WHERE true
+ON CONFLICT (job_id, instance_id) DO UPDATE SET team = excluded.team,
+  source = excluded.source, digest = excluded.digest, spec = excluded.spec,
+  declared_at = excluded.declared_at, seen_at = excluded.seen_at;
+
+-- name: registry_touch
+UPDATE job_registry SET seen_at = ?2 WHERE instance_id = ?1;
+
+-- name: registry_all
+-- with the declaring instance's liveness facts (lost_at, heartbeat_at)
+SELECT r.job_id, r.instance_id, r.team, r.source, r.digest, r.spec, r.declared_at,
+       r.seen_at, i.lost_at, i.heartbeat_at, i.instance_id IS NOT NULL
+FROM job_registry r LEFT JOIN instances i ON i.instance_id = r.instance_id
+ORDER BY r.job_id, r.instance_id;
+
+-- name: request_add
+INSERT INTO requests (kind, job_id, target, payload, requested_by, requested_at)
+VALUES (?, ?, ?, ?, ?, ?) RETURNING id, requested_at;
+
+-- name: requests_take
+-- ?1 instance, ?2 now, ?3 job ids (JSON array): untaken requests meant for it, oldest first
+UPDATE requests SET taken_by = ?1, taken_at = ?2
+WHERE taken_by IS NULL AND answered_at IS NULL
+  AND (target = ?1 OR (target IS NULL AND job_id IN (SELECT value FROM json_each(?3))))
+RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+          answered_at, run_id, error;
+
+-- name: requests_any
+SELECT 1 FROM requests WHERE taken_by IS NULL AND answered_at IS NULL LIMIT 1;
+
+-- name: request_answer
+-- ?1 id, ?2 now, ?3 run id, ?4 error, ?5 1: only if nobody took it
+UPDATE requests SET answered_at = ?2, run_id = ?3, error = ?4
+WHERE id = ?1 AND answered_at IS NULL AND (?5 = 0 OR taken_by IS NULL);
+
+-- name: request_get
+SELECT id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+       answered_at, run_id, error
+FROM requests WHERE id = ?;

@@ -29,10 +29,12 @@ from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -96,6 +98,14 @@ def _instance(row: Sequence[Any], *, live: bool) -> Instance:
         instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
         started_at=dt(row[5]), heartbeat_at=dt(row[6]), lost_at=dt(row[7]), lost_by=row[8],
         live=live,
+    )  # fmt: skip
+
+
+def _request(row: Sequence[Any]) -> FleetRequest:
+    return FleetRequest(
+        id=row[0], kind=row[1], job_id=row[2], target=row[3], payload=json.loads(row[4]),
+        requested_by=row[5], requested_at=dt(row[6]), taken_by=row[7], taken_at=dt(row[8]),
+        answered_at=dt(row[9]), run_id=row[10], error=row[11],
     )  # fmt: skip
 
 
@@ -737,6 +747,92 @@ class SQLiteStore:
                 c.execute(Q["instance_beat"], (me.instance_id, now))
             beat.live = tuple(r[0] for r in c.execute(Q["instances_live"], (now - ms(ttl),)))
         return beat
+
+    # -- the job registry and requests -----------------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        await self._call(self._publish_jobs, instance_id, None if jobs is None else list(jobs))
+
+    def _publish_jobs(self, instance: str, jobs: list[Declared] | None) -> None:
+        with self._tx() as c:
+            now = self._now_ms()
+            if jobs is not None:
+                had = dict(c.execute(Q["registry_of"], (instance,)).fetchall())
+                wanted = {d.job_id: d for d in jobs}
+                gone = [j for j in had if j not in wanted]
+                if gone:
+                    c.execute(Q["registry_drop"], (instance, json.dumps(gone)))
+                put = [
+                    [d.job_id, d.team, d.source, d.digest,
+                     json.dumps(d.spec, sort_keys=True, separators=(",", ":"))]
+                    for d in wanted.values() if had.get(d.job_id) != d.digest
+                ]  # fmt: skip
+                if put:
+                    c.execute(Q["registry_put"], (instance, now, json.dumps(put)))
+            c.execute(Q["registry_touch"], (instance, now))
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        return await self._call(self._list_declared, ttl)
+
+    def _list_declared(self, ttl: float) -> list[Declared]:
+        cut = self._now_ms() - ms(ttl)
+        return [
+            Declared(job_id=r[0], instance_id=r[1], team=r[2], source=r[3], digest=r[4],
+                     spec=json.loads(r[5]), declared_at=dt(r[6]), seen_at=dt(r[7]),
+                     live=bool(r[10]) and r[8] is None and r[9] >= cut)
+            for r in self.conn.execute(Q["registry_all"]).fetchall()
+        ]  # fmt: skip
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        return await self._call(self._submit_request, request)
+
+    def _submit_request(self, r: FleetRequest) -> FleetRequest:
+        with self._tx() as c:
+            rid, at = c.execute(
+                Q["request_add"],
+                (r.kind, r.job_id, r.target, json.dumps(r.payload), r.requested_by,
+                 self._now_ms()),
+            ).fetchone()  # fmt: skip
+        return FleetRequest(kind=r.kind, job_id=r.job_id, requested_by=r.requested_by,
+                            payload=dict(r.payload), target=r.target, id=rid,
+                            requested_at=dt(at))
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        return await self._call(self._take_requests, instance_id, list(job_ids))
+
+    def _take_requests(self, instance: str, job_ids: list[str]) -> list[FleetRequest]:
+        # polled every second by every process: look (a read, the partial index) before
+        # taking the file's write lock
+        if self.conn.execute(Q["requests_any"]).fetchone() is None:
+            return []
+        with self._tx() as c:
+            rows = c.execute(
+                Q["requests_take"], (instance, self._now_ms(), json.dumps(job_ids))
+            ).fetchall()
+        return sorted((_request(r) for r in rows), key=lambda q: q.id or 0)
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        return await self._call(self._answer_request, request_id, run_id, error, only_untaken)
+
+    def _answer_request(self, rid: int, run_id: int | None, error: str | None,
+                        only_untaken: bool) -> bool:
+        with self._tx() as c:
+            cur = c.execute(
+                Q["request_answer"], (rid, self._now_ms(), run_id, error, int(only_untaken))
+            )
+            return cur.rowcount == 1
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        return await self._call(self._get_request, request_id)
+
+    def _get_request(self, rid: int) -> FleetRequest | None:
+        row = self.conn.execute(Q["request_get"], (rid,)).fetchone()
+        return None if row is None else _request(row)
 
     async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
         return await self._call(self._break_lost, instance_id, ttl)

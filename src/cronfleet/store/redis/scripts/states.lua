@@ -1,0 +1,20 @@
+-- ARGV: P, now, mode ('ensure' | 'read' | 'overrides'), a JSON array of job ids
+-- ensure: create missing state rows (announced), then read; overrides: every job with one.
+-- Reply: one JSON array of rows (100,000 rows are one string, not 1.2 million elements).
+local mode = ARGV[3]
+local out = {}
+if mode == 'overrides' then
+  for _, j in ipairs(redis.call('SMEMBERS', gk('overrides'))) do
+    local r = state_row(j)
+    if r then out[#out + 1] = r end
+  end
+  return cjson.encode(out)
+end
+local created = 0
+for _, j in ipairs(cjson.decode(ARGV[4])) do
+  if mode == 'ensure' and ensure(j) then created = created + 1 end
+  local r = state_row(j)
+  if r then out[#out + 1] = r end
+end
+if created > 0 then redis.call('PUBLISH', gk('events'), 'jobs') end
+return cjson.encode(out)

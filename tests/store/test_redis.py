@@ -1,0 +1,157 @@
+"""What is particular to the Redis store (the contract itself is in test_conformance.py):
+URLs, the schema version key, scripts reloaded after a restart, one round trip per chunk,
+keys under the prefix and hash-tagged per job, pub/sub wake-ups, the server going away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from cronfleet.clock import FakeClock
+from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.store import RedisStore, open_store
+from cronfleet.store.base import Dispatch
+from cronfleet.store.redis import SCHEMA_VERSION
+from cronfleet.store.url import parse_store_url
+
+from .conftest import T0
+from .redis_server import RedisServer, new_prefix
+
+
+@pytest.fixture
+def url(redis_session: RedisServer) -> str:
+    return f"{redis_session.url}?prefix={new_prefix()}"
+
+
+@pytest.fixture
+async def raw(redis_session: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_session.url, socket_timeout=None)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore(url, clock=FakeClock(T0))
+    await s.open()
+    yield s
+    await s.close()
+
+
+def test_urls() -> None:
+    p = parse_store_url("redis://:pw@cache.internal:6380/2?prefix=cf:&ssl_cert_reqs=none")
+    assert p.dialect == "redis" and p.prefix == "cf:"
+    assert p.conninfo == "redis://:pw@cache.internal:6380/2?ssl_cert_reqs=none"
+    assert parse_store_url("rediss://h/0").prefix == "cronfleet:"
+    with pytest.raises(StoreError, match="prefix is empty"):
+        parse_store_url("redis://h/0?prefix=")
+    with pytest.raises(StoreError, match="expected redis://host:6379/0"):
+        parse_store_url("redis://")
+    s = open_store("redis://127.0.0.1:1/0?prefix=x:")
+    assert isinstance(s, RedisStore) and s.prefix == "x:"
+    assert "pw" not in repr(RedisStore("redis://:pw@h:1/0"))
+
+
+async def test_schema_version_written_once_and_newer_refused(
+    url: str, raw: aioredis.Redis
+) -> None:
+    prefix = parse_store_url(url).prefix
+    s = RedisStore(url)
+    await s.open()
+    await s.close()
+    assert int(await raw.get(prefix + "schema")) == SCHEMA_VERSION
+    await raw.set(prefix + "schema", SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer"):
+        await RedisStore(url).open()
+    await raw.set(prefix + "schema", SCHEMA_VERSION)
+    await RedisStore(url).open()
+
+
+async def test_scripts_are_loaded_again_after_script_flush(
+    store: RedisStore, raw: aioredis.Redis
+) -> None:
+    await store.ensure_jobs(["a"])
+    await raw.script_flush()  # what a restarted server looks like to a running store
+    [won] = await store.dispatch([Dispatch.scheduled("a", T0, lease=True)], "one")
+    assert won.won and won.token == 1
+
+
+async def test_a_burst_is_one_script_call_per_chunk(
+    store: RedisStore, raw: aioredis.Redis
+) -> None:
+    jobs = [f"j{i}" for i in range(5000)]
+    await store.ensure_jobs(jobs)
+    await store.dispatch([Dispatch.scheduled("warm", T0, lease=True)], "warm")  # scripts loaded
+
+    async def calls() -> int:
+        stats = await raw.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = await calls()
+    out = await store.dispatch(
+        [Dispatch.scheduled(j, T0 + 60, lease=True) for j in jobs], "one"
+    )
+    assert all(d.won and d.started for d in out)
+    assert await calls() - before == 1  # claims and leases; the hot path writes no row
+
+
+async def test_keys_live_under_the_prefix_and_a_job_s_keys_share_its_hash_tag(
+    store: RedisStore, raw: aioredis.Redis
+) -> None:
+    await store.ensure_jobs(["billing.nightly"])
+    await store.dispatch([Dispatch.scheduled("billing.nightly", T0, lease=True)], "one")
+    keys = [k.decode() async for k in raw.scan_iter(match="*")]
+    mine = [k for k in keys if k.startswith(store.prefix)]
+    job_keys = [k for k in mine if "billing.nightly" in k]
+    assert job_keys and all(k.startswith(store.prefix + "{billing.nightly}:") for k in job_keys)
+    assert {k for k in mine if "{" not in k} <= {
+        store.prefix + n for n in ("schema", "jobs", "leased")
+    }
+
+
+async def test_an_override_wakes_every_subscribed_process(url: str) -> None:
+    one, two = RedisStore(url), RedisStore(url)
+    await one.open()
+    await two.open()
+    try:
+        woke = asyncio.Event()
+        await two.subscribe(woke.set)
+        await asyncio.sleep(0.2)  # the listener subscribes
+        await one.set_override("a", False, by="ops", note=None, until=None)
+        async with asyncio.timeout(5):
+            await woke.wait()
+        assert (await two.read_overrides(["a"]))["a"].enabled_override is False
+    finally:
+        await one.close()
+        await two.close()
+
+
+@pytest.fixture
+def private() -> Iterator[RedisServer]:
+    server = RedisServer(appendonly=True).start()
+    yield server
+    server.cleanup()
+
+
+async def test_server_down_is_store_unavailable_and_a_restart_with_aof_keeps_claims(
+    private: RedisServer,
+) -> None:
+    s = RedisStore(f"{private.url}?prefix=p:")
+    await s.open()
+    try:
+        [first] = await s.dispatch([Dispatch.scheduled("a", T0, lease=False)], "one")
+        assert first.won
+        private.kill()
+        with pytest.raises(StoreUnavailable, match="unavailable"):
+            await s.dispatch([Dispatch.scheduled("a", T0 + 1, lease=False)], "one")
+        private.start()
+        # acknowledged with appendfsync always: the claim survived the SIGKILL
+        [again] = await s.dispatch([Dispatch.scheduled("a", T0, lease=False)], "two")
+        assert not again.won
+        [later] = await s.dispatch([Dispatch.scheduled("a", T0 + 2, lease=False)], "two")
+        assert later.won and later.token is not None and later.token > (first.token or 0)
+    finally:
+        await s.close()

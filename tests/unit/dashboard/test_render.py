@@ -1,0 +1,81 @@
+"""The dashboard's compact timeline markup and data, the run-now form's parameters and
+what the run page picks out of a stored result."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cronfleet.dashboard import read
+from cronfleet.dashboard.routes import cells_data, cells_html, run_details, trigger_params
+from cronfleet.model import RunRecord, RunStatus, TriggeredBy
+
+T = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)  # the clocks go back in Paris at 01:00 UTC
+
+
+def decode(data: str) -> tuple[list[int], list[int], str]:
+    """What app.js does with #timeline-data."""
+    raw = json.loads(data)
+    times = [raw["t0"]]
+    for d in raw["dt"]:
+        times.append(times[-1] + d)
+    runs, prev = [], 0
+    for v in raw["runs"]:
+        if v:
+            prev += v
+            runs.append(prev)
+        else:
+            runs.append(0)
+    return times, runs, raw["tz"]
+
+
+def test_timeline_markup_is_one_element_per_slot_and_its_data_round_trips() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    slots = [(T + timedelta(minutes=30 * k)).astimezone(paris) for k in range(8)]
+    ids = [7, 0, 9, 8, 0, 0, 40, 41]  # a recovery row can be newer than the next slot's
+    runs: list[RunRecord | None] = [
+        None if not i else RunRecord(i, "j", s, TriggeredBy.SCHEDULE,
+                                     RunStatus.FAILED if i == 9 else RunStatus.SUCCEEDED)
+        for i, s in zip(ids, slots, strict=True)]
+    tl = read.Timeline(slots, [s.timestamp() for s in slots], runs)
+    html = str(cells_html(tl))
+    assert html.count("<i ") == 8 and html.startswith('<i class="succeeded"></i>'
+                                                      '<i class="none"></i>'
+                                                      '<i class="failed"></i>')
+    times, got_ids, tz = decode(str(cells_data(tl, paris)))
+    assert times == [int(s.timestamp()) for s in slots] and got_ids == ids
+    assert tz == "Europe/Paris"
+    assert decode(str(cells_data(tl, UTC)))[2] == "UTC"
+    empty = read.Timeline([], [], [])
+    assert str(cells_html(empty)) == "" and decode(str(cells_data(empty, UTC)))[1] == []
+    # indexing gives the cells the rest of the code knows
+    assert tl[2].state == "failed" and tl[2].run is runs[2] and tl[-1].slot == slots[-1]
+
+
+def test_trigger_params_from_the_form_rows() -> None:
+    assert trigger_params(["", ""], ["", " "]) is None
+    assert trigger_params(["region", " date ", ""], ["eu", "2026-11-30", ""]) == {
+        "region": "eu", "date": "2026-11-30"}
+    with pytest.raises(ValueError, match="row 2: the value 'x' has no name"):
+        trigger_params(["a", ""], ["1", "x"])
+    with pytest.raises(ValueError, match="row 2: 'a' is given twice"):
+        trigger_params(["a", "a"], ["1", "2"])
+    with pytest.raises(ValueError, match="longer than 4096"):
+        trigger_params(["a"], ["x" * 5000])
+    with pytest.raises(ValueError, match="at most 50"):
+        trigger_params([f"k{i}" for i in range(51)], ["v"] * 51)
+
+
+def test_run_details_attempts_and_late_result() -> None:
+    attempt = {"attempt": 1, "request": {"method": "GET", "url": "https://x.example/",
+                                         "headers": {"Authorization": "[redacted]"}},
+               "response": {"status": 502}, "ok": False}
+    got = run_details({"ok": False, "attempts": [attempt, "junk"],
+                       "late_result": {"status": "succeeded", "instance_id": "w-2"}})
+    assert got["attempts"] == [attempt]
+    assert got["late"] == {"status": "succeeded", "instance_id": "w-2"}
+    assert run_details("text") == {"attempts": [], "late": None}
+    assert run_details({"rows": 3}) == {"attempts": [], "late": None}
