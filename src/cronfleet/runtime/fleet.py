@@ -5,8 +5,9 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   refreshes this instance's row and reads the live set. An instance whose heartbeat is
   older than ``instance_ttl`` (15 s) is lost.
 - **Lost instances**: after each heartbeat, this process declares lost any other
-  instance past the ttl -- once its own heartbeats have gone through without a gap for
-  ``steady_for`` (6 s by default; ``Fleet.steady``: after a store outage every
+  instance past the ttl -- after a gap in its own heartbeats (one failed, or none for
+  longer than the ttl) only once they went through again for ``steady_for`` (6 s by
+  default; ``Fleet.steady``: after a store outage every
   heartbeat is stale, and the first process back must not declare the rest lost) -- and
   breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
   its open runs and its claimed-but-unwritten slots (early claims included) become
