@@ -51,6 +51,7 @@ class Ledger:
     def __init__(self, s: Scheduler) -> None:
         self.s = s
         self.finishes: list[Finish] = []
+        self.writing = 0  # group commits under way (their batch has left finishes)
         self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
@@ -107,6 +108,7 @@ class Ledger:
         batch = list(merged.values())
         self.finishes = []
         s.activity.enter()
+        self.writing += 1
         try:
             # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
             # inside the store's call deadline; a failed chunk keeps itself and the rest
@@ -129,6 +131,7 @@ class Ledger:
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
             raise
         finally:
+            self.writing -= 1
             s.activity.leave()
         self._flushed_event().set()
 
@@ -138,8 +141,10 @@ class Ledger:
         return self._flush_done
 
     async def flushed(self) -> None:
-        """Wait until finished runs (and their lease releases) have been written."""
-        while (self.finishes or self.s.runner.ended) and self.s.running:
+        """Wait until finished runs (and their lease releases) have been written -- also
+        those of a group commit already under way: its batch has left ``finishes``, but
+        its releases are not written until it returns."""
+        while (self.finishes or self.s.runner.ended or self.writing) and self.s.running:
             ev = self._flushed_event()
             ev.clear()
             self.flush_event.set()
