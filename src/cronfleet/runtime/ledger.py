@@ -24,6 +24,7 @@ __all__ = ["MAX_BUFFERED", "Ledger"]
 log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
+FINISH_CHUNK = 5_000
 log_runs = logging.getLogger("cronfleet")  # the one line per ended run
 
 
@@ -55,6 +56,7 @@ class Ledger:
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
+        self.progress = 0  # chunks the store took (stop() waits while this moves)
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -108,16 +110,26 @@ class Ledger:
         s.activity.enter()
         self.writing += 1
         try:
-            await s.store.finish(batch)
+            # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
+            # inside the store's call deadline; a failed chunk keeps itself and the rest
+            while batch:
+                chunk = batch[:FINISH_CHUNK]
+                await s.store.finish(chunk)
+                del batch[:FINISH_CHUNK]
+                self.progress += 1
+                if log_runs.isEnabledFor(logging.INFO):
+                    log_ended(chunk, s.instance_id)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d finished runs (%s); will retry", len(batch), exc)
+            s.outage.warn.warning(
+                "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
+            )
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
             if s.running:
                 s.spawn(self._later_flush())
-        else:
-            if log_runs.isEnabledFor(logging.INFO):
-                log_ended(batch, s.instance_id)
+        except asyncio.CancelledError:
+            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
+            raise
         finally:
             self.writing -= 1
             s.activity.leave()
@@ -149,7 +161,9 @@ class Ledger:
             await s.store.record_skips(skips)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d skipped slots (%s); will retry", len(skips), exc)
+            s.outage.warn.warning(
+                "skips", "cannot record %d skipped slots (%s); will retry", len(skips), exc
+            )
             self.unsaved_skips.extend(skips)
 
     async def flush_skips(self) -> None:
