@@ -405,7 +405,8 @@ class Fleet:
         k = self.knobs
         proc = subprocess.Popen(
             [sys.executable, "-m", WORKER, "--store", self.url, "--record", str(record),
-             "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep)],
+             "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep),
+             "--instance-ttl", f"{k.instance_ttl:g}s"],
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,

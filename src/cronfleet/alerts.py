@@ -185,7 +185,9 @@ class Alerts:
         self._chains: dict[str, asyncio.Task[None]] = {}
 
     def __call__(self, event: RunFinished) -> asyncio.Task[None] | None:
-        if not wants_alerts(event.job) or event.run.status is RunStatus.SKIPPED:
+        # a skip is no outcome; a cancel is an operator's decision, not the job failing
+        if not wants_alerts(event.job) or event.run.status in (RunStatus.SKIPPED,
+                                                                RunStatus.CANCELLED):
             return None
         # one job's runs are recorded in order (consecutive failures count right)
         prev = self._chains.get(event.job.id)

@@ -19,6 +19,9 @@ __all__ = [
     "DuplicateJob",
     "JobNotFound",
     "JobPaused",
+    "NotDeclared",
+    "RemoteRefused",
+    "RemoteTimeout",
     "StoreError",
     "StoreUnavailable",
 ]
@@ -92,3 +95,50 @@ class StoreError(CronfleetError):
 
 class StoreUnavailable(StoreError):
     """The store did not answer; callers decide whether to fail open or closed."""
+
+
+class NotDeclared(CronfleetError):
+    """No live instance of the fleet declares the job a request is meant for (the job
+    registry); ``gone``: the instances that declared it before, no longer live."""
+
+    code = "JOB_NOT_DECLARED"
+
+    def __init__(self, job_id: str, gone: list[str] | None = None) -> None:
+        self.job_id = job_id
+        self.gone = list(gone or [])
+        msg = f"no live instance declares job {job_id!r}"
+        if self.gone:
+            msg += f" (declared before by {', '.join(self.gone)}, no longer live)"
+        else:
+            msg += " (no instance of the fleet ever declared it)"
+        super().__init__(msg)
+
+
+class RemoteTimeout(CronfleetError):
+    """A request sent through the store got no answer in time. ``withdrawn``: nobody had
+    taken it, and it never will be; otherwise an instance took it and may still act."""
+
+    code = "REQUEST_TIMEOUT"
+
+    def __init__(self, request_id: int, job_id: str, timeout: float, *, withdrawn: bool) -> None:
+        self.request_id = request_id
+        self.job_id = job_id
+        self.withdrawn = withdrawn
+        how = ("withdrawn: no live instance took it" if withdrawn
+               else f"taken, but not answered yet (see request {request_id})")
+        super().__init__(f"request {request_id} for job {job_id!r}: no answer within "
+                         f"{timeout:g}s; {how}")
+
+
+class RemoteRefused(CronfleetError):
+    """The instance that took a request refused it: ``code`` is the refusal's error code
+    (``JOB_PAUSED``, ``CRON_JOB_ALREADY_EXECUTING``, ...), ``run_id`` the skip it recorded
+    when there is one, ``instance_id`` who answered."""
+
+    def __init__(self, code: str, message: str, *, job_id: str, instance_id: str | None,
+                 run_id: int | None = None) -> None:
+        self.code = code
+        self.job_id = job_id
+        self.instance_id = instance_id
+        self.run_id = run_id
+        super().__init__(message)

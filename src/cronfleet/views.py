@@ -342,6 +342,7 @@ def run_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
     """Counts by status, success rate, durations and lateness of ``runs``."""
     from cronfleet.model import RunStatus
 
+    # a cancelled run is an operator's decision: not counted for or against success
     ended_statuses = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT,
                       RunStatus.INTERRUPTED)
     by_status: dict[str, int] = {}

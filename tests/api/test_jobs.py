@@ -10,6 +10,7 @@ import pytest
 
 from cronfleet.cron import CronExpr, NoFireTimeError
 from cronfleet.store.api import ApiStore
+from cronfleet.store.base import RegistryStore
 
 from .conftest import T0_ISO, Api, MakeApi, expect, http_spec
 
@@ -25,6 +26,19 @@ async def test_list_is_the_teams_jobs_in_id_order(api: Api) -> None:
     assert ids(page) == ["alpha.off", "alpha.report", "alpha.slow"]
     assert page["next_cursor"] is None
     report = page["items"][1]
+    # what the job registry says: this process declares it, live, no conflict (a store
+    # without a registry -- Redis until #18 part B -- says nothing)
+    registry = {k: report.pop(k) for k in ("kind", "declared", "conflict", "remote",
+                                           "declared_by")}
+    if isinstance(api.scheduler.store, RegistryStore):
+        [declarer] = registry.pop("declared_by")
+        assert declarer["instance"] == "api-1" and declarer["live"] is True
+        assert declarer["declared_at"] == T0_ISO and len(declarer["digest"]) == 64
+        assert registry == {"kind": "handler", "declared": True, "conflict": None,
+                            "remote": False}
+    else:
+        assert registry == {"kind": None, "declared": None, "conflict": None,
+                            "remote": False, "declared_by": []}
     assert report == {
         "id": "alpha.report", "team": "alpha", "source": "code", "editable": False,
         "schedule": "@daily", "schedule_text": None, "timezone": "UTC",

@@ -47,6 +47,11 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
                        note: str | None, until: datetime | None) -> JobState:
     """Pause (``False``), force on (``True``) or clear (``None``) for every process."""
     scheduler = ctx.scheduler
+    if scheduler.jobs.get(job.id) is not job:  # another process's job (the registry)
+        with store_errors("cannot record the change"):
+            remote: JobState = await scheduler.store.set_override(
+                job.id, enabled, by=by, note=note, until=until)
+        return remote
     with store_errors("cannot record the change"), _gone(job.id):
         if enabled is False:
             state: JobState = await scheduler.pause_async(job.id, by=by, note=note, until=until)

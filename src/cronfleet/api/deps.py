@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -184,13 +184,49 @@ async def audit(ctx: Context, tok: TokenInfo, action: str, target: str,
         log.error("audit entry lost (%s %s by %s): %s", action, target, who(tok), exc)
 
 
+async def fleet(ctx: Context) -> dict[str, Any]:
+    """The fleet's job registry (``FleetJob`` by id; ``{}`` on a store without one)."""
+    from cronfleet.runtime.registry import fleet_jobs
+
+    with store_errors("cannot read the job registry"):
+        return await fleet_jobs(ctx.scheduler.store, ttl=ctx.scheduler.instance_ttl)
+
+
+def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
+    """The jobs of the registry this process does not declare, as handler-less jobs
+    (their team from the registry: team scoping holds for them too); API jobs are the
+    catalog's."""
+    from cronfleet.runtime.registry import job_from_spec
+
+    local = ctx.scheduler.jobs
+    out: dict[str, Job] = {}
+    for job_id, fj in found.items():
+        if job_id in local:
+            continue
+        cur = fj.current
+        if cur.source == "api":  # the catalog is the truth of API jobs here (a deleted
+            continue  # one may linger in other processes' rows until their next refresh)
+        with contextlib.suppress(ValueError):  # a schedule only its host can read
+            out[job_id] = job_from_spec(job_id, cur.spec, team=cur.team, source=cur.source)
+    return out
+
+
+def is_remote(ctx: Context, job: Job) -> bool:
+    """A job another process declares (from the registry), not this one."""
+    return ctx.scheduler.jobs.get(job.id) is not job
+
+
 async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
-    """The job if the token's team owns it; otherwise 404 (whoever owns it)."""
+    """The job if the token's team owns it -- declared here, or by another process of the
+    fleet (the job registry); otherwise 404 (whoever owns it)."""
     job = ctx.scheduler.jobs.get(job_id)
     if job is None:
         with contextlib.suppress(StoreError):
             await ctx.catalog.refresh()  # created by another process a moment ago?
         job = ctx.scheduler.jobs.get(job_id)
+    if job is None:
+        job = remote_jobs(ctx, {k: v for k, v in (await fleet(ctx)).items()
+                                if k == job_id}).get(job_id)
     if not isinstance(job, Job) or job.team != tok.team:
         raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
     return job
@@ -208,6 +244,9 @@ async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str]:
     ids.update(d.id for d in defs if d.team == tok.team and d.id not in jobs)
     stored = {d.id for d in defs}
     ids.update(r for r in reserved if r not in jobs and r not in stored)
+    # the jobs other processes declare (the registry rows carry the team)
+    ids.update(j for j, fj in (await fleet(ctx)).items()
+               if j not in jobs and fj.current.team == tok.team)
     return frozenset(ids)
 
 
@@ -225,6 +264,9 @@ async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
                 d = await ctx.api_store.job_def(run.job_id)
                 team = (d.team if d is not None
                         else await ctx.api_store.reserved_team(run.job_id))
+                if team is None:  # declared by another process of the fleet?
+                    fj = (await fleet(ctx)).get(run.job_id)
+                    team = None if fj is None else fj.current.team
     if run is None or team != tok.team:
         raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
     return run

@@ -3,6 +3,7 @@ created over the API)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -17,7 +18,9 @@ from cronfleet.api.deps import (
     Limit,
     Viewer,
     audit,
+    fleet,
     now,
+    remote_jobs,
     store_errors,
     stored,
     visible,
@@ -35,10 +38,18 @@ RECENT = 10  # runs shown in a job's detail
 STATS_OVER = 100  # runs its statistics cover
 
 
-def summary(ctx: Context, view: JobView, now_: Any) -> dict[str, Any]:
-    """One job in a list: the shared view plus the API's team, editable and paused."""
-    return {**view.to_dict(now_), "team": view.job.team,
-            "editable": ctx.catalog.is_stored(view.job.id)}
+def summary(ctx: Context, view: JobView, now_: Any,
+            found: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One job in a list: the shared view plus the API's team, editable and paused, and
+    what the fleet's registry says of it (``found``: ``FleetJob`` by id)."""
+    out = {**view.to_dict(now_), "team": view.job.team,
+           "editable": ctx.catalog.is_stored(view.job.id)}
+    fj = None if found is None else found.get(view.job.id)
+    if fj is not None:
+        d = fj.to_dict()
+        out.update(kind=d["kind"], declared=d["declared"], declared_by=d["declared_by"],
+                   conflict=d["conflict"], remote=view.job.id not in ctx.scheduler.jobs)
+    return out
 
 
 async def detail(ctx: Context, job: Job) -> dict[str, Any]:
@@ -47,7 +58,8 @@ async def detail(ctx: Context, job: Job) -> dict[str, Any]:
     with store_errors("cannot read the job's state"):
         states = await store.read_states([job.id])
         runs = await store.list_runs(job.id, limit=STATS_OVER)
-    out = summary(ctx, job_view(job, states.get(job.id), runs[0] if runs else None, t), t)
+    out = summary(ctx, job_view(job, states.get(job.id), runs[0] if runs else None, t), t,
+                  await fleet(ctx))
     out["next_fire_times"] = [x.isoformat() for x in next_fires(job, t, 10)]
     out["recent_runs"] = [r.to_dict() for r in runs[:RECENT]]
     out["stats"] = run_stats(runs)
@@ -72,11 +84,13 @@ async def list_jobs(
     limit: Limit = 50,
 ) -> dict[str, Any]:
     t = now(ctx)
+    found = await fleet(ctx)
+    jobs = [*ctx.scheduler.jobs.values(), *remote_jobs(ctx, found).values()]
     with store_errors("cannot read job states"):
         views, more = await find_jobs(
-            ctx.scheduler.store, list(ctx.scheduler.jobs.values()), t, team=token.team,
+            ctx.scheduler.store, jobs, t, team=token.team,
             after_id=cursor, text=text, paused=paused, status=status, limit=limit)
-    items = [summary(ctx, v, t) for v in views]
+    items = [summary(ctx, v, t, found) for v in views]
     return {"items": items, "next_cursor": items[-1]["id"] if more else None}
 
 

@@ -7,24 +7,28 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import (
     ALL_METHODS,
     Ctx,
+    Editor,
     JobIdPath,
     Limit,
     RunIdPath,
     Viewer,
+    audit,
     not_allowed,
     now,
     store_errors,
     team_jobs,
     visible,
     visible_run,
+    who,
 )
 from cronfleet.api.errors import ApiError, responses
+from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus
 from cronfleet.spec import FieldError, time_bound
 from cronfleet.store.base import RunCursor, RunFilter
@@ -118,6 +122,34 @@ async def runs_running(ctx: Ctx, token: Viewer, limit: Limit = 200) -> dict[str,
     with store_errors("cannot read the running runs"):
         items = await running_now(ctx.scheduler.store, jobs, limit=limit)
     return {"items": items}
+
+
+@router.post("/api/runs/{run_id}/cancel", response_model=S.CancelAccepted, status_code=202,
+             responses=responses(401, 403, 404, 409, 503))
+async def cancel_run(run_id: RunIdPath, ctx: Ctx, token: Editor,
+                     body: Annotated[S.CancelBody | None, Body()] = None) -> dict[str, Any]:
+    """Cancel a run wherever it executes in the fleet: the instance holding it gets the
+    request through the store and records the run ``cancelled`` with who and why."""
+    from cronfleet.errors import RemoteRefused, RemoteTimeout
+
+    run = await visible_run(ctx, token, run_id)
+    why = (body.why if body is not None else None) or "no reason given"
+    try:
+        how = await ctx.scheduler.cancel_async(run_id, by=who(token), why=why)
+    except RemoteRefused as exc:
+        await audit(ctx, token, "run.cancel", run.job_id, {"run_id": run_id,
+                                                           "refused": exc.code})
+        raise ApiError(409, exc.code, str(exc), {"run_id": run_id,
+                                                 "instance": exc.instance_id}) from None
+    except RemoteTimeout as exc:
+        raise ApiError(503, exc.code, str(exc), {"run_id": run_id,
+                                                 "request_id": exc.request_id,
+                                                 "withdrawn": exc.withdrawn}) from None
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the cancel: {exc}") from None
+    await audit(ctx, token, "run.cancel", run.job_id, {"run_id": run_id, "why": why})
+    return {"run_id": run_id, "job_id": run.job_id, "instance_id": run.instance_id,
+            "message": how}
 
 
 @router.get("/api/runs/{run_id}", response_model=S.RunOut,

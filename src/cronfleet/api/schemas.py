@@ -168,7 +168,7 @@ class JobFields(BaseModel):
     missed: _doc(Literal["skip", "run_once", "run_all"] | None) = None  # type: ignore[valid-type]
     catch_up_window: _doc(Duration | None) = None  # type: ignore[valid-type]
     locking: _doc(Literal["node_local", "prefer_global", "require_global"] | None) = None  # type: ignore[valid-type]
-    overlap: _doc(Literal["skip", "queue_one", "allow"] | None) = None  # type: ignore[valid-type]
+    overlap: _doc(Literal["skip", "queue_one", "allow", "replace"] | None) = None  # type: ignore[valid-type]
     timeout: _doc(Duration | None) = None  # type: ignore[valid-type]
     jitter: _doc(Duration | None) = None  # type: ignore[valid-type]
     recover: _doc(bool | None) = None  # type: ignore[valid-type]
@@ -276,6 +276,21 @@ class RunBrief(BaseModel):
     error: str | None
 
 
+class Declarer(BaseModel):
+    instance: str = Field(description="The instance that declares the job.")
+    live: bool = Field(description="Whether that instance is live (heartbeat within the "
+                       "instance ttl).")
+    source: str
+    declared_at: str | None = Field(description="When it first declared this spec.")
+    seen_at: str | None = Field(description="When it last said it still declares it.")
+    digest: str = Field(description="SHA-256 of the spec it declares.")
+
+
+class Conflict(BaseModel):
+    fields: list[str] = Field(description="The spec fields the declarers disagree on.")
+    instances: list[list[str]] = Field(description="The declarers, grouped by spec.")
+
+
 class JobSummary(BaseModel):
     id: str
     team: str
@@ -300,6 +315,15 @@ class JobSummary(BaseModel):
     last_run: RunBrief | None
     override: Override | None
     lease: Lease | None
+    kind: str | None = Field(None, description="handler, http, ... (from the job registry).")
+    declared: bool | None = Field(None, description="Whether a live instance of the fleet "
+                                  "declares the job (null: not in the job registry).")
+    declared_by: list[Declarer] = Field(default_factory=list, description="The instances "
+                                        "that declare it, live or not (the job registry).")
+    conflict: Conflict | None = Field(None, description="Live declarers disagreeing on "
+                                      "its spec, or null.")
+    remote: bool = Field(False, description="Declared by other processes only: triggers "
+                         "go through the store to a live one.")
 
 
 class JobPage(BaseModel):
@@ -394,6 +418,24 @@ class JobStateOut(BaseModel):
     enabled: bool
     override: Override | None
     lease: Lease | None
+
+
+class CancelBody(BaseModel):
+    """Optional: why the run is cancelled (recorded with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    why: str | None = Field(None, max_length=500, description="Why (recorded in the run's "
+                            "error and log, with who asked).")
+
+
+class CancelAccepted(BaseModel):
+    run_id: int
+    job_id: str
+    instance_id: str | None = Field(description="The instance executing the run.")
+    message: str = Field(description="What the instance did: an async handler is "
+                         "cancelled at once; a sync handler's thread cannot be stopped, the "
+                         "run is recorded cancelled when it returns.")
 
 
 class TriggerBody(BaseModel):

@@ -13,6 +13,7 @@ from cronfleet.api.deps import (
     Editor,
     JobIdPath,
     audit,
+    is_remote,
     not_allowed,
     visible,
     who,
@@ -32,6 +33,8 @@ async def trigger(job_id: JobIdPath, ctx: Ctx, token: Editor,
                   body: Annotated[S.TriggerBody | None, Body()] = None) -> dict[str, Any]:
     job = await visible(ctx, token, job_id)
     params, force = (None, False) if body is None else (body.params, body.force)
+    if is_remote(ctx, job):
+        return await _remote(ctx, token, job.id, params, force)
     try:
         run = await ctx.scheduler.trigger_async(job.id, by=who(token),
                                                 triggered_by=TriggeredBy.API,
@@ -57,6 +60,48 @@ async def trigger(job_id: JobIdPath, ctx: Ctx, token: Editor,
     await audit(ctx, token, "job.trigger", job.id, details)
     return {"run_id": run.id, "job_id": job.id, "status": run.status.value,
             "instance_id": run.instance_id, "fencing_token": run.fencing_token}
+
+
+REMOTE_TIMEOUT = 30.0  # seconds a remote trigger waits for a live instance to start it
+
+
+async def _remote(ctx: Any, token: Any, job_id: str, params: dict[str, Any] | None,
+                  force: bool) -> dict[str, Any]:
+    """A job another process declares: the request goes through the store to a live
+    instance that declares it (the job registry), which starts the run and answers."""
+    from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
+    from cronfleet.runtime.registry import remote_trigger
+
+    try:
+        got = await remote_trigger(ctx.scheduler.store, job_id, by=who(token),
+                                   ttl=ctx.scheduler.instance_ttl, params=params,
+                                   force=force, timeout=REMOTE_TIMEOUT)
+    except NotDeclared as exc:
+        await audit(ctx, token, "job.trigger", job_id, {"refused": "not_declared"})
+        raise ApiError(409, exc.code, str(exc), {"job_id": job_id, "gone": exc.gone}) from None
+    except RemoteRefused as exc:
+        await audit(ctx, token, "job.trigger", job_id, {"refused": exc.code,
+                                                        "instance": exc.instance_id})
+        raise ApiError(409, exc.code, str(exc), {"job_id": job_id, "instance": exc.instance_id,
+                                                 "run_id": exc.run_id}) from None
+    except RemoteTimeout as exc:
+        raise ApiError(503, exc.code, str(exc), {"job_id": job_id,
+                                                 "request_id": exc.request_id,
+                                                 "withdrawn": exc.withdrawn}) from None
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the request: {exc}") from None
+    details: dict[str, Any] = {"run_id": got.run_id, "instance": got.taken_by,
+                               "remote": True}
+    if force:
+        details["force"] = True
+    if params:
+        details["params"] = sorted(params)
+    await audit(ctx, token, "job.trigger", job_id, details)
+    run = None if got.run_id is None else await ctx.scheduler.store.get_run(got.run_id)
+    return {"run_id": got.run_id, "job_id": job_id,
+            "status": "running" if run is None else run.status.value,
+            "instance_id": got.taken_by,
+            "fencing_token": None if run is None else run.fencing_token}
 
 
 router.add_api_route("/api/jobs/{job_id:path}/trigger", not_allowed("POST"),

@@ -47,6 +47,7 @@ COMMANDS = {
     "runs": "operate:runs_cmd",
     "show-run": "operate:show_run_cmd",
     "trigger": "operate:trigger_cmd",
+    "cancel": "operate:cancel_cmd",
     "pause": "operate:pause_cmd",
     "resume": "operate:resume_cmd",
     "clear-override": "operate:clear_override_cmd",

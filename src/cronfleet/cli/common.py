@@ -35,7 +35,9 @@ Exit codes:
      that did not succeed, or no answer (a schedule that never fires again)
   2  bad input: invalid expression, time zone, option or argument;
      unknown job or run id
-  3  the job is already executing, or paused without --force (trigger)"""
+  3  the job is already executing, paused without --force, or declared by no
+     live instance of the fleet (trigger); the run has ended, is not executing
+     or its instance is not live (cancel)"""
 
 
 def _console(err: bool = False) -> Any:
@@ -87,9 +89,11 @@ def _config_name(config_path: str | None) -> str:
     return config_path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
 
 
-def _load(config_path: str | None, *, strict: bool) -> Loaded:
+def _load(config_path: str | None, *, strict: bool, fleet: bool = False) -> Loaded:
     """The declared jobs, or exit 1 with every problem. ``strict=False`` (operator
-    commands): a plugin that fails to load is left out with a warning."""
+    commands): a plugin that fails to load is left out with a warning. ``fleet``: the
+    jobs other processes declare in the store's registry join ``loaded.jobs`` too
+    (handler-less, listed in ``loaded.remote``; ``loaded.fleet`` holds the registry)."""
     from cronfleet.config import ConfigError, load_config
 
     try:
@@ -104,7 +108,31 @@ def _load(config_path: str | None, *, strict: bool) -> Loaded:
         )
         for p in loaded.problems:
             click.echo(f"  {p}", err=True)
+    if fleet:
+        _add_fleet(loaded)
     return loaded
+
+
+def _add_fleet(loaded: Loaded) -> None:
+    """Read the store's job registry into ``loaded`` (see :func:`_load`)."""
+    from cronfleet.runtime.registry import fleet_jobs, job_from_spec
+
+    ttl = loaded.config.instance_ttl
+    loaded.fleet = dict(_session(loaded, lambda store: fleet_jobs(store, ttl=ttl)))
+    local = set(loaded.job_ids())
+    for job_id, fj in sorted(loaded.fleet.items()):
+        if job_id in local:
+            continue
+        cur = fj.current
+        try:
+            job = job_from_spec(job_id, cur.spec, team=cur.team, source=cur.source)
+        except ValueError as exc:
+            click.echo(f"warning: job {job_id!r} of the registry (declared by "
+                       f"{cur.instance_id}) is left out: its schedule cannot be read here: "
+                       f"{exc}", err=True)
+            continue
+        loaded.jobs.append(job)
+        loaded.remote.add(job_id)
 
 
 def _job(loaded: Loaded, job_id: str) -> Job:

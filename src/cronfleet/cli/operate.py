@@ -59,17 +59,32 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None
     create FILE` / `jobs delete ID` manage the jobs created over the API."""
     if ctx.invoked_subcommand is not None:
         return
-    loaded = _load(config_path, strict=False)
+    loaded = _load(config_path, strict=False, fleet=True)
     now = _now()
     with loaded:
         views = _session(loaded, lambda store: job_views(store, loaded.jobs, now))
     if as_json:
-        _echo_json([v.to_dict(now) for v in views])
+        _echo_json([{**v.to_dict(now), **_fleet_dict(loaded, v.job.id)} for v in views])
         return
     if not views:
-        click.echo(f"no jobs declared in {loaded.config.display}")
+        click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
+                   "the fleet (the store's job registry is empty)")
         return
-    _console().print(_jobs_table(views, now))
+    _console().print(_jobs_table(views, now, fleet=loaded.fleet))
+
+
+def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
+    """What the registry says of ``job_id`` (``jobs --json``): its kind and policies as
+    declared, who declares it, whether a live instance does, conflicts."""
+    fj = loaded.fleet.get(job_id)
+    if fj is None:
+        return {"declared": None, "declared_by": [], "conflict": None}
+    d = fj.to_dict()
+    return {"kind": d["kind"], "policies": {k: d.get(k) for k in (
+        "missed", "catch_up_window", "locking", "overlap", "timeout", "jitter", "recover",
+        "retry", "notify", "auto_pause_after")},
+        "declared": d["declared"], "declared_by": d["declared_by"], "conflict": d["conflict"],
+        "remote": job_id in loaded.remote}
 
 
 _TEAM = click.option("--team", default="default", show_default=True,
@@ -205,7 +220,7 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
 
 
 _STATUSES = ["pending", "running", "succeeded", "failed", "timed_out", "skipped",
-             "interrupted"]
+             "interrupted", "cancelled"]
 
 
 def _bound(name: str, value: str | None, now: datetime) -> datetime | None:
@@ -377,12 +392,28 @@ def _params(values: tuple[str, ...]) -> dict[str, str] | None:
                    "ctx.params; stored with the run.")
 @click.option("--force", is_flag=True,
               help="Run even though the job is paused (the run records who forced it).")
+@click.option("--remote", is_flag=True,
+              help="Ask a live instance of the fleet to run it, even when the job is "
+                   "declared in this configuration too.")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds to wait for a live instance to start the run (remote).")
+@click.option("--no-wait", is_flag=True,
+              help="Return once the run has started (remote), without waiting for its end.")
 @_BY
 @_CONFIG
 @_JSON
-def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, by: str | None,
-                config_path: str | None, as_json: bool) -> None:
-    """Run JOB now, in this process, and wait for it to end.
+def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, remote: bool,
+                timeout: float, no_wait: bool, by: str | None, config_path: str | None,
+                as_json: bool) -> None:
+    """Run JOB now and wait for it to end.
+
+    A job declared in this configuration runs in this process. A job only other
+    processes declare (in code, their configuration, plugins or the API catalog; see
+    `cronfleet jobs`), or any job with --remote, runs on a live instance that declares it:
+    the request goes through the store (PostgreSQL: NOTIFY; other stores: within a second)
+    and the command prints the run once it has ended (--no-wait: once it has started).
+    No live instance declaring the job, or none answering within --timeout: nothing runs,
+    exit 3 / 1.
 
     The run takes the job's lease like any run, so it never overlaps a run elsewhere in
     the fleet: when one holds the lease the skip is recorded and the command exits 3,
@@ -391,34 +422,132 @@ def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, by: str | Non
     succeed.
     """
     values = _params(params)
-    loaded = _load(config_path, strict=False)
+    loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         _job(loaded, job_id)
-        scheduler = loaded.scheduler(timers=False)
-        try:
-            run = _control(lambda: scheduler.trigger(job_id, by=by or _who(), params=values,
-                                                     force=force),
-                           loaded.config.store)
-        except JobPaused as exc:
-            if as_json:
-                _echo_json({"code": exc.code, "message": str(exc),
-                            "details": {"job_id": job_id, "by": exc.by, "note": exc.note,
-                                        "until": _iso(exc.until) if exc.until else None}})
-            _fail(f"{exc}: --force", EXIT_BUSY)
-        except AlreadyExecuting as exc:
-            if as_json:
-                _echo_json(exc.to_dict())
-            _fail(
-                f"job {job_id!r} is already executing: the lease is held by "
-                f"{exc.holder or 'another run'} (skip recorded as run {exc.record.id})",
-                EXIT_BUSY,
-            )
+        if remote or job_id in loaded.remote:
+            run = _trigger_remote(loaded, job_id, values, force=force, by=by or _who(),
+                                  timeout=timeout, wait=not no_wait, as_json=as_json)
+        else:
+            run = _trigger_here(loaded, job_id, values, force=force, by=by, as_json=as_json)
     if as_json:
         _echo_json(run.to_dict())
     else:
         _print_run(run)
-    if run.status.value != "succeeded":
+    if run.status.finished and run.status.value != "succeeded":
         sys.exit(EXIT_FAILED)
+
+
+def _trigger_here(loaded: Any, job_id: str, values: dict[str, str] | None, *, force: bool,
+                  by: str | None, as_json: bool) -> Any:
+    scheduler = loaded.scheduler(timers=False)
+    try:
+        return _control(lambda: scheduler.trigger(job_id, by=by or _who(), params=values,
+                                                  force=force),
+                        loaded.config.store)
+    except JobPaused as exc:
+        if as_json:
+            _echo_json({"code": exc.code, "message": str(exc),
+                        "details": {"job_id": job_id, "by": exc.by, "note": exc.note,
+                                    "until": _iso(exc.until) if exc.until else None}})
+        _fail(f"{exc}: --force", EXIT_BUSY)
+    except AlreadyExecuting as exc:
+        if as_json:
+            _echo_json(exc.to_dict())
+        _fail(
+            f"job {job_id!r} is already executing: the lease is held by "
+            f"{exc.holder or 'another run'} (skip recorded as run {exc.record.id})",
+            EXIT_BUSY,
+        )
+
+
+def _trigger_remote(loaded: Any, job_id: str, values: dict[str, str] | None, *, force: bool,
+                    by: str, timeout: float, wait: bool, as_json: bool) -> Any:
+    """Through the store (``remote_trigger``): the run once started, or once ended."""
+    import asyncio
+
+    from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
+    from cronfleet.runtime.registry import remote_trigger
+
+    ttl = loaded.config.instance_ttl
+
+    async def go(store: Any) -> Any:
+        got = await remote_trigger(store, job_id, by=by, ttl=ttl, params=values, force=force,
+                                   timeout=timeout)
+        assert got.run_id is not None
+        if not as_json:
+            click.echo(f"run {got.run_id} of {job_id!r} started on instance {got.taken_by}",
+                       err=True)
+        while True:
+            run = await store.get_run(got.run_id)
+            if run is not None and (not wait or run.status.finished):
+                return run
+            await asyncio.sleep(0.2)
+
+    def refuse(code: str, message: str, exit_code: int, **details: Any) -> None:
+        if as_json:
+            _echo_json({"code": code, "message": message, "details": {"job_id": job_id,
+                                                                      **details}})
+        _fail(message, exit_code)
+
+    try:
+        return _session(loaded, go)
+    except NotDeclared as exc:
+        refuse(exc.code, str(exc), EXIT_BUSY, gone=exc.gone)
+    except RemoteRefused as exc:
+        hint = ": --force" if exc.code == JobPaused.code else ""
+        refuse(exc.code, f"{exc} (answered by instance {exc.instance_id})" + hint, EXIT_BUSY,
+               instance=exc.instance_id, run_id=exc.run_id)
+    except RemoteTimeout as exc:
+        refuse(exc.code, str(exc), EXIT_FAILED, request_id=exc.request_id,
+               withdrawn=exc.withdrawn)
+    raise AssertionError("unreachable")
+
+
+@click.command("cancel", epilog=_EXIT_CODES)
+@click.argument("run_id", metavar="RUN_ID", type=int)
+@click.option("--why", metavar="TEXT", default=None, help="Why (recorded with the run).")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds to wait for the instance executing the run to answer.")
+@_BY
+@_CONFIG
+@_JSON
+def cancel_cmd(run_id: int, why: str | None, timeout: float, by: str | None,
+               config_path: str | None, as_json: bool) -> None:
+    """Cancel RUN_ID wherever it executes in the fleet.
+
+    The request goes through the store to the instance executing the run, which records
+    it `cancelled` with who and why. An async handler is cancelled at once; a sync
+    handler's thread cannot be stopped: the run is recorded cancelled when it returns.
+    Exits 3 when the run has ended, is not executing, or its instance is not live.
+    """
+    from cronfleet.errors import RemoteRefused, RemoteTimeout
+    from cronfleet.runtime.registry import remote_cancel
+
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    reason = why or "no reason given"
+    ttl = loaded.config.instance_ttl
+    with loaded:
+        try:
+            got = _session(loaded, lambda store: remote_cancel(
+                store, run_id, by=who, why=reason, ttl=ttl, timeout=timeout))
+        except RemoteRefused as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"run_id": run_id, "instance": exc.instance_id}})
+            _fail(str(exc), EXIT_BAD_INPUT if exc.code == "RUN_NOT_FOUND" else EXIT_BUSY)
+        except RemoteTimeout as exc:
+            if as_json:
+                _echo_json({"code": exc.code, "message": str(exc),
+                            "details": {"run_id": run_id, "request_id": exc.request_id}})
+            _fail(str(exc), EXIT_FAILED)
+    if as_json:
+        _echo_json({"run_id": run_id, "job_id": got.job_id, "instance_id": got.taken_by,
+                    "by": who, "why": reason})
+        return
+    click.echo(f"cancel of run {run_id} ({got.job_id!r}) taken by instance {got.taken_by}; "
+               f"the run is recorded cancelled by {who} ({reason}) once its handler stops")
 
 
 def _until(value: str, job: Job, now: datetime) -> datetime:
@@ -456,7 +585,7 @@ def pause_cmd(job_id: str, until: str | None, note: str | None, by: str | None,
 
     Paused slots are recorded as skipped (reason paused); a run in progress is not stopped.
     """
-    loaded = _load(config_path, strict=False)
+    loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
         until_dt = None if until is None else _until(until, job, _now())
@@ -484,7 +613,7 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
 
     'cronfleet clear-override JOB' returns it to its declared setting instead.
     """
-    loaded = _load(config_path, strict=False)
+    loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
         scheduler = loaded.scheduler(timers=False)
@@ -503,7 +632,7 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
 def clear_override_cmd(job_id: str, by: str | None, config_path: str | None,
                        as_json: bool) -> None:
     """Remove JOB's pause or force-on: back to its declared enabled setting."""
-    loaded = _load(config_path, strict=False)
+    loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
         scheduler = loaded.scheduler(timers=False)

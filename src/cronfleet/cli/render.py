@@ -4,7 +4,7 @@ the jobs table and one run in full (rich)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +62,7 @@ def _duration(seconds: float | None) -> str:
 
 _STATUS_STYLE = {
     "succeeded": "green", "failed": "bold red", "timed_out": "red", "skipped": "yellow",
-    "interrupted": "magenta", "running": "cyan", "pending": "blue",
+    "interrupted": "magenta", "cancelled": "bright_black", "running": "cyan", "pending": "blue",
 }
 
 
@@ -101,12 +101,35 @@ def _t(value: str) -> Any:
     return Text(value)
 
 
-def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None) -> Any:
+def _declared_by(fj: Any, now: datetime) -> str:
+    """Who declares a job of the registry (a ``FleetJob``): live instances, the ones gone
+    (with when they were last seen), a conflict between declarers."""
+    if fj is None:
+        return "-"
+    live = [d.instance_id for d in fj.rows if d.live]
+    gone = [f"{d.instance_id} (gone, seen {_rel(d.seen_at, now)})" if d.seen_at is not None
+            else f"{d.instance_id} (gone)" for d in fj.rows if not d.live]
+    text = ", ".join(live + gone)
+    if not live:
+        text = "NO LIVE INSTANCE: " + text
+    conflict = fj.conflict
+    if conflict is not None:
+        text += f"\nCONFLICT: {conflict}"
+    return text
+
+
+def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None,
+                fleet: Mapping[str, Any] | None = None) -> Any:
+    """The jobs table; with ``fleet`` (the registry's ``FleetJob`` by id, when any
+    process published), a "declared by" column."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for col in ("job", "schedule", "description", "next run", "last run", "override",
-                "lease holder"):
+    cols = ["job", "schedule", "description", "next run", "last run", "override",
+            "lease holder"]
+    if fleet:
+        cols.append("declared by")
+    for col in cols:
         table.add_column(col, overflow="fold")
     for v in views:
         job = v.job
@@ -120,12 +143,15 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
         if v.last is not None:
             when = v.last.finished_at or v.last.started_at or v.last.slot
             last.append(f"\n{_rel(when, now)}", style="dim")
-        table.add_row(
+        cells = [
             _t(job.id), _t(f"{job.schedule.expr}\n{job.schedule.tz}" if job.schedule_text is None
                else f"{job.schedule_text}\n= {job.schedule.expr}\n{job.schedule.tz}"),
             _t(job.description or job.schedule.describe()), _t(nxt), last,
             _t(_override_text(v, now)), _t(v.lease_holder(now) or "-"),
-        )
+        ]
+        if fleet:
+            cells.append(_t(_declared_by(fleet.get(job.id), now)))
+        table.add_row(*cells)
     return table
 
 

@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
@@ -381,8 +381,12 @@ class CommandJob:
     directory. ``timeout``: seconds before SIGTERM to the process group (SIGKILL after
     ``kill_grace``). ``success_codes``: exit codes that count as success. ``max_output``:
     bytes of stdout + stderr kept in the run (first and last halves).
+
+    Cancelling a run (``cronfleet cancel``, ``Overlap.REPLACE``) cancels this async
+    handler: the process group gets SIGTERM, then SIGKILL after ``kill_grace``.
     """
 
+    kind: ClassVar[str] = "command"  # the job kind the registry shows
     command: tuple[str, ...] | str
     shell: bool = False
     env: Mapping[str, str] = field(default_factory=dict)

@@ -644,6 +644,7 @@ class HttpJob:
     sent at all.
     """
 
+    kind: ClassVar[str] = "http"  # the job kind the registry shows
     url: str
     method: str = "GET"
     headers: Mapping[str, str] = field(default_factory=dict)

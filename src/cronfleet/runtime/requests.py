@@ -28,6 +28,8 @@ __all__ = ["early", "manual", "missed", "recovery", "scheduled"]
 _NODE_LOCAL = Locking.NODE_LOCAL
 _ALLOW = Overlap.ALLOW
 _QUEUE_ONE = Overlap.QUEUE_ONE
+_WAITS = (Overlap.QUEUE_ONE, Overlap.REPLACE)  # a busy lease: wait for it (REPLACE: and
+# cancel the run holding it, Runs.replace_running)
 _MISSED = SkipReason.MISSED.value
 # bound once: a burst builds one request per slot
 _scheduled = Dispatch.scheduled
@@ -66,7 +68,7 @@ def scheduled(
             lease=overlap is not _ALLOW,
             hold=job.lease_seconds + delay,
             defer=delay > 0,
-            wait_if_busy=wait_if_busy and overlap is _QUEUE_ONE and job.id not in queued,
+            wait_if_busy=wait_if_busy and overlap in _WAITS and job.id not in queued,
             catchup=catchup,
             logs=[catchup_banner(slot, now + delay)] if catchup else None,
         )
@@ -79,7 +81,7 @@ def scheduled(
         logs=[catchup_banner(slot, now + delay)] if catchup else None,
     )
     if overlap is not _ALLOW and running and running.get(job.id):
-        if overlap is _QUEUE_ONE and job.id not in queued:
+        if overlap in _WAITS and job.id not in queued:
             item.defer = True
         else:
             _busy_skip(item, instance_id)
@@ -92,12 +94,15 @@ def early(job: Job, slot: float, now: float) -> Dispatch:
     return _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
 
 
-def missed(job: Job, slot: float, why: str, result: Any = None) -> Dispatch:
-    """A slot claimed and recorded ``skipped`` / ``missed`` (catch-up policy)."""
+def missed(
+    job: Job, slot: float, why: str, result: Any = None, reason: str = _MISSED
+) -> Dispatch:
+    """A slot claimed and recorded ``skipped`` / ``missed`` (catch-up policy; ``reason``
+    ``store_unavailable`` for a slot an outage kept from running)."""
     return Dispatch.missed(
         job.id,
         slot,
-        reason=_MISSED,
+        reason=reason,
         local=job.locking is _NODE_LOCAL,
         result=result,
         logs=[missed_log(from_ts(slot).isoformat(), why, job.missed.name, job.catch_up_window)],

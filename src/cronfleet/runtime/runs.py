@@ -15,17 +15,27 @@ import itertools
 import logging
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.model import Job, Locking, Overlap, RunContext, RunRecord, RunStatus, SkipReason
+from cronfleet.model import (
+    Job,
+    Locking,
+    Overlap,
+    RunContext,
+    RunRecord,
+    RunStatus,
+    SkipReason,
+    is_async_handler,
+)
 from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, Start
 from cronfleet.store.ledger import (
+    CANCELLED_REASON,
     SHUTDOWN_REASON,
     STOPPED_BEFORE_FINISH,
     shutdown_log,
@@ -56,6 +66,7 @@ class Active:
     task: asyncio.Task[None] | None = None
     ctx: RunContext | None = None
     outcome: Outcome | None = None
+    cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
 
 
 @dataclass(slots=True)
@@ -78,7 +89,7 @@ class Runs:
         self.ended: list[Active] = []
         self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
         self.idle_jobs: dict[str, asyncio.Event] = {}
-        self.threads: ThreadPoolExecutor | None = None
+        self.threads: DaemonThreadPool | None = None
         self._seq = itertools.count()
         self._slot_tz: dict[tuple[datetime, Any], datetime] = {}
 
@@ -187,11 +198,56 @@ class Runs:
                 now=clock.now,
                 is_async=job.is_async,
             )
-            if job.retry is not None and outcome.status in _RETRIED:
+            if job.retry is not None and outcome.status in _RETRIED and active.cancel is None:
                 outcome = await self._retry(active, outcome)
         except asyncio.CancelledError:
             outcome = self._cancelled(active, started)
+        if active.cancel is not None and outcome.status is not RunStatus.CANCELLED:
+            outcome = self._cancelled_after(active, outcome)
         self.finalize(key, active, outcome)
+
+    def cancel(self, run_id: int, *, by: str, why: str) -> str:
+        """Cancel run ``run_id`` executing in this process: the run is recorded
+        ``cancelled`` (reason ``cancelled``) with who and why. An async handler is
+        cancelled now (``CancelledError`` inside it). A sync handler's thread cannot be
+        stopped: the request is logged in the run, which is recorded ``cancelled`` when
+        the handler returns (its own outcome noted in the log). Other job kinds (command
+        jobs) put their own stop behind this hook. Returns what was done, in words;
+        raises ``KeyError`` when the run is not executing here."""
+        active = self.active.get(run_id)
+        if active is None:
+            raise KeyError(run_id)
+        if active.cancel is not None:
+            return f"already being cancelled (asked by {active.cancel[0]})"
+        active.cancel = (by, why)
+        job = active.job
+        stop = getattr(job.handler, "cancel_run", None)
+        if callable(stop):  # a job kind with its own way to stop (a process group, ...)
+            stop(active.run)
+            how = "stopping it"
+        elif job.is_async if job.is_async is not None else is_async_handler(job.handler):
+            if active.task is not None:
+                active.task.cancel()
+            how = "the handler was cancelled"
+        else:
+            how = ("its thread cannot be stopped: the run is recorded cancelled when the "
+                   "handler returns")
+        if active.ctx is not None:
+            active.ctx.log(f"Cancel requested by {by}: {why}; {how}")
+        log.info("run %s of %r: cancel requested by %s (%s); %s", run_id, job.id, by, why, how)
+        return how
+
+    def _cancelled_after(self, active: Active, outcome: Outcome) -> Outcome:
+        """A run asked to cancel that ended another way (a sync handler that returned)."""
+        assert active.cancel is not None
+        by, why = active.cancel
+        if active.ctx is not None:
+            active.ctx.log(f"The handler ended ({outcome.status.value}"
+                           + (f": {outcome.error}" if outcome.error else "")
+                           + ") after the cancel request")
+        return Outcome(RunStatus.CANCELLED, outcome.started, outcome.finished,
+                       result=outcome.result, error=f"cancelled by {by}: {why}",
+                       reason=CANCELLED_REASON)
 
     async def _retry(self, active: Active, outcome: Outcome) -> Outcome:
         """Run the handler again with the job's backoff, inside the same slot, until an
@@ -239,6 +295,10 @@ class Runs:
         return outcome
 
     def _cancelled(self, active: Active, started: float) -> Outcome:
+        if active.cancel is not None and not self.s.stopping:
+            by, why = active.cancel
+            return Outcome(RunStatus.CANCELLED, started, self.s.clock.now(),
+                           error=f"cancelled by {by}: {why}", reason=CANCELLED_REASON)
         if active.ctx is not None:
             active.ctx.log(shutdown_log())
         return Outcome(
@@ -251,7 +311,7 @@ class Runs:
 
     async def execute_inline(self, job: Job, run: RunRecord, leased: bool) -> RunRecord:
         """A manual run outside a running scheduler: run it to its end and write it."""
-        threads = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-job")
+        threads = DaemonThreadPool(1)
         self.threads = threads
         try:
             key = run.id if run.id is not None else -1
@@ -343,7 +403,7 @@ class Runs:
     def local_busy_defer(self, job: Job) -> bool:
         return (
             job.locking is Locking.NODE_LOCAL
-            and job.overlap is Overlap.QUEUE_ONE
+            and job.overlap in (Overlap.QUEUE_ONE, Overlap.REPLACE)
             and bool(self.running.get(job.id))
         )
 
@@ -393,6 +453,58 @@ class Runs:
         else:
             s.stats.skip(started.run.reason)
         return True
+
+    async def replace_running(self, job: Job) -> None:
+        """``Overlap.REPLACE``: a slot of ``job`` waits for the lease (queued); cancel the
+        run(s) holding it, wherever they execute, then start the slot once they ended (a
+        run here: when it is settled, as for QUEUE_ONE; elsewhere: watched here, within
+        the job's lease length, then the upkeep's poll)."""
+        from cronfleet.store.base import RunFilter
+
+        s = self.s
+        me = f"{s.instance_id} (overlap replace)"
+        try:
+            page = await s.store.find_runs(
+                RunFilter(status=RunStatus.RUNNING, job_id=job.id), limit=10)
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("job %s: cannot find the run to replace (%s)", job.id, exc)
+            return
+        q = self.queued.get(job.id)
+        waiting = None if q is None else q.run.id
+        remote: list[int] = []
+        for run in page.runs:
+            if run.id is None or run.id == waiting:
+                continue
+            here = run.id in self.active
+            try:
+                await s.cancel_async(run.id, by=me, why="replaced by a newer slot "
+                                     f"({'' if q is None else q.run.slot.isoformat()})")
+            except Exception as exc:
+                log.warning("job %s: cannot cancel run %s to replace it (%s)", job.id, run.id,
+                            exc)
+                continue
+            if not here:
+                remote.append(run.id)
+        if not remote:
+            return  # a run here: settled, then _retry_queued starts the slot
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(5.0, min(job.lease_seconds, 300.0))
+        while remote and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            try:
+                ends = [await s.store.get_run(rid) for rid in remote]
+            except Exception:
+                continue
+            remote = [rid for rid, r in zip(remote, ends, strict=True)
+                      if r is not None and not r.status.finished]
+        q = self.queued.get(job.id)
+        if q is not None and not remote and s.running and not s.stopping:
+            s.activity.enter()
+            try:
+                await self.start_pending(q.job, q.run, q.leased, wait=True)
+            finally:
+                s.activity.leave()
 
     async def _retry_queued(self, q: Queued) -> None:
         s = self.s

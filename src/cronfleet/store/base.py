@@ -18,15 +18,18 @@ from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 __all__ = [
     "RETENTION_RULE",
     "ClaimKind",
+    "Declared",
     "Dispatch",
     "DispatchKind",
     "Dispatched",
     "EarlyClaimStore",
     "Finish",
+    "FleetRequest",
     "Heartbeat",
     "Instance",
     "InstanceStore",
     "LostInstances",
+    "RegistryStore",
     "RunCursor",
     "RunFilter",
     "RunPage",
@@ -743,3 +746,92 @@ class InstanceStore(Store, Protocol):
 
     async def leave(self, instance_id: str) -> None:
         """Remove this instance's row (a graceful stop)."""
+
+
+# -- the job registry and requests between processes (#14) -----------------------------------
+
+
+@dataclass(slots=True)
+class Declared:
+    """One job as one instance declares it (a row of ``job_registry``).
+
+    ``spec``: what operators see and what the conflict check compares -- ``kind``,
+    ``schedule``, ``zone``, the policies, ``description`` and ``config`` (opaque, as
+    written). ``digest`` is the SHA-256 of its canonical JSON (two declarers of one id
+    agree when their digests do). ``declared_at``: when this instance first declared
+    this spec; ``seen_at``: when it last said it still does. ``live`` is computed when
+    listed: the declaring instance is live (heartbeat younger than the ttl, not lost).
+    """
+
+    job_id: str
+    instance_id: str
+    team: str
+    source: str
+    digest: str
+    spec: dict[str, Any]
+    declared_at: datetime | None = None
+    seen_at: datetime | None = None
+    live: bool = False
+
+
+@dataclass(slots=True)
+class FleetRequest:
+    """A request one process leaves in the store for another (``requests``).
+
+    ``kind`` ``trigger``: run ``job_id`` now on a live instance that declares it
+    (``payload``: ``params``, ``force``); ``target``: the instance meant, or ``None`` for
+    any live declarer. Taken by exactly one instance (``taken_by``), then answered with
+    the run it started (``run_id``) or an ``error``."""
+
+    kind: str
+    job_id: str
+    requested_by: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None
+    id: int | None = None
+    requested_at: datetime | None = None
+    taken_by: str | None = None
+    taken_at: datetime | None = None
+    answered_at: datetime | None = None
+    run_id: int | None = None
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.answered_at is not None
+
+
+@runtime_checkable
+class RegistryStore(InstanceStore, Protocol):
+    """A store that keeps the fleet's job registry and its requests (memory, SQLite and
+    PostgreSQL do)."""
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        """Make ``jobs`` the set ``instance_id`` declares, one transaction: rows of jobs
+        it no longer declares are deleted, new or changed specs written (``declared_at``
+        now), every row of the instance gets ``seen_at`` now. ``None``: only the touch."""
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        """Every registry row, ``live`` set by ``ttl`` (the declaring instance's
+        heartbeat), by job id then instance id."""
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        """Store ``request`` (``requested_at`` by the store clock; announced where the
+        store can: PostgreSQL ``NOTIFY``); returns it with its ``id``."""
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        """Take every request nobody took yet that is meant for ``instance_id`` or for
+        any declarer of one of ``job_ids``, oldest first, one transaction (each request
+        is taken by exactly one caller)."""
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        """Record the answer of a request. ``only_untaken``: only if nobody took it yet
+        (a caller giving up withdraws its request so that it never runs late). Returns
+        whether the row was answered by this call."""
+
+    async def get_request(self, request_id: int) -> FleetRequest | None: ...

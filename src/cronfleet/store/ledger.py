@@ -17,6 +17,7 @@ from cronfleet.model import RunRecord, RunStatus, SkipReason, TriggeredBy
 from cronfleet.store.base import Dispatch, Dispatched
 
 __all__ = [
+    "CANCELLED_REASON",
     "INSTANCE_LOST_REASON",
     "INTERRUPTED_ERROR",
     "INTERRUPTED_REASON",
@@ -55,6 +56,7 @@ _INTERRUPTED_LOG = (
 _NO_HOLDER = "an instance"
 
 INSTANCE_LOST_REASON = "instance_lost"
+CANCELLED_REASON = "cancelled"  # a run cancelled by an operator, or replaced (REPLACE)
 _LOST_LOG = (
     "Interrupted: instance {holder} was declared lost (no heartbeat for {ttl:g}s, "
     "marked by {by}); its lease was broken"

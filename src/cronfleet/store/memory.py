@@ -21,10 +21,12 @@ from cronfleet.errors import StoreError
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -68,6 +70,9 @@ class MemoryDatabase:
     claimed: dict[str, set[int]] = field(default_factory=dict)
     skipped: dict[str, dict[int, int]] = field(default_factory=dict)  # slot -> skip rows
     instances: dict[str, Instance] = field(default_factory=dict)  # the fleet, by id
+    registry: dict[tuple[str, str], Declared] = field(default_factory=dict)  # (job, instance)
+    requests: dict[int, FleetRequest] = field(default_factory=dict)
+    last_request_id: int = 0
 
 
 def _copy(r: RunRecord) -> RunRecord:
@@ -538,6 +543,75 @@ class MemoryStore:
 
     async def leave(self, instance_id: str) -> None:
         self._db().instances.pop(instance_id, None)
+
+    # -- the job registry and requests --------------------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        db = self._db()
+        now = dt(self._now())
+        mine = {j: d for (j, i), d in db.registry.items() if i == instance_id}
+        if jobs is not None:
+            wanted = {d.job_id: d for d in jobs}
+            for job_id in mine.keys() - wanted.keys():
+                del db.registry[(job_id, instance_id)]
+            for job_id, d in wanted.items():
+                old = mine.get(job_id)
+                row = dataclasses.replace(d, instance_id=instance_id, spec=dict(d.spec),
+                                          live=False, seen_at=now)
+                row.declared_at = (old.declared_at if old is not None
+                                   and old.digest == d.digest else now)
+                db.registry[(job_id, instance_id)] = row
+            return
+        for d in mine.values():
+            d.seen_at = now
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        db = self._db()
+        live = set(self._live(self._now(), ttl))
+        return [
+            dataclasses.replace(d, spec=dict(d.spec), live=d.instance_id in live)
+            for _, d in sorted(db.registry.items())
+        ]
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        db = self._db()
+        db.last_request_id += 1
+        row = dataclasses.replace(request, id=db.last_request_id, payload=dict(request.payload),
+                                  requested_at=dt(self._now()), taken_by=None, taken_at=None,
+                                  answered_at=None, run_id=None, error=None)
+        db.requests[row.id] = row  # type: ignore[index]
+        return dataclasses.replace(row)
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        db = self._db()
+        ids = set(job_ids)
+        now = dt(self._now())
+        out = []
+        for req in db.requests.values():  # insertion order: oldest first
+            if req.taken_by is not None or req.answered_at is not None:
+                continue
+            if req.target == instance_id or (req.target is None and req.job_id in ids):
+                req.taken_by, req.taken_at = instance_id, now
+                out.append(dataclasses.replace(req, payload=dict(req.payload)))
+        return out
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        req = self._db().requests.get(request_id)
+        if req is None or req.answered_at is not None:
+            return False
+        if only_untaken and req.taken_by is not None:
+            return False
+        req.answered_at, req.run_id, req.error = dt(self._now()), run_id, error
+        return True
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        req = self._db().requests.get(request_id)
+        return None if req is None else dataclasses.replace(req, payload=dict(req.payload))
 
     # -- reading the ledger -------------------------------------------------------------------
 

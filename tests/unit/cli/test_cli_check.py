@@ -146,7 +146,7 @@ def test_a_broken_plugin_fails_the_check_but_the_rest_is_shown(
     assert "tick" in r.stdout  # the tasks are still listed
     assert r.stderr.splitlines()[0] == (
         "cronfleet.toml:3:12: plugin 'broken' (plugs:Broken listed in cronfleet.toml:3): "
-        "schedule 'nightly': overlap: 'sometimes' is not one of skip, queue_one, allow"
+        "schedule 'nightly': overlap: 'sometimes' is not one of skip, queue_one, allow, replace"
     )
 
 

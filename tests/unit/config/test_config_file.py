@@ -180,7 +180,7 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
         (TASK + 'jitter = "-5s"\n',
          "5:10: task 'gc': jitter: invalid duration '-5s': must not be negative"),
         (TASK + 'overlap = "queue"\n',
-         "5:11: task 'gc': overlap: 'queue' is not one of skip, queue_one, allow "
+         "5:11: task 'gc': overlap: 'queue' is not one of skip, queue_one, allow, replace "
          "(did you mean 'queue_one'?)"),
         (TASK + 'enabled = "no"\n',
          "5:11: task 'gc': enabled: expected true or false, got a string ('no')"),

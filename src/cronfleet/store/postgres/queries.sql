@@ -421,3 +421,58 @@ WHERE s.lease_token IS NOT NULL
   AND s.lease_holder IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
 ORDER BY s.job_id
 FOR UPDATE OF s;
+
+-- name: registry_of
+-- the rows an instance declares, locked (two publishes of one instance never interleave)
+SELECT job_id, digest FROM __S__.job_registry WHERE instance_id = %(id)s
+ORDER BY job_id COLLATE "C" FOR UPDATE;
+
+-- name: registry_drop
+DELETE FROM __S__.job_registry
+WHERE instance_id = %(id)s AND job_id IN (SELECT jsonb_array_elements_text(%(gone)s::jsonb));
+
+-- name: registry_put
+-- rows: [[job, team, source, digest, spec], ...]: a new or changed spec
+INSERT INTO __S__.job_registry (job_id, instance_id, team, source, digest, spec, declared_at,
+                                seen_at)
+SELECT e->>0, %(id)s, e->>1, e->>2, e->>3, e->4, %(now)s, %(now)s
+FROM jsonb_array_elements(%(rows)s::jsonb) AS e
+ON CONFLICT (job_id, instance_id) DO UPDATE SET team = EXCLUDED.team,
+  source = EXCLUDED.source, digest = EXCLUDED.digest, spec = EXCLUDED.spec,
+  declared_at = EXCLUDED.declared_at, seen_at = EXCLUDED.seen_at;
+
+-- name: registry_touch
+UPDATE __S__.job_registry SET seen_at = %(now)s WHERE instance_id = %(id)s;
+
+-- name: registry_all
+SELECT r.job_id, r.instance_id, r.team, r.source, r.digest, r.spec, r.declared_at,
+       r.seen_at, i.lost_at, i.heartbeat_at, i.instance_id IS NOT NULL
+FROM __S__.job_registry r LEFT JOIN __S__.instances i ON i.instance_id = r.instance_id
+ORDER BY r.job_id COLLATE "C", r.instance_id COLLATE "C";
+
+-- name: request_add
+INSERT INTO __S__.requests (kind, job_id, target, payload, requested_by, requested_at)
+VALUES (%(kind)s, %(job)s, %(target)s, %(payload)s::jsonb, %(by)s, %(now)s)
+RETURNING id, requested_at;
+
+-- name: requests_take
+-- untaken requests meant for the instance (or for any declarer of its jobs); SKIP LOCKED:
+-- two instances polling together take disjoint sets
+UPDATE __S__.requests SET taken_by = %(id)s, taken_at = %(now)s
+WHERE id IN (
+  SELECT id FROM __S__.requests
+  WHERE taken_by IS NULL AND answered_at IS NULL
+    AND (target = %(id)s OR (target IS NULL AND job_id IN (
+      SELECT jsonb_array_elements_text(%(jobs)s::jsonb))))
+  ORDER BY id FOR UPDATE SKIP LOCKED)
+RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+          answered_at, run_id, error;
+
+-- name: request_answer
+UPDATE __S__.requests SET answered_at = %(now)s, run_id = %(run)s, error = %(error)s
+WHERE id = %(rid)s AND answered_at IS NULL AND (NOT %(untaken)s OR taken_by IS NULL);
+
+-- name: request_get
+SELECT id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+       answered_at, run_id, error
+FROM __S__.requests WHERE id = %(rid)s;

@@ -34,9 +34,10 @@ import inspect
 import json
 import logging
 import random
+import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -45,15 +46,17 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -87,6 +90,58 @@ TimeSource = Literal["database", "clock"]
 # the first of the advisory-lock key pair used by migrations ("cfmg")
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
+DEFAULT_CALL_TIMEOUT = 10.0
+"""A store call that takes longer makes the store unavailable (a hung server or pooler
+that keeps its connections open is an outage, not a wait)."""
+PROBE_MAX_BACKOFF = 1.0
+"""Seconds at most between two reconnect probes while the database is down (full jitter
+below it): every process fires on time again within about a second of its return."""
+
+
+PRUNE_TIMEOUT = 120.0
+
+
+def _call_timeout(value: float | None) -> float | None:
+    if value is None or value <= 0:
+        return None
+    return float(value)
+
+
+async def within(aw: Coroutine[Any, Any, T], seconds: float | None, what: str) -> T:
+    """``aw``'s result if it arrives within ``seconds``, else ``TimeoutError`` at once.
+
+    The late work is cancelled in the background rather than awaited: cancelling a psycopg
+    query sends a cancel request and waits for the server (up to 10 s), and a server that
+    stopped answering must not hold the caller that long. This process's own lag does not
+    count (:func:`~cronfleet.clock.wait_done`)."""
+    if seconds is None:
+        return await aw
+    if _EAGER:  # Python 3.12+: the call's first step (sending its query) runs now
+        task: asyncio.Future[T] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+            aw, loop=asyncio.get_running_loop(), eager_start=True
+        )
+    else:
+        task = asyncio.ensure_future(aw)
+    try:
+        if await wait_done(task, seconds):
+            return task.result()
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    task.cancel()
+    task.add_done_callback(_consume)
+    _abandoned.add(task)
+    raise TimeoutError(f"{what}: no answer within {seconds:g} s")
+
+
+_abandoned: set[asyncio.Future[Any]] = set()
+_EAGER = sys.version_info >= (3, 12)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: the caller was already told
 
 _msd = msd
 _dumps = dumps
@@ -99,6 +154,14 @@ def _instance(row: Sequence[Any], *, live: bool) -> Instance:
     return Instance(
         instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
         started_at=row[5], heartbeat_at=row[6], lost_at=row[7], lost_by=row[8], live=live,
+    )  # fmt: skip
+
+
+def _request(row: Sequence[Any]) -> FleetRequest:
+    return FleetRequest(
+        id=row[0], kind=row[1], job_id=row[2], target=row[3], payload=dict(row[4] or {}),
+        requested_by=row[5], requested_at=row[6], taken_by=row[7], taken_at=row[8],
+        answered_at=row[9], run_id=row[10], error=row[11],
     )  # fmt: skip
 
 
@@ -187,6 +250,7 @@ class PostgresStore:
         open_timeout: float = 60.0,
         skew_interval: float = 60.0,
         max_backoff: float = 5.0,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         conninfo, opts = split_pg_url(url)
         self.conninfo = conninfo
@@ -210,6 +274,12 @@ class PostgresStore:
         self.open_timeout = open_timeout
         self.skew_interval = skew_interval
         self.max_backoff = max_backoff
+        raw_timeout = opts.get("call_timeout")
+        self.call_timeout: float | None = _call_timeout(
+            float(raw_timeout) if raw_timeout is not None else call_timeout
+        )
+        """Seconds a store call may take before the store counts as unavailable (client
+        side, and the server's ``statement_timeout``); ``None``: no deadline."""
         self.channel = f"cronfleet_{self.schema}"
         self._qschema = '"' + self.schema.replace('"', '""') + '"'
         self.q = load_queries("cronfleet.store.postgres", self._qschema)
@@ -264,7 +334,15 @@ class PostgresStore:
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         # UTC datetimes; a transaction left open by a partitioned instance is ended by the
         # server, so the claims it holds do not block the rest of the fleet for long
-        await conn.execute(b"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = '30s'")
+        # server: no statement outlives the client's deadline; a transaction left idle by
+        # a stopped process ends after 30 s (shorter would end the live transactions of a
+        # process whose loop is busy planning the next chunk of a large burst)
+        limit = self.call_timeout
+        stmt = f"{round(limit * 1000)}ms" if limit else "0"
+        await conn.execute(
+            f"SET TIME ZONE 'UTC'; SET statement_timeout = '{stmt}'; "
+            "SET idle_in_transaction_session_timeout = '30s'".encode()
+        )
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
@@ -286,18 +364,17 @@ class PostgresStore:
         """Probe the database with backoff while it is down; then let calls through."""
         delay = 0.2
         while self._pool is not None:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter: no fleet in lockstep
             try:
-                conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
-                try:
-                    await conn.execute("SELECT 1")
-                finally:
-                    await conn.close()
-                await self.pool.check()  # drop the pooled connections that died with it
-                await self._withdraw_ambiguous_early()
+                await within(self._fresh_select(), self.call_timeout or 30.0, "probe")
+                # drop the pooled connections that died with it
+                await within(self.pool.check(), self.call_timeout or 30.0, "pool check")
+                await within(self._withdraw_ambiguous_early(), self.call_timeout, "give-back")
             except Exception as exc:
                 self._down = exc
-                delay = min(delay * 2, self.max_backoff)
+                # capped low: the fleet is back on time within ~1 s of the database (a
+                # probe is one fresh connection; full jitter keeps the fleet apart)
+                delay = min(delay * 2, PROBE_MAX_BACKOFF, self.max_backoff)
                 log.debug("PostgreSQL store %s still unavailable: %s", self.url, exc)
                 continue
             log.warning("PostgreSQL store %s is available again", self.url)
@@ -306,10 +383,32 @@ class PostgresStore:
             self._notify_all()  # anything announced while we were away
             return
 
+    async def _fresh_select(self) -> None:
+        conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
+        try:
+            await conn.execute("SELECT 1")
+        finally:
+            await conn.close()
+
+    async def confirm_outage(self) -> bool:
+        """True when a *fresh* connection cannot run ``SELECT 1`` within the call deadline
+        either: the database is unreachable for everyone, not merely for this process's
+        session (a paused process finds its own connection dead; that is no outage)."""
+        if self._pool is None:
+            return False
+        try:
+            await within(self._fresh_select(), self.call_timeout or 5.0, "outage check")
+        except (OSError, TimeoutError, psycopg.OperationalError, psycopg.InterfaceError):
+            return True
+        except psycopg.Error:
+            return False  # the server answered, even if with an error
+        return False
+
     async def _withdraw_ambiguous_early(self) -> None:
-        """Early claims whose COMMIT went unanswered are given back on a connection of
-        their own, before the store is marked available: the scheduler took the batch as
-        failed and claims those slots again at their time, which must find them free."""
+        """Slot claims whose COMMIT went unanswered (early or not) are given back on a
+        connection of their own, before the store is marked available: the scheduler took
+        the batch as failed and claims those slots again, which must find them free (a
+        claim whose slot has a row stays)."""
         if not self._ambiguous_early:
             return
         rows = sorted(set(self._ambiguous_early))
@@ -321,8 +420,8 @@ class PostgresStore:
         finally:
             await conn.close()
         self._ambiguous_early.clear()
-        log.warning("PostgreSQL store %s: gave back %d early claims whose commit was not "
-                    "acknowledged", self.url, len(rows))
+        log.warning("PostgreSQL store %s: gave back the claims of %d slots whose commit was "
+                    "not acknowledged", self.url, len(rows))
 
     async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
         await cur.execute(cur.q["withdraw_claims"], {"rows": _dumps([list(r) for r in rows])})
@@ -381,6 +480,7 @@ class PostgresStore:
         *,
         tx: bool = True,
         ambiguous: Callable[[T], None] | None = None,
+        deadline: float | Literal["default"] | None = "default",
     ) -> T:
         """Run ``fn(cursor, now)`` in one transaction (``tx=False``: a plain read).
 
@@ -389,10 +489,28 @@ class PostgresStore:
         sent is replaced once; other connection errors raise ``StoreUnavailable``. If the
         connection dies during ``COMMIT`` nobody knows whether it committed:
         ``ambiguous(result)`` is told, so the caller can undo what it can once back.
+
+        The whole call has ``deadline`` seconds (default :attr:`call_timeout`): a database
+        that keeps its connections open but stops answering raises ``StoreUnavailable``
+        then and the store is down until a fresh connection answers the probe.
         """
-        pool = self.pool
+        self.pool  # noqa: B018 -- "is not open" before anything else
         if self._down is not None:
             raise self._unavailable(self._down)
+        limit = self.call_timeout if deadline == "default" else deadline
+        try:
+            return await within(self._attempts(fn, tx, ambiguous), limit, "store call")
+        except TimeoutError as exc:
+            self._mark_down(exc)
+            raise self._unavailable(exc) from exc
+
+    async def _attempts(
+        self,
+        fn: Callable[[Cursor, datetime], Awaitable[T]],
+        tx: bool,
+        ambiguous: Callable[[T], None] | None,
+    ) -> T:
+        pool = self.pool
         attempt = 0
         while True:
             attempt += 1
@@ -429,6 +547,11 @@ class PostgresStore:
                                 await conn.execute(b"ROLLBACK")
                         raise
                 return result  # type: ignore[no-any-return]
+            except asyncio.CancelledError:
+                # past the deadline: if COMMIT was on its way, nobody knows whether it landed
+                if done and ambiguous is not None:
+                    ambiguous(result)
+                raise
             except psycopg.errors.TransactionRollback as exc:
                 if attempt >= 5:
                     raise StoreError(f"PostgreSQL store {self.url}: {exc}") from exc
@@ -510,9 +633,10 @@ class PostgresStore:
 
     async def _migrate(self) -> None:
         async def go(cur: Cursor, now: datetime) -> None:
+            await cur.execute(b"SET LOCAL statement_timeout = 0")  # a migration may be long
             await apply_migrations(cur, self.schema, self.url)
 
-        await self._run(go)
+        await self._run(go, deadline=None)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -630,7 +754,7 @@ class PostgresStore:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
-            await asyncio.sleep(delay)
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter
             delay = min(delay * 2, self.max_backoff)
 
     async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
@@ -748,11 +872,14 @@ class PostgresStore:
                 [(d.request.job_id, d.token) for d in out
                  if d.started and d.request.lease and not d.request.early]
             )
-            # the scheduler claims these slots again at their time: the early claims must
-            # be gone by then, or nobody would run them
+            # the scheduler claims these slots again (early ones at their time, the others
+            # through its outage backlog): the claims must be gone by then, or nobody would
+            # run them. A claim whose row was written with it (a skip, a catch-up run) is
+            # kept: the withdrawal refuses a claim whose slot has a row.
             self._ambiguous_early.extend(
                 (d.request.job_id, ms(d.request.slot), d.token) for d in out
-                if d.request.early and d.won and d.token is not None
+                if d.won and d.token is not None and d.request.claim == "slot"
+                and d.request.kind is not DispatchKind.RECOVERY
             )
 
         out = await self._run(go, ambiguous=unsure)
@@ -949,6 +1076,91 @@ class PostgresStore:
             return beat
 
         return await self._run(go)
+
+    # -- the job registry and requests -----------------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        wanted = None if jobs is None else {d.job_id: d for d in jobs}
+
+        async def go(cur: Cursor, now: datetime) -> None:
+            if wanted is not None:
+                await cur.execute(cur.q["registry_of"], {"id": instance_id})
+                had = {r[0]: r[1] for r in await cur.fetchall()}
+                gone = [j for j in had if j not in wanted]
+                if gone:
+                    await cur.execute(cur.q["registry_drop"],
+                                      {"id": instance_id, "gone": _dumps(gone)})
+                put = [[d.job_id, d.team, d.source, d.digest, d.spec]
+                       for d in wanted.values() if had.get(d.job_id) != d.digest]
+                if put:
+                    await cur.execute(cur.q["registry_put"],
+                                      {"id": instance_id, "now": now, "rows": _dumps(put)})
+            await cur.execute(cur.q["registry_touch"], {"id": instance_id, "now": now})
+
+        await self._run(go)
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        async def go(cur: Cursor, now: datetime) -> list[Declared]:
+            cut = now - timedelta(seconds=ttl)
+            await cur.execute(cur.q["registry_all"])
+            return [
+                Declared(job_id=r[0], instance_id=r[1], team=r[2], source=r[3], digest=r[4],
+                         spec=dict(r[5]), declared_at=r[6], seen_at=r[7],
+                         live=bool(r[10]) and r[8] is None and r[9] >= cut)
+                for r in await cur.fetchall()
+            ]  # fmt: skip
+
+        return await self._run(go)
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        r = request
+
+        async def go(cur: Cursor, now: datetime) -> FleetRequest:
+            await cur.execute(cur.q["request_add"], {
+                "kind": r.kind, "job": r.job_id, "target": r.target,
+                "payload": _dumps(r.payload), "by": r.requested_by, "now": now,
+            })  # fmt: skip
+            row = await cur.fetchone()
+            assert row is not None
+            await self._announce(cur, "request", [r.job_id])
+            return FleetRequest(kind=r.kind, job_id=r.job_id, requested_by=r.requested_by,
+                                payload=dict(r.payload), target=r.target, id=row[0],
+                                requested_at=row[1])
+
+        return await self._run(go)
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        ids = list(job_ids)
+
+        async def go(cur: Cursor, now: datetime) -> list[FleetRequest]:
+            await cur.execute(cur.q["requests_take"],
+                              {"id": instance_id, "now": now, "jobs": _dumps(ids)})
+            return sorted((_request(r) for r in await cur.fetchall()), key=lambda q: q.id or 0)
+
+        return await self._run(go)
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        async def go(cur: Cursor, now: datetime) -> bool:
+            await cur.execute(cur.q["request_answer"], {
+                "rid": request_id, "now": now, "run": run_id, "error": error,
+                "untaken": only_untaken,
+            })  # fmt: skip
+            return cur.rowcount == 1
+
+        return await self._run(go)
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        async def go(cur: Cursor, now: datetime) -> FleetRequest | None:
+            await cur.execute(cur.q["request_get"], {"rid": request_id})
+            row = await cur.fetchone()
+            return None if row is None else _request(row)
+
+        return await self._run(go, tx=False)
 
     async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
         async def go(cur: Cursor, now: datetime) -> LostInstances:
@@ -1239,7 +1451,8 @@ class PostgresStore:
         runs_before = datetime.fromtimestamp(runs_older_than, UTC)
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
-            # RETENTION_RULE (store/base.py)
+            # RETENTION_RULE (store/base.py); upkeep, off the critical path: its own deadline
+            await cur.execute(b"SET LOCAL statement_timeout = '120s'")
             await cur.execute(cur.q["prune_claims"], (claims_before,))
             claims = cur.rowcount
             await cur.execute(cur.q["prune_old_runs"], (runs_before,))
@@ -1248,4 +1461,4 @@ class PostgresStore:
             runs += cur.rowcount
             return claims, runs
 
-        return await self._run(go)
+        return await self._run(go, deadline=PRUNE_TIMEOUT)

@@ -181,25 +181,6 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
 FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
                        FROM json_each(?) AS v);
 
--- name: prune_claims
--- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
-DELETE FROM claims WHERE claimed_at < ? AND (slot IS NULL OR (job_id, slot) NOT IN
-  (SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id));
-
--- name: prune_old_runs
--- finished runs older than the cut-off, except each job's newest claim-less skip
-DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending')
-  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
-
--- name: prune_runs_per_job
--- finished runs beyond each job's newest N, except each job's newest claim-less skip
-DELETE FROM runs WHERE id IN (
-    SELECT id FROM (SELECT id, status,
-                           row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
-                    FROM runs)
-    WHERE n > ? AND status NOT IN ('running', 'pending'))
-  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
-
 -- name: schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
@@ -213,6 +194,34 @@ SELECT version FROM schema_migrations;
 
 -- name: migration_applied
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
+
+-- name: prune_claims_batch
+-- prune_claims over one token range (short transactions; same rule: each job's claim of
+-- its newest slot stays)
+DELETE FROM claims WHERE token BETWEEN ? AND ? AND claimed_at < ?
+  AND (slot IS NULL OR slot < (SELECT max(c.slot) FROM claims c WHERE c.job_id = claims.job_id));
+
+-- name: prune_old_runs_batch
+-- prune_old_runs over one id range: finished, older than the cut-off, not the job's newest
+-- claim-less skip
+DELETE FROM runs WHERE id BETWEEN ? AND ? AND finished_at < ?
+  AND status NOT IN ('running', 'pending')
+  AND NOT (dedupe IS NOT NULL AND id = (SELECT max(r.id) FROM runs r
+                                        WHERE r.job_id = runs.job_id AND r.dedupe IS NOT NULL));
+
+-- name: prune_crowded_jobs
+-- jobs with more runs than the cap, and the id of each one's newest run beyond it
+SELECT job_id, (SELECT r.id FROM runs r WHERE r.job_id = g.job_id ORDER BY r.id DESC
+                LIMIT 1 OFFSET ?)
+FROM (SELECT job_id FROM runs GROUP BY job_id HAVING count(*) > ?) AS g;
+
+-- name: prune_runs_per_job_batch
+-- prune_runs_per_job over one id range, given each crowded job's cut (temp.prune_cut)
+DELETE FROM runs WHERE id BETWEEN ? AND ?
+  AND status NOT IN ('running', 'pending')
+  AND id <= (SELECT p.cut FROM temp.prune_cut p WHERE p.job_id = runs.job_id)
+  AND NOT (dedupe IS NOT NULL AND id = (SELECT max(r.id) FROM runs r
+                                        WHERE r.job_id = runs.job_id AND r.dedupe IS NOT NULL));
 
 -- name: runs_by_token
 -- ?1 [token, ...]: the rows those fencing tokens already have (the late-result fence)
@@ -283,3 +292,56 @@ SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
                AND r.job_id = s.job_id)
 FROM job_state s LEFT JOIN claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_holder IN (SELECT value FROM json_each(?1));
+
+-- name: registry_of
+-- the rows an instance declares (instance): job, digest
+SELECT job_id, digest FROM job_registry WHERE instance_id = ?;
+
+-- name: registry_drop
+-- ?1 instance, ?2 job ids (JSON array) it no longer declares
+DELETE FROM job_registry
+WHERE instance_id = ?1 AND job_id IN (SELECT value FROM json_each(?2));
+
+-- name: registry_put
+-- ?1 instance, ?2 now, ?3 [[job, team, source, digest, spec], ...]: a new or changed spec
+INSERT INTO job_registry (job_id, instance_id, team, source, digest, spec, declared_at, seen_at)
+SELECT value->>0, ?1, value->>1, value->>2, value->>3, value->>4, ?2, ?2
+FROM json_each(?3) WHERE true
+ON CONFLICT (job_id, instance_id) DO UPDATE SET team = excluded.team,
+  source = excluded.source, digest = excluded.digest, spec = excluded.spec,
+  declared_at = excluded.declared_at, seen_at = excluded.seen_at;
+
+-- name: registry_touch
+UPDATE job_registry SET seen_at = ?2 WHERE instance_id = ?1;
+
+-- name: registry_all
+-- with the declaring instance's liveness facts (lost_at, heartbeat_at)
+SELECT r.job_id, r.instance_id, r.team, r.source, r.digest, r.spec, r.declared_at,
+       r.seen_at, i.lost_at, i.heartbeat_at, i.instance_id IS NOT NULL
+FROM job_registry r LEFT JOIN instances i ON i.instance_id = r.instance_id
+ORDER BY r.job_id, r.instance_id;
+
+-- name: request_add
+INSERT INTO requests (kind, job_id, target, payload, requested_by, requested_at)
+VALUES (?, ?, ?, ?, ?, ?) RETURNING id, requested_at;
+
+-- name: requests_take
+-- ?1 instance, ?2 now, ?3 job ids (JSON array): untaken requests meant for it, oldest first
+UPDATE requests SET taken_by = ?1, taken_at = ?2
+WHERE taken_by IS NULL AND answered_at IS NULL
+  AND (target = ?1 OR (target IS NULL AND job_id IN (SELECT value FROM json_each(?3))))
+RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+          answered_at, run_id, error;
+
+-- name: requests_any
+SELECT 1 FROM requests WHERE taken_by IS NULL AND answered_at IS NULL LIMIT 1;
+
+-- name: request_answer
+-- ?1 id, ?2 now, ?3 run id, ?4 error, ?5 1: only if nobody took it
+UPDATE requests SET answered_at = ?2, run_id = ?3, error = ?4
+WHERE id = ?1 AND answered_at IS NULL AND (?5 = 0 OR taken_by IS NULL);
+
+-- name: request_get
+SELECT id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
+       answered_at, run_id, error
+FROM requests WHERE id = ?;

@@ -24,15 +24,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -61,6 +63,8 @@ T = TypeVar("T")
 
 # the named queries of queries.sql; the SQL lives there, not in Python strings
 Q = load_queries("cronfleet.store.sqlite")
+PRUNE_BATCH = 5000
+"""Ids (claim tokens, run ids) covered by one retention transaction."""
 
 
 def _json(value: Any) -> str | None:
@@ -94,6 +98,14 @@ def _instance(row: Sequence[Any], *, live: bool) -> Instance:
         instance_id=row[0], host=row[1], pid=row[2], role=row[3], version=row[4],
         started_at=dt(row[5]), heartbeat_at=dt(row[6]), lost_at=dt(row[7]), lost_by=row[8],
         live=live,
+    )  # fmt: skip
+
+
+def _request(row: Sequence[Any]) -> FleetRequest:
+    return FleetRequest(
+        id=row[0], kind=row[1], job_id=row[2], target=row[3], payload=json.loads(row[4]),
+        requested_by=row[5], requested_at=dt(row[6]), taken_by=row[7], taken_at=dt(row[8]),
+        answered_at=dt(row[9]), run_id=row[10], error=row[11],
     )  # fmt: skip
 
 
@@ -155,12 +167,20 @@ class SQLiteStore:
         path: str | Path,
         *,
         clock: Clock | None = None,
-        busy_timeout: float = 30.0,
+        busy_timeout: float = 5.0,
+        call_timeout: float | None = 10.0,
     ) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
+        """Seconds a write waits for another process's write lock before the store counts
+        as unavailable (a process stopped while holding the lock must not freeze the rest
+        for longer)."""
+        self.call_timeout = call_timeout if call_timeout and call_timeout > 0 else None
+        """Seconds a call may run on the store's thread; past it the running statement is
+        interrupted (``sqlite3.Connection.interrupt``), its transaction rolls back and the
+        call raises ``StoreUnavailable``."""
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._known: set[str] = set()  # job ids whose state row exists
@@ -181,11 +201,24 @@ class SQLiteStore:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, long: bool = False) -> T:
+        """Run ``fn`` on the store's thread; ``long``: no deadline (opening, migrations
+        and retention, which are not on the path of a slot)."""
         if self._executor is None:
             raise StoreError(f"{self!r} is not open")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        fut = loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        if self.call_timeout is None or long:
+            return await fut
+        if not await wait_done(fut, self.call_timeout):
+            # interrupt the statement running now; the call's true outcome is reported (a
+            # commit that landed meanwhile is a success: nobody may be told otherwise)
+            conn = self._conn
+            if conn is not None:
+                log.warning("SQLite store %s: a call ran past %g s; interrupting it",
+                            self.path, self.call_timeout)
+                conn.interrupt()
+        return await fut
 
     def _guard(self, fn: Callable[..., T], *args: Any) -> T:
         with self._conn_lock:
@@ -197,11 +230,19 @@ class SQLiteStore:
             return fn(*args)
         except sqlite3.OperationalError as exc:
             msg = str(exc)
-            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full")):
+            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full",
+                                      "interrupted")):
                 raise StoreUnavailable(f"SQLite store {self.path}: {msg}") from exc
             raise StoreError(f"SQLite store {self.path}: {msg}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    async def confirm_outage(self) -> bool:
+        """Never: the file is on this host, so every process of this host sees the same
+        failure (a locked, full or corrupted file); running without a claim there would
+        run each slot once per process. ``PREFER_GLOBAL`` on SQLite therefore never fails
+        open."""
+        return False
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -231,7 +272,7 @@ class SQLiteStore:
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-sqlite")
         try:
-            await self._call(self._open)
+            await self._call(self._open, long=True)
         except BaseException:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -239,9 +280,14 @@ class SQLiteStore:
 
     def _open(self) -> None:
         if self.path != ":memory:":
-            parent = Path(self.path).expanduser().resolve().parent
+            file = Path(self.path).expanduser().resolve()
+            parent = file.parent
             if not parent.is_dir():
                 raise StoreError(f"SQLite store {self.path}: folder {parent} does not exist")
+            # a misconfiguration, not an outage: start-up must not wait for it to pass
+            if file.is_dir():
+                raise StoreError(f"SQLite store {self.path}: {file} is a directory, not a "
+                                 "database file")
         conn = sqlite3.connect(
             self.path,
             timeout=self.busy_timeout,
@@ -702,6 +748,92 @@ class SQLiteStore:
             beat.live = tuple(r[0] for r in c.execute(Q["instances_live"], (now - ms(ttl),)))
         return beat
 
+    # -- the job registry and requests -----------------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        await self._call(self._publish_jobs, instance_id, None if jobs is None else list(jobs))
+
+    def _publish_jobs(self, instance: str, jobs: list[Declared] | None) -> None:
+        with self._tx() as c:
+            now = self._now_ms()
+            if jobs is not None:
+                had = dict(c.execute(Q["registry_of"], (instance,)).fetchall())
+                wanted = {d.job_id: d for d in jobs}
+                gone = [j for j in had if j not in wanted]
+                if gone:
+                    c.execute(Q["registry_drop"], (instance, json.dumps(gone)))
+                put = [
+                    [d.job_id, d.team, d.source, d.digest,
+                     json.dumps(d.spec, sort_keys=True, separators=(",", ":"))]
+                    for d in wanted.values() if had.get(d.job_id) != d.digest
+                ]  # fmt: skip
+                if put:
+                    c.execute(Q["registry_put"], (instance, now, json.dumps(put)))
+            c.execute(Q["registry_touch"], (instance, now))
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        return await self._call(self._list_declared, ttl)
+
+    def _list_declared(self, ttl: float) -> list[Declared]:
+        cut = self._now_ms() - ms(ttl)
+        return [
+            Declared(job_id=r[0], instance_id=r[1], team=r[2], source=r[3], digest=r[4],
+                     spec=json.loads(r[5]), declared_at=dt(r[6]), seen_at=dt(r[7]),
+                     live=bool(r[10]) and r[8] is None and r[9] >= cut)
+            for r in self.conn.execute(Q["registry_all"]).fetchall()
+        ]  # fmt: skip
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        return await self._call(self._submit_request, request)
+
+    def _submit_request(self, r: FleetRequest) -> FleetRequest:
+        with self._tx() as c:
+            rid, at = c.execute(
+                Q["request_add"],
+                (r.kind, r.job_id, r.target, json.dumps(r.payload), r.requested_by,
+                 self._now_ms()),
+            ).fetchone()  # fmt: skip
+        return FleetRequest(kind=r.kind, job_id=r.job_id, requested_by=r.requested_by,
+                            payload=dict(r.payload), target=r.target, id=rid,
+                            requested_at=dt(at))
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        return await self._call(self._take_requests, instance_id, list(job_ids))
+
+    def _take_requests(self, instance: str, job_ids: list[str]) -> list[FleetRequest]:
+        # polled every second by every process: look (a read, the partial index) before
+        # taking the file's write lock
+        if self.conn.execute(Q["requests_any"]).fetchone() is None:
+            return []
+        with self._tx() as c:
+            rows = c.execute(
+                Q["requests_take"], (instance, self._now_ms(), json.dumps(job_ids))
+            ).fetchall()
+        return sorted((_request(r) for r in rows), key=lambda q: q.id or 0)
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        return await self._call(self._answer_request, request_id, run_id, error, only_untaken)
+
+    def _answer_request(self, rid: int, run_id: int | None, error: str | None,
+                        only_untaken: bool) -> bool:
+        with self._tx() as c:
+            cur = c.execute(
+                Q["request_answer"], (rid, self._now_ms(), run_id, error, int(only_untaken))
+            )
+            return cur.rowcount == 1
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        return await self._call(self._get_request, request_id)
+
+    def _get_request(self, rid: int) -> FleetRequest | None:
+        row = self.conn.execute(Q["request_get"], (rid,)).fetchone()
+        return None if row is None else _request(row)
+
     async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
         return await self._call(self._break_lost, instance_id, ttl)
 
@@ -812,12 +944,43 @@ class SQLiteStore:
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
-        return await self._call(self._prune, claims_older_than, runs_older_than, runs_per_job)
-
-    def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
-        with self._tx() as c:
-            # RETENTION_RULE (store/base.py)
-            claims = c.execute(Q["prune_claims"], (ms(claims_before),)).rowcount
-            runs = c.execute(Q["prune_old_runs"], (ms(runs_before),)).rowcount
-            runs += c.execute(Q["prune_runs_per_job"], (per_job,)).rowcount
+        """The retention rule (``RETENTION_RULE``) in small transactions of at most
+        :data:`PRUNE_BATCH` ids each, every one its own call on the store's thread, so the
+        slots' claims and the group commit interleave with a large pass (a pass deleting a
+        million runs used to hold the thread for 9 s)."""
+        claims_before, runs_before = ms(claims_older_than), ms(runs_older_than)
+        claims = runs = 0
+        lo, hi = await self._call(self._id_range, "claims", "token")
+        for start in range(lo, hi + 1, PRUNE_BATCH):
+            claims += await self._call(self._delete, "prune_claims_batch",
+                                       (start, start + PRUNE_BATCH - 1, claims_before))
+        lo, hi = await self._call(self._id_range, "runs", "id")
+        for start in range(lo, hi + 1, PRUNE_BATCH):
+            runs += await self._call(self._delete, "prune_old_runs_batch",
+                                     (start, start + PRUNE_BATCH - 1, runs_before))
+        crowded = await self._call(self._crowded, runs_per_job)
+        if crowded:
+            lo = (await self._call(self._id_range, "runs", "id"))[0]
+            hi = max(cut for _, cut in crowded)
+            for start in range(lo, hi + 1, PRUNE_BATCH):
+                runs += await self._call(self._delete, "prune_runs_per_job_batch",
+                                         (start, start + PRUNE_BATCH - 1))
         return claims, runs
+
+    def _id_range(self, table: str, key: str) -> tuple[int, int]:
+        row = self.conn.execute(f"SELECT min({key}), max({key}) FROM {table}").fetchone()
+        return (row[0], row[1]) if row and row[0] is not None else (1, 0)
+
+    def _delete(self, query: str, params: tuple[Any, ...]) -> int:
+        with self._tx() as c:
+            return int(c.execute(Q[query], params).rowcount)
+
+    def _crowded(self, per_job: int) -> list[tuple[str, int]]:
+        c = self.conn
+        rows = [(j, cut) for j, cut in c.execute(Q["prune_crowded_jobs"], (per_job, per_job))
+                if cut is not None]
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS prune_cut "
+                  "(job_id TEXT PRIMARY KEY, cut INTEGER)")
+        c.execute("DELETE FROM temp.prune_cut")
+        c.executemany("INSERT INTO temp.prune_cut VALUES (?, ?)", rows)
+        return rows

@@ -1,0 +1,512 @@
+"""The job registry and the requests between processes (#14).
+
+- **Publishing** (:class:`Registry`, a part of the scheduler built at each start): every
+  process with timers writes the jobs it declares to the store's ``job_registry`` -- id,
+  team, source, and a spec (kind, schedule, zone, policies, description, config as
+  written) with its SHA-256 digest. It is written at start and after each heartbeat
+  when the set changed (a job added, replaced or removed: only the changed rows), and
+  touched (``seen_at``) every :data:`TOUCH` seconds otherwise. Rows are never deleted
+  when an instance stops: a job no live instance declares is shown as such, its history
+  kept. When another live instance declares one of our ids with another spec, this
+  process logs which instance and which fields (:func:`conflicts`).
+- **Requests**: another process (CLI, API) leaves a ``trigger`` request in the store
+  (:func:`remote_trigger`); a live instance that declares the job takes it (exactly one
+  does), runs the job as a manual trigger (params, force) and answers with the run id,
+  or with the refusal's code and message. PostgreSQL announces a request with
+  ``NOTIFY`` (the instances take it at once); other stores are polled every
+  :data:`POLL` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.errors import (
+    CronfleetError,
+    JobNotFound,
+    NotDeclared,
+    RemoteRefused,
+    RemoteTimeout,
+)
+from cronfleet.model import Job, Locking, Missed, Overlap
+from cronfleet.store.base import Declared, FleetRequest, RegistryStore
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.store.base import Store
+
+__all__ = [
+    "POLL",
+    "TOUCH",
+    "FleetJob",
+    "Registry",
+    "conflicts",
+    "declared_spec",
+    "fleet_jobs",
+    "job_from_spec",
+    "remote_cancel",
+    "remote_trigger",
+]
+
+log = logging.getLogger("cronfleet")
+
+TOUCH = 60.0  # seconds between two touches of an unchanged registry
+POLL = 1.0  # seconds between two looks for requests, on stores without notifications
+POLL_NOTIFIED = 5.0  # the same with notifications (the backstop of a lost NOTIFY)
+
+# the spec's keys compared between two declarers of one id (every key of declared_spec)
+SPEC_KEYS = ("kind", "schedule", "zone", "missed", "catch_up_window", "locking", "overlap",
+             "timeout", "jitter", "enabled", "recover", "retry", "notify", "auto_pause_after",
+             "description", "config")
+
+
+def _kind(job: Job) -> str:
+    kind = getattr(job.handler, "kind", None)
+    return kind if isinstance(kind, str) and kind else "handler"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would keep it (tuples become lists, unknown objects text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def declared_spec(job: Job) -> dict[str, Any]:
+    """What the registry keeps of ``job`` (see :data:`SPEC_KEYS`). Notification channels
+    are named, never their addresses (a Slack or webhook URL is a credential)."""
+    notify = job.notify
+    retry = job.retry
+    return {
+        "kind": _kind(job),
+        "schedule": job.schedule.expr,
+        "zone": str(job.schedule.tz),
+        "missed": job.missed.value,
+        "catch_up_window": job.catch_up_window,
+        "locking": job.locking.value,
+        "overlap": job.overlap.value,
+        "timeout": job.timeout,
+        "jitter": job.jitter,
+        "enabled": job.enabled,
+        "recover": job.recover,
+        "retry": None if retry is None else {
+            "attempts": retry.attempts, "backoff": retry.backoff, "delay": retry.delay},
+        "notify": None if notify is None else {
+            "on": list(notify.on), "after_failures": notify.after_failures,
+            "channels": notify.channels},
+        "auto_pause_after": job.auto_pause_after,
+        "description": job.description,
+        "config": _plain(dict(job.config)),
+    }
+
+
+def digest(spec: Mapping[str, Any]) -> str:
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def declared(job: Job) -> Declared:
+    spec = declared_spec(job)
+    return Declared(job.id, "", team=job.team, source=job.source, digest=digest(spec),
+                    spec=spec)
+
+
+class DeclaredElsewhere:
+    """The handler of a job another process declares (:func:`job_from_spec`): running it
+    here is an error naming where it runs; a control-only scheduler (CLI, API) holds
+    such jobs to show and operate them (pause, resume, views) and triggers them
+    remotely."""
+
+    kind = "elsewhere"
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def __call__(self, ctx: Any = None) -> None:
+        raise CronfleetError(
+            f"job {self.job_id!r} is declared by another process of the fleet and runs "
+            "there: trigger it through the store (cronfleet trigger, the API)")
+
+
+def job_from_spec(job_id: str, spec: Mapping[str, Any], *, team: str, source: str) -> Job:
+    """A :class:`Job` from a registry spec (another process's job, as the CLI and the
+    API show and operate it: views, pause, next fire times), its handler a
+    :class:`DeclaredElsewhere`. Raises ``ValueError`` when the schedule cannot be read
+    here (e.g. a calendar file that only exists on the declaring host)."""
+    from cronfleet.cron.compose import read_schedule
+
+    schedule, sentence = read_schedule(str(spec.get("schedule", "")), str(spec.get("zone")
+                                                                        or "UTC"))
+    return Job(
+        id=job_id, schedule=schedule, handler=DeclaredElsewhere(job_id),
+        missed=Missed(spec.get("missed", Missed.RUN_ONCE.value)),
+        catch_up_window=float(spec.get("catch_up_window") or 0.0),
+        locking=Locking(spec.get("locking", Locking.PREFER_GLOBAL.value)),
+        overlap=Overlap(spec.get("overlap", Overlap.SKIP.value)),
+        timeout=spec.get("timeout"), jitter=float(spec.get("jitter") or 0.0),
+        enabled=bool(spec.get("enabled", True)), recover=bool(spec.get("recover", False)),
+        config=dict(spec.get("config") or {}), description=str(spec.get("description", "")),
+        source=source, team=team, auto_pause_after=spec.get("auto_pause_after"),
+        schedule_text=sentence,
+    )  # fmt: skip
+
+
+# -- reading the registry ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Conflict:
+    """Live declarers of one id that disagree: ``fields`` differ between ``groups``
+    (each group: the instances that declare one spec, by digest)."""
+
+    fields: list[str]
+    groups: list[list[str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fields": self.fields, "instances": self.groups}
+
+    def __str__(self) -> str:
+        return (f"declared differently by {' / '.join(', '.join(g) for g in self.groups)} "
+                f"(fields: {', '.join(self.fields)})")
+
+
+def conflicts(rows: Sequence[Declared]) -> Conflict | None:
+    """How the live declarers of one job disagree (all of them when none is live), or
+    ``None`` when they agree."""
+    live = [d for d in rows if d.live] or list(rows)
+    by_digest: dict[str, list[Declared]] = {}
+    for d in live:
+        by_digest.setdefault(d.digest, []).append(d)
+    if len(by_digest) < 2:
+        return None
+    specs = [g[0].spec for g in by_digest.values()]
+    keys = sorted({k for s in specs for k in s} | {"team"}, key=_key_order)
+    fields = [k for k in keys if k != "team" and len({json.dumps(s.get(k), sort_keys=True,
+                                                                 default=str) for s in specs}) > 1]
+    if len({g[0].team for g in by_digest.values()}) > 1:
+        fields.append("team")
+    groups = [sorted(d.instance_id for d in g) for g in by_digest.values()]
+    return Conflict(fields or ["(digest)"], sorted(groups))
+
+
+def _key_order(k: str) -> tuple[int, str]:
+    return (SPEC_KEYS.index(k) if k in SPEC_KEYS else len(SPEC_KEYS), k)
+
+
+@dataclass(slots=True)
+class FleetJob:
+    """One job id of the registry, across its declarers."""
+
+    job_id: str
+    rows: list[Declared] = field(default_factory=list)
+
+    @property
+    def live(self) -> list[Declared]:
+        return [d for d in self.rows if d.live]
+
+    @property
+    def declared(self) -> bool:
+        """Some live instance declares it."""
+        return any(d.live for d in self.rows)
+
+    @property
+    def current(self) -> Declared:
+        """The row shown: a live declarer's (the newest declared), else the last seen."""
+        pool = self.live or self.rows
+        return max(pool, key=lambda d: (d.declared_at is not None, d.declared_at or 0,
+                                        d.instance_id))
+
+    @property
+    def conflict(self) -> Conflict | None:
+        return conflicts(self.rows)
+
+    def declared_by(self) -> list[dict[str, Any]]:
+        return [
+            {"instance": d.instance_id, "live": d.live, "source": d.source,
+             "declared_at": _iso(d.declared_at), "seen_at": _iso(d.seen_at),
+             "digest": d.digest}
+            for d in self.rows
+        ]  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        cur = self.current
+        conflict = self.conflict
+        return {
+            "id": self.job_id, "team": cur.team, "source": cur.source, **cur.spec,
+            "declared": self.declared, "declared_by": self.declared_by(),
+            "conflict": None if conflict is None else conflict.to_dict(),
+        }  # fmt: skip
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
+    """Every job of the registry, by id (one store call); ``{}`` on a store without one."""
+    if not isinstance(store, RegistryStore):
+        return {}
+    out: dict[str, FleetJob] = {}
+    for d in await store.list_declared(ttl=ttl):
+        out.setdefault(d.job_id, FleetJob(d.job_id)).rows.append(d)
+    return out
+
+
+# -- sending a request ------------------------------------------------------------------------
+
+
+def _registry(store: Store) -> RegistryStore:
+    if not isinstance(store, RegistryStore):
+        raise CronfleetError(f"the store {store!r} keeps no job registry: remote operations "
+                             "need a memory, SQLite or PostgreSQL store")
+    return store
+
+
+async def remote_trigger(
+    store: Store,
+    job_id: str,
+    *,
+    by: str,
+    ttl: float,
+    params: Mapping[str, Any] | None = None,
+    force: bool = False,
+    timeout: float = 30.0,
+    poll: float = 0.1,
+) -> FleetRequest:
+    """Ask a live instance that declares ``job_id`` to run it now and wait for its
+    answer: the answered request (``run_id``: the run started). Raises
+    :class:`NotDeclared` when no live instance declares it, :class:`RemoteRefused` when
+    the instance refused (paused without ``force``: ``JOB_PAUSED``; lease held:
+    ``CRON_JOB_ALREADY_EXECUTING``, with the skip's run id), :class:`RemoteTimeout` when
+    nobody answered within ``timeout`` seconds (an untaken request is withdrawn then,
+    so it never runs late)."""
+    reg = _registry(store)
+    rows = [d for d in await reg.list_declared(ttl=ttl) if d.job_id == job_id]
+    if not any(d.live for d in rows):
+        raise NotDeclared(job_id, sorted({d.instance_id for d in rows}))
+    payload: dict[str, Any] = {"force": bool(force)}
+    if params:
+        payload["params"] = dict(params)
+    return await _send(reg, FleetRequest("trigger", job_id, by, payload), timeout, poll)
+
+
+async def remote_cancel(
+    store: Store,
+    run_id: int,
+    *,
+    by: str,
+    why: str,
+    ttl: float,
+    timeout: float = 30.0,
+    poll: float = 0.1,
+) -> FleetRequest:
+    """Ask the instance executing run ``run_id`` to cancel it (``Runs.cancel``: the run
+    is recorded ``cancelled`` with ``by`` and ``why``), and wait for its answer. Raises
+    :class:`RemoteRefused` when the run does not exist (``RUN_NOT_FOUND``), has ended
+    (``RUN_ENDED``), its holder is not live (``HOLDER_NOT_LIVE``: the survivors break its
+    lease within the instance ttl) or it is not executing there (``RUN_NOT_RUNNING``);
+    :class:`RemoteTimeout` as :func:`remote_trigger`."""
+    reg = _registry(store)
+    run = await reg.get_run(run_id)
+    if run is None:
+        raise RemoteRefused("RUN_NOT_FOUND", f"no run {run_id}", job_id="", instance_id=None,
+                            run_id=run_id)
+    if run.status.finished:
+        raise RemoteRefused("RUN_ENDED", f"run {run_id} of {run.job_id!r} has already ended "
+                            f"({run.status.value})", job_id=run.job_id,
+                            instance_id=run.instance_id, run_id=run_id)
+    holder = run.instance_id
+    live = {i.instance_id for i in await reg.list_instances(ttl=ttl) if i.live}
+    if holder is None or holder not in live:
+        raise RemoteRefused(
+            "HOLDER_NOT_LIVE", f"run {run_id} of {run.job_id!r} is held by instance "
+            f"{holder or '?'}, which is not live: the survivors break its lease and record "
+            f"the run interrupted within the instance ttl ({ttl:g}s)", job_id=run.job_id,
+            instance_id=holder, run_id=run_id)
+    req = FleetRequest("cancel", run.job_id, by, {"run_id": run_id, "why": why}, target=holder)
+    return await _send(reg, req, timeout, poll)
+
+
+async def _send(reg: RegistryStore, request: FleetRequest, timeout: float,
+                poll: float) -> FleetRequest:
+    """Store ``request``, wait for its answer (see :func:`remote_trigger`)."""
+    job_id = request.job_id
+    sent = await reg.submit_request(request)
+    assert sent.id is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    withdrawn = False
+    while True:
+        got = await reg.get_request(sent.id)
+        if got is not None and got.answered:
+            break
+        if loop.time() >= deadline:
+            withdrawn = await reg.answer_request(
+                sent.id, error=f"{RemoteTimeout.code}: no answer within {timeout:g}s",
+                only_untaken=True)
+            if withdrawn:
+                raise RemoteTimeout(sent.id, job_id, timeout, withdrawn=True)
+            got = await reg.get_request(sent.id)
+            if got is not None and got.answered:
+                break
+            raise RemoteTimeout(sent.id, job_id, timeout, withdrawn=False)
+        await asyncio.sleep(poll)
+    if got.error is not None:
+        code, _, message = got.error.partition(": ")
+        raise RemoteRefused(code, message or got.error, job_id=job_id,
+                            instance_id=got.taken_by, run_id=got.run_id)
+    return got
+
+
+# -- this process's side ----------------------------------------------------------------------
+
+
+class Registry:
+    """This process's rows of the registry and the requests it takes (built afresh at
+    each start; enabled with the fleet: a store that keeps instances, and timers)."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        store = s.store
+        self.store: RegistryStore | None = (
+            store if isinstance(store, RegistryStore) and s.timers else None
+        )
+        self.published: dict[str, str] | None = None  # job id -> digest, as last written
+        self.touched = float("-inf")  # our clock at the last write
+        self.wakeup = asyncio.Event()
+        self.notified = getattr(store, "subscribe", None) is not None
+        self._soon = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    def entries(self, jobs: Iterable[Job]) -> list[Declared]:
+        return [declared(j) for j in jobs]
+
+    async def sync(self) -> None:
+        """Write the registry when the declared set changed, touch it every ``TOUCH``
+        seconds otherwise (after each heartbeat); failures are logged and retried at
+        the next one."""
+        if self.store is None:
+            return
+        s = self.s
+        now = s.clock.now()
+        rows = self.entries(s.iter_jobs())
+        digests = {d.job_id: d.digest for d in rows}
+        changed = digests != self.published
+        if not changed and now - self.touched < TOUCH:
+            return
+        me = s.instance_id
+        try:
+            await self.store.publish_jobs(me, rows if changed else None)
+            self.touched = now
+            if changed:
+                self.published = digests
+                await self._report_conflicts(digests)
+        except Exception as exc:
+            s.stats.store_errors += 1
+            log.warning("instance %s: could not publish its jobs (%s)", me, exc)
+
+    def changed(self) -> None:
+        """A job was added, replaced or removed while running: publish soon (once for a
+        batch of changes, e.g. a catalog refresh), not only at the next heartbeat."""
+        if self.store is None or self._soon:
+            return
+        self._soon = True
+        self.s.spawn(self._sync_soon())
+
+    async def _sync_soon(self) -> None:
+        await asyncio.sleep(0)  # the rest of the batch first
+        self._soon = False
+        await self.sync()
+
+    async def _report_conflicts(self, mine: Mapping[str, str]) -> None:
+        assert self.store is not None
+        found = await fleet_jobs(self.store, ttl=self.s.instance_ttl)
+        for job_id in sorted(mine):
+            fj = found.get(job_id)
+            c = None if fj is None else fj.conflict
+            if c is not None:
+                log.warning("job %r is %s: the registry shows both; align the declarations",
+                            job_id, c)
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    async def request_loop(self) -> None:
+        """Take the requests meant for this instance, act on each, wait for the next."""
+        s = self.s
+        assert self.store is not None
+        interval = POLL_NOTIFIED if self.notified else POLL
+        while True:
+            self.wakeup.clear()
+            try:
+                taken = await self.store.take_requests(s.instance_id, list(s.jobs))
+            except Exception as exc:
+                s.stats.store_errors += 1
+                log.warning("instance %s: could not read requests (%s)", s.instance_id, exc)
+                taken = []
+            for req in taken:
+                await self.handle(req)
+            if not taken:
+                try:
+                    async with asyncio.timeout(interval):
+                        await self.wakeup.wait()
+                except TimeoutError:
+                    pass
+
+    def _cancel(self, req: FleetRequest) -> tuple[int | None, str | None]:
+        run_id = req.payload.get("run_id")
+        if not isinstance(run_id, int):
+            return None, "BAD_REQUEST: a cancel request names no run_id"
+        why = str(req.payload.get("why") or "no reason given")
+        try:
+            self.s.runner.cancel(run_id, by=req.requested_by, why=why)
+        except KeyError:
+            return run_id, (f"RUN_NOT_RUNNING: run {run_id} is not executing on instance "
+                            f"{self.s.instance_id} (it may have just ended)")
+        return run_id, None
+
+    async def handle(self, req: FleetRequest) -> None:
+        """Act on one request and answer it (an answer that cannot be written is
+        logged: the sender then times out, naming the request)."""
+        from cronfleet.errors import AlreadyExecuting
+
+        assert self.store is not None and req.id is not None
+        run_id: int | None = None
+        error: str | None = None
+        if req.kind == "cancel":
+            run_id, error = self._cancel(req)
+        elif req.kind != "trigger":
+            error = f"UNKNOWN_REQUEST: request kind {req.kind!r} is not known to this instance"
+        else:
+            payload = req.payload
+            try:
+                run = await self.s.trigger_async(
+                    req.job_id, by=req.requested_by, params=payload.get("params"),
+                    force=bool(payload.get("force")))
+                run_id = run.id
+                log.info("request %d: %s triggered %r remotely (run %s)", req.id,
+                         req.requested_by, req.job_id, run_id)
+            except AlreadyExecuting as exc:
+                run_id = exc.record.id
+                error = f"{exc.code}: job {req.job_id!r} is already executing: the lease is " \
+                        f"held by {exc.holder or 'another run'}"
+            except JobNotFound:
+                error = f"{NotDeclared.code}: instance {self.s.instance_id} no longer " \
+                        f"declares job {req.job_id!r}"
+            except CronfleetError as exc:
+                error = f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
+            except Exception as exc:  # a bad request must not end the loop
+                log.exception("request %d failed", req.id)
+                error = f"INTERNAL: {type(exc).__name__}: {exc}"
+        try:
+            await self.store.answer_request(req.id, run_id=run_id, error=error)
+        except Exception as exc:
+            self.s.stats.store_errors += 1
+            log.warning("request %d: could not write the answer (%s)", req.id, exc)

@@ -1,0 +1,121 @@
+"""The job registry and the requests between processes (#14), on every store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cronfleet.clock import FakeClock
+from cronfleet.store import Store
+from cronfleet.store.base import Declared, FleetRequest, Instance, RegistryStore
+
+from .conftest import T0
+
+TTL = 15.0
+
+
+@pytest.fixture(autouse=True)
+def _registry_not_on_redis_yet(store_kind: str) -> None:
+    # RegistryStore (#14 part B) builds on InstanceStore, which Redis gets in #18 part B;
+    # without it a process publishes nothing and remote operations answer that the store
+    # keeps no job registry
+    if store_kind == "redis":
+        pytest.skip("RegistryStore on Redis is #18 part B (with InstanceStore)")
+
+
+def me(name: str) -> Instance:
+    return Instance(name, host="h-" + name, pid=100, role="all", version="1.0")
+
+
+def rstore(s: Store) -> RegistryStore:
+    assert isinstance(s, RegistryStore)
+    return s
+
+
+def decl(job: str, schedule: str = "* * * * *", team: str = "default") -> Declared:
+    spec = {"kind": "handler", "schedule": schedule, "zone": "UTC", "config": {"a": [1, "x"]}}
+    return Declared(job, "", team=team, source="code", digest="d-" + schedule, spec=spec)
+
+
+async def test_publish_lists_who_declares_what_and_replaces_the_set(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    a, b = rstore(store), rstore(other)
+    await a.heartbeat(me("one"), ttl=TTL)
+    await b.heartbeat(me("two"), ttl=TTL)
+    await a.publish_jobs("one", [decl("tick"), decl("only-one", team="billing")])
+    await b.publish_jobs("two", [decl("tick", "*/5 * * * *")])
+    rows = await b.list_declared(ttl=TTL)
+    assert [(d.job_id, d.instance_id) for d in rows] == [
+        ("only-one", "one"), ("tick", "one"), ("tick", "two")]
+    first = rows[0]
+    assert first.team == "billing" and first.source == "code" and first.live
+    assert first.spec == {"kind": "handler", "schedule": "* * * * *", "zone": "UTC",
+                          "config": {"a": [1, "x"]}}
+    assert first.declared_at is not None and first.declared_at.timestamp() == T0
+    assert rows[2].digest == "d-*/5 * * * *"
+    # an unchanged spec keeps declared_at; every row is touched
+    clock.advance(5)
+    await a.publish_jobs("one", [decl("tick")])  # only-one is no longer declared
+    await a.heartbeat(me("one"), ttl=TTL)
+    rows = await a.list_declared(ttl=TTL)
+    assert [(d.job_id, d.instance_id) for d in rows] == [("tick", "one"), ("tick", "two")]
+    assert rows[0].declared_at.timestamp() == T0  # type: ignore[union-attr]
+    assert rows[0].seen_at.timestamp() == T0 + 5  # type: ignore[union-attr]
+    clock.advance(5)
+    await a.publish_jobs("one", None)  # the periodic touch
+    rows = await a.list_declared(ttl=TTL)
+    assert rows[0].seen_at.timestamp() == T0 + 10  # type: ignore[union-attr]
+    assert rows[1].seen_at.timestamp() == T0  # type: ignore[union-attr]
+    # "two" stops beating: its row stays, shown as not live
+    clock.advance(10)
+    await a.heartbeat(me("one"), ttl=TTL)
+    live = {d.instance_id: d.live for d in await a.list_declared(ttl=TTL)}
+    assert live == {"one": True, "two": False}
+    await b.leave("two")  # a graceful stop: no instance row, the registry row is kept
+    live = {d.instance_id: d.live for d in await a.list_declared(ttl=TTL)}
+    assert live == {"one": True, "two": False}
+    # a changed spec gets a new declared_at
+    clock.advance(1)
+    await a.publish_jobs("one", [decl("tick", "0 * * * *")])
+    [row] = [d for d in await a.list_declared(ttl=TTL) if d.instance_id == "one"]
+    assert row.digest == "d-0 * * * *" and row.spec["schedule"] == "0 * * * *"
+    assert row.declared_at.timestamp() == T0 + 21  # type: ignore[union-attr]
+
+
+async def test_requests_are_taken_once_by_a_declarer_or_their_target(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    a, b = rstore(store), rstore(other)
+    sent = await a.submit_request(
+        FleetRequest("trigger", "tick", "ops@host", {"params": {"n": 1}, "force": True}))
+    assert sent.id is not None and sent.requested_at is not None
+    aimed = await a.submit_request(FleetRequest("trigger", "other", "ops", target="two"))
+    clock.advance(1)
+    assert await a.take_requests("one", ["nope"]) == []
+    got_a, got_b = await asyncio.gather(
+        a.take_requests("one", ["tick"]), b.take_requests("two", ["tick"]))
+    taken = got_a + got_b
+    assert sorted(r.id or 0 for r in taken) == sorted([sent.id, aimed.id])  # type: ignore[list-item]
+    [mine] = [r for r in taken if r.id == sent.id]
+    assert mine.payload == {"params": {"n": 1}, "force": True}
+    assert mine.taken_by in ("one", "two") and mine.taken_at.timestamp() == T0 + 1  # type: ignore[union-attr]
+    assert [r.taken_by for r in taken if r.id == aimed.id] == ["two"]
+    assert await a.take_requests("one", ["tick"]) == []  # never twice
+    assert sent.id is not None
+    # a taken request cannot be withdrawn; its answer is recorded once
+    assert not await a.answer_request(sent.id, error="gave up", only_untaken=True)
+    assert await b.answer_request(sent.id, run_id=42)
+    assert not await b.answer_request(sent.id, run_id=43)
+    got = await a.get_request(sent.id)
+    assert got is not None and got.answered and got.run_id == 42 and got.error is None
+    assert got.requested_by == "ops@host" and got.kind == "trigger" and got.job_id == "tick"
+    # an untaken request withdrawn by its sender is never taken
+    late = await a.submit_request(FleetRequest("trigger", "tick", "ops"))
+    assert late.id is not None
+    assert await a.answer_request(late.id, error="no answer", only_untaken=True)
+    assert await b.take_requests("two", ["tick"]) == []
+    withdrawn = await b.get_request(late.id)
+    assert withdrawn is not None and withdrawn.error == "no answer" and withdrawn.taken_by is None
+    assert await a.get_request(10_000) is None
