@@ -84,3 +84,26 @@ def test_connection_cut_no_duplicate_with_default_settings(tmp: Path) -> None:
     assert r.dup_handler == 0 and r.dup_ledger == 0, r.line()
     assert r.gaps == 0, r.samples
     assert r.recovery is not None and not math.isinf(r.recovery), r.line()
+
+
+def test_redis_kill9_of_the_lease_holder_full_verdict(tmp: Path) -> None:
+    """Redis (a private redis-server with AOF): kill -9 of the process holding the current
+    leases, with default scheduler settings and a window long enough for the instance
+    ttl (15 s): 0 duplicates on both sides, 0 silent gaps (its early claims resolved as
+    instance_lost), its jobs fire again on the survivors within 20 s."""
+    from bench.chaos.harness import Redis
+    from store.redis_server import require_redis
+
+    require_redis()
+    backend = Redis()
+    knobs = dataclasses.replace(SHORT, after=26.0)
+    try:
+        r = run_scenario(BY_NAME["kill9"], backend, knobs, tmp / "redis")
+    finally:
+        backend.close()
+    print(r.line())
+    assert r.error is None, r.error
+    assert r.dup_handler == 0 and r.dup_ledger == 0, r.samples
+    assert r.two_final == 0 and r.gaps == 0, r.samples
+    assert r.failover is not None and r.failover <= 20.0, r.line()
+    assert r.verdict == "PASS", r.line()

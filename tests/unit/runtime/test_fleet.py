@@ -18,9 +18,6 @@ from cronfleet.store.base import Dispatch, Instance, InstanceStore
 
 from .conftest import BOTH, T0, Recorder, advance, settle
 
-# instances and heartbeat leases (InstanceStore) are not on Redis yet (#18 part B)
-BOTH = [k for k in BOTH if k != "redis"]
-
 Make = Callable[..., Scheduler]
 TTL = 3.0
 
