@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.chaos                         # everything (~25 min)
     .venv/bin/python -m bench.chaos --store sqlite --only kill9,lock
+    .venv/bin/python -m bench.chaos --store redis           # a private redis-server, AOF
     .venv/bin/python -m bench.chaos --scale 0.3 --knob jobs=20   # shorter faults
     .venv/bin/python -m bench.chaos --json > chaos.json
 
@@ -29,6 +30,7 @@ from bench.chaos.harness import (
     Backend,
     Knobs,
     Postgres,
+    Redis,
     Result,
     Sqlite,
     check_targets,
@@ -40,7 +42,7 @@ from bench.chaos.harness import (
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", choices=("postgres", "sqlite", "all"), default="all")
+    p.add_argument("--store", choices=("postgres", "sqlite", "redis", "all"), default="all")
     p.add_argument("--only", default="", help="comma-separated scenario names")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -80,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     with workspace(a.keep) as root:
         for store in stores:
-            backend: Backend = Postgres(a.pg_url) if store == "postgres" else Sqlite()
+            backend: Backend = (
+                Postgres(a.pg_url) if store == "postgres"
+                else Redis() if store == "redis" else Sqlite()
+            )  # fmt: skip
             try:
                 for name in names:
                     sc = BY_NAME[name]

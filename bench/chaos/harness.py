@@ -111,9 +111,12 @@ class Target:
     workdir: Path
     schema: str | None = None
     db: Path | None = None
-    base: str = ""  # PostgreSQL server URL without the schema
+    base: str = ""  # PostgreSQL server URL without the schema; Redis: without the prefix
+    prefix: str | None = None  # Redis: the deployment's key prefix
 
     def via(self, proxy: FaultProxy) -> str:
+        if self.prefix is not None:
+            return f"{proxy.url}?prefix={self.prefix}"
         assert self.schema is not None
         return with_schema(proxy.url, self.schema)
 
@@ -243,7 +246,130 @@ class Sqlite:
         pass
 
 
-Backend = Postgres | Sqlite
+class Redis:
+    """A private ``redis-server`` (AOF, ``appendfsync always``: the setting
+    docs/deployment.md recommends) on a free port; each scenario its own key prefix.
+    ``restart`` kills it (SIGKILL) and starts it again on the same port and directory."""
+
+    name = "redis"
+
+    def __init__(self) -> None:
+        import shutil
+        import socket
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("redis-server is not installed")
+        self.binary = binary
+        self.dir = Path(tempfile.mkdtemp(prefix="cf-chaos-redis-"))
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._start()
+
+    @property
+    def base(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _start(self) -> None:
+        import socket
+
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--logfile", str(self.dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(400):
+            with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", self.port), timeout=0.5
+            ) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(64).startswith(b"+PONG"):
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def restart(self, down: float) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        time.sleep(down)
+        self._start()
+
+    def new(self, scenario: str, root: Path) -> Target:
+        prefix = f"chaos_{scenario}_{uuid.uuid4().hex[:8]}:"
+        workdir = root / f"{self.name}-{scenario}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        url = f"{self.base}?prefix={prefix}"
+        return Target(self.name, url, url, workdir, base=self.base, prefix=prefix)
+
+    def _client(self) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+
+    def ledger(self, t: Target) -> list[LedgerRow]:
+        import asyncio
+
+        from cronfleet.store.redis import RedisStore
+
+        async def read() -> list[LedgerRow]:
+            store = RedisStore(t.direct)
+            await store.open()
+            try:
+                out: list[LedgerRow] = []
+                before = None
+                while page := await store.list_runs(limit=5000, before_id=before):
+                    out += [
+                        (r.job_id, round(r.slot.timestamp() * 1000), r.status.value, r.reason,
+                         r.instance_id, r.result)
+                        for r in page
+                    ]  # fmt: skip
+                    before = page[-1].id
+                return out[::-1]  # oldest first, as the SQL backends read it
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
+
+    def lease_map(self, t: Target) -> dict[str, str]:
+        assert t.prefix is not None
+        with contextlib.closing(self._client()) as c:
+            sec, usec = c.time()
+            now = sec * 1000 + usec // 1000
+            jobs = sorted(x.decode() for x in c.smembers(t.prefix + "jobs"))
+            pipe = c.pipeline(transaction=False)
+            for j in jobs:
+                pipe.hmget(f"{t.prefix}{{{j}}}:s", "h", "lu")
+            out = {}
+            for j, (h, lu) in zip(jobs, pipe.execute(), strict=True):
+                if h is not None and lu is not None and int(lu) > now:
+                    out[j] = h.decode()
+            return out
+
+    def leases(self, t: Target) -> Counter[str]:
+        try:
+            return Counter(self.lease_map(t).values())
+        except Exception:
+            return Counter()
+
+    def drop(self, t: Target) -> None:
+        with contextlib.suppress(Exception), contextlib.closing(self._client()) as c:
+            for key in c.scan_iter(match=f"{t.prefix}*", count=1000):
+                c.delete(key)
+
+    def close(self) -> None:
+        import shutil
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+Backend = Postgres | Sqlite | Redis
 
 # -- the fleet ---------------------------------------------------------------------------
 
@@ -279,7 +405,8 @@ class Fleet:
         k = self.knobs
         proc = subprocess.Popen(
             [sys.executable, "-m", WORKER, "--store", self.url, "--record", str(record),
-             "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep)],
+             "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep),
+             "--instance-ttl", f"{k.instance_ttl:g}s"],
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
@@ -578,6 +705,8 @@ def lost_jobs(ctx: Ctx, fleet: Fleet, victim: Worker, at: float) -> set[str]:
 def lease_holders(ctx: Ctx) -> dict[str, str]:
     t = ctx.target
     try:
+        if isinstance(ctx.backend, Redis):
+            return ctx.backend.lease_map(t)
         if isinstance(ctx.backend, Postgres):
             rows = ctx.backend._query(
                 t,
@@ -656,6 +785,10 @@ def f_hang(ctx: Ctx, fleet: Fleet) -> None:
 
 
 def f_restart(ctx: Ctx, fleet: Fleet) -> None:
+    if isinstance(ctx.backend, Redis):  # SIGKILL: AOF (appendfsync always) keeps the data
+        ctx.backend.restart(down=ctx.knobs.restart_down)
+        ctx.events["back"] = time.time()
+        return
     assert isinstance(ctx.backend, Postgres) and ctx.backend.cluster is not None
     ctx.backend.cluster.restart("fast", down=ctx.knobs.restart_down)
     ctx.events["back"] = time.time()
@@ -758,18 +891,18 @@ class Scenario:
 
 SCENARIOS = [
     Scenario("kill9", "kill -9 of 1 of 3, the one holding the current leases", f_kill9,
-             ("postgres", "sqlite")),
+             ("postgres", "sqlite", "redis")),
     Scenario("sigstop", "SIGSTOP of that one for 3 x instance_ttl, then SIGCONT", f_sigstop,
-             ("postgres", "sqlite")),
-    Scenario("cut5", "every connection cut for 5 s", f_cut("cut_short"), ("postgres",),
+             ("postgres", "sqlite", "redis")),
+    Scenario("cut5", "every connection cut for 5 s", f_cut("cut_short"), ("postgres", "redis"),
              proxy=True),
-    Scenario("cut60", "every connection cut for 60 s", f_cut("cut_long"), ("postgres",),
+    Scenario("cut60", "every connection cut for 60 s", f_cut("cut_long"), ("postgres", "redis"),
              proxy=True),
-    Scenario("latency", "200 ms added to every store call", f_latency, ("postgres",),
+    Scenario("latency", "200 ms added to every store call", f_latency, ("postgres", "redis"),
              proxy=True),
-    Scenario("restart", "the database server restarted", f_restart, ("postgres",),
+    Scenario("restart", "the database server restarted", f_restart, ("postgres", "redis"),
              private_pg=True),
-    Scenario("skew", "clocks skewed +5 s / -5 s / 0", f_skew, ("postgres", "sqlite")),
+    Scenario("skew", "clocks skewed +5 s / -5 s / 0", f_skew, ("postgres", "sqlite", "redis")),
     Scenario("flaky", "20 % of store calls and connections failing for 60 s", f_flaky,
              ("postgres",), proxy=True),
     Scenario("lock", "another process holds the write lock 10 s", f_lock, ("sqlite",)),
@@ -778,7 +911,7 @@ SCENARIOS = [
     Scenario("idle_tx", "a process stopped 45 s while idle in a transaction", f_idle_tx,
              ("postgres",)),
     Scenario("hang", "the store stops answering 45 s, connections kept open", f_hang,
-             ("postgres",), proxy=True),
+             ("postgres", "redis"), proxy=True),
     Scenario("corrupt", "the SQLite file corrupted under running processes", f_corrupt,
              ("sqlite",)),
 ]

@@ -1,7 +1,8 @@
 """One scheduler process of the chaos suite: ``python -m bench.chaos.worker --help``.
 
 Declares ``--jobs`` interval jobs with the scheduler's **default settings** (only the
-store is given) and runs until SIGTERM / SIGINT, then stops gracefully. Every handler run
+store and ``--instance-ttl``, the suite's ``instance_ttl`` knob -- 15 s like the default --
+are given) and runs until SIGTERM / SIGINT, then stops gracefully. Every handler run
 appends one line ``job slot_ms pid started_at`` to ``--record`` (opened ``O_APPEND``, one
 ``write`` per line) as its first statement, then sleeps ``--sleep`` seconds: the runs are
 counted on the handler side, not only in the ledger.
@@ -33,13 +34,19 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.4, help="handler duration in seconds")
     p.add_argument("--record", required=True, help="file the handlers append their runs to")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--instance-ttl", default="15s",
+                   help="the scheduler's instance_ttl (its default: 15s; the short suite cuts it)")
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format=f"{os.getpid()} %(asctime)s %(levelname)s %(name)s %(message)s",
     )
     offset = float(os.environ.get(OFFSET_ENV, "0") or 0)
-    s = Scheduler(store=args.store, clock=SystemClock(offset=offset) if offset else None)
+    s = Scheduler(
+        store=args.store,
+        clock=SystemClock(offset=offset) if offset else None,
+        instance_ttl=args.instance_ttl,
+    )
     fd = os.open(args.record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     pid = os.getpid()
 

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts", "wait_event"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts", "wait_done", "wait_event"]
 
 
 def to_ts(dt: datetime) -> float:
@@ -35,6 +35,25 @@ class Clock(Protocol):
     async def sleep_until(self, deadline: float, wake: asyncio.Event | None = None) -> None:
         """Return at ``deadline`` or as soon as ``wake`` is set, whichever comes first."""
         ...
+
+
+async def wait_done(fut: asyncio.Future[Any], seconds: float, step: float = 0.5) -> bool:
+    """Wait until ``fut`` is done or it has waited ``seconds``; True when done.
+
+    The wait is measured in steps: a step that wakes late (this process's own event loop
+    was busy, a GC pause, the process was stopped) counts at most 1.5 steps, so a deadline
+    meant for a remote party does not fire because of local lag. ``fut`` is never
+    cancelled here."""
+    loop = asyncio.get_running_loop()
+    waited, step = 0.0, min(step, seconds)
+    while True:
+        started = loop.time()
+        done, _ = await asyncio.wait({fut}, timeout=step)
+        if done:
+            return True
+        waited += min(loop.time() - started, step * 1.5)
+        if waited >= seconds:
+            return False
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -29,13 +29,16 @@ async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str,
     health: dict[str, Any] = scheduler.health()
     checks: dict[str, Any] = {"scheduler": health}
     ok = bool(scheduler.running)
-    try:
-        async with asyncio.timeout(STORE_TIMEOUT):
-            await scheduler.store.list_runs(limit=1)
-        checks["store"] = "ok"
-    except Exception as exc:
-        checks["store"] = f"unreachable: {type(exc).__name__}: {exc}"
-        ok = False
+    if not ok:  # start-up still waits for the store (connect_timeout), or it has stopped
+        checks["store"] = "not connected: the scheduler is not running (starting or stopped)"
+    else:
+        try:
+            async with asyncio.timeout(STORE_TIMEOUT):
+                await scheduler.store.list_runs(limit=1)
+            checks["store"] = "ok"
+        except Exception as exc:
+            checks["store"] = f"unreachable: {type(exc).__name__}: {exc}"
+            ok = False
     if health["timers"]:
         if not health["loop_alive"]:
             ok = False

@@ -220,7 +220,7 @@ _NO_DEFAULT = object()
 # Job.create's defaults that validate_job gives too (None values are always defaults)
 _CREATE_DEFAULTS: dict[str, Any] = {
     "missed": Missed.RUN_ONCE, "catch_up_window": DEFAULT_CATCH_UP_WINDOW,
-    "locking": Locking.PREFER_GLOBAL, "overlap": Overlap.SKIP, "jitter": 0, "enabled": True,
+    "locking": Locking.REQUIRE_GLOBAL, "overlap": Overlap.SKIP, "jitter": 0, "enabled": True,
     "recover": False, "description": "", "team": DEFAULT_TEAM,
 }
 
@@ -234,7 +234,7 @@ class Job:
     handler: Handler | None
     missed: Missed = Missed.RUN_ONCE
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
-    locking: Locking = Locking.PREFER_GLOBAL
+    locking: Locking = Locking.REQUIRE_GLOBAL
     overlap: Overlap = Overlap.SKIP
     timeout: float | None = None
     jitter: float = 0.0
@@ -265,7 +265,7 @@ class Job:
         exclude: Sequence[str] | str | None = None,
         missed: Missed | str = Missed.RUN_ONCE,
         catch_up_window: str | float | timedelta = DEFAULT_CATCH_UP_WINDOW,
-        locking: Locking | str = Locking.PREFER_GLOBAL,
+        locking: Locking | str = Locking.REQUIRE_GLOBAL,
         overlap: Overlap | str = Overlap.SKIP,
         timeout: str | float | timedelta | None = None,
         jitter: str | float | timedelta = 0,

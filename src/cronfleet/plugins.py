@@ -88,7 +88,7 @@ class Schedule:
     jitter: str | float = 0
     missed: Missed | str = Missed.RUN_ONCE
     catch_up_window: str | float | None = None
-    locking: Locking | str = Locking.PREFER_GLOBAL
+    locking: Locking | str = Locking.REQUIRE_GLOBAL
     overlap: Overlap | str = Overlap.SKIP
     timeout: str | float | None = None
     enabled: bool = True

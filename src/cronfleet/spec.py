@@ -872,7 +872,7 @@ class JobSpec:
     enabled: bool = True
     missed: Missed = Missed.RUN_ONCE
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
-    locking: Locking = Locking.PREFER_GLOBAL
+    locking: Locking = Locking.REQUIRE_GLOBAL
     overlap: Overlap = Overlap.SKIP
     timeout: float | None = None
     jitter: float = 0.0

@@ -74,6 +74,7 @@ async def test_metrics_are_public_by_default(api: Api) -> None:
     assert "cronfleet_jobs 4.0" in lines
     assert 'cronfleet_run_outcomes_total{status="succeeded"} 1.0' in lines
     assert "cronfleet_leases_held 0.0" in lines
+    assert "cronfleet_fail_open_runs_total 0.0" in lines
     assert any(line.startswith("cronfleet_loop_overdue_seconds ") for line in lines)
 
 

@@ -1,6 +1,7 @@
 """One scheduler process for the real-process tests: ``python fleet_worker.py --help``.
 
-Declares ``--jobs`` identical interval jobs (``PREFER_GLOBAL``) and ``--require-jobs``
+Declares ``--jobs`` identical interval jobs (``--locking``: ``PREFER_GLOBAL`` unless told;
+``default`` leaves the library's default) and ``--require-jobs``
 ``REQUIRE_GLOBAL`` ones, and runs until ``--until`` (epoch seconds), then stops gracefully.
 Prints ``READY <instance>`` once started. The evidence is read from the store afterwards,
 never from this process's output.
@@ -43,13 +44,16 @@ def main() -> None:
     p.add_argument("--pause-at", type=float, default=None, help="epoch seconds (real time)")
     p.add_argument("--pause-for", default=None, help="a duration; none: until resumed")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--locking", default="prefer_global",
+                   help="locking of --jobs: node_local, prefer_global, require_global, default")
     p.add_argument("--command-log", default=None,
                    help="command jobs instead of handlers: each run appends "
                         "'<job> <slot> <token>' to this file (counted on the command side)")
     p.add_argument("--instance-ttl", default="15s")
     p.add_argument("--recover", action="store_true", help="recover=True on every job")
     p.add_argument(
-        "--count", default=None, help="file each handler appends 'job slot instance' to"
+        "--count", default=None,
+        help="file each handler appends 'job slot instance recovery' to (handler-side count)",
     )
     args = p.parse_args()
     logging.basicConfig(
@@ -81,6 +85,7 @@ def main() -> None:
         if args.count:
             count(ctx)  # after the work: a run cut short (kill -9) is not counted
 
+    locking = {} if args.locking == "default" else {"locking": Locking(args.locking)}
     for i in range(args.jobs):
         if args.command_log:
             from cronfleet.jobs.command import CommandJob
@@ -90,7 +95,8 @@ def main() -> None:
             s.add_job(command.job(args.every, id=f"{args.prefix}-{i:04d}"))
             continue
         s.job(
-            args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover
+            args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover,
+            **locking,
         )(handler)
     for i in range(args.require_jobs):
         s.job(

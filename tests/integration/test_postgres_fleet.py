@@ -329,8 +329,8 @@ def test_a_pause_from_one_process_is_honoured_by_all(schema: str) -> None:
 
 
 def test_connection_cut_and_restored_policies_hold(schema: str) -> None:
-    """PREFER_GLOBAL jobs run anyway while the database is unreachable (fail open),
-    REQUIRE_GLOBAL ones do not and their skips are recorded once it is back."""
+    """PREFER_GLOBAL jobs run anyway while the database is confirmed unreachable (fail
+    open), REQUIRE_GLOBAL ones do not and their slots are recorded once it is back."""
     with TcpProxy(pg_url()) as proxy:
         url = store_url(schema, proxy.url)
         t0 = math.ceil(time.time()) + 8
@@ -369,11 +369,17 @@ def test_connection_cut_and_restored_policies_hold(schema: str) -> None:
                 skips = [r for r in got if r[3] == "store_unavailable"]
                 assert len(skips) <= 1 and (runs or skips), (job, s, got)
             else:
-                assert runs, (job, s, got)  # fail open: it ran, maybe on both processes
+                # fail open while the outage is confirmed (a fresh connection fails too):
+                # it ran, maybe on both processes; around the edges (the database answers
+                # a fresh connection while this process still counts it down) it is
+                # handled as REQUIRE_GLOBAL: one run under a claim or one skip row
                 fail_open += sum(1 for r in runs if r[5] is None)
+                if not any(r[5] is None for r in runs):
+                    skips = [r for r in got if r[3] == "store_unavailable"]
+                    assert len(runs) + len(skips) == 1, (job, s, got)
     assert fail_open, "no PREFER_GLOBAL slot ran without a claim: was the connection cut?"
     unavailable = [r for r in rows if r[3] == "store_unavailable"]
-    assert unavailable and all(r[0].startswith("req") for r in unavailable)
+    assert any(r[0].startswith("req") for r in unavailable)
     print(f"fail-open runs {fail_open}, store_unavailable skips {len(unavailable)}")
 
 

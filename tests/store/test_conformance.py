@@ -306,6 +306,15 @@ async def test_list_runs_newest_first_with_filters(store: Store) -> None:
     assert await store.get_run(10_000) is None
 
 
+@pytest.fixture(autouse=True)
+def tiny_prune_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite prunes in id ranges: with ranges of 2 ids every retention test below crosses
+    batch boundaries, so the rule must hold across them."""
+    from cronfleet.store.sqlite import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "PRUNE_BATCH", 2)
+
+
 def _at(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from cronfleet.clock import FakeClock
 from cronfleet.model import RunStatus, TriggeredBy
 from cronfleet.store import Store
@@ -23,14 +21,6 @@ def me(name: str) -> Instance:
 
 def slot_item(job: str, slot: float, **kw: object) -> Dispatch:
     return Dispatch(job_id=job, slot=slot, triggered_by=S, **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture(autouse=True)
-def _instances_not_on_redis_yet(store_kind: str) -> None:
-    # the Redis store implements the Store contract of #11/#14; InstanceStore (#12) is
-    # #18 part B (the scheduler runs without it: no heartbeats, leases expire by time)
-    if store_kind == "redis":
-        pytest.skip("InstanceStore on Redis is #18 part B")
 
 
 def istore(s: Store) -> InstanceStore:

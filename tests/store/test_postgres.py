@@ -370,3 +370,99 @@ async def test_early_claims_of_an_unanswered_commit_are_given_back_before_reuse(
         finally:
             await store.close()
             await other.close()
+
+
+async def test_slot_claims_of_an_unanswered_commit_are_given_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for claims at the slot's time (the fast path writes no row in the claim's
+    transaction): the scheduler took the batch as failed and claims the slot again when
+    the store is back, which must find it free -- else the slot neither runs nor gets a
+    row. A claim whose row was written with it (a missed record) stays."""
+    from cronfleet.store.base import Dispatch
+
+    with TcpProxy(pg_url()) as proxy:
+        store = PostgresStore(proxy.url, schema=schema, max_backoff=0.3)
+        other = PostgresStore(pg_url(), schema=schema)
+        await store.open()
+        await other.open()
+        try:
+            await store.ensure_jobs(["a", "m"])
+            real = psycopg.AsyncCursor.execute
+            armed = [True]
+
+            async def commit_then_cut(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+                result = await real(self, query, *args, **kw)
+                if query == b"COMMIT" and armed[0]:
+                    armed[0] = False
+                    proxy.cut()
+                    raise psycopg.OperationalError("server closed the connection (test)")
+                return result
+
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", commit_then_cut)
+            batch = [item("a", 1000.0, lease=True, record=False),
+                     Dispatch.missed("m", 1000.0, reason="missed", logs=["missed"])]
+            with pytest.raises(StoreUnavailable):
+                await store.dispatch(batch, "one")
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+            proxy.restore()
+            for _ in range(200):
+                if store.available:
+                    break
+                await asyncio.sleep(0.05)
+            assert store.available
+            states = await other.read_states(["a"])
+            assert states["a"].lease_holder is None
+            got = await store.dispatch([item("a", 1000.0, lease=True, record=False)], "one")
+            assert [r.won for r in got] == [True]  # the slot was free again
+            [missed] = await other.list_runs("m")
+            assert missed.status.value == "skipped"  # its claim and row stayed
+            again = await store.dispatch(
+                [Dispatch.missed("m", 1000.0, reason="missed", logs=["missed"])], "one")
+            assert [r.won for r in again] == [False]
+        finally:
+            await store.close()
+            await other.close()
+
+
+async def test_a_stalled_database_is_unavailable_within_the_deadline(schema: str) -> None:
+    """A server or pooler that keeps its connections open but stops answering is an
+    outage after ``call_timeout``, not an endless wait; the store comes back after."""
+    with TcpProxy(pg_url()) as proxy:
+        store = PostgresStore(proxy.url, schema=schema, max_backoff=0.5, call_timeout=2.0)
+        await store.open()
+        try:
+            await store.ensure_jobs(["a"])
+            proxy.stall()
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="no answer within 2 s"):
+                await store.dispatch([item("a", 1000.0, lease=True)], "one")
+            # 2 s of waiting; the margin is for a loaded machine (its own lag is not counted)
+            assert time.monotonic() - t0 < 10
+            assert not store.available
+            assert await store.confirm_outage()  # a fresh connection does not answer either
+            proxy.restore()
+            for _ in range(400):
+                if store.available:
+                    break
+                await asyncio.sleep(0.05)
+            assert store.available
+            assert not await store.confirm_outage()
+            # the stalled claim never committed: the slot is still free
+            [res] = await store.dispatch([item("a", 1000.0, lease=True)], "one")
+            assert res.won
+        finally:
+            await store.close()
+
+
+async def test_the_deadline_is_in_the_url_and_on_the_server(schema: str) -> None:
+    store = PostgresStore(f"{pg_url()}?call_timeout=3", schema=schema)
+    assert store.call_timeout == 3.0
+    await store.open()
+    try:
+        async with store.pool.connection() as conn:
+            row = await (await conn.execute("SHOW statement_timeout")).fetchone()
+        assert row is not None and row[0] == "3s"
+    finally:
+        await store.close()
+    assert PostgresStore(f"{pg_url()}?call_timeout=0", schema=schema).call_timeout is None

@@ -98,6 +98,59 @@ async def test_a_burst_is_one_script_call_per_chunk(
     assert await calls() - before == 1  # claims and leases; the hot path writes no row
 
 
+async def test_dispatch_writes_its_rows_in_the_claims_script(
+    url: str, store: RedisStore, raw: aioredis.Redis
+) -> None:
+    """Claims without a lease (ALLOW, missed, jitter) and busy leases get their rows in
+    the same script as the claim: a process that dies right after that one call leaves
+    no claim the ledger does not account for (a silent gap)."""
+    await store.ensure_jobs(["allow", "missed", "jitter", "busy", "hot"])
+    [held] = await store.dispatch([Dispatch.scheduled("busy", T0, lease=True)], "other")
+    assert held.won
+    await store.dispatch([Dispatch.scheduled("warm", T0, lease=True)], "warm")  # loaded
+    stats = await raw.info("commandstats")
+    before = int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    items = [
+        Dispatch.scheduled("allow", T0 + 60, lease=False),
+        Dispatch.missed("missed", T0 + 60, reason="missed"),
+        Dispatch.scheduled("jitter", T0 + 60, lease=True, hold=90, defer=True),
+        Dispatch.scheduled("busy", T0 + 60, lease=True),
+        Dispatch.scheduled("hot", T0 + 60, lease=True),
+    ]
+    out = await store.dispatch(items, "dies")
+    stats = await raw.info("commandstats")
+    assert int(stats["cmdstat_evalsha"]["calls"]) - before == 1  # one call, nothing after
+    assert all(d.won for d in out)
+    # what another process reads now (the dispatching one is gone)
+    other = RedisStore(url, clock=FakeClock(T0 + 60))
+    await other.open()
+    try:
+        rows = {r.job_id: r for r in await other.list_runs(limit=50)}
+        got = {j: (r.status.value, r.reason) for j, r in rows.items() if j != "warm"}
+        assert got == {
+            "allow": ("running", None),
+            "missed": ("skipped", "missed"),
+            "jitter": ("pending", None),
+            "busy": ("skipped", "already_executing"),
+        }  # "hot": its claim sits under its lease (the reaper writes it: below)
+        for d in out:
+            if d.request.job_id != "hot":
+                assert d.run is not None and d.run.id == rows[d.request.job_id].id
+                stored = rows[d.request.job_id]
+                assert stored.fencing_token == d.token and stored.instance_id == "dies"
+                assert stored.logs == d.run.logs and stored.deadline == d.run.deadline
+                assert stored.claimed_at == d.run.claimed_at
+        assert rows["busy"].logs[-1].endswith("(lease held by other)")
+        assert rows["jitter"].deadline is not None
+        assert rows["jitter"].deadline.timestamp() == T0 + 90  # the store's now + hold
+        # the hot path's claim: its lease expires, the reaper writes its row
+        other.clock.advance(4000)  # type: ignore[attr-defined]
+        reaped = {r.job_id: r for r in await other.reap_orphans("survivor")}
+        assert "hot" in reaped and reaped["hot"].status.value == "interrupted"
+    finally:
+        await other.close()
+
+
 async def test_keys_live_under_the_prefix_and_a_job_s_keys_share_its_hash_tag(
     store: RedisStore, raw: aioredis.Redis
 ) -> None:

@@ -125,12 +125,14 @@ async def serve(
     try:
         if api:
             sock = _bind(host, port)
+        if metrics_port is not None:
+            # before the scheduler starts: /readyz says "not ready" (503) while start-up
+            # waits for the store, /healthz that the process lives
+            probes = ProbeServer(scheduler, metrics_host, metrics_port,
+                                 ready_max_overdue=(settings or ApiSettings())
+                                 .ready_max_overdue)
+            await probes.start()
         async with scheduler:
-            if metrics_port is not None:
-                probes = ProbeServer(scheduler, metrics_host, metrics_port,
-                                     ready_max_overdue=(settings or ApiSettings())
-                                     .ready_max_overdue)
-                await probes.start()
             await catalog.start()
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None

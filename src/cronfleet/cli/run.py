@@ -43,6 +43,9 @@ _ROLES = {
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="API port (default: [api] port, 8080; 0 picks a free one).")
 @click.option("--no-api", is_flag=True, help="Do not serve the REST API (role all or api).")
+@click.option("--connect-timeout", default=None, metavar="DURATION",
+              help="How long start-up waits for an unreachable store, retrying with backoff "
+                   "(e.g. 2m; default: [scheduler] connect_timeout, else forever).")
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None,
     help="Log verbosity (logs go to stderr). Default: $CRONFLEET_LOG_LEVEL, else "
@@ -63,8 +66,8 @@ _ROLES = {
 
 
 def run_cmd(config_path: str | None, role: str | None, host: str | None, port: int | None,
-            no_api: bool, log_level: str | None, log_format: str | None,
-            metrics_port: int | None) -> None:
+            no_api: bool, connect_timeout: str | None, log_level: str | None,
+            log_format: str | None, metrics_port: int | None) -> None:
     """Run the declared jobs (and those created over the API) until SIGINT or SIGTERM,
     then stop gracefully.
 
@@ -84,6 +87,14 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     from cronfleet.config.env import pick
     from cronfleet.logs import configure as configure_logs
 
+    wait_for_store: float | None = None
+    if connect_timeout is not None:
+        from cronfleet.cron.duration import DurationError, parse_duration
+
+        try:
+            wait_for_store = parse_duration(connect_timeout).total_seconds()
+        except DurationError as exc:
+            _fail(f"--connect-timeout: {exc}", EXIT_BAD_INPUT)
     try:
         from_env = timers_from_env()
     except ConfigError as exc:
@@ -137,7 +148,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     _check_vault(loaded)
     code = EXIT_OK
     try:
-        scheduler = loaded.scheduler(timers=role != "api", role=role)
+        scheduler = loaded.scheduler(timers=role != "api", role=role,
+                                     connect_timeout=wait_for_store)
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
                                ready_max_overdue=config.api_ready_max_overdue,
                                max_request_body=config.api_max_request_body,

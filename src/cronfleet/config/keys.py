@@ -16,6 +16,7 @@ DEFAULT_STORE = "sqlite:///cronfleet.db"
 SCHEDULER_KEYS = (
     "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
+    "connect_timeout",
     "instance_ttl",
     "log_level", "log_format", "metrics_port",
     "metrics_job_label",

@@ -326,6 +326,11 @@ class Reader:
                     setattr(config, key, duration_seconds(sched[key]))
                 except ScheduleError as exc:
                     bad(key, exc.message)
+        if "connect_timeout" in sched:  # how long start-up waits for the store; unset: forever
+            try:
+                config.connect_timeout = duration_seconds(sched["connect_timeout"])
+            except ScheduleError as exc:
+                bad("connect_timeout", exc.message)
         if "instance_ttl" in sched:
             try:
                 ttl = duration_seconds(sched["instance_ttl"])

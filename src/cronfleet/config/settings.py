@@ -52,6 +52,7 @@ class Config:
     plugins: list[PluginRef] = field(default_factory=list)
     entry_points: bool = True
     shutdown_grace: float = 30.0
+    connect_timeout: float | None = None  # start-up waits for the store; None: forever
     instance_ttl: float = 15.0
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
@@ -156,6 +157,7 @@ class Loaded:
         clock: Clock | None = None,
         instance_id: str | None = None,
         env: Mapping[str, str] | None = None,
+        connect_timeout: float | None = None,
         role: str = "all",
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
@@ -171,6 +173,7 @@ class Loaded:
             timezone=c.timezone,
             catch_up_window=c.catch_up_window,
             shutdown_grace=c.shutdown_grace,
+            connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
             instance_ttl=c.instance_ttl,
             role=role,
             run_retention=c.run_retention,

@@ -154,18 +154,32 @@ class EarlyClaims:
                 if job.id not in placed and jobs.get(job.id) is job and nexts.get(job.id) == slot:
                     due.push(job, slot)
 
-    def drop_stale(self, pending: Pending) -> None:
-        """This instance was declared lost after claiming ``pending``: the survivors
-        broke those claims (``interrupted`` rows, recoveries), so none is started here;
-        each job goes on with its next slot."""
+    async def drop_stale(self, pending: Pending) -> list[tuple[Job, float]]:
+        """This instance was declared lost after claiming ``pending``: none is started
+        here. The survivors broke the claims they saw (``interrupted`` rows, recoveries);
+        a claim made after that (between being declared lost and learning it) has no row
+        yet, so it is withdrawn -- the stores refuse to withdraw a claim whose slot has a
+        row -- and returned with the others: (job, slot) pairs to handle as if never
+        claimed early. The resolved ones lose their fresh claim and get no second row;
+        the others run (or are recorded) under a new claim instead of being lost."""
+        s = self.s
+        won = [(job, res) for job, res, _ in pending.ready if res.won]
         log.warning(
             "instance %s: %d slot(s) of %s claimed early were taken over by the fleet "
-            "while this process was not answering; not starting them",
-            self.s.instance_id,
-            sum(1 for _, res, _ in pending.ready if res.won),
-            from_ts(pending.slot).isoformat(),
+            "while this process was not answering; not starting them (the ones the fleet "
+            "did not record are claimed again)",
+            s.instance_id, len(won), from_ts(pending.slot).isoformat(),
         )
-        self.s.due.after_many([(job, pending.slot) for job, _, _ in pending.ready], self.s._jobs)
+        lost = [(job, pending.slot) for job, res, _ in pending.ready if not res.won]
+        s.due.after_many(lost, s._jobs)
+        kept = await self.withdraw(pending.slot, won) if won else []
+        if kept:  # the store did not answer: those slots are the survivors' to resolve
+            s.due.after_many([(job, pending.slot) for job, _ in kept], s._jobs)
+        gone = {job.id for job, _ in kept}
+        jobs = s._jobs
+        return [
+            (job, pending.slot) for job, _ in won if job.id not in gone and jobs.get(job.id) is job
+        ]
 
     def take(self, now: float) -> Pending | None:
         """The pending early claims if their instant has come (they leave this owner)."""
@@ -247,14 +261,17 @@ class EarlyClaims:
         """Withdraw early claims; returns those the store could not withdraw (still ours)."""
         s = self.s
         assert isinstance(s.store, EarlyClaimStore)
-        try:
-            await s.store.withdraw(
-                [(job.id, slot, res.token) for job, res in undo if res.token is not None]
-            )
-        except Exception as exc:
-            s.stats.store_errors += 1
-            log.warning("cannot withdraw %d early claims (%s)", len(undo), exc)
-            return undo
+        size = s.batch_size  # one transaction per chunk: each well inside the store deadline
+        for i in range(0, len(undo), size):
+            chunk = undo[i : i + size]
+            try:
+                await s.store.withdraw(
+                    [(job.id, slot, res.token) for job, res in chunk if res.token is not None]
+                )
+            except Exception as exc:
+                s.stats.store_errors += 1
+                log.warning("cannot withdraw %d early claims (%s)", len(undo) - i, exc)
+                return undo[i:]
         return []
 
     def _keep(

@@ -5,11 +5,15 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   refreshes this instance's row and reads the live set. An instance whose heartbeat is
   older than ``instance_ttl`` (15 s) is lost.
 - **Lost instances**: after each heartbeat, this process declares lost any other
-  instance past the ttl and breaks its leases (``InstanceStore.break_lost``, exactly one
-  survivor acts on each): its open runs and its claimed-but-unwritten slots (early claims
-  included) become ``interrupted`` (``instance_lost``), and jobs with ``recover=True``
-  re-run the slot with a higher fencing token. A lease is therefore worth as much as its
-  holder's heartbeat, whatever its stored expiry (which stays the backstop).
+  instance past the ttl -- after a gap in its own heartbeats (one failed, or none for
+  longer than the ttl) only once they went through again for ``steady_for`` (6 s by
+  default; ``Fleet.steady``: after a store outage every
+  heartbeat is stale, and the first process back must not declare the rest lost) -- and
+  breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
+  its open runs and its claimed-but-unwritten slots (early claims included) become
+  ``interrupted`` (``instance_lost``), and jobs with ``recover=True`` re-run the slot
+  with a higher fencing token. A lease is therefore worth as much as its holder's
+  heartbeat, whatever its stored expiry (which stays the backstop).
 - **Zombies**: a process that could not confirm its heartbeat for longer than the ttl
   (stopped, paused, starved) may have been declared lost. Before it starts runs from
   claims made earlier it confirms with a heartbeat; if the store says it was declared
@@ -44,6 +48,10 @@ if TYPE_CHECKING:
 __all__ = ["QUIET", "Fleet", "owner"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
+STEADY_BEATS = 2
+"""After a gap in its heartbeats (one failed, or none for longer than the ttl), an
+instance judges the others only after ``Fleet.steady_for``: this many intervals, at
+least an interval + 2 s, at most the ttl (6 s by default)."""
 
 log = logging.getLogger("cronfleet")
 
@@ -80,9 +88,14 @@ class Fleet:
         )
         self.ttl = s.instance_ttl
         self.interval = max(0.05, self.ttl / 5)
+        # a live instance beats within an interval of the store's return, plus its own
+        # reconnect (PostgreSQL's probe: up to 1 s): wait that long after a gap
+        self.steady_for = min(self.ttl, max(STEADY_BEATS * self.interval, self.interval + 2.0))
         self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
+        self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
+        self.failed = False  # a heartbeat failed since the last one that went through
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
         self._mine: dict[str, bool] = {}
         self._mine_for: tuple[str, ...] = ()
@@ -102,9 +115,17 @@ class Fleet:
             beat = await self.store.heartbeat(self.me, ttl=self.ttl)
         except Exception as exc:
             self.s.stats.store_errors += 1
+            self.failed = True
             log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
             return None
-        self.last_ok = asked
+        prev, self.last_ok = self.last_ok, asked
+        if prev is None or self.failed or asked - prev > self.ttl:
+            # back after failed heartbeats (a store outage, a held SQLite lock) or a pause
+            # longer than the ttl: the others' heartbeats may be as stale as ours for the
+            # same reason; see steady(). A beat that is merely late (a loaded machine)
+            # is no gap.
+            self.steady_since = asked
+            self.failed = False
         if beat.live != self.live:
             if self.live:
                 log.info(
@@ -138,6 +159,16 @@ class Fleet:
                 last = self.last_ok
                 return last is not None and now - last < self.ttl and epoch == self.epoch
         return epoch == self.epoch
+
+    def steady(self) -> bool:
+        """True once this instance's heartbeats have gone through without a gap (none
+        failed, none missing for longer than the ttl) for ``steady_for`` seconds. Only
+        then may it judge the others:
+        after an outage of the store every heartbeat is stale, and the first process back
+        must not declare the rest of the fleet lost -- they could not beat either, and
+        each live one beats again within an interval of the store's return."""
+        last, since = self.last_ok, self.steady_since
+        return last is not None and since is not None and last - since >= self.steady_for
 
     async def break_lost(self) -> list[RunRecord]:
         """Declare lost the instances past the ttl and break their leases; recover."""
@@ -181,7 +212,7 @@ class Fleet:
             s.activity.enter()
             try:
                 beat = await self.beat()
-                if beat is not None:
+                if beat is not None and self.steady():
                     await self.break_lost()
                     await s.registry.sync()  # only on change, or the periodic touch
             finally:

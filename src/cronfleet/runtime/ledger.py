@@ -24,6 +24,7 @@ __all__ = ["MAX_BUFFERED", "Ledger"]
 log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
+FINISH_CHUNK = 5_000
 log_runs = logging.getLogger("cronfleet")  # the one line per ended run
 
 
@@ -50,10 +51,12 @@ class Ledger:
     def __init__(self, s: Scheduler) -> None:
         self.s = s
         self.finishes: list[Finish] = []
+        self.writing = 0  # group commits under way (their batch has left finishes)
         self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
+        self.progress = 0  # chunks the store took (stop() waits while this moves)
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -105,18 +108,30 @@ class Ledger:
         batch = list(merged.values())
         self.finishes = []
         s.activity.enter()
+        self.writing += 1
         try:
-            await s.store.finish(batch)
+            # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
+            # inside the store's call deadline; a failed chunk keeps itself and the rest
+            while batch:
+                chunk = batch[:FINISH_CHUNK]
+                await s.store.finish(chunk)
+                del batch[:FINISH_CHUNK]
+                self.progress += 1
+                if log_runs.isEnabledFor(logging.INFO):
+                    log_ended(chunk, s.instance_id)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d finished runs (%s); will retry", len(batch), exc)
+            s.outage.warn.warning(
+                "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
+            )
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
             if s.running:
                 s.spawn(self._later_flush())
-        else:
-            if log_runs.isEnabledFor(logging.INFO):
-                log_ended(batch, s.instance_id)
+        except asyncio.CancelledError:
+            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
+            raise
         finally:
+            self.writing -= 1
             s.activity.leave()
         self._flushed_event().set()
 
@@ -126,8 +141,10 @@ class Ledger:
         return self._flush_done
 
     async def flushed(self) -> None:
-        """Wait until finished runs (and their lease releases) have been written."""
-        while (self.finishes or self.s.runner.ended) and self.s.running:
+        """Wait until finished runs (and their lease releases) have been written -- also
+        those of a group commit already under way: its batch has left ``finishes``, but
+        its releases are not written until it returns."""
+        while (self.finishes or self.s.runner.ended or self.writing) and self.s.running:
             ev = self._flushed_event()
             ev.clear()
             self.flush_event.set()
@@ -144,7 +161,9 @@ class Ledger:
             await s.store.record_skips(skips)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot record %d skipped slots (%s); will retry", len(skips), exc)
+            s.outage.warn.warning(
+                "skips", "cannot record %d skipped slots (%s); will retry", len(skips), exc
+            )
             self.unsaved_skips.extend(skips)
 
     async def flush_skips(self) -> None:

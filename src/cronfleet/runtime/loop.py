@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,7 @@ from cronfleet.clock import from_ts
 from cronfleet.model import (
     Job,
     JobState,
-    Locking,
     Overlap,
-    RunRecord,
     RunStatus,
     SkipReason,
     skip_reason,
@@ -31,7 +30,7 @@ from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
 from cronfleet.runtime.runs import Queued
 from cronfleet.store.base import Dispatch, Dispatched, Skip
-from cronfleet.store.ledger import missed_summary, override_skip_log, store_unavailable_log
+from cronfleet.store.ledger import missed_summary, override_skip_log
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -64,7 +63,10 @@ class Pipeline:
     async def submit(self, chunk: list[Dispatch]) -> None:
         task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
         self.inflight.append((chunk, task))
-        await asyncio.sleep(0)  # let the task reach the store's thread before we go on
+        # let the call reach the store's thread or socket before we go on: two hops, as a
+        # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
             self.results.extend(self.handle(done_chunk, done))
@@ -86,6 +88,7 @@ class Loop:
         self.task: asyncio.Task[None] | None = None
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
+        self.fired_mono = time.monotonic()  # when the instant being fired began (monotonic)
         # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
         # meanwhile join the sequence (they would meet its lease and be skipped)
         self.sequencing: dict[str, list[tuple[float, bool]]] = {}
@@ -133,6 +136,7 @@ class Loop:
     async def fire_due(self, now: float) -> None:
         s = self.s
         self.fired_at = now
+        self.fired_mono = time.monotonic()
         pending = s.early.take(now)
         jobs, store_due = s._jobs, s.due
         due = store_due.pop_due(now, jobs)
@@ -145,15 +149,21 @@ class Loop:
             states = await s.store.read_overrides(ids)
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot read overrides (%s); using each job's declared enabled", exc)
+            s.outage.warn.warning(
+                "overrides", "cannot read overrides (%s); using each job's declared enabled", exc
+            )
             states = {}
         if (
             pending is not None
             and pending.ready
             and not await s.fleet.confirm(now, pending.epoch)
         ):
-            s.early.drop_stale(pending)  # a zombie's claims: the fleet took them over
+            # a zombie's claims: the fleet took them over; those it did not see are
+            # claimed again like any due slot
+            due += await s.early.drop_stale(pending)
             pending = None
+        # every decision below on a fresh reading: the store calls may have taken long
+        now = max(now, s.clock.now())
         if pending is not None:
             due += await s.early.fire(pending, now, states)
         pipe = Pipeline(s)
@@ -297,57 +307,13 @@ class Loop:
         got: list[Dispatched] = task.result()
         for res in got:
             self.after_dispatch(res)
+        if self.s.outage.pending:
+            self.s.outage.answered(got)
         return got
 
     def dispatch_offline(self, items: list[Dispatch], exc: Exception | None) -> list[Dispatched]:
-        """The store did not answer: PREFER_GLOBAL and node-local jobs run anyway (fail
-        open); REQUIRE_GLOBAL jobs do not, and their skips are recorded later."""
-        s = self.s
-        out = []
-        for it in items:
-            job = s._jobs.get(it.job_id)
-            if job is None or it.skip_reason:
-                continue
-            if job.locking is Locking.REQUIRE_GLOBAL:
-                log.warning(
-                    "job %s: store unavailable (%s); REQUIRE_GLOBAL slot %s not run",
-                    job.id,
-                    exc,
-                    from_ts(it.slot).isoformat(),
-                )
-                s.ledger.unsaved_skips.append(
-                    Skip(
-                        job.id,
-                        it.slot,
-                        SkipReason.STORE_UNAVAILABLE.value,
-                        instance_id=s.instance_id,
-                        logs=[store_unavailable_log(exc)],
-                    )
-                )
-                continue
-            log.warning(
-                "job %s: store unavailable (%s); running slot %s without a claim (fail open)",
-                job.id,
-                exc,
-                from_ts(it.slot).isoformat(),
-            )
-            run = RunRecord(
-                id=None,
-                job_id=job.id,
-                slot=from_ts(it.slot),
-                triggered_by=it.triggered_by,
-                status=RunStatus.RUNNING,
-                instance_id=s.instance_id,
-                is_catchup=it.is_catchup,
-                manual=it.manual,
-                started_at=from_ts(s.clock.now()),
-                logs=list(it.logs),
-            )
-            run.logs.append(f"Ran without a claim: the store was unavailable ({exc})")
-            res = Dispatched(request=it, won=True, run=run)
-            s.runner.launch(job, run, leased=False)
-            out.append(res)
-        return out
+        """The store did not take a chunk: ``runtime/outage.py`` decides each slot."""
+        return self.s.outage.offline(items, exc, self.fired_mono)
 
     def after_dispatch(self, res: Dispatched) -> None:
         s = self.s

@@ -94,12 +94,15 @@ def early(job: Job, slot: float, now: float) -> Dispatch:
     return _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
 
 
-def missed(job: Job, slot: float, why: str, result: Any = None) -> Dispatch:
-    """A slot claimed and recorded ``skipped`` / ``missed`` (catch-up policy)."""
+def missed(
+    job: Job, slot: float, why: str, result: Any = None, reason: str = _MISSED
+) -> Dispatch:
+    """A slot claimed and recorded ``skipped`` / ``missed`` (catch-up policy; ``reason``
+    ``store_unavailable`` for a slot an outage kept from running)."""
     return Dispatch.missed(
         job.id,
         slot,
-        reason=_MISSED,
+        reason=reason,
         local=job.locking is _NODE_LOCAL,
         result=result,
         logs=[missed_log(from_ts(slot).isoformat(), why, job.missed.name, job.catch_up_window)],

@@ -15,7 +15,6 @@ import itertools
 import logging
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from cronfleet.model import (
 )
 from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, Start
 from cronfleet.store.ledger import (
     CANCELLED_REASON,
@@ -89,7 +89,7 @@ class Runs:
         self.ended: list[Active] = []
         self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
         self.idle_jobs: dict[str, asyncio.Event] = {}
-        self.threads: ThreadPoolExecutor | None = None
+        self.threads: DaemonThreadPool | None = None
         self._seq = itertools.count()
         self._slot_tz: dict[tuple[datetime, Any], datetime] = {}
 
@@ -311,7 +311,7 @@ class Runs:
 
     async def execute_inline(self, job: Job, run: RunRecord, leased: bool) -> RunRecord:
         """A manual run outside a running scheduler: run it to its end and write it."""
-        threads = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-job")
+        threads = DaemonThreadPool(1)
         self.threads = threads
         try:
             key = run.id if run.id is not None else -1

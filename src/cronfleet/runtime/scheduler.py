@@ -19,19 +19,27 @@ import asyncio
 import gc
 import json
 import logging
+import math
 import os
+import random
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from cronfleet.clock import Clock, SystemClock, from_ts
+from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
-from cronfleet.errors import AlreadyExecuting, DuplicateJob, JobNotFound, JobPaused
+from cronfleet.errors import (
+    AlreadyExecuting,
+    DuplicateJob,
+    JobNotFound,
+    JobPaused,
+    StoreUnavailable,
+)
 from cronfleet.model import (
     DEFAULT_TEAM,
     Handler,
@@ -55,11 +63,13 @@ from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
 from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
+from cronfleet.runtime.outage import Outage
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.registry import Registry
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
+from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.spec import default_job_id, pause_until
 
@@ -70,6 +80,10 @@ from cronfleet.store import Store, open_store
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
 
 log = logging.getLogger("cronfleet")
+
+STOP_WRITE_BUDGET = 5.0
+"""Seconds ``stop()`` gives the store for the last results (and again for closing), after
+the handlers' ``shutdown_grace``."""
 
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 
@@ -119,12 +133,19 @@ class Scheduler(SyncControl):
         record_started_after: float = 0.25,
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
+        connect_timeout: str | float | timedelta | None = None,
         instance_ttl: str | float | timedelta = 15.0,
         role: str = "all",
         metrics_job_label: bool = True,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = open_store(store or DEFAULT_STORE, clock=self.clock)
+        self.connect_timeout = (
+            None if connect_timeout is None else _secs(connect_timeout, "connect_timeout")
+        )
+        """How long ``start()`` waits for an unreachable store (``None``: as long as it
+        takes), retrying with backoff and full jitter."""
+        self._own_store = store is None or isinstance(store, str)  # built here from a URL
         self.instance_id = instance_id or new_instance_id()
         self.timezone = timezone
         self.catch_up_window = _secs(catch_up_window, "catch_up_window")
@@ -167,6 +188,7 @@ class Scheduler(SyncControl):
         self.loop = Loop(self)
         self.early = EarlyClaims(self)
         self.upkeep = Upkeep(self)
+        self.outage = Outage(self)
         self.fleet = Fleet(self)
         self.registry = Registry(self)
 
@@ -188,7 +210,7 @@ class Scheduler(SyncControl):
         exclude: Sequence[str] | str | None = None,
         missed: Missed | str = Missed.RUN_ONCE,
         catch_up_window: str | float | timedelta | None = None,
-        locking: Locking | str = Locking.PREFER_GLOBAL,
+        locking: Locking | str = Locking.REQUIRE_GLOBAL,
         overlap: Overlap | str = Overlap.SKIP,
         timeout: str | float | timedelta | None = None,
         jitter: str | float | timedelta = 0,
@@ -315,10 +337,8 @@ class Scheduler(SyncControl):
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
-        self.runner.threads = ThreadPoolExecutor(
-            self.max_workers, thread_name_prefix="cronfleet-job"
-        )
-        await self.store.open()
+        self.runner.threads = DaemonThreadPool(self.max_workers)
+        await self._open_store()
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
         for job in self._jobs.values():
@@ -368,6 +388,56 @@ class Scheduler(SyncControl):
         """Re-plan now (a job or an override changed): the loop wakes up."""
         self.loop.wake.set()
 
+
+    async def _last_writes(self) -> None:
+        async def write() -> None:
+            if self._flusher is not None:
+                await asyncio.gather(self._flusher, return_exceptions=True)
+            await self.ledger.flush_once()
+            await self.ledger.flush_skips()
+
+        task = asyncio.ensure_future(write())
+        seen = -1
+        while seen != self.ledger.progress:
+            seen = self.ledger.progress
+            if await wait_done(task, STOP_WRITE_BUDGET):
+                return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        log.warning(
+            "cronfleet %s: the store took none of the last results for %g s; %d runs and "
+            "%d skips are not recorded (their leases expire and the reaper records them)",
+            self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
+            len(self.ledger.unsaved_skips),
+        )
+
+    async def _open_store(self) -> None:
+        """Open the store, waiting for an unreachable one (``StoreUnavailable``) with
+        exponential backoff and full jitter, up to ``connect_timeout``; any other error
+        (a bad path, a newer schema) stops the start at once."""
+        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
+        delay, tries = 0.5, 0
+        if self._own_store and hasattr(self.store, "open_timeout"):
+            # the store's own connect retry (PostgreSQL) follows the same limit at start;
+            # a control call on a stopped scheduler keeps the store's (60 s)
+            self.store.open_timeout = (
+                math.inf if self.connect_timeout is None else self.connect_timeout
+            )
+        while True:
+            try:
+                await self.store.open()
+                if tries:
+                    log.info("store %s reachable after %d attempts", self.store.url, tries + 1)
+                return
+            except StoreUnavailable as exc:
+                tries += 1
+                wait = random.uniform(0, delay)
+                if deadline is not None and time.monotonic() + wait > deadline:
+                    raise
+                self.outage.warn.warning("connect", "store %s unreachable (%s); waiting for it",
+                                         self.store.url, exc)
+                await asyncio.sleep(wait)
+                delay = min(delay * 2, 5.0)
 
     def start_in_background(
         self, *, timeout: float = 60.0,
@@ -423,14 +493,25 @@ class Scheduler(SyncControl):
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.ledger.flush_once()
-        await self.ledger.flush_skips()
+        self.outage.at_stop()
+        # the last writes go on while the store takes them (100,000 results are many
+        # chunks); a store that takes nothing for STOP_WRITE_BUDGET (hung, down) is left
+        # behind: those runs' leases expire and the survivors' reaper records them
+        await self._last_writes()
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        await self.fleet.leave()
-        await self.store.close()
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
+                await self.fleet.leave()
+        except TimeoutError:
+            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
+                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
+                await self.store.close()
+        except TimeoutError:
+            log.warning("cronfleet %s: closing the store took over %g s; left behind",
+                        self.instance_id, STOP_WRITE_BUDGET)
         log.info("cronfleet %s stopped", self.instance_id)
 
     def run(self) -> None:

@@ -64,6 +64,7 @@ class Stats:
     claims_lost: int = 0
     store_errors: int = 0
     retries: int = 0
+    fail_open: int = 0  # PREFER_GLOBAL runs started without a claim (confirmed outage)
     outcomes: dict[str, int] = field(default_factory=dict)
     skips: dict[str, int] = field(default_factory=dict)
     lateness: Histogram = field(default_factory=lambda: Histogram(LATENESS_BUCKETS))

@@ -747,7 +747,7 @@ class LostInstances:
 
 @runtime_checkable
 class InstanceStore(Store, Protocol):
-    """A store that keeps the fleet's instances (memory, SQLite and PostgreSQL do).
+    """A store that keeps the fleet's instances (memory, SQLite, PostgreSQL and Redis do).
 
     Leases are proof of life: a lease stays valid while its holder heartbeats, and the
     survivors break the leases of an instance whose heartbeat is older than ``ttl``

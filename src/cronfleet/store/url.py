@@ -34,7 +34,7 @@ Dialect = Literal["sqlite", "postgres", "redis"]
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_SCHEMA = "cronfleet"
 # our options in a PostgreSQL URL's query; everything else is passed to libpq untouched
-PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source")
+PG_OPTIONS = ("schema", "pool_min", "pool_max", "time_source", "call_timeout")
 DEFAULT_PREFIX = "cronfleet:"
 REDIS_OPTIONS = ("prefix",)
 

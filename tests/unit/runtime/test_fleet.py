@@ -18,9 +18,6 @@ from cronfleet.store.base import Dispatch, Instance, InstanceStore
 
 from .conftest import BOTH, T0, Recorder, advance, settle
 
-# instances and heartbeat leases (InstanceStore) are not on Redis yet (#18 part B)
-BOTH = [k for k in BOTH if k != "redis"]
-
 Make = Callable[..., Scheduler]
 TTL = 3.0
 
@@ -294,3 +291,79 @@ async def test_a_recovery_that_never_gets_the_lease_is_recorded_superseded(
     [rec] = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 and r.is_recovery]
     assert rec.status is RunStatus.SKIPPED and rec.reason == "superseded"
     assert "superseded" in rec.logs[-1]
+
+
+async def test_after_a_store_outage_nobody_declares_the_others_lost(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Every heartbeat is stale after the store was away longer than the ttl (a held
+    SQLite lock, a cut): the first process back must not declare the rest of the fleet
+    lost. A process judges the others only after a whole ttl of its own heartbeats."""
+    from cronfleet.errors import StoreUnavailable
+
+    a = make(instance_id="a", instance_ttl=TTL)
+    b = make(instance_id="b", instance_ttl=TTL)
+    for s in (a, b):
+        s.job("1h", id="j")(Recorder())
+        await s.start()
+        running.append(s)
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    assert a.fleet.live == ("a", "b") and a.fleet.steady() and b.fleet.steady()
+
+    async def away(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the store is away")
+
+    for s in (a, b):
+        s.store.heartbeat = away  # type: ignore[method-assign]
+    await advance(clock, 3 * TTL, a, b, step=0.25)  # both heartbeats now older than the ttl
+    del a.store.heartbeat  # type: ignore[method-assign]
+    await advance(clock, 1.0, a, b, step=0.25)  # a is back first; b's row is still stale
+    assert a.fleet.last_ok is not None and not a.fleet.steady()
+    del b.store.heartbeat  # type: ignore[method-assign]
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    listed = {i.instance_id: i for i in await istore(a).list_instances(ttl=TTL)}
+    assert listed["a"].lost_at is None and listed["b"].lost_at is None, listed
+    assert listed["a"].live and listed["b"].live
+    assert a.fleet.epoch == 0 and b.fleet.epoch == 0
+    # the rule still catches a dead one: b stops beating for good, a declares it lost
+    b.store.heartbeat = away  # type: ignore[method-assign]
+    await advance(clock, 2 * TTL, a, b, step=0.25)
+    listed = {i.instance_id: i for i in await istore(a).list_instances(ttl=TTL)}
+    assert listed["b"].lost_at is not None and listed["b"].lost_by == "a"
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_zombies_claims_made_after_it_was_declared_lost_are_not_lost(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Claims a process made early between being declared lost and learning it were
+    never seen by the survivors: they are withdrawn and claimed again, so each slot still
+    runs once (they used to be dropped: no run, no row -- silent gaps)."""
+    z = make(instance_id="zombie", instance_ttl=TTL)
+    s = make(instance_id="survivor", instance_ttl=TTL, claim_ahead=0)  # claims at the instant
+    zrec, srec = Recorder(), Recorder()
+    ids = [f"j{n}" for n in range(8)]
+    for job_id in ids:
+        z.job("60s", id=job_id)(zrec)
+        s.job("60s", id=job_id)(srec)
+    for sched in (z, s):
+        await sched.start()
+        running.append(sched)
+    await advance(clock, 50, z, s, step=0.25)
+    # the zombie's heartbeats stop (its loop goes on): the survivor declares it lost
+    for t in [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]:
+        t.cancel()
+    await advance(clock, TTL + 2, z, s, step=0.25)
+    listed = {i.instance_id: i for i in await istore(s).list_instances(ttl=TTL)}
+    assert listed["zombie"].lost_at is not None
+    # ... and afterwards claims its share of T0 + 60 early, not knowing
+    await advance(clock, 60 - 50 - (TTL + 2) - 0.25, z, s, step=0.25)
+    assert z.early.pending is not None and any(r.won for _, r, _ in z.early.pending.ready)
+    await advance(clock, 3, z, s, step=0.25)
+    await settle(z, s)
+    assert z.fleet.epoch == 1  # it learnt it had been declared lost
+    ran = Counter(c.job_id for c in zrec.calls + srec.calls if c.slot.timestamp() == T0 + 60)
+    assert ran == Counter({job_id: 1 for job_id in ids}), ran
+    for job_id in ids:
+        rows = [r for r in await s.runs_async(job_id) if r.slot.timestamp() == T0 + 60]
+        assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows

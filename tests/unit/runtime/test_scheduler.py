@@ -648,6 +648,11 @@ async def test_locking_when_store_is_unavailable(
     running.append(s)
     flaky = FlakyDispatch(s)
     s.store.dispatch = flaky  # type: ignore[method-assign]
+
+    async def confirmed() -> bool:  # a fresh connection fails too: a real outage
+        return True
+
+    s.store.confirm_outage = confirmed  # type: ignore[attr-defined]
     await advance(clock, 60, s, step=60)
     assert len(prefer.calls) == 1 and prefer.calls[0].fencing_token is None
     assert require.calls == []

@@ -34,9 +34,10 @@ import inspect
 import json
 import logging
 import random
+import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -45,7 +46,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
@@ -89,6 +90,58 @@ TimeSource = Literal["database", "clock"]
 # the first of the advisory-lock key pair used by migrations ("cfmg")
 _MIGRATION_LOCK = 0x63666D67
 _SKEW_WARN = 1.0
+DEFAULT_CALL_TIMEOUT = 10.0
+"""A store call that takes longer makes the store unavailable (a hung server or pooler
+that keeps its connections open is an outage, not a wait)."""
+PROBE_MAX_BACKOFF = 1.0
+"""Seconds at most between two reconnect probes while the database is down (full jitter
+below it): every process fires on time again within about a second of its return."""
+
+
+PRUNE_TIMEOUT = 120.0
+
+
+def _call_timeout(value: float | None) -> float | None:
+    if value is None or value <= 0:
+        return None
+    return float(value)
+
+
+async def within(aw: Coroutine[Any, Any, T], seconds: float | None, what: str) -> T:
+    """``aw``'s result if it arrives within ``seconds``, else ``TimeoutError`` at once.
+
+    The late work is cancelled in the background rather than awaited: cancelling a psycopg
+    query sends a cancel request and waits for the server (up to 10 s), and a server that
+    stopped answering must not hold the caller that long. This process's own lag does not
+    count (:func:`~cronfleet.clock.wait_done`)."""
+    if seconds is None:
+        return await aw
+    if _EAGER:  # Python 3.12+: the call's first step (sending its query) runs now
+        task: asyncio.Future[T] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+            aw, loop=asyncio.get_running_loop(), eager_start=True
+        )
+    else:
+        task = asyncio.ensure_future(aw)
+    try:
+        if await wait_done(task, seconds):
+            return task.result()
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    task.cancel()
+    task.add_done_callback(_consume)
+    _abandoned.add(task)
+    raise TimeoutError(f"{what}: no answer within {seconds:g} s")
+
+
+_abandoned: set[asyncio.Future[Any]] = set()
+_EAGER = sys.version_info >= (3, 12)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: the caller was already told
 
 _msd = msd
 _dumps = dumps
@@ -197,6 +250,7 @@ class PostgresStore:
         open_timeout: float = 60.0,
         skew_interval: float = 60.0,
         max_backoff: float = 5.0,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         conninfo, opts = split_pg_url(url)
         self.conninfo = conninfo
@@ -220,6 +274,12 @@ class PostgresStore:
         self.open_timeout = open_timeout
         self.skew_interval = skew_interval
         self.max_backoff = max_backoff
+        raw_timeout = opts.get("call_timeout")
+        self.call_timeout: float | None = _call_timeout(
+            float(raw_timeout) if raw_timeout is not None else call_timeout
+        )
+        """Seconds a store call may take before the store counts as unavailable (client
+        side, and the server's ``statement_timeout``); ``None``: no deadline."""
         self.channel = f"cronfleet_{self.schema}"
         self._qschema = '"' + self.schema.replace('"', '""') + '"'
         self.q = load_queries("cronfleet.store.postgres", self._qschema)
@@ -274,7 +334,15 @@ class PostgresStore:
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         # UTC datetimes; a transaction left open by a partitioned instance is ended by the
         # server, so the claims it holds do not block the rest of the fleet for long
-        await conn.execute(b"SET TIME ZONE 'UTC'; SET idle_in_transaction_session_timeout = '30s'")
+        # server: no statement outlives the client's deadline; a transaction left idle by
+        # a stopped process ends after 30 s (shorter would end the live transactions of a
+        # process whose loop is busy planning the next chunk of a large burst)
+        limit = self.call_timeout
+        stmt = f"{round(limit * 1000)}ms" if limit else "0"
+        await conn.execute(
+            f"SET TIME ZONE 'UTC'; SET statement_timeout = '{stmt}'; "
+            "SET idle_in_transaction_session_timeout = '30s'".encode()
+        )
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
@@ -296,18 +364,17 @@ class PostgresStore:
         """Probe the database with backoff while it is down; then let calls through."""
         delay = 0.2
         while self._pool is not None:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter: no fleet in lockstep
             try:
-                conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
-                try:
-                    await conn.execute("SELECT 1")
-                finally:
-                    await conn.close()
-                await self.pool.check()  # drop the pooled connections that died with it
-                await self._withdraw_ambiguous_early()
+                await within(self._fresh_select(), self.call_timeout or 30.0, "probe")
+                # drop the pooled connections that died with it
+                await within(self.pool.check(), self.call_timeout or 30.0, "pool check")
+                await within(self._withdraw_ambiguous_early(), self.call_timeout, "give-back")
             except Exception as exc:
                 self._down = exc
-                delay = min(delay * 2, self.max_backoff)
+                # capped low: the fleet is back on time within ~1 s of the database (a
+                # probe is one fresh connection; full jitter keeps the fleet apart)
+                delay = min(delay * 2, PROBE_MAX_BACKOFF, self.max_backoff)
                 log.debug("PostgreSQL store %s still unavailable: %s", self.url, exc)
                 continue
             log.warning("PostgreSQL store %s is available again", self.url)
@@ -316,10 +383,32 @@ class PostgresStore:
             self._notify_all()  # anything announced while we were away
             return
 
+    async def _fresh_select(self) -> None:
+        conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
+        try:
+            await conn.execute("SELECT 1")
+        finally:
+            await conn.close()
+
+    async def confirm_outage(self) -> bool:
+        """True when a *fresh* connection cannot run ``SELECT 1`` within the call deadline
+        either: the database is unreachable for everyone, not merely for this process's
+        session (a paused process finds its own connection dead; that is no outage)."""
+        if self._pool is None:
+            return False
+        try:
+            await within(self._fresh_select(), self.call_timeout or 5.0, "outage check")
+        except (OSError, TimeoutError, psycopg.OperationalError, psycopg.InterfaceError):
+            return True
+        except psycopg.Error:
+            return False  # the server answered, even if with an error
+        return False
+
     async def _withdraw_ambiguous_early(self) -> None:
-        """Early claims whose COMMIT went unanswered are given back on a connection of
-        their own, before the store is marked available: the scheduler took the batch as
-        failed and claims those slots again at their time, which must find them free."""
+        """Slot claims whose COMMIT went unanswered (early or not) are given back on a
+        connection of their own, before the store is marked available: the scheduler took
+        the batch as failed and claims those slots again, which must find them free (a
+        claim whose slot has a row stays)."""
         if not self._ambiguous_early:
             return
         rows = sorted(set(self._ambiguous_early))
@@ -331,8 +420,8 @@ class PostgresStore:
         finally:
             await conn.close()
         self._ambiguous_early.clear()
-        log.warning("PostgreSQL store %s: gave back %d early claims whose commit was not "
-                    "acknowledged", self.url, len(rows))
+        log.warning("PostgreSQL store %s: gave back the claims of %d slots whose commit was "
+                    "not acknowledged", self.url, len(rows))
 
     async def _withdraw_in(self, cur: Cursor, rows: Sequence[tuple[str, int, int]]) -> int:
         await cur.execute(cur.q["withdraw_claims"], {"rows": _dumps([list(r) for r in rows])})
@@ -391,6 +480,7 @@ class PostgresStore:
         *,
         tx: bool = True,
         ambiguous: Callable[[T], None] | None = None,
+        deadline: float | Literal["default"] | None = "default",
     ) -> T:
         """Run ``fn(cursor, now)`` in one transaction (``tx=False``: a plain read).
 
@@ -399,10 +489,28 @@ class PostgresStore:
         sent is replaced once; other connection errors raise ``StoreUnavailable``. If the
         connection dies during ``COMMIT`` nobody knows whether it committed:
         ``ambiguous(result)`` is told, so the caller can undo what it can once back.
+
+        The whole call has ``deadline`` seconds (default :attr:`call_timeout`): a database
+        that keeps its connections open but stops answering raises ``StoreUnavailable``
+        then and the store is down until a fresh connection answers the probe.
         """
-        pool = self.pool
+        self.pool  # noqa: B018 -- "is not open" before anything else
         if self._down is not None:
             raise self._unavailable(self._down)
+        limit = self.call_timeout if deadline == "default" else deadline
+        try:
+            return await within(self._attempts(fn, tx, ambiguous), limit, "store call")
+        except TimeoutError as exc:
+            self._mark_down(exc)
+            raise self._unavailable(exc) from exc
+
+    async def _attempts(
+        self,
+        fn: Callable[[Cursor, datetime], Awaitable[T]],
+        tx: bool,
+        ambiguous: Callable[[T], None] | None,
+    ) -> T:
+        pool = self.pool
         attempt = 0
         while True:
             attempt += 1
@@ -439,6 +547,11 @@ class PostgresStore:
                                 await conn.execute(b"ROLLBACK")
                         raise
                 return result  # type: ignore[no-any-return]
+            except asyncio.CancelledError:
+                # past the deadline: if COMMIT was on its way, nobody knows whether it landed
+                if done and ambiguous is not None:
+                    ambiguous(result)
+                raise
             except psycopg.errors.TransactionRollback as exc:
                 if attempt >= 5:
                     raise StoreError(f"PostgreSQL store {self.url}: {exc}") from exc
@@ -520,9 +633,10 @@ class PostgresStore:
 
     async def _migrate(self) -> None:
         async def go(cur: Cursor, now: datetime) -> None:
+            await cur.execute(b"SET LOCAL statement_timeout = 0")  # a migration may be long
             await apply_migrations(cur, self.schema, self.url)
 
-        await self._run(go)
+        await self._run(go, deadline=None)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -640,7 +754,7 @@ class PostgresStore:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
-            await asyncio.sleep(delay)
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter
             delay = min(delay * 2, self.max_backoff)
 
     async def _announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
@@ -758,11 +872,14 @@ class PostgresStore:
                 [(d.request.job_id, d.token) for d in out
                  if d.started and d.request.lease and not d.request.early]
             )
-            # the scheduler claims these slots again at their time: the early claims must
-            # be gone by then, or nobody would run them
+            # the scheduler claims these slots again (early ones at their time, the others
+            # through its outage backlog): the claims must be gone by then, or nobody would
+            # run them. A claim whose row was written with it (a skip, a catch-up run) is
+            # kept: the withdrawal refuses a claim whose slot has a row.
             self._ambiguous_early.extend(
                 (d.request.job_id, ms(d.request.slot), d.token) for d in out
-                if d.request.early and d.won and d.token is not None
+                if d.won and d.token is not None and d.request.claim == "slot"
+                and d.request.kind is not DispatchKind.RECOVERY
             )
 
         out = await self._run(go, ambiguous=unsure)
@@ -1342,7 +1459,8 @@ class PostgresStore:
         runs_before = datetime.fromtimestamp(runs_older_than, UTC)
 
         async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
-            # RETENTION_RULE (store/base.py)
+            # RETENTION_RULE (store/base.py); upkeep, off the critical path: its own deadline
+            await cur.execute(b"SET LOCAL statement_timeout = '120s'")
             await cur.execute(cur.q["prune_claims"], (claims_before,))
             claims = cur.rowcount
             await cur.execute(cur.q["prune_old_runs"], (runs_before,))
@@ -1351,4 +1469,4 @@ class PostgresStore:
             runs += cur.rowcount
             return claims, runs
 
-        return await self._run(go)
+        return await self._run(go, deadline=PRUNE_TIMEOUT)

@@ -14,9 +14,12 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
   deletes and instances. A run row that carries a token is written once per
   ``(job, token)``: a group commit retried after a lost answer updates it.
 * **Row decisions** come from :mod:`cronfleet.store.ledger`; the scripts only claim, lease,
-  index and apply. Where a row depends on what a script decided (lease busy, a lost run
-  found under an expired lease), the store asks the ledger and writes the rows with a
-  second script (see docs/architecture.md, "The Redis store", for what that means).
+  index and apply. Where a dispatch row depends on what the script finds (lease taken or
+  busy), the ledger decides it beforehand for each outcome (row templates) and the same
+  script writes the one that applies: a batch is one call per chunk, with no window in
+  which a claim exists without its row or lease (docs/architecture.md, "The Redis store").
+* **Instances** (``instances.lua``): heartbeats, the live set and lost instances judged by
+  the server's ``TIME``; a final outcome is never overwritten (late results attached).
 * **Keys** start with the URL's ``prefix`` (default ``cronfleet:``); a job's keys carry
   the hash tag ``{job}``. Batched scripts touch many jobs and a few global keys (run ids,
   indexes), so they need one server: Redis Cluster is not supported yet.
@@ -34,7 +37,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -50,6 +53,9 @@ from cronfleet.store.base import (
     Dispatched,
     DispatchKind,
     Finish,
+    Heartbeat,
+    Instance,
+    LostInstances,
     RunCursor,
     RunFilter,
     RunPage,
@@ -70,7 +76,7 @@ SCHEMA_VERSION = 1
 
 _SCRIPTS = (
     "states", "set_override", "dispatch", "leases", "put_runs", "withdraw", "renew",
-    "reap", "prune", "read_runs",
+    "reap", "prune", "read_runs", "instances",
 )  # fmt: skip
 _CLAIM = {"slot": "s", "token": "t", "none": "n"}
 
@@ -85,6 +91,10 @@ def _kind(it: Dispatch) -> str:
 
 
 _CHUNK = 5000  # requests per script call: a long script blocks every other client
+_ROWS_CHUNK = 1000  # row templates per dispatch call (unleased bursts write their rows)
+# placeholders in dispatch's row templates, filled by the script (dispatch.lua)
+_T_NOW, _T_DEADLINE, _SLOT0 = (datetime.fromtimestamp(t / 1000, UTC) for t in (1, 2, 0))
+_HOLDER = "@@cronfleet:holder@@"
 # run rows per script call: a group commit of 10,000 rows in one script would hold the
 # server while other processes wait to claim
 _PUT_CHUNK = 500
@@ -482,74 +492,141 @@ class RedisStore:
             last = i + _PUT_CHUNK >= len(fields)
             res = json.loads(await self._run("put_runs", part, *(rel if last else ())))
             out.extend((int(res[k]), int(res[k + 1])) for k in range(0, len(res), 2))
+        late: list[tuple[RunRecord, int]] = []
         for (rec, _), (rid, how) in zip(rows, out, strict=True):
             if how:
                 rec.id = rid
+            if how == 3:
+                late.append((rec, rid))
+        if late:
+            await self._attach_late(late)
         return out
 
-    def _kept_lost(self, lost: Sequence[Any], now: int) -> list[tuple[RunRecord, str | None]]:
-        overdue = dt(now - 1)
-        assert overdue is not None
-        rows: list[tuple[RunRecord, str | None]] = []
-        for j, tok, holder, slot, claimed in _fives(lost):
-            rows.append((
-                ledger.kept_lost_run(
-                    j, int(tok), holder or None, dt(_i(slot)), dt(_i(claimed)) or overdue,
-                    overdue=overdue,
-                ),
-                None,
-            ))  # fmt: skip
-        return rows
+    async def _attach_late(self, late: Sequence[tuple[RunRecord, int]]) -> None:
+        """Rows the fence refused (their slot already holds another final outcome): each
+        outcome is attached to the stored row as its late result (ledger.attach_late_result),
+        only while that row still holds the status it was read with."""
+        stored = {r.id: r for r in await self._get_many([rid for _, rid in late])}
+        now = dt(ms(await self.now()))
+        fields = []
+        for rec, rid in late:
+            old = stored.get(rid)
+            if old is None:
+                continue
+            kept = ledger.attach_late_result(old, rec, now)
+            fields.append({
+                "id": str(rid), "j": old.job_id, "la": old.status.value,
+                "r": json.dumps(kept.result, default=str),
+                "lg": json.dumps(kept.logs, default=str),
+            })  # fmt: skip
+        if fields:
+            await self._run("put_runs", json.dumps(fields, separators=(",", ":")))
 
     # -- the hot path -------------------------------------------------------------------------
 
     async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
+        """Claims, leases and the rows that must exist now in one script per chunk: the
+        rows are decided here by :func:`ledger.dispatch_run` before the call, as templates
+        for each outcome the script may find (lease taken or busy), and the script writes
+        the one that applies. Nothing is left for a second call, so a process that dies
+        (or pauses) after the claims leaves no claim without its row or its lease."""
         self._redis()
         leased = [it.job_id for it in items if it.lease and not it.defer and not it.skip_reason]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         out = [Dispatched(request=it, won=False) for it in items]
+        start = 0
+        while start < len(items):
+            end, argv, templates = self._dispatch_args(items, start, instance_id)
+            raw = await self._run(
+                "dispatch", instance_id, json.dumps(argv, separators=(",", ":")),
+                json.dumps(templates, separators=(",", ":")), _HOLDER,
+            )  # fmt: skip
+            self._dispatched(items[start:end], out[start:end], json.loads(raw), instance_id)
+            start = end
+        return out
+
+    @staticmethod
+    def _dispatch_args(
+        items: Sequence[Dispatch], start: int, instance_id: str
+    ) -> tuple[int, list[str], list[dict[str, str]]]:
+        """One chunk's arguments from ``start``: ``(end, items, templates)``."""
+        argv: list[str] = []
+        templates: list[dict[str, str]] = []
+        shared: dict[tuple[TriggeredBy, bool], str] = {}
+
+        def template(it: Dispatch, taken: bool) -> str:
+            rec, _, _ = ledger.dispatch_run(
+                it, slot=_SLOT0, now=_T_NOW, deadline=_T_DEADLINE, token=None,
+                instance=instance_id, lease_taken=taken, holder=_HOLDER,
+            )  # fmt: skip
+            templates.append(run_fields(rec))
+            return str(len(templates))
+
+        end = start
+        while end < len(items) and end - start < _CHUNK and len(templates) < _ROWS_CHUNK:
+            it = items[end]
+            end += 1
+            lease = it.lease and not it.defer and not it.skip_reason
+            ok = busy = ""
+            # the hot path (a leased run starting now) has no row here: the group commit
+            # writes it; a crash before that leaves its claim under its lease (the reaper)
+            if it.record or it.defer or it.skip_reason or not it.lease:
+                ok = template(it, True)
+            if lease and it.kind is not DispatchKind.EARLY:
+                if (
+                    it.kind is DispatchKind.SCHEDULED and not it.logs and it.result is None
+                    and it.params is None and it.forced_by is None and not it.wait_if_busy
+                    and not it.manual and not it.is_recovery
+                ):  # fmt: skip
+                    key = (it.triggered_by, it.is_catchup)
+                    if key not in shared:  # one template for every plain busy slot
+                        plain = Dispatch.scheduled("", 0.0, lease=True, catchup=it.is_catchup)
+                        plain.triggered_by = it.triggered_by
+                        shared[key] = template(plain, False)
+                    busy = shared[key]
+                else:
+                    busy = template(it, False)
+            argv += (
+                _kind(it), it.job_id, str(ms(it.slot)), "1" if lease else "0",
+                str(ms(it.hold)), "" if it.reclaim_token is None else str(it.reclaim_token),
+                ok, busy,
+            )  # fmt: skip
+        return end, argv, templates
+
+    @staticmethod
+    def _dispatched(
+        chunk: Sequence[Dispatch], out: Sequence[Dispatched], res: Sequence[Any], instance: str
+    ) -> None:
+        """The script's answer into ``out``: the records it wrote (ids set) or that the
+        group commit will write, decided again by the ledger with the script's values."""
+        now = int(res[0])
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
-        rows: list[tuple[RunRecord, str | None]] = []
-        now = 0
-        for c in range(0, len(items), _CHUNK):
-            chunk = items[c : c + _CHUNK]
-            argv: list[str] = []
-            for it in chunk:
-                lease = it.lease and not it.defer and not it.skip_reason
-                argv += (
-                    _kind(it), it.job_id, str(ms(it.slot)),
-                    "1" if lease else "0", str(ms(it.hold)),
-                    "" if it.reclaim_token is None else str(it.reclaim_token),
-                )  # fmt: skip
-            res = json.loads(await self._run("dispatch", instance_id, json.dumps(argv)))
-            now = int(res[0])
-            for k, it in enumerate(chunk):
-                won, tok, taken, holder, busy = res[1 + k * 5 : 6 + k * 5]
-                d = out[c + k]
-                d.won, d.token = bool(won), _i(tok)
-                if busy:
-                    d.busy, d.holder = True, _d(holder) or None
-                    holders[it.job_id] = d.holder
-                elif taken:
-                    acquired.add(it.job_id)
-                elif d.won and it.lease and not it.defer and not it.skip_reason:
-                    holders[it.job_id] = _d(holder) or None
-            rows += self._kept_lost(res[1 + len(chunk) * 5 :], now)
-        if not items:
-            return out
+        ids: list[int] = []
+        for k, it in enumerate(chunk):
+            won, tok, taken, holder, busy, rid = res[1 + k * 6 : 7 + k * 6]
+            d = out[k]
+            d.won, d.token = bool(won), _i(tok)
+            ids.append(int(rid or 0))
+            if busy:
+                d.busy, d.holder = True, _d(holder) or None
+                holders[it.job_id] = d.holder
+            elif taken:
+                acquired.add(it.job_id)
+            elif d.won and it.lease and not it.defer and not it.skip_reason:
+                holders[it.job_id] = _d(holder) or None
         now_dt = dt(now)
         assert now_dt is not None
-        slots = [dt(ms(it.slot)) for it in items]
-        deadlines = [dt(now + ms(it.hold)) for it in items]
-        to_write = ledger.dispatch_runs(
-            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance_id,  # type: ignore[arg-type]
+        slots = [dt(ms(it.slot)) for it in chunk]
+        deadlines = [dt(now + ms(it.hold)) for it in chunk]
+        ledger.dispatch_runs(
+            out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance,  # type: ignore[arg-type]
             acquired=acquired, holders=holders,
         )  # fmt: skip
-        rows += [(r, None) for r in to_write]
-        await self._put(rows)
-        return out
+        for d, rid in zip(out, ids, strict=True):
+            if rid and d.run is not None:
+                d.run.id = rid
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
         if not items:
@@ -582,7 +659,7 @@ class RedisStore:
             if flat:
                 r = run_record(flat)
                 runs[int(r.id or 0)] = r
-        rows = self._kept_lost(res[base + len(items)], now)
+        rows: list[tuple[RunRecord, str | None]] = []
         now_dt, out = dt(now), []
         for it in items:
             st = Started(request=it, run=None)
@@ -663,6 +740,49 @@ class RedisStore:
         done = await self._put(rebuilt)
         return reaped + [r for (r, _), (_, how) in zip(rebuilt, done, strict=True) if how == 1]
 
+    # -- instances (InstanceStore) ------------------------------------------------------------
+
+    async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
+        raw = await self._run(
+            "instances", "beat", me.instance_id, me.host, me.pid, me.role, me.version,
+            round(ttl * 1000),
+        )  # fmt: skip
+        now, lost, lost_at, lost_by, live = json.loads(raw)
+        beat = Heartbeat(now=int(now) / 1000.0, live=tuple(live or ()))
+        if lost:
+            beat.lost, beat.lost_at, beat.lost_by = True, dt(_i(lost_at)), lost_by or None
+        return beat
+
+    async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
+        # the ledger's lines, split where the lost instance's id goes (one script writes them)
+        mark = "\x00"
+        err = ledger.instance_lost_error(mark).split(mark)
+        line = ledger.instance_lost_log(mark, ttl, instance_id).split(mark)
+        raw = await self._run(
+            "instances", "break", instance_id, round(ttl * 1000),
+            ledger.INSTANCE_LOST_REASON, err[0], err[1], line[0], line[1],
+        )  # fmt: skip
+        _, declared, ids = json.loads(raw)
+        out = LostInstances()
+        if not declared:
+            return out
+        out.instances = [_instance(i, row, live=False) for i, row in declared]
+        out.runs = await self._get_many([int(i) for i in ids or ()])
+        return out
+
+    async def list_instances(self, *, ttl: float) -> list[Instance]:
+        now, rows = json.loads(await self._run("instances", "list"))
+        cut = int(now) - round(ttl * 1000)
+        found = [
+            _instance(i, row, live=not row.get("la") and int(row["hb"]) >= cut)
+            for i, row in (rows or ())
+        ]
+        found.sort(key=lambda x: (msd(x.started_at) or 0, x.instance_id))
+        return found
+
+    async def leave(self, instance_id: str) -> None:
+        await self._run("instances", "leave", instance_id)
+
     # -- reading the ledger -------------------------------------------------------------------
 
     async def _get_many(self, ids: Sequence[int]) -> list[RunRecord]:
@@ -721,9 +841,11 @@ class RedisStore:
         return int(nc), int(nr)
 
 
-def _fives(flat: Sequence[Any]) -> list[tuple[str, str, str, str, str]]:
-    vals = [_d(v) for v in flat]
-    return [
-        (vals[i], vals[i + 1], vals[i + 2], vals[i + 3], vals[i + 4])
-        for i in range(0, len(vals), 5)
-    ]
+def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instance:
+    """An instance from its JSON row (``instances.lua``)."""
+    return Instance(
+        instance_id=instance_id, host=str(row.get("h", "")), pid=int(row.get("p", 0)),
+        role=str(row.get("r", "")), version=str(row.get("v", "")),
+        started_at=dt(_i(row.get("sa"))), heartbeat_at=dt(_i(row.get("hb"))),
+        lost_at=dt(_i(row.get("la"))), lost_by=row.get("lb") or None, live=live,
+    )  # fmt: skip

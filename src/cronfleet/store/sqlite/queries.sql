@@ -181,25 +181,6 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
 FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
                        FROM json_each(?) AS v);
 
--- name: prune_claims
--- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
-DELETE FROM claims WHERE claimed_at < ? AND (slot IS NULL OR (job_id, slot) NOT IN
-  (SELECT job_id, max(slot) FROM claims WHERE slot IS NOT NULL GROUP BY job_id));
-
--- name: prune_old_runs
--- finished runs older than the cut-off, except each job's newest claim-less skip
-DELETE FROM runs WHERE finished_at < ? AND status NOT IN ('running', 'pending')
-  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
-
--- name: prune_runs_per_job
--- finished runs beyond each job's newest N, except each job's newest claim-less skip
-DELETE FROM runs WHERE id IN (
-    SELECT id FROM (SELECT id, status,
-                           row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
-                    FROM runs)
-    WHERE n > ? AND status NOT IN ('running', 'pending'))
-  AND id NOT IN (SELECT max(id) FROM runs WHERE dedupe IS NOT NULL GROUP BY job_id);
-
 -- name: schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);
@@ -213,6 +194,34 @@ SELECT version FROM schema_migrations;
 
 -- name: migration_applied
 INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?);
+
+-- name: prune_claims_batch
+-- prune_claims over one token range (short transactions; same rule: each job's claim of
+-- its newest slot stays)
+DELETE FROM claims WHERE token BETWEEN ? AND ? AND claimed_at < ?
+  AND (slot IS NULL OR slot < (SELECT max(c.slot) FROM claims c WHERE c.job_id = claims.job_id));
+
+-- name: prune_old_runs_batch
+-- prune_old_runs over one id range: finished, older than the cut-off, not the job's newest
+-- claim-less skip
+DELETE FROM runs WHERE id BETWEEN ? AND ? AND finished_at < ?
+  AND status NOT IN ('running', 'pending')
+  AND NOT (dedupe IS NOT NULL AND id = (SELECT max(r.id) FROM runs r
+                                        WHERE r.job_id = runs.job_id AND r.dedupe IS NOT NULL));
+
+-- name: prune_crowded_jobs
+-- jobs with more runs than the cap, and the id of each one's newest run beyond it
+SELECT job_id, (SELECT r.id FROM runs r WHERE r.job_id = g.job_id ORDER BY r.id DESC
+                LIMIT 1 OFFSET ?)
+FROM (SELECT job_id FROM runs GROUP BY job_id HAVING count(*) > ?) AS g;
+
+-- name: prune_runs_per_job_batch
+-- prune_runs_per_job over one id range, given each crowded job's cut (temp.prune_cut)
+DELETE FROM runs WHERE id BETWEEN ? AND ?
+  AND status NOT IN ('running', 'pending')
+  AND id <= (SELECT p.cut FROM temp.prune_cut p WHERE p.job_id = runs.job_id)
+  AND NOT (dedupe IS NOT NULL AND id = (SELECT max(r.id) FROM runs r
+                                        WHERE r.job_id = runs.job_id AND r.dedupe IS NOT NULL));
 
 -- name: runs_by_token
 -- ?1 [token, ...]: the rows those fencing tokens already have (the late-result fence)

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, wait_done
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus
 from cronfleet.store import ledger
@@ -63,6 +63,8 @@ T = TypeVar("T")
 
 # the named queries of queries.sql; the SQL lives there, not in Python strings
 Q = load_queries("cronfleet.store.sqlite")
+PRUNE_BATCH = 5000
+"""Ids (claim tokens, run ids) covered by one retention transaction."""
 
 
 def _json(value: Any) -> str | None:
@@ -165,12 +167,20 @@ class SQLiteStore:
         path: str | Path,
         *,
         clock: Clock | None = None,
-        busy_timeout: float = 30.0,
+        busy_timeout: float = 5.0,
+        call_timeout: float | None = 10.0,
     ) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout = busy_timeout
+        """Seconds a write waits for another process's write lock before the store counts
+        as unavailable (a process stopped while holding the lock must not freeze the rest
+        for longer)."""
+        self.call_timeout = call_timeout if call_timeout and call_timeout > 0 else None
+        """Seconds a call may run on the store's thread; past it the running statement is
+        interrupted (``sqlite3.Connection.interrupt``), its transaction rolls back and the
+        call raises ``StoreUnavailable``."""
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._known: set[str] = set()  # job ids whose state row exists
@@ -191,11 +201,24 @@ class SQLiteStore:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, long: bool = False) -> T:
+        """Run ``fn`` on the store's thread; ``long``: no deadline (opening, migrations
+        and retention, which are not on the path of a slot)."""
         if self._executor is None:
             raise StoreError(f"{self!r} is not open")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        fut = loop.run_in_executor(self._executor, functools.partial(self._guard, fn, *args))
+        if self.call_timeout is None or long:
+            return await fut
+        if not await wait_done(fut, self.call_timeout):
+            # interrupt the statement running now; the call's true outcome is reported (a
+            # commit that landed meanwhile is a success: nobody may be told otherwise)
+            conn = self._conn
+            if conn is not None:
+                log.warning("SQLite store %s: a call ran past %g s; interrupting it",
+                            self.path, self.call_timeout)
+                conn.interrupt()
+        return await fut
 
     def _guard(self, fn: Callable[..., T], *args: Any) -> T:
         with self._conn_lock:
@@ -207,11 +230,19 @@ class SQLiteStore:
             return fn(*args)
         except sqlite3.OperationalError as exc:
             msg = str(exc)
-            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full")):
+            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full",
+                                      "interrupted")):
                 raise StoreUnavailable(f"SQLite store {self.path}: {msg}") from exc
             raise StoreError(f"SQLite store {self.path}: {msg}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    async def confirm_outage(self) -> bool:
+        """Never: the file is on this host, so every process of this host sees the same
+        failure (a locked, full or corrupted file); running without a claim there would
+        run each slot once per process. ``PREFER_GLOBAL`` on SQLite therefore never fails
+        open."""
+        return False
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -241,7 +272,7 @@ class SQLiteStore:
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronfleet-sqlite")
         try:
-            await self._call(self._open)
+            await self._call(self._open, long=True)
         except BaseException:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -249,9 +280,14 @@ class SQLiteStore:
 
     def _open(self) -> None:
         if self.path != ":memory:":
-            parent = Path(self.path).expanduser().resolve().parent
+            file = Path(self.path).expanduser().resolve()
+            parent = file.parent
             if not parent.is_dir():
                 raise StoreError(f"SQLite store {self.path}: folder {parent} does not exist")
+            # a misconfiguration, not an outage: start-up must not wait for it to pass
+            if file.is_dir():
+                raise StoreError(f"SQLite store {self.path}: {file} is a directory, not a "
+                                 "database file")
         conn = sqlite3.connect(
             self.path,
             timeout=self.busy_timeout,
@@ -915,12 +951,43 @@ class SQLiteStore:
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
-        return await self._call(self._prune, claims_older_than, runs_older_than, runs_per_job)
-
-    def _prune(self, claims_before: float, runs_before: float, per_job: int) -> tuple[int, int]:
-        with self._tx() as c:
-            # RETENTION_RULE (store/base.py)
-            claims = c.execute(Q["prune_claims"], (ms(claims_before),)).rowcount
-            runs = c.execute(Q["prune_old_runs"], (ms(runs_before),)).rowcount
-            runs += c.execute(Q["prune_runs_per_job"], (per_job,)).rowcount
+        """The retention rule (``RETENTION_RULE``) in small transactions of at most
+        :data:`PRUNE_BATCH` ids each, every one its own call on the store's thread, so the
+        slots' claims and the group commit interleave with a large pass (a pass deleting a
+        million runs used to hold the thread for 9 s)."""
+        claims_before, runs_before = ms(claims_older_than), ms(runs_older_than)
+        claims = runs = 0
+        lo, hi = await self._call(self._id_range, "claims", "token")
+        for start in range(lo, hi + 1, PRUNE_BATCH):
+            claims += await self._call(self._delete, "prune_claims_batch",
+                                       (start, start + PRUNE_BATCH - 1, claims_before))
+        lo, hi = await self._call(self._id_range, "runs", "id")
+        for start in range(lo, hi + 1, PRUNE_BATCH):
+            runs += await self._call(self._delete, "prune_old_runs_batch",
+                                     (start, start + PRUNE_BATCH - 1, runs_before))
+        crowded = await self._call(self._crowded, runs_per_job)
+        if crowded:
+            lo = (await self._call(self._id_range, "runs", "id"))[0]
+            hi = max(cut for _, cut in crowded)
+            for start in range(lo, hi + 1, PRUNE_BATCH):
+                runs += await self._call(self._delete, "prune_runs_per_job_batch",
+                                         (start, start + PRUNE_BATCH - 1))
         return claims, runs
+
+    def _id_range(self, table: str, key: str) -> tuple[int, int]:
+        row = self.conn.execute(f"SELECT min({key}), max({key}) FROM {table}").fetchone()
+        return (row[0], row[1]) if row and row[0] is not None else (1, 0)
+
+    def _delete(self, query: str, params: tuple[Any, ...]) -> int:
+        with self._tx() as c:
+            return int(c.execute(Q[query], params).rowcount)
+
+    def _crowded(self, per_job: int) -> list[tuple[str, int]]:
+        c = self.conn
+        rows = [(j, cut) for j, cut in c.execute(Q["prune_crowded_jobs"], (per_job, per_job))
+                if cut is not None]
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS prune_cut "
+                  "(job_id TEXT PRIMARY KEY, cut INTEGER)")
+        c.execute("DELETE FROM temp.prune_cut")
+        c.executemany("INSERT INTO temp.prune_cut VALUES (?, ?)", rows)
+        return rows

@@ -72,36 +72,6 @@ local function lost_of(j)
   local slot, _, claimed = split3(c)
   return {j, v[2], v[1] or '', slot, claimed}
 end
--- take the job's lease for hold ms: 1 or (0, holder); lost runs found go to `lost`
--- (one HMGET per job on the hot path: the state row, the lease and the lost-run check)
-local function take_lease(j, tok, hold, inst, lost)
-  local sk = jk(j, 's')
-  local v = redis.call('HMGET', sk, 'h', 'lt', 'lu', 'c')
-  if not v[4] then
-    redis.call('HSET', sk, 'c', NOW)
-    redis.call('SADD', gk('jobs'), j)
-  end
-  local expired = not v[3] or tonumber(v[3]) <= NOW
-  if v[2] and v[3] and expired then
-    local c = redis.call('HGET', jk(j, 't'), v[2])
-    if c and redis.call('HEXISTS', jk(j, 'f'), v[2]) == 0 then
-      local slot, _, claimed = split3(c)
-      for _, x in ipairs({j, v[2], v[1] or '', slot, claimed}) do lost[#lost + 1] = x end
-    end
-  end
-  if not v[1] or expired then
-    local until_ = NOW + tonumber(hold)
-    if tok == '' then
-      redis.call('HDEL', sk, 'lt')
-      redis.call('HSET', sk, 'h', inst, 'lu', until_)
-    else
-      redis.call('HSET', sk, 'h', inst, 'lt', tok, 'lu', until_)
-    end
-    redis.call('ZADD', gk('leased'), until_, j)
-    return 1, false
-  end
-  return 0, v[1]
-end
 -- the run indexes
 local OPEN = {running = true, pending = true}
 local function index_status(id, slot, old, new, dl)
@@ -140,4 +110,71 @@ local function unindex(id)
     end
   end
   redis.call('DEL', key)
+end
+-- insert a run row (a table of strings; `dk` its dedupe key or nil) and index it; its id
+local function insert_row(row, dk)
+  local j = row.j
+  local id = redis.call('INCR', gk('runid'))
+  row.id = tostring(id)
+  local args = {}
+  for k, v in pairs(row) do
+    args[#args + 1] = k
+    args[#args + 1] = v
+  end
+  redis.call('HSET', gk('r:' .. id), unpack(args))
+  redis.call('ZADD', gk('ids'), id, id)
+  redis.call('ZADD', gk('slot'), row.sl, pad(id))
+  redis.call('ZADD', jk(j, 'r'), id, id)
+  redis.call('ZADD', jk(j, 'rs'), row.sl, pad(id))
+  index_status(id, row.sl, false, row.st, row.dl)
+  if row.tk then redis.call('HSET', jk(j, 'f'), row.tk, id) end
+  if dk then
+    redis.call('HSET', jk(j, 'd'), dk, id)
+    redis.call('ZADD', jk(j, 'k'), row.sl, dk)
+  end
+  return id
+end
+-- ledger.kept_lost_run as the run hash's fields (store.py run_fields)
+local function kept_row(j, tok, holder, slot, claimed)
+  local overdue = tostring(NOW - 1)
+  if claimed == '' then claimed = overdue end
+  local row = {
+    j = j, sl = slot ~= '' and slot or claimed, tb = 'schedule', st = 'running',
+    ma = slot == '' and '1' or '0', ca = '0', re = '0', at = '1', lg = '[]',
+    tk = tostring(tok), cl = claimed, dl = overdue,
+  }
+  if holder and holder ~= '' then row['in'] = holder end
+  return row
+end
+-- take the job's lease for hold ms: 1 or (0, holder). Before an expired lease is taken
+-- over, what it proves is kept in the same script (ledger.kept_lost_run): the dead holder's
+-- unwritten run, open with its deadline passed, for the reaper to mark interrupted.
+-- (one HMGET per job on the hot path: the state row, the lease and the lost-run check)
+local function take_lease(j, tok, hold, inst)
+  local sk = jk(j, 's')
+  local v = redis.call('HMGET', sk, 'h', 'lt', 'lu', 'c')
+  if not v[4] then
+    redis.call('HSET', sk, 'c', NOW)
+    redis.call('SADD', gk('jobs'), j)
+  end
+  local expired = not v[3] or tonumber(v[3]) <= NOW
+  if v[2] and v[3] and expired then
+    local c = redis.call('HGET', jk(j, 't'), v[2])
+    if c and redis.call('HEXISTS', jk(j, 'f'), v[2]) == 0 then
+      local slot, _, claimed = split3(c)
+      insert_row(kept_row(j, v[2], v[1], slot, claimed), nil)
+    end
+  end
+  if not v[1] or expired then
+    local until_ = NOW + tonumber(hold)
+    if tok == '' then
+      redis.call('HDEL', sk, 'lt')
+      redis.call('HSET', sk, 'h', inst, 'lu', until_)
+    else
+      redis.call('HSET', sk, 'h', inst, 'lt', tok, 'lu', until_)
+    end
+    redis.call('ZADD', gk('leased'), until_, j)
+    return 1, false
+  end
+  return 0, v[1]
 end

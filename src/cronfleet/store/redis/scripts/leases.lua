@@ -1,18 +1,16 @@
 -- Leases for pending runs (Store.start). ARGV: P, now, instance, count, then 3 per lease:
 -- job, token ('' none), hold ms; then run ids to read. Reply: now, then 2 per lease
--- (taken, holder), then the rows asked for, then the lost runs found (5 each).
+-- (taken, holder), then the rows asked for.
 local inst = ARGV[3]
 local n = tonumber(ARGV[4])
-local lost = {}
 local out = {NOW}
 for i = 0, n - 1 do
   local b = 5 + i * 3
-  local taken, holder = take_lease(ARGV[b], ARGV[b + 1], ARGV[b + 2], inst, lost)
+  local taken, holder = take_lease(ARGV[b], ARGV[b + 1], ARGV[b + 2], inst)
   out[#out + 1] = taken
   out[#out + 1] = holder
 end
 for i = 5 + n * 3, #ARGV do
   out[#out + 1] = redis.call('HGETALL', gk('r:' .. ARGV[i]))
 end
-out[#out + 1] = lost
 return out

@@ -1,7 +1,9 @@
 -- Write run rows and release leases, atomically. ARGV: P, now, a JSON array of rows
 -- (objects of strings; 'id' set: update; a token already written: update that row; 'dd'
 -- set: a skip written once per (job, slot, reason)), then (job, token) pairs to release.
--- Reply: one JSON array, per row id and how (1 inserted, 2 updated, 0 not written).
+-- Reply: one JSON array, per row id and how (1 inserted, 2 updated, 0 not written, 3 late:
+-- the row already holds another final outcome, nothing written). A row with 'la' = the
+-- stored status: only its result and logs are written (a late result attached).
 local UPDATED = {'st', 'rs', 'sa', 'fa', 'dl', 'r', 'e', 'lg'}
 local rows = cjson.decode(ARGV[3])
 local out = {}
@@ -9,6 +11,14 @@ local function update(id, row)
   local key = gk('r:' .. id)
   local old = redis.call('HMGET', key, 'st', 'sl')
   if not old[1] then return 0 end
+  if row.la then  -- a late result attached (only when the row still holds `la`'s status)
+    if old[1] ~= row.la then return 0 end
+    redis.call('HSET', key, 'r', row.r or 'null', 'lg', row.lg or '[]')
+    return 2
+  end
+  -- the fence (ledger.is_late): a final outcome is never overwritten by another one;
+  -- the caller attaches it as a late result
+  if not OPEN[old[1]] and old[1] ~= row.st then return 3 end
   for _, f in ipairs(UPDATED) do
     if row[f] then redis.call('HSET', key, f, row[f]) else redis.call('HDEL', key, f) end
   end
@@ -31,24 +41,7 @@ for i = 1, #rows do
     elseif dk and redis.call('HEXISTS', jk(j, 'd'), dk) == 1 then
       id, how = 0, 0
     else
-      id = redis.call('INCR', gk('runid'))
-      row.id = tostring(id)
-      local args = {}
-      for k, v in pairs(row) do
-        args[#args + 1] = k
-        args[#args + 1] = v
-      end
-      redis.call('HSET', gk('r:' .. id), unpack(args))
-      redis.call('ZADD', gk('ids'), id, id)
-      redis.call('ZADD', gk('slot'), row.sl, pad(id))
-      redis.call('ZADD', jk(j, 'r'), id, id)
-      redis.call('ZADD', jk(j, 'rs'), row.sl, pad(id))
-      index_status(id, row.sl, false, row.st, row.dl)
-      if row.tk then redis.call('HSET', jk(j, 'f'), row.tk, id) end
-      if dk then
-        redis.call('HSET', jk(j, 'd'), dk, id)
-        redis.call('ZADD', jk(j, 'k'), row.sl, dk)
-      end
+      id = insert_row(row, dk)
       how = 1
     end
   end

@@ -1,0 +1,367 @@
+"""What the scheduler does with slots while the store does not answer.
+
+One owner (:class:`Outage`, built by ``start()``) for every rule of a store outage:
+
+* **REQUIRE_GLOBAL** (the default for fleet-wide jobs): the slot does not run. It is kept
+  in the *backlog*; when the store answers again the backlog goes through the job's
+  ``missed`` policy (SKIP: every slot recorded ``skipped / store_unavailable``; RUN_ONCE:
+  the newest one runs under a claim, the others are recorded; RUN_ALL: each runs under a
+  claim, oldest first, up to the cap), inside the job's catch-up window. A slot another
+  instance ran meanwhile loses its claim and gets no row (one outcome per slot). A job
+  whose later slot already ran under a claim since the store came back records its
+  backlog as skipped (superseded).
+* **PREFER_GLOBAL** (opt-in) fails open only on a *confirmed outage*: the error is
+  :class:`~cronfleet.errors.StoreUnavailable` (never an arbitrary exception), a fresh
+  connection also fails within the store's deadline (``Store.confirm_outage``; SQLite and
+  the memory store never confirm one), the slot is at most ``late_after`` old on a fresh
+  clock reading, and no more than ``late_after`` of monotonic time passed since the instant
+  began firing (a paused process never runs stale slots). Otherwise it is handled like
+  REQUIRE_GLOBAL.
+* **Overlap holds inside the process** for every run without a claim (fail open and
+  node-local): ``SKIP`` records ``already_executing`` while a run of the job is in progress
+  here; ``QUEUE_ONE`` waits for it (one waiting run at most).
+* Warnings repeat at most once per :data:`WARN_EVERY` seconds per kind, with a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.clock import from_ts
+from cronfleet.errors import StoreUnavailable
+from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
+from cronfleet.runtime import requests
+from cronfleet.runtime.planning import RUN_ALL_CAP
+from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Skip
+from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, store_unavailable_log
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["WARN_EVERY", "Outage", "RateLimitedLog"]
+
+log = logging.getLogger("cronfleet")
+
+WARN_EVERY = 10.0
+"""Seconds between two warnings of one kind; the ones in between are counted."""
+
+MAX_SKIPS = 10_000
+"""Claimed ``missed`` records kept for the store's return; older ones go claim-less."""
+
+CONFIRM_FOR = 1.0
+"""Seconds one answer of ``Store.confirm_outage`` is reused."""
+
+_UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
+
+
+class RateLimitedLog:
+    """``warning(key, msg, *args)``: at most one line per key every ``every`` seconds;
+    the next line says how many were held back meanwhile."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every: float = WARN_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.every = every
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, key: str, msg: str, *args: Any) -> bool:
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.every:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            msg += " (%d more like this in the last %.0f s)"
+            args = (*args, held, now - last if last is not None else 0.0)
+        self.logger.warning(msg, *args)
+        return True
+
+
+class Outage:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
+        self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
+        self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
+        self.skips: list[Dispatch] = []  # claimed missed records the store did not take
+        self.warn = RateLimitedLog(log)
+        self.replaying = False
+        self.retrying: asyncio.Task[None] | None = None
+        self._confirm_lock = asyncio.Lock()
+        self._confirmation: tuple[float, bool] = (float("-inf"), False)
+
+    # -- a chunk the store did not take -----------------------------------------------
+
+    def offline(
+        self, items: list[Dispatch], exc: BaseException | None, fired_mono: float
+    ) -> list[Dispatched]:
+        """The store failed a chunk: decide each slot (see the module's rules)."""
+        s = self.s
+        out: list[Dispatched] = []
+        prefer: list[tuple[Job, Dispatch]] = []
+        unavailable = isinstance(exc, StoreUnavailable)
+        for it in items:
+            job = s._jobs.get(it.job_id)
+            if job is None:
+                continue
+            if it.kind is DispatchKind.MISSED and it.skip_reason == _UNAVAILABLE:
+                self.keep(job, it.slot, exc)  # a replayed backlog slot: back in the backlog
+                continue
+            if it.skip_reason and it.kind is DispatchKind.MISSED and (
+                job.locking is not Locking.NODE_LOCAL
+            ):
+                # a slot the catch-up recorded missed, under a claim: claimed again when
+                # the store is back (claim-less, it could sit beside another process's row)
+                self.keep_skip(it)
+                continue
+            if it.skip_reason:
+                # a skip the store could not take: written (claim-less) once it is back
+                s.ledger.unsaved_skips.append(
+                    Skip(job.id, it.slot, it.skip_reason, triggered_by=it.triggered_by,
+                         instance_id=s.instance_id, logs=list(it.logs), result=it.result)
+                )
+                continue
+            if it.kind is DispatchKind.RECOVERY:
+                self.warn.warning("recovery", "job %s: store unavailable (%s); the recovery "
+                                  "of slot %s waits for it", job.id, exc,
+                                  from_ts(it.slot).isoformat())
+                continue
+            if job.locking is Locking.NODE_LOCAL:
+                res = self.run_unclaimed(job, it, "node-local job; the store was unavailable "
+                                         f"to record it ({exc})")
+                if res is not None:
+                    out.append(res)
+                continue
+            if job.locking is Locking.PREFER_GLOBAL and unavailable:
+                prefer.append((job, it))
+                continue
+            self.keep(job, it.slot, exc)
+        if prefer:
+            s.spawn(self.fail_open(prefer, exc, fired_mono))
+        return out
+
+    def keep_skip(self, it: Dispatch) -> None:
+        """A claimed ``missed`` record the store did not take: offered again (claimed) with
+        the backlog; beyond :data:`MAX_SKIPS` the oldest are written claim-less."""
+        self.skips.append(it)
+        if len(self.skips) > MAX_SKIPS:
+            old = self.skips.pop(0)
+            self.s.ledger.unsaved_skips.append(
+                Skip(old.job_id, old.slot, old.skip_reason or _UNAVAILABLE,
+                     triggered_by=old.triggered_by, instance_id=self.s.instance_id,
+                     logs=list(old.logs), result=old.result)
+            )
+        if self.retrying is None and not self.s.stopping:
+            self.retrying = self.s.spawn(self.retry_loop())
+
+    @property
+    def pending(self) -> bool:
+        """Slots or records waiting for the store."""
+        return bool(self.backlog or self.skips)
+
+    def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
+        """A slot not run for want of the store: into the backlog (bounded per job)."""
+        slots = self.backlog.setdefault(job.id, {})
+        slots[slot] = str(exc)
+        if len(slots) > RUN_ALL_CAP + 100:
+            oldest = min(slots)
+            why = slots.pop(oldest)
+            self.s.ledger.unsaved_skips.append(
+                Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.s.instance_id,
+                     logs=[store_unavailable_log(why)])
+            )
+        if self.retrying is None and not self.s.stopping:
+            self.retrying = self.s.spawn(self.retry_loop())
+        self.warn.warning(
+            "require", "job %s: store unavailable (%s); slot %s not run now (the job's "
+            "missed policy decides when the store is back)",
+            job.id, exc, from_ts(slot).isoformat(),
+        )
+
+    async def fail_open(
+        self, items: list[tuple[Job, Dispatch]], exc: BaseException | None, fired_mono: float
+    ) -> None:
+        s = self.s
+        confirmed = await self.confirmed()
+        now, gap = s.clock.now(), time.monotonic() - fired_mono
+        for job, it in items:
+            stale = now - it.slot > s.late_after or gap > s.late_after
+            if not confirmed or stale:
+                why = ("the store answers a fresh connection: only this process lost its "
+                       "session" if not confirmed else
+                       f"the slot is stale ({now - it.slot:.1f} s late, {gap:.1f} s paused)")
+                self.warn.warning("no-fail-open", "job %s: PREFER_GLOBAL slot %s not run "
+                                  "without a claim: %s", job.id,
+                                  from_ts(it.slot).isoformat(), why)
+                self.keep(job, it.slot, exc)
+                continue
+            s.stats.fail_open += 1
+            self.warn.warning("fail-open", "job %s: store unavailable (%s); running slot %s "
+                              "without a claim (fail open)", job.id, exc,
+                              from_ts(it.slot).isoformat())
+            self.run_unclaimed(job, it, f"Ran without a claim: the store was unavailable ({exc})")
+
+    async def confirmed(self) -> bool:
+        """``Store.confirm_outage()``, asked once for every chunk failing within
+        :data:`CONFIRM_FOR` seconds (a burst of many chunks opens one fresh connection)."""
+        async with self._confirm_lock:
+            at, answer = self._confirmation
+            if time.monotonic() - at < CONFIRM_FOR:
+                return answer
+            confirm = getattr(self.s.store, "confirm_outage", None)
+            answer = False
+            if confirm is not None:
+                try:
+                    answer = bool(await confirm())
+                except Exception:  # unsure is not confirmed
+                    answer = False
+            self._confirmation = (time.monotonic(), answer)
+            return answer
+
+    def run_unclaimed(self, job: Job, it: Dispatch, line: str) -> Dispatched | None:
+        """Start a run without a claim, the job's overlap enforced in this process."""
+        s = self.s
+        run = RunRecord(
+            id=None,
+            job_id=job.id,
+            slot=from_ts(it.slot),
+            triggered_by=it.triggered_by,
+            status=RunStatus.RUNNING,
+            instance_id=s.instance_id,
+            is_catchup=it.is_catchup,
+            manual=it.manual,
+            started_at=from_ts(s.clock.now()),
+            logs=[*it.logs, line],
+        )
+        if job.overlap is not Overlap.ALLOW and s.runner.running.get(job.id):
+            if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
+                self.waiting.add(job.id)
+                s.spawn(self._after_idle(job, run))
+                return None
+            s.ledger.unsaved_skips.append(
+                Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
+                     instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
+                     result=busy_result())
+            )
+            s.stats.skip(ALREADY_EXECUTING)
+            return None
+        s.runner.launch(job, run, leased=False)
+        return Dispatched(request=it, won=True, run=run)
+
+    async def _after_idle(self, job: Job, run: RunRecord) -> None:
+        s = self.s
+        try:
+            await s.runner.job_idle(job.id)
+            if s.stopping:
+                return
+            run.started_at = from_ts(s.clock.now())
+            s.runner.launch(job, run, leased=False)
+        finally:
+            self.waiting.discard(job.id)
+
+    def at_stop(self) -> None:
+        """Stopping with a backlog: each slot becomes a ``store_unavailable`` skip for the
+        last writes (if the store is still away, a later start's catch-up finds them:
+        they were never claimed)."""
+        for job_id, slots in self.backlog.items():
+            for slot, why in sorted(slots.items()):
+                self.s.ledger.unsaved_skips.append(
+                    Skip(job_id, slot, _UNAVAILABLE, instance_id=self.s.instance_id,
+                         logs=[store_unavailable_log(why)])
+                )
+        self.backlog.clear()
+        for it in self.skips:  # last resort: claim-less (the store may be gone for good)
+            self.s.ledger.unsaved_skips.append(
+                Skip(it.job_id, it.slot, it.skip_reason or _UNAVAILABLE,
+                     triggered_by=it.triggered_by, instance_id=self.s.instance_id,
+                     logs=list(it.logs), result=it.result)
+            )
+        self.skips.clear()
+
+    # -- the store is back -------------------------------------------------------------
+
+    def answered(self, got: list[Dispatched]) -> None:
+        """A chunk was claimed: the store is back. Note the jobs whose newer slot ran."""
+        backlog = self.backlog
+        for res in got:
+            jid = res.request.job_id
+            if jid in backlog and res.won and not res.request.skip_reason:
+                slot = res.request.slot
+                if slot > self.superseded.get(jid, float("-inf")):
+                    self.superseded[jid] = slot
+        if not self.replaying:
+            self.replaying = True
+            self.s.spawn(self.replay())
+
+    async def retry_loop(self) -> None:
+        """While a backlog waits, offer it to the store with backoff and full jitter (a
+        daily job must not wait for its next slot to learn the store is back)."""
+        s = self.s
+        delay = 0.5
+        try:
+            while self.pending and not s.stopping:
+                await asyncio.sleep(random.uniform(0.05, delay))
+                if not self.replaying and self.pending:
+                    self.replaying = True
+                    await self.replay()
+                delay = min(delay * 2, 5.0)
+        finally:
+            self.retrying = None
+
+    async def replay(self) -> None:
+        """Hand each job's backlog to its missed policy (see the module's rules)."""
+        s = self.s
+        try:
+            backlog, self.backlog = self.backlog, {}
+            superseded, self.superseded = self.superseded, {}
+            now = s.clock.now()
+            items: list[Dispatch] = self.skips
+            self.skips = []
+            for job_id, slots in backlog.items():
+                job = s._jobs.get(job_id)
+                if job is None:
+                    continue
+                ordered = sorted(slots)
+                newer = superseded.get(job_id)
+                inside = [x for x in ordered if now - x <= job.catch_up_window]
+                if newer is not None and all(x < newer for x in inside):
+                    inside = []  # a later slot already ran under a claim
+                if job.missed is Missed.RUN_ALL:
+                    run = inside[-RUN_ALL_CAP:]
+                elif job.missed is Missed.RUN_ONCE:
+                    run = inside[-1:]
+                else:
+                    run = []
+                chosen = set(run)
+                for x in ordered:
+                    if x not in chosen:
+                        items.append(requests.missed(
+                            job, x, f"was not run: the store was unavailable ({slots[x]})",
+                            reason=_UNAVAILABLE,
+                        ))
+                if len(run) == 1:
+                    items.append(requests.scheduled(
+                        job, run[0], now, catchup=True, queued=s.runner.queued,
+                        running=s.runner.running, instance_id=s.instance_id,
+                    ))
+                elif run:
+                    s.spawn(s.loop.run_sequence(job, [(x, True) for x in run]))
+            if items:
+                log.info("store available again: %d slots not run during the outage go "
+                         "through their jobs' missed policies", len(items))
+                await s.loop.dispatch(items)
+        finally:
+            self.replaying = False

@@ -1,0 +1,366 @@
+"""Store outages: REQUIRE_GLOBAL is the default and its slots go through the missed policy
+when the store is back; PREFER_GLOBAL fails open only on a confirmed outage, never for an
+arbitrary exception nor after a pause; overlap holds in the process; warnings repeat with
+a count (runtime/outage.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, Locking, Missed, Overlap, RunContext, RunStatus, Scheduler
+from cronfleet.errors import StoreUnavailable
+from cronfleet.runtime.outage import RateLimitedLog
+
+from .conftest import BOTH, T0, Recorder, advance
+
+Make = Any
+
+
+class Flaky:
+    """The store's dispatch fails with ``error`` while ``down``."""
+
+    def __init__(self, s: Scheduler, error: Exception | None = None) -> None:
+        self.real = s.store.dispatch
+        self.down = True
+        self.error = error or StoreUnavailable("simulated outage")
+        s.store.dispatch = self  # type: ignore[method-assign]
+
+    async def __call__(self, items: Any, instance: str) -> Any:
+        if self.down:
+            raise self.error
+        return await self.real(items, instance)
+
+
+def confirm(
+    s: Scheduler, answer: bool, pause: float = 0.0, clock: FakeClock | None = None
+) -> list[int]:
+    calls: list[int] = []
+
+    async def confirm_outage() -> bool:
+        calls.append(1)
+        if pause and clock is not None:
+            clock.advance(pause)  # the check itself took long (a paused process)
+        return answer
+
+    s.store.confirm_outage = confirm_outage  # type: ignore[attr-defined]
+    s.outage._confirmation = (float("-inf"), False)  # the store's answer changed: ask again
+    return calls
+
+
+async def wait_for(cond: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+class Overlapping:
+    """A handler that counts how many of its runs overlap; the first run (``hold_all``:
+    every run) waits for ``release``."""
+
+    def __init__(self, hold_all: bool) -> None:
+        self.hold_all = hold_all
+        self.active = 0
+        self.peak = [0]
+        self.started: list[float] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, ctx: RunContext) -> None:
+        self.active += 1
+        self.peak[0] = max(self.peak[0], self.active)
+        self.started.append(ctx.slot.timestamp())
+        try:
+            if self.hold_all or len(self.started) == 1:
+                await self.release.wait()
+        finally:
+            self.active -= 1
+
+
+def test_require_global_is_the_default(make: Make) -> None:
+    s = make()
+    s.job("60s", id="j")(Recorder())
+    assert s.jobs["j"].locking is Locking.REQUIRE_GLOBAL
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("0 * * * *", id="hourly", missed=Missed.RUN_ONCE)(rec)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    await advance(clock, 3600, s, step=600)
+    assert rec.calls == []
+    flaky.down = False  # back long before the next slot: the retry finds it
+    await wait_for(lambda: len(rec.calls) == 1)
+    assert rec.calls[0].slot.timestamp() == T0 + 3600
+    assert rec.calls[0].fencing_token is not None  # under a claim
+    [run] = await s.runs_async("hourly")
+    assert run.is_catchup and run.status is RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_every_outage_slot_accounted_for(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    once, skip = Recorder(), Recorder()
+    s.job("60s", id="once", missed=Missed.RUN_ONCE, catch_up_window=3600)(once)
+    s.job("60s", id="skip", missed=Missed.SKIP)(skip)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    await advance(clock, 180, s, step=60)  # slots +60, +120, +180 during the outage
+    flaky.down = False
+    await wait_for(lambda: len(once.calls) == 1)
+    await s.stop()
+    assert [c.slot.timestamp() for c in once.calls] == [T0 + 180]
+    assert skip.calls == []
+    for job in ("once", "skip"):
+        rows = {r.slot.timestamp(): r for r in await s.runs_async(job)}
+        assert set(rows) == {T0 + 60, T0 + 120, T0 + 180}, job  # no silent gap
+    skipped = [r for r in await s.runs_async("skip")]
+    assert {(r.status, r.reason) for r in skipped} == {(RunStatus.SKIPPED, "store_unavailable")}
+
+
+async def test_prefer_global_fails_open_only_on_a_confirmed_outage(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL, missed=Missed.SKIP)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=False)  # a fresh connection works: only our session died
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: calls)
+    await asyncio.sleep(0.05)
+    assert rec.calls == []
+    confirm(s, answer=True)
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: len(rec.calls) == 1)
+    assert rec.calls[0].fencing_token is None and s.stats.fail_open == 1
+
+
+async def test_prefer_global_never_fails_open_on_other_errors(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s, RuntimeError("database disk image is malformed"))
+    calls = confirm(s, answer=True)
+    await advance(clock, 120, s, step=60)
+    await asyncio.sleep(0.05)
+    assert rec.calls == [] and calls == []
+
+
+async def test_prefer_global_never_fails_open_after_a_pause(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="p", locking=Locking.PREFER_GLOBAL, missed=Missed.SKIP)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=True, pause=30.0, clock=clock)  # woke 30 s later
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: calls)
+    await asyncio.sleep(0.05)
+    assert rec.calls == []
+
+
+async def test_skip_overlap_holds_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    h = Overlapping(hold_all=True)
+    s.job("4s", id="slow", locking=Locking.PREFER_GLOBAL, overlap=Overlap.SKIP)(h)
+    started, peak, release = h.started, h.peak, h.release
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(4):
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert peak[0] == 1 and len(started) == 1
+    release.set()
+    await asyncio.sleep(0.05)
+
+
+def test_repeated_warnings_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    warn = RateLimitedLog(logging.getLogger("t"), every=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "t"):
+        for i in range(50):
+            now[0] = i * 0.25  # 50 warnings in 12.5 s
+            warn.warning("k", "store down (%s)", i)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[1].startswith("store down (40)") and "39 more like this" in lines[1]
+
+
+async def test_start_waits_for_an_unreachable_store(make: Make, clock: FakeClock) -> None:
+    s = make()
+    rec = Recorder()
+    s.job("60s", id="j")(rec)
+    real_open, tries = s.store.open, []
+
+    async def flaky_open() -> None:
+        tries.append(1)
+        if len(tries) < 3:
+            raise StoreUnavailable("connection refused")
+        await real_open()
+
+    s.store.open = flaky_open  # type: ignore[method-assign]
+    await s.start()
+    try:
+        assert len(tries) == 3 and s.running
+        await advance(clock, 60, s, step=60)
+        assert len(rec.calls) == 1
+    finally:
+        await s.stop()
+
+
+async def test_start_gives_up_after_connect_timeout(make: Make) -> None:
+    s = make(connect_timeout=0.3)
+    tries: list[int] = []
+
+    async def down() -> None:
+        tries.append(1)
+        raise StoreUnavailable("connection refused")
+
+    s.store.open = down  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(StoreUnavailable):
+        await s.start()
+    assert loop.time() - started < 3 and len(tries) >= 1 and not s.running
+
+
+async def test_other_store_errors_stop_the_start_at_once(make: Make) -> None:
+    from cronfleet.errors import StoreError
+
+    s = make()
+    tries: list[int] = []
+
+    async def broken() -> None:
+        tries.append(1)
+        raise StoreError("schema is newer than this cronfleet")
+
+    s.store.open = broken  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="newer"):
+        await s.start()
+    assert tries == [1]
+
+
+async def test_queue_one_waits_for_the_run_in_progress_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    h = Overlapping(hold_all=False)
+    s.job("4s", id="q", locking=Locking.PREFER_GLOBAL, overlap=Overlap.QUEUE_ONE)(h)
+    started, peak, release = h.started, h.peak, h.release
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(3):  # slots +4 (runs), +8 (waits), +12 (skipped: one waits already)
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert started == [T0 + 4] and peak[0] == 1
+    release.set()
+    await wait_for(lambda: len(started) == 2)
+    assert started == [T0 + 4, T0 + 8] and peak[0] == 1
+    assert s.stats.skips.get("already_executing") == 1
+
+
+async def test_many_failing_chunks_ask_the_store_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make(batch_size=2)
+    recs = [Recorder() for _ in range(10)]
+    for i, rec in enumerate(recs):
+        s.job("60s", id=f"p{i}", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    calls = confirm(s, answer=True)
+    await advance(clock, 60, s, step=60)
+    await wait_for(lambda: all(len(r.calls) == 1 for r in recs))
+    assert len(calls) == 1  # five chunks failed, one fresh connection
+
+
+async def test_a_backlog_left_at_stop_is_recorded(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    s = make()
+    s.job("60s", id="r")(Recorder())
+    await s.start()
+    flaky = Flaky(s)
+    s.outage.retry_loop = _never  # type: ignore[method-assign]  # no retry before the stop
+    await advance(clock, 120, s, step=60)
+    assert sorted(s.outage.backlog["r"]) == [T0 + 60, T0 + 120]
+    flaky.down = False
+    await s.stop()
+    rows = await s.runs_async("r")
+    assert sorted((r.slot.timestamp(), r.reason) for r in rows) == [
+        (T0 + 60, "store_unavailable"), (T0 + 120, "store_unavailable")]
+    assert "simulated outage" in rows[0].logs[-1]
+
+
+async def _never() -> None:
+    return None
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_missed_record_the_store_did_not_take_is_claimed_again(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """A catch-up's ``missed`` record (claimed) that fails during an outage is offered
+    again under a claim, never written claim-less: a slot another process ran meanwhile
+    keeps one row (it used to get a second, ``skipped / missed``, beside the run)."""
+    from cronfleet.runtime import requests
+
+    a, b = make(instance_id="a"), make(instance_id="b")
+    rec = Recorder()
+    for s in (a, b):
+        s.job("1h", id="j")(rec)
+        await s.start()
+        running.append(s)
+    slot = T0 + 3600
+    flaky = Flaky(a)
+    await a.loop.dispatch([requests.missed(a.jobs["j"], slot, "missed while no scheduler ran it")])
+    assert a.outage.pending and not a.ledger.unsaved_skips
+    got = await b.loop.dispatch([requests.scheduled(b.jobs["j"], slot, clock.now())])
+    assert [r.won for r in got] == [True]
+    await wait_for(lambda: len(rec.calls) == 1)
+    flaky.down = False
+    await wait_for(lambda: not a.outage.pending)
+    await a.ledger.flush_once()
+    await a.ledger.flush_skips()
+    await b.ledger.flush_once()
+    rows = [r for r in await a.runs_async("j") if r.slot.timestamp() == slot]
+    assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows
+    # and with nobody else on the slot, the retried record is written under a claim
+    slot2 = slot + 3600
+    flaky.down = True
+    await a.loop.dispatch([requests.missed(a.jobs["j"], slot2, "missed while no scheduler ran it")])
+    flaky.down = False
+    await wait_for(lambda: not a.outage.pending)
+    rows = [r for r in await a.runs_async("j") if r.slot.timestamp() == slot2]
+    assert [(r.status, r.reason) for r in rows] == [(RunStatus.SKIPPED, "missed")], rows
+    assert rows[0].fencing_token is not None
