@@ -80,6 +80,7 @@ class TriggeredBy(StrEnum):
     MANUAL = "manual"
     API = "api"
     RECOVERY = "recovery"
+    BACKFILL = "backfill"
 
 
 class RunStatus(StrEnum):

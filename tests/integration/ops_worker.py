@@ -4,8 +4,9 @@
 Declares ``tick`` (hourly by default, ``--schedule``: it only runs when triggered;
 ``--overlap``) in code; its handler appends
 ``tick <instance> <params as JSON>`` to ``--count`` (runs counted on the handler side),
-then sleeps ``params["sleep"]`` seconds when given. Prints ``READY <instance>`` once
-started; stops gracefully on SIGTERM.
+(`` backfill SLOT`` added for a backfill's run), then sleeps ``params["sleep"]``
+seconds when given. Prints ``READY <instance>`` once started; stops gracefully on
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def main() -> None:
 
     @s.job(args.schedule, id="tick", description="declared in code", overlap=args.overlap)
     async def tick(ctx: RunContext) -> None:
-        line = f"tick {args.name} {json.dumps(dict(ctx.params), sort_keys=True)}\n"
+        line = f"tick {args.name} {json.dumps(dict(ctx.params), sort_keys=True)}"
+        if ctx.triggered_by == "backfill":  # a backfilled slot: which one
+            line += f" backfill {ctx.slot.isoformat()}"
+        line += "\n"
         fd = os.open(args.count, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,65 @@ def test_replace_cancels_a_run_of_another_process_and_runs_the_new_slot(
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.communicate(timeout=60)
+
+
+def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two processes declare the job; two CLI backfills of one range run at once: every
+    slot runs exactly once (counted on the handler side and in the ledger); an
+    --only-missing backfill afterwards runs nothing; a slow one is cancelled midway."""
+    count = tmp_path / "count.txt"
+    a = spawn(store_url, "a", count)
+    b = spawn(store_url, "b", count)
+    slots = [f"2026-01-01T{h:02d}:00:00+00:00" for h in range(12)]
+    try:
+        env = {**os.environ, "CRONFLEET_STORE": store_url}
+        env.pop("CRONFLEET_CONFIG", None)
+        args = [sys.executable, "-m", "cronfleet", "backfill", "tick", "--from",
+                "2026-01-01T00:00:00", "--to", "2026-01-01T11:00:00", "--rate", "100",
+                "--json"]
+        cwd = str(tmp_path)
+        # a run holding the lease for 8 s: both backfills are asked for before either
+        # runs a slot (a backfill asked for after another finished a slot re-runs it)
+        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=8", "--no-wait")
+        assert held["status"] == "running"
+        both = [subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in both]
+        assert [p.returncode for p in both] == [0, 0], outs
+        results = [json.loads(out) for out, _ in outs]
+        assert all(r["finished"] and r["error"] is None for r in results), results
+        assert sum(r["progress"]["ran"] for r in results) == 12, results
+        ran = sorted(ln.split()[-1] for ln in handler_lines(count) if " backfill " in ln)
+        assert ran == slots  # every slot once, whichever process ran it
+
+        again = cli_json(store_url, "backfill", "tick", "--from", "2026-01-01T00:00:00",
+                         "--to", "2026-01-01T11:00:00", "--only-missing", "--rate", "100")
+        p = again["progress"]
+        assert (p["total"], p["present"], p["ran"]) == (12, 12, 0), again
+        assert len([ln for ln in handler_lines(count) if "backfill" in ln]) == 12
+
+        runs = cli_json(store_url, "history", "tick", "--limit", "100")
+        filled = [r for r in runs if r["triggered_by"] == "backfill"]
+        assert sorted(datetime.fromisoformat(r["slot"].replace("Z", "+00:00"))
+                      for r in filled) == [datetime.fromisoformat(s) for s in slots]
+        assert all(r["status"] == "succeeded" for r in filled)
+
+        slow = cli_json(store_url, "backfill", "tick", "--from", "2026-02-01T00:00:00",
+                        "--to", "2026-02-02T23:00:00", "--rate", "0.5", "--no-wait")
+        time.sleep(3)
+        stop = cli(store_url, "backfill-cancel", str(slow["id"]))
+        assert stop.returncode == 0, stop.stderr
+        again = cli(store_url, "backfill-cancel", str(slow["id"]))
+        deadline = time.time() + 30
+        while again.returncode == 0 and time.time() < deadline:  # until it is answered
+            time.sleep(0.5)
+            again = cli(store_url, "backfill-cancel", str(slow["id"]))
+        assert again.returncode == 3 and "already ended" in again.stderr
+        feb = [ln for ln in handler_lines(count) if "backfill 2026-02" in ln]
+        assert 1 <= len(feb) < 10, feb  # stopped early: 48 slots at one every 2 s
+    finally:
+        for w in (a, b):
+            w.send_signal(signal.SIGTERM)
+            w.communicate(timeout=60)

@@ -20,7 +20,17 @@ from typing import Any
 from fastapi import FastAPI
 
 from cronfleet import __version__
-from cronfleet.api import audit, cron, health, jobs, overrides, runs, secrets, triggers
+from cronfleet.api import (
+    audit,
+    backfills,
+    cron,
+    health,
+    jobs,
+    overrides,
+    runs,
+    secrets,
+    triggers,
+)
 from cronfleet.api.deps import ApiSettings, Context
 from cronfleet.api.errors import install, responses
 from cronfleet.api.limits import BodyLimit
@@ -90,7 +100,8 @@ def create_app(
     install(app)
     app.add_middleware(BodyLimit, limit=settings.max_request_body)
     # order matters: .../runs and .../trigger before the greedy /api/jobs/{job_id:path}
-    for router in (jobs.router, runs.router, triggers.router, jobs.item_router,
+    for router in (jobs.router, runs.router, triggers.router, backfills.router,
+                   jobs.item_router,
                    overrides.router, cron.router, secrets.router, audit.router,
                    health.router(settings)):
         app.include_router(router)

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -457,6 +458,46 @@ class TriggerAccepted(BaseModel):
     status: str
     instance_id: str | None
     fencing_token: int | None
+
+
+class BackfillBody(BaseModel):
+    """Run every slot of the job's schedule with ``from <= slot <= to`` again, in order."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: AwareDatetime = Field(alias="from", description="First slot (included).")
+    end: AwareDatetime = Field(alias="to", description="Last slot (included).")
+    only_missing: bool = Field(False, strict=True, description=(
+        "Only slots without a succeeded run."))
+    rate: float = Field(10.0, gt=0, le=10_000, description=(
+        "At most this many slots started a second."))
+
+
+class BackfillProgress(BaseModel):
+    total: int
+    done: int
+    current: str | None
+    ran: int
+    present: int = Field(description="Slots left out by only_missing (already succeeded).")
+    taken: int = Field(description="Slots another backfill ran at the same time.")
+    busy: int
+    cancelled: bool
+    finished: bool
+
+
+class BackfillStatus(BaseModel):
+    id: int
+    job_id: str
+    requested_by: str
+    requested_at: str | None
+    instance_id: str | None = Field(description="The instance running it (null: not yet "
+                                                "taken).")
+    state: str = Field(description="queued, running, finished, cancelled or failed.")
+    error: str | None
+    start: str = Field(alias="from")
+    end: str = Field(alias="to")
+    only_missing: bool
+    progress: BackfillProgress | None
 
 
 # -- cron preview ---------------------------------------------------------------------------

@@ -48,6 +48,8 @@ COMMANDS = {
     "show-run": "operate:show_run_cmd",
     "trigger": "operate:trigger_cmd",
     "cancel": "operate:cancel_cmd",
+    "backfill": "backfill:backfill_cmd",
+    "backfill-cancel": "backfill:backfill_cancel_cmd",
     "pause": "operate:pause_cmd",
     "resume": "operate:resume_cmd",
     "clear-override": "operate:clear_override_cmd",

@@ -25,6 +25,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.errors import (
@@ -38,6 +39,7 @@ from cronfleet.model import Job, Locking, Missed, Overlap
 from cronfleet.store.base import Declared, FleetRequest, RegistryStore
 
 if TYPE_CHECKING:
+    from cronfleet.runtime.backfill import Backfill
     from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store.base import Store
 
@@ -46,11 +48,14 @@ __all__ = [
     "TOUCH",
     "FleetJob",
     "Registry",
+    "backfill_status",
     "conflicts",
     "declared_spec",
     "fleet_jobs",
     "job_from_spec",
+    "remote_backfill",
     "remote_cancel",
+    "remote_cancel_backfill",
     "remote_trigger",
 ]
 
@@ -58,6 +63,7 @@ log = logging.getLogger("cronfleet")
 
 TOUCH = 60.0  # seconds between two touches of an unchanged registry
 POLL = 1.0  # seconds between two looks for requests, on stores without notifications
+PROGRESS = 0.5  # seconds between two writes of a remote backfill's progress
 POLL_NOTIFIED = 5.0  # the same with notifications (the backstop of a lost NOTIFY)
 
 # the spec's keys compared between two declarers of one id (every key of declared_spec)
@@ -362,6 +368,81 @@ async def _send(reg: RegistryStore, request: FleetRequest, timeout: float,
     return got
 
 
+async def remote_backfill(
+    store: Store,
+    job_id: str,
+    start: datetime,
+    end: datetime,
+    *,
+    by: str,
+    ttl: float,
+    only_missing: bool = False,
+    rate: float | None = None,
+    timeout: float = 30.0,
+    poll: float = 0.1,
+) -> FleetRequest:
+    """Ask a live instance that declares ``job_id`` to backfill ``[start, end]``
+    (:meth:`Scheduler.backfill_async`) and wait until one took it: the request, whose id
+    names the backfill (:func:`backfill_status`, :func:`remote_cancel_backfill`). Raises
+    :class:`NotDeclared` / :class:`RemoteTimeout` as :func:`remote_trigger`."""
+    reg = _registry(store)
+    rows = [d for d in await reg.list_declared(ttl=ttl) if d.job_id == job_id]
+    if not any(d.live for d in rows):
+        raise NotDeclared(job_id, sorted({d.instance_id for d in rows}))
+    payload: dict[str, Any] = {"from": start.isoformat(), "to": end.isoformat(),
+                               "only_missing": bool(only_missing), "rate": rate}
+    sent = await reg.submit_request(FleetRequest("backfill", job_id, by, payload))
+    assert sent.id is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = await reg.get_request(sent.id)
+        if got is not None and (got.taken_by is not None or got.answered):
+            break
+        if loop.time() >= deadline:
+            if await reg.answer_request(
+                    sent.id, error=f"{RemoteTimeout.code}: not taken within {timeout:g}s",
+                    only_untaken=True):
+                raise RemoteTimeout(sent.id, job_id, timeout, withdrawn=True)
+            continue  # taken meanwhile
+        await asyncio.sleep(poll)
+    if got.answered and got.error is not None:
+        code, _, message = got.error.partition(": ")
+        raise RemoteRefused(code, message or got.error, job_id=job_id,
+                            instance_id=got.taken_by, run_id=None)
+    return got
+
+
+async def backfill_status(store: Store, request_id: int) -> FleetRequest:
+    """A backfill request with its progress (``payload["progress"]``: total, done,
+    current, ran, present, taken, busy, cancelled, finished); raises
+    :class:`RemoteRefused` (``BACKFILL_NOT_FOUND``) for an unknown id."""
+    got = await _registry(store).get_request(request_id)
+    if got is None or got.kind != "backfill":
+        raise RemoteRefused("BACKFILL_NOT_FOUND", f"no backfill {request_id}", job_id="",
+                            instance_id=None, run_id=None)
+    return got
+
+
+async def remote_cancel_backfill(store: Store, request_id: int, *, by: str, ttl: float,
+                                 timeout: float = 30.0, poll: float = 0.1) -> FleetRequest:
+    """Ask the instance running backfill ``request_id`` to stop it (the slot in progress
+    is cancelled, later slots do not run)."""
+    got = await backfill_status(store, request_id)
+    if got.answered:
+        raise RemoteRefused("BACKFILL_ENDED", f"backfill {request_id} has already ended",
+                            job_id=got.job_id, instance_id=got.taken_by, run_id=None)
+    if got.taken_by is None:  # not taken yet: withdraw it
+        if await _registry(store).answer_request(
+                request_id, error=f"CANCELLED: cancelled by {by} before it started",
+                only_untaken=True):
+            return await backfill_status(store, request_id)
+        got = await backfill_status(store, request_id)
+    req = FleetRequest("cancel_backfill", got.job_id, by, {"request_id": request_id},
+                       target=got.taken_by)
+    return await _send(_registry(store), req, timeout, poll)
+
+
 # -- this process's side ----------------------------------------------------------------------
 
 
@@ -380,6 +461,7 @@ class Registry:
         self.wakeup = asyncio.Event()
         self.notified = getattr(store, "subscribe", None) is not None
         self._soon = False
+        self.backfills: dict[int, Backfill] = {}  # request id -> a remote backfill here
 
     @property
     def enabled(self) -> bool:
@@ -460,6 +542,68 @@ class Registry:
                 except TimeoutError:
                     pass
 
+    async def _backfill(self, req: FleetRequest) -> str | None:
+        """Start a remote backfill here; its progress is written to the request while it
+        runs, the answer at its end. Returns the refusal, if any."""
+        p = req.payload
+        try:
+            start = datetime.fromisoformat(str(p.get("from")))
+            end = datetime.fromisoformat(str(p.get("to")))
+            rate = p.get("rate")
+            bf = await self.s.backfill_async(
+                req.job_id, start, end, only_missing=bool(p.get("only_missing")),
+                by=req.requested_by, rate=None if rate is None else float(rate), wait=False,
+                since=None if req.requested_at is None else req.requested_at.timestamp())
+        except JobNotFound:
+            return f"{NotDeclared.code}: instance {self.s.instance_id} no longer " \
+                   f"declares job {req.job_id!r}"
+        except (ValueError, TypeError, CronfleetError) as exc:
+            return f"{getattr(exc, 'code', 'BAD_REQUEST')}: {exc}"
+        assert req.id is not None
+        self.backfills[req.id] = bf
+        log.info("request %d: %s backfills %r from %s to %s", req.id, req.requested_by,
+                 req.job_id, start.isoformat(), end.isoformat())
+        self.s.spawn(self._follow(req.id, dict(p), bf))
+        return None
+
+    async def _follow(self, rid: int, payload: dict[str, Any], bf: Backfill) -> None:
+        """Write a remote backfill's progress every PROGRESS seconds, answer at its end."""
+        assert self.store is not None and bf.task is not None
+        try:
+            while not bf.task.done():
+                await self._note(rid, payload, bf)
+                await asyncio.wait({bf.task}, timeout=PROGRESS)
+            error: str | None = None
+            if bf.task.cancelled() or bf.cancelled:
+                error = "CANCELLED: the backfill was cancelled"
+            elif bf.task.exception() is not None:
+                exc = bf.task.exception()
+                error = f"{getattr(exc, 'code', 'INTERNAL')}: {exc}"
+            await self._note(rid, payload, bf)
+            await self.store.answer_request(rid, error=error)
+        except Exception as exc:
+            self.s.stats.store_errors += 1
+            log.warning("backfill %d: could not write its progress (%s)", rid, exc)
+        finally:
+            self.backfills.pop(rid, None)
+
+    async def _note(self, rid: int, payload: dict[str, Any], bf: Backfill) -> None:
+        assert self.store is not None
+        try:
+            await self.store.note_request(rid, {**payload, "progress": bf.to_dict()})
+        except Exception as exc:
+            self.s.stats.store_errors += 1
+            log.warning("backfill %d: could not write its progress (%s)", rid, exc)
+
+    def _cancel_backfill(self, req: FleetRequest) -> str | None:
+        rid = req.payload.get("request_id")
+        bf = self.backfills.get(rid) if isinstance(rid, int) else None
+        if bf is None:
+            return (f"BACKFILL_NOT_RUNNING: backfill {rid} is not running on instance "
+                    f"{self.s.instance_id} (it may have just ended)")
+        bf.cancel()
+        return None
+
     def _cancel(self, req: FleetRequest) -> tuple[int | None, str | None]:
         run_id = req.payload.get("run_id")
         if not isinstance(run_id, int):
@@ -482,6 +626,12 @@ class Registry:
         error: str | None = None
         if req.kind == "cancel":
             run_id, error = self._cancel(req)
+        elif req.kind == "backfill":
+            error = await self._backfill(req)
+            if error is None:
+                return  # answered when it ends (_follow)
+        elif req.kind == "cancel_backfill":
+            error = self._cancel_backfill(req)
         elif req.kind != "trigger":
             error = f"UNKNOWN_REQUEST: request kind {req.kind!r} is not known to this instance"
         else:

@@ -23,7 +23,7 @@ from cronfleet.runtime.planning import catchup_banner, jitter_delay
 from cronfleet.store.base import Dispatch
 from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, missed_log
 
-__all__ = ["early", "manual", "missed", "recovery", "scheduled"]
+__all__ = ["backfill", "early", "manual", "missed", "recovery", "scheduled"]
 
 _NODE_LOCAL = Locking.NODE_LOCAL
 _ALLOW = Overlap.ALLOW
@@ -159,4 +159,17 @@ def recovery(job: Job, run: RunRecord) -> Dispatch:
             f"♻ Recovery run of slot {run.slot.isoformat()}: run {run.id} on "
             f"{run.instance_id} was interrupted"
         ],
+    )
+
+
+def backfill(job: Job, slot: float, *, token: int | None, by: str) -> Dispatch:
+    """A past slot run again by a backfill: claimed (``token`` None: never claimed) or
+    its latest claim ``token`` replaced; with the job's lease unless ``Overlap.ALLOW``."""
+    return Dispatch.backfill(
+        job.id,
+        slot,
+        token=token,
+        lease=job.overlap is not _ALLOW,
+        hold=job.lease_seconds,
+        logs=[f"Backfill of slot {from_ts(slot).isoformat()} requested by {by}"],
     )

@@ -56,6 +56,7 @@ from cronfleet.model import (
 )
 from cronfleet.runtime import requests
 from cronfleet.runtime.activity import Activity
+from cronfleet.runtime.backfill import Backfill, backfill_slots, run_backfill
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
@@ -654,6 +655,50 @@ class Scheduler(SyncControl):
                 await asyncio.gather(active.task, return_exceptions=True)
             await self.ledger.flushed()
         return res.run
+
+    async def backfill_async(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        only_missing: bool = False,
+        by: str = "backfill",
+        rate: float | None = 10.0,
+        wait: bool = True,
+        since: float | None = None,
+    ) -> Backfill:
+        """Run every slot of ``job_id``'s schedule with ``start <= slot <= end`` again, in
+        order, one at a time (the next slot starts once the previous run ended), at most
+        ``rate`` slots a second (``None``: no limit); ``only_missing``: only slots
+        without a ``succeeded`` run.
+        Each run is recorded ``triggered_by=backfill`` with its slot. A slot is claimed
+        through the store like a scheduled one, so a backfill started twice (here or in
+        another process) runs each slot once between them.
+
+        Returns the :class:`~cronfleet.runtime.backfill.Backfill` (progress: ``done`` /
+        ``total`` / ``current``; ``cancel()``). ``wait=False`` (a running scheduler only)
+        returns at once with the backfill going on in the background. A slot another
+        backfill ran since ``since`` (default: now) is not run again."""
+        job = self.get_job(job_id)
+        backfill_slots(job, start, end)  # a bad range raises here, before anything runs
+        if rate is not None and rate <= 0:
+            raise ValueError(f"backfill rate must be > 0 slots a second, got {rate!r}")
+        bf = Backfill(job.id, start, end, only_missing,
+                      since=self.clock.now() if since is None else since)
+        if not wait:
+            if not self.running:
+                raise RuntimeError("backfill(wait=False) needs a running scheduler")
+            bf.task = self.spawn(run_backfill(self, bf, by=by, rate=rate))
+            return bf
+        async with _ControlScope(self):
+            bf.task = asyncio.ensure_future(run_backfill(self, bf, by=by, rate=rate))
+            try:
+                await bf.task
+            except asyncio.CancelledError:
+                if not bf.cancelled:
+                    raise
+        return bf
 
     async def cancel_async(self, run_id: int, *, by: str = "manual", why: str = "",
                            timeout: float = 30.0) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from cronfleet.model import JobState, RunRecord, RunStatus
 
 if TYPE_CHECKING:
+    from cronfleet.runtime.backfill import Backfill
     from cronfleet.runtime.scheduler import Scheduler
 
 __all__ = ["SyncControl", "call_sync"]
@@ -61,6 +62,13 @@ class SyncControl:
                 params: Mapping[str, Any] | None = None, force: bool = False) -> RunRecord:
         return call_sync(self._me, lambda: self._me.trigger_async(
             job_id, by=by, wait=wait, params=params, force=force))
+
+    def backfill(self, job_id: str, start: datetime, end: datetime, *,
+                 only_missing: bool = False, by: str = "backfill",
+                 rate: float | None = 10.0) -> Backfill:
+        """The blocking twin of :meth:`Scheduler.backfill_async` (waits for its end)."""
+        return call_sync(self._me, lambda: self._me.backfill_async(
+            job_id, start, end, only_missing=only_missing, by=by, rate=rate))
 
     def pause(
         self,

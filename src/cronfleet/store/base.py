@@ -358,6 +358,32 @@ class Dispatch:
         )
 
     @classmethod
+    def backfill(
+        cls,
+        job_id: str,
+        slot: float,
+        *,
+        token: int | None,
+        lease: bool,
+        hold: float = 3600.0,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """Run a past slot again (``triggered_by=backfill``), through the claim path of
+        the scheduled and recovery kinds: a slot never claimed is claimed (unique
+        ``(job, slot)``); a claimed one (``token``: its latest claim) has its claim
+        replaced by a higher token, which only one caller wins. Lease busy: ``pending``
+        (the caller takes the lease with :meth:`Store.start` once it is free)."""
+        if token is None:
+            item = cls.scheduled(job_id, slot, lease=lease, hold=hold, record=True, logs=logs,
+                                 wait_if_busy=lease)
+        else:
+            item = cls.recovery(job_id, slot, token=token, lease=lease, hold=hold, logs=logs,
+                                wait_if_busy=lease)
+            item.is_recovery = False
+        item.triggered_by = TriggeredBy.BACKFILL
+        return item
+
+    @classmethod
     def local(
         cls,
         job_id: str,
@@ -833,5 +859,9 @@ class RegistryStore(InstanceStore, Protocol):
         """Record the answer of a request. ``only_untaken``: only if nobody took it yet
         (a caller giving up withdraws its request so that it never runs late). Returns
         whether the row was answered by this call."""
+
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        """Replace the payload of a taken, unanswered request (a backfill's progress, so
+        that any process reads it). Returns whether the row was written."""
 
     async def get_request(self, request_id: int) -> FleetRequest | None: ...

@@ -12,9 +12,11 @@ out is a copy.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError
@@ -607,6 +609,13 @@ class MemoryStore:
         if only_untaken and req.taken_by is not None:
             return False
         req.answered_at, req.run_id, req.error = dt(self._now()), run_id, error
+        return True
+
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        req = self._db().requests.get(request_id)
+        if req is None or req.answered_at is not None or req.taken_by is None:
+            return False
+        req.payload = json.loads(json.dumps(payload))
         return True
 
     async def get_request(self, request_id: int) -> FleetRequest | None:

@@ -472,6 +472,10 @@ RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_b
 UPDATE __S__.requests SET answered_at = %(now)s, run_id = %(run)s, error = %(error)s
 WHERE id = %(rid)s AND answered_at IS NULL AND (NOT %(untaken)s OR taken_by IS NULL);
 
+-- name: request_note
+UPDATE __S__.requests SET payload = %(payload)s
+WHERE id = %(rid)s AND answered_at IS NULL AND taken_by IS NOT NULL;
+
 -- name: request_get
 SELECT id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
        answered_at, run_id, error

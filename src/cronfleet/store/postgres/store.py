@@ -1154,6 +1154,14 @@ class PostgresStore:
 
         return await self._run(go)
 
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        async def go(cur: Cursor, now: datetime) -> bool:
+            await cur.execute(cur.q["request_note"], {"rid": request_id,
+                                                      "payload": _dumps(payload)})
+            return cur.rowcount == 1
+
+        return await self._run(go)
+
     async def get_request(self, request_id: int) -> FleetRequest | None:
         async def go(cur: Cursor, now: datetime) -> FleetRequest | None:
             await cur.execute(cur.q["request_get"], {"rid": request_id})

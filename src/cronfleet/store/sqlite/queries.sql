@@ -341,6 +341,11 @@ SELECT 1 FROM requests WHERE taken_by IS NULL AND answered_at IS NULL LIMIT 1;
 UPDATE requests SET answered_at = ?2, run_id = ?3, error = ?4
 WHERE id = ?1 AND answered_at IS NULL AND (?5 = 0 OR taken_by IS NULL);
 
+-- name: request_note
+-- ?1 id, ?2 payload (JSON): a taken, unanswered request's progress
+UPDATE requests SET payload = ?2
+WHERE id = ?1 AND answered_at IS NULL AND taken_by IS NOT NULL;
+
 -- name: request_get
 SELECT id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
        answered_at, run_id, error

@@ -827,6 +827,13 @@ class SQLiteStore:
             )
             return cur.rowcount == 1
 
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        return await self._call(self._note_request, request_id, json.dumps(payload))
+
+    def _note_request(self, rid: int, payload: str) -> bool:
+        with self._tx() as c:
+            return c.execute(Q["request_note"], (rid, payload)).rowcount == 1
+
     async def get_request(self, request_id: int) -> FleetRequest | None:
         return await self._call(self._get_request, request_id)
 

@@ -1,0 +1,205 @@
+"""Backfill: run every slot of a past range of one job's schedule again, in order.
+
+Each slot goes through the store's claim path (:meth:`Dispatch.backfill`): a slot never
+claimed is claimed like a scheduled one, a claimed slot has its latest claim replaced by a
+higher token. Either way only one caller wins a slot, so two backfills of one range
+running at once (in one process or two) run each slot once between them. Runs are
+recorded ``triggered_by=backfill`` with the slot as their slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cronfleet.model import Job, Locking, Overlap, RunRecord, RunStatus, TriggeredBy
+from cronfleet.runtime import requests
+from cronfleet.store.base import RunFilter, Start
+
+if TYPE_CHECKING:
+    from cronfleet.runtime.scheduler import Scheduler
+
+__all__ = ["Backfill", "backfill_slots", "run_backfill"]
+
+# runs recorded against a slot of the schedule (manual runs' slot is their trigger time)
+_SLOT_KINDS = frozenset({TriggeredBy.SCHEDULE, TriggeredBy.CATCHUP, TriggeredBy.RECOVERY,
+                         TriggeredBy.BACKFILL})
+
+MAX_SLOTS = 100_000  # slots in one backfill (a range is listed before it starts)
+_UNDER_WAY = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+
+
+@dataclass
+class Backfill:
+    """Progress of one backfill: ``done`` of ``total`` slots, the slot being run, and how
+    each slot ended (``ran``: run ids; ``present``: skipped by ``only_missing``; ``taken``:
+    won by another caller; ``busy``: recorded skipped by the store when it tried to
+    start)."""
+
+    job_id: str
+    start: datetime
+    end: datetime
+    only_missing: bool
+    since: float | None = None  # when it was asked for (a run of another backfill of a
+    # slot since then is that backfill's: not run again)
+    total: int = 0
+    done: int = 0
+    current: datetime | None = None
+    ran: list[int] = field(default_factory=list)
+    present: int = 0
+    taken: int = 0
+    busy: int = 0
+    cancelled: bool = False
+    finished: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The progress as stored with a remote backfill's request (JSON)."""
+        return {
+            "job_id": self.job_id, "from": self.start.isoformat(), "to": self.end.isoformat(),
+            "only_missing": self.only_missing, "total": self.total, "done": self.done,
+            "current": None if self.current is None else self.current.isoformat(),
+            "ran": len(self.ran), "present": self.present, "taken": self.taken,
+            "busy": self.busy, "cancelled": self.cancelled, "finished": self.finished,
+        }
+
+    def cancel(self) -> None:
+        """Stop before the next slot (the slot in progress is cancelled too)."""
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+def backfill_slots(job: Job, start: datetime, end: datetime) -> list[datetime]:
+    """The fire times ``t`` of ``job`` with ``start <= t <= end``, in order."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValueError("backfill start and end must be timezone-aware datetimes")
+    if end < start:
+        raise ValueError(f"backfill range is empty: end {end.isoformat()} is before "
+                         f"start {start.isoformat()}")
+    out: list[datetime] = []
+    for t in job.schedule.between(start - timedelta(seconds=1), end):
+        if t < start:
+            continue
+        if len(out) >= MAX_SLOTS:
+            raise ValueError(f"backfill range has more than {MAX_SLOTS} slots of job "
+                             f"{job.id!r}: split it")
+        out.append(t)
+    return out
+
+
+async def _existing(s: Scheduler, job: Job, start: datetime, end: datetime
+                    ) -> dict[float, list[RunRecord]]:
+    """Runs recorded against the slots of the range, by slot (epoch seconds)."""
+    out: dict[float, list[RunRecord]] = {}
+    where = RunFilter(job_id=job.id, since=start, until=end + timedelta(seconds=1))
+    after = None
+    while True:
+        page = await s.store.find_runs(where, limit=1000, after=after)
+        for r in page.runs:
+            if r.triggered_by in _SLOT_KINDS:
+                out.setdefault(r.slot.timestamp(), []).append(r)
+        if page.next_cursor is None:
+            return out
+        after = page.next_cursor
+
+
+async def run_backfill(s: Scheduler, bf: Backfill, *, by: str, rate: float | None) -> None:
+    """Run the slots of ``bf`` one after another, at most ``rate`` starts a second (on
+    the scheduler's clock; ``None``: no pause between slots)."""
+    job = s.get_job(bf.job_id)
+    if job.locking is Locking.NODE_LOCAL:
+        raise ValueError(f"job {job.id!r} is node-local: a backfill needs the store's "
+                         "claim per slot, which node-local jobs do not take")
+    slots = backfill_slots(job, bf.start, bf.end)
+    bf.total = len(slots)
+    existing = await _existing(s, job, bf.start, bf.end)
+    gap = 1.0 / rate if rate else 0.0
+    lease = job.overlap is not Overlap.ALLOW  # as requests.backfill
+    try:
+        for slot_dt in slots:
+            if bf.cancelled:
+                break
+            bf.current = slot_dt
+            slot = slot_dt.timestamp()
+            runs = existing.get(slot, [])
+            if bf.only_missing and any(r.status is RunStatus.SUCCEEDED for r in runs):
+                bf.present += 1
+                bf.done += 1
+                continue
+            latest = max((r for r in runs if r.fencing_token is not None),
+                         key=lambda r: r.fencing_token or 0, default=None)
+            if (latest is not None and latest.triggered_by is TriggeredBy.BACKFILL
+                    and (latest.status in _UNDER_WAY or (
+                        bf.since is not None and latest.started_at is not None
+                        and latest.started_at.timestamp() > bf.since))):
+                bf.taken += 1  # another backfill runs it, or ran it since this one was asked
+
+                bf.done += 1
+                continue
+            tokens = [] if latest is None else [latest.fencing_token]
+            item = requests.backfill(job, slot, token=tokens[0] if tokens else None, by=by)
+            began = s.clock.now()
+            [res] = await s.store.dispatch([item], s.instance_id)
+            if not res.won or res.run is None:
+                bf.taken += 1
+            else:
+                run = res.run
+                if run.status is RunStatus.PENDING:  # the lease is busy: wait for it
+                    run = await _take_lease(s, job, run)
+                if run.status is RunStatus.RUNNING:
+                    await _run_one(s, job, run, lease)
+                    if run.id is not None:
+                        bf.ran.append(run.id)
+                else:
+                    bf.busy += 1
+            bf.done += 1
+            wait = gap - (s.clock.now() - began)
+            if wait > 0 and bf.done < bf.total:
+                await s.clock.sleep_until(s.clock.now() + wait)
+    except asyncio.CancelledError:
+        bf.cancelled = True
+        raise
+    finally:
+        bf.current = None
+        bf.finished = True
+
+
+LEASE_POLL = 0.05  # seconds between two tries of a busy lease (real time: a handler holds it)
+
+
+async def _take_lease(s: Scheduler, job: Job, run: RunRecord) -> RunRecord:
+    """A pending backfill run: take the job's lease once its holder lets it go (the job's
+    overlap policy: a backfill slot waits for the run before it)."""
+    assert run.id is not None
+    start = Start(run.id, job.id, run.fencing_token, True, job.lease_seconds, True)
+    while True:
+        [started] = await s.store.start([start], s.instance_id)
+        if started.run is not None:
+            return started.run
+        await asyncio.sleep(LEASE_POLL)
+
+
+async def _run_one(s: Scheduler, job: Job, run: RunRecord, leased: bool) -> None:
+    """Run one claimed slot to its end (the job's overlap: the next slot waits for it)."""
+    runner = s.runner
+    if not s.running:
+        await runner.execute_inline(job, run, leased)
+        return
+    runner.launch(job, run, leased=leased)
+    assert run.id is not None
+    active = runner.active.get(run.id)
+    if active is not None and active.task is not None:
+        try:
+            await asyncio.shield(active.task)
+        except asyncio.CancelledError:
+            if asyncio.current_task() is not None and active.task is not None \
+                    and not active.task.done():
+                runner.cancel(run.id, by="backfill", why="backfill cancelled")
+            raise
+        except Exception:  # the run's outcome is recorded by the runner
+            pass
+    await s.ledger.flushed()
+
