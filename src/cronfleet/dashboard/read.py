@@ -54,8 +54,20 @@ PAGE_SIZES = (25, 50, 100)
 
 
 def job_kind(job: Job) -> str:
-    """``http`` for an HTTP job, ``handler`` for a Python handler."""
-    return "http" if isinstance(job.handler, HttpJob) else "handler"
+    """``http`` for an HTTP job, ``command`` for a command job, ``handler`` for a Python
+    handler."""
+    from cronfleet.jobs.command import CommandJob
+
+    if isinstance(job.handler, HttpJob):
+        return "http"
+    return "command" if isinstance(job.handler, CommandJob) else "handler"
+
+
+def is_cut_mark(line: object) -> bool:
+    """The line a command job's output log puts where it dropped output."""
+    from cronfleet.jobs.command import CUT_MARK
+
+    return isinstance(line, str) and line.startswith(CUT_MARK)
 
 
 # -- slot cells -----------------------------------------------------------------------
@@ -406,7 +418,7 @@ class JobsQuery:
     status: str = ""  # last outcome: a RunStatus value
     paused: str = ""  # "yes" / "no"
     failing: bool = False
-    kind: str = ""  # handler / http
+    kind: str = ""  # handler / http / command
     source: str = ""
     sort: str = "id"
     page: int = 1
@@ -427,7 +439,7 @@ class JobsQuery:
             else "",
             paused=p.get("paused", "") if p.get("paused") in ("yes", "no") else "",
             failing=p.get("failing") in ("1", "on", "yes", "true"),
-            kind=p.get("kind", "") if p.get("kind") in ("handler", "http") else "",
+            kind=p.get("kind", "") if p.get("kind") in ("handler", "http", "command") else "",
             source=p.get("source", "")[:100],
             sort=p.get("sort", "id") if p.get("sort") in SORTS else "id",
             page=num("page", 1),
