@@ -503,8 +503,8 @@ async def backfill_post(request: Request, s: Session, ctx: Context) -> Response:
                                                 rate=BACKFILL_RATE)
         except ApiError as exc:
             errs = (exc.details or {}).get("errors") or []
-            key = errs[0].get("field") if errs else None
-            f.errors[key if key in ("from", "to") else "_"] = exc.message
+            where = errs[0].get("field") if errs else None
+            f.errors[where if where in ("from", "to") else "_"] = exc.message
         else:
             await audit(ctx, s.info, "job.backfill", job.id, {
                 "backfill_id": got.id, "from": bounds["from"].isoformat(),
