@@ -50,6 +50,7 @@ def test_cancel_a_running_command_and_its_live_output(server: Server, chromium: 
     page.evaluate("window.__noReload = 1")
     logs = page.locator("#run-logs")
     logs.filter(has_text="line 2").wait_for(timeout=10_000)
+    assert "[stdout] line 1\n[stdout] line 2\n" in logs.inner_text()  # one line each
     first = logs.inner_text().count("[stdout] line")
     assert until(lambda: logs.inner_text().count("[stdout] line") >= first + 5, 10)
     assert page.evaluate("window.__noReload") == 1
@@ -131,7 +132,11 @@ def test_cut_output_is_marked(server: Server, chromium: Any, axe_source: str) ->
     page.goto(f"/runs/{run_id}")
     # 3,000 lines into 1 KiB: the cut is marked while it still runs
     page.locator("#run-logs mark.cut").wait_for(timeout=10_000)
-    assert "lines" in page.locator("#run-logs mark.cut").inner_text()
+    cut = page.locator("#run-logs mark.cut").inner_text()
+    assert cut.startswith("[output cut: ") and "lines" in cut
+    lines = page.locator("#run-logs").inner_text().splitlines()
+    assert lines[lines.index(cut) - 1].startswith("[stdout] ")  # the first half, the mark,
+    assert lines[lines.index(cut) + 1].startswith("[stdout] ")  # then the last half
     assert page.locator("#output-cut").is_visible()
     assert page.locator("#tailing").is_visible()
     shoot(page, server, "run-output-cut")

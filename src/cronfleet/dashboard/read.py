@@ -156,6 +156,9 @@ def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
     return out
 
 
+_OPEN = frozenset(st for st in RunStatus if not st.finished)
+
+
 @dataclass
 class _Known:
     """What the run cache holds for one job: its runs as :class:`SlotRun` rows (the
@@ -170,14 +173,15 @@ class _Known:
     def add(self, r: SlotRun) -> None:
         rid = r.id
         self.runs[rid] = r
-        if r.status.finished:
-            self.open.discard(rid)
-        else:
+        if r.status in _OPEN:
             self.open.add(rid)
+        elif self.open:
+            self.open.discard(rid)
         if not r.manual:
-            old = self.by_slot.get(r.at)
+            at = r.at
+            old = self.by_slot.get(at)
             if old is None or old.id <= rid:
-                self.by_slot[r.at] = r
+                self.by_slot[at] = r
 
     def trim(self, cutoff: float) -> None:
         """Forget the runs whose slot is before ``cutoff`` (epoch seconds)."""
