@@ -165,6 +165,12 @@ def test_backfill_a_range(server: Server, chromium: Any, axe_source: str) -> Non
     assert form.get_by_label(re.compile(r"^From")).get_attribute("aria-invalid") == "true"
     assert form.get_by_label(re.compile(r"^From")).input_value() == "the day before"
     check_axe(page, axe_source, "job page with a backfill error")
+    # the page answering the form (at /backfills) refreshes and links as the job page
+    assert page.locator("#live").get_attribute("data-live") == "/jobs/export.nightly"
+    assert page.get_by_role("link", name="7d").get_attribute("href") == (
+        "/jobs/export.nightly?window=7d")
+    assert page.locator("input[name=next]").first.get_attribute("value") == (
+        "/jobs/export.nightly")
     submit("1m", "3m")  # reversed
     assert "is before" in page.locator("#bf-to-err").inner_text()
     assert page.locator("#bf-from-err").count() == 0

@@ -198,11 +198,13 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     flash = request.cookies.get(FLASH)
     if flash:
         flash = unquote(flash)
+    # a page answering a form (the job page with the backfill form's errors) says where
+    # it lives, for its live region and its forms' way back
+    ctx.setdefault("path", request.url.path)
+    ctx.setdefault("full_path", str(request.url.path) + (
+        f"?{request.url.query}" if request.url.query else ""))
     html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
-                           flash=None if partial else flash, path=request.url.path,
-                           full_path=str(request.url.path) + (
-                               f"?{request.url.query}" if request.url.query else ""),
-                           **ctx)
+                           flash=None if partial else flash, **ctx)
     resp = HTMLResponse(html, status_code=status,
                         headers={"Cache-Control": "no-store",
                                  "Content-Security-Policy": CSP,
@@ -348,11 +350,14 @@ async def job_page(request: Request, s: Session, ctx: Context) -> Response:
 
 
 async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status: int = 200,
-                    backfill: BackfillForm | None = None) -> Response:
-    """The job page; ``backfill``: the backfill form as sent, with its errors (422)."""
+                    backfill: BackfillForm | None = None, at: str | None = None
+                    ) -> Response:
+    """The job page; ``backfill``: the backfill form as sent, with its errors (422);
+    ``at``: the page's own path when it answers a form posted elsewhere."""
     t = now(ctx)
     store = ctx.scheduler.store
     window = request.query_params.get("window", "24h")
+    where = {} if at is None else {"path": at, "full_path": at}
     if window not in read.WINDOWS:
         window = "24h"
     states = await store.read_states([job.id])
@@ -369,7 +374,8 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
     tz = _zone(job, s)
     return render(request, "job.html", s, status=status, t=t, job=job,
                   backfill=backfill or BackfillForm(),
-                  running=[r for r in recent if not r.status.finished], view=view, state=view.state,
+                  running=[r for r in recent if not r.status.finished], view=view,
+                  state=view.state,
                   window=window, cells=cells, cut=cut, counts=counts, tz=tz,
                   fires=read.next_fire_marks(job, t, 10),
                   pct=read.duration_percentiles(recent),
@@ -377,7 +383,7 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                   stats=run_stats(recent), recent=recent[:15], spec=spec,
                   editable=ctx.catalog.is_stored(job.id),
                   lease=view.lease_holder(t), paused=view.paused(t),
-                  override=view.override_active(t), declared=_declared(job))
+                  override=view.override_active(t), declared=_declared(job), **where)
 
 
 def _declared(job: Job) -> dict[str, Any]:
@@ -512,7 +518,8 @@ async def backfill_post(request: Request, s: Session, ctx: Context) -> Response:
                 "only_missing": f.only_missing, "instance": got.taken_by,
                 "via": "dashboard"})
     if got is None:
-        return await _job_page(request, s, ctx, job, status=422, backfill=f)
+        return await _job_page(request, s, ctx, job, status=422, backfill=f,
+                               at=f"/jobs/{quote(job.id, safe='')}")
     return redirect(f"/backfills/{got.id}",
                     f"backfill {got.id} of {job.id}: {slots} slot{'s' if slots != 1 else ''}, "
                     f"taken by {got.taken_by}")
