@@ -309,8 +309,9 @@ async def test_list_runs_newest_first_with_filters(store: Store) -> None:
 async def test_slot_runs_are_list_runs_narrowed(store: Store) -> None:
     """The slot timeline's read: the same rows as the history, newest first, with the
     slot in epoch seconds, the status, the reason and the manual flag."""
-    from cronfleet.store.base import SlotRun
+    from cronfleet.store.base import SlotRun, SlotRunStore
 
+    assert isinstance(store, SlotRunStore)
     await store.ensure_jobs(["a", "b"])
     for i in range(5):
         await store.dispatch([slot_item("a", T0 + i + 0.25), slot_item("b", T0 + i)], "one")

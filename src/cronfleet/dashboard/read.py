@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -27,7 +27,9 @@ from cronfleet.store.base import (
     RunCursor,
     RunFilter,
     SlotRun,
+    SlotRunStore,
     Store,
+    slot_runs_of,
 )
 from cronfleet.views import dst_marks, fire_times, job_view
 
@@ -217,11 +219,12 @@ class RunCache:
         newest scheduled (not manual) row. The mapping may hold older slots too."""
         known = self.jobs.pop(job_id, None) or _Known()
         low = oldest.timestamp()
+        read = _slot_reader(store)
         floor = min(known.open) if known.open else None
         before: int | None = None
         size = 100 if known.runs else PAGE  # a refresh usually finds a few new runs
         while True:
-            page = await store.slot_runs(job_id, limit=size, before_id=before)
+            page = await read(job_id, limit=size, before_id=before)
             stop = False
             for r in page:
                 old = known.runs.get(r.id)
@@ -240,7 +243,7 @@ class RunCache:
         # reach back to the window's start if the cache did not yet
         lowest = min(known.runs, default=None)
         while not known.bottom and lowest is not None and known.runs[lowest].at >= low:
-            page = await store.slot_runs(job_id, limit=PAGE, before_id=lowest)
+            page = await read(job_id, limit=PAGE, before_id=lowest)
             for r in page:
                 known.add(r)
             if len(page) < PAGE:
@@ -260,6 +263,19 @@ class RunCache:
         await self.by_slot(store, job_id, oldest)
         low = oldest.timestamp()
         return [r for r in self.jobs[job_id].runs.values() if r.at >= low]
+
+
+def _slot_reader(store: Store) -> Callable[..., Awaitable[list[SlotRun]]]:
+    """The store's narrow read, or its history narrowed here (a store of another
+    author, without :class:`SlotRunStore`)."""
+    if isinstance(store, SlotRunStore):
+        return store.slot_runs
+
+    async def whole_rows(job_id: str, *, limit: int, before_id: int | None = None
+                         ) -> list[SlotRun]:
+        return slot_runs_of(await store.list_runs(job_id, limit=limit, before_id=before_id))
+
+    return whole_rows
 
 
 PAGE = 2000

@@ -35,6 +35,7 @@ __all__ = [
     "RunPage",
     "Skip",
     "SlotRun",
+    "SlotRunStore",
     "Start",
     "Started",
     "Store",
@@ -675,11 +676,6 @@ class Store(Protocol):
     ) -> list[RunRecord]:
         """History, newest first."""
 
-    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
-                        ) -> list[SlotRun]:
-        """``list_runs(job_id, limit=limit, before_id=before_id)`` as :class:`SlotRun`
-        rows (id, slot, status, reason, manual), newest first: the slot timeline's read."""
-
     async def find_runs(
         self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
     ) -> RunPage:
@@ -701,6 +697,17 @@ class Store(Protocol):
         runs_per_job: int,
     ) -> tuple[int, int]:
         """Delete old claims and runs by :data:`RETENTION_RULE`; ``(claims, runs)`` deleted."""
+
+
+@runtime_checkable
+class SlotRunStore(Store, Protocol):
+    """A store with the slot timeline's narrow read (memory, SQLite, PostgreSQL and Redis
+    are; a store without it is read through :meth:`Store.list_runs`)."""
+
+    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
+                        ) -> list[SlotRun]:
+        """``list_runs(job_id, limit=limit, before_id=before_id)`` as :class:`SlotRun`
+        rows (id, slot, status, reason, manual), newest first."""
 
 
 @runtime_checkable
