@@ -15,6 +15,7 @@ from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
 from cronfleet.errors import (
+    CronfleetError,
     JobNotFound,
     NotDeclared,
     RemoteRefused,
@@ -139,6 +140,10 @@ async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:
     """Cancel ``run`` wherever it executes in the fleet (:meth:`Scheduler.cancel_async`);
     what was done, in words. 409 (ended, holder not live), 503 (no answer, store)."""
     assert run.id is not None
+    if run.status.finished:  # on every store, even one without a job registry
+        raise ApiError(409, "RUN_ENDED", f"run {run.id} of {run.job_id!r} has already ended "
+                       f"({run.status.value})", {"run_id": run.id,
+                                                 "instance": run.instance_id})
     try:
         how: str = await ctx.scheduler.cancel_async(run.id, by=by, why=why)
     except RemoteRefused as exc:
@@ -150,6 +155,10 @@ async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:
                                                  "withdrawn": exc.withdrawn}) from None
     except StoreError as exc:
         raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the cancel: {exc}") from None
+    except CronfleetError as exc:  # another process's run on a store without a registry
+        raise ApiError(409, "CANCEL_UNSUPPORTED", str(exc), {"run_id": run.id,
+                                                             "instance": run.instance_id}
+                       ) from None
     return how
 
 
