@@ -177,6 +177,14 @@ def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
     return Markup(data.replace("</", "<\\/"))
 
 
+def fmt_iso(value: Any, tz: tzinfo = UTC) -> str:
+    """An ISO time as stored in a request (a backfill's range) shown like the others."""
+    try:
+        return fmt_time(datetime.fromisoformat(str(value)), tz)
+    except ValueError:
+        return "—" if value is None else str(value)
+
+
 def short_source(source: str) -> str:
     """A config file's name and line rather than its whole path."""
     return source.rsplit("/", 1)[-1] if "/" in source else source
@@ -185,6 +193,7 @@ def short_source(source: str) -> str:
 _env.tests["cut_line"] = read.is_cut_mark
 _env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
 _env.globals.update(cells_html=cells_html, cells_data=cells_data, fmt_time=fmt_time,
+                    fmt_iso=fmt_iso,
                     relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
