@@ -15,7 +15,7 @@ Targets (docs/dashboard.md): jobs page p99 <= 100 ms at 100,000 jobs, a 10,000-s
 timeline p99 <= 200 ms, first load of the jobs page (HTML + CSS + JS, gzip) <= 200 KB.
 The timeline is measured warm (the page viewed again or refreshed: the process keeps the
 slots and runs of the timelines looked at lately) and cold (caches emptied first), the
-cold one twice in the same run: with the store's narrow read (``Store.slot_runs``: id,
+cold one twice in the same run: with the store's narrow read (``slot_runs``: id,
 slot, status, reason, manual) and, as before it existed, with whole rows (``list_runs``).
 """
 
@@ -187,7 +187,7 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
             read.RUNS.jobs.clear()
             read.SLOTS.jobs.clear()
 
-        # the first view as it was before Store.slot_runs (whole rows through list_runs),
+        # the first view as it was before slot_runs (whole rows through list_runs),
         # then as it is, interleaved so that both see the same load
         from cronfleet.store.base import slot_runs_of
 
@@ -212,7 +212,7 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
                     cold_ms[which].append(dt)
         store.slot_runs = narrow  # type: ignore[method-assign]
         for which, label in (("before", "before: whole rows (list_runs)"),
-                             ("after", "Store.slot_runs")):
+                             ("after", "slot_runs (narrow read)")):
             ms = cold_ms[which]
             out[f"job timeline 7d, first view (caches empty), {label}"] = {
                 "p50_ms": round(pct(ms, 50), 1), "p99_ms": round(pct(ms, 99), 1),

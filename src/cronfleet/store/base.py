@@ -544,7 +544,7 @@ class RunCursor:
 
 
 class SlotRun(NamedTuple):
-    """The few fields of a run a slot timeline needs (:meth:`Store.slot_runs`): a row
+    """The few fields of a run a slot timeline needs (:meth:`SlotRunStore.slot_runs`): a row
     of the ledger without its times, result, logs or params, so that 10,000 of them
     are read in a few milliseconds."""
 
