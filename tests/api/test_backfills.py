@@ -52,8 +52,14 @@ async def test_backfill_over_the_api(
         expect(await api.post("/api/jobs/alpha.lib/backfill", "beta-editor", json=body), 404,
                "JOB_NOT_FOUND")
         bad = {**body, "to": (START - timedelta(hours=1)).isoformat()}
-        expect(await api.post("/api/jobs/alpha.lib/backfill", "alpha-editor", json=bad), 422,
-               "BAD_RANGE")
+        refused = expect(await api.post("/api/jobs/alpha.lib/backfill", "alpha-editor",
+                                        json=bad), 422, "BAD_RANGE")
+        assert refused["details"]["errors"][0]["field"] == "to"  # the field that is wrong
+        huge = {**body, "from": (START - timedelta(days=20 * 366)).isoformat()}  # hourly
+        refused = expect(await api.post("/api/jobs/alpha.lib/backfill", "alpha-editor",
+                                        json=huge), 422, "BAD_RANGE")
+        assert refused["details"]["errors"][0]["field"] == "from"
+        assert "more than 100000 slots" in refused["message"]
         naive = {**body, "from": "2026-01-01T00:00:00"}
         expect(await api.post("/api/jobs/alpha.lib/backfill", "alpha-editor", json=naive),
                422)

@@ -107,6 +107,21 @@ CONFIG = textwrap.dedent('''
     handler = "tasks:slow"
 
     [[tasks]]
+    id = "shell.tail"
+    cron = "0 5 * * *"
+    description = "a command printing a line every 0.3 s"
+    command = "for i in $(seq 1 60); do echo line $i; sleep 0.3; done"
+    shell = true
+
+    [[tasks]]
+    id = "shell.chatty"
+    cron = "0 5 * * *"
+    description = "a command printing more than it may keep"
+    command = "seq 1 3000; sleep 5; echo the end"
+    shell = true
+    max_output = "1KiB"
+
+    [[tasks]]
     id = "beta.secret"
     cron = "0 4 * * *"
     team = "beta"

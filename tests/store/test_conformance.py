@@ -306,6 +306,29 @@ async def test_list_runs_newest_first_with_filters(store: Store) -> None:
     assert await store.get_run(10_000) is None
 
 
+async def test_slot_runs_are_list_runs_narrowed(store: Store) -> None:
+    """The slot timeline's read: the same rows as the history, newest first, with the
+    slot in epoch seconds, the status, the reason and the manual flag."""
+    from cronfleet.store.base import SlotRun, SlotRunStore
+
+    assert isinstance(store, SlotRunStore)
+    await store.ensure_jobs(["a", "b"])
+    for i in range(5):
+        await store.dispatch([slot_item("a", T0 + i + 0.25), slot_item("b", T0 + i)], "one")
+    await store.record_skips([Skip("a", T0 + 10, "paused")])
+    full = await store.list_runs("a", limit=100)
+    narrow = await store.slot_runs("a", limit=100)
+    assert narrow == [SlotRun(r.id, r.slot.timestamp(), r.status, r.reason, r.manual)
+                      for r in full if r.id is not None]
+    assert [(n.at, n.status, n.reason) for n in narrow[:2]] == [
+        (T0 + 10, RunStatus.SKIPPED, "paused"), (T0 + 4.25, RunStatus.RUNNING, None)]
+    assert all(isinstance(n.status, RunStatus) and isinstance(n.manual, bool)
+               for n in narrow)
+    page = await store.slot_runs("a", limit=2, before_id=narrow[1].id)
+    assert page == narrow[2:4]
+    assert await store.slot_runs("nobody", limit=10) == []
+
+
 @pytest.fixture(autouse=True)
 def tiny_prune_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite prunes in id ranges: with ranges of 2 ids every retention test below crosses

@@ -14,12 +14,22 @@ from typing import Any
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
-from cronfleet.errors import JobNotFound
-from cronfleet.model import Job, JobState
+from cronfleet.errors import (
+    CronfleetError,
+    JobNotFound,
+    NotDeclared,
+    RemoteRefused,
+    RemoteTimeout,
+    StoreError,
+)
+from cronfleet.model import Job, JobState, RunRecord
 from cronfleet.spec import FieldError, pause_until
+from cronfleet.store.base import FleetRequest
 
-__all__ = ["create_job", "delete_job", "invalid", "set_override", "taken", "until_time",
-           "update_job"]
+__all__ = ["backfill", "cancel_backfill", "cancel_run", "create_job", "delete_job", "invalid",
+           "set_override", "taken", "until_time", "update_job"]
+
+REMOTE_TIMEOUT = 30.0  # seconds to wait for a live instance to take a request
 
 
 def _problem(field: str, message: str, detail: str) -> ApiError:
@@ -124,3 +134,86 @@ async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: s
 async def delete_job(ctx: Context, job: Job, team: str, by: str) -> None:
     with _catalog_errors(job.id, "cannot delete the job"):
         await ctx.catalog.delete(job, team, by)
+
+
+async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:
+    """Cancel ``run`` wherever it executes in the fleet (:meth:`Scheduler.cancel_async`);
+    what was done, in words. 409 (ended, holder not live), 503 (no answer, store)."""
+    assert run.id is not None
+    if run.status.finished:  # on every store, even one without a job registry
+        raise ApiError(409, "RUN_ENDED", f"run {run.id} of {run.job_id!r} has already ended "
+                       f"({run.status.value})", {"run_id": run.id,
+                                                 "instance": run.instance_id})
+    try:
+        how: str = await ctx.scheduler.cancel_async(run.id, by=by, why=why)
+    except RemoteRefused as exc:
+        raise ApiError(409, exc.code, str(exc), {"run_id": run.id,
+                                                 "instance": exc.instance_id}) from None
+    except RemoteTimeout as exc:
+        raise ApiError(503, exc.code, str(exc), {"run_id": run.id,
+                                                 "request_id": exc.request_id,
+                                                 "withdrawn": exc.withdrawn}) from None
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the cancel: {exc}") from None
+    except CronfleetError as exc:  # another process's run on a store without a registry
+        raise ApiError(409, "CANCEL_UNSUPPORTED", str(exc), {"run_id": run.id,
+                                                             "instance": run.instance_id}
+                       ) from None
+    return how
+
+
+def backfill_range(job: Job, start: datetime, end: datetime) -> int:
+    """The number of slots of a backfill of ``job`` from ``start`` to ``end``; a reversed
+    or too long range is a 422 naming the field (``to`` reversed, ``from`` too long)."""
+    from cronfleet.runtime.backfill import backfill_slots
+
+    try:
+        return len(backfill_slots(job, start, end))
+    except ValueError as exc:
+        field = "to" if end < start else "from"
+        raise ApiError(422, "BAD_RANGE", str(exc),
+                       {"job_id": job.id, "errors": [{"field": field,
+                                                      "message": str(exc)}]}) from None
+
+
+async def backfill(ctx: Context, job: Job, start: datetime, end: datetime, *, by: str,
+                   only_missing: bool, rate: float) -> tuple[FleetRequest, int]:
+    """Ask a live instance declaring ``job`` to run its slots from ``start`` to ``end``
+    again (:func:`~cronfleet.runtime.registry.remote_backfill`): the request once taken
+    and the number of slots. 422 (range), 409 (nobody declares it, refused), 503."""
+    from cronfleet.runtime.registry import remote_backfill
+
+    slots = backfill_range(job, start, end)
+    try:
+        got = await remote_backfill(ctx.scheduler.store, job.id, start, end, by=by,
+                                    ttl=ctx.scheduler.instance_ttl,
+                                    only_missing=only_missing, rate=rate,
+                                    timeout=REMOTE_TIMEOUT)
+    except NotDeclared as exc:
+        raise ApiError(409, exc.code, str(exc), {"job_id": job.id, "gone": exc.gone}) from None
+    except RemoteRefused as exc:
+        raise ApiError(409, exc.code, str(exc), {"job_id": job.id,
+                                                 "instance": exc.instance_id}) from None
+    except RemoteTimeout as exc:
+        raise ApiError(503, exc.code, str(exc), {"job_id": job.id,
+                                                 "backfill_id": exc.request_id,
+                                                 "withdrawn": exc.withdrawn}) from None
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the request: {exc}") from None
+    return got, slots
+
+
+async def cancel_backfill(ctx: Context, backfill_id: int, *, by: str) -> None:
+    """Stop backfill ``backfill_id`` (the slot under way ends, later ones do not run).
+    409 (already ended), 503 (no answer)."""
+    from cronfleet.runtime.registry import remote_cancel_backfill
+
+    try:
+        await remote_cancel_backfill(ctx.scheduler.store, backfill_id, by=by,
+                                     ttl=ctx.scheduler.instance_ttl, timeout=REMOTE_TIMEOUT)
+    except RemoteRefused as exc:
+        raise ApiError(409, exc.code, str(exc), {"backfill_id": backfill_id}) from None
+    except RemoteTimeout as exc:
+        raise ApiError(503, exc.code, str(exc), {"backfill_id": backfill_id}) from None
+    except StoreError as exc:
+        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the cancel: {exc}") from None

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 
+from cronfleet.api import control
 from cronfleet.api import schemas as S
 from cronfleet.api.deps import (
     ALL_METHODS,
@@ -28,7 +29,6 @@ from cronfleet.api.deps import (
     who,
 )
 from cronfleet.api.errors import ApiError, responses
-from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus
 from cronfleet.spec import FieldError, time_bound
 from cronfleet.store.base import RunCursor, RunFilter
@@ -130,23 +130,15 @@ async def cancel_run(run_id: RunIdPath, ctx: Ctx, token: Editor,
                      body: Annotated[S.CancelBody | None, Body()] = None) -> dict[str, Any]:
     """Cancel a run wherever it executes in the fleet: the instance holding it gets the
     request through the store and records the run ``cancelled`` with who and why."""
-    from cronfleet.errors import RemoteRefused, RemoteTimeout
-
     run = await visible_run(ctx, token, run_id)
     why = (body.why if body is not None else None) or "no reason given"
     try:
-        how = await ctx.scheduler.cancel_async(run_id, by=who(token), why=why)
-    except RemoteRefused as exc:
-        await audit(ctx, token, "run.cancel", run.job_id, {"run_id": run_id,
-                                                           "refused": exc.code})
-        raise ApiError(409, exc.code, str(exc), {"run_id": run_id,
-                                                 "instance": exc.instance_id}) from None
-    except RemoteTimeout as exc:
-        raise ApiError(503, exc.code, str(exc), {"run_id": run_id,
-                                                 "request_id": exc.request_id,
-                                                 "withdrawn": exc.withdrawn}) from None
-    except StoreError as exc:
-        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot send the cancel: {exc}") from None
+        how = await control.cancel_run(ctx, run, by=who(token), why=why)
+    except ApiError as exc:
+        if exc.status == 409:
+            await audit(ctx, token, "run.cancel", run.job_id, {"run_id": run_id,
+                                                               "refused": exc.code})
+        raise
     await audit(ctx, token, "run.cancel", run.job_id, {"run_id": run_id, "why": why})
     return {"run_id": run_id, "job_id": run.job_id, "instance_id": run.instance_id,
             "message": how}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -21,7 +21,16 @@ from typing import Any
 
 from cronfleet.jobs.http import HttpJob
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
-from cronfleet.store.base import Instance, InstanceStore, RunCursor, RunFilter, Store
+from cronfleet.store.base import (
+    Instance,
+    InstanceStore,
+    RunCursor,
+    RunFilter,
+    SlotRun,
+    SlotRunStore,
+    Store,
+    slot_runs_of,
+)
 from cronfleet.views import dst_marks, fire_times, job_view
 
 __all__ = [
@@ -54,8 +63,20 @@ PAGE_SIZES = (25, 50, 100)
 
 
 def job_kind(job: Job) -> str:
-    """``http`` for an HTTP job, ``handler`` for a Python handler."""
-    return "http" if isinstance(job.handler, HttpJob) else "handler"
+    """``http`` for an HTTP job, ``command`` for a command job, ``handler`` for a Python
+    handler."""
+    from cronfleet.jobs.command import CommandJob
+
+    if isinstance(job.handler, HttpJob):
+        return "http"
+    return "command" if isinstance(job.handler, CommandJob) else "handler"
+
+
+def is_cut_mark(line: object) -> bool:
+    """The line a command job's output log puts where it dropped output."""
+    from cronfleet.jobs.command import CUT_MARK
+
+    return isinstance(line, str) and line.startswith(CUT_MARK)
 
 
 # -- slot cells -----------------------------------------------------------------------
@@ -74,7 +95,7 @@ class Cell:
 
     slot: datetime
     state: str
-    run: RunRecord | None
+    run: RunRecord | SlotRun | None  # a timeline's cell holds the narrow row
     at: float = 0.0  # the slot in epoch seconds
 
     @property
@@ -85,14 +106,15 @@ class Cell:
         text = _VALUE[run.status]
         if run.reason:
             text += f" ({run.reason})"
-        if run.started_at is not None and run.finished_at is not None:
-            text += f" in {(run.finished_at - run.started_at).total_seconds():.3g}s"
-        if run.error:
-            text += f": {run.error[:120]}"
+        if isinstance(run, RunRecord):
+            if run.started_at is not None and run.finished_at is not None:
+                text += f" in {(run.finished_at - run.started_at).total_seconds():.3g}s"
+            if run.error:
+                text += f": {run.error[:120]}"
         return text
 
 
-def cell_state(run: RunRecord | None) -> str:
+def cell_state(run: RunRecord | SlotRun | None) -> str:
     if run is None:
         return "none"
     if run.status is RunStatus.SKIPPED:
@@ -136,42 +158,43 @@ def last_slots(job: Job, now: datetime, n: int) -> list[datetime]:
     return out
 
 
+_OPEN = frozenset(st for st in RunStatus if not st.finished)
+
+
 @dataclass
 class _Known:
-    """What the run cache holds for one job."""
+    """What the run cache holds for one job: its runs as :class:`SlotRun` rows (the
+    store's narrow read: no times, result, logs or params)."""
 
-    runs: dict[int, RunRecord] = field(default_factory=dict)  # by id
-    by_slot: dict[float, RunRecord] = field(default_factory=dict)  # a slot's newest
+    runs: dict[int, SlotRun] = field(default_factory=dict)  # by id
+    by_slot: dict[float, SlotRun] = field(default_factory=dict)  # a slot's newest
     # scheduled row, by the slot's epoch seconds
     open: set[int] = field(default_factory=set)  # ids of runs not finished
     bottom: bool = False  # the store has no run older than the oldest held
 
-    def add(self, r: RunRecord) -> None:
+    def add(self, r: SlotRun) -> None:
         rid = r.id
-        if rid is None:
-            return
         self.runs[rid] = r
-        if r.status.finished:
-            self.open.discard(rid)
-        else:
+        if r.status in _OPEN:
             self.open.add(rid)
+        elif self.open:
+            self.open.discard(rid)
         if not r.manual:
-            key = r.slot.timestamp()
-            old = self.by_slot.get(key)
-            if old is None or (old.id or 0) <= rid:
-                self.by_slot[key] = r
+            at = r.at
+            old = self.by_slot.get(at)
+            if old is None or old.id <= rid:
+                self.by_slot[at] = r
 
-    def trim(self, cutoff: datetime) -> None:
-        """Forget the runs whose slot is before ``cutoff``."""
-        gone = [i for i, r in self.runs.items() if r.slot < cutoff]
+    def trim(self, cutoff: float) -> None:
+        """Forget the runs whose slot is before ``cutoff`` (epoch seconds)."""
+        gone = [i for i, r in self.runs.items() if r.at < cutoff]
         if not gone:
             return
         for i in gone:
             r = self.runs.pop(i)
             self.open.discard(i)
-            key = r.slot.timestamp()
-            if self.by_slot.get(key) is r:
-                del self.by_slot[key]
+            if self.by_slot.get(r.at) is r:
+                del self.by_slot[r.at]
         self.bottom = False
 
 
@@ -191,54 +214,68 @@ class RunCache:
         self.jobs: dict[str, _Known] = {}
 
     async def by_slot(self, store: Store, job_id: str, oldest: datetime
-                      ) -> dict[float, RunRecord]:
+                      ) -> dict[float, SlotRun]:
         """The job's runs from ``oldest`` on (at least), by slot epoch seconds: a slot's
         newest scheduled (not manual) row. The mapping may hold older slots too."""
         known = self.jobs.pop(job_id, None) or _Known()
+        low = oldest.timestamp()
+        read = _slot_reader(store)
         floor = min(known.open) if known.open else None
         before: int | None = None
         size = 100 if known.runs else PAGE  # a refresh usually finds a few new runs
         while True:
-            page = await store.list_runs(job_id, limit=size, before_id=before)
+            page = await read(job_id, limit=size, before_id=before)
             stop = False
             for r in page:
-                if r.id is None:
-                    continue
                 old = known.runs.get(r.id)
                 known.add(r)
                 if old is not None and old.status.finished and (floor is None or r.id < floor):
                     stop = True
             last = page[-1] if page else None
-            if stop or len(page) < size or last is None or last.id is None:
+            if stop or len(page) < size or last is None:
                 if not stop and len(page) < size:
                     known.bottom = True  # read down to the job's first run
                 break
-            if last.slot < oldest:  # past the window: older runs are read when asked
+            if last.at < low:  # past the window: older runs are read when asked
                 break
             before = last.id
             size = PAGE
         # reach back to the window's start if the cache did not yet
         lowest = min(known.runs, default=None)
-        while (not known.bottom and lowest is not None
-               and known.runs[lowest].slot >= oldest):
-            page = await store.list_runs(job_id, limit=PAGE, before_id=lowest)
+        while not known.bottom and lowest is not None and known.runs[lowest].at >= low:
+            page = await read(job_id, limit=PAGE, before_id=lowest)
             for r in page:
                 known.add(r)
             if len(page) < PAGE:
                 known.bottom = True  # nothing older: later runs come from the top
                 break
             lowest = min(known.runs)
-        if lowest is not None and known.runs[lowest].slot < oldest - max(WINDOWS.values()):
-            known.trim(oldest - max(WINDOWS.values()))
+        longest = max(WINDOWS.values()).total_seconds()
+        if lowest is not None and known.runs[lowest].at < low - longest:
+            known.trim(low - longest)
         self.jobs[job_id] = known
         while len(self.jobs) > self.size:
             del self.jobs[next(iter(self.jobs))]
         return known.by_slot
 
-    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[RunRecord]:
+    async def runs(self, store: Store, job_id: str, oldest: datetime) -> list[SlotRun]:
         """The job's runs whose slot is at or after ``oldest``."""
         await self.by_slot(store, job_id, oldest)
-        return [r for r in self.jobs[job_id].runs.values() if r.slot >= oldest]
+        low = oldest.timestamp()
+        return [r for r in self.jobs[job_id].runs.values() if r.at >= low]
+
+
+def _slot_reader(store: Store) -> Callable[..., Awaitable[list[SlotRun]]]:
+    """The store's narrow read, or its history narrowed here (a store of another
+    author, without :class:`SlotRunStore`)."""
+    if isinstance(store, SlotRunStore):
+        return store.slot_runs
+
+    async def whole_rows(job_id: str, *, limit: int, before_id: int | None = None
+                         ) -> list[SlotRun]:
+        return slot_runs_of(await store.list_runs(job_id, limit=limit, before_id=before_id))
+
+    return whole_rows
 
 
 PAGE = 2000
@@ -300,7 +337,7 @@ class Timeline(Sequence[Cell]):
     __slots__ = ("runs", "slots", "stamps", "states")
 
     def __init__(self, slots: list[datetime], stamps: list[float],
-                 runs: list[RunRecord | None]) -> None:
+                 runs: Sequence[RunRecord | SlotRun | None]) -> None:
         self.slots = slots
         self.stamps = stamps
         self.runs = runs
@@ -338,7 +375,7 @@ async def timeline(store: Store, job: Job, now: datetime, window: str,
     if len(slots) > MAX_CELLS:
         slots, stamps = slots[-MAX_CELLS:], stamps[-MAX_CELLS:]
         cut = True
-    by_slot: Mapping[float, RunRecord] = {}
+    by_slot: Mapping[float, RunRecord | SlotRun] = {}
     if slots:
         if cache is not None:
             by_slot = await cache.by_slot(store, job.id, slots[0])
@@ -406,7 +443,7 @@ class JobsQuery:
     status: str = ""  # last outcome: a RunStatus value
     paused: str = ""  # "yes" / "no"
     failing: bool = False
-    kind: str = ""  # handler / http
+    kind: str = ""  # handler / http / command
     source: str = ""
     sort: str = "id"
     page: int = 1
@@ -427,7 +464,7 @@ class JobsQuery:
             else "",
             paused=p.get("paused", "") if p.get("paused") in ("yes", "no") else "",
             failing=p.get("failing") in ("1", "on", "yes", "true"),
-            kind=p.get("kind", "") if p.get("kind") in ("handler", "http") else "",
+            kind=p.get("kind", "") if p.get("kind") in ("handler", "http", "command") else "",
             source=p.get("source", "")[:100],
             sort=p.get("sort", "id") if p.get("sort") in SORTS else "id",
             page=num("page", 1),

@@ -10,7 +10,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from importlib import resources
 from itertools import pairwise
@@ -48,7 +48,8 @@ from cronfleet.dashboard.auth import (
     set_session,
 )
 from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
-from cronfleet.model import Job, RunStatus, TriggeredBy
+from cronfleet.model import Job, RunRecord, RunStatus, TriggeredBy
+from cronfleet.spec import FieldError, time_bound
 from cronfleet.store.api import TokenInfo
 from cronfleet.store.ledger import LATE_RESULT_KEY
 from cronfleet.views import job_view, run_stats
@@ -145,11 +146,6 @@ _CELL = {st: f'<i class="{st}"></i>' for st in
           "pending", "none")}
 
 
-_CELL = {st: f'<i class="{st}"></i>' for st in
-         ("succeeded", "failed", "skipped", "missed", "paused", "interrupted", "running",
-          "pending", "none")}
-
-
 def cells_html(cells: read.Timeline) -> Markup:
     """The timeline's cells (up to 10,000): one empty element per slot, its state as its
     class and nothing else; the slot times and run ids are in :func:`cells_data`, and
@@ -181,13 +177,23 @@ def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
     return Markup(data.replace("</", "<\\/"))
 
 
+def fmt_iso(value: Any, tz: tzinfo = UTC) -> str:
+    """An ISO time as stored in a request (a backfill's range) shown like the others."""
+    try:
+        return fmt_time(datetime.fromisoformat(str(value)), tz)
+    except ValueError:
+        return "—" if value is None else str(value)
+
+
 def short_source(source: str) -> str:
     """A config file's name and line rather than its whole path."""
     return source.rsplit("/", 1)[-1] if "/" in source else source
 
 
+_env.tests["cut_line"] = read.is_cut_mark
 _env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
 _env.globals.update(cells_html=cells_html, cells_data=cells_data, fmt_time=fmt_time,
+                    fmt_iso=fmt_iso,
                     relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
@@ -201,11 +207,13 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     flash = request.cookies.get(FLASH)
     if flash:
         flash = unquote(flash)
+    # a page answering a form (the job page with the backfill form's errors) says where
+    # it lives, for its live region and its forms' way back
+    ctx.setdefault("path", request.url.path)
+    ctx.setdefault("full_path", str(request.url.path) + (
+        f"?{request.url.query}" if request.url.query else ""))
     html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
-                           flash=None if partial else flash, path=request.url.path,
-                           full_path=str(request.url.path) + (
-                               f"?{request.url.query}" if request.url.query else ""),
-                           **ctx)
+                           flash=None if partial else flash, **ctx)
     resp = HTMLResponse(html, status_code=status,
                         headers={"Cache-Control": "no-store",
                                  "Content-Security-Policy": CSP,
@@ -216,7 +224,8 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     return resp
 
 
-_LIVE = {"overview.html", "jobs.html", "job.html", "run.html", "runs.html", "error.html"}
+_LIVE = {"overview.html", "jobs.html", "job.html", "run.html", "runs.html", "error.html",
+         "backfill.html"}
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 
@@ -346,9 +355,18 @@ async def jobs_page(request: Request, s: Session, ctx: Context) -> Response:
 
 async def job_page(request: Request, s: Session, ctx: Context) -> Response:
     job = await visible(ctx, s.info, request.path_params["job_id"])
+    return await _job_page(request, s, ctx, job)
+
+
+async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status: int = 200,
+                    backfill: BackfillForm | None = None, at: str | None = None
+                    ) -> Response:
+    """The job page; ``backfill``: the backfill form as sent, with its errors (422);
+    ``at``: the page's own path when it answers a form posted elsewhere."""
     t = now(ctx)
     store = ctx.scheduler.store
     window = request.query_params.get("window", "24h")
+    where = {} if at is None else {"path": at, "full_path": at}
     if window not in read.WINDOWS:
         window = "24h"
     states = await store.read_states([job.id])
@@ -363,7 +381,10 @@ async def job_page(request: Request, s: Session, ctx: Context) -> Response:
         d = await ctx.api_store.job_def(job.id)
         spec = None if d is None else d.spec
     tz = _zone(job, s)
-    return render(request, "job.html", s, t=t, job=job, view=view, state=view.state,
+    return render(request, "job.html", s, status=status, t=t, job=job,
+                  backfill=backfill or BackfillForm(),
+                  running=[r for r in recent if not r.status.finished], view=view,
+                  state=view.state,
                   window=window, cells=cells, cut=cut, counts=counts, tz=tz,
                   fires=read.next_fire_marks(job, t, 10),
                   pct=read.duration_percentiles(recent),
@@ -371,7 +392,7 @@ async def job_page(request: Request, s: Session, ctx: Context) -> Response:
                   stats=run_stats(recent), recent=recent[:15], spec=spec,
                   editable=ctx.catalog.is_stored(job.id),
                   lease=view.lease_holder(t), paused=view.paused(t),
-                  override=view.override_active(t), declared=_declared(job))
+                  override=view.override_active(t), declared=_declared(job), **where)
 
 
 def _declared(job: Job) -> dict[str, Any]:
@@ -385,13 +406,10 @@ def _declared(job: Job) -> dict[str, Any]:
 
 
 async def run_page(request: Request, s: Session, ctx: Context) -> Response:
-    try:
-        run_id = int(request.path_params["run_id"])
-    except ValueError:
-        raise Refused(404, "no such run") from None
-    run = await visible_run(ctx, s.info, run_id)
+    run = await _run_of(request, s, ctx)
     job = ctx.scheduler.jobs.get(run.job_id)
     return render(request, "run.html", s, run=run, job=job, tz=_zone(job, s), t=now(ctx),
+                  command=job is not None and read.job_kind(job) == "command",
                   result=json.dumps(run.result, indent=2, default=str)
                   if run.result is not None else None, **run_details(run.result))
 
@@ -420,6 +438,141 @@ def run_details(result: Any) -> dict[str, Any]:
                 and isinstance(a.get("request"), dict)]
     late = result.get(LATE_RESULT_KEY)
     return {"attempts": attempts, "late": late if isinstance(late, dict) else None}
+
+
+async def _run_of(request: Request, s: Session, ctx: Context) -> RunRecord:
+    try:
+        run_id = int(request.path_params["run_id"])
+    except ValueError:
+        raise Refused(404, "no such run") from None
+    return await visible_run(ctx, s.info, run_id)
+
+
+async def cancel_page(request: Request, s: Session, ctx: Context) -> Response:
+    """The confirmation of a cancel (editor): what will be stopped, a reason, one button."""
+    run = await _run_of(request, s, ctx)
+    need(s, "editor")
+    job = ctx.scheduler.jobs.get(run.job_id)
+    return render(request, "cancel.html", s, run=run, tz=_zone(job, s))
+
+
+async def cancel_post(request: Request, s: Session, ctx: Context) -> Response:
+    """Cancel a run wherever it executes (``control.cancel_run``, as the API's
+    ``POST /api/runs/{id}/cancel``); the outcome is shown on the run's page."""
+    form = await form_of(request, s)
+    need(s, "editor")
+    run = await _run_of(request, s, ctx)
+    back = f"/runs/{run.id}"
+    if run.status.finished:
+        return redirect(back, f"run #{run.id} is not running (it ended: "
+                              f"{run.status.value}); nothing was cancelled")
+    why = str(form.get("why", "")).strip()[:500] or "no reason given"
+    try:
+        how = await control.cancel_run(ctx, run, by=who(s.info), why=why)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        await audit(ctx, s.info, "run.cancel", run.job_id,
+                    {"run_id": run.id, "refused": exc.code, "via": "dashboard"})
+        return redirect(back, f"run #{run.id} was not cancelled: {exc.message} ({exc.code})")
+    await audit(ctx, s.info, "run.cancel", run.job_id,
+                {"run_id": run.id, "why": why, "via": "dashboard"})
+    return redirect(back, f"run #{run.id} cancelled: {how}")
+
+
+@dataclass
+class BackfillForm:
+    """The backfill form as sent (``from``, ``to``, only missing) and its errors by field
+    (``from``, ``to``, ``_`` for the whole)."""
+
+    start: str = ""
+    end: str = ""
+    only_missing: bool = False
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+async def backfill_post(request: Request, s: Session, ctx: Context) -> Response:
+    """Backfill a range of the job's slots (``control.backfill``, as the API's ``POST
+    /api/jobs/{id}/backfill``): times in the job's zone (or a duration back from now);
+    a wrong field is shown at the field on the job page (422); then the backfill's page."""
+    form = await form_of(request, s)
+    need(s, "editor")
+    job = await visible(ctx, s.info, str(form.get("job_id", "")))
+    f = BackfillForm(str(form.get("from", "")).strip()[:100],
+                     str(form.get("to", "")).strip()[:100], form.get("only_missing") == "1")
+    t = now(ctx)
+    bounds: dict[str, datetime] = {}
+    for key, value in (("from", f.start), ("to", f.end)):
+        if not value:
+            f.errors[key] = f"{key}: required (a time in {job.schedule.tz}, or 2h, 1d back)"
+            continue
+        try:
+            bounds[key] = time_bound(value, now=t, tz=job.schedule.tz)
+        except FieldError as exc:
+            f.errors[key] = f"{key}: {exc.message}"
+    got = None
+    if not f.errors:
+        try:
+            got, slots = await control.backfill(ctx, job, bounds["from"], bounds["to"],
+                                                by=who(s.info), only_missing=f.only_missing,
+                                                rate=BACKFILL_RATE)
+        except ApiError as exc:
+            errs = (exc.details or {}).get("errors") or []
+            where = errs[0].get("field") if errs else None
+            f.errors[where if where in ("from", "to") else "_"] = exc.message
+        else:
+            await audit(ctx, s.info, "job.backfill", job.id, {
+                "backfill_id": got.id, "from": bounds["from"].isoformat(),
+                "to": bounds["to"].isoformat(), "slots": slots,
+                "only_missing": f.only_missing, "instance": got.taken_by,
+                "via": "dashboard"})
+    if got is None:
+        return await _job_page(request, s, ctx, job, status=422, backfill=f,
+                               at=f"/jobs/{quote(job.id, safe='')}")
+    return redirect(f"/backfills/{got.id}",
+                    f"backfill {got.id} of {job.id}: {slots} slot{'s' if slots != 1 else ''}, "
+                    f"taken by {got.taken_by}")
+
+
+BACKFILL_RATE = 10.0  # slots started a second at most (the API's default)
+
+
+async def _backfill_of(request: Request, s: Session, ctx: Context) -> Any:
+    from cronfleet.api.backfills import visible_backfill
+
+    try:
+        bid = int(request.path_params["backfill_id"])
+    except ValueError:
+        raise Refused(404, "no such backfill") from None
+    return await visible_backfill(ctx, s.info, bid)
+
+
+async def backfill_page(request: Request, s: Session, ctx: Context) -> Response:
+    """A backfill's progress, refreshed every 2 s until it ends; cancel (editor)."""
+    from cronfleet.api.backfills import backfill_out
+
+    req = await _backfill_of(request, s, ctx)
+    job = ctx.scheduler.jobs.get(req.job_id)
+    return render(request, "backfill.html", s, b=backfill_out(req), tz=_zone(job, s),
+                  t=now(ctx))
+
+
+async def backfill_cancel(request: Request, s: Session, ctx: Context) -> Response:
+    form = await form_of(request, s)
+    del form
+    need(s, "editor")
+    req = await _backfill_of(request, s, ctx)
+    back = f"/backfills/{req.id}"
+    try:
+        await control.cancel_backfill(ctx, req.id, by=who(s.info))
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return redirect(back, f"backfill {req.id} was not cancelled: {exc.message}")
+    await audit(ctx, s.info, "job.backfill.cancel", req.job_id,
+                {"backfill_id": req.id, "via": "dashboard"})
+    return redirect(back, f"backfill {req.id} cancelled: the slot under way ends, no "
+                          "later slot runs")
 
 
 async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -811,6 +964,11 @@ def install(app: FastAPI, codes: OneTimeCodes | None = None) -> None:
         ("/runs", runs_page, ["GET"]),
         ("/runs/{run_id}", run_page, ["GET"]),
         ("/runs/{run_id}/label", run_label, ["GET"]),
+        ("/runs/{run_id}/cancel", cancel_page, ["GET"]),
+        ("/runs/{run_id}/cancel", cancel_post, ["POST"]),
+        ("/backfills", backfill_post, ["POST"]),
+        ("/backfills/{backfill_id}", backfill_page, ["GET"]),
+        ("/backfills/{backfill_id}/cancel", backfill_cancel, ["POST"]),
         ("/audit", audit_page, ["GET"]),
         ("/secrets", secrets_page, ["GET"]),
         ("/secrets", secret_post, ["POST"]),

@@ -132,6 +132,9 @@ def redactor(values: Sequence[str]) -> Callable[[str], str]:
 # -- the output kept in the run's log ------------------------------------------------------
 
 
+CUT_MARK = "[output cut:"  # the line marking dropped output (the dashboard highlights it)
+
+
 class OutputLog:
     """stdout and stderr lines in ``logs`` (from index ``len(logs)`` at creation), at most
     ``limit`` bytes: the first half as it arrives, then a rolling last half; when lines
@@ -209,7 +212,7 @@ class OutputLog:
         """Put the kept last half (and the cut mark) into ``logs``."""
         if not self.tailing:
             return
-        mark = ([f"[output cut: {self.cut_lines} lines, {self.cut_bytes} bytes not kept "
+        mark = ([f"{CUT_MARK} {self.cut_lines} lines, {self.cut_bytes} bytes not kept "
                  f"(max_output {self.head_budget + self.tail_budget} bytes: the first and "
                  f"last halves are kept)]"] if self.cut else [])
         self.logs[self.base + self.head_lines:] = mark + [self.redact(t) for t, _ in self.tail]

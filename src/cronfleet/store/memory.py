@@ -36,8 +36,10 @@ from cronfleet.store.base import (
     RunFilter,
     RunPage,
     Skip,
+    SlotRun,
     Start,
     Started,
+    slot_runs_of,
     watermark,
 )
 from cronfleet.store.rows import dt, ms, msd
@@ -623,6 +625,10 @@ class MemoryStore:
         return None if req is None else dataclasses.replace(req, payload=dict(req.payload))
 
     # -- reading the ledger -------------------------------------------------------------------
+
+    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
+                        ) -> list[SlotRun]:
+        return slot_runs_of(await self.list_runs(job_id, limit=limit, before_id=before_id))
 
     async def list_runs(
         self,

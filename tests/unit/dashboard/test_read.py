@@ -284,3 +284,25 @@ async def test_run_cache_first_read_stops_at_the_window(store: MemoryStore) -> N
     week, _ = await read.timeline(store, job, T, "7d", cache=cache)
     assert week.states.count("succeeded") == read.MAX_CELLS
     assert sum(read_rows) <= read.MAX_CELLS - 1440 + 2 * read.PAGE + 100
+
+
+async def test_run_cache_reads_a_store_without_the_narrow_read(store: MemoryStore) -> None:
+    """A store of another author (no ``slot_runs``) is read through its history: the same
+    cells as the narrow read."""
+    from cronfleet.store.base import SlotRunStore
+
+    class HistoryOnly:
+        def __init__(self, inner: MemoryStore) -> None:
+            self.list_runs = inner.list_runs
+
+    job = Job.create("* * * * *", noop, id="h")
+    await store.ensure_jobs([job.id])
+    slots = [T - timedelta(minutes=k) for k in range(3000)]
+    await store.finish([Finish(run("h", s, RunStatus.FAILED if k % 7 == 0
+                                   else RunStatus.SUCCEEDED)) for k, s in enumerate(slots)])
+    plain = HistoryOnly(store)
+    assert not isinstance(plain, SlotRunStore) and isinstance(store, SlotRunStore)
+    old, _ = await read.timeline(plain, job, T, "7d", cache=read.RunCache())  # type: ignore[arg-type]
+    new, _ = await read.timeline(store, job, T, "7d", cache=read.RunCache())
+    assert old.states == new.states and old.run_ids == new.run_ids
+    assert old.states.count("failed") == 429 and old.states.count("succeeded") == 2571

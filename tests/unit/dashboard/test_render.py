@@ -79,3 +79,31 @@ def test_run_details_attempts_and_late_result() -> None:
     assert got["late"] == {"status": "succeeded", "instance_id": "w-2"}
     assert run_details("text") == {"attempts": [], "late": None}
     assert run_details({"rows": 3}) == {"attempts": [], "late": None}
+
+
+def test_run_logs_one_line_each_and_the_cut_marked() -> None:
+    """The run page's log: one line per stored line (what a <pre> shows), the command's
+    ``[output cut: ...]`` line as a <mark>, the text escaped; a run in progress says it
+    is live and leaves the refresh on, an ended one says the region is final."""
+    from cronfleet.dashboard.routes import _env
+    from cronfleet.jobs.command import OutputLog
+
+    logs: list[str] = ["$ seq 1 400"]
+    out = OutputLog(logs, 200, lambda s: s)
+    for k in range(1, 401):
+        out.feed("stdout", f"<{k}>\n".encode())
+    out.close()
+    run = RunRecord(5, "j", T, TriggeredBy.API, RunStatus.RUNNING, logs=logs)
+    html = _env.get_template("_run.html").render(
+        run=run, s=None, tz=UTC, command=True, attempts=[], late=None, result=None)
+    pre = html.split('<pre class="log"', 1)[1].split("</pre>", 1)[0]
+    lines = pre.split(">", 1)[1].split("\n")
+    assert lines[0] == "$ seq 1 400" and lines[1] == "[stdout] &lt;1&gt;"
+    cut = [ln for ln in lines if "output cut" in ln]
+    assert len(cut) == 1 and cut[0].startswith('<mark class="cut">[output cut: ')
+    assert lines[-2] == "[stdout] &lt;400&gt;" and lines[-1] == ""
+    assert 'id="output-cut"' in html and 'id="tailing"' in html and "data-final" not in html
+    ended = RunRecord(5, "j", T, TriggeredBy.API, RunStatus.SUCCEEDED, logs=logs[:3])
+    html = _env.get_template("_run.html").render(
+        run=ended, s=None, tz=UTC, command=True, attempts=[], late=None, result=None)
+    assert "data-final" in html and 'id="tailing"' not in html and "output-cut" not in html

@@ -13,9 +13,24 @@
     return !!el.querySelector("input[type=checkbox]:checked");
   }
 
+  // a followed log (a running command's output): kept scrolled to its end unless the
+  // reader scrolled up, and kept where it was otherwise
+  function logState(el) {
+    var pre = el.querySelector("pre.log");
+    if (!pre) return null;
+    return { top: pre.scrollTop,
+             end: pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4 };
+  }
+
+  function restoreLog(el, st) {
+    var pre = el.querySelector("pre.log");
+    if (!pre) return;
+    pre.scrollTop = (!st || st.end) ? pre.scrollHeight : st.top;
+  }
+
   function refresh(el) {
-    if (document.hidden || busy(el)) return;
     var url = el.getAttribute("data-live");
+    if (!url || document.hidden || busy(el)) return;
     url += (url.indexOf("?") < 0 ? "?" : "&") + "partial=1";
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) {
@@ -24,9 +39,13 @@
       })
       .then(function (html) {
         if (html !== null && html !== el.getAttribute("data-last") && !busy(el)) {
+          var st = logState(el);
           el.innerHTML = html;
           el.setAttribute("data-last", html);
+          restoreLog(el, st);
         }
+        // the region says it will not change any more (a run or a backfill ended)
+        if (el.querySelector("[data-final]")) el.removeAttribute("data-live");
       })
       .catch(function () { /* next tick tries again */ });
   }
@@ -244,6 +263,9 @@
     timeline();
     paramRows();
     var live = document.querySelectorAll("[data-live]");
+    document.querySelectorAll("pre.log").forEach(function (pre) {
+      pre.scrollTop = pre.scrollHeight;
+    });
     if (live.length) {
       setInterval(function () { live.forEach(refresh); }, PERIOD);
     }

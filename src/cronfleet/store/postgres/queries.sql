@@ -282,6 +282,11 @@ WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
 ORDER BY s.job_id
 FOR UPDATE OF s SKIP LOCKED;
 
+-- name: slot_runs
+-- the slot timeline's read: the history's filters, ORDER BY and LIMIT are appended
+SELECT id, extract(epoch FROM slot)::float8, status, reason, manual
+FROM __S__.runs;
+
 -- name: runs
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,

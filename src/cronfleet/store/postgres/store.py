@@ -64,6 +64,7 @@ from cronfleet.store.base import (
     RunFilter,
     RunPage,
     Skip,
+    SlotRun,
     Start,
     Started,
 )
@@ -146,6 +147,7 @@ def _consume(task: asyncio.Future[Any]) -> None:
 _msd = msd
 _dumps = dumps
 _state = pg_state
+_STATUS = {s.value: s for s in RunStatus}  # Enum lookup by value, without its call
 _run = pg_run
 _run_rows = pg_run_rows
 
@@ -1414,6 +1416,20 @@ class PostgresStore:
         async def go(cur: Cursor, now: datetime) -> list[RunRecord]:
             await cur.execute(query, args)
             return [_run(r) for r in await cur.fetchall()]
+
+        return await self._run(go, tx=False)
+
+    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
+                        ) -> list[SlotRun]:
+        query, args = history_query(self.q["slot_runs"].rstrip(), job_id=job_id, status=None,
+                                    before_id=before_id, limit=limit, placeholder="%s")
+        status = _STATUS
+        new = tuple.__new__  # a NamedTuple without its Python-level __new__: 10,000 rows
+
+        async def go(cur: Cursor, now: datetime) -> list[SlotRun]:
+            await cur.execute(query, args)
+            return [new(SlotRun, (r[0], r[1], status[r[2]], r[3], bool(r[4])))
+                    for r in await cur.fetchall()]
 
         return await self._run(go, tx=False)
 

@@ -60,8 +60,10 @@ from cronfleet.store.base import (
     RunFilter,
     RunPage,
     Skip,
+    SlotRun,
     Start,
     Started,
+    slot_runs_of,
     watermark,
 )
 from cronfleet.store.rows import dt, ms, msd
@@ -789,6 +791,10 @@ class RedisStore:
         if not ids:
             return []
         return [run_record(f) for f in await self._run("read_runs", "get", *ids)]
+
+    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
+                        ) -> list[SlotRun]:
+        return slot_runs_of(await self.list_runs(job_id, limit=limit, before_id=before_id))
 
     async def list_runs(
         self,

@@ -154,6 +154,11 @@ RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_t
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
           result, error, logs, params, forced_by;
 
+-- name: slot_runs
+-- the slot timeline's read: the history's filters, ORDER BY and LIMIT are appended
+SELECT id, slot, status, reason, manual
+FROM runs;
+
 -- name: runs
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,

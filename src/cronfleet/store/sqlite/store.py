@@ -42,6 +42,7 @@ from cronfleet.store.base import (
     RunFilter,
     RunPage,
     Skip,
+    SlotRun,
     Start,
     Started,
 )
@@ -90,6 +91,7 @@ def insert_runs(c: sqlite3.Connection, recs: Sequence[RunRecord]) -> None:
 
 
 _state = sqlite_state
+_STATUS = {s.value: s for s in RunStatus}  # Enum lookup by value, without its call
 _run = sqlite_run
 
 
@@ -920,6 +922,16 @@ class SQLiteStore:
             placeholder="?",
         )
         return [_run(r) for r in self.conn.execute(sql, args)]
+
+    async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
+                        ) -> list[SlotRun]:
+        sql, args = history_query(Q["slot_runs"].rstrip(), job_id=job_id, status=None,
+                                  before_id=before_id, limit=limit, placeholder="?")
+        status = _STATUS
+        new = tuple.__new__  # a NamedTuple without its Python-level __new__: 10,000 rows
+        return await self._call(lambda: [
+            new(SlotRun, (r[0], r[1] / 1000, status[r[2]], r[3], bool(r[4])))
+            for r in self.conn.execute(sql, args)])
 
     async def find_runs(
         self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
