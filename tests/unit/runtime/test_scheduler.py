@@ -874,3 +874,51 @@ async def test_a_slot_due_during_a_run_all_sequence_joins_it(
     assert not [r for r in runs if r.reason == "already_executing"], [
         (r.slot, r.reason) for r in runs
     ]
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_catch_up_sequence_shared_by_two_processes_skips_nothing(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """After the whole fleet was down, every process plans the same overdue slots (still
+    within ``late_after``) and claims some of them: a slot whose lease is held by another
+    process's run of an earlier slot of that sequence waits for it (pending) and runs; it
+    used to be recorded ``skipped / already_executing`` while the other process ran the
+    slot before (the chaos suite's ``down`` scenario, ~5 per job)."""
+    first = make()
+    first.job("1s", id="seq")(Recorder())
+    await first.start()
+    await advance(clock, 2, first, step=1)
+    await first.stop()
+    clock.advance(3.5)  # down: 3 slots overdue, all within late_after (5 s)
+    release = asyncio.Event()
+    calls: list[tuple[str, float]] = []
+
+    def slow_for(name: str) -> Callable[[RunContext], Any]:
+        async def slow(ctx: RunContext) -> None:
+            calls.append((name, ctx.slot.timestamp()))
+            await release.wait()
+
+        return slow
+
+    a = make(instance_id="a", queue_poll=0.05)
+    b = make(instance_id="b", queue_poll=0.05)
+    a.job("1s", id="seq")(slow_for("a"))
+    b.job("1s", id="seq")(slow_for("b"))
+    await a.start()
+    running.append(a)
+    await b.start()
+    running.append(b)
+    for _ in range(20):  # both plan the sequence while the first run holds the lease
+        await asyncio.sleep(0.001)
+    assert len(calls) == 1
+    release.set()
+    for _ in range(8):  # 0.4 s, before the next slot: pending runs get the lease
+        clock.advance(0.05)
+        await settle(a, b)
+    overdue = [T0 + k for k in (3, 4, 5)]
+    assert sorted(slot for _, slot in calls) == overdue
+    runs = await a.runs_async(limit=100)
+    assert not [r for r in runs if r.reason == "already_executing"]
+    assert sorted(r.slot.timestamp() for r in runs if r.status is RunStatus.SUCCEEDED
+                  and r.slot.timestamp() > T0 + 2) == overdue
