@@ -19,7 +19,11 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   REQUIRE_GLOBAL.
 * **Overlap holds inside the process** for every run without a claim (fail open and
   node-local): ``SKIP`` records ``already_executing`` while a run of the job is in progress
-  here; ``QUEUE_ONE`` waits for it (one waiting run at most).
+  here; ``QUEUE_ONE`` waits for it (one waiting run at most); ``REPLACE`` cancels this
+  process's runs of the job (the only ones it reaches without the store) and starts the
+  slot when they ended (a newer slot replaces a waiting one: ``skipped / superseded``).
+  Under REQUIRE_GLOBAL nothing runs without a claim: the backlog's slot replaces the run
+  in progress through the store once it answers (``Runs.replace_running``).
 * Warnings repeat at most once per :data:`WARN_EVERY` seconds per kind, with a count.
 """
 
@@ -38,7 +42,15 @@ from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus,
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import RUN_ALL_CAP
 from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Skip
-from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, store_unavailable_log
+from cronfleet.store.ledger import (
+    ALREADY_EXECUTING,
+    busy_log,
+    busy_result,
+    replace_stopped_log,
+    replaced_waiting_log,
+    skip_result,
+    store_unavailable_log,
+)
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -57,6 +69,7 @@ CONFIRM_FOR = 1.0
 """Seconds one answer of ``Store.confirm_outage`` is reused."""
 
 _UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
+_SUPERSEDED = SkipReason.SUPERSEDED.value
 
 
 class RateLimitedLog:
@@ -96,6 +109,8 @@ class Outage:
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
+        # REPLACE jobs: the unclaimed run that starts once the replaced ones ended
+        self.replacing: dict[str, RunRecord] = {}
         self.skips: list[Dispatch] = []  # claimed missed records the store did not take
         self.warn = RateLimitedLog(log)
         self.replaying = False
@@ -246,6 +261,9 @@ class Outage:
             started_at=from_ts(s.clock.now()),
             logs=[*it.logs, line],
         )
+        if job.overlap is Overlap.REPLACE and s.runner.running.get(job.id):
+            self.replace_local(job, run)
+            return None
         if job.overlap is not Overlap.ALLOW and s.runner.running.get(job.id):
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
@@ -260,6 +278,46 @@ class Outage:
             return None
         s.runner.launch(job, run, leased=False)
         return Dispatched(request=it, won=True, run=run)
+
+    def replace_local(self, job: Job, run: RunRecord) -> None:
+        """``Overlap.REPLACE`` without a claim: cancel this process's runs of the job (the
+        only ones it can reach while the store is away), start ``run`` once they ended. A
+        newer slot arriving meanwhile replaces the waiting one, which is recorded
+        ``skipped / superseded``."""
+        s = self.s
+        runner = s.runner
+        for key, active in list(runner.active.items()):
+            if active.job.id == job.id and active.run is not run:
+                runner.cancel(key, by=f"{s.instance_id} (overlap replace)",
+                              why=f"replaced by a newer slot ({run.slot.isoformat()})")
+        older = self.replacing.get(job.id)
+        self.replacing[job.id] = run
+        if older is not None:
+            s.ledger.unsaved_skips.append(
+                Skip(job.id, older.slot.timestamp(), _SUPERSEDED,
+                     triggered_by=older.triggered_by, instance_id=s.instance_id,
+                     logs=[*older.logs, replaced_waiting_log(run.slot.isoformat())],
+                     result=skip_result(_SUPERSEDED))
+            )
+            s.stats.skip(_SUPERSEDED)
+            return
+        s.spawn(self._after_replaced(job))
+
+    async def _after_replaced(self, job: Job) -> None:
+        s = self.s
+        await s.runner.job_idle(job.id)
+        run = self.replacing.pop(job.id, None)
+        if run is None:
+            return
+        if s.stopping:  # never started: say so (the store may take it at the last writes)
+            s.ledger.unsaved_skips.append(
+                Skip(job.id, run.slot.timestamp(), _UNAVAILABLE,
+                     triggered_by=run.triggered_by, instance_id=s.instance_id,
+                     logs=[*run.logs, replace_stopped_log()])
+            )
+            return
+        run.started_at = from_ts(s.clock.now())
+        s.runner.launch(job, run, leased=False)
 
     async def _after_idle(self, job: Job, run: RunRecord) -> None:
         s = self.s
