@@ -12,8 +12,9 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   backlog as skipped (superseded).
 * **PREFER_GLOBAL** (opt-in) fails open only on a *confirmed outage*: the error is
   :class:`~cronfleet.errors.StoreUnavailable` (never an arbitrary exception), a fresh
-  connection also fails within the store's deadline (``Store.confirm_outage``; SQLite and
-  the memory store never confirm one), the slot is at most ``late_after`` old on a fresh
+  connection also fails within the store's deadline (``Store.confirm_outage``: PostgreSQL
+  a fresh connection's ``SELECT 1``, Redis a fresh connection's ``PING``; SQLite and the
+  memory store never confirm one), the slot is at most ``late_after`` old on a fresh
   clock reading, and no more than ``late_after`` of monotonic time passed since the instant
   began firing (a paused process never runs stale slots). Otherwise it is handled like
   REQUIRE_GLOBAL.
