@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.errors import StoreUnavailable
+from cronfleet.errors import StoreDamaged, StoreUnavailable
 from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import RUN_ALL_CAP
@@ -113,6 +113,7 @@ class Outage:
         # REPLACE jobs: the unclaimed run that starts once the replaced ones ended
         self.replacing: dict[str, RunRecord] = {}
         self.skips: list[Dispatch] = []  # claimed missed records the store did not take
+        self.journal: list[tuple[str, float, str]] = []  # for a damaged store's journal
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
@@ -167,7 +168,26 @@ class Outage:
             self.keep(job, it.slot, exc)
         if prefer:
             s.spawn(self.fail_open(prefer, exc, fired_mono))
+        if self.journal:
+            self.write_journal()
         return out
+
+    def write_journal(self) -> None:
+        """Append the slots kept for a damaged store to its fallback journal (SQLite:
+        ``<database>.journal.jsonl``, fsync'd); recorded when a restored store opens."""
+        entries, self.journal = self.journal, []
+        write = getattr(self.s.store, "journal", None)
+        if write is None:
+            return
+        try:
+            n = write(entries, self.s.instance_id)
+        except OSError as exc:
+            log.critical("the store is damaged and its fallback journal cannot be written "
+                         "(%s): %d slot(s) are only in this process's memory", exc,
+                         len(entries))
+            return
+        self.warn.warning("journal", "store damaged: %d slot(s) kept in the fallback journal",
+                          n)
 
     def keep_skip(self, it: Dispatch) -> None:
         """A claimed ``missed`` record the store did not take: offered again (claimed) with
@@ -189,8 +209,12 @@ class Outage:
         return bool(self.backlog or self.skips)
 
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
-        """A slot not run for want of the store: into the backlog (bounded per job)."""
+        """A slot not run for want of the store: into the backlog (bounded per job); with
+        a damaged store, into its fallback journal too (the backlog dies with the
+        process, and the store may never take it)."""
         slots = self.backlog.setdefault(job.id, {})
+        if isinstance(exc, StoreDamaged) and slot not in slots:
+            self.journal.append((job.id, slot, str(exc)))
         slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:
             oldest = min(slots)

@@ -34,6 +34,7 @@ __all__ = [
     "interrupted_log",
     "interrupted_log_parts",
     "is_late",
+    "journal_log",
     "kept_lost_run",
     "lost_run",
     "missed_log",
@@ -158,6 +159,13 @@ def missed_summary(count: int | None, first_iso: str, last_iso: str) -> tuple[st
 def store_unavailable_log(error: object) -> str:
     """A slot of a job that requires a global claim, skipped while the store was down."""
     return f"Skipped: the store was unavailable ({error}) and the job requires a global claim"
+
+
+def journal_log(why: str, journal: str) -> str:
+    """A slot due while the database file was damaged, kept in the fallback journal and
+    recorded when a restored store opened (``skipped / store_unavailable``)."""
+    return (f"Skipped: the store was damaged ({why}); the slot was kept in the fallback "
+            f"journal {journal} and recorded when the restored store opened")
 
 
 def replaced_waiting_log(newer_iso: str) -> str:
