@@ -5,7 +5,6 @@ opened again on a restored file records them, once (store/sqlite/store.py)."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,15 @@ from cronfleet.store.base import Dispatch
 from cronfleet.store.sqlite.store import JOURNAL_SUFFIX, SQLiteStore
 
 from .conftest import T0
+
+
+def torn(path: Path) -> None:
+    with path.open("a") as f:
+        f.write('{"job": "a", "slo')
+
+
+def journals(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("cf.db.journal*"))
 
 
 async def test_a_corrupted_file_is_damaged_not_unavailable(tmp_path: Path) -> None:
@@ -58,8 +66,7 @@ async def test_the_journal_is_recorded_once_when_a_restored_store_opens(
     assert s.journal([("a", T0 + 2, "malformed"), ("b", T0 + 2, "malformed")], "p1") == 2
     assert s.journal([("a", T0 + 2, "malformed"), ("a", T0 + 3, "malformed")], "p2") == 2
     assert s.journal([("a", T0 + 1, "malformed")], "p2") == 1  # ran before: keeps its row
-    with open(str(db) + JOURNAL_SUFFIX, "a") as f:
-        f.write('{"job": "a", "slo')  # a process killed mid-write
+    torn(Path(str(db) + JOURNAL_SUFFIX))  # a process killed mid-write
     shutil.copy(backup, db)  # the operator restores the backup
     again = SQLiteStore(str(db), clock=FakeClock(T0 + 60))
     await again.open()
@@ -74,8 +81,7 @@ async def test_the_journal_is_recorded_once_when_a_restored_store_opens(
         ]
         skip = next(r for r in runs if r.job_id == "b")
         assert "fallback journal" in skip.logs[-1]
-        assert not Path(str(db) + JOURNAL_SUFFIX).exists()
-        assert list(tmp_path.glob("cf.db.journal.jsonl.imported-*"))
+        assert journals(tmp_path) == ["cf.db.journal.jsonl.imported-1780000060000"]
         # a slot claimed again by the catch-up loses: one outcome per slot
         [late] = await again.dispatch([Dispatch.scheduled("a", T0 + 3, lease=False)], "two")
         assert not late.won
@@ -87,4 +93,3 @@ async def test_the_journal_is_recorded_once_when_a_restored_store_opens(
         assert len(await third.list_runs(limit=100)) == 4
     finally:
         await third.close()
-    sqlite3.connect(db).close()
