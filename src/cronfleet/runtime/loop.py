@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
 
 SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
-SEQUENCE_POLL = 0.05  # seconds: a catch-up sequence re-checks its slot pending for the lease
 
 log = logging.getLogger("cronfleet")
 
@@ -363,28 +362,6 @@ class Loop:
         finally:
             s.activity.leave()
 
-    async def idle_for(self, seconds: float) -> None:
-        """Sleep ``seconds`` inside an activity, the sleep counted as idle time."""
-        s = self.s
-        s.activity.leave()
-        try:
-            await s.clock.sleep_until(s.clock.now() + seconds)
-        finally:
-            s.activity.enter()
-
-    async def sequence_idle(self, job_id: str) -> None:
-        """Wait until no run of ``job_id`` is in progress here, nor waiting here for the
-        lease (a slot of the sequence pending behind another process's run: tried again
-        every :data:`SEQUENCE_POLL`, not only at the upkeep's ``queue_poll``)."""
-        s = self.s
-        runner = s.runner
-        while job_id in runner.queued and not s.stopping:
-            await self.idle_for(SEQUENCE_POLL)
-            q = runner.queued.get(job_id)
-            if q is not None and not runner.running.get(job_id) and not s.stopping:
-                await runner.start_pending(q.job, q.run, q.leased, wait=True)
-        await runner.job_idle(job_id)
-
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (RUN_ALL catch-up): one after the other."""
         s = self.s
@@ -394,24 +371,18 @@ class Loop:
             while i < len(runs):  # slots due meanwhile are appended (fire_due)
                 slot, catchup = runs[i]
                 i += 1
-                await self.sequence_idle(job.id)
+                await s.runner.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
                 await s.ledger.flushed()
-                if i > 1 and len(s.fleet.live) > 1:
-                    # our run's lease is free: a slot of this sequence another process
-                    # claimed and holds pending gets its turn before we claim the next
-                    await self.idle_for(2 * SEQUENCE_POLL)
                 if s.stopping:
                     return
-                # the other processes planned the same sequence and run the slots they
-                # claim: a lease held by one of them is waited for (pending), not skipped
                 item = requests.scheduled(
                     job, slot, s.clock.now(), catchup=catchup, queued=s.runner.queued,
-                    running=s.runner.running, instance_id=s.instance_id, in_sequence=True,
+                    running=s.runner.running, instance_id=s.instance_id, wait_if_busy=False,
                 )
                 await self.dispatch([item])
-            await self.sequence_idle(job.id)
+            await s.runner.job_idle(job.id)
         finally:
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]

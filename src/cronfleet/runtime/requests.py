@@ -54,16 +54,11 @@ def scheduled(
     running: Mapping[str, int] | None = None,
     instance_id: str = "",
     wait_if_busy: bool = True,
-    in_sequence: bool = False,
 ) -> Dispatch:
     """A slot run at its time (or, with ``catchup``, late under the catch-up policy).
 
     ``queued``: jobs with a run waiting for the lease in this process; ``running``: runs
-    in progress in this process per job (node-local jobs decide their overlap here).
-    ``in_sequence``: one slot of several of the job due at once (a catch-up sequence,
-    ``Loop.run_sequence``): it waits for a busy lease whatever the overlap policy, since
-    the lease may be held by the same sequence's previous slot run by another process
-    (every process plans the same sequence; each runs the slots it claims)."""
+    in progress in this process per job (node-local jobs decide their overlap here)."""
     delay = jitter_delay(job.id, slot, job.jitter) if job.jitter else 0.0
     overlap = job.overlap
     if job.locking is not _NODE_LOCAL:
@@ -73,9 +68,7 @@ def scheduled(
             lease=overlap is not _ALLOW,
             hold=job.lease_seconds + delay,
             defer=delay > 0,
-            wait_if_busy=wait_if_busy
-            and (overlap in _WAITS or in_sequence)
-            and job.id not in queued,
+            wait_if_busy=wait_if_busy and overlap in _WAITS and job.id not in queued,
             catchup=catchup,
             logs=[catchup_banner(slot, now + delay)] if catchup else None,
         )
