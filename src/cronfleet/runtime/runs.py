@@ -435,8 +435,10 @@ class Runs:
         ):
             self.queued[job.id] = Queued(job, run, leased=False)
             return False
+        if run.status is not RunStatus.PENDING:
+            return True  # a previous start (another caller's) started or settled it
         if run.id in self.starting:
-            # another caller (the upkeep's poll, a run's end, a catch-up sequence) is
+            # another caller (the upkeep's poll, a run's end) is
             # starting it: a second start would meet the lease the first took, queue the
             # run again, and a later try would take the lease for a run already finished
             # and never release it
@@ -458,6 +460,7 @@ class Runs:
             self.queued[job.id] = Queued(job, run, leased=lease)
             return False
         self.queued.pop(job.id, None)
+        run.status = started.run.status  # callers holding this record see it is not pending
         if started.run.status is RunStatus.RUNNING:
             self.launch(job, started.run, leased=lease)
         else:
