@@ -252,7 +252,7 @@ class SQLiteStore:
                 log.critical(
                     "SQLite store %s is DAMAGED (%s): nothing runs without a claim; due "
                     "slots are kept in the fallback journal %s. Stop every process, restore "
-                    "the file from a backup (`cronfleet store backup` makes one) or recover "
+                    "the file from a backup (`sqlite3 <db> '.backup <file>'` makes one) or recover "
                     "it (`sqlite3 %s .recover`), then start again: the journal is recorded "
                     "in the ledger on open (docs/deployment.md)",
                     self.path, msg, self.journal_path, self.path,
