@@ -302,7 +302,11 @@ class SQLiteStore:
         if path is None or not path.exists():
             return
         seen: dict[tuple[str, int], str] = {}
-        for line in path.read_text(errors="replace").splitlines():
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:  # another process starting with us imported it
+            return
+        for line in text.splitlines():
             try:
                 e = json.loads(line)
                 seen.setdefault((str(e["job"]), int(e["slot"])), str(e.get("why", "")))
@@ -316,7 +320,10 @@ class SQLiteStore:
         got = self._dispatch(items, "journal-import") if items else []
         kept = sum(1 for d in got if d.won)
         done = path.with_name(f"{path.name}.imported-{self._now_ms()}")
-        path.rename(done)
+        try:
+            path.rename(done)
+        except FileNotFoundError:  # another process imported it too (the claims made
+            return  # that once) and renamed it first
         log.warning(
             "SQLite store %s: fallback journal %s: %d slot(s) recorded skipped / "
             "store_unavailable, %d already had an outcome; renamed to %s",
