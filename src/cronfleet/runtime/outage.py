@@ -114,6 +114,7 @@ class Outage:
         self.replacing: dict[str, RunRecord] = {}
         self.skips: list[Dispatch] = []  # claimed missed records the store did not take
         self.journal: list[tuple[str, float, str]] = []  # for a damaged store's journal
+        self.journaled: set[tuple[str, float]] = set()  # slots written to it already
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
@@ -213,7 +214,8 @@ class Outage:
         a damaged store, into its fallback journal too (the backlog dies with the
         process, and the store may never take it)."""
         slots = self.backlog.setdefault(job.id, {})
-        if isinstance(exc, StoreDamaged) and slot not in slots:
+        if isinstance(exc, StoreDamaged) and (job.id, slot) not in self.journaled:
+            self.journaled.add((job.id, slot))  # a replayed backlog slot: written once
             self.journal.append((job.id, slot, str(exc)))
         slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:

@@ -432,3 +432,34 @@ async def test_replace_waiting_slot_replaced_by_a_newer_one_is_recorded(
             break
     assert [r.slot.timestamp() for r in rows] == [T0 + 8]
     assert rows[0].status is RunStatus.SKIPPED and "replaced by a newer slot" in rows[0].logs[-1]
+
+
+async def test_a_damaged_store_journals_each_due_slot_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """``StoreDamaged`` is no outage: nothing runs (not even PREFER_GLOBAL), and every due
+    slot goes to the store's fallback journal once, replays of the backlog included."""
+    from cronfleet.errors import StoreDamaged
+
+    s = make()
+    rec = Recorder()
+    s.job("4s", id="d")(rec)
+    s.job("4s", id="p", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s, StoreDamaged("SQLite store x.db is damaged: database disk image is malformed"))
+    confirm(s, answer=True)
+    written: list[tuple[str, float, str]] = []
+
+    def journal(entries: list[tuple[str, float, str]], instance_id: str) -> int:
+        written.extend(entries)
+        return len(entries)
+
+    s.store.journal = journal  # type: ignore[attr-defined]
+    for _ in range(3):
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert not rec.calls and s.stats.fail_open == 0
+    slots = sorted((job, slot) for job, slot, _ in written)
+    assert slots == sorted((j, T0 + 4 * k) for j in ("d", "p") for k in (1, 2, 3))
+    assert all("damaged" in why for *_, why in written)
