@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["FaultProxy", "PgCluster", "TcpProxy", "corrupt_sqlite", "free_port", "hold_write_lock"]
+__all__ = ["FaultProxy", "PgCluster", "TcpProxy", "backup_sqlite", "corrupt_sqlite", "free_port",
+           "hold_write_lock", "restore_sqlite"]
 
 
 def free_port() -> int:
@@ -290,6 +291,29 @@ def hold_write_lock(db: str | Path, seconds: float) -> subprocess.Popen[str]:
         proc.kill()
         raise RuntimeError(f"could not take the write lock of {db}: {line!r}")
     return proc
+
+
+def backup_sqlite(db: str | Path, dest: str | Path) -> None:
+    """An online backup of a database in use (SQLite's backup API, what
+    ``sqlite3 DB ".backup DEST"`` does): a consistent copy whatever the writers do."""
+    src = sqlite3.connect(db, timeout=30)
+    try:
+        out = sqlite3.connect(dest)
+        try:
+            src.backup(out)
+        finally:
+            out.close()
+    finally:
+        src.close()
+
+
+def restore_sqlite(backup: str | Path, db: str | Path) -> None:
+    """The operator's restore, every process stopped: the backup copied over the damaged
+    file, whose ``-wal`` and ``-shm`` files are removed (they belong to the damaged one)."""
+    path = Path(db)
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    shutil.copyfile(backup, path)
 
 
 def corrupt_sqlite(db: str | Path, pages: int = 8, seed: int | None = None) -> list[int]:

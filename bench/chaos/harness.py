@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.chaos.faults import FaultProxy, PgCluster, corrupt_sqlite, hold_write_lock
+from bench.chaos.faults import (
+    FaultProxy,
+    PgCluster,
+    backup_sqlite,
+    corrupt_sqlite,
+    hold_write_lock,
+    restore_sqlite,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "bench.chaos.worker"
@@ -71,6 +78,7 @@ class Knobs:
     down: float = 180.0
     idle_tx_for: float = 45.0
     hang: float = 45.0
+    corrupt_for: float = 20.0  # the damaged file in use, before the operator restores it
     failover_target: float = 20.0
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
@@ -78,6 +86,7 @@ class Knobs:
     SCALED = (
         "warm", "after", "instance_ttl", "cut_short", "cut_long", "latency_for",
         "restart_down", "skew_for", "flaky_for", "lock_for", "down", "idle_tx_for", "hang",
+        "corrupt_for",
     )
 
     def scaled(self, factor: float) -> Knobs:
@@ -873,10 +882,29 @@ def f_idle_tx(ctx: Ctx, fleet: Fleet) -> None:
 
 
 def f_corrupt(ctx: Ctx, fleet: Fleet) -> None:
+    """The operator's backup (SQLite's online backup), the file damaged under the running
+    processes for ``corrupt_for`` (their due slots go to the fallback journal), then the
+    documented recovery: stop every process, put the backup back, start them again (the
+    journal is recorded on open, the catch-up handles the rest)."""
     assert ctx.target.db is not None
-    pages = corrupt_sqlite(ctx.target.db, seed=7)
+    db = Path(ctx.target.db)
+    backup = db.with_name(db.name + ".backup")
+    backup_sqlite(db, backup)
+    pages = corrupt_sqlite(db, seed=7)
     ctx.result.notes.append(f"pages overwritten: {pages}")
     ctx.events["corrupted"] = time.time()
+    time.sleep(ctx.knobs.corrupt_for)
+    live = [w for w in fleet.workers if w.proc.poll() is None]
+    hung = fleet.stop(live)
+    if hung:
+        ctx.result.hung_at_stop.extend(hung)
+    journal = db.with_name(db.name + ".journal.jsonl")
+    lines = len(journal.read_text().splitlines()) if journal.exists() else 0
+    ctx.result.notes.append(f"fallback journal: {lines} lines")
+    restore_sqlite(backup, db)
+    fresh = [fleet.spawn(w.name.split("#")[0]) for w in live]
+    fleet.wait_ready(fresh)
+    ctx.events["back"] = time.time()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ __all__ = [
     "NotDeclared",
     "RemoteRefused",
     "RemoteTimeout",
+    "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
 ]
@@ -95,6 +96,12 @@ class StoreError(CronfleetError):
 
 class StoreUnavailable(StoreError):
     """The store did not answer; callers decide whether to fail open or closed."""
+
+
+class StoreDamaged(StoreError):
+    """The store's data is damaged (a corrupted SQLite file): not an outage that passes by
+    itself; an operator must restore or recover it. Nothing runs without a claim; due
+    slots go to the store's fallback journal (``SQLiteStore.journal``)."""
 
 
 class NotDeclared(CronfleetError):

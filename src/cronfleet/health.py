@@ -24,13 +24,18 @@ STORE_TIMEOUT = 5.0
 
 
 async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str, Any]]:
-    """Ready: the scheduler runs, the store answers within 5 s, and (with timers) the loop
+    """Ready: the scheduler runs, the store answers within 5 s and is not damaged, and
+    (with timers) the loop
     is alive and at most ``max_overdue`` seconds behind its earliest due slot."""
     health: dict[str, Any] = scheduler.health()
     checks: dict[str, Any] = {"scheduler": health}
     ok = bool(scheduler.running)
     if not ok:  # start-up still waits for the store (connect_timeout), or it has stopped
         checks["store"] = "not connected: the scheduler is not running (starting or stopped)"
+    elif getattr(scheduler.store, "damaged", False):  # a corrupted SQLite file
+        ok = False
+        checks["store"] = ("damaged: stop every process and restore the database file "
+                           "(docs/deployment.md, recovering a damaged SQLite file)")
     else:
         try:
             async with asyncio.timeout(STORE_TIMEOUT):

@@ -104,7 +104,8 @@ class SkipReason(StrEnum):
     MISSED = "missed"
     ALREADY_EXECUTING = "already_executing"
     STORE_UNAVAILABLE = "store_unavailable"
-    SUPERSEDED = "superseded"  # a recovery that never got its job's lease in time
+    SUPERSEDED = "superseded"  # a recovery that never got its job's lease in time, or a
+    # REPLACE slot waiting without a claim (store away) that a newer slot replaced
 
 
 RunResult = Any

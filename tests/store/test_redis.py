@@ -208,3 +208,32 @@ async def test_server_down_is_store_unavailable_and_a_restart_with_aof_keeps_cla
         assert later.won and later.token is not None and later.token > (first.token or 0)
     finally:
         await s.close()
+
+
+async def test_confirm_outage_asks_a_fresh_connection(redis_session: RedisServer) -> None:
+    """PREFER_GLOBAL fails open only on a confirmed outage: while the server answers a
+    fresh connection there is none; cut (connections reset, new ones refused) or stalled
+    (nothing answers) there is one, within the deadline."""
+    import cronfleet.store.redis.store as redis_store
+    from bench.chaos.faults import FaultProxy
+
+    proxy = FaultProxy(redis_session.url)
+    with proxy:
+        s = RedisStore(f"{proxy.url}?prefix={new_prefix()}", clock=FakeClock(T0))
+        await s.open()
+        try:
+            assert not await s.confirm_outage()
+            proxy.cut()
+            assert await s.confirm_outage()
+            proxy.restore()
+            assert not await s.confirm_outage()
+            proxy.stall()
+            redis_store.CONFIRM_TIMEOUT, saved = 0.5, redis_store.CONFIRM_TIMEOUT
+            try:
+                assert await s.confirm_outage()
+            finally:
+                redis_store.CONFIRM_TIMEOUT = saved
+            proxy.restore()
+        finally:
+            await s.close()
+    assert not await RedisStore(redis_session.url).confirm_outage()  # not open: no claim

@@ -193,8 +193,14 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
     async def bounded() -> list[str]:
         return await asyncio.wait_for(read(), 15)
 
+    from cronfleet.errors import StoreDamaged
+
     try:
         return asyncio.run(bounded()), None
+    except StoreDamaged as exc:
+        return [f"the store is damaged ({exc}): stop every process and restore the file "
+                "from a backup or recover it (docs/deployment.md, recovering a damaged "
+                "SQLite file)"], None
     except Exception as exc:
         return [], f"could not read the run history from {url} ({exc}); skipped the " \
                    "runs-longer-than-their-period check"

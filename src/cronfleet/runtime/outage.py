@@ -12,14 +12,19 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   backlog as skipped (superseded).
 * **PREFER_GLOBAL** (opt-in) fails open only on a *confirmed outage*: the error is
   :class:`~cronfleet.errors.StoreUnavailable` (never an arbitrary exception), a fresh
-  connection also fails within the store's deadline (``Store.confirm_outage``; SQLite and
-  the memory store never confirm one), the slot is at most ``late_after`` old on a fresh
+  connection also fails within the store's deadline (``Store.confirm_outage``: PostgreSQL
+  a fresh connection's ``SELECT 1``, Redis a fresh connection's ``PING``; SQLite and the
+  memory store never confirm one), the slot is at most ``late_after`` old on a fresh
   clock reading, and no more than ``late_after`` of monotonic time passed since the instant
   began firing (a paused process never runs stale slots). Otherwise it is handled like
   REQUIRE_GLOBAL.
 * **Overlap holds inside the process** for every run without a claim (fail open and
   node-local): ``SKIP`` records ``already_executing`` while a run of the job is in progress
-  here; ``QUEUE_ONE`` waits for it (one waiting run at most).
+  here; ``QUEUE_ONE`` waits for it (one waiting run at most); ``REPLACE`` cancels this
+  process's runs of the job (the only ones it reaches without the store) and starts the
+  slot when they ended (a newer slot replaces a waiting one: ``skipped / superseded``).
+  Under REQUIRE_GLOBAL nothing runs without a claim: the backlog's slot replaces the run
+  in progress through the store once it answers (``Runs.replace_running``).
 * Warnings repeat at most once per :data:`WARN_EVERY` seconds per kind, with a count.
 """
 
@@ -33,12 +38,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.errors import StoreUnavailable
+from cronfleet.errors import StoreDamaged, StoreUnavailable
 from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import RUN_ALL_CAP
 from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Skip
-from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, store_unavailable_log
+from cronfleet.store.ledger import (
+    ALREADY_EXECUTING,
+    busy_log,
+    busy_result,
+    replace_stopped_log,
+    replaced_waiting_log,
+    skip_result,
+    store_unavailable_log,
+)
 
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
@@ -57,6 +70,7 @@ CONFIRM_FOR = 1.0
 """Seconds one answer of ``Store.confirm_outage`` is reused."""
 
 _UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
+_SUPERSEDED = SkipReason.SUPERSEDED.value
 
 
 class RateLimitedLog:
@@ -96,7 +110,11 @@ class Outage:
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
+        # REPLACE jobs: the unclaimed run that starts once the replaced ones ended
+        self.replacing: dict[str, RunRecord] = {}
         self.skips: list[Dispatch] = []  # claimed missed records the store did not take
+        self.journal: list[tuple[str, float, str]] = []  # for a damaged store's journal
+        self.journaled: set[tuple[str, float]] = set()  # slots written to it already
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
@@ -151,7 +169,26 @@ class Outage:
             self.keep(job, it.slot, exc)
         if prefer:
             s.spawn(self.fail_open(prefer, exc, fired_mono))
+        if self.journal:
+            self.write_journal()
         return out
+
+    def write_journal(self) -> None:
+        """Append the slots kept for a damaged store to its fallback journal (SQLite:
+        ``<database>.journal.jsonl``, fsync'd); recorded when a restored store opens."""
+        entries, self.journal = self.journal, []
+        write = getattr(self.s.store, "journal", None)
+        if write is None:
+            return
+        try:
+            n = write(entries, self.s.instance_id)
+        except OSError as exc:
+            log.critical("the store is damaged and its fallback journal cannot be written "
+                         "(%s): %d slot(s) are only in this process's memory", exc,
+                         len(entries))
+            return
+        self.warn.warning("journal", "store damaged: %d slot(s) kept in the fallback journal",
+                          n)
 
     def keep_skip(self, it: Dispatch) -> None:
         """A claimed ``missed`` record the store did not take: offered again (claimed) with
@@ -173,8 +210,13 @@ class Outage:
         return bool(self.backlog or self.skips)
 
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
-        """A slot not run for want of the store: into the backlog (bounded per job)."""
+        """A slot not run for want of the store: into the backlog (bounded per job); with
+        a damaged store, into its fallback journal too (the backlog dies with the
+        process, and the store may never take it)."""
         slots = self.backlog.setdefault(job.id, {})
+        if isinstance(exc, StoreDamaged) and (job.id, slot) not in self.journaled:
+            self.journaled.add((job.id, slot))  # a replayed backlog slot: written once
+            self.journal.append((job.id, slot, str(exc)))
         slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:
             oldest = min(slots)
@@ -246,6 +288,9 @@ class Outage:
             started_at=from_ts(s.clock.now()),
             logs=[*it.logs, line],
         )
+        if job.overlap is Overlap.REPLACE and s.runner.running.get(job.id):
+            self.replace_local(job, run)
+            return None
         if job.overlap is not Overlap.ALLOW and s.runner.running.get(job.id):
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
@@ -260,6 +305,46 @@ class Outage:
             return None
         s.runner.launch(job, run, leased=False)
         return Dispatched(request=it, won=True, run=run)
+
+    def replace_local(self, job: Job, run: RunRecord) -> None:
+        """``Overlap.REPLACE`` without a claim: cancel this process's runs of the job (the
+        only ones it can reach while the store is away), start ``run`` once they ended. A
+        newer slot arriving meanwhile replaces the waiting one, which is recorded
+        ``skipped / superseded``."""
+        s = self.s
+        runner = s.runner
+        for key, active in list(runner.active.items()):
+            if active.job.id == job.id and active.run is not run:
+                runner.cancel(key, by=f"{s.instance_id} (overlap replace)",
+                              why=f"replaced by a newer slot ({run.slot.isoformat()})")
+        older = self.replacing.get(job.id)
+        self.replacing[job.id] = run
+        if older is not None:
+            s.ledger.unsaved_skips.append(
+                Skip(job.id, older.slot.timestamp(), _SUPERSEDED,
+                     triggered_by=older.triggered_by, instance_id=s.instance_id,
+                     logs=[*older.logs, replaced_waiting_log(run.slot.isoformat())],
+                     result=skip_result(_SUPERSEDED))
+            )
+            s.stats.skip(_SUPERSEDED)
+            return
+        s.spawn(self._after_replaced(job))
+
+    async def _after_replaced(self, job: Job) -> None:
+        s = self.s
+        await s.runner.job_idle(job.id)
+        run = self.replacing.pop(job.id, None)
+        if run is None:
+            return
+        if s.stopping:  # never started: say so (the store may take it at the last writes)
+            s.ledger.unsaved_skips.append(
+                Skip(job.id, run.slot.timestamp(), _UNAVAILABLE,
+                     triggered_by=run.triggered_by, instance_id=s.instance_id,
+                     logs=[*run.logs, replace_stopped_log()])
+            )
+            return
+        run.started_at = from_ts(s.clock.now())
+        s.runner.launch(job, run, leased=False)
 
     async def _after_idle(self, job: Job, run: RunRecord) -> None:
         s = self.s

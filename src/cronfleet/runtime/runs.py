@@ -84,6 +84,7 @@ class Runs:
         self.active: dict[int, Active] = {}
         self.running: dict[str, int] = {}  # runs in progress here, per job
         self.queued: dict[str, Queued] = {}
+        self.starting: set[int] = set()  # pending runs whose start is being asked
         # recovery runs waiting for their job's lease (kept apart from QUEUE_ONE's slot)
         self.recovering: dict[str, Queued] = {}
         self.ended: list[Active] = []
@@ -434,6 +435,15 @@ class Runs:
         ):
             self.queued[job.id] = Queued(job, run, leased=False)
             return False
+        if run.status is not RunStatus.PENDING:
+            return True  # a previous start (another caller's) started or settled it
+        if run.id in self.starting:
+            # another caller (the upkeep's poll, a run's end) is
+            # starting it: a second start would meet the lease the first took, queue the
+            # run again, and a later try would take the lease for a run already finished
+            # and never release it
+            return False
+        self.starting.add(run.id)
         try:
             [started] = await s.store.start(
                 [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait)],
@@ -444,10 +454,13 @@ class Runs:
             log.warning("job %s: cannot start pending run %s (%s); retrying", job.id, run.id, exc)
             self.queued[job.id] = Queued(job, run, leased=lease)
             return False
+        finally:
+            self.starting.discard(run.id)
         if started.run is None:
             self.queued[job.id] = Queued(job, run, leased=lease)
             return False
         self.queued.pop(job.id, None)
+        run.status = started.run.status  # callers holding this record see it is not pending
         if started.run.status is RunStatus.RUNNING:
             self.launch(job, started.run, leased=lease)
         else:

@@ -34,12 +34,15 @@ __all__ = [
     "interrupted_log",
     "interrupted_log_parts",
     "is_late",
+    "journal_log",
     "kept_lost_run",
     "lost_run",
     "missed_log",
     "missed_summary",
     "override_skip_log",
     "removed_or_skipped_log",
+    "replace_stopped_log",
+    "replaced_waiting_log",
     "shutdown_log",
     "skip_result",
     "store_unavailable_log",
@@ -156,6 +159,27 @@ def missed_summary(count: int | None, first_iso: str, last_iso: str) -> tuple[st
 def store_unavailable_log(error: object) -> str:
     """A slot of a job that requires a global claim, skipped while the store was down."""
     return f"Skipped: the store was unavailable ({error}) and the job requires a global claim"
+
+
+def journal_log(why: str, journal: str) -> str:
+    """A slot due while the database file was damaged, kept in the fallback journal and
+    recorded when a restored store opened (``skipped / store_unavailable``)."""
+    return (f"Skipped: the store was damaged ({why}); the slot was kept in the fallback "
+            f"journal {journal} and recorded when the restored store opened")
+
+
+def replaced_waiting_log(newer_iso: str) -> str:
+    """``Overlap.REPLACE`` during an outage: a slot waiting, without a claim, for the run
+    it replaces, itself replaced by a newer slot (``skipped / superseded``)."""
+    return (f"Skipped: replaced by a newer slot ({newer_iso}) before it could start "
+            "(overlap replace, store unavailable)")
+
+
+def replace_stopped_log() -> str:
+    """``Overlap.REPLACE`` during an outage: the scheduler stopped while the slot waited,
+    without a claim, for the run it replaces (``skipped / store_unavailable``)."""
+    return ("Skipped: the scheduler stopped while this slot waited for the run it replaces "
+            "(overlap replace, store unavailable)")
 
 
 SHUTDOWN_REASON = "shutdown"

@@ -304,3 +304,24 @@ def test_check_warns_when_redis_persistence_is_off(
         assert cli("check", "--json", "--no-history").stdout.count("Redis at") == 0
     finally:
         server.cleanup()
+
+
+def test_a_damaged_store_file_is_a_warning(cli: Callable[..., Result], project: Path,
+                                          tmp_path: Path) -> None:
+    from bench.chaos.faults import corrupt_sqlite
+    from cronfleet.store.base import Dispatch
+
+    async def fill() -> None:
+        store = open_store(f"sqlite:///{tmp_path / 'ops.db'}")
+        await store.open()
+        for k in range(20):
+            await store.dispatch([Dispatch.scheduled(f"job-{i}", 1000.0 + k, lease=False)
+                                  for i in range(200)], "one")
+        await store.close()
+
+    asyncio.run(fill())
+    corrupt_sqlite(tmp_path / "ops.db", pages=64, seed=3)
+    r = cli("check")
+    assert r.exit_code == 0 and "warning: the store is damaged" in r.stderr
+    assert "restore the file from a backup" in r.stderr
+    assert cli("check", "--strict").exit_code == 1

@@ -57,3 +57,15 @@ async def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
     async with ProbeServer(s, "127.0.0.1", 0) as first:
         with pytest.raises(CronfleetError, match=f"cannot listen on 127.0.0.1:{first.port}"):
             await ProbeServer(s, "127.0.0.1", first.port).start()
+
+
+async def test_a_damaged_sqlite_file_is_not_ready(tmp_path: Path) -> None:
+    """The store answers a small read, but a call found the file corrupted: not ready, and
+    the check says what to do."""
+    s = Scheduler(f"sqlite:///{tmp_path / 'p.db'}")
+    async with s, ProbeServer(s, "127.0.0.1", 0) as probes:
+        status, _ = await _request(probes.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+        assert status == 200
+        s.store.damaged = True  # type: ignore[attr-defined]  # as StoreDamaged sets it
+        status, body = await _request(probes.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+        assert status == 503 and b"damaged: stop every process and restore" in body

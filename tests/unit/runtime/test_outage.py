@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -370,3 +371,95 @@ async def test_a_missed_record_the_store_did_not_take_is_claimed_again(
         await asyncio.sleep(0.02)
     assert [(r.status, r.reason) for r in rows] == [(RunStatus.SKIPPED, "missed")], rows
     assert rows[0].fencing_token is not None
+
+
+async def test_replace_cancels_the_run_in_progress_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """REPLACE without a claim (fail open): the new slot cancels this process's run of the
+    job and starts once it ended -- never two at once, never skipped ``already_executing``
+    (it used to be handled like SKIP)."""
+    s = make()
+    h = Overlapping(hold_all=True)
+    s.job("4s", id="r", locking=Locking.PREFER_GLOBAL, overlap=Overlap.REPLACE)(h)
+    started, peak, release = h.started, h.peak, h.release
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(3):  # +4 runs; +8 replaces it; +12 replaces +8
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert started == [T0 + 4, T0 + 8, T0 + 12] and peak[0] == 1
+    assert h.active == 1 and not s.stats.skips.get("already_executing")
+    release.set()
+    await asyncio.sleep(0.05)
+    assert h.active == 0
+
+
+async def test_replace_waiting_slot_replaced_by_a_newer_one_is_recorded(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """A sync handler cannot be cancelled: the slot replacing it waits; a newer slot then
+    replaces the waiting one, which is recorded ``skipped / superseded`` (not dropped)."""
+    s = make()
+    gate = threading.Event()
+    started: list[float] = []
+
+    def stuck(ctx: RunContext) -> None:
+        started.append(ctx.slot.timestamp())
+        gate.wait(5)
+
+    s.job("4s", id="r", locking=Locking.PREFER_GLOBAL, overlap=Overlap.REPLACE)(stuck)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(3):  # +4 runs (thread); +8 waits; +12 replaces the waiting +8
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert started == [T0 + 4] and s.stats.skips.get("superseded") == 1
+    gate.set()
+    await wait_for(lambda: len(started) == 2)
+    assert started == [T0 + 4, T0 + 12]
+    flaky.down = False  # the store is back: the skip is written
+    rows: list[Any] = []
+    for _ in range(50):
+        clock.advance(0.2)
+        await asyncio.sleep(0.05)
+        rows = [r for r in await s.runs_async(limit=50) if r.reason == "superseded"]
+        if rows:
+            break
+    assert [r.slot.timestamp() for r in rows] == [T0 + 8]
+    assert rows[0].status is RunStatus.SKIPPED and "replaced by a newer slot" in rows[0].logs[-1]
+
+
+async def test_a_damaged_store_journals_each_due_slot_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """``StoreDamaged`` is no outage: nothing runs (not even PREFER_GLOBAL), and every due
+    slot goes to the store's fallback journal once, replays of the backlog included."""
+    from cronfleet.errors import StoreDamaged
+
+    s = make()
+    rec = Recorder()
+    s.job("4s", id="d")(rec)
+    s.job("4s", id="p", locking=Locking.PREFER_GLOBAL)(rec)
+    await s.start()
+    running.append(s)
+    Flaky(s, StoreDamaged("SQLite store x.db is damaged: database disk image is malformed"))
+    confirm(s, answer=True)
+    written: list[tuple[str, float, str]] = []
+
+    def journal(entries: list[tuple[str, float, str]], instance_id: str) -> int:
+        written.extend(entries)
+        return len(entries)
+
+    s.store.journal = journal  # type: ignore[attr-defined]
+    for _ in range(3):
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert not rec.calls and s.stats.fail_open == 0
+    slots = sorted((job, slot) for job, slot, _ in written)
+    assert slots == sorted((j, T0 + 4 * k) for j in ("d", "p") for k in (1, 2, 3))
+    assert all("damaged" in why for *_, why in written)

@@ -874,3 +874,43 @@ async def test_a_slot_due_during_a_run_all_sequence_joins_it(
     assert not [r for r in runs if r.reason == "already_executing"], [
         (r.slot, r.reason) for r in runs
     ]
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_pending_run_started_by_two_callers_runs_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """The upkeep's poll and a run's end may both start a job's waiting run: it runs once,
+    and the job's lease is free after it (a second start used to queue the running run
+    again, run it twice, and take the lease for a finished run for its whole length)."""
+    s = make()
+    release = asyncio.Event()
+    calls: list[float] = []
+
+    async def h(ctx: RunContext) -> None:
+        calls.append(ctx.slot.timestamp())
+        if len(calls) == 1:
+            await release.wait()
+
+    s.job("5s", id="q", overlap=Overlap.QUEUE_ONE)(h)
+    await s.start()
+    running.append(s)
+    for _ in range(2):  # +5 runs and holds; +10 waits for the lease
+        clock.advance(5)
+        for _ in range(50):
+            await asyncio.sleep(0.001)
+    assert calls == [T0 + 5] and "q" in s.runner.queued
+    q = s.runner.queued["q"]
+    s.runner.queued.clear()  # keep the run's own end from starting it: the callers below do
+    release.set()
+    await settle(s)
+    runner = s.runner
+    await asyncio.gather(*(runner.start_pending(q.job, q.run, q.leased, wait=True)
+                           for _ in range(3)))
+    await runner.start_pending(q.job, q.run, q.leased, wait=True)  # a late poll
+    await settle(s)
+    assert calls == [T0 + 5, T0 + 10]
+    await advance(clock, 5, s, step=5)  # the lease was released: +15 runs on time
+    assert calls == [T0 + 5, T0 + 10, T0 + 15]
+    runs = await s.runs_async(limit=50)
+    assert not [r for r in runs if r.reason == "already_executing"]

@@ -102,6 +102,7 @@ _HOLDER = "@@cronfleet:holder@@"
 _PUT_CHUNK = 500
 _STATES_CHUNK = 20_000  # job state rows per script call (start-up with 100,000 jobs)
 _CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
+CONFIRM_TIMEOUT = 5.0  # seconds a fresh connection has to answer PING (confirm_outage)
 
 
 def _load_scripts() -> dict[str, str]:
@@ -313,6 +314,29 @@ class RedisStore:
             )
         # (future layouts migrate here, from `found` up to SCHEMA_VERSION)
         self._client = client
+
+    async def confirm_outage(self) -> bool:
+        """True when a *fresh* connection (not one of the pool's) cannot PING within
+        :data:`CONFIRM_TIMEOUT` either: the server is unreachable for everyone, not merely
+        for this process's connections (``PREFER_GLOBAL`` fails open only then). A server
+        that answers, even with an error, is no outage."""
+        if self._client is None:
+            return False
+        fresh = aioredis.Redis.from_url(
+            self.conninfo, socket_connect_timeout=CONFIRM_TIMEOUT, socket_timeout=None,
+            single_connection_client=True,
+        )
+        try:
+            async with asyncio.timeout(CONFIRM_TIMEOUT):
+                await fresh.ping()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError, TimeoutError):
+            return True
+        except rexc.RedisError:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await fresh.aclose()
+        return False
 
     async def _check_server(self, client: aioredis.Redis) -> None:
         info = await client.info("server")

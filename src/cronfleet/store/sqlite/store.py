@@ -14,6 +14,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -25,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cronfleet.clock import Clock, SystemClock, wait_done
-from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.model import JobState, RunRecord, RunStatus
+from cronfleet.errors import StoreDamaged, StoreError, StoreUnavailable
+from cronfleet.model import JobState, RunRecord, RunStatus, SkipReason
 from cronfleet.store import ledger
 from cronfleet.store.base import (
     Declared,
@@ -61,6 +62,11 @@ __all__ = ["SQLiteStore"]
 
 log = logging.getLogger("cronfleet.store.sqlite")
 T = TypeVar("T")
+
+JOURNAL_SUFFIX = ".journal.jsonl"
+"""The fallback journal of a damaged database: ``<database>.journal.jsonl``."""
+DAMAGE_LOG_EVERY = 60.0  # seconds between two CRITICAL lines about a damaged file
+_DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
 
 # the named queries of queries.sql; the SQL lives there, not in Python strings
 Q = load_queries("cronfleet.store.sqlite")
@@ -184,6 +190,8 @@ class SQLiteStore:
         interrupted (``sqlite3.Connection.interrupt``), its transaction rolls back and the
         call raises ``StoreUnavailable``."""
         self._conn: sqlite3.Connection | None = None
+        self.damaged = False  # a call found the file corrupted (StoreDamaged)
+        self._damage_logged = float("-inf")
         self._executor: ThreadPoolExecutor | None = None
         self._known: set[str] = set()  # job ids whose state row exists
         self._conn_lock = threading.Lock()  # the connection is used by one thread at a time
@@ -227,17 +235,102 @@ class SQLiteStore:
             return self._guard_unlocked(fn, *args)
 
     def _guard_unlocked(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn`` and turn SQLite's errors into the store's (unavailable vs other)."""
+        """Run ``fn`` and turn SQLite's errors into the store's (damaged, unavailable or
+        other)."""
         try:
             return fn(*args)
-        except sqlite3.OperationalError as exc:
-            msg = str(exc)
-            if any(w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full",
-                                      "interrupted")):
-                raise StoreUnavailable(f"SQLite store {self.path}: {msg}") from exc
-            raise StoreError(f"SQLite store {self.path}: {msg}") from exc
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: sqlite3.Error) -> StoreError:
+        msg = str(exc)
+        code = getattr(exc, "sqlite_errorcode", None)
+        if (code is not None and code & 0xFF in _DAMAGE_CODES) or any(
+            w in msg for w in ("malformed", "not a database")
+        ):
+            now = time.monotonic()
+            if now - self._damage_logged >= DAMAGE_LOG_EVERY:
+                self._damage_logged = now
+                log.critical(
+                    "SQLite store %s is DAMAGED (%s): nothing runs without a claim; due "
+                    "slots are kept in the fallback journal %s. Stop every process, restore "
+                    "the file from a backup (`sqlite3 <db> '.backup <file>'` makes one) or recover "
+                    "it (`sqlite3 %s .recover`), then start again: the journal is recorded "
+                    "in the ledger on open (docs/deployment.md)",
+                    self.path, msg, self.journal_path, self.path,
+                )
+            self.damaged = True
+            return StoreDamaged(f"SQLite store {self.path} is damaged: {msg}")
+        if isinstance(exc, sqlite3.OperationalError) and any(
+            w in msg for w in ("locked", "busy", "unable to open", "disk I/O", "full",
+                               "interrupted")
+        ):
+            return StoreUnavailable(f"SQLite store {self.path}: {msg}")
+        return StoreError(f"SQLite store {self.path}: {msg}")
+
+    # -- the fallback journal (a damaged file) ------------------------------------------
+
+    @property
+    def journal_path(self) -> Path | None:
+        """``<database>.journal.jsonl`` next to the file (none for ``:memory:``)."""
+        return None if self.path == ":memory:" else Path(self.path + JOURNAL_SUFFIX)
+
+    def journal(self, entries: Sequence[tuple[str, float, str]], instance_id: str) -> int:
+        """Append ``(job, slot, why)`` entries to the fallback journal: one ``write`` of
+        whole lines in append mode (several processes may append at once), then
+        ``fsync``. Returns the number of entries written (0 without a journal)."""
+        path = self.journal_path
+        if path is None or not entries:
+            return 0
+        data = "".join(
+            json.dumps({"job": job, "slot": ms(slot), "why": why, "instance": instance_id},
+                       separators=(",", ":")) + "\n"
+            for job, slot, why in entries
+        ).encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return len(entries)
+
+    def _import_journal(self) -> None:
+        """On open: record every slot of the fallback journal as ``skipped /
+        store_unavailable`` under a claim (a slot someone claimed meanwhile keeps its own
+        outcome: one per slot; a second import finds the claims taken), then rename the
+        journal away (``.imported-<ms>``)."""
+        path = self.journal_path
+        if path is None or not path.exists():
+            return
+        seen: dict[tuple[str, int], str] = {}
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:  # another process starting with us imported it
+            return
+        for line in text.splitlines():
+            try:
+                e = json.loads(line)
+                seen.setdefault((str(e["job"]), int(e["slot"])), str(e.get("why", "")))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line (a process killed mid-write): nothing to record
+        items = [
+            Dispatch.missed(job, slot / 1000.0, reason=SkipReason.STORE_UNAVAILABLE.value,
+                            logs=[ledger.journal_log(why, str(path))])
+            for (job, slot), why in sorted(seen.items())
+        ]
+        got = self._dispatch(items, "journal-import") if items else []
+        kept = sum(1 for d in got if d.won)
+        done = path.with_name(f"{path.name}.imported-{self._now_ms()}")
+        try:
+            path.rename(done)
+        except FileNotFoundError:  # another process imported it too (the claims made
+            return  # that once) and renamed it first
+        log.warning(
+            "SQLite store %s: fallback journal %s: %d slot(s) recorded skipped / "
+            "store_unavailable, %d already had an outcome; renamed to %s",
+            self.path, path, kept, len(items) - kept, done.name,
+        )
 
     async def confirm_outage(self) -> bool:
         """Never: the file is on this host, so every process of this host sees the same
@@ -310,6 +403,7 @@ class SQLiteStore:
         conn.execute("PRAGMA cache_size = -65536")
         conn.execute("PRAGMA temp_store = MEMORY")
         self._migrate()
+        self._import_journal()
 
     def _retry_locked(self, fn: Callable[[], T]) -> T:
         """Switching to WAL needs a moment alone with the file and does not wait on the
