@@ -1,5 +1,5 @@
-"""Operating a library-declared job from the CLI of another process (#14), on SQLite and
-PostgreSQL: the registry lists it and who declares it, pause / resume reach it, trigger
+"""Operating a library-declared job from the CLI of another process (#14), on SQLite,
+PostgreSQL and Redis: the registry lists it and who declares it, pause / resume reach it, trigger
 runs it on its process with params (and --force past a pause), and after its process
 stops the registry says so and a trigger is refused with the reason. Runs are counted on
 the handler side too."""
@@ -20,15 +20,23 @@ from typing import Any
 import pytest
 
 from store.pg import drop_schema, new_schema, pg_url, require_pg
+from store.redis_server import RedisServer
 
 WORKER = Path(__file__).with_name("ops_worker.py")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fleet.db'}"
+        return
+    if request.param == "redis":
+        server = RedisServer(appendonly=True).start()
+        try:
+            yield server.url
+        finally:
+            server.cleanup()
         return
     require_pg()
     schema = new_schema("ops")

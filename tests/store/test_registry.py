@@ -15,15 +15,6 @@ from .conftest import T0
 TTL = 15.0
 
 
-@pytest.fixture(autouse=True)
-def _registry_not_on_redis_yet(store_kind: str) -> None:
-    # RegistryStore (#14 part B) builds on InstanceStore, which Redis gets in #18 part B;
-    # without it a process publishes nothing and remote operations answer that the store
-    # keeps no job registry
-    if store_kind == "redis":
-        pytest.skip("RegistryStore on Redis is #18 part B (with InstanceStore)")
-
-
 def me(name: str) -> Instance:
     return Instance(name, host="h-" + name, pid=100, role="all", version="1.0")
 

@@ -268,7 +268,7 @@ async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
 def _registry(store: Store) -> RegistryStore:
     if not isinstance(store, RegistryStore):
         raise CronfleetError(f"the store {store!r} keeps no job registry: remote operations "
-                             "need a memory, SQLite or PostgreSQL store")
+                             "need a memory, SQLite, PostgreSQL or Redis store")
     return store
 
 
