@@ -126,7 +126,7 @@ def pg_ledger(url: str) -> tuple[int, int, int, int]:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        row = conn.execute(_LEDGER_SQL.format(runs="cronfleet.runs")).fetchone()  # the default schema
+        row = conn.execute(_LEDGER_SQL.format(runs="cronfleet.runs")).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 

@@ -47,7 +47,8 @@ async def _visible_backfill(ctx: Any, token: Any, backfill_id: int) -> FleetRequ
     from cronfleet.runtime.registry import backfill_status
 
     try:
-        req = await backfill_status(ctx.scheduler.store, backfill_id)
+        req = await backfill_status(ctx.scheduler.store, backfill_id,
+                                    ttl=ctx.scheduler.instance_ttl)
         await visible(ctx, token, req.job_id)  # 404 for another team's job
     except RemoteRefused:
         raise ApiError(404, "BACKFILL_NOT_FOUND", f"no backfill {backfill_id}",
@@ -118,4 +119,5 @@ async def cancel_backfill(ctx: Ctx, token: Editor, backfill_id: int = BackfillId
     except RemoteTimeout as exc:
         raise ApiError(503, exc.code, str(exc), {"backfill_id": backfill_id}) from None
     await audit(ctx, token, "job.backfill.cancel", req.job_id, {"backfill_id": backfill_id})
-    return _status(await backfill_status(ctx.scheduler.store, backfill_id))
+    return _status(await backfill_status(ctx.scheduler.store, backfill_id,
+                                         ttl=ctx.scheduler.instance_ttl))
