@@ -125,6 +125,7 @@ async def test_a_request_whose_taker_is_lost_is_answered_failed_with_its_progres
         "backfill", "tick", "ops", {"from": "2026-01-01T00:00:00+00:00"}))
     assert sent.id is not None
     [taken] = await a.take_requests("runner", ["tick"])
+    assert taken.taken_by == "runner"
     assert await a.note_request(sent.id, {"progress": {"done": 7, "total": 12}})
     clock.advance(TTL - 1)
     await b.heartbeat(me("caller"), ttl=TTL)
