@@ -90,6 +90,10 @@ class Context:
     vault: Any = None
     started: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # remote_jobs: job id -> ((digest, team, source), the Job or None when unreadable);
+    # a registry row's spec is parsed once per digest, not at every request
+    remote_cache: dict[str, tuple[tuple[str, str, str], Job | None]] = field(
+        default_factory=dict)
 
     def get_vault(self) -> Any:
         if self.vault is None:
@@ -195,10 +199,12 @@ async def fleet(ctx: Context) -> dict[str, Any]:
 def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
     """The jobs of the registry this process does not declare, as handler-less jobs
     (their team from the registry: team scoping holds for them too); API jobs are the
-    catalog's."""
+    catalog's. Each spec is read once per digest (``ctx.remote_cache``): the registry is
+    still read at every call, only the parsing is kept."""
     from cronfleet.runtime.registry import job_from_spec
 
     local = ctx.scheduler.jobs
+    cache = ctx.remote_cache
     out: dict[str, Job] = {}
     for job_id, fj in found.items():
         if job_id in local:
@@ -206,8 +212,18 @@ def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
         cur = fj.current
         if cur.source == "api":  # the catalog is the truth of API jobs here (a deleted
             continue  # one may linger in other processes' rows until their next refresh)
-        with contextlib.suppress(ValueError):  # a schedule only its host can read
-            out[job_id] = job_from_spec(job_id, cur.spec, team=cur.team, source=cur.source)
+        key = (cur.digest, cur.team, cur.source)
+        hit = cache.get(job_id)
+        if hit is None or hit[0] != key:
+            job: Job | None = None
+            with contextlib.suppress(ValueError):  # a schedule only its host can read
+                job = job_from_spec(job_id, cur.spec, team=cur.team, source=cur.source)
+            hit = cache[job_id] = (key, job)
+        if hit[1] is not None:
+            out[job_id] = hit[1]
+    if len(cache) > 2 * max(len(found), 1000):  # ids gone from the registry
+        for job_id in [j for j in cache if j not in found]:
+            del cache[job_id]
     return out
 
 
