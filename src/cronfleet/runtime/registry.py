@@ -13,8 +13,11 @@
   (:func:`remote_trigger`); a live instance that declares the job takes it (exactly one
   does), runs the job as a manual trigger (params, force) and answers with the run id,
   or with the refusal's code and message. PostgreSQL announces a request with
-  ``NOTIFY`` (the instances take it at once); other stores are polled every
-  :data:`POLL` seconds.
+  ``NOTIFY`` and Redis with ``PUBLISH`` (the instances take it at once); other stores
+  are polled every :data:`POLL` seconds.
+- **A lost taker**: a taken request names its taker; a caller waiting for it (and any
+  reader of a backfill's state) answers it ``INSTANCE_LOST`` once that instance is no
+  longer live (:func:`settle_lost_taker`), so nobody waits forever for a dead process.
 """
 
 from __future__ import annotations
