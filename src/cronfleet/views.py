@@ -292,11 +292,14 @@ async def find_jobs(
     if text:
         needle = text.lower()
         jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
+    if paused is None and status is None and limit is not None:
+        jobs = jobs[:limit + 1]  # one more tells whether there is more: only the page's
+        # states are read
     states = await store.read_states([j.id for j in jobs]) if jobs else {}
     if paused is not None:
         jobs = [j for j in jobs if _paused(states.get(j.id), now) == paused]
     if status is None and limit is not None:
-        jobs = jobs[:limit + 1]  # one more tells whether there is more
+        jobs = jobs[:limit + 1]
     views = await job_views(store, jobs, now, states)
     if status is not None:
         views = [v for v in views if v.last is not None and v.last.status is status]

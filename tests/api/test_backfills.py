@@ -8,8 +8,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from cronfleet import FakeClock, Scheduler
 
 from .conftest import MakeApi, expect
@@ -34,8 +32,6 @@ async def wait_state(api: Any, backfill_id: int, states: set[str],
 async def test_backfill_over_the_api(
     make_api: MakeApi, store_url: str, clock: FakeClock, store_kind: str
 ) -> None:
-    if store_kind == "redis":
-        pytest.skip("the job registry on Redis is #18 part B (with its instances)")
     api = await make_api(jobs=False)
     lib = Scheduler(store=store_url, clock=clock, instance_id="lib-1", shutdown_grace="2s")
     slots: list[datetime] = []

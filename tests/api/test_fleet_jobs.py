@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from cronfleet import FakeClock, Scheduler
 
 from .conftest import MakeApi, expect
@@ -17,8 +15,6 @@ from .conftest import MakeApi, expect
 async def test_jobs_declared_by_another_process_are_listed_and_operated(
     make_api: MakeApi, store_url: str, clock: FakeClock, store_kind: str
 ) -> None:
-    if store_kind == "redis":
-        pytest.skip("the job registry on Redis is #18 part B (with its instances)")
     api = await make_api(jobs=False)  # this process declares nothing itself
     lib = Scheduler(store=store_url, clock=clock, instance_id="lib-1", shutdown_grace="2s")
     seen: list[dict[str, Any]] = []

@@ -1,5 +1,5 @@
-"""Operating a library-declared job from the CLI of another process (#14), on SQLite and
-PostgreSQL: the registry lists it and who declares it, pause / resume reach it, trigger
+"""Operating a library-declared job from the CLI of another process (#14), on SQLite,
+PostgreSQL and Redis: the registry lists it and who declares it, pause / resume reach it, trigger
 runs it on its process with params (and --force past a pause), and after its process
 stops the registry says so and a trigger is refused with the reason. Runs are counted on
 the handler side too."""
@@ -20,15 +20,23 @@ from typing import Any
 import pytest
 
 from store.pg import drop_schema, new_schema, pg_url, require_pg
+from store.redis_server import RedisServer
 
 WORKER = Path(__file__).with_name("ops_worker.py")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fleet.db'}"
+        return
+    if request.param == "redis":
+        server = RedisServer(appendonly=True).start()
+        try:
+            yield server.url
+        finally:
+            server.cleanup()
         return
     require_pg()
     schema = new_schema("ops")
@@ -288,3 +296,47 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
         for w in (a, b):
             w.send_signal(signal.SIGTERM)
             w.communicate(timeout=60)
+
+
+def test_a_backfill_whose_instance_is_killed_ends_with_the_reason(
+    store_url: str, tmp_path: Path
+) -> None:
+    """kill -9 the instance running a backfill: the CLI following it returns within about
+    the instance ttl (3 s here) with INSTANCE_LOST, how many slots were done and how to
+    finish, and exits 1; GET-like status (--json) says the same."""
+    count = tmp_path / "count.txt"
+    worker = spawn(store_url, "doomed", count)
+    env = {**os.environ, "CRONFLEET_STORE": store_url, "CRONFLEET_INSTANCE_TTL": "3s"}
+    env.pop("CRONFLEET_CONFIG", None)
+    follower: subprocess.Popen[str] | None = None
+    try:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "cronfleet", "backfill", "tick", "--from",
+             "2026-03-01T00:00:00", "--to", "2026-03-02T23:00:00", "--rate", "1", "--json"],
+            env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)  # fmt: skip
+        deadline = time.time() + 60
+        while len([ln for ln in handler_lines(count) if " backfill " in ln]) < 2:
+            assert time.time() < deadline, "the backfill did not start"
+            assert follower.poll() is None, follower.communicate()
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        killed = time.monotonic()
+        out, err = follower.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 1, (out, err)
+    got = json.loads(out)
+    assert got["finished"] is True and got["instance_id"] == "doomed"
+    assert got["error"].startswith("INSTANCE_LOST: instance doomed was lost while running "
+                                   "the backfill; "), got
+    assert got["error"].endswith(" of 48 slots done -- run it again with --only-missing")
+    # the ttl from the last heartbeat (every ttl/5), a poll, a loaded machine
+    assert 2.0 <= took <= 3.0 + 7.0, took
+    ran = len([ln for ln in handler_lines(count) if " backfill " in ln])
+    assert 2 <= ran < 48

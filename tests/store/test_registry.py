@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from cronfleet.clock import FakeClock
 from cronfleet.store import Store
 from cronfleet.store.base import Declared, FleetRequest, Instance, RegistryStore
@@ -13,15 +11,6 @@ from cronfleet.store.base import Declared, FleetRequest, Instance, RegistryStore
 from .conftest import T0
 
 TTL = 15.0
-
-
-@pytest.fixture(autouse=True)
-def _registry_not_on_redis_yet(store_kind: str) -> None:
-    # RegistryStore (#14 part B) builds on InstanceStore, which Redis gets in #18 part B;
-    # without it a process publishes nothing and remote operations answer that the store
-    # keeps no job registry
-    if store_kind == "redis":
-        pytest.skip("RegistryStore on Redis is #18 part B (with InstanceStore)")
 
 
 def me(name: str) -> Instance:
@@ -119,3 +108,45 @@ async def test_requests_are_taken_once_by_a_declarer_or_their_target(
     withdrawn = await b.get_request(late.id)
     assert withdrawn is not None and withdrawn.error == "no answer" and withdrawn.taken_by is None
     assert await a.get_request(10_000) is None
+
+
+async def test_a_request_whose_taker_is_lost_is_answered_failed_with_its_progress(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    """#14: a backfill taken by an instance that then dies is answered INSTANCE_LOST (how
+    far it got, how to finish it) instead of staying unanswered forever; while the taker
+    lives nothing is answered; the taker's later progress write is refused (it stops)."""
+    from cronfleet.runtime.registry import backfill_status, settle_lost_taker
+
+    a, b = rstore(store), rstore(other)
+    await a.heartbeat(me("runner"), ttl=TTL)
+    await b.heartbeat(me("caller"), ttl=TTL)
+    sent = await b.submit_request(FleetRequest(
+        "backfill", "tick", "ops", {"from": "2026-01-01T00:00:00+00:00"}))
+    assert sent.id is not None
+    [taken] = await a.take_requests("runner", ["tick"])
+    assert taken.taken_by == "runner"
+    assert await a.note_request(sent.id, {"progress": {"done": 7, "total": 12}})
+    clock.advance(TTL - 1)
+    await b.heartbeat(me("caller"), ttl=TTL)
+    got = await backfill_status(b, sent.id, ttl=TTL)  # the runner is still live
+    assert not got.answered and got.taken_by == "runner"
+    clock.advance(2)  # the runner's heartbeat is now older than the ttl
+    got = await backfill_status(b, sent.id, ttl=TTL)
+    assert got.answered and got.error == (
+        "INSTANCE_LOST: instance runner was lost while running the backfill; 7 of 12 "
+        "slots done -- run it again with --only-missing")
+    assert not await a.note_request(sent.id, {"progress": {"done": 8, "total": 12}})
+    assert not await a.answer_request(sent.id, error=None)  # the first answer stays
+    again = await settle_lost_taker(b, got, ttl=TTL)
+    assert again.error == got.error
+    # a trigger request taken by a lost instance: the same code, its own wording
+    trig = await b.submit_request(FleetRequest("trigger", "tick", "ops"))
+    assert trig.id is not None
+    await a.heartbeat(me("runner"), ttl=TTL)
+    [t] = await a.take_requests("runner", ["tick"])
+    assert (await settle_lost_taker(b, t, ttl=TTL)).answered is False
+    clock.advance(TTL + 1)
+    done = await settle_lost_taker(b, t, ttl=TTL)
+    assert done.error is not None and done.error.startswith(
+        "INSTANCE_LOST: instance runner was lost before answering the trigger request")

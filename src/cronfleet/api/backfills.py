@@ -47,7 +47,8 @@ async def visible_backfill(ctx: Any, token: Any, backfill_id: int) -> FleetReque
     from cronfleet.runtime.registry import backfill_status
 
     try:
-        req = await backfill_status(ctx.scheduler.store, backfill_id)
+        req = await backfill_status(ctx.scheduler.store, backfill_id,
+                                    ttl=ctx.scheduler.instance_ttl)
         await visible(ctx, token, req.job_id)  # 404 for another team's job
     except RemoteRefused:
         raise ApiError(404, "BACKFILL_NOT_FOUND", f"no backfill {backfill_id}",
@@ -91,4 +92,5 @@ async def cancel_backfill(ctx: Ctx, token: Editor, backfill_id: int = BackfillId
     req = await visible_backfill(ctx, token, backfill_id)
     await control.cancel_backfill(ctx, backfill_id, by=who(token))
     await audit(ctx, token, "job.backfill.cancel", req.job_id, {"backfill_id": backfill_id})
-    return backfill_out(await backfill_status(ctx.scheduler.store, backfill_id))
+    return backfill_out(await backfill_status(ctx.scheduler.store, backfill_id,
+                                              ttl=ctx.scheduler.instance_ttl))

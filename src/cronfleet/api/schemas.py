@@ -492,7 +492,8 @@ class BackfillStatus(BaseModel):
     requested_at: str | None
     instance_id: str | None = Field(description="The instance running it (null: not yet "
                                                 "taken).")
-    state: str = Field(description="queued, running, finished, cancelled or failed.")
+    state: str = Field(description="queued, running, finished, cancelled or failed (failed "
+                       "with an INSTANCE_LOST error: the instance running it was lost).")
     error: str | None
     start: str = Field(alias="from")
     end: str = Field(alias="to")

@@ -67,7 +67,8 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
     `cronfleet backfill-cancel` and GET /api/backfills/{id}.
 
     Exits 3 when no live instance declares JOB, 1 when none took it within --timeout or
-    when the backfill did not finish (cancelled, failed).
+    when the backfill did not finish (cancelled, failed, or its instance was lost: the
+    error says how many slots were done; run it again with --only-missing).
     """
     from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
     from cronfleet.runtime.registry import (
@@ -97,11 +98,14 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
             if not as_json:
                 click.echo(f"backfill {req.id} of {job_id!r} taken by instance "
                            f"{req.taken_by}", err=True)
+            def status(st: Any, rid: int) -> Any:  # a lost instance answers it failed
+                return backfill_status(st, rid, ttl=ttl)
+
             try:
-                return await _follow(store, req.id, as_json, backfill_status)
+                return await _follow(store, req.id, as_json, status)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 await remote_cancel_backfill(store, req.id, by=who, ttl=ttl)
-                return await backfill_status(store, req.id)
+                return await backfill_status(store, req.id, ttl=ttl)
 
         def refuse(code: str, message: str, exit_code: int) -> None:
             if as_json:

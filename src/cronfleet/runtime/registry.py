@@ -13,8 +13,11 @@
   (:func:`remote_trigger`); a live instance that declares the job takes it (exactly one
   does), runs the job as a manual trigger (params, force) and answers with the run id,
   or with the refusal's code and message. PostgreSQL announces a request with
-  ``NOTIFY`` (the instances take it at once); other stores are polled every
-  :data:`POLL` seconds.
+  ``NOTIFY`` and Redis with ``PUBLISH`` (the instances take it at once); other stores
+  are polled every :data:`POLL` seconds.
+- **A lost taker**: a taken request names its taker; a caller waiting for it (and any
+  reader of a backfill's state) answers it ``INSTANCE_LOST`` once that instance is no
+  longer live (:func:`settle_lost_taker`), so nobody waits forever for a dead process.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from cronfleet.store.base import Store
 
 __all__ = [
+    "INSTANCE_LOST",
     "POLL",
     "TOUCH",
     "FleetJob",
@@ -57,6 +61,7 @@ __all__ = [
     "remote_cancel",
     "remote_cancel_backfill",
     "remote_trigger",
+    "settle_lost_taker",
 ]
 
 log = logging.getLogger("cronfleet")
@@ -65,6 +70,8 @@ TOUCH = 60.0  # seconds between two touches of an unchanged registry
 POLL = 1.0  # seconds between two looks for requests, on stores without notifications
 PROGRESS = 0.5  # seconds between two writes of a remote backfill's progress
 POLL_NOTIFIED = 5.0  # the same with notifications (the backstop of a lost NOTIFY)
+SETTLE_EVERY = 1.0  # seconds between two looks at a waited-for request's taker
+INSTANCE_LOST = "INSTANCE_LOST"  # the code of a request whose taker was lost
 
 # the spec's keys compared between two declarers of one id (every key of declared_spec)
 SPEC_KEYS = ("kind", "schedule", "zone", "missed", "catch_up_window", "locking", "overlap",
@@ -222,6 +229,8 @@ class FleetJob:
     @property
     def current(self) -> Declared:
         """The row shown: a live declarer's (the newest declared), else the last seen."""
+        if len(self.rows) == 1:  # the common case (and 100,000 of them per API listing)
+            return self.rows[0]
         pool = self.live or self.rows
         return max(pool, key=lambda d: (d.declared_at is not None, d.declared_at or 0,
                                         d.instance_id))
@@ -268,7 +277,7 @@ async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
 def _registry(store: Store) -> RegistryStore:
     if not isinstance(store, RegistryStore):
         raise CronfleetError(f"the store {store!r} keeps no job registry: remote operations "
-                             "need a memory, SQLite or PostgreSQL store")
+                             "need a memory, SQLite, PostgreSQL or Redis store")
     return store
 
 
@@ -297,7 +306,7 @@ async def remote_trigger(
     payload: dict[str, Any] = {"force": bool(force)}
     if params:
         payload["params"] = dict(params)
-    return await _send(reg, FleetRequest("trigger", job_id, by, payload), timeout, poll)
+    return await _send(reg, FleetRequest("trigger", job_id, by, payload), timeout, poll, ttl)
 
 
 async def remote_cancel(
@@ -334,20 +343,26 @@ async def remote_cancel(
             f"the run interrupted within the instance ttl ({ttl:g}s)", job_id=run.job_id,
             instance_id=holder, run_id=run_id)
     req = FleetRequest("cancel", run.job_id, by, {"run_id": run_id, "why": why}, target=holder)
-    return await _send(reg, req, timeout, poll)
+    return await _send(reg, req, timeout, poll, ttl)
 
 
 async def _send(reg: RegistryStore, request: FleetRequest, timeout: float,
-                poll: float) -> FleetRequest:
-    """Store ``request``, wait for its answer (see :func:`remote_trigger`)."""
+                poll: float, ttl: float) -> FleetRequest:
+    """Store ``request``, wait for its answer (see :func:`remote_trigger`); a taker lost
+    meanwhile answers it ``INSTANCE_LOST`` (:func:`settle_lost_taker`)."""
     job_id = request.job_id
     sent = await reg.submit_request(request)
     assert sent.id is not None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    settle_at = loop.time() + SETTLE_EVERY
     withdrawn = False
     while True:
         got = await reg.get_request(sent.id)
+        if got is not None and not got.answered and got.taken_by is not None \
+                and loop.time() >= settle_at:
+            settle_at = loop.time() + SETTLE_EVERY
+            got = await settle_lost_taker(reg, got, ttl=ttl)
         if got is not None and got.answered:
             break
         if loop.time() >= deadline:
@@ -413,14 +428,51 @@ async def remote_backfill(
     return got
 
 
-async def backfill_status(store: Store, request_id: int) -> FleetRequest:
+def lost_taker_error(req: FleetRequest) -> str:
+    """The answer of a request whose taker was lost before answering it (``INSTANCE_LOST``;
+    a backfill's says how far it got and how to finish it)."""
+    who = req.taken_by or "?"
+    if req.kind == "backfill":
+        p = req.payload.get("progress") or {}
+        return (f"{INSTANCE_LOST}: instance {who} was lost while running the backfill; "
+                f"{p.get('done', 0)} of {p.get('total', '?')} slots done -- run it again "
+                "with --only-missing")
+    return (f"{INSTANCE_LOST}: instance {who} was lost before answering the {req.kind} "
+            "request (it may or may not have acted on it)")
+
+
+async def settle_lost_taker(reg: RegistryStore, req: FleetRequest, *, ttl: float
+                            ) -> FleetRequest:
+    """``req`` as it stands, answered failed (:func:`lost_taker_error`) first when it was
+    taken, is unanswered and its taker is no longer live (heartbeat older than ``ttl`` or
+    declared lost: the rule of ``Fleet``). Nobody answers it otherwise: a dead taker left
+    its caller polling forever. A taker that comes back finds its request answered and
+    stops (``Registry._note``). The answer is written once whoever writes first."""
+    if req.answered or req.taken_by is None or req.id is None:
+        return req
+    live = {i.instance_id for i in await reg.list_instances(ttl=ttl) if i.live}
+    if req.taken_by in live:
+        return req
+    if await reg.answer_request(req.id, error=lost_taker_error(req)):
+        log.warning("request %d (%s of %r): its taker %s is not live; answered failed",
+                    req.id, req.kind, req.job_id, req.taken_by)
+    return await reg.get_request(req.id) or req
+
+
+async def backfill_status(store: Store, request_id: int, *, ttl: float | None = None
+                          ) -> FleetRequest:
     """A backfill request with its progress (``payload["progress"]``: total, done,
     current, ran, present, taken, busy, cancelled, finished); raises
-    :class:`RemoteRefused` (``BACKFILL_NOT_FOUND``) for an unknown id."""
-    got = await _registry(store).get_request(request_id)
+    :class:`RemoteRefused` (``BACKFILL_NOT_FOUND``) for an unknown id. With ``ttl``, a
+    backfill whose instance was lost is answered failed first
+    (:func:`settle_lost_taker`)."""
+    reg = _registry(store)
+    got = await reg.get_request(request_id)
     if got is None or got.kind != "backfill":
         raise RemoteRefused("BACKFILL_NOT_FOUND", f"no backfill {request_id}", job_id="",
                             instance_id=None, run_id=None)
+    if ttl is not None:
+        got = await settle_lost_taker(reg, got, ttl=ttl)
     return got
 
 
@@ -428,7 +480,7 @@ async def remote_cancel_backfill(store: Store, request_id: int, *, by: str, ttl:
                                  timeout: float = 30.0, poll: float = 0.1) -> FleetRequest:
     """Ask the instance running backfill ``request_id`` to stop it (the slot in progress
     is cancelled, later slots do not run)."""
-    got = await backfill_status(store, request_id)
+    got = await backfill_status(store, request_id, ttl=ttl)
     if got.answered:
         raise RemoteRefused("BACKFILL_ENDED", f"backfill {request_id} has already ended",
                             job_id=got.job_id, instance_id=got.taken_by, run_id=None)
@@ -440,7 +492,7 @@ async def remote_cancel_backfill(store: Store, request_id: int, *, by: str, ttl:
         got = await backfill_status(store, request_id)
     req = FleetRequest("cancel_backfill", got.job_id, by, {"request_id": request_id},
                        target=got.taken_by)
-    return await _send(_registry(store), req, timeout, poll)
+    return await _send(_registry(store), req, timeout, poll, ttl)
 
 
 # -- this process's side ----------------------------------------------------------------------
@@ -588,9 +640,15 @@ class Registry:
             self.backfills.pop(rid, None)
 
     async def _note(self, rid: int, payload: dict[str, Any], bf: Backfill) -> None:
+        """Write the progress; a request answered meanwhile by another process (this
+        instance was judged lost: :func:`settle_lost_taker`) stops the backfill here."""
         assert self.store is not None
         try:
-            await self.store.note_request(rid, {**payload, "progress": bf.to_dict()})
+            if not await self.store.note_request(rid, {**payload, "progress": bf.to_dict()}) \
+                    and not bf.finished and not bf.cancelled:
+                log.warning("backfill %d of %r was answered elsewhere (this instance was "
+                            "judged lost): stopping it", rid, bf.job_id)
+                bf.cancel()
         except Exception as exc:
             self.s.stats.store_errors += 1
             log.warning("backfill %d: could not write its progress (%s)", rid, exc)

@@ -861,8 +861,8 @@ class FleetRequest:
 
 @runtime_checkable
 class RegistryStore(InstanceStore, Protocol):
-    """A store that keeps the fleet's job registry and its requests (memory, SQLite and
-    PostgreSQL do)."""
+    """A store that keeps the fleet's job registry and its requests (memory, SQLite,
+    PostgreSQL and Redis do)."""
 
     async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
         """Make ``jobs`` the set ``instance_id`` declares, one transaction: rows of jobs

@@ -24,8 +24,6 @@ from cronfleet.store.base import RegistryStore
 from .conftest import BOTH, settle
 
 Make = Callable[..., Scheduler]
-# the registry needs a store that keeps instances: Redis does from #18 part B
-BOTH = [k for k in BOTH if k != "redis"]
 TTL = 15.0
 
 
@@ -97,6 +95,41 @@ async def test_jobs_are_published_with_their_spec_and_triggered_from_elsewhere(
             await remote_trigger(ops.store, "tick", by="alice", ttl=TTL)
     finally:
         await ops.store.close()
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_backfill_answered_elsewhere_stops_on_its_instance(make: Make) -> None:
+    """The instance running a remote backfill was judged lost (another process answered
+    its request INSTANCE_LOST): at its next progress write it stops the backfill, so a
+    stalled-but-alive taker does not keep running slots nobody follows."""
+    from datetime import UTC, datetime
+
+    from cronfleet.runtime.registry import lost_taker_error, remote_backfill
+
+    a = make(instance_id="a")
+    started = asyncio.Event()
+
+    @a.job("0 * * * *", id="tick")
+    async def tick(ctx: RunContext) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    async with a:
+        req = await remote_backfill(a.store, "tick", start, start.replace(hour=23), by="ops",
+                                    ttl=TTL, rate=None, timeout=20)
+        assert req.id is not None and req.taken_by == "a"
+        await asyncio.wait_for(started.wait(), 10)
+        bf = a.registry.backfills[req.id]
+        assert await reg(a).answer_request(req.id, error=lost_taker_error(req))
+        for _ in range(100):
+            if bf.finished:
+                break
+            await asyncio.sleep(0.05)
+        assert bf.finished and bf.cancelled and bf.done < 24
+        got = await reg(a).get_request(req.id)
+        assert got is not None and got.error is not None
+        assert got.error.startswith("INSTANCE_LOST: instance a was lost while running")
 
 
 async def test_an_untaken_request_is_withdrawn_at_the_timeout(make: Make) -> None:

@@ -24,7 +24,10 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
   the hash tag ``{job}``. Batched scripts touch many jobs and a few global keys (run ids,
   indexes), so they need one server: Redis Cluster is not supported yet.
 * **Schema version** (``<prefix>schema``): written at first open, a newer one is refused.
-* **Announcements**: ``set_override`` and new jobs ``PUBLISH <prefix>events``;
+* **Registry and requests** (``registry.lua``, the RegistryStore contract): one hash of
+  rows per declaring instance, one hash per request; a new request is announced on the
+  same channel as overrides, so instances take it at once.
+* **Announcements**: ``set_override``, new jobs and requests ``PUBLISH <prefix>events``;
   :meth:`RedisStore.subscribe` listens (reconnecting with backoff) and wakes the
   scheduler early. Overrides are still read at fire time.
 """
@@ -49,10 +52,12 @@ from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.store import ledger
 from cronfleet.store.base import (
+    Declared,
     Dispatch,
     Dispatched,
     DispatchKind,
     Finish,
+    FleetRequest,
     Heartbeat,
     Instance,
     LostInstances,
@@ -78,7 +83,7 @@ SCHEMA_VERSION = 1
 
 _SCRIPTS = (
     "states", "set_override", "dispatch", "leases", "put_runs", "withdraw", "renew",
-    "reap", "prune", "read_runs", "instances",
+    "reap", "prune", "read_runs", "instances", "registry",
 )  # fmt: skip
 _CLAIM = {"slot": "s", "token": "t", "none": "n"}
 
@@ -809,6 +814,66 @@ class RedisStore:
     async def leave(self, instance_id: str) -> None:
         await self._run("instances", "leave", instance_id)
 
+    # -- the job registry and requests (RegistryStore) ---------------------------------------
+
+    async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
+        rows = "" if jobs is None else json.dumps(
+            [[d.job_id, d.team, d.source, d.digest,
+              json.dumps(d.spec, separators=(",", ":"), default=str)] for d in jobs],
+            separators=(",", ":"))
+        await self._run("registry", "publish", instance_id, rows)
+
+    async def list_declared(self, *, ttl: float) -> list[Declared]:
+        now, found, insts = json.loads(await self._run("registry", "list"))
+        cut = int(now) - round(ttl * 1000)
+        live = {i for i, raw in insts or () if _live(json.loads(raw), cut)}
+        out = []
+        for inst, seen, rows in found or ():
+            seen_at = dt(_i(seen))
+            for job_id, raw in rows:
+                r = json.loads(raw)
+                out.append(Declared(
+                    job_id=job_id, instance_id=inst, team=r["t"], source=r["s"], digest=r["d"],
+                    spec=json.loads(r["p"]), declared_at=dt(_i(r["da"])), seen_at=seen_at,
+                    live=inst in live,
+                ))  # fmt: skip
+        out.sort(key=lambda d: (d.job_id, d.instance_id))
+        return out
+
+    async def submit_request(self, request: FleetRequest) -> FleetRequest:
+        r = request
+        rid, now = await self._run(
+            "registry", "submit", r.kind, r.job_id, r.requested_by,
+            json.dumps(r.payload, default=str), r.target or "",
+        )  # fmt: skip
+        return FleetRequest(kind=r.kind, job_id=r.job_id, requested_by=r.requested_by,
+                            payload=dict(r.payload), target=r.target, id=int(rid),
+                            requested_at=dt(int(now)))
+
+    async def take_requests(
+        self, instance_id: str, job_ids: Sequence[str]
+    ) -> list[FleetRequest]:
+        raw = await self._run("registry", "take", instance_id, json.dumps(list(job_ids)))
+        return sorted(map(_request, raw), key=lambda q: q.id or 0)
+
+    async def answer_request(
+        self, request_id: int, *, run_id: int | None = None, error: str | None = None,
+        only_untaken: bool = False,
+    ) -> bool:
+        done = await self._run(
+            "registry", "answer", request_id, "" if run_id is None else run_id,
+            error or "", "1" if only_untaken else "0",
+        )  # fmt: skip
+        return int(done) == 1
+
+    async def note_request(self, request_id: int, payload: dict[str, Any]) -> bool:
+        done = await self._run("registry", "note", request_id, json.dumps(payload, default=str))
+        return int(done) == 1
+
+    async def get_request(self, request_id: int) -> FleetRequest | None:
+        flat = await self._run("registry", "get", request_id)
+        return _request(flat) if flat else None
+
     # -- reading the ledger -------------------------------------------------------------------
 
     async def _get_many(self, ids: Sequence[int]) -> list[RunRecord]:
@@ -878,4 +943,22 @@ def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instan
         role=str(row.get("r", "")), version=str(row.get("v", "")),
         started_at=dt(_i(row.get("sa"))), heartbeat_at=dt(_i(row.get("hb"))),
         lost_at=dt(_i(row.get("la"))), lost_by=row.get("lb") or None, live=live,
+    )  # fmt: skip
+
+
+def _live(row: Mapping[str, Any], cut: int) -> bool:
+    """An instance row (``instances.lua``) is live: not declared lost, heartbeat not
+    older than ``cut`` (ms)."""
+    return not row.get("la") and int(row.get("hb", 0)) >= cut
+
+
+def _request(flat: Sequence[Any]) -> FleetRequest:
+    """A request hash (``registry.lua``'s flat list, its ``id`` appended)."""
+    it = iter(flat)
+    f = {_d(k): _d(v) for k, v in zip(it, it, strict=True)}
+    return FleetRequest(
+        kind=f["k"], job_id=f["j"], requested_by=f["b"], payload=dict(json.loads(f["p"])),
+        target=f.get("tg"), id=int(f["id"]), requested_at=_t(f, "ra"),
+        taken_by=f.get("tb"), taken_at=_t(f, "ta"), answered_at=_t(f, "aa"),
+        run_id=_i(f.get("ri")), error=f.get("e"),
     )  # fmt: skip
