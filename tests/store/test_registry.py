@@ -150,3 +150,23 @@ async def test_a_request_whose_taker_is_lost_is_answered_failed_with_its_progres
     done = await settle_lost_taker(b, t, ttl=TTL)
     assert done.error is not None and done.error.startswith(
         "INSTANCE_LOST: instance runner was lost before answering the trigger request")
+
+
+async def test_a_set_larger_than_a_write_chunk_is_published_and_replaced_whole(
+    store: Store, clock: FakeClock
+) -> None:
+    """5,000 jobs (more than SQLite's PUBLISH_CHUNK, which writes them in several short
+    transactions): every one listed; then a set that drops 4,000 of them and changes 500."""
+    a = rstore(store)
+    await a.heartbeat(me("one"), ttl=TTL)
+    await a.publish_jobs("one", [decl(f"job-{i:05d}") for i in range(5000)])
+    rows = await a.list_declared(ttl=TTL)
+    assert [d.job_id for d in rows] == [f"job-{i:05d}" for i in range(5000)]
+    clock.advance(5)
+    await a.publish_jobs("one", [decl(f"job-{i:05d}", "*/5 * * * *" if i < 500 else "* * * * *")
+                                 for i in range(1000)])
+    rows = await a.list_declared(ttl=TTL)
+    assert [d.job_id for d in rows] == [f"job-{i:05d}" for i in range(1000)]
+    assert [d.digest for d in rows[:500]] == ["d-*/5 * * * *"] * 500
+    assert {d.digest for d in rows[500:]} == {"d-* * * * *"}
+    assert all(d.seen_at is not None and d.seen_at.timestamp() == T0 + 5 for d in rows)

@@ -71,6 +71,7 @@ _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
 # the named queries of queries.sql; the SQL lives there, not in Python strings
 Q = load_queries("cronfleet.store.sqlite")
 PRUNE_BATCH = 5000
+PUBLISH_CHUNK = 2000  # registry rows written per transaction
 """Ids (claim tokens, run ids) covered by one retention transaction."""
 
 
@@ -352,7 +353,8 @@ class SQLiteStore:
         try:
             yield c
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # an interrupted statement may have ended it already:
+                c.execute("ROLLBACK")  # a failing ROLLBACK would hide the real error
             raise
         else:
             c.execute("COMMIT")
@@ -850,21 +852,28 @@ class SQLiteStore:
         await self._call(self._publish_jobs, instance_id, None if jobs is None else list(jobs))
 
     def _publish_jobs(self, instance: str, jobs: list[Declared] | None) -> None:
+        # the changed rows go in chunks of PUBLISH_CHUNK, one short write transaction
+        # each (100,000 jobs in one took longer than the call limit on a loaded machine);
+        # readers may see a part of the set for a moment, as with any later change
+        now = self._now_ms()
+        if jobs is not None:
+            had = dict(self.conn.execute(Q["registry_of"], (instance,)).fetchall())
+            wanted = {d.job_id: d for d in jobs}
+            gone = [j for j in had if j not in wanted]
+            put = [
+                [d.job_id, d.team, d.source, d.digest,
+                 json.dumps(d.spec, sort_keys=True, separators=(",", ":"))]
+                for d in wanted.values() if had.get(d.job_id) != d.digest
+            ]  # fmt: skip
+            for k in range(0, len(gone), PUBLISH_CHUNK):
+                with self._tx() as c:
+                    c.execute(Q["registry_drop"],
+                              (instance, json.dumps(gone[k:k + PUBLISH_CHUNK])))
+            for k in range(0, len(put), PUBLISH_CHUNK):
+                with self._tx() as c:
+                    c.execute(Q["registry_put"],
+                              (instance, now, json.dumps(put[k:k + PUBLISH_CHUNK])))
         with self._tx() as c:
-            now = self._now_ms()
-            if jobs is not None:
-                had = dict(c.execute(Q["registry_of"], (instance,)).fetchall())
-                wanted = {d.job_id: d for d in jobs}
-                gone = [j for j in had if j not in wanted]
-                if gone:
-                    c.execute(Q["registry_drop"], (instance, json.dumps(gone)))
-                put = [
-                    [d.job_id, d.team, d.source, d.digest,
-                     json.dumps(d.spec, sort_keys=True, separators=(",", ":"))]
-                    for d in wanted.values() if had.get(d.job_id) != d.digest
-                ]  # fmt: skip
-                if put:
-                    c.execute(Q["registry_put"], (instance, now, json.dumps(put)))
             c.execute(Q["registry_touch"], (instance, now))
 
     async def list_declared(self, *, ttl: float) -> list[Declared]:
