@@ -439,9 +439,15 @@ class RedisStore:
         ids = list(dict.fromkeys(job_ids))
         for i in range(0, max(len(ids), 1), _STATES_CHUNK):
             part = json.dumps(ids[i : i + _STATES_CHUNK])
+            created: dict[str, datetime | None] = {}  # one call's new rows share a time
             for row in json.loads(await self._run("states", mode, part)):
-                st = _state(row)
-                out[st.job_id] = st
+                if len(row) == 2:  # {job, created}: nothing else stored (states.lua)
+                    c = row[1]
+                    when = created[c] if c in created else created.setdefault(c, dt(int(c)))
+                    out[row[0]] = JobState(job_id=row[0], created_at=when)
+                else:
+                    st = _state(row)
+                    out[st.job_id] = st
         return out
 
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
