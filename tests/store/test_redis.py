@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from cronfleet.clock import FakeClock
 from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.model import RunStatus
 from cronfleet.store import RedisStore, open_store
-from cronfleet.store.base import Dispatch
+from cronfleet.store.base import Dispatch, Skip
 from cronfleet.store.redis import SCHEMA_VERSION
 from cronfleet.store.url import parse_store_url
 
@@ -237,3 +239,53 @@ async def test_confirm_outage_asks_a_fresh_connection(redis_session: RedisServer
         finally:
             await s.close()
     assert not await RedisStore(redis_session.url).confirm_outage()  # not open: no claim
+
+
+async def test_retention_prunes_a_large_ledger_in_bounded_calls(
+    store: RedisStore, raw: aioredis.Redis
+) -> None:
+    """prune.lua examines at most ``prune_chunk`` jobs, claims and runs per call and hands
+    back a cursor: a large ledger takes several short calls, not one long script."""
+    jobs = [f"j{i}" for i in range(30)]
+    await store.ensure_jobs(jobs)
+    for k in range(20):  # 600 claims, one per (job, slot)
+        await store.dispatch([Dispatch.scheduled(j, T0 + k, lease=False) for j in jobs], "one")
+    await store.record_skips([Skip(j, T0 + 100 + k, "paused") for j in jobs for k in range(40)])
+    before_runs = sum([len(await store.list_runs(j, limit=1000)) for j in jobs])
+    assert before_runs >= 1200
+    store.prune_chunk = 50
+    replies: list[list[Any]] = []
+    commands: list[int] = []
+    run = store._run
+
+    async def calls() -> int:
+        stats = await raw.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+    async def counted(name: str, *args: Any) -> Any:
+        if name != "prune":
+            return await run(name, *args)
+        start = await calls()
+        reply = await run(name, *args)
+        commands.append(await calls() - start - 1)  # less the EVALSHA itself
+        replies.append(reply)
+        return reply
+
+    store._run = counted  # type: ignore[method-assign]
+    claims, runs = await store.prune(
+        claims_older_than=T0 + 3000, runs_older_than=T0 + 3000, runs_per_job=5
+    )
+    store._run = run  # type: ignore[method-assign]
+    examined = [int(r[2]) for r in replies]
+    assert len(replies) > (600 + before_runs) // 50  # every claim and run, 50 at a time
+    assert max(examined) <= 50
+    # each examined item costs a bounded number of commands (a deleted run ~12)
+    assert max(commands) <= 50 * 16
+    assert claims == 30 * 19  # every job keeps the claim of its newest slot
+    for j in jobs:  # the newest skip (the watermark reads it) and the runs still open
+        left = await store.list_runs(j, limit=1000)
+        assert [r.slot.timestamp() for r in left] == [T0 + 139] + [
+            T0 + k for k in range(19, -1, -1)
+        ]
+        assert {r.status for r in left[1:]} <= {RunStatus.RUNNING, RunStatus.PENDING}
+    assert runs == before_runs - 30 * 21

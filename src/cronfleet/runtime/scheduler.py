@@ -341,8 +341,7 @@ class Scheduler(SyncControl):
         await self._open_store()
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
-        for job in self._jobs.values():
-            self.due.first(job, states.get(job.id), now)
+        self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
             await self.registry.sync()

@@ -105,6 +105,7 @@ _HOLDER = "@@cronfleet:holder@@"
 # run rows per script call: a group commit of 10,000 rows in one script would hold the
 # server while other processes wait to claim
 _PUT_CHUNK = 500
+_PRUNE_CHUNK = 2000  # jobs + claims + runs one retention call may examine (prune.lua)
 _STATES_CHUNK = 20_000  # job state rows per script call (start-up with 100,000 jobs)
 _CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
 CONFIRM_TIMEOUT = 5.0  # seconds a fresh connection has to answer PING (confirm_outage)
@@ -250,6 +251,8 @@ class RedisStore:
         self._callbacks: list[Callable[[], object]] = []
         self._listener: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.prune_chunk = _PRUNE_CHUNK
+        """The most jobs, claims and runs one retention script call examines."""
 
     def __repr__(self) -> str:
         return f"RedisStore({redact_url(self.url)!r}, prefix={self.prefix!r})"
@@ -470,9 +473,15 @@ class RedisStore:
         ids = list(dict.fromkeys(job_ids))
         for i in range(0, max(len(ids), 1), _STATES_CHUNK):
             part = json.dumps(ids[i : i + _STATES_CHUNK])
+            created: dict[str, datetime | None] = {}  # one call's new rows share a time
             for row in json.loads(await self._run("states", mode, part)):
-                st = _state(row)
-                out[st.job_id] = st
+                if len(row) == 2:  # {job, created}: nothing else stored (states.lua)
+                    c = row[1]
+                    when = created[c] if c in created else created.setdefault(c, dt(int(c)))
+                    out[row[0]] = JobState(job_id=row[0], created_at=when)
+                else:
+                    st = _state(row)
+                    out[st.job_id] = st
         return out
 
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -929,11 +938,23 @@ class RedisStore:
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
-        """:data:`~cronfleet.store.base.RETENTION_RULE`, in one script."""
-        nc, nr = await self._run(
-            "prune", ms(claims_older_than), ms(runs_older_than), runs_per_job
-        )
-        return int(nc), int(nr)
+        """:data:`~cronfleet.store.base.RETENTION_RULE`, in bounded pieces: each script
+        call examines at most :attr:`prune_chunk` jobs, claims and runs and hands back a
+        cursor (``prune.lua``), so other clients' calls run between the pieces instead of
+        waiting behind one pass over the whole ledger. The cut-offs are fixed for the pass.
+        """
+        claims_cut, runs_cut = ms(claims_older_than), ms(runs_older_than)
+        nc = nr = 0
+        cursor = ""
+        while True:
+            c, r, _, cursor = await self._run(
+                "prune", claims_cut, runs_cut, runs_per_job, cursor, self.prune_chunk
+            )
+            nc, nr = nc + int(c), nr + int(r)
+            cursor = _d(cursor)
+            if not cursor:
+                return nc, nr
+            await asyncio.sleep(0)
 
 
 def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instance:
