@@ -222,15 +222,18 @@ class Scheduler(SyncControl):
         retry: RetryPolicy | Mapping[str, Any] | None = None,
         notify: NotifyPolicy | Mapping[str, Any] | None = None,
         auto_pause_after: int | None = None,
+        max_instances: int = 1,
     ) -> Callable[[Handler], Handler]:
         """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged.
 
         The id defaults to ``module.function`` with the module named as it would be when
         imported (also when the file runs as a script). ``retry``: run a failing handler
         again inside its slot; ``notify`` and ``auto_pause_after``: alerts
-        (``cronfleet.alerts.install``). ``schedule`` may be a list of expressions (their
-        instants united), or left out for a one-off ``at``; ``start``/``end`` bound the
-        slots and ``exclude`` removes days or instants (``except`` in a config task)."""
+        (``cronfleet.alerts.install``); ``max_instances``: concurrent runs of the job
+        across the fleet (only 1 is built, see docs/concepts.md). ``schedule`` may be a
+        list of expressions (their instants united), or left out for a one-off ``at``;
+        ``start``/``end`` bound the slots and ``exclude`` removes days or instants
+        (``except`` in a config task)."""
 
         def register(fn: Handler) -> Handler:
             job_id = id or default_job_id(fn)
@@ -260,6 +263,7 @@ class Scheduler(SyncControl):
                 retry=retry,
                 notify=notify,
                 auto_pause_after=auto_pause_after,
+                max_instances=max_instances,
             )
             self.add_job(job)
             return fn
