@@ -436,7 +436,8 @@ class Runs:
             return False
         try:
             [started] = await s.store.start(
-                [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait)],
+                [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait,
+                       job.max_instances)],
                 s.instance_id,
             )
         except Exception as exc:
@@ -559,7 +560,8 @@ class Runs:
             return  # our own run holds the lease: retried when it ends
         try:
             [started] = await s.store.start(
-                [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True)],
+                [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True,
+                       job.max_instances)],
                 s.instance_id,
             )
         except Exception as exc:
