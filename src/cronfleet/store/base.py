@@ -203,6 +203,7 @@ class Dispatch:
         kind: DispatchKind | None = None,
         params: dict[str, Any] | None = None,
         forced_by: str | None = None,
+        lanes: int = 1,
     ) -> None:
         # written out (not generated) so that the kind of the common requests is derived
         # from the arguments, not from attribute reads: a burst builds one per slot
@@ -225,7 +226,7 @@ class Dispatch:
         self.early = early
         self.params = params
         self.forced_by = forced_by
-        self.lanes = 1  # the job's max_instances: set by the caller (runtime/requests.py)
+        self.lanes = lanes  # the job's max_instances (runtime/requests.py sets it)
         if (
             claim == "slot"
             and not manual
