@@ -109,10 +109,9 @@ HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_URL = 4096
 # ``max_instances``: concurrent runs of one job across the fleet (the job's lease as N
-# lanes). Only 1 is built: the lease of every store has one lane (see docs/concepts.md,
-# "Concurrent runs of one job"); MAX_INSTANCES bounds the value once lanes exist.
+# lanes; see docs/concepts.md, "Concurrent runs of one job"). The Redis store has no lanes
+# yet: the scheduler refuses N > 1 there at start (Scheduler._check_lanes).
 MAX_INSTANCES = 100
-BUILT_INSTANCES = 1
 
 # the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
 # a JSON text of "config"; the API says "schedule" and "config")
@@ -276,10 +275,6 @@ def check_max_instances(count: int, overlap: Overlap | None) -> str | None:
         return (f"{count} with overlap = 'allow': allow sets no limit at all; give "
                 "overlap = 'skip', 'queue_one' or 'replace' to cap concurrent runs, or drop "
                 "max_instances")
-    if count > BUILT_INSTANCES:
-        return (f"{count} is not supported yet: this release runs at most one run of a job "
-                "at a time under its lease (use overlap = 'allow' for unbounded concurrent "
-                "runs)")
     return None
 
 

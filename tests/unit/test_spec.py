@@ -480,18 +480,17 @@ def test_max_instances_with_allow_is_an_error_naming_the_field() -> None:
     assert "no limit" in problems[0].message
 
 
-def test_max_instances_above_one_is_refused_until_leases_have_lanes() -> None:
+def test_max_instances_above_one_is_accepted_beside_a_limiting_overlap() -> None:
     for overlap in ("skip", "queue_one", "replace"):
-        _, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": 2,
-                                    "overlap": overlap})
-        assert [p.key for p in problems] == ["max_instances"]
-        assert problems[0].message.startswith("2 is not supported yet")
+        spec, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": 2,
+                                       "overlap": overlap})
+        assert problems == [] and spec is not None and spec.max_instances == 2
 
 
 def test_max_instances_error_names_job_id_in_code_and_plugins() -> None:
-    with pytest.raises(ValueError, match=r"job 'tick': max_instances: 2 is not supported"):
-        Job.create("1s", lambda ctx: None, id="tick", max_instances=2)
-    assert Job.create("1s", lambda ctx: None, id="tick", max_instances=1).max_instances == 1
+    with pytest.raises(ValueError, match=r"job 'tick': max_instances: 2 with overlap = 'allow'"):
+        Job.create("1s", lambda ctx: None, id="tick", max_instances=2, overlap="allow")
+    assert Job.create("1s", lambda ctx: None, id="tick", max_instances=2).max_instances == 2
     job, errors = schedule_to_job(Schedule(id="s", cron="1s", max_instances=0),
                                   job_id="p/s", handler=lambda ctx: None, timezone="UTC",
                                   catch_up_window=0, source="plugin")

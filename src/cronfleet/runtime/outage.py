@@ -246,7 +246,8 @@ class Outage:
             started_at=from_ts(s.clock.now()),
             logs=[*it.logs, line],
         )
-        if job.overlap is not Overlap.ALLOW and s.runner.running.get(job.id):
+        if (job.overlap is not Overlap.ALLOW
+                and s.runner.running.get(job.id, 0) >= job.max_instances):
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
                 s.spawn(self._after_idle(job, run))

@@ -83,7 +83,7 @@ def scheduled(
         catchup=catchup,
         logs=[catchup_banner(slot, now + delay)] if catchup else None,
     )
-    if overlap is not _ALLOW and running and running.get(job.id):
+    if overlap is not _ALLOW and running and running.get(job.id, 0) >= job.max_instances:
         if overlap in _WAITS and job.id not in queued:
             item.defer = True
         else:

@@ -69,6 +69,12 @@ class Active:
     cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
 
 
+def _age(run: RunRecord) -> tuple[float, float, int]:
+    """Oldest first: by start, then slot, then id (``Overlap.REPLACE`` with lanes)."""
+    started = run.started_at or run.claimed_at or run.slot
+    return (started.timestamp(), run.slot.timestamp(), run.id or 0)
+
+
 @dataclass(slots=True)
 class Queued:
     """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
@@ -206,6 +212,14 @@ class Runs:
             outcome = self._cancelled_after(active, outcome)
         self.finalize(key, active, outcome)
 
+    def find(self, run_id: int) -> Active | None:
+        """The run ``run_id`` executing here; a fast-path run stays keyed by its
+        place-holder after its row (and id) was written, so it is looked for by id too."""
+        active = self.active.get(run_id)
+        if active is None:
+            active = next((a for a in self.active.values() if a.run.id == run_id), None)
+        return active
+
     def cancel(self, run_id: int, *, by: str, why: str) -> str:
         """Cancel run ``run_id`` executing in this process: the run is recorded
         ``cancelled`` (reason ``cancelled``) with who and why. An async handler is
@@ -214,7 +228,7 @@ class Runs:
         the handler returns (its own outcome noted in the log). Other job kinds (command
         jobs) put their own stop behind this hook. Returns what was done, in words;
         raises ``KeyError`` when the run is not executing here."""
-        active = self.active.get(run_id)
+        active = self.find(run_id)
         if active is None:
             raise KeyError(run_id)
         if active.cancel is not None:
@@ -404,7 +418,7 @@ class Runs:
         return (
             job.locking is Locking.NODE_LOCAL
             and job.overlap in (Overlap.QUEUE_ONE, Overlap.REPLACE)
-            and bool(self.running.get(job.id))
+            and self.running.get(job.id, 0) >= job.max_instances
         )
 
     async def job_idle(self, job_id: str) -> None:
@@ -429,7 +443,7 @@ class Runs:
         if (
             not lease
             and job.locking is Locking.NODE_LOCAL
-            and self.running.get(job.id)
+            and self.running.get(job.id, 0) >= job.max_instances
             and (wait or job.overlap is Overlap.QUEUE_ONE)
         ):
             self.queued[job.id] = Queued(job, run, leased=False)
@@ -466,18 +480,21 @@ class Runs:
         me = f"{s.instance_id} (overlap replace)"
         try:
             page = await s.store.find_runs(
-                RunFilter(status=RunStatus.RUNNING, job_id=job.id), limit=10)
+                RunFilter(status=RunStatus.RUNNING, job_id=job.id),
+                limit=max(10, job.max_instances + 1))
         except Exception as exc:
             s.stats.store_errors += 1
             log.warning("job %s: cannot find the run to replace (%s)", job.id, exc)
             return
         q = self.queued.get(job.id)
         waiting = None if q is None else q.run.id
+        holding = [r for r in page.runs if r.id is not None and r.id != waiting]
+        if job.max_instances > 1:  # N lanes: only the oldest run makes way for the new slot
+            holding = sorted(holding, key=_age)[:1]
         remote: list[int] = []
-        for run in page.runs:
-            if run.id is None or run.id == waiting:
-                continue
-            here = run.id in self.active
+        for run in holding:
+            assert run.id is not None
+            here = self.find(run.id) is not None
             try:
                 await s.cancel_async(run.id, by=me, why="replaced by a newer slot "
                                      f"({'' if q is None else q.run.slot.isoformat()})")

@@ -76,6 +76,7 @@ from cronfleet.spec import default_job_id, pause_until
 if TYPE_CHECKING:
     from cronfleet.runtime.background import Background
 from cronfleet.store import Store, open_store
+from cronfleet.store.base import has_lanes
 
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
 
@@ -270,11 +271,24 @@ class Scheduler(SyncControl):
 
         return register
 
+    def _check_lanes(self, job: Job) -> None:
+        """``max_instances`` > 1 needs a store whose leases have lanes (not Redis yet);
+        a node-local job counts its runs in this process and needs none."""
+        if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
+            self.store
+        ):
+            kind = type(self.store).__name__.removesuffix("Store") or "this"
+            raise ValueError(
+                f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
+                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL or memory)"
+            )
+
     def add_job(self, job: Job) -> Job:
         if job.id in self._jobs:
             raise DuplicateJob(f"job id {job.id!r} is declared twice")
         if job.handler is None:
             raise ValueError(f"job {job.id!r} has no handler")
+        self._check_lanes(job)
         self._jobs[job.id] = job
         if self.running:
             self.spawn(self._add_running(job))
@@ -338,6 +352,8 @@ class Scheduler(SyncControl):
         """Open the store, catch up what was missed, and start the loop in the background."""
         if self.running:
             return
+        for job in self._jobs.values():
+            self._check_lanes(job)
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -616,7 +632,7 @@ class Scheduler(SyncControl):
         job = self.get_job(job_id)
         values = _params(params)
         runner = self.runner
-        busy = bool(runner.running.get(job.id))
+        busy = runner.running.get(job.id, 0) >= job.max_instances
         # a node-local job's overlap is decided here, not by a lease: hold its place from
         # this check until its run starts, across the store call in between
         reserved = (not busy and job.locking is Locking.NODE_LOCAL
@@ -712,7 +728,7 @@ class Scheduler(SyncControl):
         ``cancelled`` with ``by`` and ``why``. Returns what was done, in words; raises
         :class:`~cronfleet.errors.RemoteRefused` / ``RemoteTimeout`` (see there)."""
         why = why or "no reason given"
-        if run_id in self.runner.active:
+        if self.runner.find(run_id) is not None:
             return self.runner.cancel(run_id, by=by, why=why)
         from cronfleet.runtime.registry import remote_cancel
 

@@ -251,18 +251,19 @@ class MemoryStore:
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
         for j, tok, hold, n in leases:
-            st: JobState | None = self.db.states[j]
-            if n > 1 and not _free(st, now):  # lane 0 busy: a free or expired lane 1..n-1
+            row: JobState | None = self.db.states[j]
+            if n > 1 and row is not None and not _free(row, now):
+                # lane 0 busy: a free or expired lane 1..n-1
                 lanes = self.db.lanes.setdefault(j, {})
-                st = None
+                row = None
                 for lane in range(1, n):
-                    row = lanes.setdefault(lane, JobState(job_id=j))
-                    if _free(row, now):
-                        st = row
+                    cand = lanes.setdefault(lane, JobState(job_id=j))
+                    if _free(cand, now):
+                        row = cand
                         break
-            if st is not None and _free(st, now):
-                st.lease_holder, st.lease_token = instance, tok
-                st.lease_until = dt(now + ms(hold))
+            if row is not None and _free(row, now):
+                row.lease_holder, row.lease_token = instance, tok
+                row.lease_until = dt(now + ms(hold))
                 acquired.add(j if n == 1 else ledger.lane_key(tok))
             elif n == 1:
                 holders[j] = self.db.states[j].lease_holder
