@@ -1,7 +1,8 @@
 """``max_instances`` = 2 across 3 real processes, on SQLite and on PostgreSQL: a job every
 second whose handler sleeps 2.5 s. Counted on the handler side (start and end times written
 by each handler): never more than 2 runs at once, 2 running most of the time (2/3 is the
-most this load allows: run, run, skip), each slot run at most once; the ledger agrees (every slot of the window run or skipped, once)."""
+most this load allows: run, run, skip), each slot run at most once; the ledger agrees
+(every slot of the window run or skipped, exactly once)."""
 
 from __future__ import annotations
 
