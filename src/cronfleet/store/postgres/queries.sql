@@ -212,6 +212,14 @@ WHERE s.job_id = v.j AND s.lease_token = v.tok
   AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok)
   AND s.job_id IN (SELECT job_id FROM locked);
 
+-- name: release_unrun_lanes
+-- rows: [job, token]: release_unrun_leases, for lanes 1..N-1
+UPDATE __S__.lease_lanes s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.lease_token = v.tok AND s.job_id = v.j
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok);
+
 -- name: renew_leases
 -- rows: [job, token, until ms]
 WITH locked AS MATERIALIZED (

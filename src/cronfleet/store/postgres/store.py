@@ -458,7 +458,11 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> int:
             await cur.execute(cur.q["release_unrun_leases"], {"rows": _dumps(pairs)})
-            return cur.rowcount
+            released = max(cur.rowcount, 0)
+            if released < len(pairs):  # max_instances > 1: lanes 1..N-1
+                await cur.execute(cur.q["release_unrun_lanes"], {"rows": _dumps(pairs)})
+                released += max(cur.rowcount, 0)
+            return released
 
         try:
             released = await self._run(go)
