@@ -222,7 +222,7 @@ _NO_DEFAULT = object()
 _CREATE_DEFAULTS: dict[str, Any] = {
     "missed": Missed.RUN_ONCE, "catch_up_window": DEFAULT_CATCH_UP_WINDOW,
     "locking": Locking.REQUIRE_GLOBAL, "overlap": Overlap.SKIP, "jitter": 0, "enabled": True,
-    "recover": False, "description": "", "team": DEFAULT_TEAM,
+    "recover": False, "description": "", "team": DEFAULT_TEAM, "max_instances": 1,
 }
 
 
@@ -248,6 +248,8 @@ class Job:
     retry: RetryPolicy | None = None
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
+    # concurrent runs of this job across the fleet (spec.check_max_instances: 1 for now)
+    max_instances: int = 1
     # the schedule as written when it was a sentence ("every weekday at 9am"); `schedule`
     # is then its canonical expression (cron/words.py)
     schedule_text: str | None = None
@@ -279,6 +281,7 @@ class Job:
         retry: RetryPolicy | Mapping[str, Any] | None = None,
         notify: NotifyPolicy | Mapping[str, Any] | None = None,
         auto_pause_after: int | None = None,
+        max_instances: int = 1,
     ) -> Job:
         """Validate every field (see :func:`cronfleet.spec.validate_job`) and build the
         job; raises ``ValueError`` naming every problem at once.
@@ -293,7 +296,8 @@ class Job:
                  "locking": locking, "overlap": overlap, "timeout": timeout,
                  "jitter": jitter, "enabled": enabled, "recover": recover, "config": config,
                  "description": description, "team": team, "retry": retry,
-                 "notify": notify, "auto_pause_after": auto_pause_after}
+                 "notify": notify, "auto_pause_after": auto_pause_after,
+                 "max_instances": max_instances}
         # a value that is exactly its default needs no checking (declaring 100,000 jobs
         # in code must stay cheap); validate_job fills in the same defaults
         fields: dict[str, Any] = {"id": id, "schedule": schedule}

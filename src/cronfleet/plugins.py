@@ -98,6 +98,7 @@ class Schedule:
     retry: RetryPolicy | Mapping[str, Any] | None = None
     notify: NotifyPolicy | Mapping[str, Any] | None = None
     auto_pause_after: int | None = None
+    max_instances: int = 1
     at: str | datetime | date | None = None
     start: str | datetime | date | None = None
     end: str | datetime | date | None = None

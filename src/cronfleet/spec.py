@@ -108,13 +108,17 @@ JOB_ID_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- s
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_URL = 4096
+# ``max_instances``: concurrent runs of one job across the fleet (the job's lease as N
+# lanes; see docs/concepts.md, "Concurrent runs of one job"). The Redis store has no lanes
+# yet: the scheduler refuses N > 1 there at start (Scheduler._check_lanes).
+MAX_INSTANCES = 100
 
 # the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
 # a JSON text of "config"; the API says "schedule" and "config")
 SPEC_KEYS = (
     "id", "schedule", "timezone", "description", "enabled", "missed", "catch_up_window",
     "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
-    "notify", "auto_pause_after", "allow_private_targets", "http",
+    "notify", "auto_pause_after", "allow_private_targets", "http", "max_instances",
     "at", "start", "end", "except",
     "command", "shell", "env", "cwd", "kill_grace", "success_codes", "max_output",
 )
@@ -261,6 +265,17 @@ def boolean(value: object) -> bool:
     if not isinstance(value, bool):
         raise FieldError(f"expected true or false, got {describe_value(value)}")
     return value
+
+
+def check_max_instances(count: int, overlap: Overlap | None) -> str | None:
+    """The one rule of ``max_instances`` beside the overlap policy (None: fine)."""
+    if count == 1:
+        return None
+    if overlap is Overlap.ALLOW:
+        return (f"{count} with overlap = 'allow': allow sets no limit at all; give "
+                "overlap = 'skip', 'queue_one' or 'replace' to cap concurrent runs, or drop "
+                "max_instances")
+    return None
 
 
 def whole_number(value: object, low: int = 1, high: int | None = None) -> int:
@@ -884,6 +899,7 @@ class JobSpec:
     auto_pause_after: int | None = None
     allow_private_targets: bool | None = None
     http: HttpRequest | None = None
+    max_instances: int = 1
     command: CommandSpec | None = None
     schedule_text: str | None = None  # the schedule as written when it was a sentence
 
@@ -896,7 +912,7 @@ class JobSpec:
             "enabled": self.enabled, "recover": self.recover, "config": dict(self.config),
             "description": self.description, "team": self.team, "retry": self.retry,
             "notify": self.notify, "auto_pause_after": self.auto_pause_after,
-            "schedule_text": self.schedule_text,
+            "max_instances": self.max_instances, "schedule_text": self.schedule_text,
         }
 
 
@@ -920,6 +936,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "recover": boolean,
     "allow_private_targets": boolean,
     "auto_pause_after": functools.partial(whole_number, low=1),
+    "max_instances": functools.partial(whole_number, low=1, high=MAX_INSTANCES),
 }
 _VALUE_KEYS = tuple(k for k in _CONVERTERS if k not in ("description", "timezone"))
 
@@ -1194,6 +1211,9 @@ def validate_job(
                             "conflicts with allow_private_targets (give it once, outside "
                             "http)"))
                     out["allow_private_targets"] = inner
+    problem = check_max_instances(out.get("max_instances", 1), out.get("overlap"))
+    if problem:
+        problems.append(FieldProblem("max_instances", problem))
     given = [k for k in COMMAND_KEYS if get(k) is not None]
     if "command" in given:
         command, command_problems = check_command(known, base=base if calendars else None)

@@ -349,6 +349,10 @@ async def test_invalid_specs_name_each_field(api: Api) -> None:
     body = await problems({**base, "schedule": "1h", "enabled": "yes"})  # strict: no coercion
     assert [e["field"] for e in body["details"]["errors"]] == ["enabled"]
 
+    body = await problems({**base, "schedule": "1h", "max_instances": 2, "overlap": "allow"})
+    assert [e["field"] for e in body["details"]["errors"]] == ["max_instances"]
+    assert "overlap = 'allow'" in body["details"]["errors"][0]["message"]
+
     assert "alpha.bad" not in api.scheduler.jobs
     assert await api.api_store.job_def("alpha.bad") is None
     r = await api.post("/api/jobs", "alpha-editor", content=b"{not json",

@@ -8,6 +8,8 @@ never from this process's output.
 
 ``--count FILE``: each handler appends ``job slot instance recovery`` to FILE when its
 work is done (runs counted on the handler side). ``--instance-ttl``, ``--recover``.
+``--max-instances N`` on every job; ``--spans FILE``: each handler appends ``job slot
+instance start end`` (wall-clock seconds, taken in the handler) when its work is done.
 
 Fleet options: ``--role api`` runs no timers (a control-only process); ``--clock-offset``
 skews this process's clock; ``--pause-job/--pause-at/--pause-for`` pause a job for every
@@ -55,6 +57,9 @@ def main() -> None:
         "--count", default=None,
         help="file each handler appends 'job slot instance recovery' to (handler-side count)",
     )
+    p.add_argument("--max-instances", type=int, default=1, help="max_instances of every job")
+    p.add_argument("--spans", default=None,
+                   help="file each handler appends 'job slot instance start end' to")
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -79,13 +84,28 @@ def main() -> None:
         finally:
             os.close(fd)
 
+    def span(ctx: RunContext, began: float) -> None:
+        line = (f"{ctx.job_id} {ctx.slot.timestamp():.0f} {args.name} {began:.6f} "
+                f"{time.time():.6f}\n")
+        fd = os.open(args.spans, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
     async def handler(ctx: RunContext) -> None:
+        began = time.time()
         if args.sleep:
             await asyncio.sleep(args.sleep)
         if args.count:
             count(ctx)  # after the work: a run cut short (kill -9) is not counted
+        if args.spans:
+            span(ctx, began)
 
-    locking = {} if args.locking == "default" else {"locking": Locking(args.locking)}
+    locking: dict[str, object] = (
+        {} if args.locking == "default" else {"locking": Locking(args.locking)})
+    if args.max_instances != 1:
+        locking["max_instances"] = args.max_instances
     for i in range(args.jobs):
         if args.command_log:
             from cronfleet.jobs.command import CommandJob

@@ -317,6 +317,22 @@ async def test_leases_of_an_unacknowledged_commit_are_released(pg: PostgresStore
     assert states["b"].lease_holder == "one"  # its run row exists: someone runs it
 
 
+async def test_lanes_of_an_unacknowledged_commit_are_released(pg: PostgresStore) -> None:
+    await pg.ensure_jobs(["a"])
+    reqs = [item("a", 1000.0 + i, lease=True, record=False) for i in range(2)]
+    for r in reqs:
+        r.lanes = 2
+    out = await pg.dispatch(reqs, "one")
+    assert all(d.started for d in out)  # lane 0 and lane 1
+    pg._remember_leases([(d.request.job_id, d.token) for d in out])
+    await pg._release_ambiguous()
+    again = [item("a", 2000.0 + i, lease=True, record=False) for i in range(3)]
+    for r in again:
+        r.lanes = 2
+    got = await pg.dispatch(again, "two")
+    assert [d.started for d in got] == [True, True, False]  # both lanes were released
+
+
 async def test_early_claims_of_an_unanswered_commit_are_given_back_before_reuse(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

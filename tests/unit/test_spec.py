@@ -447,3 +447,53 @@ def test_parsed_expressions_bring_their_zone_and_a_job_runs_in_one() -> None:
     ok, _ = validate_job({"id": "x", "schedule": [paris, "0 12 * * 6"],
                           "timezone": "Europe/Paris"})
     assert ok is not None and ok.schedule.expr == "0 12 * * 6 | 0 9 * * *"
+
+
+# -- max_instances ---------------------------------------------------------------------
+
+
+def test_max_instances_defaults_to_one_and_accepts_one() -> None:
+    result, problems = validate_job({"id": "x", "schedule": "1s"})
+    assert problems == [] and result is not None and result.max_instances == 1
+    result, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": 1})
+    assert problems == [] and result is not None
+    assert result.job_fields()["max_instances"] == 1
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (0, "expected a whole number from 1 to 100, got 0"),
+    (101, "expected a whole number from 1 to 100, got 101"),
+    ("2", "expected a whole number from 1 to 100, got a string ('2')"),
+    (True, "expected a whole number from 1 to 100, got a boolean (True)"),
+])
+def test_max_instances_out_of_range(value: object, message: str) -> None:
+    result, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": value})
+    assert result is None
+    assert [(p.key, p.message) for p in problems] == [("max_instances", message)]
+
+
+def test_max_instances_with_allow_is_an_error_naming_the_field() -> None:
+    _, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": 3,
+                                "overlap": "allow"})
+    assert [p.key for p in problems] == ["max_instances"]
+    assert "overlap = 'allow'" in problems[0].message
+    assert "no limit" in problems[0].message
+
+
+def test_max_instances_above_one_is_accepted_beside_a_limiting_overlap() -> None:
+    for overlap in ("skip", "queue_one", "replace"):
+        spec, problems = validate_job({"id": "x", "schedule": "1s", "max_instances": 2,
+                                       "overlap": overlap})
+        assert problems == [] and spec is not None and spec.max_instances == 2
+
+
+def test_max_instances_error_names_job_id_in_code_and_plugins() -> None:
+    with pytest.raises(ValueError, match=r"job 'tick': max_instances: 2 with overlap = 'allow'"):
+        Job.create("1s", lambda ctx: None, id="tick", max_instances=2, overlap="allow")
+    assert Job.create("1s", lambda ctx: None, id="tick", max_instances=2).max_instances == 2
+    job, errors = schedule_to_job(Schedule(id="s", cron="1s", max_instances=0),
+                                  job_id="p/s", handler=lambda ctx: None, timezone="UTC",
+                                  catch_up_window=0, source="plugin")
+    assert job is None
+    assert [(e.key, e.message) for e in errors] == [
+        ("max_instances", "expected a whole number from 1 to 100, got 0")]

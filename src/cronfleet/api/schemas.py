@@ -180,6 +180,9 @@ class JobFields(BaseModel):
         default=None, description="Notifications on failure / recovery / success.")
     auto_pause_after: _doc(Annotated[int, Field(ge=1)] | None) = Field(  # type: ignore[valid-type]
         default=None, description="Pause the job after this many failures in a row.")
+    max_instances: _doc(Annotated[int, Field(ge=1)] | None) = Field(  # type: ignore[valid-type]
+        default=None, description="Concurrent runs of the job across the fleet (only 1 "
+                                  "is supported in this release).")
     allow_private_targets: _doc(bool | None) = Field(  # type: ignore[valid-type]
         default=None, description="Let the request (and webhooks) reach private addresses.")
     command: _doc(list[Annotated[str, Field(max_length=100_000)]]  # type: ignore[valid-type]

@@ -82,7 +82,8 @@ def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
     d = fj.to_dict()
     return {"kind": d["kind"], "policies": {k: d.get(k) for k in (
         "missed", "catch_up_window", "locking", "overlap", "timeout", "jitter", "recover",
-        "retry", "notify", "auto_pause_after")},
+        "retry", "notify", "auto_pause_after")}
+        | {"max_instances": d.get("max_instances", 1)},
         "declared": d["declared"], "declared_by": d["declared_by"], "conflict": d["conflict"],
         "remote": job_id in loaded.remote}
 

@@ -29,7 +29,7 @@ TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
     "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
-    "at", "start", "end", "except",
+    "max_instances", "at", "start", "end", "except",
     *spec.COMMAND_KEYS,
 )
 # keys of a task's http = {...}, retry = {...} and notify = {...} tables: the spec's
@@ -49,7 +49,7 @@ _HINTS = {
     "func": "handler", "function": "handler", "callable": "handler", "target": "handler",
     "config": "config_json", "args": "config_json", "params": "config_json",
     "disabled": "enabled", "misfire": "missed", "misfire_grace_time": "catch_up_window",
-    "max_instances": "overlap", "cmd": "command", "argv": "command", "run": "command",
+    "concurrency": "max_instances", "cmd": "command", "argv": "command", "run": "command",
     "environment": "env", "workdir": "cwd", "directory": "cwd", "working_dir": "cwd",
     "database": "store", "db": "store", "url": "store",
     "task": "tasks", "jobs": "tasks", "job": "tasks",

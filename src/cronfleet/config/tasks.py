@@ -42,7 +42,8 @@ __all__ = ["read_tasks", "task_problem"]
 _SPEC_KEYS = spec.SPEC_KEYS
 _SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
                     "catch_up_window", "locking", "overlap", "timeout", "enabled",
-                    "config_json", "recover", "team", "at", "start", "end")
+                    "config_json", "recover", "team", "at", "start", "end",
+                    "max_instances")
 
 
 def task_problem(problem: spec.FieldProblem) -> tuple[str, str]:

@@ -402,7 +402,8 @@ def _declared(job: Job) -> dict[str, Any]:
             "overlap": job.overlap.value, "locking": job.locking.value,
             "timeout": job.timeout, "jitter": job.jitter, "recover": job.recover,
             "retry": None if job.retry is None else str(job.retry),
-            "auto_pause_after": job.auto_pause_after, "config": dict(job.config)}
+            "auto_pause_after": job.auto_pause_after, "max_instances": job.max_instances,
+            "config": dict(job.config)}
 
 
 async def run_page(request: Request, s: Session, ctx: Context) -> Response:

@@ -174,7 +174,8 @@ async def _take_lease(s: Scheduler, job: Job, run: RunRecord) -> RunRecord:
     """A pending backfill run: take the job's lease once its holder lets it go (the job's
     overlap policy: a backfill slot waits for the run before it)."""
     assert run.id is not None
-    start = Start(run.id, job.id, run.fencing_token, True, job.lease_seconds, True)
+    start = Start(run.id, job.id, run.fencing_token, True, job.lease_seconds, True,
+                  job.max_instances)
     while True:
         [started] = await s.store.start([start], s.instance_id)
         if started.run is not None:

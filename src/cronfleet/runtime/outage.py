@@ -42,6 +42,7 @@ from cronfleet.errors import StoreDamaged, StoreUnavailable
 from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import RUN_ALL_CAP
+from cronfleet.runtime.runs import run_age
 from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Skip
 from cronfleet.store.ledger import (
     ALREADY_EXECUTING,
@@ -288,10 +289,11 @@ class Outage:
             started_at=from_ts(s.clock.now()),
             logs=[*it.logs, line],
         )
-        if job.overlap is Overlap.REPLACE and s.runner.running.get(job.id):
+        busy = s.runner.running.get(job.id, 0) >= job.max_instances
+        if job.overlap is Overlap.REPLACE and busy:
             self.replace_local(job, run)
             return None
-        if job.overlap is not Overlap.ALLOW and s.runner.running.get(job.id):
+        if job.overlap is not Overlap.ALLOW and busy:
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
                 s.spawn(self._after_idle(job, run))
@@ -313,10 +315,13 @@ class Outage:
         ``skipped / superseded``."""
         s = self.s
         runner = s.runner
-        for key, active in list(runner.active.items()):
-            if active.job.id == job.id and active.run is not run:
-                runner.cancel(key, by=f"{s.instance_id} (overlap replace)",
-                              why=f"replaced by a newer slot ({run.slot.isoformat()})")
+        mine = [(key, active) for key, active in list(runner.active.items())
+                if active.job.id == job.id and active.run is not run]
+        if job.max_instances > 1:  # N lanes: only the oldest run makes way
+            mine = sorted(mine, key=lambda ka: run_age(ka[1].run))[:1]
+        for key, _active in mine:
+            runner.cancel(key, by=f"{s.instance_id} (overlap replace)",
+                          why=f"replaced by a newer slot ({run.slot.isoformat()})")
         older = self.replacing.get(job.id)
         self.replacing[job.id] = run
         if older is not None:
@@ -332,7 +337,7 @@ class Outage:
 
     async def _after_replaced(self, job: Job) -> None:
         s = self.s
-        await s.runner.job_idle(job.id)
+        await s.runner.job_idle(job.id, below=job.max_instances)
         run = self.replacing.pop(job.id, None)
         if run is None:
             return
@@ -349,7 +354,7 @@ class Outage:
     async def _after_idle(self, job: Job, run: RunRecord) -> None:
         s = self.s
         try:
-            await s.runner.job_idle(job.id)
+            await s.runner.job_idle(job.id, below=job.max_instances)
             if s.stopping:
                 return
             run.started_at = from_ts(s.clock.now())

@@ -76,7 +76,7 @@ INSTANCE_LOST = "INSTANCE_LOST"  # the code of a request whose taker was lost
 # the spec's keys compared between two declarers of one id (every key of declared_spec)
 SPEC_KEYS = ("kind", "schedule", "zone", "missed", "catch_up_window", "locking", "overlap",
              "timeout", "jitter", "enabled", "recover", "retry", "notify", "auto_pause_after",
-             "description", "config")
+             "description", "config", "max_instances")
 
 
 def _kind(job: Job) -> str:
@@ -94,6 +94,9 @@ def declared_spec(job: Job) -> dict[str, Any]:
     are named, never their addresses (a Slack or webhook URL is a credential)."""
     notify = job.notify
     retry = job.retry
+    # max_instances only when not the default: a default spec keeps the digest it had
+    # before the option existed (no conflict between two releases declaring one job)
+    extra = {} if job.max_instances == 1 else {"max_instances": job.max_instances}
     return {
         "kind": _kind(job),
         "schedule": job.schedule.expr,
@@ -114,6 +117,7 @@ def declared_spec(job: Job) -> dict[str, Any]:
         "auto_pause_after": job.auto_pause_after,
         "description": job.description,
         "config": _plain(dict(job.config)),
+        **extra,
     }
 
 
@@ -164,7 +168,7 @@ def job_from_spec(job_id: str, spec: Mapping[str, Any], *, team: str, source: st
         enabled=bool(spec.get("enabled", True)), recover=bool(spec.get("recover", False)),
         config=dict(spec.get("config") or {}), description=str(spec.get("description", "")),
         source=source, team=team, auto_pause_after=spec.get("auto_pause_after"),
-        schedule_text=sentence,
+        max_instances=int(spec.get("max_instances") or 1), schedule_text=sentence,
     )  # fmt: skip
 
 

@@ -62,7 +62,7 @@ def scheduled(
     delay = jitter_delay(job.id, slot, job.jitter) if job.jitter else 0.0
     overlap = job.overlap
     if job.locking is not _NODE_LOCAL:
-        return _scheduled(
+        it = _scheduled(
             job.id,
             slot,
             lease=overlap is not _ALLOW,
@@ -72,6 +72,9 @@ def scheduled(
             catchup=catchup,
             logs=[catchup_banner(slot, now + delay)] if catchup else None,
         )
+        if job.max_instances != 1:
+            it.lanes = job.max_instances
+        return it
     item = Dispatch.local(
         job.id,
         slot,
@@ -80,7 +83,7 @@ def scheduled(
         catchup=catchup,
         logs=[catchup_banner(slot, now + delay)] if catchup else None,
     )
-    if overlap is not _ALLOW and running and running.get(job.id):
+    if overlap is not _ALLOW and running and running.get(job.id, 0) >= job.max_instances:
         if overlap in _WAITS and job.id not in queued:
             item.defer = True
         else:
@@ -91,7 +94,10 @@ def scheduled(
 def early(job: Job, slot: float, now: float) -> Dispatch:
     """A plain leased slot claimed before its time: kept only together with the lease,
     held until the slot plus the usual lease length; its row follows in the group commit."""
-    return _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
+    it = _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
+    if job.max_instances != 1:
+        it.lanes = job.max_instances
+    return it
 
 
 def missed(
@@ -139,6 +145,8 @@ def manual(
     )
     if local and job.overlap is not _ALLOW and local_busy:
         _busy_skip(item, instance_id)
+    elif not local:
+        item.lanes = job.max_instances
     return item
 
 
@@ -147,7 +155,7 @@ def recovery(job: Job, run: RunRecord) -> Dispatch:
     replaced by one with a new, higher token."""
     if run.fencing_token is None:
         raise ValueError(f"run {run.id} has no claim to recover (no fencing token)")
-    return Dispatch.recovery(
+    item = Dispatch.recovery(
         job.id,
         run.slot.timestamp(),
         token=run.fencing_token,
@@ -160,12 +168,14 @@ def recovery(job: Job, run: RunRecord) -> Dispatch:
             f"{run.instance_id} was interrupted"
         ],
     )
+    item.lanes = job.max_instances
+    return item
 
 
 def backfill(job: Job, slot: float, *, token: int | None, by: str) -> Dispatch:
     """A past slot run again by a backfill: claimed (``token`` None: never claimed) or
     its latest claim ``token`` replaced; with the job's lease unless ``Overlap.ALLOW``."""
-    return Dispatch.backfill(
+    item = Dispatch.backfill(
         job.id,
         slot,
         token=token,
@@ -173,3 +183,5 @@ def backfill(job: Job, slot: float, *, token: int | None, by: str) -> Dispatch:
         hold=job.lease_seconds,
         logs=[f"Backfill of slot {from_ts(slot).isoformat()} requested by {by}"],
     )
+    item.lanes = job.max_instances
+    return item

@@ -69,6 +69,12 @@ class Active:
     cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
 
 
+def run_age(run: RunRecord) -> tuple[float, float, int]:
+    """Oldest first: by start, then slot, then id (``Overlap.REPLACE`` with lanes)."""
+    started = run.started_at or run.claimed_at or run.slot
+    return (started.timestamp(), run.slot.timestamp(), run.id or 0)
+
+
 @dataclass(slots=True)
 class Queued:
     """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
@@ -207,6 +213,14 @@ class Runs:
             outcome = self._cancelled_after(active, outcome)
         self.finalize(key, active, outcome)
 
+    def find(self, run_id: int) -> Active | None:
+        """The run ``run_id`` executing here; a fast-path run stays keyed by its
+        place-holder after its row (and id) was written, so it is looked for by id too."""
+        active = self.active.get(run_id)
+        if active is None:
+            active = next((a for a in self.active.values() if a.run.id == run_id), None)
+        return active
+
     def cancel(self, run_id: int, *, by: str, why: str) -> str:
         """Cancel run ``run_id`` executing in this process: the run is recorded
         ``cancelled`` (reason ``cancelled``) with who and why. An async handler is
@@ -215,7 +229,7 @@ class Runs:
         the handler returns (its own outcome noted in the log). Other job kinds (command
         jobs) put their own stop behind this hook. Returns what was done, in words;
         raises ``KeyError`` when the run is not executing here."""
-        active = self.active.get(run_id)
+        active = self.find(run_id)
         if active is None:
             raise KeyError(run_id)
         if active.cancel is not None:
@@ -355,9 +369,9 @@ class Runs:
             self.running[job_id] = left
         else:
             self.running.pop(job_id, None)
-            idle = self.idle_jobs.pop(job_id, None)
-            if idle is not None:
-                idle.set()
+        idle = self.idle_jobs.pop(job_id, None)  # every waiter looks at the count again
+        if idle is not None:
+            idle.set()
 
     def settle(self) -> None:
         """Turn ended runs into records queued for the group commit, and announce them."""
@@ -405,12 +419,13 @@ class Runs:
         return (
             job.locking is Locking.NODE_LOCAL
             and job.overlap in (Overlap.QUEUE_ONE, Overlap.REPLACE)
-            and bool(self.running.get(job.id))
+            and self.running.get(job.id, 0) >= job.max_instances
         )
 
-    async def job_idle(self, job_id: str) -> None:
-        """Wait until no run of ``job_id`` is in progress in this process."""
-        while self.running.get(job_id) and not self.s.stopping:
+    async def job_idle(self, job_id: str, below: int = 1) -> None:
+        """Wait until fewer than ``below`` runs of ``job_id`` are in progress in this
+        process (by default: none; ``max_instances`` for a free lane)."""
+        while self.running.get(job_id, 0) >= below and not self.s.stopping:
             await self.idle_jobs.setdefault(job_id, asyncio.Event()).wait()
 
     async def start_after(self, job: Job, run: RunRecord, req: Dispatch, at: float) -> None:
@@ -430,7 +445,7 @@ class Runs:
         if (
             not lease
             and job.locking is Locking.NODE_LOCAL
-            and self.running.get(job.id)
+            and self.running.get(job.id, 0) >= job.max_instances
             and (wait or job.overlap is Overlap.QUEUE_ONE)
         ):
             self.queued[job.id] = Queued(job, run, leased=False)
@@ -446,7 +461,8 @@ class Runs:
         self.starting.add(run.id)
         try:
             [started] = await s.store.start(
-                [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait)],
+                [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait,
+                       job.max_instances)],
                 s.instance_id,
             )
         except Exception as exc:
@@ -478,18 +494,21 @@ class Runs:
         me = f"{s.instance_id} (overlap replace)"
         try:
             page = await s.store.find_runs(
-                RunFilter(status=RunStatus.RUNNING, job_id=job.id), limit=10)
+                RunFilter(status=RunStatus.RUNNING, job_id=job.id),
+                limit=max(10, job.max_instances + 1))
         except Exception as exc:
             s.stats.store_errors += 1
             log.warning("job %s: cannot find the run to replace (%s)", job.id, exc)
             return
         q = self.queued.get(job.id)
         waiting = None if q is None else q.run.id
+        holding = [r for r in page.runs if r.id is not None and r.id != waiting]
+        if job.max_instances > 1:  # N lanes: only the oldest run makes way for the new slot
+            holding = sorted(holding, key=run_age)[:1]
         remote: list[int] = []
-        for run in page.runs:
-            if run.id is None or run.id == waiting:
-                continue
-            here = run.id in self.active
+        for run in holding:
+            assert run.id is not None
+            here = self.find(run.id) is not None
             try:
                 await s.cancel_async(run.id, by=me, why="replaced by a newer slot "
                                      f"({'' if q is None else q.run.slot.isoformat()})")
@@ -572,7 +591,8 @@ class Runs:
             return  # our own run holds the lease: retried when it ends
         try:
             [started] = await s.store.start(
-                [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True)],
+                [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True,
+                       job.max_instances)],
                 s.instance_id,
             )
         except Exception as exc:

@@ -76,6 +76,7 @@ from cronfleet.spec import default_job_id, pause_until
 if TYPE_CHECKING:
     from cronfleet.runtime.background import Background
 from cronfleet.store import Store, open_store
+from cronfleet.store.base import has_lanes
 
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
 
@@ -222,15 +223,18 @@ class Scheduler(SyncControl):
         retry: RetryPolicy | Mapping[str, Any] | None = None,
         notify: NotifyPolicy | Mapping[str, Any] | None = None,
         auto_pause_after: int | None = None,
+        max_instances: int = 1,
     ) -> Callable[[Handler], Handler]:
         """Decorator: declare ``fn`` as a job; returns ``fn`` unchanged.
 
         The id defaults to ``module.function`` with the module named as it would be when
         imported (also when the file runs as a script). ``retry``: run a failing handler
         again inside its slot; ``notify`` and ``auto_pause_after``: alerts
-        (``cronfleet.alerts.install``). ``schedule`` may be a list of expressions (their
-        instants united), or left out for a one-off ``at``; ``start``/``end`` bound the
-        slots and ``exclude`` removes days or instants (``except`` in a config task)."""
+        (``cronfleet.alerts.install``); ``max_instances``: concurrent runs of the job
+        across the fleet (only 1 is built, see docs/concepts.md). ``schedule`` may be a
+        list of expressions (their instants united), or left out for a one-off ``at``;
+        ``start``/``end`` bound the slots and ``exclude`` removes days or instants
+        (``except`` in a config task)."""
 
         def register(fn: Handler) -> Handler:
             job_id = id or default_job_id(fn)
@@ -260,17 +264,31 @@ class Scheduler(SyncControl):
                 retry=retry,
                 notify=notify,
                 auto_pause_after=auto_pause_after,
+                max_instances=max_instances,
             )
             self.add_job(job)
             return fn
 
         return register
 
+    def _check_lanes(self, job: Job) -> None:
+        """``max_instances`` > 1 needs a store whose leases have lanes (not Redis yet);
+        a node-local job counts its runs in this process and needs none."""
+        if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
+            self.store
+        ):
+            kind = type(self.store).__name__.removesuffix("Store") or "this"
+            raise ValueError(
+                f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
+                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL or memory)"
+            )
+
     def add_job(self, job: Job) -> Job:
         if job.id in self._jobs:
             raise DuplicateJob(f"job id {job.id!r} is declared twice")
         if job.handler is None:
             raise ValueError(f"job {job.id!r} has no handler")
+        self._check_lanes(job)
         self._jobs[job.id] = job
         if self.running:
             self.spawn(self._add_running(job))
@@ -334,6 +352,8 @@ class Scheduler(SyncControl):
         """Open the store, catch up what was missed, and start the loop in the background."""
         if self.running:
             return
+        for job in self._jobs.values():
+            self._check_lanes(job)
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -611,7 +631,7 @@ class Scheduler(SyncControl):
         job = self.get_job(job_id)
         values = _params(params)
         runner = self.runner
-        busy = bool(runner.running.get(job.id))
+        busy = runner.running.get(job.id, 0) >= job.max_instances
         # a node-local job's overlap is decided here, not by a lease: hold its place from
         # this check until its run starts, across the store call in between
         reserved = (not busy and job.locking is Locking.NODE_LOCAL
@@ -707,7 +727,7 @@ class Scheduler(SyncControl):
         ``cancelled`` with ``by`` and ``why``. Returns what was done, in words; raises
         :class:`~cronfleet.errors.RemoteRefused` / ``RemoteTimeout`` (see there)."""
         why = why or "no reason given"
-        if run_id in self.runner.active:
+        if self.runner.find(run_id) is not None:
             return self.runner.cancel(run_id, by=by, why=why)
         from cronfleet.runtime.registry import remote_cancel
 

@@ -150,6 +150,11 @@ class Dispatch:
     lease is busy, the claim is removed again in the same transaction and the result says
     ``busy`` (nothing of it remains; the slot is handled at its time as usual).
 
+    ``lanes`` (the job's ``max_instances``, default 1): the lease is that many lanes. Lane
+    0 is the job's one lease as ever; only when it is busy does an item with ``lanes > 1``
+    take a free or expired lane ``1..lanes-1`` (so N=1 costs what it always cost). Such an
+    item is exempt from "one lease per job per batch": two items take two lanes.
+
     ``kind`` is derived (and checked) at construction, in a hand-written ``__init__`` that
     reads the arguments rather than the attributes (a burst builds one per slot). It is
     fixed then: the scheduler may still set ``defer`` or
@@ -177,6 +182,7 @@ class Dispatch:
     kind: DispatchKind | None = None
     params: dict[str, Any] | None = None
     forced_by: str | None = None
+    lanes: int = 1
 
     def __init__(
         self,
@@ -200,6 +206,7 @@ class Dispatch:
         kind: DispatchKind | None = None,
         params: dict[str, Any] | None = None,
         forced_by: str | None = None,
+        lanes: int = 1,
     ) -> None:
         # written out (not generated) so that the kind of the common requests is derived
         # from the arguments, not from attribute reads: a burst builds one per slot
@@ -222,6 +229,7 @@ class Dispatch:
         self.early = early
         self.params = params
         self.forced_by = forced_by
+        self.lanes = lanes  # the job's max_instances (runtime/requests.py sets it)
         if (
             claim == "slot"
             and not manual
@@ -444,6 +452,7 @@ class Start:
     lease: bool
     hold: float
     wait_if_busy: bool = False
+    lanes: int = 1  # the job's max_instances (see Dispatch.lanes)
 
 
 @dataclass(slots=True)
@@ -697,6 +706,12 @@ class Store(Protocol):
         runs_per_job: int,
     ) -> tuple[int, int]:
         """Delete old claims and runs by :data:`RETENTION_RULE`; ``(claims, runs)`` deleted."""
+
+
+def has_lanes(store: object) -> bool:
+    """Whether ``store`` keeps a job's lease as lanes (``max_instances`` > 1): a store
+    says so with a class attribute ``lanes = True`` (memory, SQLite, PostgreSQL)."""
+    return getattr(store, "lanes", False) is True
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ tests in ``tests/store/test_ledger.py`` pin each branch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,8 @@ __all__ = [
     "is_late",
     "journal_log",
     "kept_lost_run",
+    "lane_key",
+    "lease_taken",
     "lost_run",
     "missed_log",
     "missed_summary",
@@ -114,9 +116,24 @@ def attach_late_result(
     return rec
 
 
-def busy_log(holder: str | None) -> str:
-    """The log line of a slot skipped because the previous run still holds the lease."""
+def busy_log(holder: str | None, lanes: int = 1) -> str:
+    """The log line of a slot skipped because the previous run still holds the lease
+    (with ``max_instances`` = ``lanes`` > 1: every lane is held; the line names the limit)."""
+    if lanes > 1:
+        return (f"Skipped: {lanes} of {lanes} instances running (max_instances = {lanes}; "
+                f"lanes held by {holder or 'unknown'})")
     return f"Skipped: the previous run has not finished (lease held by {holder or 'unknown'})"
+
+
+def lane_key(token: int | None) -> str:
+    """The key in a store's ``acquired`` set of a lease taken by an item with lanes > 1
+    (``Dispatch.lanes``): per run, as two runs of one job may hold two lanes."""
+    return f"#{token}"
+
+
+def lease_taken(job_id: str, token: int | None, lanes: int, acquired: Container[str]) -> bool:
+    """Whether the item's lease was taken: THE reading of a store's ``acquired`` set."""
+    return job_id in acquired if lanes == 1 else lane_key(token) in acquired
 
 
 def skip_result(reason: str) -> dict[str, Any]:
@@ -286,7 +303,7 @@ def dispatch_run(
             RunStatus.SKIPPED, ALREADY_EXECUTING, None, now, None,
         )
         result = busy_result()
-        logs.append(busy_log(holder))
+        logs.append(busy_log(holder, it.lanes))
     return (
         RunRecord(
             id=None,
@@ -343,7 +360,8 @@ def dispatch_runs(
             not it.record
             and not it.defer
             and not it.skip_reason
-            and (not it.lease or it.job_id in acquired)
+            and (not it.lease or (it.job_id in acquired if it.lanes == 1
+                                  else lane_key(d.token) in acquired))
         ):
             d.run = RunRecord(
                 None, it.job_id, slot, it.triggered_by, RUNNING, instance, d.token, it.manual,
@@ -354,7 +372,7 @@ def dispatch_runs(
         holder = holders.get(it.job_id)
         rec, write, busy = dispatch_run(
             it, slot=slot, now=now, deadline=deadline, token=d.token, instance=instance,
-            lease_taken=it.job_id in acquired, holder=holder,
+            lease_taken=lease_taken(it.job_id, d.token, it.lanes, acquired), holder=holder,
         )
         d.run = rec
         if busy:

@@ -66,6 +66,8 @@ class MemoryDatabase:
     tokens: dict[int, _Claim] = field(default_factory=dict)
     last_token: int = 0
     states: dict[str, JobState] = field(default_factory=dict)
+    # lanes 1..N-1 of a job's lease (max_instances = N; lane 0 is its JobState): job -> lane
+    lanes: dict[str, dict[int, JobState]] = field(default_factory=dict)
     runs: dict[int, RunRecord] = field(default_factory=dict)
     last_run_id: int = 0
     dedupe: dict[tuple[str, int, str], int] = field(default_factory=dict)  # -> run id
@@ -77,6 +79,11 @@ class MemoryDatabase:
     registry: dict[tuple[str, str], Declared] = field(default_factory=dict)  # (job, instance)
     requests: dict[int, FleetRequest] = field(default_factory=dict)
     last_request_id: int = 0
+
+
+def _free(st: JobState, now: int) -> bool:
+    """A lease row (lane) no one holds, or whose holder's time ran out."""
+    return st.lease_holder is None or (msd(st.lease_until) or 0) <= now
 
 
 def _copy(r: RunRecord) -> RunRecord:
@@ -94,6 +101,8 @@ def _ms_dt(d: datetime | None) -> datetime | None:
 
 class MemoryStore:
     """Claims, leases, overrides and the run ledger in memory (see the module doc)."""
+
+    lanes = True  # max_instances > 1: lanes 1..N-1 in MemoryDatabase.lanes
 
     def __init__(self, db: MemoryDatabase | None = None, *, clock: Clock | None = None) -> None:
         self.db = db if db is not None else MemoryDatabase()
@@ -179,6 +188,29 @@ class MemoryStore:
         st = self.db.states.get(job_id)
         if st is not None and token is not None and st.lease_token == token:
             st.lease_holder = st.lease_token = st.lease_until = None
+            return
+        for lane in self.db.lanes.get(job_id, {}).values():
+            if token is not None and lane.lease_token == token:
+                lane.lease_holder = lane.lease_token = lane.lease_until = None
+
+    def _leases(self, job_ids: Sequence[str] | None) -> list[JobState]:
+        """Every lease row (lane 0 and the lanes) of these jobs (None: of every job)."""
+        db = self.db
+        ids = db.states.keys() if job_ids is None else [j for j in job_ids if j in db.states]
+        out = []
+        for j in ids:
+            out.append(db.states[j])
+            out.extend(db.lanes.get(j, {}).values())
+        return out
+
+    def _lease_of(self, job_id: str, token: int | None) -> JobState | None:
+        """The lease row (any lane) that ``token`` holds."""
+        if token is None:
+            return None
+        for st in self._leases([job_id]):
+            if st.lease_token == token:
+                return st
+        return None
 
     def _has_run(self, job_id: str, token: int) -> bool:
         rid = self.db.fenced.get(token)
@@ -187,11 +219,8 @@ class MemoryStore:
     def _lost(self, now: int, job_ids: Sequence[str] | None) -> list[tuple[JobState, _Claim]]:
         """Expired leases whose holder never wrote its run (claim still there)."""
         db = self.db
-        states = db.states.values() if job_ids is None else (
-            db.states[j] for j in job_ids if j in db.states
-        )
         out = []
-        for st in states:
+        for st in self._leases(job_ids):
             tok = st.lease_token
             if tok is None or st.lease_until is None or msd(st.lease_until) > now:  # type: ignore[operator]
                 continue
@@ -203,11 +232,14 @@ class MemoryStore:
         return out
 
     def _take_leases(
-        self, leases: list[tuple[str, int | None, float]], instance: str, now: int
+        self, leases: list[tuple[str, int | None, float, int]], instance: str, now: int
     ) -> tuple[set[str], dict[str, str | None]]:
         if not leases:
             return set(), {}
-        ids = [j for j, _, _ in leases]
+        single = [j for j, _, _, n in leases if n == 1]
+        if len(set(single)) != len(single):
+            raise StoreError("one batch may take at most one lease per job")
+        ids = [j for j, _, _, _ in leases]
         self._ensure(ids, now)
         overdue = dt(now - 1)
         assert overdue is not None
@@ -220,14 +252,28 @@ class MemoryStore:
             )
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
-        for j, tok, hold in leases:
-            st = self.db.states[j]
-            if st.lease_holder is None or (msd(st.lease_until) or 0) <= now:
-                st.lease_holder, st.lease_token = instance, tok
-                st.lease_until = dt(now + ms(hold))
-                acquired.add(j)
+        for j, tok, hold, n in leases:
+            row: JobState | None = self.db.states[j]
+            if n > 1 and row is not None and not _free(row, now):
+                # lane 0 busy: a free or expired lane 1..n-1
+                lanes = self.db.lanes.setdefault(j, {})
+                row = None
+                for lane in range(1, n):
+                    cand = lanes.setdefault(lane, JobState(job_id=j))
+                    if _free(cand, now):
+                        row = cand
+                        break
+            if row is not None and _free(row, now):
+                row.lease_holder, row.lease_token = instance, tok
+                row.lease_until = dt(now + ms(hold))
+                acquired.add(j if n == 1 else ledger.lane_key(tok))
+            elif n == 1:
+                holders[j] = self.db.states[j].lease_holder
             else:
-                holders[j] = st.lease_holder
+                busy = [self.db.states[j], *(self.db.lanes[j].get(k) for k in range(1, n))]
+                holders[j] = ", ".join(sorted({
+                    b.lease_holder for b in busy if b is not None and b.lease_holder
+                }))
         return acquired, holders
 
     def _new_claim(self, job_id: str, slot: int | None, instance: str, now: int) -> _Claim:
@@ -298,7 +344,10 @@ class MemoryStore:
 
     async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
         self._db()
-        leased = [it.job_id for it in items if it.lease and not it.defer and not it.skip_reason]
+        leased = [
+            it.job_id for it in items
+            if it.lease and not it.defer and not it.skip_reason and it.lanes == 1
+        ]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         now = self._now()
@@ -325,11 +374,14 @@ class MemoryStore:
             if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
         ]
         acquired, holders = self._take_leases(
-            [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance_id, now
+            [(items[i].job_id, out[i].token, items[i].hold, items[i].lanes) for i in lease_idx],
+            instance_id, now,
         )
         for i in lease_idx:
             d = out[i]
-            if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired:
+            if items[i].kind is DispatchKind.EARLY and not ledger.lease_taken(
+                items[i].job_id, d.token, items[i].lanes, acquired
+            ):
                 self._drop_claim(self.db.tokens[d.token or 0])
                 d.won, d.token, d.busy = False, None, True
                 d.holder = holders.get(items[i].job_id)
@@ -358,18 +410,16 @@ class MemoryStore:
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
         db = self._db()
         leased = [it for it in items if it.lease]
-        if len({it.job_id for it in leased}) != len(leased):
-            raise StoreError("one batch may take at most one lease per job")
         now = self._now()
         acquired, holders = self._take_leases(
-            [(it.job_id, it.token, it.hold) for it in leased], instance_id, now
+            [(it.job_id, it.token, it.hold, it.lanes) for it in leased], instance_id, now
         )
         out = []
         for it in items:
             st = Started(request=it, run=None)
             out.append(st)
             run = db.runs.get(it.run_id)
-            if it.lease and it.job_id not in acquired:
+            if it.lease and not ledger.lease_taken(it.job_id, it.token, it.lanes, acquired):
                 st.holder = holders.get(it.job_id)
                 if it.wait_if_busy:
                     continue
@@ -378,7 +428,7 @@ class MemoryStore:
                     run.reason = ledger.ALREADY_EXECUTING
                     run.finished_at, run.deadline = dt(now), None
                     run.result = ledger.busy_result()
-                    run.logs.append(ledger.busy_log(st.holder))
+                    run.logs.append(ledger.busy_log(st.holder, it.lanes))
             elif run is not None and run.status is RunStatus.PENDING:
                 run.status = RunStatus.RUNNING
                 run.started_at, run.deadline = dt(now), dt(now + ms(it.hold))
@@ -425,8 +475,8 @@ class MemoryStore:
         db = self._db()
         now = self._now()
         for job_id, token, hold in items:
-            st = db.states.get(job_id)
-            if st is not None and st.lease_token == token:
+            st = self._lease_of(job_id, token)
+            if st is not None:
                 st.lease_until = dt(now + ms(hold))
             rid = db.fenced.get(token)
             run = None if rid is None else db.runs[rid]
@@ -442,13 +492,8 @@ class MemoryStore:
         for run in db.runs.values():
             if run.status not in _OPEN or run.deadline is None or msd(run.deadline) >= now:  # type: ignore[operator]
                 continue
-            st = db.states.get(run.job_id)
-            if (
-                st is not None
-                and st.lease_token is not None
-                and st.lease_token == run.fencing_token
-                and (msd(st.lease_until) or 0) > now
-            ):
+            st = self._lease_of(run.job_id, run.fencing_token)
+            if st is not None and (msd(st.lease_until) or 0) > now:
                 continue
             run.status, run.reason = RunStatus.INTERRUPTED, ledger.INTERRUPTED_REASON
             run.finished_at, run.deadline = now_dt, None
@@ -518,7 +563,7 @@ class MemoryStore:
                 run.error = ledger.instance_lost_error(holder)
                 run.logs.append(ledger.instance_lost_log(holder, ttl, instance_id))
                 out.runs.append(_copy(run))
-        for st in db.states.values():
+        for st in self._leases(None):
             if st.lease_holder not in lost or st.lease_token is None:
                 continue
             tok = st.lease_token

@@ -191,6 +191,14 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          "5:15: task 'gc': config_json: must be a JSON object ({...}), got list '[1, 2]'"),
         (TASK + 'schedule = "5m"\n', "5:1: task 'gc': unknown key 'schedule' (did you mean "
                                      "'cron'?)"),
+        (TASK + "max_instances = 0\n",
+         "5:17: task 'gc': max_instances: expected a whole number from 1 to 100, got 0"),
+        (TASK + 'overlap = "allow"\nmax_instances = 2\n',
+         "6:17: task 'gc': max_instances: 2 with overlap = 'allow': allow sets no limit at "
+         "all; give overlap = 'skip', 'queue_one' or 'replace' to cap concurrent runs, or "
+         "drop max_instances"),
+        (TASK + "concurrency = 2\n", "5:1: task 'gc': unknown key 'concurrency' (did you "
+                                     "mean 'max_instances'?)"),
         (TASK + 'timezon = "UTC"\n', "5:1: task 'gc': unknown key 'timezon' (did you mean "
                                      "'timezone'?)"),
         (TASK.replace('"handlers:gc"', '"handlers:gcc"'),

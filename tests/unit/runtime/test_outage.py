@@ -397,6 +397,29 @@ async def test_replace_cancels_the_run_in_progress_while_the_store_is_away(
     assert h.active == 0
 
 
+async def test_replace_with_two_lanes_cancels_only_the_oldest_while_the_store_is_away(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """``max_instances=2`` and REPLACE without a claim: two slots run side by side; the
+    third cancels the oldest only and starts as soon as its lane is free."""
+    s = make()
+    h = Overlapping(hold_all=True)
+    s.job("4s", id="r", locking=Locking.PREFER_GLOBAL, overlap=Overlap.REPLACE,
+          max_instances=2)(h)
+    await s.start()
+    running.append(s)
+    Flaky(s)
+    confirm(s, answer=True)
+    for _ in range(3):  # +4 and +8 run together; +12 replaces +4, +8 goes on
+        clock.advance(4)
+        await asyncio.sleep(0.1)
+    assert h.started == [T0 + 4, T0 + 8, T0 + 12] and h.peak[0] == 2
+    assert h.active == 2 and not s.stats.skips.get("already_executing")
+    h.release.set()
+    await asyncio.sleep(0.05)
+    assert h.active == 0
+
+
 async def test_replace_waiting_slot_replaced_by_a_newer_one_is_recorded(
     make: Make, clock: FakeClock, running: list
 ) -> None:

@@ -133,6 +133,59 @@ FROM v
 WHERE s.job_id = v.j AND s.job_id IN (SELECT job_id FROM locked)
 RETURNING s.job_id, s.lease_token, s.lease_holder;
 
+-- name: take_lane
+-- max_instances > 1, lane 0 busy (take_leases just locked the job's job_state row, so the
+-- lanes of a job are taken one transaction at a time): the lowest free or expired lane
+-- 1..n-1, its row created on first use; an expired lane's unwritten run is kept first, as
+-- take_leases keeps lane 0's
+WITH kept AS (
+  INSERT INTO __S__.runs (job_id, slot, triggered_by, status, instance_id, fencing_token,
+                          manual, claimed_at, deadline, logs)
+  SELECT s.job_id, coalesce(c.slot, c.claimed_at), 'schedule', 'running', s.lease_holder,
+         s.lease_token, c.slot IS NULL, c.claimed_at, %(now)s - interval '1 millisecond',
+         '[]'::jsonb
+  FROM __S__.lease_lanes s JOIN __S__.claims c ON c.token = s.lease_token AND c.job_id = s.job_id
+  WHERE s.job_id = %(job)s AND s.lane < %(n)s::int AND s.lease_token IS NOT NULL
+    AND s.lease_until <= %(now)s
+    AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
+  ON CONFLICT (fencing_token) WHERE fencing_token IS NOT NULL DO NOTHING
+),
+free AS (
+  SELECT g AS lane FROM generate_series(1, %(n)s::int - 1) AS g
+  WHERE NOT EXISTS (SELECT 1 FROM __S__.lease_lanes l
+                    WHERE l.job_id = %(job)s AND l.lane = g
+                      AND l.lease_holder IS NOT NULL AND l.lease_until > %(now)s)
+  ORDER BY g LIMIT 1
+)
+INSERT INTO __S__.lease_lanes AS l (job_id, lane, lease_holder, lease_token, lease_until)
+SELECT %(job)s, lane, %(inst)s, %(tok)s::bigint, to_timestamp(%(until)s::bigint / 1000.0)
+FROM free
+ON CONFLICT (job_id, lane) DO UPDATE SET lease_holder = excluded.lease_holder,
+  lease_token = excluded.lease_token, lease_until = excluded.lease_until
+RETURNING l.lane;
+
+-- name: lane_holders
+-- who holds lane 0 and lanes 1..n-1 of a job
+SELECT lease_holder FROM __S__.job_state WHERE job_id = %(job)s AND lease_holder IS NOT NULL
+UNION
+SELECT lease_holder FROM __S__.lease_lanes WHERE job_id = %(job)s AND lane < %(n)s::int
+  AND lease_holder IS NOT NULL;
+
+-- name: release_lanes
+-- rows: [job, token]; fenced by token (the lanes of release_leases; the caller locked the
+-- jobs' job_state rows in release_leases)
+UPDATE __S__.lease_lanes s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.lease_token = v.tok AND s.job_id = v.j;
+
+-- name: renew_lanes
+-- rows: [job, token, until ms] (the lanes of renew_leases)
+UPDATE __S__.lease_lanes s SET lease_until = v.u
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok, to_timestamp((e->>2)::bigint / 1000.0) AS u
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.lease_token = v.tok AND s.job_id = v.j;
+
 -- name: release_leases
 -- rows: [job, token]; fenced by token
 WITH locked AS MATERIALIZED (
@@ -158,6 +211,14 @@ FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
 WHERE s.job_id = v.j AND s.lease_token = v.tok
   AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok)
   AND s.job_id IN (SELECT job_id FROM locked);
+
+-- name: release_unrun_lanes
+-- rows: [job, token]: release_unrun_leases, for lanes 1..N-1
+UPDATE __S__.lease_lanes s SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM (SELECT e->>0 AS j, (e->>1)::bigint AS tok
+      FROM jsonb_array_elements(%(rows)s::jsonb) AS e) AS v
+WHERE s.lease_token = v.tok AND s.job_id = v.j
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = v.tok);
 
 -- name: renew_leases
 -- rows: [job, token, until ms]
@@ -267,6 +328,8 @@ UPDATE __S__.runs SET status = 'interrupted', reason = %(reason)s, finished_at =
 WHERE status IN ('running', 'pending') AND deadline < %(now)s
   AND NOT EXISTS (SELECT 1 FROM __S__.job_state s WHERE s.job_id = runs.job_id
                   AND s.lease_token = runs.fencing_token AND s.lease_until > %(now)s)
+  AND NOT EXISTS (SELECT 1 FROM __S__.lease_lanes s WHERE s.lease_token = runs.fencing_token
+                  AND s.job_id = runs.job_id AND s.lease_until > %(now)s)
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
           result, error, logs, params, forced_by;
@@ -286,6 +349,16 @@ FOR UPDATE OF s SKIP LOCKED;
 -- the slot timeline's read: the history's filters, ORDER BY and LIMIT are appended
 SELECT id, extract(epoch FROM slot)::float8, status, reason, manual
 FROM __S__.runs;
+
+-- name: lost_lane_runs
+-- lost_runs, for lanes 1..N-1
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM __S__.lease_lanes s JOIN __S__.claims c ON c.job_id = s.job_id AND c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until < %(now)s
+  AND NOT EXISTS (SELECT 1 FROM __S__.runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token)
+ORDER BY s.job_id, s.lane
+FOR UPDATE OF s SKIP LOCKED;
 
 -- name: runs
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
@@ -425,6 +498,16 @@ FROM __S__.job_state s LEFT JOIN __S__.claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL
   AND s.lease_holder IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
 ORDER BY s.job_id
+FOR UPDATE OF s;
+
+-- name: lanes_of
+-- leases_of, for lanes 1..N-1
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
+       EXISTS (SELECT 1 FROM __S__.runs r WHERE r.fencing_token = s.lease_token)
+FROM __S__.lease_lanes s LEFT JOIN __S__.claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL
+  AND s.lease_holder IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+ORDER BY s.job_id, s.lane
 FOR UPDATE OF s;
 
 -- name: registry_of

@@ -238,6 +238,8 @@ class PostgresStore:
     forces one or the other.
     """
 
+    lanes = True  # max_instances > 1: lanes 1..N-1 in the lease_lanes table (v9)
+
     def __init__(
         self,
         url: str,
@@ -430,6 +432,8 @@ class PostgresStore:
         deleted = [r[0] for r in await cur.fetchall()]
         released = _dumps([[j, tok] for j, _, tok in rows])
         await cur.execute(cur.q["release_leases"], {"rows": released})
+        if cur.rowcount < len(rows):
+            await cur.execute(cur.q["release_lanes"], {"rows": released})
         return len(deleted)
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
@@ -456,7 +460,11 @@ class PostgresStore:
 
         async def go(cur: Cursor, now: datetime) -> int:
             await cur.execute(cur.q["release_unrun_leases"], {"rows": _dumps(pairs)})
-            return cur.rowcount
+            released = max(cur.rowcount, 0)
+            if released < len(pairs):  # max_instances > 1: lanes 1..N-1
+                await cur.execute(cur.q["release_unrun_lanes"], {"rows": _dumps(pairs)})
+                released += max(cur.rowcount, 0)
+            return released
 
         try:
             released = await self._run(go)
@@ -830,24 +838,30 @@ class PostgresStore:
         self,
         cur: Cursor,
         now: datetime,
-        leases: list[tuple[str, int | None, float]],
+        leases: list[tuple[str, int | None, float, int]],
         instance: str,
     ) -> tuple[set[str], dict[str, str | None]]:
-        """One statement per batch: take ``(job, token, hold)`` leases that are free or
-        expired (keeping a dead holder's unwritten run first). Returns the jobs whose lease
-        was taken and the holders of the busy ones."""
+        """One statement per batch: take ``(job, token, hold, lanes)`` leases that are free
+        or expired (keeping a dead holder's unwritten run first). Returns what was taken
+        (``ledger.lease_taken`` reads it) and the holders of the busy ones. A batch with
+        items of ``max_instances`` > 1 goes item by item (:meth:`_take_lanes`)."""
         if not leases:
             return set(), {}
         ids = [w[0] for w in leases]
-        unknown = [j for j in ids if j not in self._known]
+        single = [w[0] for w in leases if w[3] == 1]
+        if len(set(single)) != len(single):
+            raise StoreError("one batch may take at most one lease per job")
+        unknown = [j for j in dict.fromkeys(ids) if j not in self._known]
         if unknown:
             await cur.execute(cur.q["ensure_jobs"], {"now": now, "ids": _dumps(unknown)})
         now_ms = _msd(now) or 0
-        rows = [[j, tok, now_ms + ms(hold)] for j, tok, hold in leases]
+        if len(single) < len(ids):
+            return await self._take_lanes(cur, now, leases, instance)
+        rows = [[j, tok, now_ms + ms(hold)] for j, tok, hold, _ in leases]
         await cur.execute(
             cur.q["take_leases"], {"inst": instance, "now": now, "rows": _dumps(rows)}
         )
-        wanted = {j: tok for j, tok, _ in leases}
+        wanted = {j: tok for j, tok, _, _ in leases}
         acquired: set[str] = set()
         holders: dict[str, str | None] = {}
         for job_id, token, holder in await cur.fetchall():
@@ -858,11 +872,50 @@ class PostgresStore:
                     holders[job_id] = holder
         return acquired, holders
 
+    async def _take_lanes(
+        self,
+        cur: Cursor,
+        now: datetime,
+        leases: list[tuple[str, int | None, float, int]],
+        instance: str,
+    ) -> tuple[set[str], dict[str, str | None]]:
+        """Item by item in job_id order (the lock order of every lease writer): lane 0 (the
+        job's state row, locked by take_leases), then the lowest free or expired lane
+        1..N-1 (``take_lane``) while that lock is held."""
+        now_ms = _msd(now) or 0
+        acquired: set[str] = set()
+        holders: dict[str, str | None] = {}
+        for j, tok, hold, n in sorted(leases, key=lambda w: w[0]):
+            until = now_ms + ms(hold)
+            await cur.execute(
+                cur.q["take_leases"],
+                {"inst": instance, "now": now, "rows": _dumps([[j, tok, until]])},
+            )
+            row = await cur.fetchone()
+            if row is not None and row[1] == tok:
+                acquired.add(j if n == 1 else ledger.lane_key(tok))
+                continue
+            if n > 1:
+                args = {"job": j, "n": n, "now": now, "inst": instance, "tok": tok,
+                        "until": until}
+                await cur.execute(cur.q["take_lane"], args)
+                if await cur.fetchone() is not None:
+                    acquired.add(ledger.lane_key(tok))
+                    continue
+                await cur.execute(cur.q["lane_holders"], {"job": j, "n": n})
+                holders[j] = ", ".join(sorted(r[0] for r in await cur.fetchall()))
+            else:
+                holders[j] = None if row is None else row[2]
+        return acquired, holders
+
     async def dispatch(self, items: Sequence[Dispatch], instance_id: str) -> list[Dispatched]:
         if not items:
             return []
         reqs = list(items)
-        leased = [it.job_id for it in reqs if it.lease and not it.defer and not it.skip_reason]
+        leased = [
+            it.job_id for it in reqs
+            if it.lease and not it.defer and not it.skip_reason and it.lanes == 1
+        ]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
 
@@ -948,7 +1001,7 @@ class PostgresStore:
         acquired, holders = await self._update_states(
             cur,
             now,
-            [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx],
+            [(items[i].job_id, out[i].token, items[i].hold, items[i].lanes) for i in lease_idx],
             instance,
         )
         # an early claim is kept only with its lease: where the lease is busy, the claim
@@ -956,7 +1009,8 @@ class PostgresStore:
         gone = [
             i
             for i in lease_idx
-            if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+            if items[i].kind is DispatchKind.EARLY
+            and not ledger.lease_taken(items[i].job_id, out[i].token, items[i].lanes, acquired)
         ]
         if gone:
             await cur.execute(
@@ -1187,6 +1241,8 @@ class PostgresStore:
                 cur.q["leases_of"], {"ids": _dumps(lost)}
             )  # lock the job_state rows first, in job_id order (as every writer does)
             leases = await cur.fetchall()
+            await cur.execute(cur.q["lanes_of"], {"ids": _dumps(lost)})
+            leases += await cur.fetchall()
             rows = [
                 [i, ledger.instance_lost_error(i), ledger.instance_lost_log(i, ttl, instance_id)]
                 for i in lost
@@ -1208,10 +1264,10 @@ class PostgresStore:
                 rec.id = rid
             out.runs.extend(rebuilt)
             if leases:
-                await cur.execute(
-                    cur.q["release_leases"],
-                    {"rows": _dumps([[j, tok] for j, tok, *_ in leases])},
-                )
+                freed = {"rows": _dumps([[j, tok] for j, tok, *_ in leases])}
+                await cur.execute(cur.q["release_leases"], freed)
+                if cur.rowcount < len(leases):
+                    await cur.execute(cur.q["release_lanes"], freed)
             return out
 
         return await self._run(go)
@@ -1258,22 +1314,20 @@ class PostgresStore:
     ) -> list[Started]:
         out = [Started(request=it, run=None) for it in items]
         leased = [it for it in items if it.lease]
-        if len({it.job_id for it in leased}) != len(leased):
-            raise StoreError("one batch may take at most one lease per job")
         acquired, holders = await self._update_states(
-            cur, now, [(it.job_id, it.token, it.hold) for it in leased], instance
+            cur, now, [(it.job_id, it.token, it.hold, it.lanes) for it in leased], instance
         )
         now_ms = _msd(now) or 0
         run_now: list[tuple[int, int]] = []
         skip_now: list[tuple[int, str]] = []
         waiting: set[int] = set()
         for st, it in zip(out, items, strict=True):
-            if it.lease and it.job_id not in acquired:
+            if it.lease and not ledger.lease_taken(it.job_id, it.token, it.lanes, acquired):
                 st.holder = holders.get(it.job_id)
                 if it.wait_if_busy:
                     waiting.add(it.run_id)
                 else:
-                    skip_now.append((it.run_id, ledger.busy_log(st.holder)))
+                    skip_now.append((it.run_id, ledger.busy_log(st.holder, it.lanes)))
                 continue
             run_now.append((it.run_id, now_ms + ms(it.hold)))
         if run_now:
@@ -1322,6 +1376,8 @@ class PostgresStore:
                     await self._attach_late(cur, late, "ids")
             if releases:
                 await cur.execute(cur.q["release_leases"], {"rows": _dumps(releases)})
+                if cur.rowcount < len(releases):  # max_instances > 1: lanes 1..N-1
+                    await cur.execute(cur.q["release_lanes"], {"rows": _dumps(releases)})
             return ids
 
         ids = await self._run(go)
@@ -1355,6 +1411,8 @@ class PostgresStore:
             now_ms = _msd(now) or 0
             args = {"rows": _dumps([[j, tok, now_ms + ms(h)] for j, tok, h in reqs])}
             await cur.execute(cur.q["renew_leases"], args)
+            if cur.rowcount < len(reqs):  # max_instances > 1: lanes 1..N-1
+                await cur.execute(cur.q["renew_lanes"], args)
             await cur.execute(cur.q["renew_deadlines"], args)
 
         await self._run(go)
@@ -1375,20 +1433,23 @@ class PostgresStore:
             )
             reaped = [_run(r) for r in await cur.fetchall()]
             await cur.execute(cur.q["lost_runs"], {"now": now})
+            lost = await cur.fetchall()
+            await cur.execute(cur.q["lost_lane_runs"], {"now": now})
+            lost += await cur.fetchall()
             rebuilt = [
                 ledger.lost_run(
                     job_id, token, holder, slot, claimed, now=now, marked_by=instance_id
                 )
-                for job_id, token, holder, slot, claimed in await cur.fetchall()
+                for job_id, token, holder, slot, claimed in lost
             ]
             ids = await self._insert_runs(cur, rebuilt)
             for rec, rid in zip(rebuilt, ids, strict=True):
                 rec.id = rid
             if rebuilt:
-                await cur.execute(
-                    cur.q["release_leases"],
-                    {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])},
-                )
+                freed = {"rows": _dumps([[r.job_id, r.fencing_token] for r in rebuilt])}
+                await cur.execute(cur.q["release_leases"], freed)
+                if cur.rowcount < len(rebuilt):
+                    await cur.execute(cur.q["release_lanes"], freed)
             return reaped, rebuilt
 
         reaped, rebuilt = await self._run(go)

@@ -76,6 +76,40 @@ RETURNING job_state.job_id;
 -- name: lease_holders
 SELECT job_id, lease_holder FROM job_state WHERE job_id IN (SELECT value FROM json_each(?));
 
+-- name: ensure_lanes
+-- ?1 job, ?2 lanes (max_instances): the rows of lanes 1..?2-1
+WITH RECURSIVE n(lane) AS (SELECT 1 UNION ALL SELECT lane + 1 FROM n WHERE lane + 1 < ?2)
+INSERT INTO lease_lanes (job_id, lane) SELECT ?1, lane FROM n WHERE lane < ?2
+ON CONFLICT (job_id, lane) DO NOTHING;
+
+-- name: take_lane
+-- ?1 instance, ?2 now, ?3 job, ?4 token, ?5 until, ?6 lanes: the lowest free or expired
+-- lane 1..?6-1 (lane 0 was busy)
+UPDATE lease_lanes SET lease_holder = ?1, lease_token = ?4, lease_until = ?5
+WHERE rowid = (SELECT rowid FROM lease_lanes
+               WHERE job_id = ?3 AND lane < ?6
+                 AND (lease_holder IS NULL OR lease_until <= ?2)
+               ORDER BY lane LIMIT 1)
+RETURNING lane;
+
+-- name: lane_holders
+-- ?1 job, ?2 lanes: who holds lane 0 and lanes 1..?2-1
+SELECT lease_holder FROM job_state WHERE job_id = ?1 AND lease_holder IS NOT NULL
+UNION
+SELECT lease_holder FROM lease_lanes WHERE job_id = ?1 AND lane < ?2
+  AND lease_holder IS NOT NULL;
+
+-- name: release_lanes
+-- ?1 [[job, token], ...]: fenced by token (the lanes of release_leases)
+UPDATE lease_lanes SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
+FROM json_each(?1) AS v
+WHERE lease_lanes.lease_token = v.value->>1 AND lease_lanes.job_id = v.value->>0;
+
+-- name: renew_lanes
+-- ?1 [[job, token, until], ...] (the lanes of renew_leases)
+UPDATE lease_lanes SET lease_until = v.value->>2 FROM json_each(?1) AS v
+WHERE lease_lanes.lease_token = v.value->>1 AND lease_lanes.job_id = v.value->>0;
+
 -- name: release_leases
 -- ?1 [[job, token], ...]: fenced by token
 UPDATE job_state SET lease_holder = NULL, lease_token = NULL, lease_until = NULL
@@ -96,6 +130,14 @@ WHERE runs.job_id = v.value->>0 AND runs.fencing_token = v.value->>1
 -- claimed and leased (lease expired at ?), but no run row was ever written
 SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
 FROM job_state s JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
+                  AND r.fencing_token = s.lease_token);
+
+-- name: lost_lane_runs
+-- lost_runs, for lanes 1..N-1
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
+FROM lease_lanes s JOIN claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_until <= ?
   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = s.job_id
                   AND r.fencing_token = s.lease_token);
@@ -150,6 +192,8 @@ UPDATE runs SET status = 'interrupted', reason = ?2, finished_at = ?1, deadline 
 WHERE status IN ('running', 'pending') AND deadline < ?1
   AND NOT EXISTS (SELECT 1 FROM job_state s WHERE s.job_id = runs.job_id
                   AND s.lease_token = runs.fencing_token AND s.lease_until > ?1)
+  AND NOT EXISTS (SELECT 1 FROM lease_lanes s WHERE s.lease_token = runs.fencing_token
+                  AND s.job_id = runs.job_id AND s.lease_until > ?1)
 RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
           is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
           result, error, logs, params, forced_by;
@@ -296,6 +340,12 @@ SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
        EXISTS (SELECT 1 FROM runs r WHERE r.fencing_token = s.lease_token
                AND r.job_id = s.job_id)
 FROM job_state s LEFT JOIN claims c ON c.token = s.lease_token
+WHERE s.lease_token IS NOT NULL AND s.lease_holder IN (SELECT value FROM json_each(?1))
+UNION ALL
+SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at,
+       EXISTS (SELECT 1 FROM runs r WHERE r.fencing_token = s.lease_token
+               AND r.job_id = s.job_id)
+FROM lease_lanes s LEFT JOIN claims c ON c.token = s.lease_token
 WHERE s.lease_token IS NOT NULL AND s.lease_holder IN (SELECT value FROM json_each(?1));
 
 -- name: registry_of

@@ -171,6 +171,8 @@ def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]
 class SQLiteStore:
     """Claims, leases, overrides and the run ledger in one SQLite file."""
 
+    lanes = True  # max_instances > 1: lanes 1..N-1 in the lease_lanes table (v9)
+
     def __init__(
         self,
         path: str | Path,
@@ -524,22 +526,29 @@ class SQLiteStore:
         return await self._call(self._dispatch, list(items), instance_id)
 
     def _take_leases(
-        self, c: sqlite3.Connection, leases: list[tuple[str, int | None, float]], instance: str
+        self,
+        c: sqlite3.Connection,
+        leases: list[tuple[str, int | None, float, int]],
+        instance: str,
     ) -> tuple[set[str], dict[str, str | None]]:
-        """Take ``(job, token, hold)`` leases that are free or expired, one statement.
-        Returns the jobs whose lease was taken and the holders of the busy ones."""
+        """Take ``(job, token, hold, lanes)`` leases that are free or expired, one
+        statement (and, for items with lanes > 1, :meth:`_take_lanes`). Returns what was
+        taken (``ledger.lease_taken`` reads it) and the holders of the busy ones."""
         if not leases:
             return set(), {}
         ids = [w[0] for w in leases]
-        if len(set(ids)) != len(ids):
+        single = [w[0] for w in leases if w[3] == 1]
+        if len(set(single)) != len(single):
             raise StoreError("one batch may take at most one lease per job")
         now = self._now_ms()
-        unknown = [j for j in ids if j not in self._known]
+        unknown = [j for j in dict.fromkeys(ids) if j not in self._known]
         if unknown:
             c.execute(Q["ensure_jobs"], (now, json.dumps(unknown)))
             self._known.update(unknown)
         self._keep_lost_runs(c, now)
-        payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in leases])
+        if len(single) < len(ids):
+            return self._take_lanes(c, leases, instance, now)
+        payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold, _ in leases])
         acquired = {r[0] for r in c.execute(Q["take_leases"], (instance, now, payload))}
         holders: dict[str, str | None] = {}
         if len(acquired) < len(ids):
@@ -549,16 +558,46 @@ class SQLiteStore:
             )
         return acquired, holders
 
-    def _keep_lost_runs(self, c: sqlite3.Connection, now: int) -> None:
+    def _take_lanes(
+        self,
+        c: sqlite3.Connection,
+        leases: list[tuple[str, int | None, float, int]],
+        instance: str,
+        now: int,
+    ) -> tuple[set[str], dict[str, str | None]]:
+        """A batch with items of ``max_instances`` > 1: item by item, lane 0 (the job's
+        state row) first, then the lowest free or expired lane 1..N-1."""
+        self._keep_lost_runs(c, now, lanes=True)
+        acquired: set[str] = set()
+        holders: dict[str, str | None] = {}
+        for j, tok, hold, n in leases:
+            until = now + ms(hold)
+            one = json.dumps([[j, tok, until]])
+            if c.execute(Q["take_leases"], (instance, now, one)).fetchone() is not None:
+                acquired.add(j if n == 1 else ledger.lane_key(tok))
+                continue
+            if n == 1:
+                holders.update(c.execute(Q["lease_holders"], (json.dumps([j]),)).fetchall())
+                continue
+            c.execute(Q["ensure_lanes"], (j, n))
+            if c.execute(Q["take_lane"], (instance, now, j, tok, until, n)).fetchone():
+                acquired.add(ledger.lane_key(tok))
+                continue
+            held = sorted(r[0] for r in c.execute(Q["lane_holders"], (j, n)))
+            holders[j] = ", ".join(held)
+        return acquired, holders
+
+    def _keep_lost_runs(self, c: sqlite3.Connection, now: int, *, lanes: bool = False) -> None:
         """Before an expired lease is taken over, keep what it proves.
 
         A fast-path run's row is written after its handler starts; if the holder died
         before that, the claim and the unreleased lease are the only trace. Taking the
         lease would erase it, so the run is written first — open, with its deadline
         passed — and the orphan reaper marks it ``interrupted`` (and recovers it where the
-        job asks). Cheap: the partial index holds only unreleased leases.
+        job asks). Cheap: the partial index holds only unreleased leases. ``lanes``: the
+        same for lanes 1..N-1 (only a batch with ``max_instances`` > 1 takes those).
         """
-        lost = c.execute(Q["lost_runs"], (now,)).fetchall()
+        lost = c.execute(Q["lost_lane_runs" if lanes else "lost_runs"], (now,)).fetchall()
         if lost:
             overdue = dt(now - 1)
             assert overdue is not None
@@ -611,14 +650,18 @@ class SQLiteStore:
                 if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
             ]
             acquired, holders = self._take_leases(
-                c, [(items[i].job_id, out[i].token, items[i].hold) for i in lease_idx], instance
+                c,
+                [(items[i].job_id, out[i].token, items[i].hold, items[i].lanes)
+                 for i in lease_idx],
+                instance,
             )
             # an early claim is kept only with its lease: where the lease is busy, the claim
             # goes again (this transaction is the only one that saw it)
             gone = [
                 i
                 for i in lease_idx
-                if items[i].kind is DispatchKind.EARLY and items[i].job_id not in acquired
+                if items[i].kind is DispatchKind.EARLY
+                and not ledger.lease_taken(items[i].job_id, out[i].token, items[i].lanes, acquired)
             ]
             if gone:
                 c.execute(Q["delete_claims"], (json.dumps([out[i].token for i in gone]),))
@@ -658,7 +701,9 @@ class SQLiteStore:
         rows = [(token, job_id, ms(slot)) for job_id, slot, token in items]
         with self._tx() as c:
             deleted = c.executemany(Q["withdraw_claim"], rows).rowcount
-            c.execute(Q["release_leases"], (json.dumps([[j, tok] for j, _, tok in items]),))
+            freed = json.dumps([[j, tok] for j, _, tok in items])
+            if c.execute(Q["release_leases"], (freed,)).rowcount < len(items):
+                c.execute(Q["release_lanes"], (freed,))
         return max(deleted, 0)
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
@@ -672,19 +717,19 @@ class SQLiteStore:
             now = self._now_ms()
             leased = [it for it in items if it.lease]
             acquired, holders = self._take_leases(
-                c, [(it.job_id, it.token, it.hold) for it in leased], instance
+                c, [(it.job_id, it.token, it.hold, it.lanes) for it in leased], instance
             )
             run_now: list[list[Any]] = []
             skip_now: list[list[Any]] = []
             waiting: set[int] = set()
             for st, it in zip(out, items, strict=True):
-                if it.lease and it.job_id not in acquired:
+                if it.lease and not ledger.lease_taken(it.job_id, it.token, it.lanes, acquired):
                     st.holder = holders.get(it.job_id)
                     if it.wait_if_busy:
                         waiting.add(it.run_id)
                     else:
                         busy = json.dumps(ledger.busy_result())
-                        skip_now.append([it.run_id, busy, ledger.busy_log(st.holder)])
+                        skip_now.append([it.run_id, busy, ledger.busy_log(st.holder, it.lanes)])
                     continue
                 run_now.append([it.run_id, now + ms(it.hold)])
             if run_now:
@@ -756,7 +801,9 @@ class SQLiteStore:
                         Q["attach_late"], (_json(kept.result), json.dumps(kept.logs), stored.id)
                     )
                 if releases:  # one statement: thousands of tiny ones would queue on the GIL
-                    c.execute(Q["release_leases"], (json.dumps(releases),))
+                    freed = json.dumps(releases)
+                    if c.execute(Q["release_leases"], (freed,)).rowcount < len(releases):
+                        c.execute(Q["release_lanes"], (freed,))  # max_instances > 1
         except BaseException:
             for r in new:  # rolled back: a retry must insert them again, not update
                 r.id = None
@@ -794,7 +841,8 @@ class SQLiteStore:
         with self._tx() as c:
             now = self._now_ms()
             payload = json.dumps([[j, tok, now + ms(hold)] for j, tok, hold in items])
-            c.execute(Q["renew_leases"], (payload,))
+            if c.execute(Q["renew_leases"], (payload,)).rowcount < len(items):
+                c.execute(Q["renew_lanes"], (payload,))  # max_instances > 1
             c.execute(Q["renew_deadlines"], (payload,))
 
     async def reap_orphans(self, instance_id: str) -> list[RunRecord]:
@@ -816,12 +864,14 @@ class SQLiteStore:
                     job_id, token, holder, dt(slot), _req(dt(claimed)),
                     now=now_dt, marked_by=instance,
                 )
-                for job_id, token, holder, slot, claimed in c.execute(Q["lost_runs"], (now,))
+                for q in ("lost_runs", "lost_lane_runs")
+                for job_id, token, holder, slot, claimed in c.execute(Q[q], (now,)).fetchall()
             ]
             insert_runs(c, rebuilt)
             if rebuilt:
-                freed = [[r.job_id, r.fencing_token] for r in rebuilt]
-                c.execute(Q["release_leases"], (json.dumps(freed),))
+                freed = json.dumps([[r.job_id, r.fencing_token] for r in rebuilt])
+                if c.execute(Q["release_leases"], (freed,)).rowcount < len(rebuilt):
+                    c.execute(Q["release_lanes"], (freed,))
         return reaped + rebuilt
 
     # -- instances ----------------------------------------------------------------------
@@ -982,8 +1032,9 @@ class SQLiteStore:
             insert_runs(c, rebuilt)
             out.runs.extend(rebuilt)
             if leases:
-                freed = [[job_id, token] for job_id, token, *_ in leases]
-                c.execute(Q["release_leases"], (json.dumps(freed),))
+                freed = json.dumps([[job_id, token] for job_id, token, *_ in leases])
+                if c.execute(Q["release_leases"], (freed,)).rowcount < len(leases):
+                    c.execute(Q["release_lanes"], (freed,))
         return out
 
     async def list_instances(self, *, ttl: float) -> list[Instance]:
