@@ -206,6 +206,47 @@ async def test_unchanged_jobs_are_not_rebuilt_at_each_heartbeat_and_a_replace_is
         assert [(d.job_id, d.spec["description"]) for d in rows] == [("tick", "changed")]
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_back(
+    make: Make, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are built BUILD_CHUNK jobs at a time, the loop getting a turn in between
+    (100,000 jobs in one go held it for seconds: late instants, missed heartbeats); above
+    CONFLICT_LOG_MAX jobs the whole registry is not read back to log conflicts (3 x
+    100,000 specs), which stay shown where they are looked for (fleet_jobs)."""
+    import cronfleet.runtime.registry as registry
+
+    monkeypatch.setattr(registry, "BUILD_CHUNK", 2)
+    monkeypatch.setattr(registry, "CONFLICT_LOG_MAX", 3)
+    a = make(instance_id="a", instance_ttl=TTL)
+    b = make(instance_id="b", instance_ttl=TTL)
+    for i in range(5):
+        a.job("0 * * * *", id=f"j{i}")(lambda: None)
+        b.job("*/5 * * * *" if i == 0 else "0 * * * *", id=f"j{i}")(lambda: None)
+    caplog.set_level(logging.INFO, "cronfleet")
+    chunks: list[tuple[str, int]] = []
+    entries = registry.Registry.entries
+
+    def counting(self: Any, jobs: Any) -> Any:
+        rows = entries(self, jobs)
+        chunks.append((self.s.instance_id, len(rows)))
+        return rows
+
+    monkeypatch.setattr(registry.Registry, "entries", counting)
+    async with a, b:
+        await _beats(b, clock, TTL / 5)
+        rows = await reg(a).list_declared(ttl=TTL)
+        assert sorted(d.job_id for d in rows if d.instance_id == "b") == \
+            [f"j{i}" for i in range(5)]
+        assert [n for who, n in chunks if who == "b"][:3] == [2, 2, 1]
+        c = (await fleet_jobs(a.store, ttl=TTL))["j0"].conflict
+        assert c is not None and c.fields == ["schedule"]
+    assert "declared differently" not in caplog.text
+    assert "declares 5 jobs (more than 3): conflicting declarations are not logged" in \
+        caplog.text
+
+
 async def _beats(s: Scheduler, clock: FakeClock, seconds: float) -> None:
     end = clock.now() + seconds
     while clock.now() < end:
