@@ -395,7 +395,11 @@ def test_redis_killed_and_restarted_with_aof_no_slot_runs_twice(
             else:
                 skips = [r for r in got if r[3] == "store_unavailable"]
                 skipped += len(skips)
-                assert runs or skips, (job, s, got)
+                # right after the outage a slot may meet the lease of the job's previous
+                # run whose release was not written yet: recorded, with the holder named
+                # (docs/reliability.md, "still recorded, not lost")
+                overlap = [r for r in got if r[3] == "already_executing" and r[4]]
+                assert runs or skips or overlap, (job, s, got)
                 assert handled[(job, s)] == len(runs), (job, s, got, handled[(job, s)])
     assert skipped, "no slot was skipped: was the server down?"
     print(f"outage {up_at - down_at:.1f}s, store_unavailable skips {skipped}")
