@@ -367,7 +367,10 @@ def test_connection_cut_and_restored_policies_hold(schema: str) -> None:
                 assert all(r[5] is not None for r in runs), (job, s, runs)
                 assert len(runs) <= 1
                 skips = [r for r in got if r[3] == "store_unavailable"]
-                assert len(skips) <= 1 and (runs or skips), (job, s, got)
+                # or, right after the outage, the lease of the job's previous run whose
+                # release was not written yet: recorded with its holder (not lost)
+                overlap = [r for r in got if r[3] == "already_executing" and r[4]]
+                assert len(skips) <= 1 and (runs or skips or overlap), (job, s, got)
             else:
                 # fail open while the outage is confirmed (a fresh connection fails too):
                 # it ran, maybe on both processes; around the edges (the database answers
