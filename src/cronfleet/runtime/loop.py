@@ -20,6 +20,7 @@ from cronfleet.clock import from_ts
 from cronfleet.model import (
     Job,
     JobState,
+    Locking,
     Overlap,
     RunStatus,
     SkipReason,
@@ -29,7 +30,7 @@ from cronfleet.runtime import requests
 from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
 from cronfleet.runtime.runs import Queued
-from cronfleet.store.base import Dispatch, Dispatched, Skip
+from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Skip
 from cronfleet.store.ledger import missed_summary, override_skip_log
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
 
+SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot waits for
+SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
 SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 
 log = logging.getLogger("cronfleet")
@@ -92,6 +95,10 @@ class Loop:
         # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
         # meanwhile join the sequence (they would meet its lease and be skipped)
         self.sequencing: dict[str, list[tuple[float, bool]]] = {}
+        # a sequence's slot waiting for the job's lease held by another process
+        self._lease_waits: dict[str, asyncio.Future[None]] = {}
+        self._looks: dict[str, int] = {}
+        self._lease_poller: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
         s = self.s
@@ -363,20 +370,44 @@ class Loop:
             s.activity.leave()
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
-        """Several slots of one job at once (RUN_ALL catch-up): one after the other."""
+        """Several slots of one job at once (catch-up, or the on-time slots found at a
+        start): one after the other.
+
+        Every process of a fleet that starts together plans the same sequence. A slot is
+        claimed only together with the job's lease (:func:`requests.sequenced`): while
+        another process runs a slot of it, nothing is claimed and the slot is tried again
+        (up to :func:`sequence_wait`), so the sequences of the fleet interleave instead of
+        meeting each other's leases; a slot another process claimed is left to it."""
         s = self.s
         s.activity.enter()
         try:
             i = 0
+            waited_since: float | None = None
+            shared = self._shares_sequences(job)
             while i < len(runs):  # slots due meanwhile are appended (fire_due)
                 slot, catchup = runs[i]
-                i += 1
                 await s.runner.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
                 await s.ledger.flushed()
                 if s.stopping:
                     return
+                if shared:
+                    now = s.clock.now()
+                    if waited_since is None or now - waited_since < sequence_wait(s):
+                        outcome = await self._claim_in_sequence(job, slot, catchup, now)
+                        if outcome == "busy":
+                            waited_since = now if waited_since is None else waited_since
+                            await self._lease_free(job)
+                            continue
+                        if outcome != "failed":  # ran here, or another process has it
+                            waited_since = None
+                            i += 1
+                            continue
+                    # still busy after the wait (a long run elsewhere), or the store did
+                    # not answer: claimed as before (``already_executing`` / outage path)
+                waited_since = None
+                i += 1
                 item = requests.scheduled(
                     job, slot, s.clock.now(), catchup=catchup, queued=s.runner.queued,
                     running=s.runner.running, instance_id=s.instance_id, wait_if_busy=False,
@@ -387,3 +418,89 @@ class Loop:
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]
             s.activity.leave()
+
+    def _shares_sequences(self, job: Job) -> bool:
+        """Whether other processes may run this job's sequence too and its slots are
+        claimed only with the lease: a leased fleet-wide job on a store that keeps such
+        claims (``EarlyClaimStore``), no jitter (a deferred start takes its lease later)."""
+        return (
+            job.overlap is not Overlap.ALLOW
+            and job.locking is not Locking.NODE_LOCAL
+            and not job.jitter
+            and isinstance(self.s.store, EarlyClaimStore)
+        )
+
+    async def _claim_in_sequence(
+        self, job: Job, slot: float, catchup: bool, now: float
+    ) -> str:
+        """Claim one slot of a sequence with the lease. ``"busy"``: the lease is held
+        elsewhere, nothing was written; ``"lost"``: another process claimed the slot;
+        ``"won"``: the run started here; ``"failed"``: the store did not answer."""
+        s = self.s
+        try:
+            got = await s.store.dispatch([requests.sequenced(job, slot, now, catchup=catchup)],
+                                         s.instance_id)
+        except Exception as exc:  # the caller claims it the usual way (the outage path)
+            log.debug("job %s: sequence claim of %s failed (%s)", job.id,
+                      from_ts(slot).isoformat(), exc)
+            return "failed"
+        res = got[0]
+        if res.busy:
+            return "busy"
+        if not res.won or res.run is None:
+            s.stats.claims_lost += 1
+            return "lost"
+        if s.outage.pending:
+            s.outage.answered(got)
+        self.after_dispatch(res)
+        return "won"
+
+    async def _lease_free(self, job: Job) -> None:
+        """Wait a moment for the job's lease to be released elsewhere: one shared poll of
+        the waiting jobs' states (a read, no claim) every ``SEQUENCE_POLL`` returns when
+        no holder is left, or after ``SEQUENCE_LOOKS`` polls; lanes (``max_instances`` >
+        1, not in the job's state row) are tried again after one poll."""
+        fut = self._lease_waits.get(job.id)
+        if fut is None or fut.done():
+            fut = self._lease_waits[job.id] = asyncio.get_running_loop().create_future()
+            self._looks[job.id] = SEQUENCE_LOOKS if job.max_instances == 1 else 1
+        if self._lease_poller is None or self._lease_poller.done():
+            self._lease_poller = asyncio.ensure_future(self._poll_leases())
+        activity = self.s.activity
+        activity.leave()  # waiting for another process is idle time here
+        try:
+            await fut
+        finally:
+            activity.enter()
+
+    async def _poll_leases(self) -> None:
+        s = self.s
+        waits, looks = self._lease_waits, self._looks
+        while waits and not s.stopping:
+            await s.clock.sleep_until(s.clock.now() + SEQUENCE_POLL)
+            ids = list(waits)
+            try:
+                states = await s.store.read_states(ids)
+            except Exception:
+                states = {}
+                for job_id in ids:
+                    looks[job_id] = 0  # the claim finds out what the store says
+            for job_id in ids:
+                looks[job_id] -= 1
+                st = states.get(job_id)
+                if looks[job_id] <= 0 or st is None or st.lease_holder is None:
+                    fut = waits.pop(job_id)
+                    looks.pop(job_id, None)
+                    if not fut.done():
+                        fut.set_result(None)
+        for fut in waits.values():  # stopping
+            if not fut.done():
+                fut.set_result(None)
+        waits.clear()
+
+
+def sequence_wait(s: Scheduler) -> float:
+    """How long a slot of a sequence waits for the job's lease held by another process
+    before it is claimed anyway (and recorded ``already_executing`` if still busy): long
+    enough for a lost holder to be declared lost and its lease broken."""
+    return max(2 * s.instance_ttl, s.late_after)

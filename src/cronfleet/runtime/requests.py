@@ -23,7 +23,7 @@ from cronfleet.runtime.planning import catchup_banner, jitter_delay
 from cronfleet.store.base import Dispatch
 from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, missed_log
 
-__all__ = ["backfill", "early", "manual", "missed", "recovery", "scheduled"]
+__all__ = ["backfill", "early", "manual", "missed", "recovery", "scheduled", "sequenced"]
 
 _NODE_LOCAL = Locking.NODE_LOCAL
 _ALLOW = Overlap.ALLOW
@@ -95,6 +95,19 @@ def early(job: Job, slot: float, now: float) -> Dispatch:
     """A plain leased slot claimed before its time: kept only together with the lease,
     held until the slot plus the usual lease length; its row follows in the group commit."""
     it = _early_claim(job.id, slot, hold=job.lease_seconds + (slot - now if slot > now else 0.0))
+    if job.max_instances != 1:
+        it.lanes = job.max_instances
+    return it
+
+
+def sequenced(job: Job, slot: float, now: float, *, catchup: bool) -> Dispatch:
+    """A slot of a catch-up sequence claimed only together with the job's lease: when
+    another process holds it (its run of the same sequence), nothing is written and the
+    slot is tried again (``Loop.run_sequence``)."""
+    it = _early_claim(
+        job.id, slot, hold=job.lease_seconds, catchup=catchup,
+        logs=[catchup_banner(slot, now)] if catchup else None,
+    )
     if job.max_instances != 1:
         it.lanes = job.max_instances
     return it

@@ -276,12 +276,17 @@ class Dispatch:
         )
 
     @classmethod
-    def early_claim(cls, job_id: str, slot: float, *, hold: float) -> Dispatch:
-        """Claim a plain slot shortly before its time, kept only with the job's lease."""
+    def early_claim(
+        cls, job_id: str, slot: float, *, hold: float, catchup: bool = False,
+        logs: list[str] | None = None,
+    ) -> Dispatch:
+        """Claim a plain slot, kept only with the job's lease: shortly before its time,
+        or (``catchup``) a slot of a catch-up sequence that must not meet another
+        process's run of the same sequence (``Loop.run_sequence``)."""
         # positional (the fields' order): a burst's early claims build one per slot
         return cls(
-            job_id, slot, _SCHEDULE, "slot", True, hold, False, False, False, False, False,
-            None, None, None, None, False, True, _EARLY,
+            job_id, slot, _CATCHUP if catchup else _SCHEDULE, "slot", True, hold, False,
+            False, catchup, False, False, None, None, logs, None, False, True, _EARLY,
         )
 
     @classmethod

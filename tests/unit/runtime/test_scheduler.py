@@ -914,3 +914,54 @@ async def test_a_pending_run_started_by_two_callers_runs_once(
     assert calls == [T0 + 5, T0 + 10, T0 + 15]
     runs = await s.runs_async(limit=50)
     assert not [r for r in runs if r.reason == "already_executing"]
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_processes_restarting_together_share_the_catch_up_without_skips(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Three processes start together after a downtime and plan the same sequences (the
+    slots within ``late_after`` and the RUN_ALL backlog): every slot runs once across
+    them, in order, and none meets another process's run of the same sequence (they used
+    to be recorded ``already_executing``, ~5 per job after a fleet restart)."""
+    ids = [f"all-{i}" for i in range(6)]
+    first = make()
+    for job_id in ids:
+        first.job("5s", id=job_id, missed=Missed.RUN_ALL)(Recorder())
+    await first.start()
+    await advance(clock, 5, first, step=5)
+    await first.stop()
+    clock.advance(30)
+    calls: dict[tuple[str, float], list[str]] = {}
+    release = asyncio.Event()
+
+    async def h(ctx: RunContext) -> None:
+        calls.setdefault((ctx.job_id, ctx.slot.timestamp()), []).append(ctx.instance_id)
+        await release.wait()  # each run holds the lease until the test lets it go
+
+    fleet = [make(instance_id=f"p{k}") for k in range(3)]
+    for s in fleet:
+        for job_id in ids:
+            s.job("5s", id=job_id, missed=Missed.RUN_ALL)(h)
+    for s in fleet:
+        await s.start()
+        running.append(s)
+    missed = [T0 + 5 * k for k in range(2, 8)]  # the slots in the 30 s outage
+    for _ in range(120):  # let runs end one by one while the clock moves in small steps
+        release.set()
+        await asyncio.sleep(0.002)
+        release.clear()
+        clock.advance(0.1)
+        await asyncio.sleep(0.002)
+        if all((j, x) in calls for j in ids for x in missed):
+            break
+    release.set()
+    await settle(*fleet)
+    for job_id in ids:
+        ran = sorted(x for (j, x) in calls if j == job_id)
+        assert ran[: len(missed)] == missed, (job_id, ran)
+    assert all(len(by) == 1 for by in calls.values()), calls
+    rows = await fleet[0].runs_async(limit=10_000)
+    assert not [r for r in rows if r.reason == "already_executing"], [
+        (r.job_id, r.slot, r.instance_id, r.logs) for r in rows if r.reason
+    ]
