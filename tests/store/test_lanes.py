@@ -1,5 +1,5 @@
 """``max_instances`` = N: a job's lease as N lanes (lane 0 in the job's state row, lanes
-1..N-1 beside it), on every store that has lanes (``Store.lanes``; Redis: not yet)."""
+1..N-1 beside it), on every store that has lanes (``Store.lanes``: every built-in store)."""
 
 from __future__ import annotations
 
