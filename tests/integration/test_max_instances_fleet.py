@@ -1,4 +1,5 @@
-"""``max_instances`` = 2 across 3 real processes, on SQLite and on PostgreSQL: a job every
+"""``max_instances`` = 2 across 3 real processes, on SQLite, PostgreSQL and Redis (a private
+``redis-server`` with AOF, never the shared 6379): a job every
 second whose handler sleeps 2.5 s. Counted on the handler side (start and end times written
 by each handler): never more than 2 runs at once, 2 running most of the time (2/3 is the
 most this load allows: run, run, skip), each slot run at most once; the ledger agrees
@@ -16,8 +17,10 @@ import psycopg
 import pytest
 
 from store.pg import drop_schema, new_schema, pg_url, require_pg
+from store.redis_server import RedisServer, new_prefix
 
 from .test_postgres_fleet import finish, spawn, store_url, wait_ready
+from .test_redis_fleet import ledger
 
 pytestmark = pytest.mark.slow
 
@@ -59,15 +62,19 @@ def two_share(runs: list[tuple[int, str, float, float]], lo: float, hi: float) -
     return two / (hi - lo)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
 def test_three_processes_max_instances_2_never_more_than_two_runs(
     kind: str, tmp_path: Path
 ) -> None:
     schema = None
+    server = None
     if kind == "postgres":
         require_pg()
         schema = new_schema("lanes")
         url = store_url(schema)
+    elif kind == "redis":
+        server = RedisServer(appendonly=True).start()
+        url = f"{server.url}?prefix={new_prefix()}"
     else:
         url = f"sqlite:///{tmp_path / 'lanes.db'}"
     try:
@@ -103,9 +110,13 @@ def test_three_processes_max_instances_2_never_more_than_two_runs(
     finally:
         if schema is not None:
             drop_schema(schema)
+        if server is not None:
+            server.cleanup()
 
 
 def ledger_rows(kind: str, url: str, tmp: Path, schema: str | None) -> list[tuple[int, str]]:
+    if kind == "redis":
+        return [(slot, st) for job, slot, st, *_ in ledger(url) if job == "lane-0000"]
     if kind == "sqlite":
         con = sqlite3.connect(tmp / "lanes.db")
         got = con.execute("SELECT slot / 1000, status FROM runs WHERE job_id = 'lane-0000'")
