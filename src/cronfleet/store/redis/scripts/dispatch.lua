@@ -2,7 +2,8 @@
 -- process that dies after the call leaves rows (or a claim under its lease, which the
 -- reaper resolves), never a claim nothing accounts for. ARGV: P, now, instance, then one
 -- JSON array of strings, 8 per item: kind (s slot, e early, t token, n none, r recovery),
--- job, slot ms, lease ('0' none, '1' the job's lease, 'N' > 1: N lanes, max_instances), hold ms, reclaimed token, the row template to write when
+-- job, slot ms, lease ('0' none, '1' the job's lease, 'N' > 1: its N lanes, max_instances),
+-- hold ms, reclaimed token, the row template to write when
 -- the claim is won and its lease taken or not wanted, the one when the lease is busy
 -- (indexes into the templates, '' none); then a JSON array of row templates (run hash
 -- fields decided by ledger.dispatch_run in store.py, with placeholders: time '1' = now,

@@ -9,7 +9,8 @@
 --        declare lost every other instance whose heartbeat is older than ttl; its open
 --        runs become interrupted (the error and log lines name it: before .. id ..
 --        after), a leased claim it never wrote a run for gets that row, its leases are
---        released (lane 0 and lanes 1..N-1). Reply JSON {now, [[id, row]...] declared, [run ids]}.
+--        released (lane 0 and lanes 1..N-1). Reply JSON {now, [[id, row]...] declared,
+--        [run ids]}.
 local what = ARGV[3]
 local key = gk('inst')
 local function rows()

@@ -12,7 +12,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', gk('open'), '-inf', '(' .. NOW))
   else
     local s = redis.call('HMGET', jk(v[1], 's'), 'lt', 'lu')
     local live = v[3] and s[1] == v[3] and tonumber(s[2] or 0) > NOW
-    if not live and v[3] then  -- a lane 1..N-1 (max_instances > 1)?
+    if not live and v[3] and s[1] ~= v[3] then  -- not lane 0's: a lane 1..N-1's?
       local lane, _, u = lane_of(v[1], v[3])
       live = lane and u > NOW
     end
