@@ -109,8 +109,8 @@ HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_URL = 4096
 # ``max_instances``: concurrent runs of one job across the fleet (the job's lease as N
-# lanes; see docs/concepts.md, "Concurrent runs of one job"). The Redis store has no lanes
-# yet: the scheduler refuses N > 1 there at start (Scheduler._check_lanes).
+# lanes; see docs/concepts.md, "Concurrent runs of one job"), on every built-in store; a
+# store without lanes (a plugin's) is refused N > 1 at start (Scheduler._check_lanes).
 MAX_INSTANCES = 100
 
 # the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for

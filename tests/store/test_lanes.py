@@ -1,5 +1,5 @@
 """``max_instances`` = N: a job's lease as N lanes (lane 0 in the job's state row, lanes
-1..N-1 beside it), on every store that has lanes (``Store.lanes``; Redis: not yet)."""
+1..N-1 beside it), on every store that has lanes (``Store.lanes``: every built-in store)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from cronfleet.clock import FakeClock
 from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus, TriggeredBy
 from cronfleet.store import Store
-from cronfleet.store.base import Dispatch, Finish, Instance, InstanceStore, Start, has_lanes
+from cronfleet.store.base import (
+    Dispatch,
+    EarlyClaimStore,
+    Finish,
+    Instance,
+    InstanceStore,
+    Start,
+    has_lanes,
+)
 
 from .conftest import T0, StoreFactory
 
@@ -152,3 +160,38 @@ async def test_a_lost_instances_lanes_are_broken(
     assert lost.runs[0].reason == "instance_lost"
     [next_] = await alive.dispatch([item("a", T0 + 17, 2, hold=3600)], "alive")
     assert next_.started  # the dead instance's lane was released
+
+
+async def test_a_lane_taken_over_keeps_the_dead_holders_run_and_renewed_lanes_live(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    await store.ensure_jobs(["a"])
+    [zero] = await store.dispatch([item("a", T0, 3, hold=30)], "alive")
+    [one] = await store.dispatch([item("a", T0 + 1, 3, hold=30)], "alive")  # lane 1
+    # lane 2: a holder that died before its row was written (hot path)
+    [dead] = await store.dispatch([item("a", T0 + 2, 3, hold=30, record=False)], "dead")
+    assert zero.started and one.started and dead.started
+    clock.advance(25)
+    await store.renew_leases([("a", zero.token, 30), ("a", one.token, 30)])  # type: ignore[list-item]
+    clock.advance(10)  # lane 2 expired; lanes 0 and 1 renewed
+    [took] = await other.dispatch([item("a", T0 + 35, 3, hold=30)], "two")
+    assert took.started  # the expired lane, taken over: the dead run is kept first ...
+    reaped = await other.reap_orphans("x")
+    # ... and the reaper marks it (nothing else: the renewed lanes' runs are live)
+    assert [r.fencing_token for r in reaped] == [dead.token]
+    assert reaped[0].status is RunStatus.INTERRUPTED and "dead" in reaped[0].logs[-1]
+    [over] = await other.dispatch([item("a", T0 + 36, 3, hold=30)], "two")
+    assert not over.started and over.holder == "alive, two"
+
+
+async def test_withdrawing_an_early_claim_frees_its_lane(store: Store) -> None:
+    assert isinstance(store, EarlyClaimStore)
+    await store.ensure_jobs(["a"])
+    [first] = await store.dispatch([item("a", T0, 2, hold=60)], "one")
+    early = Dispatch.early_claim("a", T0 + 5, hold=60)
+    early.lanes = 2
+    [kept] = await store.dispatch([early], "one")  # lane 1
+    assert first.started and kept.won and not kept.busy and kept.token is not None
+    assert await store.withdraw([("a", T0 + 5, kept.token)]) == 1
+    [again] = await store.dispatch([item("a", T0 + 6, 2, hold=60)], "one")
+    assert again.started  # lane 1 was released with the claim

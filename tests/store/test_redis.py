@@ -15,7 +15,7 @@ from cronfleet.clock import FakeClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import RunStatus
 from cronfleet.store import RedisStore, open_store
-from cronfleet.store.base import Dispatch, Skip
+from cronfleet.store.base import Dispatch, Finish, Skip
 from cronfleet.store.redis import SCHEMA_VERSION
 from cronfleet.store.url import parse_store_url
 
@@ -165,6 +165,42 @@ async def test_keys_live_under_the_prefix_and_a_job_s_keys_share_its_hash_tag(
     assert {k for k in mine if "{" not in k} <= {
         store.prefix + n for n in ("schema", "jobs", "leased")
     }
+
+
+async def test_lanes_keys_exist_only_for_max_instances_above_one(
+    store: RedisStore, raw: aioredis.Redis
+) -> None:
+    """Lanes 1..N-1 live in ``{job}:l`` and the ``lanes`` index, written only when a job
+    with N > 1 finds lane 0 busy; N = 1 (busy or not) never writes them, and a lane
+    released, reaped or broken leaves no key behind."""
+    await store.ensure_jobs(["one", "many"])
+    for i in range(2):  # N = 1: the second slot finds the lease busy (skipped)
+        await store.dispatch([Dispatch.scheduled("one", T0 + i, lease=True, hold=60)], "a")
+
+    async def lane_keys() -> set[str]:
+        keys = {k.decode() async for k in raw.scan_iter(match=store.prefix + "*")}
+        return {k for k in keys if k.endswith(":l") or k == store.prefix + "lanes"}
+
+    assert await lane_keys() == set()
+
+    def many(slot: float) -> Dispatch:
+        d = Dispatch.scheduled("many", slot, lease=True, hold=60)
+        d.lanes = 3
+        return d
+
+    before = int((await raw.info("commandstats"))["cmdstat_evalsha"]["calls"])
+    got = await store.dispatch([many(T0 + i) for i in range(3)], "a")  # one script call
+    assert int((await raw.info("commandstats"))["cmdstat_evalsha"]["calls"]) - before == 1
+    assert [d.started for d in got] == [True, True, True]
+    assert await lane_keys() == {store.prefix + "{many}:l", store.prefix + "lanes"}
+    assert await raw.hlen(store.prefix + "{many}:l") == 2  # lanes 1 and 2; lane 0: state
+    # the index is scored by the earliest lane expiry (the reaper reads the expired ones)
+    assert await raw.zscore(store.prefix + "lanes", "many") == (T0 + 60) * 1000
+    for d in got:
+        assert d.run is not None
+        d.run.status = RunStatus.SUCCEEDED
+    await store.finish([Finish(d.run, release_token=d.token) for d in got if d.run])
+    assert await lane_keys() == set()  # released: nothing left
 
 
 async def test_an_override_wakes_every_subscribed_process(url: str) -> None:

@@ -272,15 +272,16 @@ class Scheduler(SyncControl):
         return register
 
     def _check_lanes(self, job: Job) -> None:
-        """``max_instances`` > 1 needs a store whose leases have lanes (not Redis yet);
-        a node-local job counts its runs in this process and needs none."""
+        """``max_instances`` > 1 needs a store whose leases have lanes (``has_lanes``:
+        every built-in store; a plugin's store may have none); a node-local job counts its
+        runs in this process and needs none."""
         if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
             self.store
         ):
             kind = type(self.store).__name__.removesuffix("Store") or "this"
             raise ValueError(
                 f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
-                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL or memory)"
+                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL, Redis or memory)"
             )
 
     def add_job(self, job: Job) -> Job:

@@ -715,7 +715,7 @@ class Store(Protocol):
 
 def has_lanes(store: object) -> bool:
     """Whether ``store`` keeps a job's lease as lanes (``max_instances`` > 1): a store
-    says so with a class attribute ``lanes = True`` (memory, SQLite, PostgreSQL)."""
+    says so with a class attribute ``lanes = True`` (memory, SQLite, PostgreSQL, Redis)."""
     return getattr(store, "lanes", False) is True
 
 

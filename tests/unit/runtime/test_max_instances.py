@@ -1,5 +1,6 @@
 """``max_instances`` = N in the scheduler: N runs of a job at once (lease lanes), the next
-skipped naming the limit, ``replace`` cancelling only the oldest, Redis refused at start."""
+skipped naming the limit, ``replace`` cancelling only the oldest (memory, SQLite, Redis); a
+store without lanes refused at start."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from cronfleet import FakeClock, RunContext, RunRecord, RunStatus, Scheduler
+
+from .conftest import BOTH
 
 Make = Callable[..., Scheduler]
 
@@ -47,7 +50,7 @@ async def rows(s: Scheduler, job_id: str, statuses: list[str]) -> list[RunRecord
     raise AssertionError([(r.status.value, r.reason) for r in got])
 
 
-@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_two_instances_run_and_the_third_is_skipped_naming_the_limit(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -72,6 +75,7 @@ async def test_two_instances_run_and_the_third_is_skipped_naming_the_limit(
     assert len(h.started) == 3
 
 
+@pytest.mark.parametrize("store_kind", BOTH)
 async def test_replace_cancels_only_the_oldest_run(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -94,12 +98,20 @@ async def test_replace_cancels_only_the_oldest_run(
     await rows(s, "long", ["cancelled", "succeeded", "succeeded"])
 
 
-def test_redis_refuses_max_instances_above_one() -> None:
+def test_a_store_without_lanes_refuses_max_instances_above_one() -> None:
+    """Every built-in store has lanes (Redis included); a plugin's store may not: the
+    scheduler refuses N > 1 on it when the job is added, naming the job and the store."""
+    from cronfleet.store.memory import MemoryStore
     from cronfleet.store.redis import RedisStore
 
-    s = Scheduler(store=RedisStore("redis://127.0.0.1:1/0"))
+    class PluginStore(MemoryStore):
+        lanes = False
+
+    s = Scheduler(store=PluginStore())
     s.job("60s", id="one")(lambda ctx: None)  # the default: fine
     with pytest.raises(ValueError, match=r"job 'many': max_instances > 1 is not supported "
-                                         r"on the Redis store yet"):
+                                         r"on the Plugin store yet"):
         s.job("60s", id="many", max_instances=3)(lambda ctx: None)
     s.job("60s", id="local", max_instances=3, locking="node_local")(lambda ctx: None)
+    r = Scheduler(store=RedisStore("redis://127.0.0.1:1/0"))
+    r.job("60s", id="many", max_instances=3)(lambda ctx: None)  # Redis has lanes

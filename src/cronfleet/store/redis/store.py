@@ -23,7 +23,14 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
 * **Keys** start with the URL's ``prefix`` (default ``cronfleet:``); a job's keys carry
   the hash tag ``{job}``. Batched scripts touch many jobs and a few global keys (run ids,
   indexes), so they need one server: Redis Cluster is not supported yet.
+* **Lease lanes** (``max_instances`` = N > 1): lane 0 is the job's lease in its state hash
+  as ever; only when it is busy does such a run take the lowest free or expired lane
+  1..N-1, a field of ``{job}:l`` (indexed by expiry in ``<prefix>lanes`` for the reaper and
+  lost-instance breaking). A job with N = 1 never writes either key, and its scripts run
+  the commands they always ran (a release or renewal that misses lane 0 looks at the lanes).
 * **Schema version** (``<prefix>schema``): written at first open, a newer one is refused.
+  The lane keys are new and optional (absent for every N = 1 job), so they need no new
+  version.
 * **Registry and requests** (``registry.lua``, the RegistryStore contract): one hash of
   rows per declaring instance, one hash per request; a new request is announced on the
   same channel as overrides, so instances take it at once.
@@ -227,6 +234,8 @@ def _state(row: Sequence[Any]) -> JobState:
 
 class RedisStore:
     """Claims, leases, overrides and the run ledger on Redis (see the module doc)."""
+
+    lanes = True  # max_instances > 1: lanes 1..N-1 in {job}:l (common.lua, take_lane)
 
     def __init__(
         self,
@@ -571,7 +580,11 @@ class RedisStore:
         the one that applies. Nothing is left for a second call, so a process that dies
         (or pauses) after the claims leaves no claim without its row or its lease."""
         self._redis()
-        leased = [it.job_id for it in items if it.lease and not it.defer and not it.skip_reason]
+        leased = [
+            it.job_id
+            for it in items
+            if it.lease and not it.defer and not it.skip_reason and it.lanes == 1
+        ]
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         out = [Dispatched(request=it, won=False) for it in items]
@@ -593,7 +606,7 @@ class RedisStore:
         """One chunk's arguments from ``start``: ``(end, items, templates)``."""
         argv: list[str] = []
         templates: list[dict[str, str]] = []
-        shared: dict[tuple[TriggeredBy, bool], str] = {}
+        shared: dict[tuple[TriggeredBy, bool, int], str] = {}
 
         def template(it: Dispatch, taken: bool) -> str:
             rec, _, _ = ledger.dispatch_run(
@@ -619,16 +632,18 @@ class RedisStore:
                     and it.params is None and it.forced_by is None and not it.wait_if_busy
                     and not it.manual and not it.is_recovery
                 ):  # fmt: skip
-                    key = (it.triggered_by, it.is_catchup)
+                    key = (it.triggered_by, it.is_catchup, it.lanes)
                     if key not in shared:  # one template for every plain busy slot
                         plain = Dispatch.scheduled("", 0.0, lease=True, catchup=it.is_catchup)
-                        plain.triggered_by = it.triggered_by
+                        plain.triggered_by, plain.lanes = it.triggered_by, it.lanes
                         shared[key] = template(plain, False)
                     busy = shared[key]
                 else:
                     busy = template(it, False)
+            # the lease field: '0' none, '1' the job's lease, 'N' its N lanes (max_instances)
             argv += (
-                _kind(it), it.job_id, str(ms(it.slot)), "1" if lease else "0",
+                _kind(it), it.job_id, str(ms(it.slot)),
+                ("1" if it.lanes == 1 else str(it.lanes)) if lease else "0",
                 str(ms(it.hold)), "" if it.reclaim_token is None else str(it.reclaim_token),
                 ok, busy,
             )  # fmt: skip
@@ -653,7 +668,7 @@ class RedisStore:
                 d.busy, d.holder = True, _d(holder) or None
                 holders[it.job_id] = d.holder
             elif taken:
-                acquired.add(it.job_id)
+                acquired.add(it.job_id if it.lanes == 1 else ledger.lane_key(d.token))
             elif d.won and it.lease and not it.defer and not it.skip_reason:
                 holders[it.job_id] = _d(holder) or None
         now_dt = dt(now)
@@ -677,11 +692,12 @@ class RedisStore:
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
         self._redis()
         leased = [it for it in items if it.lease]
-        if len({it.job_id for it in leased}) != len(leased):
+        single = [it.job_id for it in leased if it.lanes == 1]
+        if len(set(single)) != len(single):
             raise StoreError("one batch may take at most one lease per job")
         argv: list[Any] = [len(leased)]
         for it in leased:
-            argv += (it.job_id, "" if it.token is None else it.token, ms(it.hold))
+            argv += (it.job_id, "" if it.token is None else it.token, ms(it.hold), it.lanes)
         argv += [it.run_id for it in items]
         res = await self._run("leases", instance_id, *argv)
         now = int(res[0])
@@ -690,7 +706,7 @@ class RedisStore:
         for k, it in enumerate(leased):
             taken, holder = res[1 + 2 * k], res[2 + 2 * k]
             if taken:
-                acquired.add(it.job_id)
+                acquired.add(it.job_id if it.lanes == 1 else ledger.lane_key(it.token))
             else:
                 holders[it.job_id] = _d(holder) or None
         base = 1 + 2 * len(leased)
@@ -705,7 +721,7 @@ class RedisStore:
             st = Started(request=it, run=None)
             out.append(st)
             run = runs.get(it.run_id)
-            if it.lease and it.job_id not in acquired:
+            if it.lease and not ledger.lease_taken(it.job_id, it.token, it.lanes, acquired):
                 st.holder = holders.get(it.job_id)
                 if it.wait_if_busy:
                     continue
@@ -714,7 +730,7 @@ class RedisStore:
                     run.reason = ledger.ALREADY_EXECUTING
                     run.finished_at, run.deadline = now_dt, None
                     run.result = ledger.busy_result()
-                    run.logs.append(ledger.busy_log(st.holder))
+                    run.logs.append(ledger.busy_log(st.holder, it.lanes))
                     rows.append((run, None))
             elif run is not None and run.status is RunStatus.PENDING:
                 run.status = RunStatus.RUNNING

@@ -3,8 +3,10 @@
 -- Keys: P{job}:s state hash, P{job}:n token counter, P{job}:c slot -> token,
 -- P{job}:t token -> "slot|instance|claimed_at", P{job}:cs claimed slots (zset),
 -- P{job}:f token -> run id, P{job}:d "slot|reason" -> run id, P{job}:k skip slots (zset),
--- P{job}:r run ids (zset by id), P{job}:rs run ids by slot; global: Pjobs, Pleased,
--- Poverrides, Prunid, Pr:<id>, Pids, Pslot, Pids:<status>, Pslot:<status>, Popen.
+-- P{job}:r run ids (zset by id), P{job}:rs run ids by slot, P{job}:l lease lanes 1..N-1
+-- (max_instances = N > 1 only: lane -> "token|holder|until"); global: Pjobs, Pleased,
+-- Planes (jobs with a lane held, by their lanes' earliest expiry), Poverrides, Prunid,
+-- Pr:<id>, Pids, Pslot, Pids:<status>, Pslot:<status>, Popen.
 local P = ARGV[1]
 local NOW
 if ARGV[2] ~= '' then
@@ -55,22 +57,63 @@ local function new_claim(j, slot, inst)
   redis.call('SADD', gk('jobs'), j)
   return tok
 end
+-- Lease lanes (max_instances = N > 1). Lane 0 is the state hash's lease (h, lt, lu), as
+-- for every job; lanes 1..N-1 are the fields of P{job}:l, written only when a run of such
+-- a job finds lane 0 busy (a job with N = 1 never has that key, nor a Planes entry). A
+-- lane's field is deleted when it is released, broken, or reaped once expired.
+-- Planes scores each job with a lane field by the earliest `until` among them (reap.lua
+-- reads the expired ones, instances.lua's break every one).
+local function lanes_index(j)
+  local all = redis.call('HGETALL', jk(j, 'l'))
+  local first = false
+  for i = 2, #all, 2 do
+    local _, _, u = split3(all[i])
+    u = tonumber(u)
+    if not first or u < first then first = u end
+  end
+  if first then
+    redis.call('ZADD', gk('lanes'), first, j)
+  else
+    redis.call('ZREM', gk('lanes'), j)
+  end
+end
+-- the lane field (1..N-1) that token `tok` holds, and its holder and until; or false
+local function lane_of(j, tok)
+  local all = redis.call('HGETALL', jk(j, 'l'))
+  for i = 1, #all, 2 do
+    local t, h, u = split3(all[i + 1])
+    if t == tok then return all[i], h, tonumber(u) end
+  end
+  return false
+end
 local function release(j, tok)
   if tok == '' or tok == false then return end
   local sk = jk(j, 's')
   if redis.call('HGET', sk, 'lt') == tostring(tok) then
     redis.call('HDEL', sk, 'h', 'lt', 'lu')
     redis.call('ZREM', gk('leased'), j)
+    return
+  end
+  local lane = lane_of(j, tostring(tok))  -- not lane 0: a lane 1..N-1 (max_instances > 1)
+  if lane then
+    redis.call('HDEL', jk(j, 'l'), lane)
+    lanes_index(j)
   end
 end
--- an expired lease whose holder never wrote its run (claim still there, no run by token)
+-- a lease (any lane) whose holder never wrote its run: its claim is still there and no
+-- run carries its token; {job, token, holder, slot, claimed_at} or false
+local function lost_claim(j, tok, holder)
+  if not tok or tok == '' then return false end
+  local c = redis.call('HGET', jk(j, 't'), tok)
+  if not c or redis.call('HEXISTS', jk(j, 'f'), tok) == 1 then return false end
+  local slot, _, claimed = split3(c)
+  return {j, tok, holder or '', slot, claimed}
+end
+-- an expired lease (lane 0) whose holder never wrote its run
 local function lost_of(j)
   local v = redis.call('HMGET', jk(j, 's'), 'h', 'lt', 'lu')
   if not v[2] or not v[3] or tonumber(v[3]) > NOW then return false end
-  local c = redis.call('HGET', jk(j, 't'), v[2])
-  if not c or redis.call('HEXISTS', jk(j, 'f'), v[2]) == 1 then return false end
-  local slot, _, claimed = split3(c)
-  return {j, v[2], v[1] or '', slot, claimed}
+  return lost_claim(j, v[2], v[1])
 end
 -- the run indexes
 local OPEN = {running = true, pending = true}
@@ -159,11 +202,8 @@ local function take_lease(j, tok, hold, inst)
   end
   local expired = not v[3] or tonumber(v[3]) <= NOW
   if v[2] and v[3] and expired then
-    local c = redis.call('HGET', jk(j, 't'), v[2])
-    if c and redis.call('HEXISTS', jk(j, 'f'), v[2]) == 0 then
-      local slot, _, claimed = split3(c)
-      insert_row(kept_row(j, v[2], v[1], slot, claimed), nil)
-    end
+    local l = lost_claim(j, v[2], v[1])
+    if l then insert_row(kept_row(l[1], l[2], l[3], l[4], l[5]), nil) end
   end
   if not v[1] or expired then
     local until_ = NOW + tonumber(hold)
@@ -177,4 +217,41 @@ local function take_lease(j, tok, hold, inst)
     return 1, false
   end
   return 0, v[1]
+end
+-- lane 0 was busy (take_lease said so, naming `holder0`): take the lowest free or expired
+-- lane 1..n-1 for hold ms (an expired one's unwritten run kept first, as take_lease does):
+-- 1 or (0, every lane's holder, sorted, once each, ', '-joined: ledger.busy_log's list)
+local function take_lane(j, tok, hold, inst, n, holder0)
+  local lk = jk(j, 'l')
+  local all = redis.call('HGETALL', lk)
+  local held = {}
+  for i = 1, #all, 2 do held[tonumber(all[i])] = all[i + 1] end
+  for lane = 1, n - 1 do
+    local v = held[lane]
+    local t, h, u
+    if v then t, h, u = split3(v) end
+    if not v or tonumber(u) <= NOW then
+      if v then
+        local l = lost_claim(j, t, h)
+        if l then insert_row(kept_row(l[1], l[2], l[3], l[4], l[5]), nil) end
+      end
+      redis.call('HSET', lk, lane, tok .. '|' .. inst .. '|' .. (NOW + tonumber(hold)))
+      lanes_index(j)
+      return 1, false
+    end
+  end
+  local seen, names = {}, {}
+  local function add(h)
+    if h and h ~= '' and not seen[h] then
+      seen[h] = true
+      names[#names + 1] = h
+    end
+  end
+  add(holder0)
+  for lane = 1, n - 1 do
+    local _, h = split3(held[lane])
+    add(h)
+  end
+  table.sort(names)
+  return 0, table.concat(names, ', ')
 end

@@ -2,7 +2,8 @@
 -- process that dies after the call leaves rows (or a claim under its lease, which the
 -- reaper resolves), never a claim nothing accounts for. ARGV: P, now, instance, then one
 -- JSON array of strings, 8 per item: kind (s slot, e early, t token, n none, r recovery),
--- job, slot ms, lease ('1'/'0'), hold ms, reclaimed token, the row template to write when
+-- job, slot ms, lease ('0' none, '1' the job's lease, 'N' > 1: its N lanes, max_instances),
+-- hold ms, reclaimed token, the row template to write when
 -- the claim is won and its lease taken or not wanted, the one when the lease is busy
 -- (indexes into the templates, '' none); then a JSON array of row templates (run hash
 -- fields decided by ledger.dispatch_run in store.py, with placeholders: time '1' = now,
@@ -57,8 +58,13 @@ for i = 0, n - 1 do
   local r = res[i + 1]
   local taken, holder, busy, id = 0, false, 0, 0
   local t = A[b + 6]
-  if r[1] == 1 and A[b + 3] == '1' then
-    taken, holder = take_lease(j, r[2] and tostring(r[2]) or '', hold, inst)
+  local lease = A[b + 3]
+  if r[1] == 1 and lease ~= '0' then
+    local tok = r[2] and tostring(r[2]) or ''
+    taken, holder = take_lease(j, tok, hold, inst)
+    if taken == 0 and lease ~= '1' then
+      taken, holder = take_lane(j, tok, hold, inst, tonumber(lease), holder)
+    end
     if taken == 0 then
       if A[b] == 'e' then
         drop_claim(j, r[2])

@@ -9,7 +9,8 @@
 --        declare lost every other instance whose heartbeat is older than ttl; its open
 --        runs become interrupted (the error and log lines name it: before .. id ..
 --        after), a leased claim it never wrote a run for gets that row, its leases are
---        released. Reply JSON {now, [[id, row]...] declared, [run ids]}.
+--        released (lane 0 and lanes 1..N-1). Reply JSON {now, [[id, row]...] declared,
+--        [run ids]}.
 local what = ARGV[3]
 local key = gk('inst')
 local function rows()
@@ -77,21 +78,38 @@ for _, st in ipairs({'running', 'pending'}) do
     end
   end
 end
+-- a lease of a lost holder: the interrupted row of a claim it never wrote a run for
+local function broken(j, holder, tok)
+  local l = lost_claim(j, tok, holder)
+  if not l then return end
+  local slot, claimed = l[4], l[5]
+  local row = {
+    j = j, sl = slot ~= '' and slot or claimed, tb = 'schedule', st = 'interrupted',
+    ma = slot == '' and '1' or '0', ca = '0', re = '0', at = '1',
+    lg = cjson.encode({lb .. holder .. la}), ['in'] = holder, tk = tok, rs = reason,
+    cl = claimed, fa = tostring(NOW), e = eb .. holder .. ea,
+  }
+  ids[#ids + 1] = insert_row(row, nil)
+end
 for _, j in ipairs(redis.call('ZRANGE', gk('leased'), 0, -1)) do
   local v = redis.call('HMGET', jk(j, 's'), 'h', 'lt')
   if v[1] and lost[v[1]] and v[2] then
-    local c = redis.call('HGET', jk(j, 't'), v[2])
-    if c and redis.call('HEXISTS', jk(j, 'f'), v[2]) == 0 then
-      local slot, _, claimed = split3(c)
-      local row = {
-        j = j, sl = slot ~= '' and slot or claimed, tb = 'schedule', st = 'interrupted',
-        ma = slot == '' and '1' or '0', ca = '0', re = '0', at = '1',
-        lg = cjson.encode({lb .. v[1] .. la}), ['in'] = v[1], tk = v[2], rs = reason,
-        cl = claimed, fa = tostring(NOW), e = eb .. v[1] .. ea,
-      }
-      ids[#ids + 1] = insert_row(row, nil)
-    end
+    broken(j, v[1], v[2])
     release(j, v[2])
   end
+end
+for _, j in ipairs(redis.call('ZRANGE', gk('lanes'), 0, -1)) do  -- lanes 1..N-1
+  local lk = jk(j, 'l')
+  local all = redis.call('HGETALL', lk)
+  local changed = false
+  for i = 1, #all, 2 do
+    local tok, h = split3(all[i + 1])
+    if lost[h] then
+      broken(j, h, tok)
+      redis.call('HDEL', lk, all[i])
+      changed = true
+    end
+  end
+  if changed then lanes_index(j) end
 end
 return cjson.encode({NOW, declared, #ids > 0 and ids or cjson.decode('[]')})
