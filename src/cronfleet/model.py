@@ -230,6 +230,8 @@ _CREATE_DEFAULTS: dict[str, Any] = {
 _CREATE_KEYS = ("timezone", "missed", "catch_up_window", "locking", "overlap", "timeout",
                 "jitter", "enabled", "recover", "config", "description", "team", "retry",
                 "notify", "auto_pause_after", "max_instances")
+_validate_declared: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[Any]]] \
+    | None = None  # cronfleet.spec.validate_declared, once imported
 _CREATE_DEFAULT_VALUES = tuple(_CREATE_DEFAULTS.get(k, _NO_DEFAULT) for k in _CREATE_KEYS)
 
 
@@ -297,8 +299,11 @@ class Job:
         ``None`` with ``at`` (a one-off instant). ``start``/``end`` bound the slots
         (inclusive); ``exclude`` lists the exclusions (the spec's ``except``: ``"12-25"``,
         ``"2026-12-24"``, a cron expression, ``"calendar:PATH"``)."""
-        from cronfleet.spec import validate_declared  # spec builds on this module's types
+        global _validate_declared
+        if _validate_declared is None:  # spec builds on this module's types; an import
+            from cronfleet.spec import validate_declared  # statement costs ~1 us a job
 
+            _validate_declared = validate_declared
         given = (timezone, missed, catch_up_window, locking, overlap, timeout, jitter,
                  enabled, recover, config, description, team, retry, notify,
                  auto_pause_after, max_instances)  # in _CREATE_KEYS' order
@@ -315,7 +320,7 @@ class Job:
             fields[key] = value
         # validated once per distinct set of arguments (every job after the first of
         # 100,000 alike checks its id only); every problem still names this job
-        kwargs, problems = validate_declared(fields)
+        kwargs, problems = _validate_declared(fields)
         if kwargs is None:
             raise ValueError(_problems_text(id, schedule, problems))
         return cls(handler=handler, source=source, **kwargs)
