@@ -1138,21 +1138,20 @@ def validate_declared(fields: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
     another type) and ``calendar:`` exclusions (the file is read again) take it too."""
     key = _declared_key(fields)
     job_id = fields.get("id")
-    if key is not None:
-        seen = _declared_fields.get(key)
-        if seen is not None and check_job_id(job_id) is None:
-            out = seen.copy()  # the job's own dicts, as job_fields gives them
-            out["id"] = job_id
-            out["config"] = dict(seen["config"])
-            return out, []
-    spec, problems = validate_job(fields, nested_id=True)
-    if spec is None:
-        return None, problems
-    out = spec.job_fields()
-    if key is not None:
+    seen = None if key is None else _declared_fields.get(key)
+    if seen is None or check_job_id(job_id) is not None:
+        spec, problems = validate_job(fields, nested_id=True)
+        if spec is None:
+            return None, problems
+        seen = spec.job_fields()
+        if key is None:
+            return seen, []
         if len(_declared_fields) >= DECLARED_CACHE_MAX:
             _declared_fields.clear()
-        _declared_fields[key] = spec.job_fields()
+        _declared_fields[key] = seen
+    out = seen.copy()  # the job's own dicts, as job_fields gives them
+    out["id"] = job_id
+    out["config"] = dict(seen["config"])
     return out, []
 
 
