@@ -323,7 +323,14 @@ class Job:
         kwargs, problems = _validate_declared(fields)
         if kwargs is None:
             raise ValueError(_problems_text(id, schedule, problems))
-        return cls(handler=handler, source=source, **kwargs)
+        if cls is not Job or _JOB_POST_INIT:
+            return cls(handler=handler, source=source, **kwargs)
+        # what the frozen dataclass's __init__ does (object.__setattr__ of every field,
+        # each one given: JobSpec.job_fields names all but these two), in one update
+        # instead of 21 calls: ~1 us against ~5 us a job
+        job = object.__new__(cls)
+        vars(job).update(kwargs, handler=handler, source=source)
+        return job
 
     @cached_property
     def period(self) -> float | None:
@@ -354,6 +361,9 @@ class Job:
             return self.timeout + LEASE_GRACE
         waits = sum(retry.wait(n) for n in range(1, retry.attempts))
         return retry.attempts * self.timeout + waits + LEASE_GRACE
+
+
+_JOB_POST_INIT = hasattr(Job, "__post_init__")  # Job.create's shortcut only without one
 
 
 @dataclass(slots=True)

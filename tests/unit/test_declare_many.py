@@ -87,6 +87,18 @@ def test_the_reused_job_is_the_job_the_full_path_builds(
     assert declared(second).digest == declared(expected).digest
 
 
+def test_create_sets_every_field_as_the_dataclass_init_does() -> None:
+    """Job.create fills the instance in one update (not the frozen __init__): every field
+    but handler and source comes from JobSpec.job_fields, and the job is the same."""
+    names = {f.name for f in dataclasses.fields(Job)}
+    job = Job.create("*/5 * * * *", handler, id="a", source="config", config={"k": 1})
+    assert set(vars(job)) == names
+    kwargs = {n: getattr(job, n) for n in names}
+    assert fields_of(Job(**kwargs)) == fields_of(job)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.id = "b"  # type: ignore[misc]
+
+
 def test_a_bad_job_after_1000_good_identical_ones_fails_with_its_own_id() -> None:
     for i in range(1000):
         Job.create("*/5 * * * *", handler, id=f"good-{i}", timezone="Europe/Paris")
