@@ -77,6 +77,7 @@ __all__ = [
     "HttpRequest",
     "JobSpec",
     "SpecInvalid",
+    "Unkeyable",
     "boolean",
     "byte_size",
     "check_command",
@@ -93,7 +94,9 @@ __all__ = [
     "retry_policy",
     "split_index",
     "time_bound",
+    "validate_declared",
     "validate_job",
+    "value_key",
     "whole_number",
 ]
 
