@@ -29,9 +29,9 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from cronfleet.cron import (
     parse_instant,
     parse_schedule,
 )
+from cronfleet.cron.compose import CALENDAR_PREFIX
 from cronfleet.cron.duration import DurationError, to_timedelta
 from cronfleet.model import (
     BACKOFF_STRATEGIES,
@@ -76,6 +77,7 @@ __all__ = [
     "HttpRequest",
     "JobSpec",
     "SpecInvalid",
+    "Unkeyable",
     "boolean",
     "byte_size",
     "check_command",
@@ -92,7 +94,9 @@ __all__ = [
     "retry_policy",
     "split_index",
     "time_bound",
+    "validate_declared",
     "validate_job",
+    "value_key",
     "whole_number",
 ]
 
@@ -1051,6 +1055,107 @@ def _composed(
                                            "the job would never run"))
         return None
     return composed
+
+
+# -- one validation per distinct set of arguments ---------------------------------------------
+
+
+class Unkeyable(Exception):
+    """A value :func:`value_key` cannot key (mutable past its depth, or of another type)."""
+
+
+# values keyed by their type and value: equal values of these types validate and
+# serialise alike (a datetime does not: equal instants in two zones are equal)
+_KEYED_BY_VALUE = frozenset({str, int, bool, timedelta, date})
+
+
+def value_key(value: object, depth: int = 0,
+              identity: tuple[type, ...] = ()) -> Hashable:
+    """A hashable key for ``value`` that two values share only when every job field built
+    from them is the same: the type is part of it (``1``, ``1.0`` and ``True`` are equal
+    in Python, not in a job's spec), a float is keyed by its exact bits (``-0.0``),
+    lists, tuples and dicts by their content (dicts in order) up to ``depth`` levels, an
+    instance of an ``identity`` type by its identity (the caller keeps it alive, e.g. in
+    the cached result). Raises :class:`Unkeyable` for anything else."""
+    if value is None:
+        return None
+    t = type(value)
+    if t in _KEYED_BY_VALUE or isinstance(value, Enum):
+        return (t, value)
+    if isinstance(value, float) and t is float:
+        return (t, value.hex())
+    if t in identity:
+        return (t, id(value))
+    if depth > 0:
+        if isinstance(value, list | tuple) and (t is list or t is tuple):
+            return (t, tuple(value_key(v, depth - 1, identity) for v in value))
+        if isinstance(value, dict) and t is dict:
+            return (t, tuple((value_key(k), value_key(v, depth - 1, identity))
+                             for k, v in value.items()))
+    raise Unkeyable(t.__name__)
+
+
+# Job.create's fields -> how deep value_key looks into them (config: its values must be
+# scalars, since the job keeps them; the policies' tables become new frozen objects)
+_DECLARED_DEPTH = {"schedule": 1, "except": 1, "config": 1, "retry": 3, "notify": 3}
+DECLARED_CACHE_MAX = 1024  # distinct argument sets kept by validate_declared
+# kept by the cached fields when valid, so keyed by identity (a RetryPolicy with delay 1
+# equals one with 1.0, which the registry writes apart)
+_BY_IDENTITY = (CronExpr, Exclusion, RetryPolicy, NotifyPolicy)
+_declared_fields: dict[Hashable, dict[str, Any]] = {}  # key -> JobSpec.job_fields()
+
+
+def _declared_key(fields: Mapping[str, Any]) -> Hashable | None:
+    """The key of a declaration's arguments without its id, or ``None`` when one of them
+    cannot be keyed or must be read again each time (a ``calendar:`` file)."""
+    exclude = fields.get("except")
+    entries = [exclude] if isinstance(exclude, str) else exclude
+    if isinstance(entries, list | tuple) and any(
+            isinstance(e, str) and CALENDAR_PREFIX in e for e in entries):
+        return None
+    key: list[Hashable] = []
+    try:
+        for k, v in fields.items():
+            if k == "id":
+                continue
+            if type(v) is str:  # most values (value_key's answer, without the call)
+                key.append((k, str, v))
+            else:
+                key.append((k, value_key(v, _DECLARED_DEPTH.get(k, 0), _BY_IDENTITY)))
+    except Unkeyable:
+        return None
+    return tuple(key)
+
+
+def validate_declared(fields: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
+                                                          list[FieldProblem]]:
+    """:func:`validate_job` of a job declared in code (``nested_id``; what
+    :meth:`~cronfleet.model.Job.create` calls): the :class:`~cronfleet.model.Job` keyword
+    arguments (:meth:`JobSpec.job_fields`), or ``None`` and every problem.
+
+    Declaring 100,000 jobs with the same arguments but their ids validates once: the
+    spec of a set of arguments already seen (:func:`value_key` of every field but the
+    id) is reused with this job's id once the id passes :func:`check_job_id`. Only valid
+    sets are kept, so a bad id or a bad value always takes the full path and gets its
+    own message; arguments that cannot be keyed (a datetime, a list in ``config``,
+    another type) and ``calendar:`` exclusions (the file is read again) take it too."""
+    key = _declared_key(fields)
+    job_id = fields.get("id")
+    seen = None if key is None else _declared_fields.get(key)
+    if seen is None or check_job_id(job_id) is not None:
+        spec, problems = validate_job(fields, nested_id=True)
+        if spec is None:
+            return None, problems
+        seen = spec.job_fields()
+        if key is None:
+            return seen, []
+        if len(_declared_fields) >= DECLARED_CACHE_MAX:
+            _declared_fields.clear()
+        _declared_fields[key] = seen
+    out = seen.copy()  # the job's own dicts, as job_fields gives them
+    out["id"] = job_id
+    out["config"] = dict(seen["config"])
+    return out, []
 
 
 def validate_job(

@@ -26,7 +26,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from cronfleet.errors import (
     RemoteTimeout,
 )
 from cronfleet.model import Job, Locking, Missed, Overlap
+from cronfleet.spec import Unkeyable, value_key
 from cronfleet.store.base import Declared, FleetRequest, RegistryStore
 
 if TYPE_CHECKING:
@@ -128,10 +129,59 @@ def digest(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+SPEC_CACHE_MAX = 1024  # distinct specs whose (spec, digest) declared() keeps
+_specs: dict[Hashable, tuple[dict[str, Any], str]] = {}
+
+
+def _exact(number: object) -> object:
+    """A float by its exact bits (``-0.0`` and ``0.0`` are equal, JSON writes them
+    apart); anything else as it is."""
+    return number.hex() if isinstance(number, float) else number
+
+
+def _spec_key(job: Job) -> Hashable | None:
+    """Every value :func:`declared_spec` reads from ``job``, as a key, or ``None`` when
+    one cannot be keyed (a mutable or unhashable value). Typed: ``1``, ``1.0`` and
+    ``True`` are equal in Python, JSON writes them apart. The id, team and source are
+    not in the spec. (~3 us against ~30 us for the spec and its digest.)"""
+    retry, notify, config = job.retry, job.notify, job.config
+    values = (
+        _kind(job), job.schedule.expr, str(job.schedule.tz), job.missed,
+        _exact(job.catch_up_window), job.locking, job.overlap, _exact(job.timeout),
+        _exact(job.jitter), job.enabled, job.recover, job.auto_pause_after,
+        job.description, job.max_instances,
+        *((None, None, None) if retry is None else
+          (retry.attempts, retry.backoff, _exact(retry.delay))),
+        *((None, None, None) if notify is None else
+          (tuple(notify.on), notify.after_failures, tuple(notify.channels))),
+    )
+    try:
+        return (values, tuple(map(type, values)),
+                value_key(dict(config), depth=8) if config else None,
+                None if notify is None else (tuple(map(type, notify.on)),
+                                             tuple(map(type, notify.channels))))
+    except Unkeyable:
+        return None
+
+
 def declared(job: Job) -> Declared:
-    spec = declared_spec(job)
-    return Declared(job.id, "", team=job.team, source=job.source, digest=digest(spec),
-                    spec=spec)
+    """``job``'s registry row (no instance yet). The spec and its digest are computed
+    once per distinct spec (:func:`_spec_key`): 100,000 jobs declared alike share one
+    spec dict (the stores copy or serialise it, never change it) and one digest."""
+    key = _spec_key(job)
+    try:
+        got = None if key is None else _specs.get(key)
+    except TypeError:  # an unhashable value (a list where a tuple belongs)
+        key = got = None
+    if got is None:
+        spec = declared_spec(job)
+        got = (spec, digest(spec))
+        if key is not None:
+            if len(_specs) >= SPEC_CACHE_MAX:
+                _specs.clear()
+            _specs[key] = got
+    return Declared(job.id, "", team=job.team, source=job.source, digest=got[1],
+                    spec=got[0])
 
 
 class DeclaredElsewhere:
