@@ -23,6 +23,8 @@ from psycopg import sql
 
 from store.pg import TcpProxy, drop_schema, new_schema, pg_url, require_pg
 
+from .strike import EARLY_ENOUGH, wait_for_early_in_a_second
+
 WORKER = Path(__file__).with_name("fleet_worker.py")
 pytestmark = pytest.mark.slow
 
@@ -158,18 +160,23 @@ def handler_counts(path: Path) -> Counter[tuple[str, int]]:
 def current_holder(schema: str, timeout: float = 20) -> tuple[str, set[str]]:
     """The instance holding the most leases right now (the current instant's runs) and
     the jobs whose leases it holds, read in one query (a second query could find them
-    released already: the handlers take 0.4 s)."""
+    released already: the handlers take 0.4 s).
+
+    Read early in a second and returned only while still early in it: the jobs fire on
+    whole seconds, so the caller that signals the holder right after this returns strikes
+    while its runs are in flight, not just after they released their leases."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        time.sleep(wait_for_early_in_a_second())
+        started = time.time()
         found = query(
             schema,
             "SELECT lease_holder, array_agg(job_id) FROM {s}.job_state "
             "WHERE lease_holder IS NOT NULL "
             "GROUP BY lease_holder ORDER BY count(*) DESC LIMIT 1",
         )
-        if found:
+        if found and time.time() - math.floor(started) < EARLY_ENOUGH:
             return str(found[0][0]), set(found[0][1])
-        time.sleep(0.02)
     raise AssertionError("no run took a lease")
 
 

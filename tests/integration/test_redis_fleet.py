@@ -23,6 +23,8 @@ import pytest
 from cronfleet.store.redis import RedisStore
 from store.redis_server import RedisServer, new_prefix
 
+from .strike import EARLY_ENOUGH, wait_for_early_in_a_second
+
 WORKER = Path(__file__).with_name("fleet_worker.py")
 pytestmark = pytest.mark.slow
 
@@ -216,32 +218,38 @@ def test_kill_9_a_worker_no_slot_runs_twice_and_none_is_lost(
 
 def current_holder(url: str, jobs: list[str], timeout: float = 20) -> tuple[str, set[str]]:
     """The instance holding the most live leases right now (the current instant's runs)
-    and the jobs whose leases it holds, read in one script call (atomic on the server)."""
+    and the jobs whose leases it holds, read in one script call (atomic on the server).
+
+    Read early in a second and returned only while still early in it: the jobs fire on
+    whole seconds and their handlers take 0.4 s, so the caller that signals the holder
+    right after this returns strikes while its runs are in flight, not just after they
+    released their leases."""
 
     async def read() -> tuple[str, set[str]] | None:
         store = RedisStore(url)
         await store.open()
         try:
-            now = await store.now()
-            held: dict[str, set[str]] = defaultdict(set)
-            for st in (await store.read_states(jobs)).values():
-                live = st.lease_until is not None and st.lease_until.timestamp() > now
-                if st.lease_holder and live:
-                    held[st.lease_holder].add(st.job_id)
-            if not held:
-                return None
-            holder = max(held, key=lambda h: len(held[h]))
-            return holder, held[holder]
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                await asyncio.sleep(wait_for_early_in_a_second())
+                started = time.time()
+                now = await store.now()
+                held: dict[str, set[str]] = defaultdict(set)
+                for st in (await store.read_states(jobs)).values():
+                    live = st.lease_until is not None and st.lease_until.timestamp() > now
+                    if st.lease_holder and live:
+                        held[st.lease_holder].add(st.job_id)
+                if held and time.time() - math.floor(started) < EARLY_ENOUGH:
+                    holder = max(held, key=lambda h: len(held[h]))
+                    return holder, held[holder]
+            return None
         finally:
             await store.close()
 
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = asyncio.run(read())
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError("no run took a lease")
+    found = asyncio.run(read())
+    if found is None:
+        raise AssertionError("no run took a lease")
+    return found
 
 
 def test_kill_9_of_the_lease_holder_its_jobs_fire_on_survivors_within_20s(
