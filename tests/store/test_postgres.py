@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -69,6 +70,33 @@ def test_url_options_are_ours_and_the_rest_goes_to_libpq() -> None:
     assert PostgresStore("postgresql:///x", clock=FakeClock(0)).time_source == "clock"
     with pytest.raises(StoreError, match="time_source"):
         PostgresStore("postgresql:///x?time_source=sundial")
+
+
+def test_a_url_without_a_host_keeps_its_slashes_and_a_broken_one_is_an_error() -> None:
+    """``postgresql:///db`` (libpq's local socket) reached libpq as ``postgresql:/db``, a
+    broken key=value string, and the start retried it as an outage for ever."""
+    conninfo, opts = split_url("postgresql:///app?schema=jobs&host=/run/pg")
+    assert opts == {"schema": "jobs"}
+    assert conninfo == "postgresql:///app?host=%2Frun%2Fpg"
+    assert PostgresStore("postgresql:///app?schema=jobs").conninfo == "postgresql:///app"
+    with pytest.raises(StoreError, match=r"invalid PostgreSQL URL .*db/app.*invalid URI query"):
+        PostgresStore("postgresql://db/app?colour=blue")  # libpq knows no such parameter
+
+
+SOCKET = Path("/var/run/postgresql/.s.PGSQL.5432")
+
+
+@pytest.mark.skipif(not SOCKET.exists(), reason=f"no PostgreSQL socket at {SOCKET}")
+async def test_the_local_socket_url_opens(schema: str) -> None:
+    with psycopg.connect(pg_url()) as conn:
+        info = conn.info
+        db, user = info.dbname, info.user
+    store = open_store(f"postgresql:///{db}?user={user}&schema={schema}")
+    await store.open()
+    try:
+        assert set(await store.ensure_jobs(["a"])) == {"a"}
+    finally:
+        await store.close()
 
 
 async def test_schema_from_the_url(schema: str) -> None:

@@ -89,7 +89,14 @@ def split_pg_url(url: str) -> tuple[str, dict[str, str]]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in query if k in PG_OPTIONS}
     rest = [(k, v) for k, v in query if k not in PG_OPTIONS]
-    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+    # not urlunsplit: with no host (``postgresql:///db``, the local socket) it drops the
+    # "//" and libpq then reads "postgresql:/db" as a broken key=value string
+    conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}"
+    if rest:
+        conninfo += "?" + urlencode(rest)
+    if parts.fragment:
+        conninfo += "#" + parts.fragment
+    return conninfo, ours
 
 
 def parse_store_url(url: str) -> StoreURL:

@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
@@ -257,6 +258,10 @@ class PostgresStore:
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         conninfo, opts = split_pg_url(url)
+        try:
+            conninfo_to_dict(conninfo)  # a malformed URL is an error now, not an outage
+        except psycopg.ProgrammingError as exc:
+            raise StoreError(f"invalid PostgreSQL URL {redact_url(url)!r}: {exc}") from None
         self.conninfo = conninfo
         self.url = redact_url(url)
         self.schema = schema or opts.get("schema") or "cronfleet"
