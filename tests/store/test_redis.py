@@ -15,7 +15,7 @@ from cronfleet.clock import FakeClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import RunStatus
 from cronfleet.store import RedisStore, open_store
-from cronfleet.store.base import Dispatch, Finish, Skip
+from cronfleet.store.base import Declared, Dispatch, Finish, Skip
 from cronfleet.store.redis import SCHEMA_VERSION
 from cronfleet.store.url import parse_store_url
 
@@ -98,6 +98,35 @@ async def test_a_burst_is_one_script_call_per_chunk(
     )
     assert all(d.won and d.started for d in out)
     assert await calls() - before == 1  # claims and leases; the hot path writes no row
+
+
+async def test_the_registry_is_written_in_chunks_and_replaced_as_a_whole(
+    store: RedisStore, raw: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One script call per REGISTRY_CHUNK rows (100,000 rows in one script held the server
+    for a second); a later set replaces the whole earlier one across chunks."""
+    import cronfleet.store.redis.store as redis_store
+
+    monkeypatch.setattr(redis_store, "REGISTRY_CHUNK", 2)
+    spec = {"kind": "handler", "schedule": "* * * * *"}
+
+    def rows(*ids: str) -> list[Declared]:
+        return [Declared(j, "", team="t", source="code", digest="d", spec=spec) for j in ids]
+
+    await store.publish_jobs("one", rows("warm"))  # the scripts loaded
+
+    async def calls() -> int:
+        stats = await raw.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = await calls()
+    await store.publish_jobs("one", rows("a", "b", "c", "d", "e"))
+    # ids, 3 chunks of puts, 1 drop (warm), the touch
+    assert await calls() - before == 6
+    await store.publish_jobs("one", rows("b", "f", "g"))
+    got = await store.list_declared(ttl=60)
+    assert [d.job_id for d in got] == ["b", "f", "g"]
+    assert got[0].spec == spec
 
 
 async def test_dispatch_writes_its_rows_in_the_claims_script(

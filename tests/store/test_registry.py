@@ -155,7 +155,7 @@ async def test_a_request_whose_taker_is_lost_is_answered_failed_with_its_progres
 async def test_a_set_larger_than_a_write_chunk_is_published_and_replaced_whole(
     store: Store, clock: FakeClock
 ) -> None:
-    """5,000 jobs (more than SQLite's PUBLISH_CHUNK, which writes them in several short
+    """5,000 jobs (more than REGISTRY_CHUNK, which writes them in several short
     transactions): every one listed; then a set that drops 4,000 of them and changes 500."""
     a = rstore(store)
     await a.heartbeat(me("one"), ttl=TTL)

@@ -74,7 +74,9 @@ POLL_NOTIFIED = 5.0  # the same with notifications (the backstop of a lost NOTIF
 SETTLE_EVERY = 1.0  # seconds between two looks at a waited-for request's taker
 INSTANCE_LOST = "INSTANCE_LOST"  # the code of a request whose taker was lost
 BUILD_CHUNK = 250  # jobs whose registry rows are built between two turns of the loop
-CONFLICT_LOG_MAX = 5000  # above this many jobs, conflicts are not read back and logged
+# a large set (more than this many jobs): published in the background at start (the
+# timers do not wait ~2 s for 100,000 rows) and its conflicts not read back and logged
+LARGE = 5000
 
 # the spec's keys compared between two declarers of one id (every key of declared_spec)
 SPEC_KEYS = ("kind", "schedule", "zone", "missed", "catch_up_window", "locking", "overlap",
@@ -574,7 +576,8 @@ class Registry:
         self.notified = getattr(store, "subscribe", None) is not None
         self._soon = False
         self.backfills: dict[int, Backfill] = {}  # request id -> a remote backfill here
-        self.said_large = False  # the CONFLICT_LOG_MAX line was logged
+        self.said_large = False  # the LARGE line was logged
+        self._writing = asyncio.Lock()  # one publish at a time (start's and a heartbeat's)
 
     @property
     def enabled(self) -> bool:
@@ -595,12 +598,30 @@ class Registry:
                 await asyncio.sleep(0)
         return out
 
+    async def publish_at_start(self) -> None:
+        """The first :meth:`sync`, before the timers start -- except for a large set
+        (more than :data:`LARGE` jobs): building and writing 100,000 rows takes seconds
+        that the first instants should not wait for, so it goes on in the background
+        (``cronfleet jobs`` and remote triggers see this instance's jobs once written;
+        its own timers never depend on the registry)."""
+        if self.store is None:
+            return
+        if len(self.s.jobs) <= LARGE:
+            await self.sync()
+        else:
+            self.s.spawn(self.sync())
+
     async def sync(self) -> None:
         """Write the registry when the declared set changed, touch it every ``TOUCH``
         seconds otherwise (after each heartbeat); failures are logged and retried at
         the next one."""
         if self.store is None:
             return
+        async with self._writing:
+            await self._sync()
+
+    async def _sync(self) -> None:
+        assert self.store is not None
         s = self.s
         now = s.clock.now()
         rows: list[Declared] = []
@@ -648,7 +669,7 @@ class Registry:
             # Skipping the read spares every row of the registry with its spec (20,000
             # jobs: ~50 MB allocated at start-up, kept by the process as RSS)
             return
-        if len(mine) > CONFLICT_LOG_MAX:
+        if len(mine) > LARGE:
             # reading every row of every declarer back (3 x 100,000 jobs: 300,000 specs)
             # held the loop for tens of seconds; the conflicts stay shown where they are
             # looked for: `cronfleet jobs`, GET /api/jobs, the dashboard
@@ -656,7 +677,7 @@ class Registry:
                 self.said_large = True
                 log.info("instance %s declares %d jobs (more than %d): conflicting "
                          "declarations are not logged at start, see `cronfleet jobs`",
-                         self.s.instance_id, len(mine), CONFLICT_LOG_MAX)
+                         self.s.instance_id, len(mine), LARGE)
             return
         found = await fleet_jobs(self.store, ttl=self.s.instance_ttl)
         for job_id in sorted(mine):

@@ -365,7 +365,7 @@ class Scheduler(SyncControl):
         self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
-            await self.registry.sync()
+            await self.registry.publish_at_start()
         self.running = True
         self.stopping = False
         self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")

@@ -11,13 +11,17 @@ read back as UTC ``datetime``. Column order is the same in both dialects.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 
+if TYPE_CHECKING:
+    from cronfleet.store.base import Declared
+
 __all__ = [
+    "REGISTRY_CHUNK",
     "RUN_COLUMNS",
     "RUN_INSERT_COLUMNS",
     "STATE_COLUMNS",
@@ -29,6 +33,7 @@ __all__ = [
     "pg_run",
     "pg_run_rows",
     "pg_state",
+    "registry_rows",
     "sqlite_finish_row",
     "sqlite_run",
     "sqlite_run_row",
@@ -69,6 +74,33 @@ def dt(value: int | None) -> datetime | None:
 def dumps(rows: Any) -> str:
     """A batch as one compact JSON document (``default=str``: anything else as text)."""
     return json.dumps(rows, default=str, separators=(",", ":"))
+
+
+REGISTRY_CHUNK = 2_000
+"""Registry rows per write -- one transaction (SQL stores) or one script call (Redis) each:
+100,000 rows in one went past the call limit on a loaded machine (SQLite, PostgreSQL) or
+held the server for a second (Redis). Readers may see a part of a large set for a moment,
+as with any later change."""
+
+
+def registry_rows(rows: Iterable[Declared], *, spec_as_text: bool = False) -> str:
+    """Registry rows ``[[job, team, source, digest, spec], ...]`` as one JSON document,
+    ``spec`` an object (PostgreSQL's ``jsonb``) or, with ``spec_as_text``, a JSON string
+    (SQLite and Redis keep it as text). Each distinct spec object is serialised once:
+    100,000 jobs declared alike share one spec dict (``registry.declared``), and dumping
+    it 100,000 times cost ~0.7 s of a start."""
+    texts: dict[int, str] = {}
+    parts = []
+    for d in rows:
+        text = texts.get(id(d.spec))
+        if text is None:
+            text = json.dumps(d.spec, sort_keys=True, separators=(",", ":"), default=str)
+            if spec_as_text:
+                text = json.dumps(text)
+            texts[id(d.spec)] = text
+        head = json.dumps([d.job_id, d.team, d.source, d.digest], separators=(",", ":"))
+        parts.append(f"{head[:-1]},{text}]")
+    return "[" + ",".join(parts) + "]"
 
 
 def _json(value: Any) -> str | None:

@@ -213,12 +213,12 @@ async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_bac
 ) -> None:
     """The rows are built BUILD_CHUNK jobs at a time, the loop getting a turn in between
     (100,000 jobs in one go held it for seconds: late instants, missed heartbeats); above
-    CONFLICT_LOG_MAX jobs the whole registry is not read back to log conflicts (3 x
+    LARGE jobs the whole registry is not read back to log conflicts (3 x
     100,000 specs), which stay shown where they are looked for (fleet_jobs)."""
     import cronfleet.runtime.registry as registry
 
     monkeypatch.setattr(registry, "BUILD_CHUNK", 2)
-    monkeypatch.setattr(registry, "CONFLICT_LOG_MAX", 3)
+    monkeypatch.setattr(registry, "LARGE", 3)
     a = make(instance_id="a", instance_ttl=TTL)
     b = make(instance_id="b", instance_ttl=TTL)
     for i in range(5):
@@ -245,6 +245,50 @@ async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_bac
     assert "declared differently" not in caplog.text
     assert "declares 5 jobs (more than 3): conflicting declarations are not logged" in \
         caplog.text
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_a_large_set_is_published_after_the_timers_start_a_small_one_before(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set of more than LARGE jobs is published in the background: start() returns while
+    the write is still held (100,000 rows took 1-3 s that the first instants waited for);
+    a smaller one is in the registry when start() returns (a remote trigger right after a
+    start finds it). One publish at a time: a heartbeat's waits for the first."""
+    import cronfleet.runtime.registry as registry
+
+    monkeypatch.setattr(registry, "LARGE", 3)
+    small, large = make(instance_id="small"), make(instance_id="large")
+    for i in range(3):
+        small.job("0 * * * *", id=f"s{i}")(lambda: None)
+    for i in range(4):
+        large.job("0 * * * *", id=f"l{i}")(lambda: None)
+    gate = asyncio.Event()
+    store = reg(large)
+    publish = type(store).publish_jobs
+    writes: list[str] = []
+
+    async def held(self: Any, instance_id: str, jobs: Any) -> None:
+        if instance_id == "large":
+            await gate.wait()
+        writes.append(instance_id)
+        await publish(self, instance_id, jobs)
+
+    monkeypatch.setattr(type(store), "publish_jobs", held)
+    async with small:
+        assert writes == ["small"]
+        assert {d.job_id for d in await reg(small).list_declared(ttl=TTL)} == {"s0", "s1", "s2"}
+    async with large:
+        assert large.running and writes == ["small"]  # started, its publish still held
+        assert not [d for d in await store.list_declared(ttl=TTL) if d.instance_id == "large"]
+        second = asyncio.ensure_future(large.registry.sync())
+        await asyncio.sleep(0.05)
+        assert writes == ["small"]  # waits for the first publish, not beside it
+        gate.set()
+        await second
+        assert writes == ["small", "large"]  # the second found nothing left to write
+        rows = [d for d in await store.list_declared(ttl=TTL) if d.instance_id == "large"]
+        assert sorted(d.job_id for d in rows) == ["l0", "l1", "l2", "l3"]
 
 
 async def _beats(s: Scheduler, clock: FakeClock, seconds: float) -> None:

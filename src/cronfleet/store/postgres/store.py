@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -71,6 +72,7 @@ from cronfleet.store.base import (
 )
 from cronfleet.store.queries import find_runs_query, history_query, load_queries, migrations
 from cronfleet.store.rows import (
+    REGISTRY_CHUNK,
     dumps,
     ms,
     msd,
@@ -78,6 +80,7 @@ from cronfleet.store.rows import (
     pg_run,
     pg_run_rows,
     pg_state,
+    registry_rows,
 )
 from cronfleet.store.url import parse_store_url, redact_url, split_pg_url
 from cronfleet.store.url import split_pg_url as split_url  # the old name, kept
@@ -1141,24 +1144,31 @@ class PostgresStore:
     # -- the job registry and requests -----------------------------------------------
 
     async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
-        wanted = None if jobs is None else {d.job_id: d for d in jobs}
+        # the changed rows go in chunks of REGISTRY_CHUNK, one short transaction each
+        # (the loop gets a turn between two: building 100,000 rows in one go held it)
+        if jobs is not None:
+            wanted = {d.job_id: d for d in jobs}
 
-        async def go(cur: Cursor, now: datetime) -> None:
-            if wanted is not None:
+            async def had_rows(cur: Cursor, now: datetime) -> dict[str, str]:
                 await cur.execute(cur.q["registry_of"], {"id": instance_id})
-                had = {r[0]: r[1] for r in await cur.fetchall()}
-                gone = [j for j in had if j not in wanted]
-                if gone:
-                    await cur.execute(cur.q["registry_drop"],
-                                      {"id": instance_id, "gone": _dumps(gone)})
-                put = [[d.job_id, d.team, d.source, d.digest, d.spec]
-                       for d in wanted.values() if had.get(d.job_id) != d.digest]
-                if put:
-                    await cur.execute(cur.q["registry_put"],
-                                      {"id": instance_id, "now": now, "rows": _dumps(put)})
-            await cur.execute(cur.q["registry_touch"], {"id": instance_id, "now": now})
+                return {r[0]: r[1] for r in await cur.fetchall()}
 
-        await self._run(go)
+            had = await self._run(had_rows)
+            gone = [j for j in had if j not in wanted]
+            put = [d for d in wanted.values() if had.get(d.job_id) != d.digest]
+            for k in range(0, len(gone), REGISTRY_CHUNK):
+                await self._run(partial(self._registry_write, "registry_drop", {
+                    "id": instance_id, "gone": _dumps(gone[k:k + REGISTRY_CHUNK])}))
+            for k in range(0, len(put), REGISTRY_CHUNK):
+                rows = registry_rows(put[k:k + REGISTRY_CHUNK])
+                await self._run(partial(self._registry_write, "registry_put", {
+                    "id": instance_id, "rows": rows}))
+        await self._run(partial(self._registry_write, "registry_touch", {"id": instance_id}))
+
+    @staticmethod
+    async def _registry_write(name: str, params: dict[str, Any], cur: Cursor,
+                              now: datetime) -> None:
+        await cur.execute(cur.q[name], {**params, "now": now})
 
     async def list_declared(self, *, ttl: float) -> list[Declared]:
         async def go(cur: Cursor, now: datetime) -> list[Declared]:

@@ -78,7 +78,7 @@ from cronfleet.store.base import (
     slot_runs_of,
     watermark,
 )
-from cronfleet.store.rows import dt, ms, msd
+from cronfleet.store.rows import REGISTRY_CHUNK, dt, ms, msd, registry_rows
 from cronfleet.store.url import parse_store_url, redact_url
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
@@ -842,11 +842,20 @@ class RedisStore:
     # -- the job registry and requests (RegistryStore) ---------------------------------------
 
     async def publish_jobs(self, instance_id: str, jobs: Sequence[Declared] | None) -> None:
-        rows = "" if jobs is None else json.dumps(
-            [[d.job_id, d.team, d.source, d.digest,
-              json.dumps(d.spec, separators=(",", ":"), default=str)] for d in jobs],
-            separators=(",", ":"))
-        await self._run("registry", "publish", instance_id, rows)
+        # in chunks of REGISTRY_CHUNK rows, one script call each (~20 ms of the server,
+        # which runs nothing else during a script)
+        if jobs is not None:
+            wanted = {d.job_id: d for d in jobs}
+            had = await self._run("registry", "ids", instance_id)
+            gone = [j for j in map(_d, had) if j not in wanted]
+            rows = list(wanted.values())
+            for k in range(0, len(rows), REGISTRY_CHUNK):
+                await self._run("registry", "put", instance_id,
+                                registry_rows(rows[k:k + REGISTRY_CHUNK], spec_as_text=True))
+            for k in range(0, len(gone), REGISTRY_CHUNK):
+                await self._run("registry", "drop", instance_id,
+                                json.dumps(gone[k:k + REGISTRY_CHUNK]))
+        await self._run("registry", "publish", instance_id)
 
     async def list_declared(self, *, ttl: float) -> list[Declared]:
         now, found, insts = json.loads(await self._run("registry", "list"))

@@ -49,8 +49,10 @@ from cronfleet.store.base import (
 )
 from cronfleet.store.queries import find_runs_query, history_query, load_queries, migrations
 from cronfleet.store.rows import (
+    REGISTRY_CHUNK,
     dt,
     ms,
+    registry_rows,
     sqlite_finish_row,
     sqlite_run,
     sqlite_run_row,
@@ -71,7 +73,6 @@ _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
 # the named queries of queries.sql; the SQL lives there, not in Python strings
 Q = load_queries("cronfleet.store.sqlite")
 PRUNE_BATCH = 5000
-PUBLISH_CHUNK = 2000  # registry rows written per transaction
 """Ids (claim tokens, run ids) covered by one retention transaction."""
 
 
@@ -902,27 +903,21 @@ class SQLiteStore:
         await self._call(self._publish_jobs, instance_id, None if jobs is None else list(jobs))
 
     def _publish_jobs(self, instance: str, jobs: list[Declared] | None) -> None:
-        # the changed rows go in chunks of PUBLISH_CHUNK, one short write transaction
-        # each (100,000 jobs in one took longer than the call limit on a loaded machine);
-        # readers may see a part of the set for a moment, as with any later change
+        # the changed rows go in chunks of REGISTRY_CHUNK, one short write transaction each
         now = self._now_ms()
         if jobs is not None:
             had = dict(self.conn.execute(Q["registry_of"], (instance,)).fetchall())
             wanted = {d.job_id: d for d in jobs}
             gone = [j for j in had if j not in wanted]
-            put = [
-                [d.job_id, d.team, d.source, d.digest,
-                 json.dumps(d.spec, sort_keys=True, separators=(",", ":"))]
-                for d in wanted.values() if had.get(d.job_id) != d.digest
-            ]  # fmt: skip
-            for k in range(0, len(gone), PUBLISH_CHUNK):
+            put = [d for d in wanted.values() if had.get(d.job_id) != d.digest]
+            for k in range(0, len(gone), REGISTRY_CHUNK):
                 with self._tx() as c:
                     c.execute(Q["registry_drop"],
-                              (instance, json.dumps(gone[k:k + PUBLISH_CHUNK])))
-            for k in range(0, len(put), PUBLISH_CHUNK):
+                              (instance, json.dumps(gone[k:k + REGISTRY_CHUNK])))
+            for k in range(0, len(put), REGISTRY_CHUNK):
                 with self._tx() as c:
-                    c.execute(Q["registry_put"],
-                              (instance, now, json.dumps(put[k:k + PUBLISH_CHUNK])))
+                    c.execute(Q["registry_put"], (instance, now, registry_rows(
+                        put[k:k + REGISTRY_CHUNK], spec_as_text=True)))
         with self._tx() as c:
             c.execute(Q["registry_touch"], (instance, now))
 

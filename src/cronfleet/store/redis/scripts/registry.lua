@@ -8,7 +8,12 @@
 --                         tg target, tb taken by, ta taken at, aa answered at, ri run id, e error
 --   Preq:open             zset of untaken, unanswered request ids (score: id)
 -- ARGV: P, now, what, ...
---   'publish', inst, rows JSON [[job, team, source, digest, spec JSON]...] or '' (touch only)
+--   'publish', inst                 the instance's rows are current: touch (seen_at)
+--   'put', inst, rows JSON [[job, team, source, digest, spec JSON]...]   a chunk of its rows
+--                                   (new or changed ones written; declared_at kept for an
+--                                   unchanged digest); reply the number written
+--   'drop', inst, jobs JSON          rows it no longer declares (a chunk)
+--   'ids', inst                      the job ids of its rows
 --   'list'                          reply JSON {now, [[inst, seen, {job: row}]...], instance rows}
 --   'submit', kind, job, by, payload JSON, target ('' none)        reply {id, now}
 --   'take', inst, jobs JSON          the requests taken, each as its flat hash with its id
@@ -20,20 +25,22 @@ local OPEN = gk('req:open')
 local function rk(id) return gk('req:' .. id) end
 
 if what == 'publish' then
-  local inst, raw = ARGV[4], ARGV[5]
+  redis.call('HSET', gk('reg:seen'), ARGV[4], NOW)
+  return 0
+end
+
+if what == 'put' then
+  -- one chunk at a time (the client sends REGISTRY_CHUNK rows a call): 100,000 rows in
+  -- one script held the server for a second, every other process's claims waiting
+  local inst = ARGV[4]
   local key = gk('reg:' .. inst)
-  redis.call('HSET', gk('reg:seen'), inst, NOW)
-  if raw == '' then return 0 end
   redis.call('SADD', gk('reg:insts'), inst)
-  local had = {}
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do had[all[i]] = cjson.decode(all[i + 1]) end
-  local wanted = {}
   local n = 0
-  for _, r in ipairs(cjson.decode(raw)) do
+  for _, r in ipairs(cjson.decode(ARGV[5])) do
     local job = r[1]
-    wanted[job] = true
-    local old = had[job]
+    local cur = redis.call('HGET', key, job)
+    local old = nil
+    if cur then old = cjson.decode(cur) end
     if not old or old.d ~= r[4] or old.t ~= r[2] or old.s ~= r[3] then
       local da = NOW
       if old and old.d == r[4] then da = old.da end
@@ -41,10 +48,17 @@ if what == 'publish' then
       n = n + 1
     end
   end
-  for job, _ in pairs(had) do
-    if not wanted[job] then redis.call('HDEL', key, job) end
-  end
   return n
+end
+
+if what == 'drop' then
+  local gone = cjson.decode(ARGV[5])
+  if #gone == 0 then return 0 end
+  return redis.call('HDEL', gk('reg:' .. ARGV[4]), unpack(gone))
+end
+
+if what == 'ids' then
+  return redis.call('HKEYS', gk('reg:' .. ARGV[4]))
 end
 
 if what == 'list' then
