@@ -57,6 +57,7 @@ class Ledger:
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
         self.progress = 0  # chunks the store took (stop() waits while this moves)
+        self.behind = False  # the last group commit failed: results (releases) wait
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -119,7 +120,9 @@ class Ledger:
                 self.progress += 1
                 if log_runs.isEnabledFor(logging.INFO):
                     log_ended(chunk, s.instance_id)
+            self.behind = False
         except Exception as exc:
+            self.behind = True
             s.stats.store_errors += 1
             s.outage.warn.warning(
                 "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
@@ -149,6 +152,25 @@ class Ledger:
             ev.clear()
             self.flush_event.set()
             await ev.wait()
+
+    async def write_behind(self, wait: float) -> None:
+        """Before an instant is claimed: when a group commit failed (the store was away),
+        write what waits first -- among it the lease releases of this process's runs that
+        ended meanwhile. Otherwise the first instant after the store's return meets those
+        leases (each slot recorded ``already_executing``, run by nobody) until the next
+        retry, up to a second later. Waits at most ``wait`` seconds: a store still away
+        fails the write (fast) or keeps it, and the instant goes on."""
+        if not self.finishes and not self.writing:
+            self.behind = False
+            return
+        done = self._flushed_event()
+        done.clear()
+        self.flush_event.set()
+        try:
+            async with asyncio.timeout(wait):
+                await done.wait()
+        except TimeoutError:
+            pass
 
     async def _later_flush(self) -> None:
         await asyncio.sleep(1.0)

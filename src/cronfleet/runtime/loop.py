@@ -41,6 +41,7 @@ __all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
 SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot waits for
 SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
 SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
+WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write left behind
 
 log = logging.getLogger("cronfleet")
 
@@ -109,6 +110,9 @@ class Loop:
             now = clock.now()
             s.last_tick = now
             pending = early.pending
+            if s.ledger.behind and heap and heap[0] - early.lead(now) <= now:
+                await s.ledger.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
+                now = clock.now()
             if (heap and heap[0] <= now) or (pending is not None and pending.slot <= now):
                 activity.enter()
                 self.firing = asyncio.get_running_loop().create_future()

@@ -609,7 +609,16 @@ class Registry:
         if len(self.s.jobs) <= LARGE:
             await self.sync()
         else:
-            self.s.spawn(self.sync())
+            self.s.spawn(self._sync_counted())
+
+    async def _sync_counted(self) -> None:
+        """:meth:`sync` counted as activity (a write: the scheduler is not idle meanwhile)."""
+        activity = self.s.activity
+        activity.enter()
+        try:
+            await self.sync()
+        finally:
+            activity.leave()
 
     async def sync(self) -> None:
         """Write the registry when the declared set changed, touch it every ``TOUCH``
