@@ -262,6 +262,36 @@ async def test_connection_loss_raises_store_unavailable_fast_and_recovers(schema
             await store.close()
 
 
+async def test_a_failure_while_the_probe_finishes_starts_no_endless_outage(
+    pg: PostgresStore,
+) -> None:
+    """A call failing just after the probe found the database back (while the probe still
+    released leases of unacknowledged commits) marked the store down with the probe still
+    running, so no new probe started and the finishing one returned: every call then
+    failed fast for ever (chaos ``flaky``: one process ran nothing for the rest of the run,
+    622 silent gaps). The probe now goes on."""
+    await pg.ensure_jobs(["a"])
+    release = pg._release_ambiguous
+    again = [True]
+
+    async def failing_meanwhile() -> None:
+        if again[0]:
+            again[0] = False
+            pg._mark_down(ConnectionError("failed again while the probe finished"))
+        await release()
+
+    pg._release_ambiguous = failing_meanwhile  # type: ignore[method-assign]
+    pg._mark_down(ConnectionError("simulated loss"))
+    assert not pg.available
+    for _ in range(200):
+        if pg.available and not again[0]:
+            break
+        await asyncio.sleep(0.05)
+    assert not again[0] and pg.available
+    [res] = await pg.dispatch([item("a", 1000.0, lease=True)], "one")
+    assert res.started
+
+
 async def test_open_gives_up_with_store_unavailable(schema: str) -> None:
     with TcpProxy(pg_url()) as proxy:
         proxy.cut()

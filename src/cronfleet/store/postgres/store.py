@@ -393,7 +393,11 @@ class PostgresStore:
             self._down = None
             await self._release_ambiguous()
             self._notify_all()  # anything announced while we were away
-            return
+            if self._down is None:
+                return
+            # a call failed again meanwhile: its _mark_down found this probe still running
+            # and started none, so this one goes on (else every call failed fast for ever)
+            delay = 0.2
 
     async def _fresh_select(self) -> None:
         conn = await AsyncConnection.connect(self.conninfo, **self._kwargs())
