@@ -536,7 +536,23 @@ async def test_the_deadline_is_in_the_url_and_on_the_server(schema: str) -> None
     try:
         async with store.pool.connection() as conn:
             row = await (await conn.execute("SHOW statement_timeout")).fetchone()
+            idle = await (
+                await conn.execute("SHOW idle_in_transaction_session_timeout")
+            ).fetchone()
         assert row is not None and row[0] == "3s"
+        # at least 5 s: a transaction left idle by a frozen process ends then, releasing
+        # the rows the survivors need to take its jobs over
+        assert idle is not None and idle[0] == "5s"
+    finally:
+        await store.close()
+    store = PostgresStore(f"{pg_url()}?call_timeout=12", schema=schema)
+    await store.open()
+    try:
+        async with store.pool.connection() as conn:
+            idle = await (
+                await conn.execute("SHOW idle_in_transaction_session_timeout")
+            ).fetchone()
+        assert idle is not None and idle[0] == "12s"
     finally:
         await store.close()
     assert PostgresStore(f"{pg_url()}?call_timeout=0", schema=schema).call_timeout is None

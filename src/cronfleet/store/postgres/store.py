@@ -98,6 +98,7 @@ _SKEW_WARN = 1.0
 DEFAULT_CALL_TIMEOUT = 10.0
 """A store call that takes longer makes the store unavailable (a hung server or pooler
 that keeps its connections open is an outage, not a wait)."""
+IDLE_TX_MIN = 5.0  # seconds: the shortest idle-in-transaction limit set on a session
 PROBE_MAX_BACKOFF = 1.0
 """Seconds at most between two reconnect probes while the database is down (full jitter
 below it): every process fires on time again within about a second of its return."""
@@ -346,14 +347,17 @@ class PostgresStore:
     async def _configure(self, conn: AsyncConnection[Any]) -> None:
         # UTC datetimes; a transaction left open by a partitioned instance is ended by the
         # server, so the claims it holds do not block the rest of the fleet for long
-        # server: no statement outlives the client's deadline; a transaction left idle by
-        # a stopped process ends after 30 s (shorter would end the live transactions of a
-        # process whose loop is busy planning the next chunk of a large burst)
+        # server: no statement outlives the client's deadline, and neither does a
+        # transaction left idle by a stopped process (its claims and lease rows would block
+        # the survivors' takeover; with 30 s, a process frozen inside a transaction delayed
+        # its failover to 30 s). A live call never idles that long: its whole transaction
+        # is inside the same deadline. Without a deadline: 30 s.
         limit = self.call_timeout
         stmt = f"{round(limit * 1000)}ms" if limit else "0"
+        idle = f"{round(max(limit, IDLE_TX_MIN) * 1000)}ms" if limit else "30s"
         await conn.execute(
             f"SET TIME ZONE 'UTC'; SET statement_timeout = '{stmt}'; "
-            "SET idle_in_transaction_session_timeout = '30s'".encode()
+            f"SET idle_in_transaction_session_timeout = '{idle}'".encode()
         )
 
     @property
