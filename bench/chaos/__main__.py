@@ -1,6 +1,6 @@
 """``make chaos`` / ``python -m bench.chaos``: run the fault suite, one line per scenario.
 
-    .venv/bin/python -m bench.chaos                         # everything (~35 min: PostgreSQL ~16, SQLite ~9, Redis ~10)
+    .venv/bin/python -m bench.chaos                         # everything (~35 min)
     .venv/bin/python -m bench.chaos --store sqlite --only kill9,lock
     .venv/bin/python -m bench.chaos --store redis           # a private redis-server, AOF
     .venv/bin/python -m bench.chaos --scale 0.3 --knob jobs=20   # shorter faults
