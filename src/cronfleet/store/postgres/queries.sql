@@ -511,9 +511,9 @@ ORDER BY s.job_id, s.lane
 FOR UPDATE OF s;
 
 -- name: registry_of
--- the rows an instance declares, locked (two publishes of one instance never interleave)
-SELECT job_id, digest FROM __S__.job_registry WHERE instance_id = %(id)s
-ORDER BY job_id COLLATE "C" FOR UPDATE;
+-- the rows an instance declares (its publishes never interleave: Registry writes one at a
+-- time, and the rows are written in chunks of their own transactions after this read)
+SELECT job_id, digest FROM __S__.job_registry WHERE instance_id = %(id)s;
 
 -- name: registry_drop
 DELETE FROM __S__.job_registry
