@@ -98,13 +98,13 @@ def _english() -> Lang:
     w["pm"] = _one("AMPM", 1)
     w["noon"] = w["midday"] = _one("NOON", 720)
     w["midnight"] = _one("MIDNIGHT", 0)
-    for word, d in {"today": 0, "tomorrow": 1}.items():
-        w[word] = _one("DAYREL", d)
+    for word, offset in {"today": 0, "tomorrow": 1}.items():
+        w[word] = _one("DAYREL", offset)
     w["tonight"] = (("DAYREL", 0), ("PART", EVENING))
-    for word, part in {"morning": MORNING, "mornings": MORNING, "afternoon": AFTERNOON,
+    for word, moment in {"morning": MORNING, "mornings": MORNING, "afternoon": AFTERNOON,
                        "afternoons": AFTERNOON, "evening": EVENING, "evenings": EVENING,
                        "night": NIGHT, "nights": NIGHT}.items():
-        w[word] = _one("PART", part)
+        w[word] = _one("PART", moment)
     w["once"] = _one("ONCE", 1)
     w["twice"] = _one("ONCE", 2)
     w["thrice"] = _one("ONCE", 3)
@@ -148,15 +148,15 @@ def _french() -> Lang:
               "demi-heures": "HALFHOUR", "quart": "QUARTW", "quarts": "QUARTW"}
     for word, kind in simple.items():
         w[word] = _one(kind)
-    for word, d in {"aujourd'hui": 0, "demain": 1, "apres-demain": 2}.items():
-        w[word] = _one("DAYREL", d)
+    for word, offset in {"aujourd'hui": 0, "demain": 1, "apres-demain": 2}.items():
+        w[word] = _one("DAYREL", offset)
     for word in ("ce", "cet", "cette"):  # "ce soir", "cet apres-midi": today
         w[word] = _one("CE")
-    for word, part in {"matin": MORNING, "matins": MORNING, "matinee": MORNING,
+    for word, moment in {"matin": MORNING, "matins": MORNING, "matinee": MORNING,
                        "apres-midi": AFTERNOON, "soir": EVENING, "soirs": EVENING,
                        "soiree": EVENING, "soirees": EVENING, "nuit": NIGHT,
                        "nuits": NIGHT}.items():
-        w[word] = _one("PART", part)
+        w[word] = _one("PART", moment)
     w["dans"] = _one("IN")
     w["midi"] = _one("NOON", 720)
     w["minuit"] = _one("MIDNIGHT", 0)
