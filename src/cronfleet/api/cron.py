@@ -8,8 +8,8 @@ excluded instants inside the window shown are listed apart (``excluded``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 

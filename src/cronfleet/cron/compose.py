@@ -581,7 +581,6 @@ def compose(
     :class:`CronSyntaxError` for bad text, ``ValueError`` for impossible combinations.
     Expressions and cron exclusions may be sentences (``"every weekday at 9am"``).
     """
-    from . import parse_schedule
 
     zone = resolve_tz(tz, "")
     items = [exprs] if isinstance(exprs, str | CronExpr) else list(exprs)
