@@ -156,3 +156,20 @@ def test_one_off_keeps_its_wall_time_in_every_zone(
         assert local.replace(tzinfo=None) == target
     else:  # a spring-forward gap: the instant the wall time names, shown after the gap
         assert local.replace(tzinfo=None) > target
+
+
+def test_a_french_refusal_is_in_french() -> None:
+    """Every refusal of a French sentence in the corpus reads in French (before: English
+    reasons such as "'every 15 days' cannot be written in cron")."""
+    from cronfleet.cron.words import _detect
+
+    french = [r for r in REFUSALS if (r.get("lang") or _detect(r["text"]).code) == "fr"]
+    assert len(french) >= 50
+    for case in french:
+        with pytest.raises(CronSyntaxError) as info:
+            from_text(case["text"], lang=case.get("lang"))
+        exc = info.value
+        assert exc.lang == "fr", case
+        assert str(exc).startswith("phrase : ") and str(exc).endswith(f"(colonne {exc.column})")
+        for english in (" the ", " is ", " must ", " cannot ", "expected", "unknown word"):
+            assert english not in exc.reason, (case["text"], exc.reason)

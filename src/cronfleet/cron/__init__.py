@@ -92,11 +92,11 @@ def parse_schedule(text: str, tz: str | ZoneInfo = "UTC", *,
         at = sentence.expr[3:]
         raise CronSyntaxError(
             "sentence", text, 1, text,
-            f"{text!r} is read from the moment it is read, and a declared job is read again "
+            f"{text!r} depends on the moment it is read, and a declared job is read again "
             f"at every start: it would move each time. Write the instant: at = \"{at}\" "
             "(what it means now), or a date with its year ('on December 24 2026 at 18:00')"
             if sentence.lang == "en" else
-            f"{text!r} se lit à partir du moment où il est lu, et une tâche déclarée est "
+            f"{text!r} dépend du moment où il est lu, et une tâche déclarée est "
             f"relue à chaque démarrage : elle se déplacerait à chaque fois. Écrivez "
             f"l'instant : at = \"{at}\" (ce que cela veut dire maintenant), ou une date avec "
             "son année (« le 24 décembre 2026 à 18h »)")
