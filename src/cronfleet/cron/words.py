@@ -1463,7 +1463,11 @@ def _read(text: str, lang: str | None, tz: str | ZoneInfo | None,
         if isinstance(got, str):
             return got, table.code, False
         zone = resolve_tz(tz if tz is not None else "UTC", text)
-        instant = _resolve(got, zone, _now(now))
+        try:
+            instant = _resolve(got, zone, _now(now))
+        except (OverflowError, ValueError, OSError):  # read at the calendar's edge
+            _fail(got.tok, "this one-off falls outside the calendar (years 1-9999)",
+                  "cette date tombe hors du calendrier (années 1 à 9999)")
         return f"at {instant.isoformat()}", table.code, got.relative
     except _Refusal as exc:
         tok = exc.tok
