@@ -98,19 +98,37 @@ def merge_changes(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[s
     return out
 
 
+def pinned(spec: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """The spec to store: a one-off written in words (``"schedule": "tomorrow at 5pm"``)
+    is stored as the instant it was read as (``"at": "2026-12-02T17:00:00+01:00"``), so
+    that reading the definition again (every scheduler start, every process) never moves
+    it."""
+    from cronfleet.cron import ComposedSchedule
+
+    out = dict(spec)
+    schedule = job.schedule
+    if (isinstance(out.get("schedule"), str) and isinstance(schedule, ComposedSchedule)
+            and schedule.at is not None and out.get("at") is None):
+        del out["schedule"]
+        out["at"] = schedule.at.isoformat()
+    return out
+
+
 MAX_ONE_OFF_JITTER = 86400.0  # a schedule without a period (a one-off `at`)
 NO_OPT_OUT = ("API jobs cannot turn the SSRF guard off; the operator allows private "
               "networks and hosts for them with [api] private_targets")
 
 
-def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: bool = False
+def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: bool = False,
+                  now: float | None = None
                   ) -> tuple[_spec.JobSpec | None, list[FieldProblem]]:
     """Every problem of a stored job's spec (API keys), at once; the job is ``team``'s.
     ``new``: the spec is being saved (``allow_private_targets = true`` is refused; in a
-    definition stored by an earlier release it is ignored)."""
+    definition stored by an earlier release it is ignored). ``now``: the moment it is
+    saved, which a one-off in words ('tomorrow at 5pm') is read at."""
     result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
                                           calendars=False,
-                                          require_http=True)
+                                          require_http=True, now=now)
     if new:
         http = spec.get("http")
         for key, value in (("allow_private_targets", spec.get("allow_private_targets")),
@@ -127,7 +145,7 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
               runtime: HttpRuntime | None = None, saved_role: str | None = "admin",
               new: bool = False, allow_commands: bool = False,
-              command_runtime: CommandRuntime | None = None) -> Job:
+              command_runtime: CommandRuntime | None = None, now: float | None = None) -> Job:
     """The :class:`Job` a spec describes; raises :class:`SpecInvalid` listing every
     problem. The request's secrets are looked up in the team's namespace; it reaches
     private targets only as the operator's ``[api] private_targets`` allow (the runtime's
@@ -137,7 +155,7 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     send a value anywhere: no host binding holds)."""
     from cronfleet.jobs.http import HttpJob, HttpJobInvalid, TargetPolicy
 
-    result, problems = validate_spec(spec, team=team, new=new)
+    result, problems = validate_spec(spec, team=team, new=new, now=now)
     if result is None:
         raise SpecInvalid(problems)
     handler: Any
@@ -285,11 +303,13 @@ class Catalog:
 
     def validate(self, spec: Mapping[str, Any], team: str, role: str | None = "admin"
                  ) -> Job:
-        """The job ``spec`` describes for ``team``, saved by a token of ``role``; raises
-        :class:`SpecInvalid` naming every problem."""
+        """The job ``spec`` describes for ``team``, saved by a token of ``role`` now (the
+        scheduler's clock: a one-off in words is read then); raises :class:`SpecInvalid`
+        naming every problem."""
         return build_job(spec, team=team, runtime=self.runtime, saved_role=role, new=True,
                          allow_commands=self.allow_commands,
-                         command_runtime=self.command_runtime)
+                         command_runtime=self.command_runtime,
+                         now=self.scheduler.clock.now())
 
     @property
     def command_runtime(self) -> CommandRuntime | None:
@@ -359,8 +379,9 @@ class Catalog:
         meanwhile (in another process): the declared job wins."""
         if job_id in self.scheduler.jobs:
             raise IdTaken(job_id)
-        await self.check_secrets(self.validate(spec, team, role), team, role)
-        d = await self.api_store.create_job_def(job_id, team, dict(spec), by, role)
+        job = self.validate(spec, team, role)
+        await self.check_secrets(job, team, role)
+        d = await self.api_store.create_job_def(job_id, team, pinned(spec, job), by, role)
         if d is None:
             raise IdTaken(job_id)
         return self.apply(d)
@@ -373,7 +394,11 @@ class Catalog:
         if d is None or d.deleted_at is not None:
             raise JobNotFound(job.id)
         spec = merge_changes(d.spec, changes)
-        await self.check_secrets(self.validate(spec, team, role), team, role)
+        if "schedule" in changes and "at" not in changes:
+            spec.pop("at", None)  # a new schedule replaces a one-off's instant
+        built = self.validate(spec, team, role)
+        await self.check_secrets(built, team, role)
+        spec = pinned(spec, built)
         new = await self.api_store.update_job_def(job.id, team, spec, by,
                                                   expect_version=d.version, role=role)
         if new is None:

@@ -950,7 +950,7 @@ def _composed(
     fields: Mapping[str, Any],
     tz: str,
     base: str | Path | bool | None,
-    one: Callable[[object, str], CronExpr | None],
+    one: Callable[[object, str], AnySchedule | None],
     problems: list[FieldProblem],
 ) -> AnySchedule | None:
     """A composed schedule from ``schedule`` (one expression or a list: ``schedule[i]``
@@ -986,7 +986,11 @@ def _composed(
     for i, item in enumerate(items):
         key = f"schedule[{i}]" if keyed else "schedule"
         got = one(item, key)
-        if got is not None and str(got.tz) != str(zone):
+        if isinstance(got, ComposedSchedule):  # a one-off in words: "tomorrow at 5pm"
+            problems.append(FieldProblem(key, f"{item!r} is a one-off: give it alone as "
+                                              "the schedule, or its instant as at (with "
+                                              "start, end or except)"))
+        elif got is not None and str(got.tz) != str(zone):
             problems.append(FieldProblem(key, f"in time zone {got.tz}, not {zone} like "
                                               "the others: every expression of a job runs "
                                               "in one zone (give timezone)"))
@@ -1169,8 +1173,15 @@ def validate_job(
     require_http: bool = False,
     base: str | Path | None = None,
     calendars: bool = True,
+    now: float | None = None,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
     """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
+
+    ``now`` (epoch seconds, the face's clock): the moment a job created once (over the
+    API) is created at; a one-off in words that depends on it ('tomorrow at 5pm', 'in 2
+    hours', a date without its year) is read at ``now``. Without it (a job declared again
+    at every start: a config file, code) such a one-off is refused, naming the instant to
+    write instead.
 
     ``fields`` uses the canonical keys (:data:`SPEC_KEYS`); a key outside ``keys`` is a
     problem (with a did-you-mean), as is one outside ``http_keys`` in ``http``. Absent or
@@ -1226,9 +1237,9 @@ def validate_job(
     schedule_text: str | None = None  # the sentence as written, when it was one
     written: list[tuple[str, bool]] = []  # each expression as written, and if words
 
-    def one(value: object, key: str) -> CronExpr | None:
+    def one(value: object, key: str) -> AnySchedule | None:
         """One expression or sentence (a list's element too), its problem keyed by
-        ``key``."""
+        ``key``; a one-off in words is a :class:`ComposedSchedule` with its ``at``."""
         if isinstance(value, CronExpr):
             written.append((value.expr, False))
             return value
@@ -1240,7 +1251,7 @@ def validate_job(
                                               "characters"))
         else:
             try:
-                got, sentence = parse_schedule(value, tz)
+                got, sentence = parse_schedule(value, tz, now=now, relative=now is not None)
             except CronSyntaxError as exc:
                 problems.append(FieldProblem(key, str(exc), exc.column))
             else:

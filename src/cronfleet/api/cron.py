@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter
 
@@ -17,6 +18,7 @@ from cronfleet.api.deps import Viewer
 from cronfleet.api.errors import ApiError, responses
 from cronfleet.cron import (
     ComposedSchedule,
+    CronExpr,
     CronSyntaxError,
     compose,
     parse_schedule,
@@ -51,21 +53,31 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
                        "the days (MM-DD, YYYY-MM-DD)",
                        {"errors": [{"field": "except", "message": "calendar files are not "
                                     "accepted here"}]})
+    # a one-off in words ('tomorrow at 5pm') is read at the preview's start
+    now = body.after or datetime.now(UTC)
+    if now.tzinfo is None:
+        try:
+            now = now.replace(tzinfo=ZoneInfo(body.timezone))
+        except Exception:  # the zone's own error comes from the parse below
+            now = now.replace(tzinfo=UTC)
     try:
         sentence: str | None = None
         if isinstance(exprs, str) and body.at is None and body.start is None \
                 and body.end is None and not body.except_:
-            expr, sentence = read_schedule(exprs, tz=body.timezone)
+            expr, sentence = read_schedule(exprs, tz=body.timezone, now=now)
         else:
             items = [] if exprs is None else [exprs] if isinstance(exprs, str) else exprs
-            parts = []
+            parts: list[CronExpr] = []
             words = False
             for i, item in enumerate(items):  # each expression on its own: its index
+                key = "expr" if isinstance(exprs, str) else f"expr[{i}]"
                 try:
-                    part, said = parse_schedule(item, tz=body.timezone)
+                    part, said = parse_schedule(item, tz=body.timezone, now=now)
+                    if isinstance(part, ComposedSchedule):
+                        raise CronSyntaxError("expression", item, 1, item, f"{item!r} is a "
+                                              "one-off: give it alone, or its instant as at")
                 except CronSyntaxError as exc:
-                    raise _invalid("expr" if isinstance(exprs, str) else f"expr[{i}]",
-                                   exc) from None
+                    raise _invalid(key, exc) from None
                 parts.append(part)
                 words = words or said is not None
             if words:

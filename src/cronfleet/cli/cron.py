@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
@@ -32,16 +33,16 @@ Exit codes:
   2  bad input: invalid expression, time zone or option"""
 
 
-def _parse(words: tuple[str, ...], tz: str, exclude: tuple[str, ...] = ()
-           ) -> tuple[AnySchedule, str | None]:
+def _parse(words: tuple[str, ...], tz: str, exclude: tuple[str, ...] = (),
+           now: datetime | None = None) -> tuple[AnySchedule, str | None]:
     """The schedule and, when EXPR was (or held) a sentence, the text as written
-    (cron.read_schedule)."""
+    (cron.read_schedule); a one-off in words ('tomorrow at 5pm') is read at ``now``."""
     text = " ".join(words)
     # several pieces joined by '|' (docs/cron.md "Several schedules, one-offs, bounds and
     # exclusions"); --except adds exclusions
     text = " | ".join([text, *(f"except {x}" for x in exclude)])
     try:
-        return read_schedule(text, tz)
+        return read_schedule(text, tz, now=now)
     except CronSyntaxError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -89,10 +90,16 @@ def next_cmd(expr: tuple[str, ...], tz: str, count: int, after: str | None,
 
     Several pieces joined by '|' compose one schedule:
     cronfleet next '0 9 * * 1-5 | 0 12 * * 6 | end 2026-12-31 | except 12-25';
-    'at 2026-12-24T18:00:00+01:00' is a one-off. Excluded instants are listed too.
+    'at 2026-12-24T18:00:00+01:00' is a one-off, and so are 'tomorrow at 5pm', 'in 2
+    hours', 'le 3 décembre à 9h' (read at --after, default now, in --tz: the absolute
+    instant is shown). Excluded instants are listed too.
     """
-    schedule, sentence = _parse(expr, tz, exclude)
-    start = _after(after, schedule.tz)
+    try:
+        zone: Any = ZoneInfo(tz)
+    except Exception:  # the parse below says what is wrong with the zone
+        zone = UTC
+    start = _after(after, zone)  # also the moment a one-off in words is read at
+    schedule, sentence = _parse(expr, tz, exclude, start)
     times = fire_times(schedule, start, count)
     excluded: list[datetime] = []
     if isinstance(schedule, ComposedSchedule) and times:

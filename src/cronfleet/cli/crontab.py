@@ -15,10 +15,13 @@ from cronfleet.cli.common import _EXIT_CODES, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_
               help="Write the tasks to this file (default: standard output).")
 @click.option("--smtp-host", default="localhost", show_default=True,
               help="SMTP server of the e-mail notifications MAILTO becomes.")
-@click.option("--system", is_flag=True,
-              help="A system crontab (/etc/crontab, /etc/cron.d): a user column follows "
-                   "the schedule.")
-def import_crontab_cmd(file: str, output: str | None, smtp_host: str, system: bool) -> None:
+@click.option("--system/--user-crontab", default=None,
+              help="A system crontab (/etc/crontab, /etc/cron.d/*: the default for those "
+                   "paths), whose user field follows the schedule; or a user's crontab "
+                   "(no user field). Without either, an entry whose first word is a user of "
+                   "this machine is refused with a hint.")
+def import_crontab_cmd(file: str, output: str | None, smtp_host: str,
+                       system: bool | None) -> None:
     """Turn a crontab into [[tasks]] command jobs (append them to cronfleet.toml).
 
     Each entry becomes a task running its command with /bin/sh -c; CRON_TZ becomes the
@@ -26,7 +29,7 @@ def import_crontab_cmd(file: str, output: str | None, smtp_host: str, system: bo
     of the entries after them. What cannot be mapped (@reboot, unreadable lines) is
     printed on standard error with the reason, and the exit code is 1.
     """
-    from cronfleet.config.crontab import convert
+    from cronfleet.config.crontab import convert, system_path
 
     try:
         if file == "-":
@@ -37,6 +40,10 @@ def import_crontab_cmd(file: str, output: str | None, smtp_host: str, system: bo
     except (OSError, UnicodeDecodeError) as exc:
         click.echo(f"error: cannot read {file}: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    if system is None and system_path(file):
+        system = True
+        click.echo(f"note: {file} is a system crontab: the field after the schedule is the "
+                   "user", err=True)
     result = convert(text, smtp_host=smtp_host, system=system)
     toml = result.toml()
     if output:

@@ -13,8 +13,15 @@ it):
 - ``MAILTO=a@x,b@y`` -> ``notify = { on = ["failure"], email = { host, to } }`` (cron mails
   any output; cronfleet mails failures); ``MAILTO=""`` -> no notification.
 - ``NAME=value`` (``PATH``, ``HOME``, anything else) -> ``env`` of the entries after it.
-- ``--system`` (``/etc/crontab``, ``/etc/cron.d``): the user column is read and reported
-  (a cronfleet process runs every command as its own user).
+- a system crontab (``/etc/crontab``, ``/etc/cron.d/*``: read as one by path, or with
+  ``--system``): the user field after the schedule is read and reported (a cronfleet
+  process runs every command as its own user). Without either, an entry whose first
+  command word is a user of this machine is refused with that hint, never imported with
+  the user glued to its command (``--user-crontab`` says the file is a user's).
+- fields are separated by any run of blanks (spaces or tabs).
+- ids say what the command does: its last simple command that is not a guard (``test
+  -x ... ||``, ``command -v ... &&``, ``cd / &&``), with the argument of a program
+  whose first argument is the action (``run-parts-cron-daily``, ``certbot-renew``).
 
 Refused, each with its reason: ``@reboot`` (not a schedule), a schedule cronfleet cannot
 read, a line that is neither an entry nor a setting.
@@ -25,11 +32,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Conversion", "Skipped", "convert", "to_toml"]
+__all__ = ["Conversion", "Skipped", "convert", "is_user", "system_path", "to_toml"]
 
 MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 REBOOT_REASON = ("@reboot is not a schedule: it runs once when cron starts, which has no "
@@ -90,22 +97,100 @@ def _stdin_split(command: str) -> tuple[str, str | None]:
     return "".join(out), stdin
 
 
-def _task_id(command: str, taken: set[str]) -> str:
+_GUARDS = frozenset({"test", "[", "[[", "command", "cd", "true", "false", ":", "sleep",
+                     "which", "type", "exit", "echo", "printf", "logger", "!"})
+"""Commands that check, move or report around the real one (``test -x ... ||``,
+``command -v x > /dev/null &&``, ``cd / &&``): never what names a task."""
+_KEYWORDS = frozenset({"for", "while", "until", "if", "case", "select", "function", "done",
+                       "fi", "esac", "{", "}", "(", ")", "in"})
+_LEADING = frozenset({"do", "then", "else", "elif", "time", "!"})
+_WRAPPERS = {"nice": 0, "ionice": 0, "env": 0, "sudo": 0, "exec": 0, "nohup": 0,
+             "chronic": 0, "timeout": 1, "flock": 1, "setsid": 0, "stdbuf": 0}
+"""Programs that run the next one (the number: positional arguments of their own)."""
+_SUBCOMMANDS = frozenset({"run-parts", "certbot", "systemctl", "docker", "podman", "git",
+                          "kubectl", "make", "npm", "apt-get", "apt", "borg", "restic"})
+"""Programs whose first argument says what is done (``certbot renew``, ``run-parts
+/etc/cron.daily``): the id keeps it."""
+_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "|&"})
+
+
+def _simple_commands(command: str) -> list[list[str]]:
+    """The command line cut at ``&&``, ``||``, ``;``, ``&`` into simple commands (words
+    without redirections; of a pipeline, its first command)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
     try:
-        words = shlex.split(command)
+        tokens = list(lexer)
     except ValueError:
-        words = command.split()
-    # the first word that is not a variable assignment, cd, or a shell keyword
-    skip = {"cd", "&&", "exec", "nice", "ionice", "env", "sudo", "-u", "timeout", "flock"}
-    name, after_cd = "job", False
-    for w in words:
-        if after_cd or w == "cd":
-            after_cd = w == "cd"
+        tokens = command.split()
+    out: list[list[str]] = []
+    current: list[str] = []
+    in_pipe = False
+    redirect = False
+    for tok in tokens:
+        if tok in _OPERATORS:
+            if current and not in_pipe:
+                out.append(current)
+            current = []
+            in_pipe = tok in ("|", "|&")
             continue
-        if "=" not in w and w not in skip and not w.startswith("-"):
-            name = w
+        if redirect:  # the target of > / <
+            redirect = False
+            continue
+        if tok and set(tok) <= set("<>&"):
+            redirect = not tok.endswith("&")
+            continue
+        if re.fullmatch(r"[0-9]*[<>]&?[0-9-]*", tok):  # 2>&1, 2>
+            continue
+        if not in_pipe:
+            current.append(tok)
+    if current and not in_pipe:
+        out.append(current)
+    return out
+
+
+def _what(words: list[str]) -> list[str]:
+    """A simple command's program and the argument that says what it does ([] for a
+    guard or a shell keyword)."""
+    words = [w for w in words if w not in ("{", "}")]
+    while words and words[0] in _LEADING:
+        words = words[1:]
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]  # VAR=value before the program
+    while words:
+        name = words[0].rsplit("/", 1)[-1]
+        own = _WRAPPERS.get(name)
+        if own is None or len(words) == 1:
             break
-    base = re.sub(r"[^A-Za-z0-9._:@+-]", "_", name.rsplit("/", 1)[-1]).lstrip("._:@+-")
+        rest = words[1:]
+        while rest and (rest[0].startswith("-") or "=" in rest[0]):
+            rest = rest[2:] if rest[0] in ("-u", "-n", "-c", "-s") and name in (
+                "sudo", "nice", "ionice") else rest[1:]
+        words = rest[own:]
+    if not words or words[0] in _KEYWORDS or words[0].rsplit("/", 1)[-1] in _GUARDS:
+        return []
+    program = words[0].rsplit("/", 1)[-1]
+    if program in _SUBCOMMANDS:
+        arg = next((w for w in words[1:] if not w.startswith("-")
+                    and not w.replace(".", "").isdigit()), None)
+        if arg:
+            return [program, arg.rstrip("/").rsplit("/", 1)[-1].replace(".", "-")]
+    return [program]
+
+
+def _task_id(command: str, taken: set[str]) -> str:
+    """What the command does: its last simple command that is not a guard (``test -x
+    /usr/sbin/anacron || run-parts /etc/cron.daily`` -> ``run-parts-cron-daily``),
+    ``-2``, ``-3`` ... when taken."""
+    simples = _simple_commands(command)
+    words: list[str] = []
+    for simple in simples:
+        words = _what(simple) or words
+    if not words and simples and simples[0]:  # only a guard: "echo ... >> log"
+        words = [simples[0][0].rsplit("/", 1)[-1]]
+    name = "-".join(words) or "job"
+    base = re.sub(r"[^A-Za-z0-9._:@+-]+", "-", name).strip("-.:@+_")
     base = (base or "job")[:60]
     candidate, n = base, 1
     while candidate in taken:
@@ -115,8 +200,62 @@ def _task_id(command: str, taken: set[str]) -> str:
     return candidate
 
 
-def convert(text: str, *, smtp_host: str = "localhost", system: bool = False) -> Conversion:
-    """Read a crontab's ``text``; every entry becomes a task or a :class:`Skipped`."""
+def is_user(name: str) -> bool:
+    """Whether ``name`` is a user of this machine (the password database)."""
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+SYSTEM_PATHS = ("/etc/crontab", "/etc/cron.d/")
+
+
+def system_path(path: str | None) -> bool:
+    """Whether ``path`` is where system crontabs live (``/etc/crontab``,
+    ``/etc/cron.d/*``): their sixth field is the user."""
+    if not path or path == "-":
+        return False
+    import os.path
+
+    real = os.path.abspath(path)
+    return real == SYSTEM_PATHS[0] or real.startswith(SYSTEM_PATHS[1])
+
+
+def _glued(user: str) -> str:
+    return (f"'{user}' is a user of this machine: this looks like a system crontab "
+            "(/etc/crontab, /etc/cron.d/*), whose sixth field is the user, not the "
+            "command; import it with --system (or with --user-crontab if the command "
+            f"really starts with '{user}')")
+
+
+def _first_words(text: str) -> list[str]:
+    """The word after the schedule of each entry (the user, in a system crontab)."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or (_ASSIGN.match(line) and line[0] != "@"):
+            continue
+        parts = line.split(None, 2) if line.startswith("@") else line.split(None, 6)
+        at = 1 if line.startswith("@") else 5
+        if len(parts) > at and parts[0] != "@reboot":
+            out.append(parts[at])
+    return out
+
+
+def convert(text: str, *, smtp_host: str = "localhost", system: bool | None = False,
+            users: Callable[[str], bool] = is_user) -> Conversion:
+    """Read a crontab's ``text``; every entry becomes a task or a :class:`Skipped`.
+
+    Fields are separated by any run of blanks (spaces or tabs, as Debian ships
+    ``/etc/crontab``). ``system``: ``True`` reads the user field after the schedule;
+    ``False`` reads none; ``None`` (not said): when the first command word of every entry
+    is a user of this machine (``users``), the file is a system crontab read without
+    ``--system`` and every entry is refused with that hint rather than imported with the
+    user glued to its command; when only some are, a note names their lines."""
     from cronfleet.cron import CronSyntaxError, parse
 
     out = Conversion()
@@ -125,7 +264,9 @@ def convert(text: str, *, smtp_host: str = "localhost", system: bool = False) ->
     mailto: list[str] | None = None
     shell: str | None = None
     taken: set[str] = set()
-    users: set[str] = set()
+    seen_users: set[str] = set()
+    firsts = _first_words(text)
+    looks_system = system is None and bool(firsts) and all(users(w) for w in firsts)
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -165,17 +306,27 @@ def convert(text: str, *, smtp_host: str = "localhost", system: bool = False) ->
                 continue
             schedule, command = macro, rest
         else:
-            parts = line.split(None, 5)
+            parts = line.split(None, 5)  # any run of blanks: spaces or tabs
             if len(parts) < 6:
                 out.skipped.append(Skipped(number, raw, "neither an entry (five time fields "
                                                         "and a command) nor a NAME=value "
                                                         "setting"))
                 continue
             schedule, command = " ".join(parts[:5]), parts[5]
-        if system:
-            user, _, command = command.strip().partition(" ")
-            users.add(user)
-            command = command.strip()
+        first, *after = command.split(None, 1) or [""]
+        if system and first:
+            if not after:
+                out.skipped.append(Skipped(number, raw, f"no command after the user "
+                                                        f"{first!r}"))
+                continue
+            seen_users.add(first)
+            command = after[0].strip()
+        elif system is None and first and users(first):
+            if looks_system:
+                out.skipped.append(Skipped(number, raw, _glued(first)))
+                continue
+            out.notes.append(f"line {number}: '{first}' is also a user of this machine: if "
+                             "the file is a system crontab, import it with --system")
         if not command:
             out.skipped.append(Skipped(number, raw, "no command after the schedule"))
             continue
@@ -204,9 +355,13 @@ def convert(text: str, *, smtp_host: str = "localhost", system: bool = False) ->
                               "email": {"host": smtp_host, "to": list(mailto)}}
         task["description"] = f"{command[:200]} (crontab line {number})"
         out.tasks.append(task)
-    if users:
-        out.notes.append(f"the user column ({', '.join(sorted(users))}) is not kept: every "
-                         "command runs as the user of the cronfleet process")
+    if seen_users:
+        out.notes.append(f"the user column ({', '.join(sorted(seen_users))}) is not kept: "
+                         "every command runs as the user of the cronfleet process")
+        strangers = sorted(u for u in seen_users if not users(u))
+        if strangers:
+            out.notes.append(f"not a user of this machine: {', '.join(strangers)} (check the "
+                             "file is a system crontab)")
     if any("notify" in t for t in out.tasks):
         out.notes.append(f"MAILTO became e-mail on failure through {smtp_host}:25 (cron "
                          "mailed any output; the output is now in each run's log)")

@@ -11,6 +11,7 @@ See docs/cron.md for the grammar and the DST rules.
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -19,6 +20,7 @@ from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
 
 if TYPE_CHECKING:
+    from .compose import ComposedSchedule
     from .words import Sentence
 
 __all__ = [
@@ -58,7 +60,9 @@ def parse(expr: str, tz: str | ZoneInfo = "UTC") -> CronExpr:
     return CronExpr(expr, tz)
 
 
-def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str | None]:
+def parse_schedule(text: str, tz: str | ZoneInfo = "UTC", *,
+                   now: float | datetime | None = None, relative: bool = True
+                   ) -> tuple[CronExpr | ComposedSchedule, str | None]:
     """A schedule as a user writes it: a cron expression, macro or interval, or else a
     sentence (:func:`from_text`, English or French).
 
@@ -67,6 +71,12 @@ def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str
     point of every face (job specs, ``cronfleet next/explain``, ``/api/cron/preview``).
     When the text fails both ways, the error is the sentence's when the text looks like
     words (:func:`looks_like_words`), else the cron expression's.
+
+    A one-off in words ('tomorrow at 5pm', 'on December 24 2026 at 18:00') is a
+    :class:`ComposedSchedule` with that ``at``, read at ``now`` (epoch seconds or an aware
+    datetime: the caller's clock; default the system clock). ``relative=False`` refuses
+    one whose instant depends on ``now`` ('tomorrow', 'in 2 hours', a date without its
+    year): what a job declared again at every start (a config file, code) must say.
     """
     try:
         return parse(text, tz), None
@@ -77,15 +87,29 @@ def parse_schedule(text: str, tz: str | ZoneInfo = "UTC") -> tuple[CronExpr, str
 
         if not words.looks_like_words(text):
             raise
-    sentence = words.from_text(text, tz)
+    sentence = words.from_text(text, tz, now=now)
+    if sentence.relative and not relative:
+        at = sentence.expr[3:]
+        raise CronSyntaxError(
+            "sentence", text, 1, text,
+            f"{text!r} depends on the moment it is read, and a declared job is read again "
+            f"at every start: it would move each time. Write the instant: at = \"{at}\" "
+            "(what it means now), or a date with its year ('on December 24 2026 at 18:00')"
+            if sentence.lang == "en" else
+            f"{text!r} dépend du moment où il est lu, et une tâche déclarée est "
+            f"relue à chaque démarrage : elle se déplacerait à chaque fois. Écrivez "
+            f"l'instant : at = \"{at}\" (ce que cela veut dire maintenant), ou une date avec "
+            "son année (« le 24 décembre 2026 à 18h »)")
     return sentence.schedule, text
 
 
-def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = None) -> Sentence:
-    """Compile an English or French sentence to a schedule (see :mod:`.words`)."""
+def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = None, *,
+              now: float | datetime | None = None) -> Sentence:
+    """Compile an English or French sentence to a schedule (see :mod:`.words`); a one-off
+    ('tomorrow at 5pm') is read at ``now`` (default: the system clock)."""
     from . import words
 
-    return words.from_text(text, tz, lang)
+    return words.from_text(text, tz, lang, now=now)
 
 
 # the composition (several expressions, a one-off, bounds, exclusions); imported after

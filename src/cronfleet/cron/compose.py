@@ -172,6 +172,9 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
     from . import parse_schedule
 
     expr, _ = parse_schedule(" ".join(stripped.split()), tz)  # a sentence too
+    if isinstance(expr, ComposedSchedule):
+        raise CronSyntaxError(field, text, 1, text, "a one-off cannot be an exclusion (give "
+                              "the day: YYYY-MM-DD)")
     if expr.is_interval:
         raise CronSyntaxError(field, text, 1, text, "an interval cannot be an exclusion "
                               "(use a cron expression, MM-DD or YYYY-MM-DD)")
@@ -578,11 +581,10 @@ def compose(
     :class:`CronSyntaxError` for bad text, ``ValueError`` for impossible combinations.
     Expressions and cron exclusions may be sentences (``"every weekday at 9am"``).
     """
-    from . import parse_schedule
 
     zone = resolve_tz(tz, "")
     items = [exprs] if isinstance(exprs, str | CronExpr) else list(exprs)
-    parts = [x if isinstance(x, CronExpr) else parse_schedule(x, zone)[0] for x in items]
+    parts = [x if isinstance(x, CronExpr) else _one_expr(x, zone) for x in items]
     when = None if at is None else parse_instant(at, zone, field="at")
     lo = None if start is None else parse_instant(start, zone, field="start")
     hi = None if end is None else parse_instant(end, zone, field="end", end_of_day=True)
@@ -594,6 +596,18 @@ def compose(
     if lo is not None and hi is not None and floor_ts(hi) < floor_ts(lo):
         raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
     return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+
+
+def _one_expr(text: str, zone: ZoneInfo) -> CronExpr:
+    """One expression of a union: a one-off in words is refused (it is ``at``)."""
+    from . import parse_schedule
+
+    expr, _ = parse_schedule(text, zone)
+    if isinstance(expr, ComposedSchedule):
+        raise CronSyntaxError("expression", text, 1, text, f"{text!r} is a one-off: it "
+                              "cannot be united with other expressions (give it alone, or "
+                              "as 'at')")
+    return expr
 
 
 _KEYWORDS = ("at", "start", "end", "except")
@@ -618,37 +632,41 @@ def is_composition(text: str) -> bool:
     return "|" in text or _keyword(text.strip()) is not None
 
 
-def read_schedule(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None
+def read_schedule(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None,
+                  now: float | datetime | None = None
                   ) -> tuple[CronExpr | ComposedSchedule, str | None]:
     """A schedule as a user types it in one text (``cronfleet next``, the API preview):
     one expression or sentence (:func:`cronfleet.cron.parse_schedule`), or a composition
     (:func:`parse_composed`). Returns ``(schedule, sentence)``: ``sentence`` is the text as
-    written when any piece of it was read as words, else ``None``."""
+    written when any piece of it was read as words, else ``None``. A one-off in words
+    ('tomorrow at 5pm') is read at ``now`` (default: the system clock)."""
     from . import parse_schedule
 
     if not is_composition(text):
-        return parse_schedule(text, tz)
+        return parse_schedule(text, tz, now=now)
     words: list[bool] = []
-    schedule = parse_composed(text, tz, base=base, _words=words)
+    schedule = parse_composed(text, tz, base=base, _words=words, now=now)
     return schedule, (text if any(words) else None)
 
 
 def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None,
-                   _words: list[bool] | None = None) -> CronExpr | ComposedSchedule:
+                   _words: list[bool] | None = None, now: float | datetime | None = None
+                   ) -> CronExpr | ComposedSchedule:
     """Read a composition written as its canonical text: pieces separated by ``|``, each
     an expression (or a sentence), ``at ISO``, ``start ISO``, ``end ISO`` or ``except
     ENTRY`` (``"0 9 * * 1-5 | 0 12 * * 6 | except 12-25"``). Text that is no composition
-    is one plain expression or sentence (:func:`cronfleet.cron.parse_schedule`)."""
+    is one plain expression or sentence (:func:`cronfleet.cron.parse_schedule`). A piece
+    that is a one-off in words ('tomorrow at 5pm | except ...') is its ``at``."""
     from . import parse_schedule
 
     if not is_composition(text):
-        expr, sentence = parse_schedule(text, tz)
+        expr, sentence = parse_schedule(text, tz, now=now)
         if _words is not None:
             _words.append(sentence is not None)
         return expr
     zone = resolve_tz(tz, "")
     exprs: list[CronExpr] = []
-    opts: dict[str, str] = {}
+    opts: dict[str, object] = {}
     exclude: list[str] = []
     offset = 0
     for raw in text.split("|"):
@@ -660,10 +678,15 @@ def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | 
                                   "empty piece between '|'")
         key = _keyword(piece)
         if key is None:
-            expr, sentence = parse_schedule(piece, zone)
-            exprs.append(expr)
+            expr, sentence = parse_schedule(piece, zone, now=now)
             if _words is not None:
                 _words.append(sentence is not None)
+            if isinstance(expr, ComposedSchedule):  # a one-off in words: its 'at'
+                if "at" in opts:
+                    raise CronSyntaxError("at", piece, column, text, "'at' given twice")
+                opts["at"] = expr.at
+                continue
+            exprs.append(expr)
         elif key[0] == "except":
             exclude.append(key[1])
         elif key[0] in opts:

@@ -28,6 +28,8 @@ class CronSyntaxError(ValueError):
         column: 1-based column of ``token`` in ``expr`` (``None`` for the time zone).
         expr: the full expression text.
         reason: the message without the field prefix and the column suffix.
+        lang: the language of ``reason`` (``"fr"`` for a French sentence: the message
+            then reads ``phrase : ... (colonne N)``).
     """
 
     field: str
@@ -37,18 +39,29 @@ class CronSyntaxError(ValueError):
     reason: str
 
     def __init__(
-        self, field: str, token: str, column: int | None, expr: str, reason: str
+        self, field: str, token: str, column: int | None, expr: str, reason: str,
+        lang: str = "en",
     ) -> None:
         self.field = field
         self.token = token
         self.column = column
         self.expr = expr
         self.reason = reason
+        self.lang = lang
+        if lang == "fr":  # a French sentence is refused in French
+            where = f" (colonne {column})" if column is not None else ""
+            super().__init__(f"{_FR_FIELDS.get(field, field)} : {reason}{where}")
+            return
         where = f" (column {column})" if column is not None else ""
         super().__init__(f"{field}: {reason}{where}")
 
-    def __reduce__(self) -> tuple[type[CronSyntaxError], tuple[str, str, int | None, str, str]]:
-        return (type(self), (self.field, self.token, self.column, self.expr, self.reason))
+    def __reduce__(self) -> tuple[type[CronSyntaxError],
+                                  tuple[str, str, int | None, str, str, str]]:
+        return (type(self), (self.field, self.token, self.column, self.expr, self.reason,
+                             self.lang))
+
+
+_FR_FIELDS = {"sentence": "phrase"}
 
 
 class NoFireTimeError(LookupError):

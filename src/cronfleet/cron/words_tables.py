@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LANGS", "MONTH_NAMES_EN", "WEEKDAY_NAMES_EN", "Lang"]
+__all__ = ["AFTERNOON", "EVENING", "LANGS", "MONTH_NAMES_EN", "MORNING", "NIGHT",
+           "WEEKDAY_NAMES_EN", "Lang"]
 
 Entry = tuple[tuple[str, int], ...]
 
@@ -19,6 +20,8 @@ MONTH_NAMES_EN = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep",
 WEEKDAY_NAMES_EN = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 
 _S, _MIN, _H, _D, _W, _MO, _Q, _Y = range(8)
+MORNING, AFTERNOON, EVENING, NIGHT = range(4)
+"""The parts of the day (``PART`` tokens); their hours are ``PARTS`` in words.py."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,13 @@ def _english() -> Lang:
     w["pm"] = _one("AMPM", 1)
     w["noon"] = w["midday"] = _one("NOON", 720)
     w["midnight"] = _one("MIDNIGHT", 0)
+    for word, offset in {"today": 0, "tomorrow": 1}.items():
+        w[word] = _one("DAYREL", offset)
+    w["tonight"] = (("DAYREL", 0), ("PART", EVENING))
+    for word, moment in {"morning": MORNING, "mornings": MORNING, "afternoon": AFTERNOON,
+                       "afternoons": AFTERNOON, "evening": EVENING, "evenings": EVENING,
+                       "night": NIGHT, "nights": NIGHT}.items():
+        w[word] = _one("PART", moment)
     w["once"] = _one("ONCE", 1)
     w["twice"] = _one("ONCE", 2)
     w["thrice"] = _one("ONCE", 3)
@@ -138,6 +148,16 @@ def _french() -> Lang:
               "demi-heures": "HALFHOUR", "quart": "QUARTW", "quarts": "QUARTW"}
     for word, kind in simple.items():
         w[word] = _one(kind)
+    for word, offset in {"aujourd'hui": 0, "demain": 1, "apres-demain": 2}.items():
+        w[word] = _one("DAYREL", offset)
+    for word in ("ce", "cet", "cette"):  # "ce soir", "cet apres-midi": today
+        w[word] = _one("CE")
+    for word, moment in {"matin": MORNING, "matins": MORNING, "matinee": MORNING,
+                       "apres-midi": AFTERNOON, "soir": EVENING, "soirs": EVENING,
+                       "soiree": EVENING, "soirees": EVENING, "nuit": NIGHT,
+                       "nuits": NIGHT}.items():
+        w[word] = _one("PART", moment)
+    w["dans"] = _one("IN")
     w["midi"] = _one("NOON", 720)
     w["minuit"] = _one("MIDNIGHT", 0)
     return _build("fr", "French", w, set())

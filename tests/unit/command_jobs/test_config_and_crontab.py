@@ -117,7 +117,7 @@ def test_a_30_line_crontab_with_every_feature() -> None:
     assert list(by_id) == [
         "pg_dump", "sync-reports", "invoice.sh", "cleanup-tmp", "python", "rotate-logs",
         "archive", "new-year", "new-year-2", "cleanup-tmp-2", "echo", "mail", "leap-day",
-        "for", "env"]
+        "process", "env"]  # "process": the loop's command, not the keyword "for"
     dump = by_id["pg_dump"]
     assert dump["cron"] == "30 2 * * *" and dump["timezone"] == "Europe/Paris"
     assert dump["command"] == "pg_dump -Fc app > $BACKUP_DIR/app.dump" and dump["shell"]
@@ -136,8 +136,8 @@ def test_a_30_line_crontab_with_every_feature() -> None:
         "{\nmail -s \"weekly report\" boss@example.com\n} <<'CRONFLEET_STDIN'\n"
         "Hello,\nthe report is attached.\n\nCRONFLEET_STDIN")
     assert "notify" not in by_id["leap-day"]  # MAILTO="" turns mail off
-    assert by_id["for"]["command"][:2] == ["/bin/bash", "-c"]  # SHELL=/bin/bash
-    assert "shell" not in by_id["for"]
+    assert by_id["process"]["command"][:2] == ["/bin/bash", "-c"]  # SHELL=/bin/bash
+    assert "shell" not in by_id["process"]
     assert by_id["env"]["timezone"] == "UTC"  # the bad CRON_TZ changed nothing
     skipped = {s.line: s.reason for s in result.skipped}
     assert skipped[18] == REBOOT_REASON

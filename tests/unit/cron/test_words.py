@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -118,3 +120,76 @@ def test_any_text_is_a_result_or_a_syntax_error(text: str, lang: str | None) -> 
         return
     assert parse(s.expr) == s.schedule
     assert compile_text(text, lang)[0] == s.expr
+
+
+NOW = 1_796_139_000.0  # 2026-12-01T15:30:00Z (16:30 in Paris)
+
+
+def test_a_one_off_in_words_is_read_at_now_and_shown_as_its_instant() -> None:
+    from cronfleet.cron import ComposedSchedule
+
+    s = from_text("tomorrow at 5pm", tz="Europe/Paris", now=NOW)
+    assert s.expr == "at 2026-12-02T17:00:00+01:00" and s.relative
+    assert isinstance(s.schedule, ComposedSchedule) and s.schedule.at == s.at
+    assert compile_text("le 3 décembre à 9h", tz="Europe/Paris", now=NOW) == (
+        "at 2026-12-03T09:00:00+01:00", "fr")
+    assert from_text("in 2 hours", now=NOW).expr == "at 2026-12-01T17:30:00+00:00"
+    fixed = from_text("on December 24 2026 at 18:00", tz="Europe/Paris", now=NOW)
+    assert not fixed.relative  # the year pins it: the same instant whenever it is read
+    assert from_text("on December 24 2026 at 18:00", tz="Europe/Paris").at == fixed.at
+
+
+def test_a_relative_one_off_is_refused_where_it_is_declared_again() -> None:
+    with pytest.raises(CronSyntaxError) as info:
+        parse_schedule("tomorrow at 5pm", "Europe/Paris", now=NOW, relative=False)
+    assert 'at = "2026-12-02T17:00:00+01:00"' in str(info.value)
+    assert "would move each time" in str(info.value)
+    with pytest.raises(CronSyntaxError, match="relue à chaque démarrage"):
+        parse_schedule("demain à 17h", "Europe/Paris", now=NOW, relative=False)
+
+
+def test_job_create_takes_a_dated_one_off_and_refuses_a_relative_one() -> None:
+    from cronfleet.model import Job
+
+    job = Job.create("on December 24 2026 at 6pm", None, id="eve", timezone="Europe/Paris")
+    assert job.schedule.expr == "at 2026-12-24T18:00:00+01:00"
+    assert job.schedule_text == "on December 24 2026 at 6pm"
+    with pytest.raises(ValueError, match="a declared job is read again at every start"):
+        Job.create("tomorrow at 5pm", None, id="soon")
+
+
+def test_a_config_task_with_a_relative_one_off_is_refused_naming_the_task(
+        tmp_path: Path) -> None:
+    from cronfleet import ConfigError, load_config
+
+    path = tmp_path / "cronfleet.toml"
+    path.write_text('[scheduler]\ntimezone = "Europe/Paris"\n\n[[tasks]]\nid = "eve"\n'
+                    'command = ["true"]\ncron = "on December 24 2026 at 6pm"\n\n'
+                    '[[tasks]]\nid = "soon"\ncommand = ["true"]\ncron = "tomorrow at 5pm"\n',
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    [problem] = info.value.problems
+    assert "soon" in str(problem) and "would move each time" in str(problem)
+    path.write_text(path.read_text().split("\n\n[[tasks]]\nid = \"soon\"")[0] + "\n")
+    config = load_config(path)
+    with config.load() as loaded:
+        [job] = loaded.jobs
+    assert job.schedule.expr == "at 2026-12-24T18:00:00+01:00"
+
+
+def test_suggestions_keep_what_the_sentence_said() -> None:
+    with pytest.raises(CronSyntaxError) as info:
+        from_text("every 2 days at noon")
+    assert "'0 12 */2 * *'" in str(info.value)  # before: '0 0 */2 * *', noon dropped
+    assert "it cannot keep the time 12:00" in str(info.value)
+
+
+def test_one_rule_for_times_without_am_pm() -> None:
+    for text in ("every sunday at 2:30", "every day at 9"):  # before: 2:30 read as 02:30
+        with pytest.raises(CronSyntaxError, match="is ambiguous"):
+            from_text(text)
+    assert from_text("every sunday at 02:30").expr == "30 2 * * 0"
+    assert from_text("every sunday at 14:30").expr == "30 14 * * 0"
+    assert from_text("at 8:30 and 20:30").expr == "30 8,20 * * *"
+    assert from_text("tous les dimanches à 2h30").expr == "30 2 * * 0"  # French: 24-hour
