@@ -360,7 +360,8 @@ class Catalog:
         if job_id in self.scheduler.jobs:
             raise IdTaken(job_id)
         await self.check_secrets(self.validate(spec, team, role), team, role)
-        d = await self.api_store.create_job_def(job_id, team, dict(spec), by, role)
+        d = await self.api_store.create_job_def(job_id, team, _spec.canonical_spec(spec), by,
+                                                role)
         if d is None:
             raise IdTaken(job_id)
         return self.apply(d)
@@ -372,7 +373,7 @@ class Catalog:
         d = await self.api_store.job_def(job.id)
         if d is None or d.deleted_at is not None:
             raise JobNotFound(job.id)
-        spec = merge_changes(d.spec, changes)
+        spec = _spec.canonical_spec(merge_changes(d.spec, changes))
         await self.check_secrets(self.validate(spec, team, role), team, role)
         new = await self.api_store.update_job_def(job.id, team, spec, by,
                                                   expect_version=d.version, role=role)
