@@ -13,8 +13,8 @@ from typing import Any
 
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
-from cronfleet.clock import from_ts
 from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
+from cronfleet.clock import from_ts
 from cronfleet.errors import (
     CronfleetError,
     JobNotFound,

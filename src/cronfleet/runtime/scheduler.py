@@ -691,7 +691,8 @@ class Scheduler(SyncControl):
         """Run every slot of ``job_id``'s schedule with ``start <= slot <= end`` again, in
         order (a past range only: ``end`` later than now raises
         :class:`~cronfleet.runtime.backfill.BadRange`, a ``ValueError``, as does a
-        reversed range or one of more than 100,000 slots), one at a time (the next slot starts once the previous run ended), at most
+        reversed range or one of more than 100,000 slots), one at a time (the next slot
+        starts once the previous run ended), at most
         ``rate`` slots a second (``None``: no limit); ``only_missing``: only slots
         without a ``succeeded`` run.
         Each run is recorded ``triggered_by=backfill`` with its slot. A slot is claimed

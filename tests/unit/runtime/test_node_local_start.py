@@ -13,7 +13,7 @@ import pytest
 
 from cronfleet import FakeClock, Locking, Missed, RunStatus, Scheduler
 
-from .conftest import T0, BOTH, advance
+from .conftest import BOTH, T0, advance
 
 
 def declare(s: Scheduler, calls: list[tuple[str, float, bool]]) -> None:
