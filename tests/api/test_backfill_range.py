@@ -1,14 +1,17 @@
-"""POST /api/jobs/{id}/backfill covers the past only (#24, item 3): a ``to`` later than
-the server's now is a 422 naming ``to`` and nothing runs; ``"from": 0`` (a number, against
-the schema) is a 422 naming ``from``, never read as 1970."""
+"""POST /api/jobs/{id}/backfill (and the dashboard's form) covers the past only (#24,
+item 3): a ``to`` later than the server's now is a 422 naming ``to`` and nothing runs;
+``"from": 0`` (a number, against the schema) is a 422 naming ``from``, never 1970."""
 
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronfleet import FakeClock, Scheduler
+from cronfleet.dashboard.auth import COOKIE, csrf_for
 
 from .conftest import MakeApi, expect
 
@@ -46,6 +49,16 @@ async def test_a_future_to_and_a_number_are_refused_naming_the_field(
         assert slots == []
         runs = await lib.runs_async("alpha.fut", limit=10)
         assert runs == []
+        # the dashboard's form: the same rule, the error at the To field
+        tok = api.tokens["alpha-editor"]
+        form = await api.client.post("/backfills", headers={
+            "Cookie": f"{COOKIE}={tok}"}, data={
+            "csrf": csrf_for(tok), "job_id": "alpha.fut", "from": "1m",
+            "to": (now + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%S")})
+        assert form.status_code == 422, form.text
+        err = re.search(r'id="bf-to-err">([^<]*)<', form.text)
+        assert err and "later than now" in html.unescape(err.group(1))
+        assert 'id="bf-from-err"' not in form.text
         # a past range up to now is fine
         past = {"from": (now - timedelta(minutes=2)).isoformat(), "to": now.isoformat()}
         expect(await api.post("/api/jobs/alpha.fut/backfill", "alpha-editor", json=past), 202)
