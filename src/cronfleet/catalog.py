@@ -379,6 +379,7 @@ class Catalog:
         meanwhile (in another process): the declared job wins."""
         if job_id in self.scheduler.jobs:
             raise IdTaken(job_id)
+        spec = _spec.canonical_spec(spec)
         job = self.validate(spec, team, role)
         await self.check_secrets(job, team, role)
         d = await self.api_store.create_job_def(job_id, team, pinned(spec, job), by, role)
@@ -393,7 +394,7 @@ class Catalog:
         d = await self.api_store.job_def(job.id)
         if d is None or d.deleted_at is not None:
             raise JobNotFound(job.id)
-        spec = merge_changes(d.spec, changes)
+        spec = _spec.canonical_spec(merge_changes(d.spec, changes))
         if "schedule" in changes and "at" not in changes:
             spec.pop("at", None)  # a new schedule replaces a one-off's instant
         built = self.validate(spec, team, role)

@@ -66,6 +66,7 @@ from cronfleet.model import (
 )
 
 __all__ = [
+    "AUTO_PAUSE_MAX",
     "COMMAND_KEYS",
     "HTTP_KEYS",
     "HTTP_METHODS",
@@ -80,6 +81,7 @@ __all__ = [
     "Unkeyable",
     "boolean",
     "byte_size",
+    "canonical_spec",
     "check_command",
     "check_job_id",
     "check_name",
@@ -110,12 +112,19 @@ JOB_ID_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- s
                "with a letter or digit ('/' only between such parts, as in plugin/schedule)")
 
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+# an HTTP method is accepted in any case and is the upper-case name from then on: in the
+# job, in a stored spec (canonical_spec) and wherever it is shown (docs/http-jobs.md)
 DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_URL = 4096
 # ``max_instances``: concurrent runs of one job across the fleet (the job's lease as N
 # lanes; see docs/concepts.md, "Concurrent runs of one job"), on every built-in store; a
 # store without lanes (a plugin's) is refused N > 1 at start (Scheduler._check_lanes).
 MAX_INSTANCES = 100
+
+# auto_pause_after: consecutive failed runs before the job is paused for the fleet. Beyond
+# this it no longer protects anything (a per-minute job failing for 16 hours); a larger
+# number is a mistake, refused naming the field (docs/concepts.md, "Alerts").
+AUTO_PAUSE_MAX = 1000
 
 # the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
 # a JSON text of "config"; the API says "schedule" and "config")
@@ -671,12 +680,12 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
         kw["url"] = url
     if "method" in table:
         method = table["method"]
-        if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
+        if not isinstance(method, str) or method.strip().upper() not in HTTP_METHODS:
             hint = did_you_mean(method.upper(), HTTP_METHODS) if isinstance(method, str) else ""
             problems.append(FieldProblem("method", f"{method!r} is not one of "
                                                    f"{', '.join(HTTP_METHODS)}{hint}"))
         else:
-            kw["method"] = method.upper()
+            kw["method"] = method.strip().upper()
     if "headers" in table:
         headers = table["headers"]
         if not isinstance(headers, Mapping) or not all(
@@ -939,10 +948,21 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "enabled": boolean,
     "recover": boolean,
     "allow_private_targets": boolean,
-    "auto_pause_after": functools.partial(whole_number, low=1),
+    "auto_pause_after": functools.partial(whole_number, low=1, high=AUTO_PAUSE_MAX),
     "max_instances": functools.partial(whole_number, low=1, high=MAX_INSTANCES),
 }
 _VALUE_KEYS = tuple(k for k in _CONVERTERS if k not in ("description", "timezone"))
+
+
+def canonical_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A job spec as it is stored and shown: the same keys and values, with an HTTP
+    method (any case accepted) written as its upper-case name."""
+    out = dict(spec)
+    http = out.get("http")
+    if isinstance(http, Mapping) and isinstance(http.get("method"), str) and \
+            http["method"].strip().upper() in HTTP_METHODS:
+        out["http"] = {**http, "method": http["method"].strip().upper()}
+    return out
 
 
 def _composed(

@@ -32,6 +32,7 @@ __all__ = [
     "job_view",
     "job_views",
     "last_runs",
+    "lease_holders",
     "next_fires",
     "opened",
     "overrun_warning",
@@ -339,6 +340,15 @@ async def running_now(store: Store, job_ids: frozenset[str] | None = None,
             "triggered_by": r.triggered_by.value,
         })
     return out
+
+
+def lease_holders(running: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Job id -> the instance whose running run holds the job's lease, from
+    :func:`running_now` rows: the "lease holder" operators are shown. A lease with no run
+    under it (taken ahead of a slot by an early claim, or left by a process that died, until
+    a survivor breaks it) is not a job running, and is not shown as one."""
+    return {r["job_id"]: r["instance_id"] for r in running
+            if r.get("lease_until") is not None and r.get("instance_id")}
 
 
 def run_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from cronfleet.api.deps import Context, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
+from cronfleet.clock import from_ts
 from cronfleet.errors import (
     CronfleetError,
     JobNotFound,
@@ -162,18 +163,18 @@ async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:
     return how
 
 
-def backfill_range(job: Job, start: datetime, end: datetime) -> int:
-    """The number of slots of a backfill of ``job`` from ``start`` to ``end``; a reversed
-    or too long range is a 422 naming the field (``to`` reversed, ``from`` too long)."""
-    from cronfleet.runtime.backfill import backfill_slots
+def backfill_range(job: Job, start: datetime, end: datetime, now: datetime) -> int:
+    """The number of slots of a backfill of ``job`` from ``start`` to ``end``; a range
+    :func:`~cronfleet.runtime.backfill.backfill_slots` refuses (reversed, later than
+    ``now``, too long) is a 422 naming the field."""
+    from cronfleet.runtime.backfill import BadRange, backfill_slots
 
     try:
-        return len(backfill_slots(job, start, end))
-    except ValueError as exc:
-        field = "to" if end < start else "from"
+        return len(backfill_slots(job, start, end, now=now))
+    except BadRange as exc:
         raise ApiError(422, "BAD_RANGE", str(exc),
-                       {"job_id": job.id, "errors": [{"field": field,
-                                                      "message": str(exc)}]}) from None
+                       {"job_id": job.id, "errors": [{"field": exc.field,
+                                                      "message": exc.message}]}) from None
 
 
 async def backfill(ctx: Context, job: Job, start: datetime, end: datetime, *, by: str,
@@ -183,7 +184,7 @@ async def backfill(ctx: Context, job: Job, start: datetime, end: datetime, *, by
     and the number of slots. 422 (range), 409 (nobody declares it, refused), 503."""
     from cronfleet.runtime.registry import remote_backfill
 
-    slots = backfill_range(job, start, end)
+    slots = backfill_range(job, start, end, from_ts(ctx.scheduler.clock.now()))
     try:
         got = await remote_backfill(ctx.scheduler.store, job.id, start, end, by=by,
                                     ttl=ctx.scheduler.instance_ttl,

@@ -76,6 +76,9 @@ class ApiSettings:
     dashboard: bool = True
     # jobs that run a command (code execution on the fleet): off unless turned on
     allow_command_jobs: bool = False
+    # the peers whose X-Forwarded-Proto / -For uvicorn believes (addresses, networks, "*");
+    # None: uvicorn's default, $FORWARDED_ALLOW_IPS else 127.0.0.1 and ::1
+    forwarded_allow_ips: list[str] | None = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -463,13 +464,33 @@ class TriggerAccepted(BaseModel):
     fencing_token: int | None
 
 
+def _iso_time(value: object) -> object:
+    """A time given as ISO 8601 text, never a number: ``0`` (or ``"0"``) is not 1970."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be an ISO 8601 time with a UTC offset as a string "
+                         f"(2026-07-01T00:00:00Z), got {type(value).__name__} {value!r}")
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO 8601 time with a UTC offset "
+                         "(2026-07-01T00:00:00Z)") from None
+
+
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_time)]
+
+
 class BackfillBody(BaseModel):
-    """Run every slot of the job's schedule with ``from <= slot <= to`` again, in order."""
+    """Run every slot of the job's schedule with ``from <= slot <= to`` again, in order
+    (a past range: ``to`` later than now is refused)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: AwareDatetime = Field(alias="from", description="First slot (included).")
-    end: AwareDatetime = Field(alias="to", description="Last slot (included).")
+    start: IsoTime = Field(alias="from", description="First slot (included): ISO 8601 "
+                                                     "text with a UTC offset.")
+    end: IsoTime = Field(alias="to", description="Last slot (included), not later than "
+                                                 "now: ISO 8601 text with a UTC offset.")
     only_missing: bool = Field(False, strict=True, description=(
         "Only slots without a succeeded run."))
     rate: float = Field(10.0, gt=0, le=10_000, description=(

@@ -140,8 +140,12 @@ async def serve(
                 codes = await _first_start_codes(api_store, host, settings)
                 app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
                                  catalog=catalog, signin_codes=codes)
+                # X-Forwarded-Proto/-For from these peers only: the scheme decides the
+                # session cookie's Secure flag and the dashboard's Origin check
                 config = uvicorn.Config(app, host=host, port=port, access_log=False,
-                                        log_config=None, lifespan="on", log_level="warning")
+                                        log_config=None, lifespan="on", log_level="warning",
+                                        proxy_headers=True, forwarded_allow_ips=(
+                                            settings or ApiSettings()).forwarded_allow_ips)
                 server = _server_class()(config)
                 server_task = asyncio.create_task(server.serve(sockets=[sock]),
                                                   name="cronfleet-api")

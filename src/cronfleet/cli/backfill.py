@@ -71,6 +71,7 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
     error says how many slots were done; run it again with --only-missing).
     """
     from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
+    from cronfleet.runtime.backfill import BadRange, backfill_slots
     from cronfleet.runtime.registry import (
         backfill_status,
         remote_backfill,
@@ -80,13 +81,14 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
     now = _now()
     first, last = _bound("from", start, now), _bound("to", end, now)
     assert first is not None and last is not None
-    if last < first:
-        _fail(f"--to {last.isoformat()} is before --from {first.isoformat()}", EXIT_BAD_INPUT)
     loaded = _load(config_path, strict=False, fleet=True)
     who = by or _who()
     ttl = loaded.config.instance_ttl
     with loaded:
-        _job(loaded, job_id)
+        try:  # the range rule of every face (past only, not reversed, not too long)
+            backfill_slots(_job(loaded, job_id), first, last, now=now)
+        except BadRange as exc:
+            _fail(f"--{exc.field}: {exc.message}", EXIT_BAD_INPUT)
 
         async def go(store: Any) -> Any:
             req = await remote_backfill(store, job_id, first, last, by=who, ttl=ttl,

@@ -41,7 +41,7 @@ from cronfleet.cli.render import (
 )
 from cronfleet.errors import AlreadyExecuting, JobPaused
 from cronfleet.model import RunStatus
-from cronfleet.views import job_views, state_view
+from cronfleet.views import JobView, job_views, lease_holders, running_now, state_view
 
 if TYPE_CHECKING:
     from cronfleet.model import Job, JobState
@@ -61,8 +61,13 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None
         return
     loaded = _load(config_path, strict=False, fleet=True)
     now = _now()
+    async def read(store: Any) -> tuple[list[JobView], dict[str, str]]:
+        ids = frozenset(j.id for j in loaded.jobs)
+        return (await job_views(store, loaded.jobs, now),
+                lease_holders(await running_now(store, ids, limit=1000)))
+
     with loaded:
-        views = _session(loaded, lambda store: job_views(store, loaded.jobs, now))
+        views, holders = _session(loaded, read)
     if as_json:
         _echo_json([{**v.to_dict(now), **_fleet_dict(loaded, v.job.id)} for v in views])
         return
@@ -70,7 +75,7 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None
         click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
                    "the fleet (the store's job registry is empty)")
         return
-    _console().print(_jobs_table(views, now, fleet=loaded.fleet))
+    _console().print(_jobs_table(views, now, fleet=loaded.fleet, holders=holders))
 
 
 def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
@@ -287,8 +292,6 @@ def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
         _list_runs(job_id, limit=limit, status=status, since=since, until=until,
                    instance=instance, config_path=config_path, as_json=as_json)
         return
-    from cronfleet.views import running_now
-
     loaded = _load(config_path, strict=False)
     with loaded:
         items = _session(loaded, lambda store: running_now(store, limit=limit))

@@ -119,9 +119,11 @@ def _declared_by(fj: Any, now: datetime) -> str:
 
 
 def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None,
-                fleet: Mapping[str, Any] | None = None) -> Any:
+                fleet: Mapping[str, Any] | None = None,
+                holders: Mapping[str, str] | None = None) -> Any:
     """The jobs table; with ``fleet`` (the registry's ``FleetJob`` by id, when any
-    process published), a "declared by" column."""
+    process published), a "declared by" column; ``holders``: the instance whose running
+    run holds each job's lease (:func:`cronfleet.views.lease_holders`)."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -147,7 +149,7 @@ def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = Non
             _t(job.id), _t(f"{job.schedule.expr}\n{job.schedule.tz}" if job.schedule_text is None
                else f"{job.schedule_text}\n= {job.schedule.expr}\n{job.schedule.tz}"),
             _t(job.description or job.schedule.describe()), _t(nxt), last,
-            _t(_override_text(v, now)), _t(v.lease_holder(now) or "-"),
+            _t(_override_text(v, now)), _t((holders or {}).get(job.id) or "-"),
         ]
         if fleet:
             cells.append(_t(_declared_by(fleet.get(job.id), now)))

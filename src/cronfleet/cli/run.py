@@ -153,7 +153,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         settings = ApiSettings(metrics=config.api_metrics,  # type: ignore[arg-type]
                                ready_max_overdue=config.api_ready_max_overdue,
                                max_request_body=config.api_max_request_body,
-                               allow_command_jobs=config.api_allow_command_jobs)
+                               allow_command_jobs=config.api_allow_command_jobs,
+                               forwarded_allow_ips=config.api_forwarded_allow_ips)
         asyncio.run(serve(scheduler, api=api_on, host=api_host, port=api_port, settings=settings,
                           http_runtime=config.http_runtime(), metrics_port=probe_port,
                           command_runtime=config.command_runtime()))

@@ -28,7 +28,7 @@ from cronfleet.cli.render import (
     _status,
     _t,
 )
-from cronfleet.views import job_views, running_now
+from cronfleet.views import job_views, lease_holders, running_now
 
 if TYPE_CHECKING:
     from cronfleet.config import Loaded
@@ -141,6 +141,7 @@ def _render(snap: dict[str, Any], now: datetime) -> Any:
     )
     header = Text(f"cronfleet status · {_iso(now)} · store {snap['loaded'].config.store}",
                   style="bold")
+    holders = lease_holders(snap["running"])  # a lease with a run under way only
     jobs = Table(title="jobs (next fire first)", title_justify="left", expand=False)
     for col in ("job", "next fire", "in", "last run", "override", "lease holder"):
         jobs.add_column(col, no_wrap=col == "in", overflow="fold")
@@ -150,7 +151,7 @@ def _render(snap: dict[str, Any], now: datetime) -> Any:
                          style="dim" if paused else "bold")
         jobs.add_row(_t(v.job.id), _t(_short(v.next_fire, now, v.job.schedule.tz)), countdown,
                      _status(v.last), _t(_override_text(v, now)),
-                     _t(v.lease_holder(now) or "-"))
+                     _t(holders.get(v.job.id) or "-"))
     running = _running_table(snap["running"], now)
     recent = Table(title="recent runs", title_justify="left")
     for col in ("run", "job", "slot", "status", "duration", "instance"):

@@ -47,7 +47,7 @@ _KINDS = {
     "entry_points": "bool", "allow_private_targets": "bool", "enabled": "bool",
     "metrics_job_label": "bool", "allow_command_jobs": "bool",
     "runs_per_job": "int", "port": "int", "metrics_port": "int", "max_request_body": "int",
-    "plugins": "list", "private_targets": "list",
+    "plugins": "list", "private_targets": "list", "forwarded_allow_ips": "list",
 }
 
 #: every setting the environment can give, in the order of the docs' table

@@ -24,7 +24,7 @@ SCHEDULER_KEYS = (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
-            "max_request_body", "allow_command_jobs")
+            "max_request_body", "allow_command_jobs", "forwarded_allow_ips")
 TASK_KEYS = (
     "id", "cron", "handler", "description", "timezone", "jitter", "missed",
     "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",

@@ -3,6 +3,7 @@ tables (the ``[[tasks]]`` are read by :mod:`cronfleet.config.tasks`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import sys
@@ -451,6 +452,12 @@ class Reader:
                     bad("private_targets", str(exc).removeprefix("private_targets"))
                 else:
                     config.api_private_targets = list(targets)
+        if "forwarded_allow_ips" in api:
+            problem = forwarded_problem(api["forwarded_allow_ips"])
+            if problem:
+                bad("forwarded_allow_ips", problem)
+            else:
+                config.api_forwarded_allow_ips = list(api["forwarded_allow_ips"])
         if "max_request_body" in api:
             size = api["max_request_body"]
             if isinstance(size, bool) or not isinstance(size, int) or not (
@@ -481,3 +488,26 @@ class Reader:
             config.plugins.append(PluginRef(
                 ref, self.display, line, col, self.loc.source(line)
             ))
+
+
+def forwarded_problem(value: object) -> str | None:
+    """What is wrong with an ``[api] forwarded_allow_ips`` value, or None: a list of IP
+    addresses and networks (``"10.0.0.5"``, ``"10.1.0.0/16"``), or ``["*"]`` (any peer)."""
+    example = '["10.0.0.5", "10.1.0.0/16"]'
+    if not isinstance(value, list) or not value:
+        return f"expected a list of proxy addresses or networks, e.g. {example}, got " \
+               f"{describe_value(value)}"
+    for item in value:
+        if item == "*":
+            if len(value) > 1:
+                return '"*" (every peer) cannot be combined with addresses'
+            continue
+        if not isinstance(item, str):
+            return f"expected addresses or networks as strings, e.g. {example}, got " \
+                   f"{describe_value(item)}"
+        try:
+            ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            return f"{item!r} is not an IP address or network (host names are not " \
+                   f"accepted: give the proxy's address), e.g. {example}"
+    return None

@@ -66,6 +66,7 @@ class Config:
     api_private_targets: list[str] = field(default_factory=list)
     api_max_request_body: int = 1024 * 1024
     api_allow_command_jobs: bool = False
+    api_forwarded_allow_ips: list[str] | None = None  # None: uvicorn's (loopback)
     log_level: str = "info"
     log_format: str = "text"
     metrics_port: int | None = None

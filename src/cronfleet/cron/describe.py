@@ -11,8 +11,9 @@ gets our semantics wrong (see docs/cron.md, "Descriptions"):
 * day-of-week steps (cron-descriptor reads ``FRI/2`` as "every 2 weeks") and lists mixing
   ``#``/``L`` items, day-of-month lists mixing ``L``/``W`` items (it drops or garbles
   them): these get our own phrase;
-* wrap-around ranges (``50-10`` minutes comes out as "between 50:00 and 10:59"): they
-  are rewritten as two plain ranges before cron-descriptor sees them.
+* wrap-around ranges of weekdays and months (``FRI-MON``): they are rewritten as two
+  plain ranges before cron-descriptor sees them (hour ones read well as they are; the
+  parser refuses them in seconds, minutes and days of the month).
 
 :func:`describe` never raises for a parsed expression: if cron-descriptor fails, a plain
 fallback naming the fields is returned.
@@ -57,7 +58,8 @@ def _describe_cron(form: CronForm) -> str:
 @lru_cache(maxsize=1024)
 def _describe_specs(specs: tuple[FieldSpec, ...], day_and: bool) -> str:
     sec, minute, hour, dom, month, dow = specs
-    # hour wrap-arounds read well as is ("between 22:00 and 02:59"); minute ones do not
+    # hour wrap-arounds read well as is ("between 22:00 and 02:59"); seconds and minutes
+    # cannot wrap (refused by the parser)
     time = _descriptor(f"{_plain(sec)} {_plain(minute)} {_plain(hour, unroll=False)} * * *", "full")
 
     dom_on = not (dom.star and dom.unrestricted)

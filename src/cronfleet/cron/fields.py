@@ -3,7 +3,9 @@
 Grammar of a field (a comma-separated list of items)::
 
     item   := '*' ['/' step] | '?'                 ('?' only in the two day fields)
-            | value ['-' value] ['/' step]          (a > b wraps around: FRI-MON, 22-2)
+            | value ['-' value] ['/' step]          (a > b wraps around: FRI-MON, 22-2,
+                                                     NOV-FEB; refused in minute, second
+                                                     and day-of-month: _NO_WRAP)
             | value '/' step                        (value .. field maximum, every step)
     value  := number | name                          (JAN-DEC, SUN-SAT, any case)
     dom    += 'L' | 'L-' n | 'LW' | n 'W' | value '-L' ['/' step]
@@ -63,6 +65,12 @@ HOUR = FieldDef("hour", 0, 23)
 DOM = FieldDef("day-of-month", 1, 31, day_field=True)
 MONTH = FieldDef("month", 1, 12, MONTH_NAMES)
 DOW = FieldDef("day-of-week", 0, 7, DAY_NAMES, day_field=True)
+
+# fields where a reversed range ('5-1') is refused rather than wrapped: the wrap is a
+# common need in hours (22-2: the night), weekdays (FRI-MON) and months (NOV-FEB); in
+# these it is almost always swapped bounds (cronie refuses it), and a month's days do not
+# even cycle evenly (docs/cron.md, "Fields")
+_NO_WRAP = frozenset({SECOND, MINUTE, DOM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +282,10 @@ def _item(ctx: _Ctx, item: str, offset: int, values: set[int]) -> tuple[str, int
         b = 31 if fd is DOM and b_text.upper() == "L" else _value(ctx, b_text, b_off)
         if fd is DOW and a == 7 and b < 7:
             a = 0
+        if a > b and fd in _NO_WRAP:
+            raise ctx.error(base, offset, f"range {base!r} is reversed ({a} > {b}): write "
+                                          f"{b}-{a}, or {a}-{fd.hi},{fd.lo}-{b} for the "
+                                          f"values from {a} round to {b}")
         seq = _span(fd, a, b)
     else:
         a = _value(ctx, base, offset)

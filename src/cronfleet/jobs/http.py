@@ -699,7 +699,7 @@ class HttpJob:
             out.append(("retry", "expected a RetryPolicy"))
         if self.auto_pause_after is not None:
             try:
-                spec.whole_number(self.auto_pause_after, 1)
+                spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
             except spec.FieldError as exc:
                 out.append(("auto_pause_after", exc.message))
         from cronfleet.notify import policy_texts

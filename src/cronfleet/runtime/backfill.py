@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.clock import from_ts
 from cronfleet.model import Job, Locking, Overlap, RunRecord, RunStatus, TriggeredBy
 from cronfleet.runtime import requests
 from cronfleet.store.base import RunFilter, Start
@@ -21,7 +22,7 @@ from cronfleet.store.base import RunFilter, Start
 if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
 
-__all__ = ["Backfill", "backfill_slots", "run_backfill"]
+__all__ = ["MAX_SLOTS", "Backfill", "BadRange", "backfill_slots", "run_backfill"]
 
 # runs recorded against a slot of the schedule (manual runs' slot is their trigger time)
 _SLOT_KINDS = frozenset({TriggeredBy.SCHEDULE, TriggeredBy.CATCHUP, TriggeredBy.RECOVERY,
@@ -72,20 +73,41 @@ class Backfill:
             self.task.cancel()
 
 
-def backfill_slots(job: Job, start: datetime, end: datetime) -> list[datetime]:
-    """The fire times ``t`` of ``job`` with ``start <= t <= end``, in order."""
+class BadRange(ValueError):
+    """A backfill range refused by :func:`backfill_slots`; ``field`` names the bound at
+    fault (``from`` or ``to``), as the API, the dashboard and the CLI show it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def backfill_slots(job: Job, start: datetime, end: datetime, *, now: datetime
+                   ) -> list[datetime]:
+    """The fire times ``t`` of ``job`` with ``start <= t <= end``, in order: THE rule of
+    a backfill's range, for every face (library, API, dashboard, CLI, the instance that
+    runs a remote one). A backfill covers the past only: ``end`` later than ``now`` is
+    refused (a slot still to come runs at its time, never early as a backfill), as are a
+    reversed range and one of more than :data:`MAX_SLOTS` slots (:class:`BadRange`)."""
     if start.tzinfo is None or end.tzinfo is None:
-        raise ValueError("backfill start and end must be timezone-aware datetimes")
+        raise BadRange("from" if start.tzinfo is None else "to",
+                       "backfill start and end must be timezone-aware datetimes")
     if end < start:
-        raise ValueError(f"backfill range is empty: end {end.isoformat()} is before "
-                         f"start {start.isoformat()}")
+        raise BadRange("to", f"backfill range is empty: to {end.isoformat()} is before "
+                             f"from {start.isoformat()}")
+    if end > now:
+        raise BadRange("to", f"to {end.isoformat()} is later than now "
+                             f"({now.astimezone(end.tzinfo).isoformat(timespec='seconds')}): "
+                             "a backfill runs past slots only; the slots to come run at "
+                             "their time")
     out: list[datetime] = []
     for t in job.schedule.between(start - timedelta(seconds=1), end):
         if t < start:
             continue
         if len(out) >= MAX_SLOTS:
-            raise ValueError(f"backfill range has more than {MAX_SLOTS} slots of job "
-                             f"{job.id!r}: split it")
+            raise BadRange("from", f"backfill range has more than {MAX_SLOTS} slots of job "
+                                   f"{job.id!r}: split it")
         out.append(t)
     return out
 
@@ -113,7 +135,7 @@ async def run_backfill(s: Scheduler, bf: Backfill, *, by: str, rate: float | Non
     if job.locking is Locking.NODE_LOCAL:
         raise ValueError(f"job {job.id!r} is node-local: a backfill needs the store's "
                          "claim per slot, which node-local jobs do not take")
-    slots = backfill_slots(job, bf.start, bf.end)
+    slots = backfill_slots(job, bf.start, bf.end, now=from_ts(s.clock.now()))
     bf.total = len(slots)
     existing = await _existing(s, job, bf.start, bf.end)
     gap = 1.0 / rate if rate else 0.0

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 from cronfleet.clock import from_ts
 from cronfleet.cron import AnySchedule, NoFireTimeError
-from cronfleet.model import Job, JobState
+from cronfleet.model import Job, JobState, Locking
 
 __all__ = ["CRON_GAP", "LAST_SLOT", "NEVER", "Due", "after", "min_gap", "next_slot"]
 
@@ -62,9 +62,15 @@ def min_gap(job: Job) -> float:
     return job.period or CRON_GAP
 
 
-def first_mark(state: JobState | None, now: float) -> float:
+def first_mark(job: Job, state: JobState | None, now: float) -> float:
     """A job's watermark when it is added: the newest slot it claimed or skipped, else
-    when its state row was created, never after ``now``."""
+    when its state row was created, never after ``now``. A node-local job: ``now`` --
+    its runs take no claim, so the store cannot say which slots this process missed
+    (every process would replay the job's past, each with its own ``missed`` rows): it
+    runs the slots of this process's lifetime, its catch-up covering the slots the
+    running process let pass (a stalled loop, a sleep)."""
+    if job.locking is Locking.NODE_LOCAL:
+        return now
     seen = None if state is None else (state.last_slot or state.created_at)
     return now if seen is None else min(seen.timestamp(), now)
 
@@ -97,7 +103,7 @@ class Due:
     def first(self, job: Job, state: JobState | None, now: float) -> None:
         """Queue a job just added: its next slot after its watermark — the newest slot it
         claimed or skipped, else when its state row was created — never after ``now``."""
-        mark = self.watermark[job.id] = first_mark(state, now)
+        mark = self.watermark[job.id] = first_mark(job, state, now)
         self.push(job, next_slot(job.schedule, mark))
 
     def first_all(self, jobs: Iterable[Job], states: Mapping[str, JobState], now: float
@@ -107,7 +113,7 @@ class Due:
         one store call) share one next-slot computation."""
         memo: dict[tuple[int, float], float] = {}
         for job in jobs:
-            mark = self.watermark[job.id] = first_mark(states.get(job.id), now)
+            mark = self.watermark[job.id] = first_mark(job, states.get(job.id), now)
             key = (id(job.schedule), mark)
             slot = memo.get(key)
             if slot is None:

@@ -93,7 +93,9 @@ class EarlyClaims:
             )
         except Exception as exc:
             s.stats.store_errors += 1
-            log.warning("cannot read overrides (%s); no early claims for this instant", exc)
+            s.outage.warn.warning(
+                "early-overrides", "cannot read overrides (%s); no early claims for this "
+                "instant", exc)
             return
         bucket = due.buckets.get(slot)
         if not bucket:
@@ -125,9 +127,9 @@ class EarlyClaims:
             exc = fut.exception()
             if exc is not None:
                 s.stats.store_errors += 1
-                log.warning(
-                    "cannot claim %d slots early (%s); claiming at their time", len(chunk), exc
-                )
+                s.outage.warn.warning(
+                    "early-claims", "cannot claim %d slots early (%s); claiming at their "
+                    "time", len(chunk), exc)
                 return []
             got: list[Dispatched] = fut.result()
             for res in got:
@@ -270,7 +272,8 @@ class EarlyClaims:
                 )
             except Exception as exc:
                 s.stats.store_errors += 1
-                log.warning("cannot withdraw %d early claims (%s)", len(undo) - i, exc)
+                s.outage.warn.warning("early-withdraw", "cannot withdraw %d early claims (%s)",
+                                      len(undo) - i, exc)
                 return undo[i:]
         return []
 

@@ -689,7 +689,10 @@ class Scheduler(SyncControl):
         since: float | None = None,
     ) -> Backfill:
         """Run every slot of ``job_id``'s schedule with ``start <= slot <= end`` again, in
-        order, one at a time (the next slot starts once the previous run ended), at most
+        order (a past range only: ``end`` later than now raises
+        :class:`~cronfleet.runtime.backfill.BadRange`, a ``ValueError``, as does a
+        reversed range or one of more than 100,000 slots), one at a time (the next slot
+        starts once the previous run ended), at most
         ``rate`` slots a second (``None``: no limit); ``only_missing``: only slots
         without a ``succeeded`` run.
         Each run is recorded ``triggered_by=backfill`` with its slot. A slot is claimed
@@ -701,7 +704,8 @@ class Scheduler(SyncControl):
         returns at once with the backfill going on in the background. A slot another
         backfill ran since ``since`` (default: now) is not run again."""
         job = self.get_job(job_id)
-        backfill_slots(job, start, end)  # a bad range raises here, before anything runs
+        # a bad range (reversed, later than now, too long) raises here, before anything runs
+        backfill_slots(job, start, end, now=from_ts(self.clock.now()))
         if rate is not None and rate <= 0:
             raise ValueError(f"backfill rate must be > 0 slots a second, got {rate!r}")
         bf = Backfill(job.id, start, end, only_missing,

@@ -115,13 +115,13 @@ def cron_text(draw: st.DrawFn, full: bool = True) -> str:
             ["@yearly", "@monthly", "@weekly", "@daily", "@hourly", "@every 90m", "45s", "2h"]))
     parts = []
     if draw(st.integers(0, 3)) == 0:
-        parts.append(draw(field(0, 59, wrap=full)))
+        parts.append(draw(field(0, 59, wrap=False)))  # reversed ranges: refused
     month_names = MONTHS if full else None
     parts += [
-        draw(field(0, 59, wrap=full)),
+        draw(field(0, 59, wrap=False)),  # a reversed minute or day range is refused
         draw(field(0, 23, wrap=full)),
         draw(field(1, 31, extra=DOM_EXTRA if full else st.sampled_from(["L", "LW"]),
-                   wrap=full, question=full)),
+                   wrap=False, question=full)),
         draw(field(1, 12, month_names, wrap=full)),
         draw(field(0, 7, DAYS if full else None, extra=DOW_EXTRA, wrap=full, question=full)),
     ]

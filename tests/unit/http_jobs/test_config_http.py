@@ -243,7 +243,7 @@ notify = { on = ["failure", "recovery", "success"], after_failures = 2, webhook 
     ('http = { url = "https://x" }\nnotify = { email = { to = ["a@b"] } }',
      "task 'ping': notify: email: host: missing"),
     ('http = { url = "https://x" }\nauto_pause_after = 0',
-     "task 'ping': auto_pause_after: expected a whole number of at least 1"),
+     "task 'ping': auto_pause_after: expected a whole number from 1 to 1000"),
 ])
 def test_notify_errors(tmp_path: Path, body: str, expected: str) -> None:
     path = write(tmp_path, f'[[tasks]]\nid = "ping"\ncron = "5m"\nhandler = "os:getcwd"\n{body}\n'

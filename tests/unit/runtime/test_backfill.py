@@ -168,7 +168,7 @@ def test_sync_backfill_and_bad_ranges(make: Any) -> None:
     s.job("0 * * * *", id="hourly")(h)
     bf = s.backfill("hourly", START, START + timedelta(hours=1), rate=None)
     assert bf.done == 2 and h.slots == hours(0, 1)
-    with pytest.raises(ValueError, match="is before start"):
+    with pytest.raises(ValueError, match="is before from"):
         s.backfill("hourly", START, START - timedelta(hours=1))
     with pytest.raises(ValueError, match="timezone-aware"):
         s.backfill("hourly", START.replace(tzinfo=None), START)
