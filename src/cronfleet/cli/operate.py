@@ -560,6 +560,40 @@ def _until(value: str, job: Job, now: datetime) -> datetime:
         _fail(f"--until: {exc.message}", EXIT_BAD_INPUT)
 
 
+def _state_before(loaded: Any, job: Job) -> JobState | None:
+    """The job's state before a resume, when its resume may have to be announced."""
+    if job.notify is None:
+        return None
+    return _session(loaded, lambda store: store.read_states([job.id])).get(job.id)
+
+
+def _announce_resume(loaded: Any, job: Job, before: JobState | None, after: JobState,
+                     who: str) -> None:
+    """An auto-paused job resumed from here is announced on its channels, as the service
+    announces a resume made through it (cronfleet.alerts.notify_resumed)."""
+    if before is None:
+        return
+    import asyncio
+
+    from cronfleet.alerts import notify_resumed
+    from cronfleet.runtime.events import OverrideChanged
+
+    runtime = loaded.config.http_runtime()
+
+    async def go() -> dict[str, Any] | None:
+        try:
+            return await notify_resumed(OverrideChanged(job, before, after, who), runtime,
+                                        scope=runtime.scope)
+        finally:
+            await runtime.aclose()
+
+    sent = asyncio.run(go())
+    for event, channels in (sent or {}).items():
+        for channel, outcome in channels.items():
+            click.echo(f"notified {event} via {channel}: "
+                       + ("ok" if outcome["ok"] else f"failed: {outcome['error']}"), err=True)
+
+
 def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:
     now = _now()
     if as_json:
@@ -617,10 +651,12 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
     loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
+        before = _state_before(loaded, job)
         scheduler = loaded.scheduler(timers=False)
         who = by or _who()
         state = _control(lambda: scheduler.resume(job_id, by=who, note=note),
                          loaded.config.store)
+        _announce_resume(loaded, job, before, state, who)
     extra = "" if job.enabled else " although it is declared enabled = false"
     _print_state(job, state, f"resumed {job_id!r} by {who}: forced on{extra}", as_json)
 
@@ -636,10 +672,12 @@ def clear_override_cmd(job_id: str, by: str | None, config_path: str | None,
     loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
+        before = _state_before(loaded, job)
         scheduler = loaded.scheduler(timers=False)
         who = by or _who()
         state = _control(lambda: scheduler.clear_override(job_id, by=who),
                          loaded.config.store)
+        _announce_resume(loaded, job, before, state, who)
     declared = "enabled" if job.enabled else "disabled (enabled = false)"
     _print_state(job, state, f"cleared the override of {job_id!r}: back to its declared "
                              f"setting, {declared}", as_json)

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
 from cronfleet.extras import require
@@ -284,6 +284,28 @@ class TargetPolicy:
         return any(ip.version == net.version and ip in net for net in self.networks)
 
 
+    def refuses(self, url: str) -> str | None:
+        """Why the guard will refuse ``url`` whatever the name service says: its host is a
+        non-public address literal, or a ``localhost`` name, that this policy does not let
+        through; else None (names are resolved, and checked again, only when sending)."""
+        if "${" in url:
+            return None
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            return None
+        if not host:
+            return None
+        if host == "localhost" or host.endswith(".localhost"):
+            return None if self.allows(host, "127.0.0.1") else f"{host} is a loopback name"
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return None
+        why = check_address(host)
+        return None if why is None or self.allows(host, host) else why
+
+
 NO_PRIVATE_TARGETS = TargetPolicy()
 ALL_TARGETS = TargetPolicy(everything=True)
 
@@ -507,12 +529,13 @@ class HttpRuntime:
         if self.store is None:
             log.warning("job %s: cannot auto-pause: no store configured", job_id)
             return False
+        from cronfleet.alerts import AUTO_PAUSE_BY
         from cronfleet.store import open_store
 
         store = open_store(self.store)
         await store.open()
         try:
-            await store.set_override(job_id, False, by="cronfleet (auto-pause)", note=note,
+            await store.set_override(job_id, False, by=AUTO_PAUSE_BY, note=note,
                                      until=None)
         finally:
             await store.close()
