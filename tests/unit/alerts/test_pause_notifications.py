@@ -30,7 +30,7 @@ class Hooks:
         hooks = self
 
         class Handler(BaseHTTPRequestHandler):
-
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with hooks.arrived:
                     hooks.bodies.append(json.loads(body))
