@@ -361,7 +361,9 @@ def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
     if run is None:
         _fail(f"no run with id {run_id} in {loaded.config.store}", EXIT_BAD_INPUT)
     if as_json:
-        _echo_json(run.to_dict())
+        from cronfleet.attempts import attempts_of
+
+        _echo_json({**run.to_dict(), "attempts": [a.to_dict() for a in attempts_of(run)]})
         return
     _print_run(run)
 

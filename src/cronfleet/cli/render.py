@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.attempts import attempts_of
 from cronfleet.cli.common import (
     _console,
 )
@@ -173,7 +174,6 @@ def _print_run(run: RunRecord) -> None:
         ("triggered by", run.triggered_by.value + (f" ({', '.join(flags)})" if flags else "")),
         ("instance", run.instance_id or "-"),
         ("fencing token", "-" if run.fencing_token is None else str(run.fencing_token)),
-        ("attempt", str(run.attempt)),
         ("claimed", _iso(run.claimed_at)),
         ("started", _iso(run.started_at) + late),
         ("finished", _iso(run.finished_at)),
@@ -186,6 +186,15 @@ def _print_run(run: RunRecord) -> None:
     ]
     for key, value in rows:
         console.print(Text(f"{key:<14}", style="dim") + Text(value))
+    tried = attempts_of(run)
+    console.print(Text(f"attempts ({len(tried)})", style="bold"))
+    for a in tried:
+        status = (a.response or {}).get("status")
+        line = (f"  {a.number}  {_iso(a.started_at)}  {_duration(a.duration):>8}  {a.outcome}"
+                + (f"  HTTP {status}" if status is not None else "")
+                + (f"  {a.error.splitlines()[0]}" if a.error else "")
+                + ("" if a.retry_in is None else f"  (next in {a.retry_in:g}s)"))
+        console.print(Text(line))
     console.print(Text(f"logs ({len(run.logs)} line(s))", style="bold"))
     for line in run.logs:
         console.print(Text("  " + line.replace("\n", "\n  ")))

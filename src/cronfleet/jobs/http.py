@@ -96,7 +96,10 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 class HttpJobFailed(Exception):
     """The last attempt failed. The message names the request (secrets redacted) and the
-    last error; ``result`` holds every attempt's record."""
+    last error; ``result`` holds every attempt's record. The message is the whole story:
+    no traceback in the run's log (it goes to the ``cronfleet.executor`` logger at DEBUG)."""
+
+    log_traceback = False
 
     def __init__(self, message: str, result: dict[str, Any]) -> None:
         super().__init__(message)
@@ -790,6 +793,7 @@ class HttpJob:
         ok = False
         status: int | None = None
         for n in range(1, self.retry.attempts + 1):
+            ctx.attempt = n  # the run's attempt number (this job retries itself)
             record, ok, retryable, wait = await self._attempt(ctx, rt, n, key, redact)
             attempts.append(record)
             status = record["response"]["status"] if record["response"] else None
