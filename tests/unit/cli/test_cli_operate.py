@@ -104,8 +104,13 @@ def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Pa
                                    'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
     r = cli("jobs", "create", str(refused), "--team", "ops", "--by", "alice")
     assert r.exit_code == 2 and "cannot turn the SSRF guard off" in r.stderr
+    # a private target the operator did not list would fail on every run: refused too
     toml = write("hook.toml", 'id = "hook"\nschedule = "*/10 * * * *"\n[http]\n'
                               'url = "http://127.0.0.1:9/x"\n')
+    r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
+    assert r.exit_code == 2 and "127.0.0.1 is a loopback address" in r.stderr
+    assert "[api] private_targets" in r.stderr
+    toml.write_text(toml.read_text().replace("http://127.0.0.1:9/x", "https://example.com/x"))
     r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
     assert r.exit_code == 0, r.stderr
     assert "created job 'hook' (team ops)" in r.stdout
