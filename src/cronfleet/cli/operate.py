@@ -32,6 +32,9 @@ from cronfleet.cli.render import (
     _duration,
     _iso,
     _jobs_table,
+    _narrow,
+    _narrow_table,
+    _one_line,
     _print_run,
     _rel,
     _running_table,
@@ -50,11 +53,17 @@ if TYPE_CHECKING:
 # -- jobs, history, show-run ------------------------------------------------------------
 
 
+_WIDE = click.option("--wide", is_flag=True,
+                     help="Every column, wrapped to fit (default at 120 columns and more; "
+                          "narrower terminals and pipes get one line per row).")
+
+
 @click.group("jobs", epilog=_EXIT_CODES, invoke_without_command=True)
 @_CONFIG
 @_JSON
+@_WIDE
 @click.pass_context
-def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: bool) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder; `jobs
     create FILE` / `jobs delete ID` manage the jobs created over the API."""
     if ctx.invoked_subcommand is not None:
@@ -70,7 +79,9 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None
         click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
                    "the fleet (the store's job registry is empty)")
         return
-    _console().print(_jobs_table(views, now, fleet=loaded.fleet))
+    console = _console()
+    console.print(_jobs_table(views, now, fleet=loaded.fleet, narrow=_narrow(console, wide),
+                              width=console.width))
 
 
 def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
@@ -262,13 +273,14 @@ def _run_filters(f: Callable[..., None]) -> Callable[..., None]:
 @_run_filters
 @_CONFIG
 @_JSON
+@_WIDE
 def history_cmd(job_id: str | None, limit: int, status: str | None, since: str | None,
                 until: str | None, instance: str | None, config_path: str | None,
-                as_json: bool) -> None:
+                as_json: bool, wide: bool) -> None:
     """The runs of JOB, newest first (also for a job no longer declared); without JOB, the
     runs of every job (e.g. `history --status failed --since 1d`)."""
     _list_runs(job_id, limit=limit, status=status, since=since, until=until,
-               instance=instance, config_path=config_path, as_json=as_json)
+               instance=instance, config_path=config_path, as_json=as_json, wide=wide)
 
 
 @click.command("runs", epilog=_EXIT_CODES)
@@ -278,14 +290,15 @@ def history_cmd(job_id: str | None, limit: int, status: str | None, since: str |
 @click.option("--job", "job_id", metavar="JOB", default=None, help="Only runs of JOB.")
 @_CONFIG
 @_JSON
+@_WIDE
 def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
              until: str | None, instance: str | None, job_id: str | None,
-             config_path: str | None, as_json: bool) -> None:
+             config_path: str | None, as_json: bool, wide: bool) -> None:
     """Runs across jobs, newest first (the filters of `history`); --running: what runs
     right now and where."""
     if not running:
         _list_runs(job_id, limit=limit, status=status, since=since, until=until,
-                   instance=instance, config_path=config_path, as_json=as_json)
+                   instance=instance, config_path=config_path, as_json=as_json, wide=wide)
         return
     from cronfleet.views import running_now
 
@@ -300,7 +313,7 @@ def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
 
 def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str | None,
                until: str | None, instance: str | None, config_path: str | None,
-               as_json: bool) -> None:
+               as_json: bool, wide: bool = False) -> None:
     from cronfleet.store.base import RunFilter
 
     loaded = _load(config_path, strict=False)
@@ -332,6 +345,19 @@ def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str
     tz = declared[job_id].schedule.tz if job_id in declared else None
     title = f"{job_id}: last {len(runs)} run(s)" if job_id is not None else \
         f"last {len(runs)} run(s) across jobs"
+    if _narrow(console, wide):  # one line per run: no trigger, no instance
+        rows = []
+        for r in runs:
+            row = [str(r.id), _t(_short(r.slot, now, tz)), _status(r),
+                   _t(_duration(r.duration)), _t(_one_line(r.error or ""))]
+            if job_id is None:
+                row.insert(1, _t(r.job_id))
+            rows.append(row)
+        names = ["run", "slot", "status", "duration", "error"]
+        if job_id is None:
+            names.insert(1, "job")
+        console.print(_narrow_table(title, names, rows, "error", console.width))
+        return
     table = Table(title=title, title_justify="left")
     cols: tuple[str, ...] = ("run", "slot", "trigger", "status", "duration", "instance",
                              "error")

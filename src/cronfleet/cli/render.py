@@ -119,12 +119,77 @@ def _declared_by(fj: Any, now: datetime) -> str:
     return text
 
 
+WIDE_FROM = 120
+"""Terminal width (columns) from which ``jobs`` and ``history`` print every column."""
+
+
+def _narrow(console: Any, wide: bool) -> bool:
+    """Print the narrow form of a table: not asked ``--wide``, and in a pipe or a terminal
+    narrower than :data:`WIDE_FROM` columns."""
+    return not wide and (not console.is_terminal or console.width < WIDE_FROM)
+
+
+def _narrow_table(title: str | None, cols: Sequence[str], rows: Sequence[Sequence[Any]],
+                  flex: str, width: int) -> Any:
+    """A table whose rows never wrap: one line per row within ``width`` columns. Every
+    column keeps its text whole but ``flex``, which takes the width left and is cut with
+    an ellipsis."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    def size(cell: Any) -> int:
+        return int(Text(cell).cell_len if isinstance(cell, str) else cell.cell_len)
+
+    widths = [max([len(c), *(size(r[i]) for r in rows)]) for i, c in enumerate(cols)]
+    at = list(cols).index(flex)
+    room = width - 2 * (len(cols) - 1)  # SIMPLE_HEAD without edge padding: two between
+    keep = min(widths[at], max(len(flex), 20))  # what the flex column gets at least
+    others = [i for i in range(len(cols)) if i != at]
+    while sum(widths[i] for i in others) + keep > room:  # cut the widest other (a long id)
+        widest = max(others, key=lambda i: widths[i])
+        if widths[widest] <= max(len(cols[widest]), 10):
+            break
+        widths[widest] -= 1
+    widths[at] = max(min(widths[at], room - sum(widths[i] for i in others)), len(flex))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, padding=(0, 1), collapse_padding=True)
+    for col, w in zip(cols, widths, strict=True):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", width=w)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _one_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
 def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None,
-                fleet: Mapping[str, Any] | None = None) -> Any:
+                fleet: Mapping[str, Any] | None = None, narrow: bool = False,
+                width: int = 80) -> Any:
     """The jobs table; with ``fleet`` (the registry's ``FleetJob`` by id, when any
-    process published), a "declared by" column."""
+    process published), a "declared by" column. ``narrow``: job, schedule, next run,
+    last run and override, one line each (``--wide`` for every column)."""
     from rich.table import Table
 
+    if narrow:
+        rows = []
+        for v in views:
+            job = v.job
+            nxt = ("done" if v.done(now) else "never") if v.next_fire is None else \
+                _rel(v.next_fire, now)
+            if v.paused(now):
+                resumes = v.next_run(now)
+                nxt = "paused" if resumes is None else f"paused, then {_rel(resumes, now)}"
+            last = _status(v.last)
+            if v.last is not None:
+                when = v.last.finished_at or v.last.started_at or v.last.slot
+                last.append(f" {_rel(when, now)}", style="dim")
+            rows.append([_t(job.id), _t(job.schedule_text or job.schedule.expr), _t(nxt),
+                         last, _t(_one_line(_override_text(v, now)))])
+        return _narrow_table(title, ["job", "schedule", "next run", "last run", "override"],
+                             rows, "override", width)
     table = Table(title=title, title_justify="left")
     cols = ["job", "schedule", "description", "next run", "last run", "override",
             "lease holder"]
