@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cronfleet.clock import slot_text
 from cronfleet.model import Job, JobState, NotifyPolicy, RunStatus
 from cronfleet.runtime.events import OverrideChanged, RunFinished, Unsubscribe
 from cronfleet.secrets import DEFAULT_NAMESPACE, Redactor, SecretError, references
@@ -136,7 +137,7 @@ async def record_and_alert(
         messages["paused"] = paused_note
     if not messages:
         return
-    notes = [Notification(event=event, job_id=facts.job_id, slot=_slot_text(facts.slot),
+    notes = [Notification(event=event, job_id=facts.job_id, slot=slot_text(facts.slot),
                           instance_id=facts.instance_id, message=message,
                           health=after.to_dict(), run=dict(facts.run))
              for event, message in messages.items()]
@@ -198,19 +199,15 @@ async def notify_resumed(event: OverrideChanged, services: AlertServices, *,
     health = await services.health.get(job.id)
     paused_at = event.before.override_at
     message = (f"job {job.id} resumed by {event.by or 'an operator'}"
-               + (f"; it was auto-paused at {_slot_text(paused_at)}" if paused_at else "")
+               + (f"; it was auto-paused at {slot_text(paused_at)}" if paused_at else "")
                + (f" ({event.before.override_note})" if event.before.override_note else ""))
     note = Notification(event="resumed", job_id=job.id,
-                        slot=_slot_text(event.after.override_at or datetime.now(UTC)),
+                        slot=slot_text(event.after.override_at or datetime.now(UTC)),
                         instance_id="", message=message, health=health.to_dict(),
                         run={})
     redact = Redactor()
     return await _deliver(services, job.notify, [note], namespace, redact,
                           lambda line: log.info("job %s: %s", job.id, line), scope)
-
-
-def _slot_text(slot: datetime) -> str:
-    return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def wants_alerts(job: Job) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cronfleet.clock import slot_text
 from cronfleet.model import RunRecord, RunStatus
 
 __all__ = ["OUTCOMES", "Attempt", "attempt_line", "attempt_outcomes", "attempts_of"]
@@ -68,15 +69,15 @@ class Attempt:
 
 
 def _iso(d: datetime | None) -> str | None:
-    return None if d is None else d.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return None if d is None else slot_text(d)
 
 
 def attempt_line(number: int, of: int, outcome: str, started: float, finished: float,
                  error: str | None, retry_in: float | None = None) -> str:
     """The run-log line of one ended attempt of a retried handler (epoch seconds)."""
-    start = datetime.fromtimestamp(started, UTC).isoformat(timespec="milliseconds")
+    start = slot_text(datetime.fromtimestamp(round(started, 3), UTC))
     return (f"attempt {number}/{of} {outcome} after {finished - started:.3f}s, started "
-            f"{start.replace('+00:00', 'Z')}" + (f": {error}" if error else "")
+            f"{start}" + (f": {error}" if error else "")
             + ("" if retry_in is None else f"; retrying in {retry_in:g}s"))
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
+from cronfleet.clock import slot_text
 from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
@@ -607,10 +608,6 @@ def default_runtime() -> HttpRuntime:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def slot_text(slot: datetime) -> str:
-    return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def idempotency_key(job_id: str, slot: datetime) -> str:

@@ -79,3 +79,18 @@ async def test_a_run_tried_once_is_one_attempt(tmp_path: Path) -> None:
     [only] = attempts_of(run)
     assert (only.number, only.outcome, only.error) == (1, "succeeded", None)
     assert s.stats.attempts == {"succeeded": 1}
+
+
+async def test_a_manual_runs_idempotency_key_has_milliseconds_at_most(
+        server: Server, runtime: HttpRuntime, tmp_path: Path) -> None:
+    import re
+
+    s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False)
+    s.add_job(HttpJob(server.url(), runtime=runtime).job("@daily", id="ping"))
+    async with s:
+        run = await s.trigger_async("ping", wait=True)
+    key = run.result["idempotency_key"]
+    assert re.fullmatch(r"ping:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z", key), key
+    seen = server.requests[0].headers
+    assert seen["Idempotency-Key"] == key
+    assert key == f"ping:{seen['X-Cronfleet-Slot']}"
