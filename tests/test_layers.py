@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("root", ("cronfleet",)),  # the package itself: lazy re-exports, imports nothing
     ("cron", ("cronfleet.cron",)),
     ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec",
+              "cronfleet.attempts",
               "cronfleet.extras", "cronfleet.signing")),
     ("store", ("cronfleet.store",)),
     ("runtime", ("cronfleet.runtime", "cronfleet.scheduler", "cronfleet.executor",

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cronfleet.model import Job, NotifyPolicy, RunStatus
-from cronfleet.runtime.events import RunFinished, Unsubscribe
+from cronfleet.clock import slot_text
+from cronfleet.model import Job, JobState, NotifyPolicy, RunStatus
+from cronfleet.runtime.events import OverrideChanged, RunFinished, Unsubscribe
 from cronfleet.secrets import DEFAULT_NAMESPACE, Redactor, SecretError, references
 
 if TYPE_CHECKING:
@@ -43,9 +44,13 @@ if TYPE_CHECKING:
     from cronfleet.secrets import Vault
     from cronfleet.store.health import HealthStore
 
-__all__ = ["AlertServices", "Alerts", "RunFacts", "install", "record_and_alert"]
+__all__ = ["AUTO_PAUSE_BY", "AlertServices", "Alerts", "RunFacts", "auto_paused", "install",
+           "notify_resumed", "record_and_alert"]
 
 log = logging.getLogger("cronfleet")
+
+AUTO_PAUSE_BY = "cronfleet (auto-pause)"
+"""Who the auto-pause's override is by (its resume is announced)."""
 
 Scope = Callable[[Redactor], AbstractContextManager[Any]]
 Pause = Callable[[str, str], Awaitable[bool]]
@@ -113,6 +118,7 @@ async def record_and_alert(
         facts.job_id, facts.ok, round(facts.duration, 3), datetime.now(UTC)
     )
     into["health"] = after.to_dict()
+    paused_note = None
     if (not facts.ok and auto_pause_after is not None
             and after.consecutive_failures == auto_pause_after):
         note = (f"auto-paused after {after.consecutive_failures} consecutive failures; "
@@ -120,13 +126,34 @@ async def record_and_alert(
         if await (pause or services.pause)(facts.job_id, note[:500]):
             into["auto_paused"] = True
             say(note)
+            paused_note = (f"job {facts.job_id} paused after {after.consecutive_failures} "
+                           f"consecutive failures; last: {facts.message}")
     if notify is None:
         return
-    from cronfleet.notify import Notification, events_for, policy_texts
+    from cronfleet.notify import Notification, events_for
 
-    events = events_for(notify, before, after)
-    if not events:
+    messages = dict.fromkeys(events_for(notify, before, after), facts.message)
+    if paused_note is not None:  # on every channel, whatever `on` says
+        messages["paused"] = paused_note
+    if not messages:
         return
+    notes = [Notification(event=event, job_id=facts.job_id, slot=slot_text(facts.slot),
+                          instance_id=facts.instance_id, message=message,
+                          health=after.to_dict(), run=dict(facts.run))
+             for event, message in messages.items()]
+    into["notifications"] = await _deliver(services, notify, notes, namespace, redact,
+                                           say, scope)
+
+
+async def _deliver(services: AlertServices, notify: NotifyPolicy, notes: list[Any],
+                   namespace: str, redact: Redactor, say: Callable[[str], None],
+                   scope: Scope | None) -> dict[str, Any]:
+    """Send each notification on every channel of ``notify`` (secrets of the policy read
+    from the vault first): ``{event: {channel: {"ok": ...}}}``, redacted."""
+    from dataclasses import replace
+
+    from cronfleet.notify import policy_texts
+
     refs = references(*policy_texts(notify))
     values: dict[str, str] = {}
     if refs:
@@ -139,25 +166,48 @@ async def record_and_alert(
             redact.add(v)
     sent: dict[str, Any] = {}
     with (scope or _no_scope)(redact):
-        for event in events:
-            notification = Notification(
-                event=event, job_id=facts.job_id, slot=_slot_text(facts.slot),
-                instance_id=facts.instance_id, message=redact(facts.message),
-                health=after.to_dict(), run=dict(facts.run),
-            )
-            outcome = await services.notifier.deliver(notify, notification,
+        for note in notes:
+            note = replace(note, message=redact(note.message))
+            outcome = await services.notifier.deliver(notify, note,
                                                       client=services.client(),
                                                       secrets=values, redact=redact)
-            sent[event] = {ch: {"ok": True} if err is None else {"ok": False, "error": err}
-                           for ch, err in outcome.items()}
-            say(f"notified {event}: " + ", ".join(
+            sent[note.event] = {ch: {"ok": True} if err is None
+                                else {"ok": False, "error": err}
+                                for ch, err in outcome.items()}
+            say(f"notified {note.event}: " + ", ".join(
                 f"{ch} {'ok' if err is None else 'failed: ' + err}"
                 for ch, err in outcome.items()))
-    into["notifications"] = redact.data(sent)
+    return dict(redact.data(sent))
 
 
-def _slot_text(slot: datetime) -> str:
-    return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
+def auto_paused(state: JobState) -> bool:
+    """Is this override the auto-pause's (``auto_pause_after``)?"""
+    return state.enabled_override is False and state.override_by == AUTO_PAUSE_BY
+
+
+async def notify_resumed(event: OverrideChanged, services: AlertServices, *,
+                         namespace: str = DEFAULT_NAMESPACE, scope: Scope | None = None
+                         ) -> dict[str, Any] | None:
+    """A job the auto-pause had paused is resumed (or its override cleared): say so on
+    every channel of its ``notify``. None when there is nothing to say."""
+    job = event.job
+    if job.notify is None or not auto_paused(event.before) or auto_paused(event.after) \
+            or event.after.enabled_override is False:
+        return None
+    from cronfleet.notify import Notification
+
+    health = await services.health.get(job.id)
+    paused_at = event.before.override_at
+    message = (f"job {job.id} resumed by {event.by or 'an operator'}"
+               + (f"; it was auto-paused at {slot_text(paused_at)}" if paused_at else "")
+               + (f" ({event.before.override_note})" if event.before.override_note else ""))
+    note = Notification(event="resumed", job_id=job.id,
+                        slot=slot_text(event.after.override_at or datetime.now(UTC)),
+                        instance_id="", message=message, health=health.to_dict(),
+                        run={})
+    redact = Redactor()
+    return await _deliver(services, job.notify, [note], namespace, redact,
+                          lambda line: log.info("job %s: %s", job.id, line), scope)
 
 
 def wants_alerts(job: Job) -> bool:
@@ -227,6 +277,22 @@ class Alerts:
         except Exception as exc:  # alerts never fail anything else
             log.warning("job %s: recording health / notifying failed: %s", job.id, exc)
 
+    def override_changed(self, event: OverrideChanged) -> asyncio.Task[None] | None:
+        """A resume of an auto-paused job: the ``resumed`` notification."""
+        if event.job.notify is None or not auto_paused(event.before):
+            return None
+        task = asyncio.get_running_loop().create_task(self._resumed(event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _resumed(self, event: OverrideChanged) -> None:
+        try:
+            await notify_resumed(event, self.services, namespace=self.namespace,
+                                 scope=self.scope)
+        except Exception as exc:  # alerts never fail anything else
+            log.warning("job %s: notifying the resume failed: %s", event.job.id, exc)
+
     async def drain(self, timeout: float = 10.0) -> None:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
@@ -254,7 +320,15 @@ def install(
         scope = getattr(services, "scope", None)
 
     async def pause(job_id: str, note: str) -> bool:
-        await scheduler.pause_async(job_id, by="cronfleet (auto-pause)", note=note)
+        await scheduler.pause_async(job_id, by=AUTO_PAUSE_BY, note=note)
         return True
 
-    return scheduler.subscribe(Alerts(services, pause=pause, scope=scope, namespace=namespace))
+    alerts = Alerts(services, pause=pause, scope=scope, namespace=namespace)
+    off_runs = scheduler.subscribe(alerts)
+    off_overrides = scheduler.subscribe(alerts.override_changed, OverrideChanged)
+
+    def unsubscribe() -> None:
+        off_runs()
+        off_overrides()
+
+    return unsubscribe

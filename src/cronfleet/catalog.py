@@ -175,6 +175,11 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
             raise SpecInvalid([
                 FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
                 for key, message in exc.problems]) from None
+        why = targets.refuses(handler.url) if new else None
+        if why is not None:  # it would fail on every run: refused when saved
+            raise SpecInvalid([FieldProblem(
+                "http.url", f"{why}: the SSRF guard refuses private targets for API jobs "
+                            "unless the operator lists them in [api] private_targets")])
         fields = result.job_fields()
     job = Job(handler=handler, source=SOURCE, **fields)
     if new and job.jitter:

@@ -14,7 +14,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "to_ts", "wait_done", "wait_event"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "slot_text", "to_ts", "wait_done",
+           "wait_event"]
 
 
 def to_ts(dt: datetime) -> float:
@@ -25,6 +26,16 @@ def to_ts(dt: datetime) -> float:
 
 def from_ts(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def slot_text(at: datetime) -> str:
+    """An instant as the text every face shows a slot in: ISO 8601 UTC with ``Z``, whole
+    seconds (``2026-03-02T08:00:00Z``), milliseconds only when it has a fraction (a manual
+    run's slot is its request's time: ``2026-03-02T08:00:12.345Z``; the store keeps no
+    finer)."""
+    utc = at.astimezone(UTC)
+    spec = "seconds" if utc.microsecond == 0 else "milliseconds"
+    return utc.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 class Clock(Protocol):

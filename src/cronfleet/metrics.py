@@ -59,6 +59,8 @@ class SchedulerCollector:
             ("cronfleet_store_errors", "Store calls that failed (the loop carried on).", None,
              st.store_errors),
             ("cronfleet_run_outcomes", "Finished runs, by status.", "status", st.outcomes),
+            ("cronfleet_attempts", "Ended attempts of runs (each try of a retried handler "
+             "or of an HTTP job's request), by outcome.", "outcome", st.attempts),
             ("cronfleet_fail_open_runs", "PREFER_GLOBAL runs started without a claim during "
              "a confirmed store outage.", None, st.fail_open),
         ]

@@ -72,7 +72,8 @@ class Notification:
 
     @property
     def title(self) -> str:
-        verb = {"failure": "failed", "recovery": "recovered", "success": "succeeded"}[self.event]
+        verb = {"failure": "failed", "recovery": "recovered", "success": "succeeded",
+                "paused": "paused", "resumed": "resumed"}[self.event]
         return f"cronfleet: job {self.job_id} {verb}"
 
 
@@ -168,7 +169,8 @@ class Notifier:
 
 def _slack_text(note: Notification) -> str:
     icon = {"failure": ":red_circle:", "recovery": ":large_green_circle:",
-            "success": ":white_check_mark:"}[note.event]
+            "success": ":white_check_mark:", "paused": ":double_vertical_bar:",
+            "resumed": ":arrow_forward:"}[note.event]
     streak = note.health.get("consecutive_failures") or 0
     extra = f" ({streak} consecutive failures)" if note.event == "failure" and streak > 1 else ""
     return f"{icon} {note.title}{extra}: {note.message}"

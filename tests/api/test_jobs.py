@@ -557,3 +557,39 @@ async def test_preview_of_a_composed_schedule_marks_excluded_instants(api: Api) 
     bad = expect(await api.post("/api/cron/preview", "alpha-viewer", json={
         "expr": "0 9 * * *", "start": "tomorrow"}), 422, "INVALID_CRON")
     assert bad["details"]["errors"][0]["field"] == "start"
+
+
+async def test_a_private_target_is_refused_when_saved_unless_the_operator_allows_it(
+        make_api: MakeApi) -> None:
+    """A job that would fail on every run (`refusing 127.0.0.1: ... loopback`) is a 422
+    naming http.url and the rule, at create and at update; the operator's [api]
+    private_targets admits it."""
+    from cronfleet.jobs.http import TargetPolicy
+
+    api = await make_api()
+    api.runtime.api_private_targets = TargetPolicy.parse([])  # nothing admitted
+    for url, why in (("http://127.0.0.1:8080/hook", "127.0.0.1 is a loopback address"),
+                     ("http://10.1.2.3/x", "10.1.2.3 is a private address"),
+                     ("http://[::ffff:169.254.169.254]/", "is a cloud metadata address"),
+                     ("http://localhost/x", "localhost is a loopback name")):
+        body = expect(await api.post("/api/jobs", "alpha-editor", json={
+            "id": "alpha.private", "schedule": "@daily", "http": {"url": url}}),
+            422, "VALIDATION_ERROR")
+        [error] = body["details"]["errors"]
+        assert error["field"] == "http.url", error
+        assert why in error["message"] and "[api] private_targets" in error["message"]
+    assert "alpha.private" not in api.scheduler.jobs
+    # a public name is not resolved when saved; it is checked at every request
+    await api.create_job("alpha.public", "https://example.com/hook")
+    body = expect(await api.patch("/api/jobs/alpha.public", "alpha-editor", json={
+        "http": {"url": "http://127.0.0.1:9/hook"}}), 422, "VALIDATION_ERROR")
+    assert [e["field"] for e in body["details"]["errors"]] == ["http.url"]
+    assert api.scheduler.jobs["alpha.public"].handler.url == (  # type: ignore[union-attr]
+        "https://example.com/hook")
+    # the operator's list admits the target
+    api.runtime.api_private_targets = TargetPolicy.parse(["127.0.0.0/8", "localhost"])
+    await api.create_job("alpha.local", "http://127.0.0.1:8080/hook")
+    await api.create_job("alpha.named", "http://localhost/x")
+    expect(await api.post("/api/jobs", "alpha-editor", json={
+        "id": "alpha.ten", "schedule": "@daily", "http": {"url": "http://10.1.2.3/x"}}),
+        422, "VALIDATION_ERROR")

@@ -165,3 +165,39 @@ async def test_cut_postgres_connection_is_503_and_changes_nothing(
 async def ready(api: Api) -> bool:
     return (await api.get("/readyz", None)).status_code == 200
 
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])  # bench/chaos's proxy before PostgreSQL
+async def test_a_store_that_hangs_answers_503_within_the_deadline(
+        make_api: MakeApi, store_url: str) -> None:
+    """A stalled PostgreSQL (connections open, nothing answered): the PUT answers 503 with
+    Retry-After within the interactive deadline (2 s), not after the pool's 10 s."""
+    import time
+
+    from bench.chaos.faults import FaultProxy
+    from cronfleet.api.deps import INTERACTIVE_DEADLINE
+
+    schema_opt = store_url.split("?", 1)[1]
+    with FaultProxy(pg_url()) as proxy:
+        # the run store goes through the proxy; tokens and audit do not
+        api = await make_api(url=f"{proxy.url}?{schema_opt}", api_store_url=store_url)
+        expect(await api.get("/api/jobs/alpha.report"), 200)
+        proxy.stall()
+        try:
+            began = time.monotonic()
+            r = await api.put("/api/admin/cron/alpha.report", "alpha-editor",
+                              json={"enabled": False, "note": "stalled"})
+            took = time.monotonic() - began
+            body = expect(r, 503, "STORE_UNAVAILABLE")
+            assert INTERACTIVE_DEADLINE <= took < INTERACTIVE_DEADLINE + 1.5, took
+            assert r.headers["Retry-After"] == "5"
+            assert body["message"].startswith("cannot record the change: the store did "
+                                              "not answer within 2s")
+            assert expect(await api.get("/api/audit"), 200)["items"] == []
+        finally:
+            proxy.restore()
+        # the store answers again: the same request goes through
+        body = expect(await api.put("/api/admin/cron/alpha.report", "alpha-editor",
+                                    json={"enabled": False, "note": "stalled"}), 200)
+        assert body["override"]["enabled"] is False
+        await api.scheduler.stop()

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from cronfleet.api.deps import Context, store_errors
+from cronfleet.api.deps import Context, in_time, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
 from cronfleet.clock import from_ts
@@ -59,10 +59,17 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
     """Pause (``False``), force on (``True``) or clear (``None``) for every process."""
     scheduler = ctx.scheduler
     if scheduler.jobs.get(job.id) is not job:  # another process's job (the registry)
-        with store_errors("cannot record the change"):
-            remote: JobState = await scheduler.store.set_override(
-                job.id, enabled, by=by, note=note, until=until)
+        async with in_time("cannot record the change"):
+            with store_errors("cannot record the change"):
+                remote: JobState = await scheduler.store.set_override(
+                    job.id, enabled, by=by, note=note, until=until)
         return remote
+    async with in_time("cannot record the change"):
+        return await _set_here(scheduler, job, enabled, by=by, note=note, until=until)
+
+
+async def _set_here(scheduler: Any, job: Job, enabled: bool | None, *, by: str,
+                    note: str | None, until: datetime | None) -> JobState:
     with store_errors("cannot record the change"), _gone(job.id):
         if enabled is False:
             state: JobState = await scheduler.pause_async(job.id, by=by, note=note, until=until)
@@ -122,19 +129,22 @@ async def create_job(ctx: Context, job_id: str, spec: dict[str, Any], team: str,
                      by: str, role: str = "admin") -> Job | None:
     """A new stored job (``None``: a declared job took the id meanwhile); ``role``: the
     saving token's (an editor's job may only send secrets to their hosts)."""
-    with _catalog_errors(job_id, "cannot store the job"):
-        return await ctx.catalog.create(job_id, spec, team, by, role)
+    async with in_time("cannot store the job"):
+        with _catalog_errors(job_id, "cannot store the job"):
+            return await ctx.catalog.create(job_id, spec, team, by, role)
 
 
 async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: str,
                      by: str, role: str = "admin") -> Job:
-    with _catalog_errors(job.id, "cannot store the change"):
-        return await ctx.catalog.update(job, changes, team, by, role)
+    async with in_time("cannot store the change"):
+        with _catalog_errors(job.id, "cannot store the change"):
+            return await ctx.catalog.update(job, changes, team, by, role)
 
 
 async def delete_job(ctx: Context, job: Job, team: str, by: str) -> None:
-    with _catalog_errors(job.id, "cannot delete the job"):
-        await ctx.catalog.delete(job, team, by)
+    async with in_time("cannot delete the job"):
+        with _catalog_errors(job.id, "cannot delete the job"):
+            await ctx.catalog.delete(job, team, by)
 
 
 async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:

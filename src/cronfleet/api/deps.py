@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -142,9 +142,13 @@ async def token(
         raise ApiError(401, "UNAUTHORIZED", "missing bearer token (Authorization: Bearer ...)",
                        headers={"WWW-Authenticate": "Bearer"})
     try:
-        info = await ctx.api_store.authenticate(creds.credentials)
+        async with asyncio.timeout(INTERACTIVE_DEADLINE):
+            info = await ctx.api_store.authenticate(creds.credentials)
     except StoreError as exc:
-        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot check the token: {exc}") from None
+        raise unavailable(f"cannot check the token: {exc}") from None
+    except TimeoutError:
+        raise unavailable(f"cannot check the token: the store did not answer within "
+                          f"{INTERACTIVE_DEADLINE:g}s") from None
     if info is None:
         raise ApiError(401, "UNAUTHORIZED", "unknown or revoked token",
                        headers={"WWW-Authenticate": "Bearer"})
@@ -167,13 +171,40 @@ Admin = Annotated[TokenInfo, Depends(_role("admin"))]
 Ctx = Annotated[Context, Depends(ready_context)]
 
 
+INTERACTIVE_DEADLINE = 2.0
+"""Seconds a store call of an API request may take (token check, a change and its audit
+entry each): past it the request answers 503 with ``Retry-After``, never a client's own
+timeout."""
+RETRY_AFTER = "5"  # seconds, the 503's Retry-After: a store that hangs may be failing over
+
+
+def unavailable(message: str) -> ApiError:
+    """The 503 of a store that failed or did not answer in time, with ``Retry-After``."""
+    return ApiError(503, "STORE_UNAVAILABLE", message, headers={"Retry-After": RETRY_AFTER})
+
+
 @contextlib.contextmanager
 def store_errors(what: str) -> Iterator[None]:
     """A store error inside the block answers 503: ``what``, and that nothing changed."""
     try:
         yield
     except StoreError as exc:
-        raise ApiError(503, "STORE_UNAVAILABLE", f"{what}: {exc}; nothing changed") from None
+        raise unavailable(f"{what}: {exc}; nothing changed") from None
+
+
+@contextlib.asynccontextmanager
+async def in_time(what: str) -> AsyncIterator[None]:
+    """The block's store calls get :data:`INTERACTIVE_DEADLINE` seconds: a store that
+    does not answer (a stalled connection, a pool with no connection to give) answers 503
+    with ``Retry-After`` instead of holding the request. A change that timed out may still
+    be recorded when the store comes back: every change the API makes can be sent again."""
+    try:
+        async with asyncio.timeout(INTERACTIVE_DEADLINE):
+            yield
+    except TimeoutError:
+        raise unavailable(f"{what}: the store did not answer within "
+                          f"{INTERACTIVE_DEADLINE:g}s; the change may or may not be "
+                          "recorded: send it again when the store answers") from None
 
 
 def who(tok: TokenInfo) -> str:
@@ -187,10 +218,12 @@ def now(ctx: Context) -> datetime:
 async def audit(ctx: Context, tok: TokenInfo, action: str, target: str,
                 details: dict[str, Any] | None = None) -> None:
     try:
-        await ctx.api_store.audit(team=tok.team, actor=tok.name, action=action,
-                                  target=target, details=details)
-    except StoreError as exc:  # the change itself is recorded; say loudly what is missing
-        log.error("audit entry lost (%s %s by %s): %s", action, target, who(tok), exc)
+        async with asyncio.timeout(INTERACTIVE_DEADLINE):
+            await ctx.api_store.audit(team=tok.team, actor=tok.name, action=action,
+                                      target=target, details=details)
+    except (StoreError, TimeoutError) as exc:  # the change is recorded: say what is missing
+        log.error("audit entry lost (%s %s by %s): %s", action, target, who(tok),
+                  exc or f"no answer within {INTERACTIVE_DEADLINE:g}s")
 
 
 async def fleet(ctx: Context) -> dict[str, Any]:

@@ -149,3 +149,14 @@ async def cancel_run(run_id: RunIdPath, ctx: Ctx, token: Editor,
 async def get_run(run_id: RunIdPath, ctx: Ctx, token: Viewer) -> dict[str, Any]:
     out: dict[str, Any] = (await visible_run(ctx, token, run_id)).to_dict()
     return out
+
+
+@router.get("/api/runs/{run_id}/attempts", response_model=S.RunAttempts,
+            responses=responses(401, 403, 404, 503))
+async def get_run_attempts(run_id: RunIdPath, ctx: Ctx, token: Viewer) -> dict[str, Any]:
+    """The run's attempts, one record each, numbered 1..n (docs/api.md#attempts)."""
+    from cronfleet.attempts import attempts_of
+
+    run = await visible_run(ctx, token, run_id)
+    return {"run_id": run_id, "job_id": run.job_id, "status": run.status.value,
+            "items": [a.to_dict() for a in attempts_of(run)]}

@@ -364,6 +364,29 @@ class RunOut(BaseModel):
     forced_by: str | None = Field(None, description="Who forced it (null: not forced).")
 
 
+class AttemptOut(BaseModel):
+    number: int = Field(description="1..n, in the order the attempts were made.")
+    started_at: str | None
+    finished_at: str | None
+    duration: float | None
+    outcome: str = Field(description="succeeded, failed, timed_out, cancelled, "
+                                     "interrupted, or running while it runs.")
+    error: str | None
+    response: dict[str, Any] | None = Field(
+        None, description="An HTTP job's response to this attempt (status, headers, body "
+                          "excerpt); null for a handler or when no response came.")
+    retry_in: float | None = Field(None, description="Seconds waited before the next "
+                                                     "attempt; null for the last.")
+
+
+class RunAttempts(BaseModel):
+    run_id: int
+    job_id: str
+    status: str = Field(description="The run's status: the last attempt's outcome once "
+                                    "it ended.")
+    items: list[AttemptOut]
+
+
 class RunPage(BaseModel):
     items: list[RunOut]
     next_cursor: str | None

@@ -7,7 +7,16 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from cronfleet.api import schemas as S
-from cronfleet.api.deps import Admin, Ctx, SecretName, Viewer, audit, store_errors
+from cronfleet.api.deps import (
+    Admin,
+    Ctx,
+    SecretName,
+    Viewer,
+    audit,
+    in_time,
+    store_errors,
+    unavailable,
+)
 from cronfleet.api.errors import ApiError, responses
 from cronfleet.errors import StoreError
 
@@ -34,7 +43,8 @@ async def put_secret(name: SecretName, body: S.SecretValue, ctx: Ctx, token: Adm
 
     hosts = body.hosts if "hosts" in body.model_fields_set else ...
     try:
-        created = await ctx.get_vault().set(name, body.value, token.team, hosts=hosts)
+        async with in_time("cannot store the secret"):
+            created = await ctx.get_vault().set(name, body.value, token.team, hosts=hosts)
     except VaultLocked as exc:
         raise ApiError(503, "VAULT_LOCKED", str(exc)) from None
     except SecretError as exc:
@@ -42,7 +52,7 @@ async def put_secret(name: SecretName, body: S.SecretValue, ctx: Ctx, token: Adm
         raise ApiError(422, "VALIDATION_ERROR", f"{field}: {exc}",
                        {"errors": [{"field": field, "message": str(exc)}]}) from None
     except StoreError as exc:
-        raise ApiError(503, "STORE_UNAVAILABLE", f"cannot store the secret: {exc}") from None
+        raise unavailable(f"cannot store the secret: {exc}") from None
     await audit(ctx, token, "secret.set", name,
                 {"created": created, **({"hosts": hosts} if hosts is not ... else {})})
     response.status_code = 201 if created else 200

@@ -32,6 +32,9 @@ from cronfleet.cli.render import (
     _duration,
     _iso,
     _jobs_table,
+    _narrow,
+    _narrow_table,
+    _one_line,
     _print_run,
     _rel,
     _running_table,
@@ -50,11 +53,17 @@ if TYPE_CHECKING:
 # -- jobs, history, show-run ------------------------------------------------------------
 
 
+_WIDE = click.option("--wide", is_flag=True,
+                     help="Every column, wrapped to fit (default at 120 columns and more; "
+                          "narrower terminals and pipes get one line per row).")
+
+
 @click.group("jobs", epilog=_EXIT_CODES, invoke_without_command=True)
 @_CONFIG
 @_JSON
+@_WIDE
 @click.pass_context
-def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: bool) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder; `jobs
     create FILE` / `jobs delete ID` manage the jobs created over the API."""
     if ctx.invoked_subcommand is not None:
@@ -75,7 +84,9 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None
         click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
                    "the fleet (the store's job registry is empty)")
         return
-    _console().print(_jobs_table(views, now, fleet=loaded.fleet, holders=holders))
+    console = _console()
+    console.print(_jobs_table(views, now, fleet=loaded.fleet, holders=holders,
+                              narrow=_narrow(console, wide), width=console.width))
 
 
 def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
@@ -267,13 +278,14 @@ def _run_filters(f: Callable[..., None]) -> Callable[..., None]:
 @_run_filters
 @_CONFIG
 @_JSON
+@_WIDE
 def history_cmd(job_id: str | None, limit: int, status: str | None, since: str | None,
                 until: str | None, instance: str | None, config_path: str | None,
-                as_json: bool) -> None:
+                as_json: bool, wide: bool) -> None:
     """The runs of JOB, newest first (also for a job no longer declared); without JOB, the
     runs of every job (e.g. `history --status failed --since 1d`)."""
     _list_runs(job_id, limit=limit, status=status, since=since, until=until,
-               instance=instance, config_path=config_path, as_json=as_json)
+               instance=instance, config_path=config_path, as_json=as_json, wide=wide)
 
 
 @click.command("runs", epilog=_EXIT_CODES)
@@ -283,14 +295,15 @@ def history_cmd(job_id: str | None, limit: int, status: str | None, since: str |
 @click.option("--job", "job_id", metavar="JOB", default=None, help="Only runs of JOB.")
 @_CONFIG
 @_JSON
+@_WIDE
 def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
              until: str | None, instance: str | None, job_id: str | None,
-             config_path: str | None, as_json: bool) -> None:
+             config_path: str | None, as_json: bool, wide: bool) -> None:
     """Runs across jobs, newest first (the filters of `history`); --running: what runs
     right now and where."""
     if not running:
         _list_runs(job_id, limit=limit, status=status, since=since, until=until,
-                   instance=instance, config_path=config_path, as_json=as_json)
+                   instance=instance, config_path=config_path, as_json=as_json, wide=wide)
         return
     loaded = _load(config_path, strict=False)
     with loaded:
@@ -303,7 +316,7 @@ def runs_cmd(running: bool, limit: int, status: str | None, since: str | None,
 
 def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str | None,
                until: str | None, instance: str | None, config_path: str | None,
-               as_json: bool) -> None:
+               as_json: bool, wide: bool = False) -> None:
     from cronfleet.store.base import RunFilter
 
     loaded = _load(config_path, strict=False)
@@ -335,6 +348,19 @@ def _list_runs(job_id: str | None, *, limit: int, status: str | None, since: str
     tz = declared[job_id].schedule.tz if job_id in declared else None
     title = f"{job_id}: last {len(runs)} run(s)" if job_id is not None else \
         f"last {len(runs)} run(s) across jobs"
+    if _narrow(console, wide):  # one line per run: no trigger, no instance
+        rows = []
+        for r in runs:
+            row = [str(r.id), _t(_short(r.slot, now, tz)), _status(r),
+                   _t(_duration(r.duration)), _t(_one_line(r.error or ""))]
+            if job_id is None:
+                row.insert(1, _t(r.job_id))
+            rows.append(row)
+        names = ["run", "slot", "status", "duration", "error"]
+        if job_id is None:
+            names.insert(1, "job")
+        console.print(_narrow_table(title, names, rows, "error", console.width))
+        return
     table = Table(title=title, title_justify="left")
     cols: tuple[str, ...] = ("run", "slot", "trigger", "status", "duration", "instance",
                              "error")
@@ -364,7 +390,9 @@ def show_run_cmd(run_id: int, config_path: str | None, as_json: bool) -> None:
     if run is None:
         _fail(f"no run with id {run_id} in {loaded.config.store}", EXIT_BAD_INPUT)
     if as_json:
-        _echo_json(run.to_dict())
+        from cronfleet.attempts import attempts_of
+
+        _echo_json({**run.to_dict(), "attempts": [a.to_dict() for a in attempts_of(run)]})
         return
     _print_run(run)
 
@@ -563,6 +591,40 @@ def _until(value: str, job: Job, now: datetime) -> datetime:
         _fail(f"--until: {exc.message}", EXIT_BAD_INPUT)
 
 
+def _state_before(loaded: Any, job: Job) -> JobState | None:
+    """The job's state before a resume, when its resume may have to be announced."""
+    if job.notify is None:
+        return None
+    return _session(loaded, lambda store: store.read_states([job.id])).get(job.id)
+
+
+def _announce_resume(loaded: Any, job: Job, before: JobState | None, after: JobState,
+                     who: str) -> None:
+    """An auto-paused job resumed from here is announced on its channels, as the service
+    announces a resume made through it (cronfleet.alerts.notify_resumed)."""
+    if before is None:
+        return
+    import asyncio
+
+    from cronfleet.alerts import notify_resumed
+    from cronfleet.runtime.events import OverrideChanged
+
+    runtime = loaded.config.http_runtime()
+
+    async def go() -> dict[str, Any] | None:
+        try:
+            return await notify_resumed(OverrideChanged(job, before, after, who), runtime,
+                                        scope=runtime.scope)
+        finally:
+            await runtime.aclose()
+
+    sent = asyncio.run(go())
+    for event, channels in (sent or {}).items():
+        for channel, outcome in channels.items():
+            click.echo(f"notified {event} via {channel}: "
+                       + ("ok" if outcome["ok"] else f"failed: {outcome['error']}"), err=True)
+
+
 def _print_state(job: Job, state: JobState, message: str, as_json: bool) -> None:
     now = _now()
     if as_json:
@@ -620,10 +682,12 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
     loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
+        before = _state_before(loaded, job)
         scheduler = loaded.scheduler(timers=False)
         who = by or _who()
         state = _control(lambda: scheduler.resume(job_id, by=who, note=note),
                          loaded.config.store)
+        _announce_resume(loaded, job, before, state, who)
     extra = "" if job.enabled else " although it is declared enabled = false"
     _print_state(job, state, f"resumed {job_id!r} by {who}: forced on{extra}", as_json)
 
@@ -639,10 +703,12 @@ def clear_override_cmd(job_id: str, by: str | None, config_path: str | None,
     loaded = _load(config_path, strict=False, fleet=True)
     with loaded:
         job = _job(loaded, job_id)
+        before = _state_before(loaded, job)
         scheduler = loaded.scheduler(timers=False)
         who = by or _who()
         state = _control(lambda: scheduler.clear_override(job_id, by=who),
                          loaded.config.store)
+        _announce_resume(loaded, job, before, state, who)
     declared = "enabled" if job.enabled else "disabled (enabled = false)"
     _print_state(job, state, f"cleared the override of {job_id!r}: back to its declared "
                              f"setting, {declared}", as_json)

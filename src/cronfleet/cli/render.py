@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.attempts import attempts_of
 from cronfleet.cli.common import (
     _console,
 )
@@ -118,14 +119,80 @@ def _declared_by(fj: Any, now: datetime) -> str:
     return text
 
 
+WIDE_FROM = 120
+"""Terminal width (columns) from which ``jobs`` and ``history`` print every column."""
+
+
+def _narrow(console: Any, wide: bool) -> bool:
+    """Print the narrow form of a table: not asked ``--wide``, and in a pipe or a terminal
+    narrower than :data:`WIDE_FROM` columns."""
+    return not wide and (not console.is_terminal or console.width < WIDE_FROM)
+
+
+def _narrow_table(title: str | None, cols: Sequence[str], rows: Sequence[Sequence[Any]],
+                  flex: str, width: int) -> Any:
+    """A table whose rows never wrap: one line per row within ``width`` columns. Every
+    column keeps its text whole but ``flex``, which takes the width left and is cut with
+    an ellipsis."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    def size(cell: Any) -> int:
+        return int(Text(cell).cell_len if isinstance(cell, str) else cell.cell_len)
+
+    widths = [max([len(c), *(size(r[i]) for r in rows)]) for i, c in enumerate(cols)]
+    at = list(cols).index(flex)
+    room = width - 2 * (len(cols) - 1)  # SIMPLE_HEAD without edge padding: two between
+    keep = min(widths[at], max(len(flex), 20))  # what the flex column gets at least
+    others = [i for i in range(len(cols)) if i != at]
+    while sum(widths[i] for i in others) + keep > room:  # cut the widest other (a long id)
+        widest = max(others, key=lambda i: widths[i])
+        if widths[widest] <= max(len(cols[widest]), 10):
+            break
+        widths[widest] -= 1
+    widths[at] = max(min(widths[at], room - sum(widths[i] for i in others)), len(flex))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  show_edge=False, padding=(0, 1), collapse_padding=True)
+    for col, w in zip(cols, widths, strict=True):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", width=w)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _one_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
 def _jobs_table(views: Sequence[JobView], now: datetime, title: str | None = None,
                 fleet: Mapping[str, Any] | None = None,
-                holders: Mapping[str, str] | None = None) -> Any:
+                holders: Mapping[str, str] | None = None, narrow: bool = False,
+                width: int = 80) -> Any:
     """The jobs table; with ``fleet`` (the registry's ``FleetJob`` by id, when any
     process published), a "declared by" column; ``holders``: the instance whose running
-    run holds each job's lease (:func:`cronfleet.views.lease_holders`)."""
+    run holds each job's lease (:func:`cronfleet.views.lease_holders`). ``narrow``: job,
+    schedule, next run, last run and override, one line each (``--wide`` for every
+    column)."""
     from rich.table import Table
 
+    if narrow:
+        rows = []
+        for v in views:
+            job = v.job
+            nxt = ("done" if v.done(now) else "never") if v.next_fire is None else \
+                _rel(v.next_fire, now)
+            if v.paused(now):
+                resumes = v.next_run(now)
+                nxt = "paused" if resumes is None else f"paused, then {_rel(resumes, now)}"
+            last = _status(v.last)
+            if v.last is not None:
+                when = v.last.finished_at or v.last.started_at or v.last.slot
+                last.append(f" {_rel(when, now)}", style="dim")
+            rows.append([_t(job.id), _t(job.schedule_text or job.schedule.expr), _t(nxt),
+                         last, _t(_one_line(_override_text(v, now)))])
+        return _narrow_table(title, ["job", "schedule", "next run", "last run", "override"],
+                             rows, "override", width)
     table = Table(title=title, title_justify="left")
     cols = ["job", "schedule", "description", "next run", "last run", "override",
             "lease holder"]
@@ -175,7 +242,6 @@ def _print_run(run: RunRecord) -> None:
         ("triggered by", run.triggered_by.value + (f" ({', '.join(flags)})" if flags else "")),
         ("instance", run.instance_id or "-"),
         ("fencing token", "-" if run.fencing_token is None else str(run.fencing_token)),
-        ("attempt", str(run.attempt)),
         ("claimed", _iso(run.claimed_at)),
         ("started", _iso(run.started_at) + late),
         ("finished", _iso(run.finished_at)),
@@ -188,6 +254,15 @@ def _print_run(run: RunRecord) -> None:
     ]
     for key, value in rows:
         console.print(Text(f"{key:<14}", style="dim") + Text(value))
+    tried = attempts_of(run)
+    console.print(Text(f"attempts ({len(tried)})", style="bold"))
+    for a in tried:
+        status = (a.response or {}).get("status")
+        line = (f"  {a.number}  {_iso(a.started_at)}  {_duration(a.duration):>8}  {a.outcome}"
+                + (f"  HTTP {status}" if status is not None else "")
+                + (f"  {a.error.splitlines()[0]}" if a.error else "")
+                + ("" if a.retry_in is None else f"  (next in {a.retry_in:g}s)"))
+        console.print(Text(line))
     console.print(Text(f"logs ({len(run.logs)} line(s))", style="bold"))
     for line in run.logs:
         console.print(Text("  " + line.replace("\n", "\n  ")))

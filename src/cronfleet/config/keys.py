@@ -14,7 +14,7 @@ DEFAULT_CONFIG = "cronfleet.toml"
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 
 SCHEDULER_KEYS = (
-    "store", "timezone", "catch_up_window", "provider", "plugins", "entry_points",
+    "store", "timezone", "catch_up_window", "provider", "handlers", "plugins", "entry_points",
     "shutdown_grace", "run_retention", "runs_per_job", "allow_private_targets",
     "connect_timeout",
     "instance_ttl",

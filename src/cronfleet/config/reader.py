@@ -109,6 +109,8 @@ def _resolve_sqlite(url: str, base: Path) -> str:
 
 
 MAX_NESTING = 100
+# a module's import path ([scheduler] handlers)
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def _too_deep(text: str) -> tuple[int, int] | None:
@@ -167,6 +169,7 @@ class Reader:
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
         self.loc = Locator(text)
+        self.sched_table = "scheduler"  # or "scheduled", the other name of the same table
 
     # problem helpers
 
@@ -238,8 +241,15 @@ class Reader:
             raise ConfigError(self.problems) from None
         config = Config(path=self.file, display=self.display, source_lines=self.loc.lines)
         config.store = _resolve_sqlite(DEFAULT_STORE, self.file.resolve().parent)
+        # [scheduled] is another name of [scheduler] (the name bext's files use): one per file
+        if "scheduled" in doc:
+            self.sched_table = "scheduled"
+            if "scheduler" in doc:
+                self.problem(
+                    "scheduled: [scheduled] and [scheduler] are two names of the same table; "
+                    "keep one of them", at=self.where("scheduled", -1, None), key="scheduled")
         for key in doc:
-            if key not in ("scheduler", "tasks", "api"):
+            if key not in ("scheduler", "scheduled", "tasks", "api"):
                 value = doc[key]
                 if isinstance(value, dict):
                     kind, at = "table", self.where(key, -1, None)
@@ -250,23 +260,24 @@ class Reader:
                 at = at or self.key_position("", -1, key)
                 self.problem(
                     f"unknown {kind} {key!r}"
-                    f"{did_you_mean(key, ['scheduler', 'tasks', 'api'])} "
+                    f"{did_you_mean(key, ['scheduler', 'scheduled', 'tasks', 'api'])} "
                     "(expected [scheduler], [api] and [[tasks]])",
                     at=at, key=key,
                 )
-        sched = doc.get("scheduler", {})
+        table = self.sched_table
+        sched = doc.get(table, {})
         if isinstance(sched, dict):
             self.read_scheduler(sched, config)
         else:
-            self.problem("scheduler: expected a table ([scheduler])",
-                         at=self.key_position("", -1, "scheduler"), key="scheduler")
+            self.problem(f"{table}: expected a table ([{table}])",
+                         at=self.key_position("", -1, table), key=table)
         api = doc.get("api", {})
         if isinstance(api, dict):
             self.read_api(api, config)
         else:
             self.problem("api: expected a table ([api])",
                          at=self.key_position("", -1, "api"), key="api")
-        for table, prefix in (("scheduler", ""), ("api", "api_")):
+        for table, prefix in ((self.sched_table, ""), ("api", "api_")):
             if isinstance(doc.get(table), dict):
                 for key in doc[table]:
                     config.origins[prefix + key] = self.display
@@ -292,15 +303,16 @@ class Reader:
         return config
 
     def read_scheduler(self, sched: dict[str, Any], config: Config) -> None:
+        table = self.sched_table
+
         def bad(key: str, message: str) -> None:
-            self.problem(f"scheduler: {key}: {message}", at=self.where("scheduler", -1, key),
-                         key=key)
+            self.problem(f"{table}: {key}: {message}", at=self.where(table, -1, key), key=key)
 
         for key in sched:
             if key not in SCHEDULER_KEYS:
                 self.problem(
-                    f"scheduler: unknown key {key!r}{did_you_mean(key, SCHEDULER_KEYS)}",
-                    at=self.key_position("scheduler", -1, key), key=key,
+                    f"{table}: unknown key {key!r}{did_you_mean(key, SCHEDULER_KEYS)}",
+                    at=self.key_position(table, -1, key), key=key,
                 )
         if "store" in sched:
             url = sched["store"]
@@ -388,7 +400,15 @@ class Reader:
                 bad("provider", problem.removeprefix("provider "))
             else:
                 config.provider = name
-                config.provider_at = self.where("scheduler", -1, "provider")
+                config.provider_at = self.where(table, -1, "provider")
+        if "handlers" in sched:
+            module = sched["handlers"]
+            if not isinstance(module, str) or not _MODULE.fullmatch(module):
+                bad("handlers", "expected a module's import path, e.g. \"myapp.tasks\" (its "
+                                f"functions are named after the task ids), got "
+                                f"{describe_value(module)}")
+            else:
+                config.handlers = module
         if "plugins" in sched:
             refs = sched["plugins"]
             if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
@@ -468,7 +488,7 @@ class Reader:
                 config.api_max_request_body = size
 
     def read_plugin_refs(self, refs: list[str], config: Config) -> None:
-        key_at = self.where("scheduler", -1, "plugins")
+        key_at = self.where(self.sched_table, -1, "plugins")
         start = key_at[0] if key_at else 1
         seen: set[str] = set()
         for ref in refs:

@@ -49,6 +49,11 @@ class Config:
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
     provider: str = BUILTIN_PROVIDER
     provider_at: tuple[int, int] | None = None
+    # the module whose functions, named after the task ids, run the tasks without a handler
+    handlers: str | None = None
+    # tasks the built-in provider cannot run yet (no handler, no handlers module): a warning
+    # for `cronfleet check`, a problem for `cronfleet run` (Config.load(strict=True))
+    unbound: list[Problem] = field(default_factory=list)
     plugins: list[PluginRef] = field(default_factory=list)
     entry_points: bool = True
     shutdown_grace: float = 30.0
@@ -114,9 +119,9 @@ class Config:
         from cronfleet.config.assemble import Assembler
 
         loaded = Assembler(self, entry_points).run()
-        if strict and loaded.problems:
+        if strict and (loaded.problems or self.unbound):
             loaded.cleanup()
-            raise ConfigError(loaded.problems)
+            raise ConfigError([*self.unbound, *loaded.problems])
         return loaded
 
 

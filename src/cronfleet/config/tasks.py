@@ -12,6 +12,7 @@ the same keys (``retry``, ``notify`` and ``auto_pause_after`` included); only
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from cronfleet.plugins import (
 if TYPE_CHECKING:
     from cronfleet.config.reader import Reader
 
-__all__ = ["read_tasks", "task_problem"]
+__all__ = ["handler_name", "read_tasks", "task_problem"]
 
 _SPEC_KEYS = spec.SPEC_KEYS
 _SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
@@ -104,10 +105,11 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         for key in HTTP_ONLY:
             if key in raw:
                 bad(key, "only applies to http tasks (add http = { url = \"...\" })")
-    if handler_path is None and not is_http and not is_command \
-            and config.provider == BUILTIN_PROVIDER:
-        bad("handler", f"missing (the built-in {BUILTIN_PROVIDER!r} provider calls it, e.g. "
-                       'handler = "myapp.tasks:cleanup")')
+    unbound = (handler_path is None and not is_http and not is_command
+               and config.provider == BUILTIN_PROVIDER)
+    if unbound and config.handlers is not None and isinstance(task_id, str):
+        handler_path = f"{config.handlers}:{handler_name(task_id)}"
+        unbound = False
     if isinstance(task_id, str) and task_id in first_line:
         bad("id", f"duplicate id {task_id!r} (first declared at line {first_line[task_id]})")
     elif isinstance(task_id, str):
@@ -139,7 +141,7 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         bad(key, message, at)
     handler = None
     if handler_path is not None:
-        handler = _read_handler(handler_path, bad)
+        handler = _read_handler(handler_path, bad, "handler" in raw, config.handlers)
     elif is_http and result is not None and result.http is not None:
         handler = _http_job(result, config, bad)
         why = _refused_target(handler, config)
@@ -151,6 +153,16 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         handler = _command_job(result, config, bad)
     if failed or result is None or (handler is None and (is_http or is_command
                                                          or handler_path)):
+        return None
+    if unbound:  # runnable once a handlers module is given: `check` warns, `run` refuses
+        table = r.sched_table
+        message = (
+            f"{where}: handler: none yet: the built-in {BUILTIN_PROVIDER!r} provider needs "
+            f'handler = "module:function" on the task, or a module whose functions are '
+            f"named after the task ids: handlers = \"myapp.tasks\" in [{table}] (or "
+            f"CRONFLEET_HANDLERS), function {handler_name(tid or '')!r} here")
+        r.warn(message, at=r.where("tasks", index, None), task=tid, key="handler")
+        config.unbound.append(r.warnings[-1])
         return None
     kwargs: dict[str, Any] = {k: raw[k] for k in _SCHEDULE_FIELDS if k in raw}
     if "except" in raw:  # as read (a calendar file is read relative to this file once)
@@ -169,30 +181,13 @@ def _refused_target(job: Any, config: Config) -> str | None:
     address or a ``localhost`` name, with private targets not allowed), else None. Names
     are resolved only when sending: a name that resolves to a private address is refused
     then, with the address in the run's error."""
-    import ipaddress
-    from urllib.parse import urlsplit
+    from cronfleet.jobs.http import ALL_TARGETS, NO_PRIVATE_TARGETS
 
-    from cronfleet.jobs.http import check_address
-
-    if job is None or "${" in job.url:
+    if job is None:
         return None
     allowed = (job.allow_private_targets if job.allow_private_targets is not None
                else config.allow_private_targets)
-    if allowed:
-        return None
-    try:
-        host = urlsplit(job.url).hostname
-    except ValueError:
-        return None
-    if not host:
-        return None
-    if host == "localhost" or host.endswith(".localhost"):
-        return f"{host} is a loopback name"
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return None
-    return check_address(host)
+    return (ALL_TARGETS if allowed else NO_PRIVATE_TARGETS).refuses(job.url)
 
 
 def _http_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:
@@ -221,14 +216,26 @@ def _command_job(result: spec.JobSpec, config: Config, bad: Any) -> Any:
     return None
 
 
-def _read_handler(path: object, bad: Any) -> Any:
+def handler_name(task_id: str) -> str:
+    """The function of the ``handlers`` module that runs a task without a ``handler``: the
+    task's id, each character a Python name cannot hold (``-``, ``.``) read as ``_``
+    (``daily-report`` -> ``daily_report``)."""
+    return re.sub(r"\W", "_", task_id)
+
+
+def _read_handler(path: object, bad: Any, given: bool = True,
+                  module: str | None = None) -> Any:
+    """The task's handler: ``handler = "module:function"`` (``given``), else the function
+    of the ``handlers`` module named after the task's id."""
     if not isinstance(path, str):
         bad("handler", f"expected 'module:function' text, got {describe_value(path)}")
         return None
     try:
         fn = import_object(path)
     except ValueError as exc:
-        bad("handler", str(exc))
+        bad("handler", str(exc) if given else
+            f"{exc} (handlers = {module!r} runs each task without a handler with the "
+            "function named after its id)")
         return None
     problem = check_handler(fn, path)
     if problem:

@@ -409,7 +409,10 @@ def _declared(job: Job) -> dict[str, Any]:
 async def run_page(request: Request, s: Session, ctx: Context) -> Response:
     run = await _run_of(request, s, ctx)
     job = ctx.scheduler.jobs.get(run.job_id)
+    from cronfleet.attempts import attempts_of
+
     return render(request, "run.html", s, run=run, job=job, tz=_zone(job, s), t=now(ctx),
+                  tries=attempts_of(run),
                   command=job is not None and read.job_kind(job) == "command",
                   result=json.dumps(run.result, indent=2, default=str)
                   if run.result is not None else None, **run_details(run.result))

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cronfleet.clock import slot_text
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
     Keyring,
@@ -499,7 +500,7 @@ class CommandJob:
         env.update({k: expand(v, values) for k, v in self.env.items()})
         env.update({
             "CRONFLEET_JOB": ctx.job_id,
-            "CRONFLEET_SLOT": ctx.slot.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "CRONFLEET_SLOT": slot_text(ctx.slot),
             "CRONFLEET_RUN_ID": "" if run_id is None else str(run_id),
             "CRONFLEET_FENCING_TOKEN": "" if ctx.fencing_token is None
             else str(ctx.fencing_token),

@@ -32,9 +32,10 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
+from cronfleet.clock import slot_text
 from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
@@ -96,7 +97,10 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 class HttpJobFailed(Exception):
     """The last attempt failed. The message names the request (secrets redacted) and the
-    last error; ``result`` holds every attempt's record."""
+    last error; ``result`` holds every attempt's record. The message is the whole story:
+    no traceback in the run's log (it goes to the ``cronfleet.executor`` logger at DEBUG)."""
+
+    log_traceback = False
 
     def __init__(self, message: str, result: dict[str, Any]) -> None:
         super().__init__(message)
@@ -282,6 +286,28 @@ class TargetPolicy:
         except ValueError:
             return False
         return any(ip.version == net.version and ip in net for net in self.networks)
+
+
+    def refuses(self, url: str) -> str | None:
+        """Why the guard will refuse ``url`` whatever the name service says: its host is a
+        non-public address literal, or a ``localhost`` name, that this policy does not let
+        through; else None (names are resolved, and checked again, only when sending)."""
+        if "${" in url:
+            return None
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            return None
+        if not host:
+            return None
+        if host == "localhost" or host.endswith(".localhost"):
+            return None if self.allows(host, "127.0.0.1") else f"{host} is a loopback name"
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return None
+        why = check_address(host)
+        return None if why is None or self.allows(host, host) else why
 
 
 NO_PRIVATE_TARGETS = TargetPolicy()
@@ -507,12 +533,13 @@ class HttpRuntime:
         if self.store is None:
             log.warning("job %s: cannot auto-pause: no store configured", job_id)
             return False
+        from cronfleet.alerts import AUTO_PAUSE_BY
         from cronfleet.store import open_store
 
         store = open_store(self.store)
         await store.open()
         try:
-            await store.set_override(job_id, False, by="cronfleet (auto-pause)", note=note,
+            await store.set_override(job_id, False, by=AUTO_PAUSE_BY, note=note,
                                      until=None)
         finally:
             await store.close()
@@ -581,10 +608,6 @@ def default_runtime() -> HttpRuntime:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def slot_text(slot: datetime) -> str:
-    return slot.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def idempotency_key(job_id: str, slot: datetime) -> str:
@@ -767,6 +790,7 @@ class HttpJob:
         ok = False
         status: int | None = None
         for n in range(1, self.retry.attempts + 1):
+            ctx.attempt = n  # the run's attempt number (this job retries itself)
             record, ok, retryable, wait = await self._attempt(ctx, rt, n, key, redact)
             attempts.append(record)
             status = record["response"]["status"] if record["response"] else None

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cronfleet.model import Job, RunRecord
+from cronfleet.model import Job, JobState, RunRecord
 
-__all__ = ["Event", "Events", "Listener", "RunFinished", "RunRetried", "RunStarting",
-           "Unsubscribe"]
+__all__ = ["Event", "Events", "Listener", "OverrideChanged", "RunFinished", "RunRetried",
+           "RunStarting", "Unsubscribe"]
 
 log = logging.getLogger("cronfleet")
 
@@ -67,7 +67,19 @@ class RunStarting:
     instance_id: str
 
 
-Event = RunFinished | RunRetried | RunStarting
+@dataclass(frozen=True, slots=True)
+class OverrideChanged:
+    """An operator or the auto-pause set or cleared the job's override through this
+    scheduler (pause, resume, clear). ``before`` is the state it replaced (read only when
+    somebody listens); ``by`` who did it."""
+
+    job: Job
+    before: JobState
+    after: JobState
+    by: str | None
+
+
+Event = RunFinished | RunRetried | RunStarting | OverrideChanged
 Listener = Callable[[Any], Awaitable[None] | None]
 Unsubscribe = Callable[[], None]
 

@@ -63,6 +63,8 @@ def _failed(exc: BaseException, ctx: RunContext, started: float, now: float) -> 
     (e.g. an HTTP job's attempt records), that result on the run."""
     if getattr(exc, "log_traceback", True):  # a command's exit code needs no traceback
         ctx.log("".join(traceback.format_exception(exc)).rstrip())
+    elif log.isEnabledFor(logging.DEBUG):  # an error that says it all: the trace for DEBUG
+        log.debug("job %s: %s", ctx.job_id, "".join(traceback.format_exception(exc)).rstrip())
     return Outcome(
         RunStatus.FAILED,
         started,

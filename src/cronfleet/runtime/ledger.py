@@ -43,8 +43,19 @@ def log_ended(batch: list[Finish], instance_id: str) -> None:
             "fencing_token": run.fencing_token, "outcome": run.status.value,
             "duration": duration, "attempt": run.attempt,
         }
-        log_runs.info("job %s slot %s %s%s", run.job_id, slot, run.status.value,
-                      f": {run.error}" if run.error else "", extra={"cronfleet": fields})
+        level = logging.WARNING if run.status in _FAILED else logging.INFO
+        log_runs.log(level, "job %s slot %s %s%s", run.job_id, slot, run.status.value,
+                     f": {_first_line(run.error)}" if run.error else "",
+                     extra={"cronfleet": fields})
+
+
+_FAILED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+
+
+def _first_line(error: str) -> str:
+    """The error of the per-run line: its first line (a multi-line error is in the run)."""
+    first, _, rest = error.partition("\n")
+    return first + (" (more in the run's log)" if rest.strip() else "")
 
 
 class Ledger:

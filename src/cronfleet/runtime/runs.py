@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.attempts import attempt_line, attempt_outcomes
 from cronfleet.clock import from_ts
 from cronfleet.model import (
     Job,
@@ -207,6 +208,8 @@ class Runs:
             )
             if job.retry is not None and outcome.status in _RETRIED and active.cancel is None:
                 outcome = await self._retry(active, outcome)
+            elif job.own_policies:  # an HTTP job numbers its own attempts (ctx.attempt)
+                active.run.attempt = active.ctx.attempt
         except asyncio.CancelledError:
             outcome = self._cancelled(active, started)
         if active.cancel is not None and outcome.status is not RunStatus.CANCELLED:
@@ -278,11 +281,8 @@ class Runs:
         first = outcome.started
         for n in range(1, policy.attempts):
             delay = policy.wait(n)
-            ctx.log(
-                f"attempt {n}/{policy.attempts} {outcome.status.value} after "
-                f"{outcome.finished - outcome.started:.3f}s: {outcome.error}; "
-                f"retrying in {delay:g}s"
-            )
+            ctx.log(attempt_line(n, policy.attempts, outcome.status.value, outcome.started,
+                                 outcome.finished, outcome.error, delay))
             s.stats.retries += 1
             if s.events.wants(RunRetried):
                 s.events.publish(RunRetried(job, run, n, delay, outcome.error))
@@ -302,10 +302,8 @@ class Runs:
             )
             if outcome.status not in _RETRIED:
                 break
-        ctx.log(
-            f"attempt {run.attempt}/{policy.attempts} {outcome.status.value}"
-            + (f": {outcome.error}" if outcome.error else "")
-        )
+        ctx.log(attempt_line(run.attempt, policy.attempts, outcome.status.value,
+                             outcome.started, outcome.finished, outcome.error))
         outcome.started = first
         return outcome
 
@@ -381,6 +379,7 @@ class Runs:
         s = self.s
         stats = s.stats
         outcomes = stats.outcomes
+        attempts = stats.attempts
         finishes = s.ledger.finishes
         events = s.events if s.events.wants(RunFinished) else None
         for active in ended:
@@ -393,6 +392,8 @@ class Runs:
             run.error = outcome.error
             run.reason = outcome.reason
             outcomes[run.status.value] = outcomes.get(run.status.value, 0) + 1
+            for tried in attempt_outcomes(run):
+                attempts[tried] = attempts.get(tried, 0) + 1
             stats.job_outcome(job.id, run.status.value, outcome.finished)
             if not run.manual:
                 stats.lateness.observe(outcome.started - run.slot.timestamp())

@@ -59,7 +59,13 @@ from cronfleet.runtime.activity import Activity
 from cronfleet.runtime.backfill import Backfill, backfill_slots, run_backfill
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
-from cronfleet.runtime.events import Events, Listener, RunFinished, Unsubscribe
+from cronfleet.runtime.events import (
+    Events,
+    Listener,
+    OverrideChanged,
+    RunFinished,
+    Unsubscribe,
+)
 from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
@@ -780,9 +786,13 @@ class Scheduler(SyncControl):
         until_dt = None if until is None else pause_until(
             until, now=from_ts(self.clock.now()), tz=job.schedule.tz
         )
+        wanted = self.events.wants(OverrideChanged)
         async with _ControlScope(self):
+            before = (await self.store.read_states([job_id])).get(job_id) if wanted else None
             state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
         self.wake()
+        if wanted:
+            self.events.publish(OverrideChanged(job, before or JobState(job_id), state, by))
         return state
 
     async def state_async(self, job_id: str) -> JobState:

@@ -66,6 +66,7 @@ class Stats:
     retries: int = 0
     fail_open: int = 0  # PREFER_GLOBAL runs started without a claim (confirmed outage)
     outcomes: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)  # ended attempts by outcome
     skips: dict[str, int] = field(default_factory=dict)
     lateness: Histogram = field(default_factory=lambda: Histogram(LATENESS_BUCKETS))
     durations: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))

@@ -52,7 +52,9 @@ async def test_plain_job_gets_health_notifications_and_auto_pause(
     health = await services.health.get("j")
     assert (health.successes, health.failures, health.consecutive_failures) == (1, 3, 2)
     events = [n.event for n in services.notifier.sent]
-    assert events == ["failure", "recovery", "failure"]
+    assert events == ["failure", "recovery", "failure", "paused"]
+    assert services.notifier.sent[-1].message.startswith(
+        "job j paused after 2 consecutive failures; last: RuntimeError: backend down")
     first = services.notifier.sent[0]
     assert first.job_id == "j" and first.instance_id == "test-1"
     assert first.slot == "2026-03-02T00:01:00Z"

@@ -37,7 +37,7 @@ def hold_lease(db: Path, job_id: str, holder: str) -> None:
 
 
 def test_jobs_before_any_run(cli: Callable[..., Result], project: Path) -> None:
-    r = cli("jobs")
+    r = cli("jobs", "--wide")
     assert r.exit_code == 0, r.stderr
     for text in ("tick", "a task that works", "1h", "Europe/Paris", "Every 5 minutes",
                  "never run", "disabled (declared)", "lease holder"):
@@ -62,7 +62,7 @@ def test_jobs_json_shows_last_run_override_and_lease(cli: Callable[..., Result],
     assert boom["last_run"] is None
     assert quiet["lease"]["holder"] == "other-host:42:abc"
     assert quiet["last_run"]["status"] == "running" and quiet["declared_enabled"] is False
-    r = cli("jobs")
+    r = cli("jobs", "--wide")
     assert "paused by ops: vendor down" in r.stdout and "other-host:42:abc" in r.stdout
     assert "succeeded" in r.stdout and "running" in r.stdout
 
@@ -90,7 +90,8 @@ def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
     nxt = datetime.fromisoformat(tick["next_run"])
     assert until <= nxt < until + timedelta(hours=1) and nxt.minute == 0 and nxt.second == 0
     assert datetime.fromisoformat(tick["next_fire"]) < until
-    assert "paused; then" in cli("jobs").stdout
+    assert "paused; then" in cli("jobs", "--wide").stdout
+    assert "paused, then in " in cli("jobs").stdout  # the narrow form (a pipe)
 
 
 def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Path,
@@ -104,8 +105,13 @@ def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Pa
                                    'url = "http://127.0.0.1:9/x"\nallow_private_targets = true\n')
     r = cli("jobs", "create", str(refused), "--team", "ops", "--by", "alice")
     assert r.exit_code == 2 and "cannot turn the SSRF guard off" in r.stderr
+    # a private target the operator did not list would fail on every run: refused too
     toml = write("hook.toml", 'id = "hook"\nschedule = "*/10 * * * *"\n[http]\n'
                               'url = "http://127.0.0.1:9/x"\n')
+    r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
+    assert r.exit_code == 2 and "127.0.0.1 is a loopback address" in r.stderr
+    assert "[api] private_targets" in r.stderr
+    toml.write_text(toml.read_text().replace("http://127.0.0.1:9/x", "https://example.com/x"))
     r = cli("jobs", "create", str(toml), "--team", "ops", "--by", "alice")
     assert r.exit_code == 0, r.stderr
     assert "created job 'hook' (team ops)" in r.stdout
@@ -454,3 +460,81 @@ def test_status_lists_the_instances(cli: Callable[..., Result], project: Path,
     r = cli("status", "--once")
     assert r.exit_code == 0, r.stderr
     assert "instances: 1 live, 0 lost" in r.stdout and "w1:1:aa (worker, host-1 pid 1" in r.stdout
+
+
+# -- narrow terminals and pipes ---------------------------------------------------------
+
+
+def _rows_fit(text: str, width: int, rows: int) -> None:
+    """Each table row on one line within ``width``: title, header, rule, then ``rows``."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert all(len(line) <= width for line in lines), lines
+    assert len(lines) == rows + 2 + (0 if lines[0].lstrip().startswith(("job", "run"))
+                                     else 1), lines
+
+
+def test_jobs_and_history_never_wrap_in_a_pipe(cli: Callable[..., Result], project: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    project.write_text(project.read_text().replace(
+        'description = "a task that works"',
+        'description = "a task that works, described at a length that used to wrap every '
+        'row of the table over three or four lines"'))
+    assert cli("trigger", "tick").exit_code == 0
+    assert cli("trigger", "boom").exit_code != 0
+    assert cli("pause", "tick", "--note", "vendor down until the end of the month; ask "
+                                          "ops before resuming it").exit_code == 0
+    jobs = cli("jobs")
+    assert jobs.exit_code == 0, jobs.stderr
+    _rows_fit(jobs.stdout, 80, 3)
+    head = jobs.stdout.splitlines()[0].split()
+    assert head == ["job", "schedule", "next", "run", "last", "run", "override"]
+    assert "paused by" in jobs.stdout and "lease holder" not in jobs.stdout
+    for args in (("history",), ("history", "boom"), ("runs",)):
+        r = cli(*args)
+        assert r.exit_code == 0, r.stderr
+        _rows_fit(r.stdout, 80, 2 if args != ("history", "boom") else 1)
+        assert "instance" not in r.stdout and "ValueError: kaput" in r.stdout
+    wide = cli("jobs", "--wide").stdout  # every column, wrapped to fit
+    assert "holder" in wide and "described" in wide
+    assert len(wide.splitlines()) > len(jobs.stdout.splitlines()) + 3
+
+
+def test_jobs_on_an_80_column_terminal(project: Path, tmp_path: Path) -> None:
+    """A real terminal (a pty) of 80 columns: the narrow form; of 160: every column."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    def on_tty(columns: int) -> str:
+        main_fd, tty = pty.openpty()
+        fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+        env = {**{k: v for k, v in os.environ.items()
+                  if not k.startswith("CRONFLEET_") and k not in ("COLUMNS", "LINES")},
+               "TERM": "xterm", "NO_COLOR": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "cronfleet.cli", "jobs", "--config",
+                                 str(project)], stdout=tty, stderr=subprocess.PIPE,
+                                cwd=tmp_path, env=env)
+        os.close(tty)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # the pty's other end closed
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=60)
+        os.close(main_fd)
+        return re.sub(r"\x1b\[[0-9;]*m", "", out.decode().replace("\r\n", "\n"))
+
+    narrow = on_tty(80)
+    _rows_fit(narrow, 80, 3)
+    assert "lease holder" not in narrow
+    assert "lease holder" in on_tty(160)

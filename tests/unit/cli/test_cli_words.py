@@ -43,7 +43,7 @@ def test_jobs_show_the_sentence_and_its_expression(cli: Callable[..., Result],
                                                    project: Path) -> None:
     project.write_text(project.read_text().replace('cron = "1h"',
                                                    'cron = "every weekday at 9am"'))
-    r = cli("jobs")
+    r = cli("jobs", "--wide")
     assert r.exit_code == 0, r.stderr
     assert "every weekday at 9am" in r.stdout and "= 0 9 * * 1-5" in r.stdout
     tick = next(j for j in json.loads(cli("jobs", "--json").stdout) if j["id"] == "tick")

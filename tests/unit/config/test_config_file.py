@@ -214,9 +214,6 @@ TASK = '[[tasks]]\nid = "gc"\ncron = "5m"\nhandler = "handlers:gc"\n'
          "(signature no_args()); a handler receives a RunContext"),
         (TASK.replace('"handlers:gc"', '"handlers:NOT_CALLABLE"'),
          "4:11: task 'gc': handler: 'handlers:NOT_CALLABLE' is not callable (it is int)"),
-        (TASK.replace('handler = "handlers:gc"\n', ""),
-         "1:1: task 'gc': handler: missing (the built-in 'cron' provider calls it, e.g. "
-         'handler = "myapp.tasks:cleanup")'),
         (TASK.replace('cron = "5m"\n', ""),
          "1:1: task 'gc': cron: missing (when it runs, e.g. cron = \"*/5 * * * *\" or "
          'cron = "5m"; or at = "2026-12-24T18:00:00+01:00" for a one-off)'),
@@ -363,3 +360,17 @@ def test_config_class_defaults_match_the_scheduler() -> None:
 
     default = inspect.signature(Scheduler).parameters["instance_ttl"].default
     assert c.instance_ttl == default == 15.0
+
+
+def test_a_task_without_handler_waits_for_a_handlers_module(write: Callable[..., Path]) -> None:
+    """Read (`check` warns), but not loaded to run until a handler or a handlers module
+    is given."""
+    config = load_config(write("cronfleet.toml", TASK.replace('handler = "handlers:gc"\n', "")))
+    [warning] = config.warnings
+    assert warning.line == 1 and warning.message.startswith(
+        "task 'gc': handler: none yet: the built-in 'cron' provider needs handler = "
+        '"module:function" on the task, or a module whose functions are named after the '
+        'task ids: handlers = "myapp.tasks" in [scheduler] (or CRONFLEET_HANDLERS)')
+    with pytest.raises(ConfigError) as info:
+        config.load()
+    assert [p.message for p in info.value.problems] == [warning.message]

@@ -107,3 +107,24 @@ def test_run_logs_one_line_each_and_the_cut_marked() -> None:
     html = _env.get_template("_run.html").render(
         run=ended, s=None, tz=UTC, command=True, attempts=[], late=None, result=None)
     assert "data-final" in html and 'id="tailing"' not in html and "output-cut" not in html
+
+
+def test_the_run_page_lists_the_attempts_numbered_from_1() -> None:
+    from cronfleet.attempts import attempt_line, attempts_of
+    from cronfleet.dashboard.routes import _env
+
+    t0 = T.timestamp()
+    logs = [attempt_line(1, 3, "failed", t0, t0 + 0.5, "RuntimeError: down", 2),
+            attempt_line(2, 3, "failed", t0 + 2.5, t0 + 3, "RuntimeError: still down", 2),
+            attempt_line(3, 3, "succeeded", t0 + 5, t0 + 5.25, None)]
+    run = RunRecord(9, "j", T, TriggeredBy.SCHEDULE, RunStatus.SUCCEEDED, attempt=3,
+                    started_at=T, finished_at=T + timedelta(seconds=5.25), logs=logs)
+    html = _env.get_template("_run.html").render(
+        run=run, s=None, tz=UTC, command=False, attempts=[], late=None, result=None,
+        tries=attempts_of(run))
+    assert '<dd id="attempt-count">3</dd>' in html
+    table = html.split('<table id="run-attempts">', 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tr>")[2:]
+    assert [r.split("<td>")[1].split("</td>")[0] for r in rows] == ["1", "2", "3"]
+    assert "RuntimeError: still down" in rows[1] and "st-succeeded" in rows[2]
+    assert "2026-10-25T00:00:02.500Z" in rows[1]

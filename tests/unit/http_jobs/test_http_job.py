@@ -280,3 +280,27 @@ def test_invalid_fields(options: dict[str, Any], key: str) -> None:
     options.setdefault("url", "https://example.com/")
     with pytest.raises(ValueError, match=key):
         HttpJob(**options)
+
+
+async def test_a_failed_run_logs_its_error_at_warning_and_the_traceback_at_debug(
+        server: Server, runtime: HttpRuntime, tmp_path: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from cronfleet import Scheduler
+
+    server.default = Reply(500, "bad")
+    s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", timers=False)
+    s.add_job(HttpJob(server.url(), runtime=runtime).job("@daily", id="ping"))
+    with caplog.at_level(logging.DEBUG, logger="cronfleet"):
+        async with s:
+            run = await s.trigger_async("ping", wait=True)
+    assert run.status.value == "failed"
+    assert not any("Traceback" in line for line in run.logs)  # the error says it all
+    [ended] = [r for r in caplog.records if r.name == "cronfleet"
+               and r.getMessage().startswith("job ping slot")]
+    assert ended.levelno == logging.WARNING and "Traceback" not in ended.getMessage()
+    assert ended.getMessage().endswith("failed: HttpJobFailed: GET "
+                                       f"{server.url()} failed after 1 attempt: HTTP 500")
+    traces = [r for r in caplog.records if "Traceback" in r.getMessage()]
+    assert traces and all(r.levelno == logging.DEBUG for r in traces)
