@@ -35,11 +35,11 @@ def test_a_lease_without_a_run_names_no_holder(cli: Callable[..., Result], proje
                                                tmp_path: Path) -> None:
     claim_early(tmp_path / "ops.db", "tick", "early-host:1:aa")
     hold_lease(tmp_path / "ops.db", "quiet", "busy-host:2:bb")  # a run under way
-    for args in (("status", "--once"), ("jobs",)):
+    for args in (("status", "--once"), ("jobs", "--wide")):  # the narrow table has no holder
         r = cli(*args)
         assert r.exit_code == 0, r.stderr
         assert "early-host:1:aa" not in r.stdout, args
         assert "busy-host:2:bb" in r.stdout, args
-    r = cli("jobs")
+    r = cli("jobs", "--wide")
     row = next(line for line in r.stdout.splitlines() if "quiet" in line)
     assert "busy-host" in row  # in the job's own row
