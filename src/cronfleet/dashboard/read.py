@@ -34,6 +34,7 @@ from cronfleet.store.base import (
 from cronfleet.views import dst_marks, fire_times, job_view
 
 __all__ = [
+    "CELL_STATES",
     "FAILED_STATUSES",
     "SORTS",
     "STRIP",
@@ -43,10 +44,12 @@ __all__ = [
     "JobsQuery",
     "SlotCache",
     "Timeline",
+    "activity",
     "duration_percentiles",
     "find_runs",
     "fleet",
     "job_kind",
+    "job_status",
     "jobs_page",
     "next_fire_marks",
     "overview",
@@ -82,6 +85,25 @@ def is_cut_mark(line: object) -> bool:
 # -- slot cells -----------------------------------------------------------------------
 
 
+# What a slot cell (timeline, strip, heat map) can show, with what it means: the one
+# list the templates, the stylesheet and the legend follow. Every run status and every
+# skip reason lands on one of them (``cell_state``; a test checks it covers them all).
+CELL_STATES: dict[str, str] = {
+    "succeeded": "ran and succeeded",
+    "failed": "failed or timed out",
+    "interrupted": "interrupted (its process was lost)",
+    "cancelled": "cancelled by an operator or replaced",
+    "missed": "missed (past its catch-up window)",
+    "paused": "skipped: the job was paused or disabled",
+    "skipped": "skipped for another reason (lease held, store away, superseded)",
+    "running": "running",
+    "pending": "claimed, waiting to start",
+    "none": "no run recorded for this slot",
+}
+# worst first: a heat map cell holding several slots shows the worst of them
+SEVERITY = ("failed", "interrupted", "missed", "cancelled", "running", "pending", "skipped",
+            "paused", "succeeded", "none")
+TROUBLE = frozenset({"failed", "interrupted", "missed"})
 _VALUE = {st: st.value for st in RunStatus}  # Enum.value is a slow descriptor
 _STATE = {**_VALUE, RunStatus.TIMED_OUT: "failed"}
 _SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "paused",
@@ -90,8 +112,8 @@ _SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "pa
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One slot as the ledger tells it: ``state`` is the colour (succeeded, failed,
-    skipped, missed, paused, interrupted, running, pending, none: no row for the slot)."""
+    """One slot as the ledger tells it: ``state`` is the colour, a key of
+    :data:`CELL_STATES` (``none``: no row for the slot)."""
 
     slot: datetime
     state: str
@@ -494,6 +516,8 @@ class JobRow:
     paused: bool
     kind: str
     strip: list[Cell] = field(default_factory=list)
+    status: str = "active"  # job_status: paused, disabled, failing, active
+    next_run: datetime | None = None  # the next slot that will run (None while paused)
 
 
 @dataclass
@@ -513,7 +537,7 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     key = (team, len(mine))
     sources = _SOURCES.get(key)
     if sources is None:  # the filter's choices; recomputed when the team's count moves
-        sources = _SOURCES[key] = sorted({j.source for j in mine})
+        sources = _SOURCES[key] = sorted({source_file(j.source) for j in mine})
         while len(_SOURCES) > 64:
             del _SOURCES[next(iter(_SOURCES))]
     if query.q:
@@ -523,7 +547,8 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     if query.kind:
         mine = [j for j in mine if job_kind(j) == query.kind]
     if query.source:
-        mine = [j for j in mine if j.source == query.source]
+        mine = [j for j in mine if j.source == query.source
+                or source_file(j.source) == query.source]
     paused_ids: set[str] | None = None
     if query.paused:
         overrides = await store.read_overrides([j.id for j in mine]) if mine else {}
@@ -576,7 +601,8 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
             slots = [x for x in slots if x >= st.created_at]
         runs = await store.list_runs(j.id, limit=STRIP + 5) if slots else []
         rows.append(JobRow(j, st, view.last, view.next_fire, view.paused(now), job_kind(j),
-                           slot_cells(slots, runs)))
+                           slot_cells(slots, runs), job_status(view, now),
+                           view.next_run(now)))
     return JobsPage(rows, total, pages, sources)
 
 
@@ -672,4 +698,151 @@ async def fleet(store: Store, ttl: float, me: str, local_now: Any,
                        skew if i.instance_id == me else None, i.instance_id == me)
            for i in rows]
     out.sort(key=lambda x: (not x.instance.live, x.instance.instance_id))
+    return out
+
+
+# -- one job's status, as every page says it -------------------------------------------
+
+
+def job_status(view: Any, now: datetime) -> str:
+    """``paused`` (an override), ``disabled`` (declared or forced off), ``failing`` (the
+    newest run failed, timed out or was interrupted), else ``active``: the jobs list,
+    the job page and the overview's counts say the same thing of a job."""
+    if view.paused(now):
+        return "paused"
+    if not view.enabled(now):
+        return "disabled"
+    last = view.last
+    if last is not None and last.status in FAILED_STATUSES:
+        return "failing"
+    return "active"
+
+
+def source_file(source: str) -> str:
+    """A job's source without its line (``cronfleet.toml:12`` -> ``cronfleet.toml``):
+    the jobs page filters by file, one choice per file, not per declaration."""
+    head, sep, tail = source.rpartition(":")
+    return head if sep and tail.isdigit() else source
+
+
+# -- the fleet at a glance: every job x the last hour, and runs per minute --------------
+
+
+HEAT_COLUMNS = 60  # one column a minute over the last hour
+HEAT_PAGE = 50  # jobs per page of the heat map
+MAX_ACTIVITY_RUNS = 50_000  # runs read for the overview's heat map and chart at most
+ACTIVITY = {"1h": (3600, 60), "24h": (86400, 900)}  # window: (span, bucket) seconds
+_RANK = {st: k for k, st in enumerate(SEVERITY)}
+
+
+@dataclass
+class HeatRow:
+    """One job's row: per column, the worst state of its slots in that minute and the
+    run showing it (0: no slot recorded); ``trouble``: columns failed, interrupted or
+    missed."""
+
+    job_id: str
+    states: list[str]
+    runs: list[int]
+    trouble: int = 0
+    latest: str = "none"
+
+
+@dataclass
+class Activity:
+    """What the overview shows of the recent ledger: the heat map (a page of rows,
+    trouble first) and runs per bucket by state (the chart)."""
+
+    start: float  # the heat map's first column (epoch seconds)
+    rows: list[HeatRow]
+    total: int  # jobs in the heat map, all pages
+    page: int
+    pages: int
+    buckets: list[dict[str, int]]  # the chart: per bucket, state -> runs
+    bucket: int  # seconds per bucket
+    chart_start: float
+    read: int  # runs read
+    capped: bool  # MAX_ACTIVITY_RUNS reached: older runs of the window not read
+
+
+async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime, *,
+                   window: str = "1h", page: int = 1, size: int = HEAT_PAGE) -> Activity:
+    """The heat map of ``jobs`` over the last hour (one cell a minute, the ledger's
+    worst verdict of the minute's slots) sorted with trouble first, and runs per bucket
+    by state over ``window`` (a key of ACTIVITY); from the runs of that window, newest
+    first, at most MAX_ACTIVITY_RUNS (``Store.find_runs``: one statement a page).
+    ``all_ids``: how many jobs the registry has (when ``jobs`` are all of them the read
+    is not narrowed by job, which would send every id to the store)."""
+    span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
+    end = now.timestamp()
+    heat_start = (math.floor(end / 60) - HEAT_COLUMNS + 1) * 60.0
+    chart_start = (math.floor(end / bucket) - span // bucket + 1) * float(bucket)
+    since = min(heat_start, chart_start)
+    ids = frozenset(j.id for j in jobs)
+    where = RunFilter(job_ids=None if len(ids) >= all_ids else ids,
+                      since=datetime.fromtimestamp(since, now.tzinfo))
+    n_buckets = span // bucket
+    buckets: list[dict[str, int]] = [{} for _ in range(n_buckets)]
+    cells: dict[str, tuple[list[str], list[int]]] = {}
+    after: RunCursor | None = None
+    got = 0
+    capped = False
+    state = cell_state
+    rank = _RANK
+    while True:
+        pg = await store.find_runs(where, limit=5000, after=after)
+        for r in pg.runs:
+            if r.job_id not in ids:
+                continue
+            got += 1
+            at = r.slot.timestamp()
+            st = state(r)
+            b = int((at - chart_start) // bucket)
+            if 0 <= b < n_buckets:
+                counts = buckets[b]
+                counts[st] = counts.get(st, 0) + 1
+            c = int((at - heat_start) // 60)
+            if 0 <= c < HEAT_COLUMNS and not r.manual:
+                row = cells.get(r.job_id)
+                if row is None:
+                    row = cells[r.job_id] = (["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS)
+                if rank[st] < rank[row[0][c]]:
+                    row[0][c] = st
+                    row[1][c] = r.id or 0
+        after = pg.next_cursor
+        if after is None:
+            break
+        if got >= MAX_ACTIVITY_RUNS:
+            capped = True
+            break
+    rows: list[HeatRow] = []
+    for j in jobs:
+        got_row = cells.get(j.id)
+        if got_row is None:
+            rows.append(HeatRow(j.id, [], []))
+            continue
+        states, runs = got_row
+        trouble = sum(1 for st in states if st in TROUBLE)
+        latest = next((st for st in reversed(states) if st != "none"), "none")
+        rows.append(HeatRow(j.id, states, runs, trouble, latest))
+    # trouble first: most troubled cells, then a troubled latest verdict, then the ones
+    # with anything recorded, then by id
+    rows.sort(key=lambda h: (-h.trouble, h.latest not in TROUBLE, not h.states, h.job_id))
+    total = len(rows)
+    pages = max(1, math.ceil(total / size))
+    page = min(max(1, page), pages)
+    shown = rows[(page - 1) * size:page * size]
+    for h in shown:  # a row with nothing recorded is drawn empty
+        if not h.states:
+            h.states, h.runs = ["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS
+    return Activity(heat_start, shown, total, page, pages, buckets, bucket, chart_start,
+                    got, capped)
+
+
+def duration_points(runs: Sequence[RunRecord]) -> list[tuple[float, float, str, int]]:
+    """The ended runs' ``(slot epoch seconds, duration seconds, cell state, run id)``,
+    oldest first: the job page's duration chart."""
+    out = [(r.slot.timestamp(), d, cell_state(r), r.id or 0) for r in runs
+           if (d := r.duration) is not None]
+    out.sort()
     return out

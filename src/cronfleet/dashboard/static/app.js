@@ -8,7 +8,9 @@
     var a = document.activeElement;
     if (a && el.contains(a) && a !== document.body && a.tagName !== "A") return true;
     // the slot under the pointer is being read: do not swap the timeline under it
-    if (el.querySelector(".timeline:hover")) return true;
+    if (el.querySelector(".timeline:hover, .heat:hover")) return true;
+    // an action's form is open (the job page's action bar)
+    if (el.querySelector("details.act[open]")) return true;
     // a selection made in the table (bulk checkboxes) must survive the refresh
     return !!el.querySelector("input[type=checkbox]:checked");
   }
@@ -81,7 +83,8 @@
         var ol = document.createElement("ol");
         (d.next || []).forEach(function (t) {
           var li = document.createElement("li");
-          li.textContent = t;
+          var ms = Date.parse(t);
+          li.textContent = isNaN(ms) ? t : fmt(ms / 1000, d.timezone || "UTC");
           ol.appendChild(li);
         });
         box.appendChild(ol);
@@ -119,19 +122,20 @@
     if (!f) {
       try {
         f = new Intl.DateTimeFormat("en-GB", { timeZone: tz, year: "numeric", month: "2-digit",
-          day: "2-digit", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
-          timeZoneName: "short" });
+          day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+          hourCycle: "h23", timeZoneName: "short" });
       } catch (e) {
         f = new Intl.DateTimeFormat("en-GB", { timeZone: "UTC", year: "numeric",
           month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
-          hourCycle: "h23", timeZoneName: "short" });
+          second: "2-digit", hourCycle: "h23", timeZoneName: "short" });
       }
       formats[tz] = f;
     }
     var p = {};
     f.formatToParts(new Date(secs * 1000)).forEach(function (x) { p[x.type] = x.value; });
-    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + " " +
-      (p.timeZoneName || "");
+    // the server's format: 2026-12-01 14:12:05 CET
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + ":" +
+      p.second + " " + (p.timeZoneName || "");
   }
 
   function cellIndex(tl, cell) { return Array.prototype.indexOf.call(tl.children, cell); }
@@ -259,9 +263,52 @@
     });
   }
 
+  // the jobs page: one box selects (or clears) every job of the page for a bulk action
+  function selectAll() {
+    document.addEventListener("change", function (e) {
+      var box = e.target;
+      if (!box || box.id !== "select-all") return;
+      document.querySelectorAll("input[type=checkbox][form=bulk]").forEach(function (c) {
+        c.checked = box.checked;
+      });
+    });
+  }
+
+  // the overview's heat map: a cell says its minute and verdict on hover, opens its run
+  var HEAT = { su: "succeeded", fa: "failed", "in": "interrupted", ca: "cancelled",
+               mi: "missed", pa: "paused", sk: "skipped", ru: "running", pe: "pending",
+               no: "no slot recorded" };
+
+  function heatCell(e) {
+    var c = e.target;
+    if (!c || c.tagName !== "I" || !c.parentNode || !c.parentNode.classList ||
+        !c.parentNode.classList.contains("hm")) return null;
+    var row = c.parentNode, list = row.closest("ol.heat");
+    var k = Array.prototype.indexOf.call(row.children, c);
+    var runs = (row.getAttribute("data-runs") || "").split(",");
+    var start = +list.getAttribute("data-start") + 60 * k;
+    return { cell: c, run: runs[k] || "", start: start, tz: list.getAttribute("data-tz") };
+  }
+
+  function heatmap() {
+    document.addEventListener("mouseover", function (e) {
+      var h = heatCell(e);
+      if (h && !h.cell.title) {
+        h.cell.title = fmt(h.start, h.tz).slice(11, 16) + ": " + (HEAT[h.cell.className] ||
+          h.cell.className) + (h.run ? " (run #" + h.run + ")" : "");
+      }
+    });
+    document.addEventListener("click", function (e) {
+      var h = heatCell(e);
+      if (h && h.run) window.location.href = "/runs/" + h.run;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     timeline();
     paramRows();
+    selectAll();
+    heatmap();
     var live = document.querySelectorAll("[data-live]");
     document.querySelectorAll("pre.log").forEach(function (pre) {
       pre.scrollTop = pre.scrollHeight;
