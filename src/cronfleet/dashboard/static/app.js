@@ -45,6 +45,7 @@
           el.innerHTML = html;
           el.setAttribute("data-last", html);
           restoreLog(el, st);
+          scrollBoxes();
         }
         // the region says it will not change any more (a run or a backfill ended)
         if (el.querySelector("[data-final]")) el.removeAttribute("data-live");
@@ -304,7 +305,27 @@
     });
   }
 
+  // a table wider than the screen scrolls in its box: the box then takes the keyboard
+  // focus (arrow keys scroll it), and only then
+  function scrollBoxes() {
+    document.querySelectorAll(".scroll").forEach(function (box) {
+      if (box.scrollWidth > box.clientWidth + 1) {
+        box.setAttribute("tabindex", "0");
+        if (!box.hasAttribute("role")) {
+          box.setAttribute("role", "region");
+          var sec = box.closest("section"), h = sec && sec.querySelector("h2, h1");
+          box.setAttribute("aria-label", (h ? h.textContent + ": " : "") +
+            "a table wider than the screen");
+        }
+      } else {
+        box.removeAttribute("tabindex");
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    scrollBoxes();
+    window.addEventListener("resize", scrollBoxes);
     timeline();
     paramRows();
     selectAll();
