@@ -103,7 +103,6 @@ CELL_STATES: dict[str, str] = {
 # worst first: a heat map cell holding several slots shows the worst of them
 SEVERITY = ("failed", "interrupted", "missed", "cancelled", "running", "pending", "skipped",
             "paused", "succeeded", "none")
-TROUBLE = frozenset({"failed", "interrupted", "missed"})
 _VALUE = {st: st.value for st in RunStatus}  # Enum.value is a slow descriptor
 _STATE = {**_VALUE, RunStatus.TIMED_OUT: "failed"}
 _SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "paused",
@@ -651,7 +650,7 @@ async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str
                         if r.job_id in mine)
     failures.sort(key=lambda r: r.id or 0, reverse=True)
     return {"jobs": len(ids), "paused": paused, "failing": len(failing),
-            "failing_ids": failing[:20], "running": running[:50],
+            "failing_ids": failing[:20], "running": running[:50], "lasts": lasts,
             "running_n": len(running), "running_all": running,
             "failures": failures[:10]}
 
@@ -730,7 +729,7 @@ def source_file(source: str) -> str:
 
 HEAT_COLUMNS = 60  # one column a minute over the last hour
 HEAT_PAGE = 50  # jobs per page of the heat map
-MAX_ACTIVITY_RUNS = 50_000  # runs read for the overview's heat map and chart at most
+CHART_RUNS = 10_000  # runs read for the overview's chart at most (the newest)
 ACTIVITY = {"1h": (3600, 60), "24h": (86400, 900)}  # window: (span, bucket) seconds
 _RANK = {st: k for k, st in enumerate(SEVERITY)}
 
@@ -738,14 +737,13 @@ _RANK = {st: k for k, st in enumerate(SEVERITY)}
 @dataclass
 class HeatRow:
     """One job's row: per column, the worst state of its slots in that minute and the
-    run showing it (0: no slot recorded); ``trouble``: columns failed, interrupted or
-    missed."""
+    run showing it (0: no slot recorded); ``trouble``: its runs of the hour that failed,
+    timed out or were interrupted."""
 
     job_id: str
     states: list[str]
     runs: list[int]
     trouble: int = 0
-    latest: str = "none"
 
 
 @dataclass
@@ -761,82 +759,97 @@ class Activity:
     buckets: list[dict[str, int]]  # the chart: per bucket, state -> runs
     bucket: int  # seconds per bucket
     chart_start: float
-    read: int  # runs read
-    capped: bool  # MAX_ACTIVITY_RUNS reached: older runs of the window not read
+    read: int  # runs read for the chart
+    chart_from: float | None  # CHART_RUNS reached: the chart counts runs from here on
 
 
-async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime, *,
-                   window: str = "1h", page: int = 1, size: int = HEAT_PAGE) -> Activity:
-    """The heat map of ``jobs`` over the last hour (one cell a minute, the ledger's
-    worst verdict of the minute's slots) sorted with trouble first, and runs per bucket
-    by state over ``window`` (a key of ACTIVITY); from the runs of that window, newest
-    first, at most MAX_ACTIVITY_RUNS (``Store.find_runs``: one statement a page).
-    ``all_ids``: how many jobs the registry has (when ``jobs`` are all of them the read
-    is not narrowed by job, which would send every id to the store)."""
+async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime,
+                   lasts: Mapping[str, RunRecord], *, window: str = "1h", page: int = 1,
+                   size: int = HEAT_PAGE) -> Activity:
+    """The heat map of ``jobs`` over the last hour, trouble first, and runs per bucket
+    by state over ``window`` (a key of ACTIVITY).
+
+    What it reads scales with what is shown, not with the fleet: the order comes from the
+    hour's failed, timed-out and interrupted runs (``Store.find_runs`` by status: few,
+    normally) and ``lasts`` (each job's newest run, which the overview reads anyway); the
+    cells only for the rows of the page shown, through the timeline's narrow read
+    (``slot_runs``); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
+    many jobs the registry has (when ``jobs`` are all of them the reads are not narrowed
+    by job, which would send every id to the store)."""
     span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
     end = now.timestamp()
     heat_start = (math.floor(end / 60) - HEAT_COLUMNS + 1) * 60.0
-    chart_start = (math.floor(end / bucket) - span // bucket + 1) * float(bucket)
-    since = min(heat_start, chart_start)
     ids = frozenset(j.id for j in jobs)
-    where = RunFilter(job_ids=None if len(ids) >= all_ids else ids,
-                      since=datetime.fromtimestamp(since, now.tzinfo))
-    n_buckets = span // bucket
-    buckets: list[dict[str, int]] = [{} for _ in range(n_buckets)]
-    cells: dict[str, tuple[list[str], list[int]]] = {}
-    after: RunCursor | None = None
-    got = 0
-    capped = False
+    scope = None if len(ids) >= all_ids else ids
+    since = datetime.fromtimestamp(heat_start, now.tzinfo)
+    trouble: dict[str, int] = {}
+    for st in FAILED_STATUSES:
+        pg = await store.find_runs(RunFilter(status=st, job_ids=scope, since=since),
+                                   limit=5000)
+        for r in pg.runs:
+            if r.job_id in ids and not r.manual:
+                trouble[r.job_id] = trouble.get(r.job_id, 0) + 1
+
+    def order(j: Job) -> tuple[int, bool, bool, str]:
+        last = lasts.get(j.id)
+        return (-trouble.get(j.id, 0), last is None or last.status not in FAILED_STATUSES,
+                last is None or last.slot.timestamp() < heat_start, j.id)
+
+    ranked = sorted(jobs, key=order)
+    total = len(ranked)
+    pages = max(1, math.ceil(total / size))
+    page = min(max(1, page), pages)
+    read_slots = _slot_reader(store)
+    rows: list[HeatRow] = []
     state = cell_state
     rank = _RANK
+    for j in ranked[(page - 1) * size:page * size]:
+        states, runs = ["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS
+        before: int | None = None
+        last = lasts.get(j.id)
+        while last is not None and last.slot.timestamp() >= heat_start:
+            got = await read_slots(j.id, limit=200, before_id=before)
+            for sr in got:
+                c = int((sr.at - heat_start) // 60)
+                if 0 <= c < HEAT_COLUMNS and not sr.manual:
+                    verdict = state(sr)
+                    if rank[verdict] < rank[states[c]]:
+                        states[c], runs[c] = verdict, sr.id
+            if len(got) < 200 or got[-1].at < heat_start:
+                break
+            before = got[-1].id
+        rows.append(HeatRow(j.id, states, runs, trouble.get(j.id, 0)))
+    # the chart: the window's runs, newest first, at most CHART_RUNS
+    chart_start = (math.floor(end / bucket) - span // bucket + 1) * float(bucket)
+    n_buckets = span // bucket
+    buckets: list[dict[str, int]] = [{} for _ in range(n_buckets)]
+    where = RunFilter(job_ids=scope, since=datetime.fromtimestamp(chart_start, now.tzinfo))
+    after: RunCursor | None = None
+    got_n = 0
+    chart_from: float | None = None
     while True:
-        pg = await store.find_runs(where, limit=5000, after=after)
+        pg = await store.find_runs(where, limit=min(5000, CHART_RUNS - got_n), after=after)
         for r in pg.runs:
             if r.job_id not in ids:
                 continue
-            got += 1
-            at = r.slot.timestamp()
-            st = state(r)
-            b = int((at - chart_start) // bucket)
+            got_n += 1
+            b = int((r.slot.timestamp() - chart_start) // bucket)
             if 0 <= b < n_buckets:
                 counts = buckets[b]
-                counts[st] = counts.get(st, 0) + 1
-            c = int((at - heat_start) // 60)
-            if 0 <= c < HEAT_COLUMNS and not r.manual:
-                row = cells.get(r.job_id)
-                if row is None:
-                    row = cells[r.job_id] = (["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS)
-                if rank[st] < rank[row[0][c]]:
-                    row[0][c] = st
-                    row[1][c] = r.id or 0
+                verdict = state(r)
+                counts[verdict] = counts.get(verdict, 0) + 1
         after = pg.next_cursor
         if after is None:
             break
-        if got >= MAX_ACTIVITY_RUNS:
-            capped = True
+        if got_n >= CHART_RUNS:
+            chart_from = after.slot.timestamp()
             break
-    rows: list[HeatRow] = []
-    for j in jobs:
-        got_row = cells.get(j.id)
-        if got_row is None:
-            rows.append(HeatRow(j.id, [], []))
-            continue
-        states, runs = got_row
-        trouble = sum(1 for st in states if st in TROUBLE)
-        latest = next((st for st in reversed(states) if st != "none"), "none")
-        rows.append(HeatRow(j.id, states, runs, trouble, latest))
-    # trouble first: most troubled cells, then a troubled latest verdict, then the ones
-    # with anything recorded, then by id
-    rows.sort(key=lambda h: (-h.trouble, h.latest not in TROUBLE, not h.states, h.job_id))
-    total = len(rows)
-    pages = max(1, math.ceil(total / size))
-    page = min(max(1, page), pages)
-    shown = rows[(page - 1) * size:page * size]
-    for h in shown:  # a row with nothing recorded is drawn empty
-        if not h.states:
-            h.states, h.runs = ["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS
-    return Activity(heat_start, shown, total, page, pages, buckets, bucket, chart_start,
-                    got, capped)
+    if chart_from is not None:  # the oldest bucket read is partial: leave it out
+        first = int((chart_from - chart_start) // bucket)
+        for k in range(min(max(first + 1, 0), n_buckets)):
+            buckets[k] = {}
+    return Activity(heat_start, rows, total, page, pages, buckets, bucket, chart_start,
+                    got_n, chart_from)
 
 
 def duration_points(runs: Sequence[RunRecord]) -> list[tuple[float, float, str, int]]:

@@ -428,8 +428,8 @@ async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
         hm_page = max(1, int(p.get("hm", "1")))
     except ValueError:
         hm_page = 1
-    act_ = await read.activity(sched.store, jobs, len(sched.jobs), t, window=window,
-                               page=hm_page)
+    act_ = await read.activity(sched.store, jobs, len(sched.jobs), t, data["lasts"],
+                               window=window, page=hm_page)
     tz = table_zone(jobs, s) if len(jobs) < 1000 else UTC
     return render(request, "overview.html", s, t=t, data=data, health=health,
                   act=act_, window=window, tz=tz,
