@@ -168,12 +168,14 @@ def test_every_page_and_action(server: Server, chromium: Any, axe_source: str) -
 
     # UTC switch
     page.goto("/jobs/export.nightly")
-    assert "CET" in page.locator("main").inner_text() or "CEST" in page.locator(
-        "main").inner_text()
+    zone = page.locator("#tl-h").locator("..")
+    assert "times in Europe/Paris" in zone.inner_text()
+    assert "Slot (Europe/Paris)" in page.locator("main").inner_text()
     page.get_by_role("button", name="Times: job zone").click()
-    assert "UTC" in page.locator("#job-status").locator("..").inner_text()
+    assert "times in UTC" in zone.inner_text()
+    assert "Slot (UTC)" in page.locator("main").inner_text()
     page.get_by_role("button", name="Times: UTC").click()
-    assert "CET" in page.locator("#job-status").locator("..").inner_text()
+    assert "times in Europe/Paris" in zone.inner_text()
 
     # keyboard: the skip link is the first stop
     page.keyboard.press("Tab")

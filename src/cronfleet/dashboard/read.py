@@ -729,7 +729,8 @@ def source_file(source: str) -> str:
 
 HEAT_COLUMNS = 60  # one column a minute over the last hour
 HEAT_PAGE = 50  # jobs per page of the heat map
-CHART_RUNS = 10_000  # runs read for the overview's chart at most (the newest)
+CHART_RUNS = 5_000  # runs read for the overview's chart at most (the newest)
+HEAT_READS = 8  # pages of 5,000 runs read for the heat map's rows at most
 ACTIVITY = {"1h": (3600, 60), "24h": (86400, 900)}  # window: (span, bucket) seconds
 _RANK = {st: k for k, st in enumerate(SEVERITY)}
 
@@ -772,8 +773,8 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
     What it reads scales with what is shown, not with the fleet: the order comes from the
     hour's failed, timed-out and interrupted runs (``Store.find_runs`` by status: few,
     normally) and ``lasts`` (each job's newest run, which the overview reads anyway); the
-    cells only for the rows of the page shown, through the timeline's narrow read
-    (``slot_runs``); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
+    cells only for the rows of the page shown (their runs of the hour, one statement a
+    5,000); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
     many jobs the registry has (when ``jobs`` are all of them the reads are not narrowed
     by job, which would send every id to the store)."""
     span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
@@ -799,32 +800,35 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
     total = len(ranked)
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
-    read_slots = _slot_reader(store)
-    rows: list[HeatRow] = []
+    shown = ranked[(page - 1) * size:page * size]
+    cells = {j.id: (["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS) for j in shown}
     state = cell_state
     rank = _RANK
-    for j in ranked[(page - 1) * size:page * size]:
-        states, runs = ["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS
-        before: int | None = None
-        last = lasts.get(j.id)
-        while last is not None and last.slot.timestamp() >= heat_start:
-            got = await read_slots(j.id, limit=200, before_id=before)
-            for sr in got:
-                c = int((sr.at - heat_start) // 60)
-                if 0 <= c < HEAT_COLUMNS and not sr.manual:
-                    verdict = state(sr)
-                    if rank[verdict] < rank[states[c]]:
-                        states[c], runs[c] = verdict, sr.id
-            if len(got) < 200 or got[-1].at < heat_start:
+    # the rows' runs of the hour: one statement a page of 5,000 (a job firing every 5 s
+    # has 720 in an hour), for the page's jobs only
+    if cells:
+        where = RunFilter(job_ids=frozenset(cells), since=since)
+        after: RunCursor | None = None
+        for _ in range(HEAT_READS):
+            pg = await store.find_runs(where, limit=5000, after=after)
+            for r in pg.runs:
+                row = cells.get(r.job_id)
+                c = int((r.slot.timestamp() - heat_start) // 60)
+                if row is None or r.manual or not 0 <= c < HEAT_COLUMNS:
+                    continue
+                verdict = state(r)
+                if rank[verdict] < rank[row[0][c]]:
+                    row[0][c], row[1][c] = verdict, r.id or 0
+            after = pg.next_cursor
+            if after is None:
                 break
-            before = got[-1].id
-        rows.append(HeatRow(j.id, states, runs, trouble.get(j.id, 0)))
+    rows = [HeatRow(j.id, *cells[j.id], trouble.get(j.id, 0)) for j in shown]
     # the chart: the window's runs, newest first, at most CHART_RUNS
     chart_start = (math.floor(end / bucket) - span // bucket + 1) * float(bucket)
     n_buckets = span // bucket
     buckets: list[dict[str, int]] = [{} for _ in range(n_buckets)]
     where = RunFilter(job_ids=scope, since=datetime.fromtimestamp(chart_start, now.tzinfo))
-    after: RunCursor | None = None
+    after = None
     got_n = 0
     chart_from: float | None = None
     while True:
