@@ -73,7 +73,7 @@ def test_every_page_and_action(server: Server, chromium: Any, axe_source: str) -
         check_axe(page, axe_source, path)
     # the run page, reached by clicking a cell of the slot timeline
     page.goto("/jobs/sync.flaky")
-    cell = page.locator("#timeline i.failed").first
+    cell = page.locator("#timeline i.fa").first  # failed
     cell.wait_for()
     cell.hover()  # the details are fetched on hover, shown in the title and the status line
     page.locator("#tl-status", has_text="upstream answered 502").wait_for()

@@ -180,7 +180,7 @@ def test_timeline_by_keyboard(server: Server, chromium: Any, axe_source: str) ->
     # walk back from the newest to a slot with a failed run, then Enter opens it
     page.keyboard.press("End")
     for _ in range(n):
-        if "failed" in (tl.locator("i.cur").get_attribute("class") or ""):
+        if "fa" in (tl.locator("i.cur").get_attribute("class") or "").split():  # failed
             break
         page.keyboard.press("ArrowLeft")
     # the run's details arrive (fetched for the cell under the cursor)

@@ -23,7 +23,7 @@ import pytest
 from api.procs import LISTENING, spawn, stop, wait_for
 from browser.conftest import CONFIG, ROOT, SHOTS, TASKS, Server, token
 from browser.test_dashboard import until
-from cronfleet.dashboard.read import CELL_STATES
+from cronfleet.dashboard.read import CELL_CODES, CELL_STATES
 
 pytestmark = pytest.mark.slow
 
@@ -212,15 +212,15 @@ def test_timeline_with_every_status_and_a_5xx_page(srv: Server, chromium: Any,
     page = _sign_in(ctx, srv.base, srv.admin)
     page.goto(f"{srv.base}/jobs/ledger.all")
     classes = set(page.eval_on_selector_all("#timeline > i", "els => els.map(e => e.className)"))
-    assert classes == set(CELL_STATES), classes
+    assert classes == {CELL_CODES[st] for st in CELL_STATES}, classes
     colours = page.evaluate("""states => Object.fromEntries(states.map(s => {
         const el = document.querySelector('#timeline > i.' + s);
         const st = getComputedStyle(el);
         return [s, st.backgroundImage !== 'none' ? st.backgroundImage : st.backgroundColor];
-      }))""", sorted(set(CELL_STATES) - {"none"}))
+      }))""", sorted(CELL_CODES[st] for st in CELL_STATES if st != "none"))
     assert len(set(colours.values())) == len(colours), colours  # one colour each
     # hover a cancelled cell: its slot, to the second, and what the ledger says
-    cell = page.locator("#timeline > i.cancelled")
+    cell = page.locator("#timeline > i.ca")  # cancelled
     cell.hover()
     page.locator("#tl-status", has_text="cancelled").wait_for()
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:17:00 ", page.locator("#tl-status").inner_text())

@@ -200,14 +200,14 @@ def describe(job: Job) -> str:
     return text.removesuffix(_EPOCH_NOTE)
 
 
-_CELL = {st: f'<i class="{st}"></i>' for st in read.CELL_STATES}
+_CELL = {st: f"<i class={code}></i>" for st, code in read.CELL_CODES.items()}
 
 
 def cells_html(cells: read.Timeline) -> Markup:
-    """The timeline's cells (up to 10,000): one empty element per slot, its state as its
-    class and nothing else; the slot times and run ids are in :func:`cells_data`, and
-    the details of a run are fetched when its cell is hovered or reached by keyboard
-    (``/runs/{id}/label``). 24 bytes a cell, about 4x less than a titled link."""
+    """The timeline's cells (up to 10,000): one empty element per slot, its state's code
+    (``read.CELL_CODES``) as its class and nothing else; the slot times and run ids are
+    in :func:`cells_data`, and the details of a run are fetched when its cell is hovered
+    or reached by keyboard (``/runs/{id}/label``). 16 bytes a cell, 6x less than a titled link."""
     cell = _CELL
     return Markup("".join([cell[st] for st in cells.states]))
 
@@ -234,17 +234,13 @@ def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
     return Markup(data.replace("</", "<\\/"))
 
 
-HEAT_CLASS = {st: st[:2] for st in read.CELL_STATES}  # short: a page holds 3,000 cells
-
-
 def heat_row(row: read.HeatRow, start: float, tz: tzinfo) -> dict[str, Any]:
     """One job's row of the overview's heat map: ``cells``, an empty element a minute
-    whose class is the ledger's worst verdict of that minute's slots (a 2-letter
-    class: 17 bytes a cell); ``runs``, the run each cell shows (``12,,14``: the script
+    whose class is the ledger's worst verdict of that minute's slots (its code, as
+    in a timeline: 16 bytes a cell); ``runs``, the run each cell shows (``12,,14``: the script
     opens it on a click and titles the cell on hover); ``summary``, the row in words."""
     del start, tz  # the script names each cell's minute from the map's start
-    cls = HEAT_CLASS
-    cells = "".join([f'<i class="{cls[st]}"></i>' for st in row.states])
+    cells = "".join([_CELL[st] for st in row.states])
     runs = ",".join([str(r) if r else "" for r in row.runs])
     counts = Counter(st for st in row.states if st != "none")
     summary = (", ".join(f"{n} {st}" for st, n in counts.most_common()) or

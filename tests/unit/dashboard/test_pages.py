@@ -115,11 +115,12 @@ def test_every_status_and_reason_has_a_cell_state_and_a_colour() -> None:
     seen.add(read.cell_state(None))
     assert seen == set(read.CELL_STATES)  # no state without a status showing it
     assert set(routes._CELL) == set(read.CELL_STATES) == set(read.SEVERITY)
+    assert len(set(read.CELL_CODES.values())) == len(read.CELL_CODES)  # codes unique
     for state in read.CELL_STATES:
         assert f".c.{state}" in css, state  # strips and legend
-        assert f".hm .{routes.HEAT_CLASS[state]}" in css or state == "none", state
+        assert f".hm > i.{read.CELL_CODES[state]}" in css or state == "none", state
         if state != "none":
-            assert f".timeline > i.{state}" in css, state
+            assert f".timeline > i.{read.CELL_CODES[state]}" in css, state
     # two states never share a colour in a theme
     for theme in re.split(r"@media \(prefers-color-scheme: dark\)", css)[:2]:
         colours = dict(re.findall(r"--(ok|bad|skip|pause|run|pend|cancel|interrupted|missed)"
@@ -131,7 +132,7 @@ async def test_a_cancelled_run_in_every_window_and_the_live_refresh(dash: Dash) 
     for q in ("", "?window=7d", "?window=30d", "?partial=1", "?window=7d&partial=1"):
         r = await dash.client.get(f"/jobs/every5s{q}")
         assert r.status_code == 200, (q, r.text[:300])
-        assert '<i class="cancelled"></i>' in r.text
+        assert "<i class=ca></i>" in r.text
     r = await dash.client.get("/jobs/every5s")
     for state in read.CELL_STATES:  # the legend names every state with its count
         assert f'<span class="c {state}" aria-hidden="true"></span>' in r.text
@@ -254,7 +255,7 @@ async def test_overview_heat_map_and_chart(dash: Dash) -> None:
     assert heat[0] == "every5s"  # trouble first
     row = r.text.split('data-runs="')[1].split('"')[0].split(",")
     assert len(row) == read.HEAT_COLUMNS and any(row)
-    assert '<i class="fa"></i>' in r.text  # the minute holding a failure shows it
+    assert "<i class=fa></i>" in r.text  # the minute holding a failure shows it
     assert '<svg class="chart"' in r.text and "Runs per minute" in r.text
     day = await dash.client.get("/?window=24h")
     assert "Runs per 15 minutes" in day.text

@@ -42,9 +42,9 @@ def test_timeline_markup_is_one_element_per_slot_and_its_data_round_trips() -> N
         for i, s in zip(ids, slots, strict=True)]
     tl = read.Timeline(slots, [s.timestamp() for s in slots], runs)
     html = str(cells_html(tl))
-    assert html.count("<i ") == 8 and html.startswith('<i class="succeeded"></i>'
-                                                      '<i class="none"></i>'
-                                                      '<i class="failed"></i>')
+    assert html.count("<i ") == 8 and html.startswith("<i class=su></i>"
+                                                      "<i class=no></i>"
+                                                      "<i class=fa></i>")
     times, got_ids, tz = decode(str(cells_data(tl, paris)))
     assert times == [int(s.timestamp()) for s in slots] and got_ids == ids
     assert tz == "Europe/Paris"

@@ -101,6 +101,10 @@
   // run's details fetched when its cell is hovered or reached by keyboard
   var labels = {};
   var formats = {};
+  // a cell's class is its state's code (read.CELL_CODES)
+  var CODES = { su: "succeeded", fa: "failed", "in": "interrupted", ca: "cancelled",
+                mi: "missed", pa: "paused", sk: "skipped", ru: "running", pe: "pending",
+                no: "no slot recorded" };
   var shown = null;  // the cell the status line describes
 
   function tlData() {
@@ -146,7 +150,7 @@
     if (!d || !cell) return;
     var head = fmt(d.times[i], d.tz) + ": ";
     var rid = d.runs[i];
-    var text = head + (rid ? cell.className.replace(" cur", "") :
+    var text = head + (rid ? (CODES[cell.className.replace(" cur", "")] || cell.className) :
       "no run recorded for this slot");
     function show(t) {
       cell.title = t;
@@ -276,9 +280,6 @@
   }
 
   // the overview's heat map: a cell says its minute and verdict on hover, opens its run
-  var HEAT = { su: "succeeded", fa: "failed", "in": "interrupted", ca: "cancelled",
-               mi: "missed", pa: "paused", sk: "skipped", ru: "running", pe: "pending",
-               no: "no slot recorded" };
 
   function heatCell(e) {
     var c = e.target;
@@ -295,7 +296,7 @@
     document.addEventListener("mouseover", function (e) {
       var h = heatCell(e);
       if (h && !h.cell.title) {
-        h.cell.title = fmt(h.start, h.tz).slice(11, 16) + ": " + (HEAT[h.cell.className] ||
+        h.cell.title = fmt(h.start, h.tz).slice(11, 16) + ": " + (CODES[h.cell.className] ||
           h.cell.className) + (h.run ? " (run #" + h.run + ")" : "");
       }
     });
