@@ -615,22 +615,42 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
 async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None = None,
                     status: RunStatus | None = None, instance: str | None = None,
                     since: datetime | None = None, until: datetime | None = None,
-                    cursor: str | None = None, limit: int = 50
+                    cursor: str | None = None, limit: int = 50, all_ids: int = 0
                     ) -> tuple[list[RunRecord], str | None]:
     """Runs of ``job_ids`` (the team's jobs) or of ``job_id``, newest first by
-    ``(slot, id)``, filtered; and the cursor text of the next page. One store statement
-    (``Store.find_runs``, as ``GET /api/runs``). A cursor that is not one of ours starts
-    from the newest run."""
+    ``(slot, id)``, filtered; and the cursor text of the next page (``Store.find_runs``,
+    as ``GET /api/runs``). A cursor that is not one of ours starts from the newest run.
+
+    ``all_ids``: how many jobs the registry has. When the team has at least half of
+    them, the store is read without the list of ids (100,000 ids in the statement made
+    SQLite scan: 7 s a page at 10,000,000 runs) and the rows of other jobs are left out
+    here, reading on until the page is full (at most 20 reads)."""
     try:
         after = None if not cursor else RunCursor.decode(cursor)
     except ValueError:
         after = None
-    scope: dict[str, Any] = {"job_id": job_id} if job_id else {"job_ids": job_ids}
+    wide = not job_id and all_ids and len(job_ids) * 2 >= all_ids
+    scope: dict[str, Any] = ({"job_id": job_id} if job_id else {} if wide
+                             else {"job_ids": job_ids})
     where = RunFilter(status=status, instance_id=instance, since=since, until=until,
                       **scope)
-    page = await store.find_runs(where, limit=limit, after=after)
-    nxt = page.next_cursor
-    return page.runs, None if nxt is None else nxt.encode()
+    if not wide:
+        page = await store.find_runs(where, limit=limit, after=after)
+        nxt = page.next_cursor
+        return page.runs, None if nxt is None else nxt.encode()
+    runs: list[RunRecord] = []
+    for _ in range(20):
+        page = await store.find_runs(where, limit=limit * 2, after=after)
+        for r in page.runs:
+            if r.job_id in job_ids:
+                runs.append(r)
+                if len(runs) > limit:  # one more than a page: there is a next page
+                    return runs[:limit], RunCursor.after(runs[limit - 1]).encode()
+        if page.next_cursor is None:
+            return runs, None
+        after = page.next_cursor
+    # 20 reads without filling the page: what was found, and where to go on from
+    return runs, None if after is None else after.encode()
 
 
 # -- overview -------------------------------------------------------------------------

@@ -746,7 +746,8 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
         await visible(ctx, s.info, job_id)  # another team's job: 404
     runs, nxt = await read.find_runs(ctx.scheduler.store, await team_jobs(ctx, s.info),
                                      job_id=job_id, status=st, instance=instance,
-                                     since=since, cursor=p.get("cursor"))
+                                     since=since, cursor=p.get("cursor"),
+                                     all_ids=len(ctx.scheduler.jobs))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
     jobs = ctx.scheduler.jobs
