@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -19,11 +20,15 @@ T = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)  # the clocks go back in Paris at 0
 def decode(data: str) -> tuple[list[int], list[int], str]:
     """What app.js does with #timeline-data."""
     raw = json.loads(data)
+
+    def flat(items: list[Any]) -> list[int]:  # [v, n]: v repeated n times
+        return [y for x in items for y in ([x] if isinstance(x, int) else [x[0]] * x[1])]
+
     times = [raw["t0"]]
-    for d in raw["dt"]:
+    for d in flat(raw["dt"]):
         times.append(times[-1] + d)
     runs, prev = [], 0
-    for v in raw["runs"]:
+    for v in flat(raw["runs"]):
         if v:
             prev += v
             runs.append(prev)
@@ -107,3 +112,17 @@ def test_run_logs_one_line_each_and_the_cut_marked() -> None:
     html = _env.get_template("_run.html").render(
         run=ended, s=None, tz=UTC, command=True, attempts=[], late=None, result=None)
     assert "data-final" in html and 'id="tailing"' not in html and "output-cut" not in html
+
+
+def test_timeline_data_repeats_are_short_and_round_trip() -> None:
+    slots = [T + timedelta(minutes=k) for k in range(10_000)]
+    runs: list[RunRecord | None] = [
+        None if k % 500 == 7 else RunRecord(100 + k, "j", s, TriggeredBy.SCHEDULE,
+                                           RunStatus.SUCCEEDED)
+        for k, s in enumerate(slots)]
+    tl = read.Timeline(slots, [s.timestamp() for s in slots], runs)
+    data = str(cells_data(tl, UTC))
+    assert len(data) < 1000  # was ~50 KB of numbers
+    times, ids, _ = decode(data)
+    assert times == [int(s.timestamp()) for s in slots]
+    assert ids == [0 if r is None else r.id for r in runs]

@@ -112,6 +112,17 @@
     if (!el) return null;
     if (el._d) return el._d;
     var raw = JSON.parse(el.textContent);
+    // [v, n]: v repeated n times
+    function flat(a) {
+      var out = [];
+      a.forEach(function (x) {
+        if (typeof x === "number") { out.push(x); return; }
+        for (var k = 0; k < x[1]; k++) out.push(x[0]);
+      });
+      return out;
+    }
+    raw.dt = flat(raw.dt);
+    raw.runs = flat(raw.runs);
     var n = raw.dt.length + 1, times = new Array(n), runs = new Array(raw.runs.length);
     var t = raw.t0, i, prev = 0;
     for (i = 0; i < n; i++) { if (i) t += raw.dt[i - 1]; times[i] = t; }
