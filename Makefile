@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 AXE := tests/browser/node_modules/axe-core/axe.min.js
 
-.PHONY: run test test-lowest lint bench chaos clean
+.PHONY: run test test-lowest lint bench chaos clean screenshots
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ test: lint $(AXE)
 # the unit tests against the lowest version every floor in pyproject.toml allows
 test-lowest: $(STAMP)
 	BIN=$(BIN) .ci/test-lowest
+
+# the dashboard's screenshots in docs/images: every page at 1440x900 and 390x844 (light;
+# the overview and a job page dark too), taken by its browser test (Debian's Chromium)
+screenshots: $(STAMP) $(AXE)
+	CRONFLEET_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/browser/test_dashboard_d.py \
+	  -k every_page_both_sizes
 
 bench: $(STAMP)
 	$(BIN)/python bench/cron_next.py

@@ -79,6 +79,57 @@ def _insert_runs(kind: str, tmp: Path, url: str, schema: str | None,
                     "WHERE job_id = 'minutely'", (ts(created_ms),))
 
 
+def _bulk_runs(kind: str, tmp: Path, url: str, schema: str | None, n_jobs: int,
+               n_runs: int, now: datetime) -> float:
+    """``n_runs`` ledger rows for the ``n_jobs`` daily jobs, written by the database
+    itself (a recursive CTE / generate_series): job ``k % n_jobs``, its daily slot
+    ``k // n_jobs + 1`` days back; 1 in 53 failed, 1 in 101 skipped (missed). The
+    seconds it took."""
+    t = time.perf_counter()
+    midnight = int(now.replace(hour=0, minute=0).timestamp())
+    if kind == "sqlite":
+        db = sqlite3.connect(tmp / "bench.db")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        db.execute(f"""
+            WITH RECURSIVE c(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM c WHERE k < {n_runs - 1}),
+            g(k, job, slot) AS (
+              SELECT k, k % {n_jobs},
+                     ({midnight} - (k / {n_jobs} + 1) * 86400
+                      + ((k % {n_jobs}) % 216) / 9 * 3600
+                      + ((k % {n_jobs}) % 216) % 9 * 7 * 60) * 1000 FROM c)
+            INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id,
+                              fencing_token, claimed_at, started_at, finished_at, error)
+            SELECT printf('job-%06d', job), slot, 'schedule',
+                   CASE WHEN k % 53 = 0 THEN 'failed' WHEN k % 101 = 0 THEN 'skipped'
+                        ELSE 'succeeded' END,
+                   CASE WHEN k % 53 != 0 AND k % 101 = 0 THEN 'missed' END,
+                   'bench', k + 1, slot, slot + 5, slot + 5 + (k % 40) * 25,
+                   CASE WHEN k % 53 = 0 THEN 'boom' END
+            FROM g""")
+        db.commit()
+        db.close()
+        return time.perf_counter() - t
+    import psycopg
+
+    with psycopg.connect(url.split("?", 1)[0]) as conn, conn.cursor() as cur:
+        cur.execute(f"""
+            INSERT INTO {schema}.runs (job_id, slot, triggered_by, status, reason,
+              instance_id, fencing_token, claimed_at, started_at, finished_at, error)
+            SELECT 'job-' || lpad((k % {n_jobs})::text, 6, '0'), s, 'schedule',
+                   CASE WHEN k % 53 = 0 THEN 'failed' WHEN k % 101 = 0 THEN 'skipped'
+                        ELSE 'succeeded' END,
+                   CASE WHEN k % 53 != 0 AND k % 101 = 0 THEN 'missed' END,
+                   'bench', k + 1, s, s + interval '5 ms',
+                   s + (5 + (k % 40) * 25) * interval '1 ms',
+                   CASE WHEN k % 53 = 0 THEN 'boom' END
+            FROM (SELECT k, to_timestamp({midnight} - (k / {n_jobs} + 1) * 86400
+                    + ((k % {n_jobs}) % 216) / 9 * 3600
+                    + ((k % {n_jobs}) % 216) % 9 * 7 * 60) AS s
+                  FROM generate_series(0, {n_runs - 1}) AS k) g""")
+    return time.perf_counter() - t
+
+
 def _drop_schema(url: str, schema: str) -> None:
     import psycopg
 
@@ -86,22 +137,23 @@ def _drop_schema(url: str, schema: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-async def main(n_jobs: int, n: int, kind: str = "sqlite") -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="cf-dash-bench-"))
+async def main(n_jobs: int, n: int, kind: str = "sqlite", n_runs: int = 10_000_000,
+               reuse: str | None = None) -> dict[str, Any]:
+    tmp = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="cf-dash-bench-"))
     schema = None
     if kind == "postgres":
         url, schema = _pg_url()
     else:
         url = f"sqlite:///{tmp / 'bench.db'}"
     try:
-        return await _main(n_jobs, n, kind, tmp, url, schema)
+        return await _main(n_jobs, n, kind, tmp, url, schema, n_runs, reuse is not None)
     finally:
         if schema is not None:
             _drop_schema(url, schema)
 
 
-async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str | None
-                ) -> dict[str, Any]:
+async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str | None,
+                n_runs: int = 0, reused: bool = False) -> dict[str, Any]:
     import httpx
 
     from cronfleet import Job, Scheduler
@@ -133,13 +185,21 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
         rows.append(("minutely", ms, "schedule", status, "paused" if status == "skipped"
                      else None, "bench", k + 1, ms, ms + 5, ms + 5 + (k % 50) * 20,
                      "boom" if status == "failed" else None))
-    _insert_runs(kind, tmp, url, schema, rows,
-                 int((now - timedelta(days=30)).timestamp() * 1000))
+    bulk_s = 0.0
+    if not reused:  # --reuse: the ledger a previous run wrote (SQLite)
+        _insert_runs(kind, tmp, url, schema, rows,
+                     int((now - timedelta(days=30)).timestamp() * 1000))
+        bulk_s = _bulk_runs(kind, tmp, url, schema, n_jobs, n_runs, now) if n_runs else 0.0
+    # a few audit entries, secrets are none (no key): the pages still render
+    for k in range(60):
+        await api.audit(team="default", actor="bench", action="job.pause",
+                        target=f"job-{k:06d}", details={"note": f"n{k}", "via": "bench"})
 
     app = create_app(sched, api_store=api)
     transport = httpx.ASGITransport(app=app)
     out: dict[str, Any] = {"store": kind, "jobs": n_jobs, "requests": n,
-                           "start_s": round(start_s, 2)}
+                           "runs": n_runs + 10_000, "start_s": round(start_s, 2),
+                           "runs_written_s": round(bulk_s, 1)}
     async with httpx.AsyncClient(transport=transport, base_url="http://bench") as c:
         c.cookies.set("cronfleet_session", plain)
 
@@ -154,13 +214,29 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
                 t = time.perf_counter()
                 r = await c.get(path, headers=headers)
                 dt = time.perf_counter() - t
-                assert r.status_code == 200, (path, r.status_code, r.text[:500])
+                assert r.status_code == 200, (path, r.status_code,
+                                              r.text.split("<main", 1)[-1][:600])
                 if i >= 3:
                     times.append(dt * 1000)
             assert r is not None
             return times, r
 
+        some_run = (await c.get("/runs?job=job-004242")).text.split('href="/runs/')[1]
+        some_run = some_run.split('"')[0]
         cases = {
+            "overview (heat map page 1, chart of the hour)": "/",
+            "overview, chart of the day": "/?window=24h",
+            "overview live refresh (partial)": "/?partial=1",
+            "runs page (newest 50 across jobs)": "/runs",
+            "runs page of one job": "/runs?job=job-004242",
+            "runs page, failed": "/runs?status=failed",
+            "run page": f"/runs/{some_run}",
+            "job page of a daily job (100 runs)": "/jobs/job-004242",
+            "job page 30d (10,000 slots)": "/jobs/minutely?window=30d",
+            "audit page": "/audit",
+            "audit page filtered": "/audit?action=job.pause&actor=bench",
+            "secrets page": "/secrets",
+            "tokens page": "/tokens",
             "jobs page (first page, 50 rows)": "/jobs",
             "jobs page, search 'shard 4242'": "/jobs?q=shard+4242",
             "jobs page 1,000 (by id)": "/jobs?page=1000",
@@ -175,10 +251,15 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
         out["peer: GET /api/jobs?limit=50"] = {"p50_ms": round(pct(peer_ms, 50), 1),
                                                "p99_ms": round(pct(peer_ms, 99), 1)}
         for name, path in cases.items():
-            ms, r = await measure(path)
+            try:
+                ms, r = await measure(path)
+            except AssertionError as exc:  # said, and the other cases still measured
+                out[name] = {"failed": str(exc)[:600], "held": False}
+                continue
             out[name] = {"p50_ms": round(pct(ms, 50), 1), "p99_ms": round(pct(ms, 99), 1),
                          "html_kb": round(len(r.content) / 1024, 1),
-                         "vs_peer_p50": round(pct(ms, 50) / pct(peer_ms, 50), 2)}
+                         "vs_peer_p50": round(pct(ms, 50) / pct(peer_ms, 50), 2),
+                         "held": pct(ms, 99) <= 300 and len(r.content) <= 200 * 1024}
         # a timeline nobody looked at lately in this process: its slots computed and its
         # 10,000 runs read from the store (the caches emptied before each request)
         from cronfleet.dashboard import read
@@ -236,11 +317,79 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
     return out
 
 
+async def heat(n_jobs: int, n: int) -> dict[str, Any]:
+    """The overview of ``n_jobs`` jobs firing every minute, each with the last hour of
+    runs (1 in 37 failed): the heat map's first page (trouble first) and the chart."""
+    import httpx
+
+    from cronfleet import Job, Scheduler
+    from cronfleet.api.app import create_app
+    from cronfleet.store.api import ApiStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="cf-dash-heat-"))
+    url = f"sqlite:///{tmp / 'bench.db'}"
+    sched = Scheduler(store=url, timers=False)
+    for i in range(n_jobs):
+        sched.add_job(Job.create("* * * * *", lambda ctx: None, id=f"m-{i:05d}"))
+    api = ApiStore(url)
+    await sched.start()
+    plain, _ = await api.create_token(name="bench", team="default", role="admin")
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    rows = []
+    k = 0
+    for i in range(n_jobs):
+        for m in range(60):
+            ms = int((now - timedelta(minutes=m)).timestamp() * 1000)
+            k += 1
+            bad = k % 37 == 0
+            rows.append((f"m-{i:05d}", ms, "schedule", "failed" if bad else "succeeded",
+                         None, "bench", k, ms, ms + 5, ms + 900, "boom" if bad else None))
+    db = sqlite3.connect(tmp / "bench.db")
+    db.executemany("INSERT INTO runs (job_id, slot, triggered_by, status, reason, "
+                   "instance_id, fencing_token, claimed_at, started_at, finished_at, error) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+    app = create_app(sched, api_store=api)
+    out: dict[str, Any] = {"jobs": n_jobs, "runs in the hour": len(rows)}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://bench") as c:
+        c.cookies.set("cronfleet_session", plain)
+        for name, path in (("overview", "/"), ("overview page 2", "/?hm=2")):
+            times = []
+            r = None
+            for i in range(min(n, 50) + 3):
+                t = time.perf_counter()
+                r = await c.get(path)
+                if i >= 3:
+                    times.append((time.perf_counter() - t) * 1000)
+                assert r.status_code == 200, r.text[:300]
+            assert r is not None
+            out[name] = {"p50_ms": round(pct(times, 50), 1), "p99_ms": round(pct(times, 99), 1),
+                         "html_kb": round(len(r.content) / 1024, 1),
+                         "held": pct(times, 99) <= 300 and len(r.content) <= 200 * 1024}
+    await sched.stop()
+    await api.close()
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--runs", type=int, default=10_000_000,
+                    help="ledger rows of the daily jobs (besides the 10,000 of minutely)")
+    ap.add_argument("--reuse", help="a directory whose bench.db a previous run wrote (its "
+                    "--jobs and --runs): the ledger is not written again")
+    ap.add_argument("--heat-jobs", type=int, default=1000,
+                    help="jobs of the heat map case (each firing every minute)")
     args = ap.parse_args()
-    res = asyncio.run(main(args.jobs, args.n, args.store))
+    res = asyncio.run(main(args.jobs, args.n, args.store, args.runs, args.reuse))
+    res["heat map"] = asyncio.run(heat(args.heat_jobs, args.n))
+    not_held = [k for k, v in res.items() if isinstance(v, dict) and v.get("held") is False]
+    res["not held (p99 <= 300 ms and <= 200 KB)"] = not_held
+    if args.runs < 10_000_000 or args.jobs < 100_000:
+        res["not held: the target's scale"] = (
+            f"measured at {args.jobs} jobs and {args.runs} runs, not 100,000 and 10,000,000")
     print(json.dumps(res, indent=2))

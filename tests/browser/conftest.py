@@ -129,6 +129,14 @@ CONFIG = textwrap.dedent('''
 ''')
 
 
+def open_action(page: Any, name: str) -> None:
+    """Open one of the job page's actions (``Pause…``, ``Run now…``, ``Backfill…``,
+    ``Cancel…``): its small form is folded until then."""
+    summary = page.locator("details.act > summary", has_text=name)
+    if summary.locator("xpath=..").get_attribute("open") is None:
+        summary.click()
+
+
 def token(url: str, **kw: Any) -> str:
     """A new token (in a thread: Playwright's sync API keeps an event loop running in
     this one)."""

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from browser.conftest import Server
+from browser.conftest import Server, open_action
 from browser.test_dashboard import check_axe, shoot, signed_in, until
 
 pytestmark = pytest.mark.slow
@@ -74,22 +74,27 @@ def test_run_now_with_params_and_force(server: Server, chromium: Any, axe_source
                                        ) -> None:
     page = signed_in(chromium, server.base, server.editor)
     page.goto("/jobs/export.nightly")
+    open_action(page, "Pause…")
     page.get_by_label("Note (required)").fill("warehouse migration")
     page.get_by_role("button", name="Pause").click()
     assert "paused export.nightly" in page.locator(".flash").inner_text()
     # run now while paused, without force: refused, says who paused it and how to force
+    open_action(page, "Run now…")
     page.get_by_label("Name 1").fill("region")
     page.get_by_label("Value 1").fill("eu-west")
     page.get_by_role("button", name="Run now").click()
     flash = page.locator(".flash").inner_text()
-    assert "is paused (by ed (team default)" in flash and "warehouse migration" in flash
+    assert "paused by ed (team default)" in flash and "warehouse migration" in flash
+    assert page.locator(".flash.bad[role=alert]").count() == 1  # a refusal, shown as one
     assert "409" in flash and "Force" in flash
     # a parameter row without a name is an error naming the row; nothing runs
+    open_action(page, "Run now…")
     page.get_by_label("Value 2").fill("orphan")
     page.get_by_role("button", name="Run now").click()
     assert "parameter row 2: the value 'orphan' has no name" in page.locator(
         ".flash").inner_text()
     # with two parameters (one added by the "Add a parameter" button) and force
+    open_action(page, "Run now…")
     page.get_by_label("Name 1").fill("region")
     page.get_by_label("Value 1").fill("eu-west")
     page.get_by_role("button", name="Add a parameter").click()
@@ -128,6 +133,7 @@ def test_run_page_shows_http_attempts_redacted(server: Server, chromium: Any,
     assert r.status_code == 201, r.text
     page = signed_in(chromium, server.base, server.admin)
     page.goto("/jobs/api.echo")
+    open_action(page, "Run now…")
     page.get_by_role("button", name="Run now").click()
     m = re.search(r"run (\d+)", page.locator(".flash").inner_text())
     assert m
@@ -174,7 +180,7 @@ def test_timeline_by_keyboard(server: Server, chromium: Any, axe_source: str) ->
     # walk back from the newest to a slot with a failed run, then Enter opens it
     page.keyboard.press("End")
     for _ in range(n):
-        if "failed" in (tl.locator("i.cur").get_attribute("class") or ""):
+        if "fa" in (tl.locator("i.cur").get_attribute("class") or "").split():  # failed
             break
         page.keyboard.press("ArrowLeft")
     # the run's details arrive (fetched for the cell under the cursor)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from browser.conftest import Server
+from browser.conftest import Server, open_action
 from browser.test_dashboard import check_axe, shoot, signed_in, until
 
 pytestmark = pytest.mark.slow
@@ -25,6 +25,7 @@ def _api(server: Server, path: str, tok: str | None = None) -> Any:
 
 def _trigger(page: Any, job_id: str) -> int:
     page.goto(f"/jobs/{job_id}")
+    open_action(page, "Run now…")
     page.get_by_role("button", name="Run now").click()
     flash = page.locator(".flash").inner_text()
     m = re.search(rf"triggered {re.escape(job_id)} \(run (\d+)", flash)
@@ -154,6 +155,7 @@ def test_backfill_a_range(server: Server, chromium: Any, axe_source: str) -> Non
     form = page.locator("#backfill-form")
 
     def submit(start: str, end: str) -> None:
+        open_action(page, "Backfill…")
         form.get_by_label(re.compile(r"^From")).fill(start)
         form.get_by_label(re.compile(r"^To")).fill(end)
         form.get_by_role("button", name="Backfill").click()

@@ -34,6 +34,8 @@ from cronfleet.store.base import (
 from cronfleet.views import dst_marks, fire_times, job_view
 
 __all__ = [
+    "CELL_CODES",
+    "CELL_STATES",
     "FAILED_STATUSES",
     "SORTS",
     "STRIP",
@@ -43,10 +45,12 @@ __all__ = [
     "JobsQuery",
     "SlotCache",
     "Timeline",
+    "activity",
     "duration_percentiles",
     "find_runs",
     "fleet",
     "job_kind",
+    "job_status",
     "jobs_page",
     "next_fire_marks",
     "overview",
@@ -82,6 +86,27 @@ def is_cut_mark(line: object) -> bool:
 # -- slot cells -----------------------------------------------------------------------
 
 
+# What a slot cell (timeline, strip, heat map) can show, with what it means: the one
+# list the templates, the stylesheet and the legend follow. Every run status and every
+# skip reason lands on one of them (``cell_state``; a test checks it covers them all).
+CELL_STATES: dict[str, str] = {
+    "succeeded": "ran and succeeded",
+    "failed": "failed or timed out",
+    "interrupted": "interrupted (its process was lost)",
+    "cancelled": "cancelled by an operator or replaced",
+    "missed": "missed (past its catch-up window)",
+    "paused": "skipped: the job was paused or disabled",
+    "skipped": "skipped for another reason (lease held, store away, superseded)",
+    "running": "running",
+    "pending": "claimed, waiting to start",
+    "none": "no run recorded for this slot",
+}
+# each state's 2-letter code: the class of a timeline's or a heat map's cell (10,000 of
+# them on a page: 16 bytes a cell, ``<i class=fa></i>``)
+CELL_CODES: dict[str, str] = {st: st[:2] for st in CELL_STATES}
+# worst first: a heat map cell holding several slots shows the worst of them
+SEVERITY = ("failed", "interrupted", "missed", "cancelled", "running", "pending", "skipped",
+            "paused", "succeeded", "none")
 _VALUE = {st: st.value for st in RunStatus}  # Enum.value is a slow descriptor
 _STATE = {**_VALUE, RunStatus.TIMED_OUT: "failed"}
 _SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "paused",
@@ -90,8 +115,8 @@ _SKIP_STATE = {SkipReason.PAUSED.value: "paused", SkipReason.DISABLED.value: "pa
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One slot as the ledger tells it: ``state`` is the colour (succeeded, failed,
-    skipped, missed, paused, interrupted, running, pending, none: no row for the slot)."""
+    """One slot as the ledger tells it: ``state`` is the colour, a key of
+    :data:`CELL_STATES` (``none``: no row for the slot)."""
 
     slot: datetime
     state: str
@@ -494,6 +519,8 @@ class JobRow:
     paused: bool
     kind: str
     strip: list[Cell] = field(default_factory=list)
+    status: str = "active"  # job_status: paused, disabled, failing, active
+    next_run: datetime | None = None  # the next slot that will run (None while paused)
 
 
 @dataclass
@@ -513,7 +540,7 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     key = (team, len(mine))
     sources = _SOURCES.get(key)
     if sources is None:  # the filter's choices; recomputed when the team's count moves
-        sources = _SOURCES[key] = sorted({j.source for j in mine})
+        sources = _SOURCES[key] = sorted({source_file(j.source) for j in mine})
         while len(_SOURCES) > 64:
             del _SOURCES[next(iter(_SOURCES))]
     if query.q:
@@ -523,7 +550,8 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     if query.kind:
         mine = [j for j in mine if job_kind(j) == query.kind]
     if query.source:
-        mine = [j for j in mine if j.source == query.source]
+        mine = [j for j in mine if j.source == query.source
+                or source_file(j.source) == query.source]
     paused_ids: set[str] | None = None
     if query.paused:
         overrides = await store.read_overrides([j.id for j in mine]) if mine else {}
@@ -576,7 +604,8 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
             slots = [x for x in slots if x >= st.created_at]
         runs = await store.list_runs(j.id, limit=STRIP + 5) if slots else []
         rows.append(JobRow(j, st, view.last, view.next_fire, view.paused(now), job_kind(j),
-                           slot_cells(slots, runs)))
+                           slot_cells(slots, runs), job_status(view, now),
+                           view.next_run(now)))
     return JobsPage(rows, total, pages, sources)
 
 
@@ -586,22 +615,42 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
 async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None = None,
                     status: RunStatus | None = None, instance: str | None = None,
                     since: datetime | None = None, until: datetime | None = None,
-                    cursor: str | None = None, limit: int = 50
+                    cursor: str | None = None, limit: int = 50, all_ids: int = 0
                     ) -> tuple[list[RunRecord], str | None]:
     """Runs of ``job_ids`` (the team's jobs) or of ``job_id``, newest first by
-    ``(slot, id)``, filtered; and the cursor text of the next page. One store statement
-    (``Store.find_runs``, as ``GET /api/runs``). A cursor that is not one of ours starts
-    from the newest run."""
+    ``(slot, id)``, filtered; and the cursor text of the next page (``Store.find_runs``,
+    as ``GET /api/runs``). A cursor that is not one of ours starts from the newest run.
+
+    ``all_ids``: how many jobs the registry has. When the team has at least half of
+    them, the store is read without the list of ids (100,000 ids in the statement made
+    SQLite scan: 7 s a page at 10,000,000 runs) and the rows of other jobs are left out
+    here, reading on until the page is full (at most 20 reads)."""
     try:
         after = None if not cursor else RunCursor.decode(cursor)
     except ValueError:
         after = None
-    scope: dict[str, Any] = {"job_id": job_id} if job_id else {"job_ids": job_ids}
+    wide = not job_id and all_ids and len(job_ids) * 2 >= all_ids
+    scope: dict[str, Any] = ({"job_id": job_id} if job_id else {} if wide
+                             else {"job_ids": job_ids})
     where = RunFilter(status=status, instance_id=instance, since=since, until=until,
                       **scope)
-    page = await store.find_runs(where, limit=limit, after=after)
-    nxt = page.next_cursor
-    return page.runs, None if nxt is None else nxt.encode()
+    if not wide:
+        page = await store.find_runs(where, limit=limit, after=after)
+        nxt = page.next_cursor
+        return page.runs, None if nxt is None else nxt.encode()
+    runs: list[RunRecord] = []
+    for _ in range(20):
+        page = await store.find_runs(where, limit=limit * 2, after=after)
+        for r in page.runs:
+            if r.job_id in job_ids:
+                runs.append(r)
+                if len(runs) > limit:  # one more than a page: there is a next page
+                    return runs[:limit], RunCursor.after(runs[limit - 1]).encode()
+        if page.next_cursor is None:
+            return runs, None
+        after = page.next_cursor
+    # 20 reads without filling the page: what was found, and where to go on from
+    return runs, None if after is None else after.encode()
 
 
 # -- overview -------------------------------------------------------------------------
@@ -625,7 +674,7 @@ async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str
                         if r.job_id in mine)
     failures.sort(key=lambda r: r.id or 0, reverse=True)
     return {"jobs": len(ids), "paused": paused, "failing": len(failing),
-            "failing_ids": failing[:20], "running": running[:50],
+            "failing_ids": failing[:20], "running": running[:50], "lasts": lasts,
             "running_n": len(running), "running_all": running,
             "failures": failures[:10]}
 
@@ -672,4 +721,169 @@ async def fleet(store: Store, ttl: float, me: str, local_now: Any,
                        skew if i.instance_id == me else None, i.instance_id == me)
            for i in rows]
     out.sort(key=lambda x: (not x.instance.live, x.instance.instance_id))
+    return out
+
+
+# -- one job's status, as every page says it -------------------------------------------
+
+
+def job_status(view: Any, now: datetime) -> str:
+    """``paused`` (an override), ``disabled`` (declared or forced off), ``failing`` (the
+    newest run failed, timed out or was interrupted), else ``active``: the jobs list,
+    the job page and the overview's counts say the same thing of a job."""
+    if view.paused(now):
+        return "paused"
+    if not view.enabled(now):
+        return "disabled"
+    last = view.last
+    if last is not None and last.status in FAILED_STATUSES:
+        return "failing"
+    return "active"
+
+
+def source_file(source: str) -> str:
+    """A job's source without its line (``cronfleet.toml:12`` -> ``cronfleet.toml``):
+    the jobs page filters by file, one choice per file, not per declaration."""
+    head, sep, tail = source.rpartition(":")
+    return head if sep and tail.isdigit() else source
+
+
+# -- the fleet at a glance: every job x the last hour, and runs per minute --------------
+
+
+HEAT_COLUMNS = 60  # one column a minute over the last hour
+HEAT_PAGE = 50  # jobs per page of the heat map
+CHART_RUNS = 5_000  # runs read for the overview's chart at most (the newest)
+HEAT_READS = 8  # pages of 5,000 runs read for the heat map's rows at most
+ACTIVITY = {"1h": (3600, 60), "24h": (86400, 900)}  # window: (span, bucket) seconds
+_RANK = {st: k for k, st in enumerate(SEVERITY)}
+
+
+@dataclass
+class HeatRow:
+    """One job's row: per column, the worst state of its slots in that minute and the
+    run showing it (0: no slot recorded); ``trouble``: its runs of the hour that failed,
+    timed out or were interrupted."""
+
+    job_id: str
+    states: list[str]
+    runs: list[int]
+    trouble: int = 0
+
+
+@dataclass
+class Activity:
+    """What the overview shows of the recent ledger: the heat map (a page of rows,
+    trouble first) and runs per bucket by state (the chart)."""
+
+    start: float  # the heat map's first column (epoch seconds)
+    rows: list[HeatRow]
+    total: int  # jobs in the heat map, all pages
+    page: int
+    pages: int
+    buckets: list[dict[str, int]]  # the chart: per bucket, state -> runs
+    bucket: int  # seconds per bucket
+    chart_start: float
+    read: int  # runs read for the chart
+    chart_from: float | None  # CHART_RUNS reached: the chart counts runs from here on
+
+
+async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime,
+                   lasts: Mapping[str, RunRecord], *, window: str = "1h", page: int = 1,
+                   size: int = HEAT_PAGE) -> Activity:
+    """The heat map of ``jobs`` over the last hour, trouble first, and runs per bucket
+    by state over ``window`` (a key of ACTIVITY).
+
+    What it reads scales with what is shown, not with the fleet: the order comes from the
+    hour's failed, timed-out and interrupted runs (``Store.find_runs`` by status: few,
+    normally) and ``lasts`` (each job's newest run, which the overview reads anyway); the
+    cells only for the rows of the page shown (their runs of the hour, one statement a
+    5,000); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
+    many jobs the registry has (when ``jobs`` are all of them the reads are not narrowed
+    by job, which would send every id to the store)."""
+    span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
+    end = now.timestamp()
+    heat_start = (math.floor(end / 60) - HEAT_COLUMNS + 1) * 60.0
+    ids = frozenset(j.id for j in jobs)
+    scope = None if len(ids) >= all_ids else ids
+    since = datetime.fromtimestamp(heat_start, now.tzinfo)
+    trouble: dict[str, int] = {}
+    for st in FAILED_STATUSES:
+        pg = await store.find_runs(RunFilter(status=st, job_ids=scope, since=since),
+                                   limit=5000)
+        for r in pg.runs:
+            if r.job_id in ids and not r.manual:
+                trouble[r.job_id] = trouble.get(r.job_id, 0) + 1
+
+    def order(j: Job) -> tuple[int, bool, bool, str]:
+        last = lasts.get(j.id)
+        return (-trouble.get(j.id, 0), last is None or last.status not in FAILED_STATUSES,
+                last is None or last.slot.timestamp() < heat_start, j.id)
+
+    ranked = sorted(jobs, key=order)
+    total = len(ranked)
+    pages = max(1, math.ceil(total / size))
+    page = min(max(1, page), pages)
+    shown = ranked[(page - 1) * size:page * size]
+    cells = {j.id: (["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS) for j in shown}
+    state = cell_state
+    rank = _RANK
+    # the rows' runs of the hour: one statement a page of 5,000 (a job firing every 5 s
+    # has 720 in an hour), for the page's jobs only
+    if cells:
+        where = RunFilter(job_ids=frozenset(cells), since=since)
+        after: RunCursor | None = None
+        for _ in range(HEAT_READS):
+            pg = await store.find_runs(where, limit=5000, after=after)
+            for r in pg.runs:
+                row = cells.get(r.job_id)
+                c = int((r.slot.timestamp() - heat_start) // 60)
+                if row is None or r.manual or not 0 <= c < HEAT_COLUMNS:
+                    continue
+                verdict = state(r)
+                if rank[verdict] < rank[row[0][c]]:
+                    row[0][c], row[1][c] = verdict, r.id or 0
+            after = pg.next_cursor
+            if after is None:
+                break
+    rows = [HeatRow(j.id, *cells[j.id], trouble.get(j.id, 0)) for j in shown]
+    # the chart: the window's runs, newest first, at most CHART_RUNS
+    chart_start = (math.floor(end / bucket) - span // bucket + 1) * float(bucket)
+    n_buckets = span // bucket
+    buckets: list[dict[str, int]] = [{} for _ in range(n_buckets)]
+    where = RunFilter(job_ids=scope, since=datetime.fromtimestamp(chart_start, now.tzinfo))
+    after = None
+    got_n = 0
+    chart_from: float | None = None
+    while True:
+        pg = await store.find_runs(where, limit=min(5000, CHART_RUNS - got_n), after=after)
+        for r in pg.runs:
+            if r.job_id not in ids:
+                continue
+            got_n += 1
+            b = int((r.slot.timestamp() - chart_start) // bucket)
+            if 0 <= b < n_buckets:
+                counts = buckets[b]
+                verdict = state(r)
+                counts[verdict] = counts.get(verdict, 0) + 1
+        after = pg.next_cursor
+        if after is None:
+            break
+        if got_n >= CHART_RUNS:
+            chart_from = after.slot.timestamp()
+            break
+    if chart_from is not None:  # the oldest bucket read is partial: leave it out
+        first = int((chart_from - chart_start) // bucket)
+        for k in range(min(max(first + 1, 0), n_buckets)):
+            buckets[k] = {}
+    return Activity(heat_start, rows, total, page, pages, buckets, bucket, chart_start,
+                    got_n, chart_from)
+
+
+def duration_points(runs: Sequence[RunRecord]) -> list[tuple[float, float, str, int]]:
+    """The ended runs' ``(slot epoch seconds, duration seconds, cell state, run id)``,
+    oldest first: the job page's duration chart."""
+    out = [(r.slot.timestamp(), d, cell_state(r), r.id or 0) for r in runs
+           if (d := r.duration) is not None]
+    out.sort()
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from cronfleet.api.deps import (
 )
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import SpecInvalid
-from cronfleet.dashboard import read
+from cronfleet.dashboard import charts, read
 from cronfleet.dashboard.auth import (
     COOKIE,
     PREFS,
@@ -101,11 +102,63 @@ def _zone(job: Job | None, s: Session | None) -> tzinfo:
     return job.schedule.tz
 
 
-def fmt_time(t: datetime | None, tz: tzinfo = UTC, seconds: bool = True) -> str:
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # the one format of every time the dashboard shows
+
+
+def fmt_time(t: datetime | None, tz: tzinfo = UTC, zone: bool = True) -> str:
+    """``2026-12-01 14:12:05 CET``: every time on every page, to the second, in ``tz``;
+    ``zone=False`` leaves the zone out (a table names it once, in its header)."""
     if t is None:
         return "—"
     local = t.astimezone(tz)
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z" if seconds else "%Y-%m-%d %H:%M %Z")
+    return local.strftime(f"{TIME_FORMAT} %Z" if zone else TIME_FORMAT)
+
+
+def exact(t: datetime) -> str:
+    """The exact instant, in UTC to the microsecond (a time's hover text)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def when(t: datetime | None, tz: tzinfo = UTC, zone: bool = True) -> Markup:
+    """A time as shown (:func:`fmt_time`) in a ``<time>`` element carrying the exact
+    instant: machine-readable, and as the hover text."""
+    if t is None:
+        return Markup("—")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        t.astimezone(UTC).isoformat(), exact(t), fmt_time(t, tz, zone))
+
+
+def zone_name(tz: tzinfo) -> str:
+    return getattr(tz, "key", None) or ("UTC" if tz is UTC else str(tz))
+
+
+def table_zone(jobs: Any, s: Session | None) -> tzinfo:
+    """The one zone of a table of several jobs' times: the jobs' zone when they share
+    one (and the session did not ask for UTC), else UTC."""
+    zones: dict[str, tzinfo] = {str(j.schedule.tz): j.schedule.tz for j in jobs
+                                if j is not None}
+    if (s is not None and s.utc) or len(zones) != 1:
+        return UTC
+    return next(iter(zones.values()))
+
+
+_ISO = re.compile(r"\b(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}(?::\d{2})?)(\.\d+)?"
+                  r"(Z|[+-]\d{2}:\d{2})?")
+
+
+def readable_times(text: str) -> str:
+    """ISO instants in a message (an error from deeper down, a stored note) written like
+    every other time: ``2026-12-01 14:12:05 UTC``, no microseconds."""
+    def one(m: re.Match[str]) -> str:
+        try:
+            t = datetime.fromisoformat(m.group(0).replace("Z", "+00:00"))
+        except ValueError:
+            return m.group(0)
+        if t.tzinfo is None:
+            return t.strftime(TIME_FORMAT)
+        return fmt_time(t, UTC)
+
+    return _ISO.sub(one, text)
 
 
 def relative(t: datetime | None, ref: datetime) -> str:
@@ -134,23 +187,27 @@ def fmt_secs(v: float | None) -> str:
     return f"{v / 60:.1f} min"
 
 
+_EPOCH_NOTE = " (slots counted from 1970-01-01 00:00 UTC)"
+
+
 def describe(job: Job) -> str:
+    """The schedule in words; an interval's slots are aligned to the epoch, which the
+    page says in the schedule's hover text, not in every description."""
     try:
-        return job.schedule.describe()
+        text = job.schedule.describe()
     except Exception:  # a description never breaks a page
         return job.schedule.expr
+    return text.removesuffix(_EPOCH_NOTE)
 
 
-_CELL = {st: f'<i class="{st}"></i>' for st in
-         ("succeeded", "failed", "skipped", "missed", "paused", "interrupted", "running",
-          "pending", "none")}
+_CELL = {st: f"<i class={code}></i>" for st, code in read.CELL_CODES.items()}
 
 
 def cells_html(cells: read.Timeline) -> Markup:
-    """The timeline's cells (up to 10,000): one empty element per slot, its state as its
-    class and nothing else; the slot times and run ids are in :func:`cells_data`, and
-    the details of a run are fetched when its cell is hovered or reached by keyboard
-    (``/runs/{id}/label``). 24 bytes a cell, about 4x less than a titled link."""
+    """The timeline's cells (up to 10,000): one empty element per slot, its state's code
+    (``read.CELL_CODES``) as its class and nothing else; the slot times and run ids are
+    in :func:`cells_data`, and the details of a run are fetched when its cell is hovered
+    or reached by keyboard (``/runs/{id}/label``). 16 bytes a cell, 6x less than a titled link."""
     cell = _CELL
     return Markup("".join([cell[st] for st in cells.states]))
 
@@ -159,7 +216,9 @@ def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
     """The timeline's data for the script: ``t0`` (the first slot, epoch seconds),
     ``dt`` (each slot's distance from the one before, seconds: mostly one repeated
     number), ``runs`` (each slot's run id, 0 for none, as the difference from the
-    previous run id: mostly 1) and the zone to show times in."""
+    previous run id: mostly 1) and the zone to show times in. In ``dt`` and ``runs`` a
+    pair ``[v, n]`` stands for ``v`` repeated ``n`` times (a 7-day timeline of a job
+    firing every minute: ~50 KB of numbers become a few bytes)."""
     times = [int(at) for at in cells.stamps]
     dt = [b - a for a, b in pairwise(times)]
     runs: list[int] = []
@@ -172,17 +231,50 @@ def cells_data(cells: read.Timeline, tz: tzinfo) -> Markup:
             runs.append(0)
     zone = getattr(tz, "key", None) or ("UTC" if tz is UTC else str(tz))
     data = (f'{{"t0":{times[0] if times else 0},"tz":{json.dumps(zone)},'
-            f'"dt":[{",".join(map(str, dt))}],"runs":[{",".join(map(str, runs))}]}}')
+            f'"dt":[{_repeats(dt)}],"runs":[{_repeats(runs)}]}}')
     # JSON in a script element: "</" cannot occur (numbers and a zone name) but be sure
     return Markup(data.replace("</", "<\\/"))
 
 
-def fmt_iso(value: Any, tz: tzinfo = UTC) -> str:
-    """An ISO time as stored in a request (a backfill's range) shown like the others."""
+def _repeats(values: list[int]) -> str:
+    """``values`` as JSON array items, a run of 3 or more equal values as ``[v,n]``."""
+    out: list[str] = []
+    i, n = 0, len(values)
+    while i < n:
+        v = values[i]
+        j = i + 1
+        while j < n and values[j] == v:
+            j += 1
+        out.append(f"[{v},{j - i}]" if j - i >= 3 else ",".join([str(v)] * (j - i)))
+        i = j
+    return ",".join(out)
+
+
+def heat_row(row: read.HeatRow, start: float, tz: tzinfo) -> dict[str, Any]:
+    """One job's row of the overview's heat map: ``cells``, an empty element a minute
+    whose class is the ledger's worst verdict of that minute's slots (its code, as
+    in a timeline: 16 bytes a cell); ``runs``, the run each cell shows (``12,,14``: the script
+    opens it on a click and titles the cell on hover); ``summary``, the row in words."""
+    del start, tz  # the script names each cell's minute from the map's start
+    cells = "".join([_CELL[st] for st in row.states])
+    runs = ",".join([str(r) if r else "" for r in row.runs])
+    counts = Counter(st for st in row.states if st != "none")
+    summary = (", ".join(f"{n} {st}" for st, n in counts.most_common()) or
+               "nothing recorded")
+    return {"id": row.job_id, "cells": Markup(cells), "runs": runs,
+            "summary": f"{row.job_id}, minutes of the last hour: {summary}"}
+
+
+def fmt_iso(value: Any, tz: tzinfo = UTC) -> Markup | str:
+    """An ISO time as stored (a backfill's range, an HTTP attempt's start, a late
+    result's end) shown like the others."""
+    if value is None:
+        return "—"
     try:
-        return fmt_time(datetime.fromisoformat(str(value)), tz)
+        t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
-        return "—" if value is None else str(value)
+        return str(value)
+    return when(t if t.tzinfo is not None else t.replace(tzinfo=UTC), tz)
 
 
 def short_source(source: str) -> str:
@@ -193,7 +285,10 @@ def short_source(source: str) -> str:
 _env.tests["cut_line"] = read.is_cut_mark
 _env.filters.update(short_source=short_source, secs=fmt_secs, q=lambda v: quote(str(v), safe=""))
 _env.globals.update(cells_html=cells_html, cells_data=cells_data, fmt_time=fmt_time,
-                    fmt_iso=fmt_iso,
+                    fmt_iso=fmt_iso, when=when, zone_name=zone_name,
+                    at_ts=lambda x: datetime.fromtimestamp(x, UTC),
+                    tz_of=lambda j: zone_name(j.schedule.tz),
+                    cell_states=read.CELL_STATES,
                     relative=relative, describe=describe,
                     kind=read.job_kind, urlencode=urlencode, REFRESH_MS=REFRESH_MS,
                     windows=list(read.WINDOWS), statuses=[s.value for s in RunStatus],
@@ -205,15 +300,19 @@ def render(request: Request, name: str, s: Session | None, status: int = 200,
     partial = request.query_params.get("partial") == "1" and name in _LIVE
     template = _env.get_template(f"_{name}" if partial else name)
     flash = request.cookies.get(FLASH)
+    flash_bad = False
     if flash:
         flash = unquote(flash)
+        flash_bad = flash.startswith("!")  # a refusal: shown as one, not as a success
+        flash = flash.removeprefix("!")
     # a page answering a form (the job page with the backfill form's errors) says where
     # it lives, for its live region and its forms' way back
     ctx.setdefault("path", request.url.path)
-    ctx.setdefault("full_path", str(request.url.path) + (
-        f"?{request.url.query}" if request.url.query else ""))
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items()
+                       if k != "partial"])
+    ctx.setdefault("full_path", str(request.url.path) + (f"?{query}" if query else ""))
     html = template.render(request=request, s=s, csrf=csrf_for(s.token) if s else "",
-                           flash=None if partial else flash, **ctx)
+                           flash=None if partial else flash, flash_bad=flash_bad, **ctx)
     resp = HTMLResponse(html, status_code=status,
                         headers={"Cache-Control": "no-store",
                                  "Content-Security-Policy": CSP,
@@ -230,11 +329,14 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 
 
-def redirect(to: str, flash: str | None = None) -> RedirectResponse:
+def redirect(to: str, flash: str | None = None, bad: bool = False) -> RedirectResponse:
+    """A 303 to ``to`` (a local path only) with a message for the next page; ``bad``: a
+    refusal or an error (shown in red as an alert), else a confirmation."""
     local = to.startswith("/") and not to.startswith(("//", "/\\"))
     resp = RedirectResponse(to if local else "/", status_code=303)
     if flash:  # percent-encoded: a cookie is latin-1 at best (a job id, a quote mark)
-        resp.set_cookie(FLASH, quote(flash[:500], safe=""), path="/", httponly=True,
+        text = ("!" if bad else "") + readable_times(flash)[:500]
+        resp.set_cookie(FLASH, quote(text, safe=""), path="/", httponly=True,
                         samesite="strict")
     return resp
 
@@ -298,6 +400,13 @@ def page(fn: Page) -> Callable[[Request], Awaitable[Response]]:
         except StoreError as exc:
             return render(request, "error.html", s, status=503, title="503",
                           message=f"the store did not answer: {exc}")
+        except Exception:  # a defect: still a dashboard page, and the traceback logged
+            ref = f"{int(datetime.now(UTC).timestamp() * 1000):x}"
+            log.exception("dashboard: %s %s failed (reference %s)", request.method,
+                          request.url.path, ref)
+            return render(request, "error.html", s, status=500, title="500",
+                          message="the dashboard failed to build this page; the error is "
+                                  f"in the server's log (reference {ref})")
 
     handler.__name__ = fn.__name__
     return handler
@@ -325,7 +434,20 @@ async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
                                      sched.clock.now, data["running_all"])
     except StoreError as exc:
         fleet_error = str(exc)
+    p = request.query_params
+    window = p.get("window", "1h") if p.get("window") in read.ACTIVITY else "1h"
+    try:
+        hm_page = max(1, int(p.get("hm", "1")))
+    except ValueError:
+        hm_page = 1
+    act_ = await read.activity(sched.store, jobs, len(sched.jobs), t, data["lasts"],
+                               window=window, page=hm_page)
+    tz = table_zone(jobs, s) if len(jobs) < 1000 else UTC
     return render(request, "overview.html", s, t=t, data=data, health=health,
+                  act=act_, window=window, tz=tz,
+                  heat=[heat_row(h, act_.start, tz) for h in act_.rows],
+                  chart=charts.activity_chart(act_.buckets, act_.chart_start, act_.bucket,
+                                              tz),
                   store_ok=store_ok, store_error=store_error,
                   store_url=_safe_url(sched.store.url), instances=instances,
                   fleet_error=fleet_error, ttl=sched.instance_ttl)
@@ -350,7 +472,7 @@ async def jobs_page(request: Request, s: Session, ctx: Context) -> Response:
     result = await read.jobs_page(sched.store, sched.jobs.values(), s.info.team, query, t,
                                   next_of=next_of)
     return render(request, "jobs.html", s, t=t, query=query, result=result,
-                  utc=UTC if s.utc else None)
+                  tz=table_zone([r.job for r in result.rows], s))
 
 
 async def job_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -389,21 +511,68 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                   fires=read.next_fire_marks(job, t, 10),
                   pct=read.duration_percentiles(recent),
                   daily=read.daily_percentiles(recent, tz),
-                  stats=run_stats(recent), recent=recent[:15], spec=spec,
-                  editable=ctx.catalog.is_stored(job.id),
+                  stats=run_stats(recent), recent=recent[:15],
+                  config=config_rows(spec if spec is not None else _declared(job)),
+                  stored=spec is not None, editable=ctx.catalog.is_stored(job.id),
                   lease=view.lease_holder(t), paused=view.paused(t),
-                  override=view.override_active(t), declared=_declared(job), **where)
+                  status_word=read.job_status(view, t), next_run=view.next_run(t),
+                  enabled=view.enabled(t),
+                  durations=charts.durations_chart(read.duration_points(recent), tz,
+                                                   f"Durations of the last {len(recent)} runs"),
+                  override=view.override_active(t), **where)
 
 
 def _declared(job: Job) -> dict[str, Any]:
-    return {"schedule": job.schedule_text or job.schedule.expr, "timezone": str(job.schedule.tz),
-            "source": job.source, "team": job.team, "enabled": job.enabled,
-            "missed": job.missed.value, "catch_up_window": job.catch_up_window,
-            "overlap": job.overlap.value, "locking": job.locking.value,
-            "timeout": job.timeout, "jitter": job.jitter, "recover": job.recover,
-            "retry": None if job.retry is None else str(job.retry),
-            "auto_pause_after": job.auto_pause_after, "max_instances": job.max_instances,
-            "config": dict(job.config)}
+    """A declared job's configuration as the page shows it: what it runs (an HTTP job's
+    method and URL, a command), when, and its policies, as plain values."""
+    from dataclasses import asdict, is_dataclass
+
+    from cronfleet.jobs.command import CommandJob
+    from cronfleet.jobs.http import HttpJob
+    from cronfleet.store.url import redact_url
+
+    out: dict[str, Any] = {"schedule": job.schedule_text or job.schedule.expr,
+                           "timezone": str(job.schedule.tz)}
+    h = job.handler
+    if isinstance(h, HttpJob):
+        out["http"] = {"method": h.method, "url": redact_url(h.url),
+                       **({"headers": sorted(h.headers)} if h.headers else {}),
+                       **({"body": f"{len(h.body)} characters"} if h.body else {}),
+                       "timeout": h.timeout}
+    elif isinstance(h, CommandJob):
+        out["command"] = h.command if isinstance(h.command, str) else list(h.command)
+        out["shell"] = h.shell
+        if h.cwd:
+            out["cwd"] = h.cwd
+    else:
+        name = getattr(h, "__qualname__", None) or type(h).__qualname__
+        out["handler"] = f"{getattr(h, '__module__', '?')}:{name}"
+    out.update({"source": job.source, "team": job.team, "enabled": job.enabled,
+                "missed": job.missed.value, "catch_up_window": job.catch_up_window,
+                "overlap": job.overlap.value, "locking": job.locking.value,
+                "timeout": job.timeout, "jitter": job.jitter, "recover": job.recover,
+                "retry": asdict(job.retry) if is_dataclass(job.retry) else job.retry,
+                "auto_pause_after": job.auto_pause_after,
+                "max_instances": job.max_instances})
+    if job.config:
+        out["config"] = dict(job.config)
+    return out
+
+
+def config_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """``key = value`` lines of a configuration (nested tables as ``http.url``), the
+    values as TOML would write them; unset (None) fields are left out."""
+    rows: list[tuple[str, str]] = []
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict) and v:
+            for k, sub in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), sub)
+        elif v is not None:
+            rows.append((prefix, json.dumps(v, default=str, ensure_ascii=False)))
+
+    walk("", d)
+    return rows
 
 
 async def run_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -469,7 +638,7 @@ async def cancel_post(request: Request, s: Session, ctx: Context) -> Response:
     back = f"/runs/{run.id}"
     if run.status.finished:
         return redirect(back, f"run #{run.id} is not running (it ended: "
-                              f"{run.status.value}); nothing was cancelled")
+                              f"{run.status.value}); nothing was cancelled", bad=True)
     why = str(form.get("why", "")).strip()[:500] or "no reason given"
     try:
         how = await control.cancel_run(ctx, run, by=who(s.info), why=why)
@@ -478,7 +647,8 @@ async def cancel_post(request: Request, s: Session, ctx: Context) -> Response:
             raise
         await audit(ctx, s.info, "run.cancel", run.job_id,
                     {"run_id": run.id, "refused": exc.code, "via": "dashboard"})
-        return redirect(back, f"run #{run.id} was not cancelled: {exc.message} ({exc.code})")
+        return redirect(back, f"run #{run.id} was not cancelled: {exc.message} ({exc.code})",
+                        bad=True)
     await audit(ctx, s.info, "run.cancel", run.job_id,
                 {"run_id": run.id, "why": why, "via": "dashboard"})
     return redirect(back, f"run #{run.id} cancelled: {how}")
@@ -572,7 +742,8 @@ async def backfill_cancel(request: Request, s: Session, ctx: Context) -> Respons
     except ApiError as exc:
         if exc.status != 409:
             raise
-        return redirect(back, f"backfill {req.id} was not cancelled: {exc.message}")
+        return redirect(back, f"backfill {req.id} was not cancelled: {exc.message}",
+                        bad=True)
     await audit(ctx, s.info, "job.backfill.cancel", req.job_id,
                 {"backfill_id": req.id, "via": "dashboard"})
     return redirect(back, f"backfill {req.id} cancelled: the slot under way ends, no "
@@ -594,30 +765,109 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
         await visible(ctx, s.info, job_id)  # another team's job: 404
     runs, nxt = await read.find_runs(ctx.scheduler.store, await team_jobs(ctx, s.info),
                                      job_id=job_id, status=st, instance=instance,
-                                     since=since, cursor=p.get("cursor"))
+                                     since=since, cursor=p.get("cursor"),
+                                     all_ids=len(ctx.scheduler.jobs))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
     jobs = ctx.scheduler.jobs
     return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,
                   job_id=job_id or "", instance=instance or "", since=since_key,
                   next_cursor=nxt, params=params,
-                  zones={r.job_id: _zone(jobs.get(r.job_id), s) for r in runs})
+                  tz=table_zone({jobs.get(r.job_id) for r in runs} - {None}, s))
+
+
+AUDIT_ACTIONS = ("job.pause", "job.resume", "job.clear_override", "job.trigger",
+                 "job.backfill", "job.backfill.cancel", "job.create", "job.update",
+                 "job.delete", "run.cancel", "secret.set", "secret.delete", "token.create",
+                 "token.revoke")
+AUDIT_SCAN = 2000  # entries read at most to fill one filtered page
 
 
 async def audit_page(request: Request, s: Session, ctx: Context) -> Response:
+    """The team's audit log, newest first, 50 a page; filtered by action, actor and
+    target (read in pages of 200 until 50 match or 2,000 were read)."""
     need(s, "admin")
-    cursor = request.query_params.get("cursor")
+    p = request.query_params
+    cursor = p.get("cursor")
     before = int(cursor) if cursor and cursor.isdigit() else None
-    entries = await ctx.api_store.audit_entries(s.info.team, limit=51, before_id=before)
-    more = len(entries) > 50
-    entries = entries[:50]
-    return render(request, "audit.html", s, entries=entries,
-                  next_cursor=entries[-1].id if more and entries else None, tz=_zone(None, s))
+    filters = {"action": p.get("action", "").strip()[:100],
+               "actor": p.get("actor", "").strip()[:100],
+               "target": p.get("target", "").strip()[:200]}
+
+    def keep(e: Any) -> bool:
+        return ((not filters["action"] or e.action == filters["action"]) and
+                (not filters["actor"] or filters["actor"].lower() in (e.actor or "").lower())
+                and (not filters["target"] or
+                     filters["target"].lower() in (e.target or "").lower()))
+
+    entries: list[Any] = []
+    scanned = 0
+    more = False
+    last_id: int | None = None
+    while True:
+        page_ = await ctx.api_store.audit_entries(s.info.team, limit=200, before_id=before)
+        for e in page_:
+            scanned += 1
+            last_id = e.id
+            if keep(e):
+                entries.append(e)
+                if len(entries) == 51:
+                    break
+        if len(entries) > 50:
+            more, entries = True, entries[:50]
+            last_id = entries[-1].id
+            break
+        if len(page_) < 200:
+            break
+        if scanned >= AUDIT_SCAN:
+            more = True
+            break
+        before = page_[-1].id
+    return render(request, "audit.html", s, entries=entries, filters=filters,
+                  filter_params={k: v for k, v in filters.items() if v},
+                  actions=sorted(set(AUDIT_ACTIONS) | {e.action for e in entries}),
+                  scanned=scanned, scanned_more=more and len(entries) < 50,
+                  next_cursor=last_id if more else None, tz=_zone(None, s),
+                  detail_rows=detail_rows)
+
+
+def detail_rows(details: Any) -> list[tuple[str, str]]:
+    """An audit entry's details as ``name: value`` lines (times readable, lists joined)."""
+    if not isinstance(details, dict):
+        return [("", readable_times(str(details)))]
+    out = []
+    for k, v in details.items():
+        if isinstance(v, list | tuple):
+            text = ", ".join(str(x) for x in v) or "—"
+        elif isinstance(v, dict):
+            text = ", ".join(f"{a}: {b}" for a, b in v.items()) or "—"
+        elif v is None:
+            text = "—"
+        else:
+            text = str(v)
+        out.append((str(k).replace("_", " "), readable_times(text)))
+    return out
 
 
 async def secrets_page(request: Request, s: Session, ctx: Context) -> Response:
-    entries = await ctx.get_vault().entries(s.info.team)
-    return render(request, "secrets.html", s, entries=entries, tz=_zone(None, s))
+    return await _secrets(request, s, ctx)
+
+
+async def _secrets(request: Request, s: Session, ctx: Context, status: int = 200,
+                   name: str = "", hosts: str = "", error: str | None = None) -> Response:
+    """The secrets page; the set form only when the vault has a key (else what to set);
+    ``name``, ``hosts``, ``error``: a refused form as it was typed."""
+    vault = ctx.get_vault()
+    entries = await vault.entries(s.info.team)
+    return render(request, "secrets.html", s, status=status, entries=entries,
+                  tz=_zone(None, s), unlocked=vault_unlocked(vault), form_name=name,
+                  form_hosts=hosts, form_error=error)
+
+
+def vault_unlocked(vault: Any) -> bool:
+    """Whether the vault has a key to encrypt with (``CRONFLEET_SECRET_KEY``)."""
+    keyring = getattr(vault, "keyring", None)
+    return keyring is None or keyring.current is not None
 
 
 async def tokens_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -642,10 +892,10 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
     if action not in ("pause", "resume", "clear", "trigger"):
         raise Refused(400, f"unknown action {action!r}")
     if not ids:
-        return redirect(back, "select at least one job")
+        return redirect(back, "select at least one job", bad=True)
     bulk = len(ids) > 1 or form.get("bulk") == "1"
     if (action == "pause" or bulk) and not note:
-        return redirect(back, f"{action}: a note is required (say why)")
+        return redirect(back, f"{action}: a note is required (say why)", bad=True)
     jobs = [await visible(ctx, s.info, i) for i in ids]  # another team's job: 404
     done: list[str] = []
     problems: list[str] = []
@@ -656,7 +906,7 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
         try:
             params = trigger_params(form.getlist("param_key"), form.getlist("param_value"))
         except ValueError as exc:
-            return redirect(back, f"trigger: {exc}; nothing ran")
+            return redirect(back, f"trigger: {exc}; nothing ran", bad=True)
     for job in jobs:
         if action == "trigger":
             try:
@@ -666,7 +916,10 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
             except JobPaused as exc:
                 await audit(ctx, s.info, "job.trigger", job.id,
                             {"refused": "paused", "note": note})
-                problems.append(f"{job.id}: {exc.args[0].split('; ')[0]} (409); tick "
+                till = "" if exc.until is None else \
+                    f" until {fmt_time(exc.until, _zone(job, s))}"
+                problems.append(f"{job.id}: paused by {exc.by or 'unknown'}{till}"
+                                f"{': ' + exc.note if exc.note else ''} (409); tick "
                                 "“Force” to run it anyway")
                 continue
             except AlreadyExecuting as exc:
@@ -687,12 +940,15 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
             await audit(ctx, s.info, "job.trigger", job.id, details)
             done.append(f"{job.id} (run {run.id}{', forced' if run.forced_by else ''})")
             continue
-        enabled = {"pause": False, "resume": True, "clear": None}[action]
+        # resume ends the pause: the job goes back to what its declaration says; only a
+        # job declared disabled is forced on (else it could not run at all)
+        enabled = {"pause": False, "resume": None if job.enabled else True,
+                   "clear": None}[action]
         try:
-            until = control.until_time(enabled, until_text, job, t) if action != "clear" \
-                else None
+            until = control.until_time(enabled, until_text, job, t) \
+                if enabled is not None else None
         except ApiError as exc:
-            return redirect(back, exc.message)
+            return redirect(back, exc.message, bad=True)
         await control.set_override(ctx, job, enabled, by=who(s.info), note=note, until=until)
         await audit(ctx, s.info, {"pause": "job.pause", "resume": "job.resume",
                                   "clear": "job.clear_override"}[action], job.id,
@@ -703,7 +959,7 @@ async def act(request: Request, s: Session, ctx: Context) -> Response:
             "trigger": "triggered"}[action]
     msg = (f"{verb} {', '.join(done)}" if done else "") + \
         ("; " if done and problems else "") + "; ".join(problems)
-    return redirect(back, msg)
+    return redirect(back, msg, bad=bool(problems))
 
 
 MAX_PARAMS = 50
@@ -830,11 +1086,15 @@ async def secret_post(request: Request, s: Session, ctx: Context) -> Response:
     hosts: Any = ... if not hosts_text else [] if hosts_text == "-" else [
         h.strip() for h in hosts_text.replace("\n", ",").split(",") if h.strip()]
     if not value:
-        return redirect("/secrets", f"{name or 'secret'}: the value is empty; nothing stored")
+        return await _secrets(request, s, ctx, status=422, name=name, hosts=hosts_text,
+                              error="value: empty; nothing stored")
     try:
         created = await ctx.get_vault().set(name, value, s.info.team, hosts=hosts)
     except (VaultLocked, SecretError) as exc:
-        return redirect("/secrets", f"{name}: {exc}; nothing stored")
+        # the form comes back with what was typed (never the value)
+        return await _secrets(request, s, ctx, status=409 if isinstance(exc, VaultLocked)
+                              else 422, name=name, hosts=hosts_text,
+                              error=f"{name}: {exc}; nothing stored")
     await audit(ctx, s.info, "secret.set", name,
                 {"created": created, "via": "dashboard",
                  **({"hosts": hosts} if hosts is not ... else {})})
@@ -856,9 +1116,9 @@ async def token_post(request: Request, s: Session, ctx: Context) -> Response:
     name = str(form.get("name", "")).strip()
     role = str(form.get("role", "viewer"))
     if not name or len(name) > 100:
-        return redirect("/tokens", "name: required, up to 100 characters")
+        return redirect("/tokens", "name: required, up to 100 characters", bad=True)
     if role not in ("viewer", "editor", "admin"):
-        return redirect("/tokens", f"role: {role!r} is not viewer, editor or admin")
+        return redirect("/tokens", f"role: {role!r} is not viewer, editor or admin", bad=True)
     plain, info = await ctx.api_store.create_token(name=name, team=s.info.team, role=role,
                                                    created_by=who(s.info))
     await audit(ctx, s.info, "token.create", info.id, {"name": name, "role": role,
@@ -939,11 +1199,20 @@ async def signout(request: Request) -> Response:
     return resp
 
 
+_DOCS_BAR = ('<nav aria-label="Back" class="docs-back"><a href="/">← cronfleet dashboard</a>'
+             '</nav>')
+
+
 async def docs(request: Request) -> Response:
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="cronfleet API",
-                               swagger_js_url="/ui/static/swagger/swagger-ui-bundle.js",
-                               swagger_css_url="/ui/static/swagger/swagger-ui.css",
-                               swagger_favicon_url="/ui/static/swagger/favicon.png")
+    """The API's docs (Swagger UI, offline), with a way back to the dashboard."""
+    page_ = get_swagger_ui_html(openapi_url="/openapi.json", title="cronfleet API",
+                                swagger_js_url="/ui/static/swagger/swagger-ui-bundle.js",
+                                swagger_css_url="/ui/static/swagger/swagger-ui.css",
+                                swagger_favicon_url="/ui/static/swagger/favicon.png")
+    html = bytes(page_.body).decode()
+    html = html.replace("</head>", '<link rel="stylesheet" href="/ui/static/docs.css">\n'
+                        "</head>", 1).replace("<body>", "<body>\n" + _DOCS_BAR, 1)
+    return HTMLResponse(html)
 
 
 def install(app: FastAPI, codes: OneTimeCodes | None = None) -> None:

@@ -168,6 +168,18 @@ async def test_runs_across_the_teams_jobs_paged(store: MemoryStore) -> None:
     # a cursor that is not ours starts over rather than failing the page
     again, _ = await read.find_runs(store, mine, cursor="not-a-cursor", limit=5)
     assert again == seen[:5]
+    # a team with most of the registry: read without the id list, the same pages
+    for limit in (1, 7, 25, 60):
+        wide: list[RunRecord] = []
+        cursor = None
+        while True:
+            page, cursor = await read.find_runs(store, mine, cursor=cursor, limit=limit,
+                                                all_ids=3)
+            assert len(page) <= limit
+            wide.extend(page)
+            if cursor is None:
+                break
+        assert [r.id for r in wide] == [r.id for r in seen], limit  # no b1, none twice
 
 
 def test_slot_cache_gives_what_between_gives_across_refreshes() -> None:

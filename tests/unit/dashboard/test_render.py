@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -19,11 +20,15 @@ T = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)  # the clocks go back in Paris at 0
 def decode(data: str) -> tuple[list[int], list[int], str]:
     """What app.js does with #timeline-data."""
     raw = json.loads(data)
+
+    def flat(items: list[Any]) -> list[int]:  # [v, n]: v repeated n times
+        return [y for x in items for y in ([x] if isinstance(x, int) else [x[0]] * x[1])]
+
     times = [raw["t0"]]
-    for d in raw["dt"]:
+    for d in flat(raw["dt"]):
         times.append(times[-1] + d)
     runs, prev = [], 0
-    for v in raw["runs"]:
+    for v in flat(raw["runs"]):
         if v:
             prev += v
             runs.append(prev)
@@ -42,9 +47,9 @@ def test_timeline_markup_is_one_element_per_slot_and_its_data_round_trips() -> N
         for i, s in zip(ids, slots, strict=True)]
     tl = read.Timeline(slots, [s.timestamp() for s in slots], runs)
     html = str(cells_html(tl))
-    assert html.count("<i ") == 8 and html.startswith('<i class="succeeded"></i>'
-                                                      '<i class="none"></i>'
-                                                      '<i class="failed"></i>')
+    assert html.count("<i ") == 8 and html.startswith("<i class=su></i>"
+                                                      "<i class=no></i>"
+                                                      "<i class=fa></i>")
     times, got_ids, tz = decode(str(cells_data(tl, paris)))
     assert times == [int(s.timestamp()) for s in slots] and got_ids == ids
     assert tz == "Europe/Paris"
@@ -128,3 +133,17 @@ def test_the_run_page_lists_the_attempts_numbered_from_1() -> None:
     assert [r.split("<td>")[1].split("</td>")[0] for r in rows] == ["1", "2", "3"]
     assert "RuntimeError: still down" in rows[1] and "st-succeeded" in rows[2]
     assert "2026-10-25T00:00:02.500Z" in rows[1]
+
+
+def test_timeline_data_repeats_are_short_and_round_trip() -> None:
+    slots = [T + timedelta(minutes=k) for k in range(10_000)]
+    runs: list[RunRecord | None] = [
+        None if k % 500 == 7 else RunRecord(100 + k, "j", s, TriggeredBy.SCHEDULE,
+                                           RunStatus.SUCCEEDED)
+        for k, s in enumerate(slots)]
+    tl = read.Timeline(slots, [s.timestamp() for s in slots], runs)
+    data = str(cells_data(tl, UTC))
+    assert len(data) < 1000  # was ~50 KB of numbers
+    times, ids, _ = decode(data)
+    assert times == [int(s.timestamp()) for s in slots]
+    assert ids == [0 if r is None else r.id for r in runs]

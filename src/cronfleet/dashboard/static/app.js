@@ -8,7 +8,9 @@
     var a = document.activeElement;
     if (a && el.contains(a) && a !== document.body && a.tagName !== "A") return true;
     // the slot under the pointer is being read: do not swap the timeline under it
-    if (el.querySelector(".timeline:hover")) return true;
+    if (el.querySelector(".timeline:hover, .heat:hover")) return true;
+    // an action's form is open (the job page's action bar)
+    if (el.querySelector("details.act[open]")) return true;
     // a selection made in the table (bulk checkboxes) must survive the refresh
     return !!el.querySelector("input[type=checkbox]:checked");
   }
@@ -43,6 +45,7 @@
           el.innerHTML = html;
           el.setAttribute("data-last", html);
           restoreLog(el, st);
+          scrollBoxes();
         }
         // the region says it will not change any more (a run or a backfill ended)
         if (el.querySelector("[data-final]")) el.removeAttribute("data-live");
@@ -81,7 +84,8 @@
         var ol = document.createElement("ol");
         (d.next || []).forEach(function (t) {
           var li = document.createElement("li");
-          li.textContent = t;
+          var ms = Date.parse(t);
+          li.textContent = isNaN(ms) ? t : fmt(ms / 1000, d.timezone || "UTC");
           ol.appendChild(li);
         });
         box.appendChild(ol);
@@ -97,6 +101,10 @@
   // run's details fetched when its cell is hovered or reached by keyboard
   var labels = {};
   var formats = {};
+  // a cell's class is its state's code (read.CELL_CODES)
+  var CODES = { su: "succeeded", fa: "failed", "in": "interrupted", ca: "cancelled",
+                mi: "missed", pa: "paused", sk: "skipped", ru: "running", pe: "pending",
+                no: "no slot recorded" };
   var shown = null;  // the cell the status line describes
 
   function tlData() {
@@ -104,6 +112,17 @@
     if (!el) return null;
     if (el._d) return el._d;
     var raw = JSON.parse(el.textContent);
+    // [v, n]: v repeated n times
+    function flat(a) {
+      var out = [];
+      a.forEach(function (x) {
+        if (typeof x === "number") { out.push(x); return; }
+        for (var k = 0; k < x[1]; k++) out.push(x[0]);
+      });
+      return out;
+    }
+    raw.dt = flat(raw.dt);
+    raw.runs = flat(raw.runs);
     var n = raw.dt.length + 1, times = new Array(n), runs = new Array(raw.runs.length);
     var t = raw.t0, i, prev = 0;
     for (i = 0; i < n; i++) { if (i) t += raw.dt[i - 1]; times[i] = t; }
@@ -119,19 +138,20 @@
     if (!f) {
       try {
         f = new Intl.DateTimeFormat("en-GB", { timeZone: tz, year: "numeric", month: "2-digit",
-          day: "2-digit", hour: "2-digit", minute: "2-digit", hourCycle: "h23",
-          timeZoneName: "short" });
+          day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+          hourCycle: "h23", timeZoneName: "short" });
       } catch (e) {
         f = new Intl.DateTimeFormat("en-GB", { timeZone: "UTC", year: "numeric",
           month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
-          hourCycle: "h23", timeZoneName: "short" });
+          second: "2-digit", hourCycle: "h23", timeZoneName: "short" });
       }
       formats[tz] = f;
     }
     var p = {};
     f.formatToParts(new Date(secs * 1000)).forEach(function (x) { p[x.type] = x.value; });
-    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + " " +
-      (p.timeZoneName || "");
+    // the server's format: 2026-12-01 14:12:05 CET
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + ":" +
+      p.second + " " + (p.timeZoneName || "");
   }
 
   function cellIndex(tl, cell) { return Array.prototype.indexOf.call(tl.children, cell); }
@@ -141,7 +161,7 @@
     if (!d || !cell) return;
     var head = fmt(d.times[i], d.tz) + ": ";
     var rid = d.runs[i];
-    var text = head + (rid ? cell.className.replace(" cur", "") :
+    var text = head + (rid ? (CODES[cell.className.replace(" cur", "")] || cell.className) :
       "no run recorded for this slot");
     function show(t) {
       cell.title = t;
@@ -259,9 +279,69 @@
     });
   }
 
+  // the jobs page: one box selects (or clears) every job of the page for a bulk action
+  function selectAll() {
+    document.addEventListener("change", function (e) {
+      var box = e.target;
+      if (!box || box.id !== "select-all") return;
+      document.querySelectorAll("input[type=checkbox][form=bulk]").forEach(function (c) {
+        c.checked = box.checked;
+      });
+    });
+  }
+
+  // the overview's heat map: a cell says its minute and verdict on hover, opens its run
+
+  function heatCell(e) {
+    var c = e.target;
+    if (!c || c.tagName !== "I" || !c.parentNode || !c.parentNode.classList ||
+        !c.parentNode.classList.contains("hm")) return null;
+    var row = c.parentNode, list = row.closest("ol.heat");
+    var k = Array.prototype.indexOf.call(row.children, c);
+    var runs = (row.getAttribute("data-runs") || "").split(",");
+    var start = +list.getAttribute("data-start") + 60 * k;
+    return { cell: c, run: runs[k] || "", start: start, tz: list.getAttribute("data-tz") };
+  }
+
+  function heatmap() {
+    document.addEventListener("mouseover", function (e) {
+      var h = heatCell(e);
+      if (h && !h.cell.title) {
+        h.cell.title = fmt(h.start, h.tz).slice(11, 16) + ": " + (CODES[h.cell.className] ||
+          h.cell.className) + (h.run ? " (run #" + h.run + ")" : "");
+      }
+    });
+    document.addEventListener("click", function (e) {
+      var h = heatCell(e);
+      if (h && h.run) window.location.href = "/runs/" + h.run;
+    });
+  }
+
+  // a table wider than the screen scrolls in its box: the box then takes the keyboard
+  // focus (arrow keys scroll it), and only then
+  function scrollBoxes() {
+    document.querySelectorAll(".scroll").forEach(function (box) {
+      if (box.scrollWidth > box.clientWidth + 1) {
+        box.setAttribute("tabindex", "0");
+        if (!box.hasAttribute("role")) {
+          box.setAttribute("role", "region");
+          var sec = box.closest("section"), h = sec && sec.querySelector("h2, h1");
+          box.setAttribute("aria-label", (h ? h.textContent + ": " : "") +
+            "a table wider than the screen");
+        }
+      } else {
+        box.removeAttribute("tabindex");
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    scrollBoxes();
+    window.addEventListener("resize", scrollBoxes);
     timeline();
     paramRows();
+    selectAll();
+    heatmap();
     var live = document.querySelectorAll("[data-live]");
     document.querySelectorAll("pre.log").forEach(function (pre) {
       pre.scrollTop = pre.scrollHeight;
