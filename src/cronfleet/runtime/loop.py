@@ -45,6 +45,9 @@ WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write 
 
 log = logging.getLogger("cronfleet")
 
+_OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
+STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
+
 
 class Pipeline:
     """Chunks of one burst in flight to the store, oldest first.
@@ -67,18 +70,22 @@ class Pipeline:
     async def submit(self, chunk: list[Dispatch]) -> None:
         task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
         self.inflight.append((chunk, task))
+        self.s.loop.unhandled[task] = chunk  # until handled (a stop may cancel us first)
         # let the call reach the store's thread or socket before we go on: two hops, as a
         # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
+            self.s.loop.unhandled.pop(done, None)
             self.results.extend(self.handle(done_chunk, done))
 
     async def drain(self) -> list[Dispatched]:
         while self.inflight:
-            chunk, task = self.inflight.popleft()
+            chunk, task = self.inflight[0]
             await asyncio.wait({task})
+            self.inflight.popleft()
+            self.s.loop.unhandled.pop(task, None)
             self.results.extend(self.handle(chunk, task))
         return self.results
 
@@ -100,6 +107,9 @@ class Loop:
         self._lease_waits: dict[str, asyncio.Future[None]] = {}
         self._looks: dict[str, int] = {}
         self._lease_poller: asyncio.Future[None] | None = None
+        # chunks sent to the store whose answer nobody handled yet (Pipeline): what a
+        # stop's cancel leaves here, the stop records (settle_unhandled)
+        self.unhandled: dict[asyncio.Future[Any], list[Dispatch]] = {}
 
     async def run(self) -> None:
         s = self.s
@@ -361,6 +371,27 @@ class Loop:
                     run.slot.isoformat(),
                     run.logs[-1] if run.logs else run.reason,
                 )
+
+    async def settle_unhandled(self, budget: float) -> int:
+        """At stop, after the background tasks were cancelled: the chunks whose caller was
+        cancelled while the store claimed them. Their answers are awaited (``budget``
+        seconds at most) and every slot they gave this process -- a pending row, or a
+        claim whose row the group commit was to write -- is recorded ``interrupted``: it
+        will not start now. Returns how many chunks got no answer in time (their claims
+        are left to the reaper that resolves a lost instance's slots)."""
+        left, self.unhandled = self.unhandled, {}
+        if not left:
+            return 0
+        done, pending = await asyncio.wait(left, timeout=budget)
+        now = self.s.clock.now()
+        for task in done:
+            if task.cancelled() or task.exception() is not None:
+                continue  # the store did not take the chunk: nothing of it was claimed
+            for res in task.result():
+                run = res.run
+                if res.won and run is not None and run.status in _OPEN:
+                    self.s.runner.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
+        return len(pending)
 
     async def claim_later(self, items: list[Dispatch], at: float) -> None:
         """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
