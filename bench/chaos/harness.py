@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -79,6 +80,9 @@ class Knobs:
     idle_tx_for: float = 45.0
     hang: float = 45.0
     corrupt_for: float = 20.0  # the damaged file in use, before the operator restores it
+    jitter: str = "0.9,1.5"  # stop_jitter: the jobs' jitter delays, given in turn
+    stops: int = 7  # stop_jitter: processes stopped (SIGTERM / SIGINT) and started again
+    writer_frozen_for: float = 45.0  # writer_frozen: SIGSTOP while holding the write lock
     failover_target: float = 20.0
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
@@ -86,7 +90,7 @@ class Knobs:
     SCALED = (
         "warm", "after", "instance_ttl", "cut_short", "cut_long", "latency_for",
         "restart_down", "skew_for", "flaky_for", "lock_for", "down", "idle_tx_for", "hang",
-        "corrupt_for",
+        "corrupt_for", "writer_frozen_for",
     )
 
     def scaled(self, factor: float) -> Knobs:
@@ -405,6 +409,7 @@ class Fleet:
         self.knobs = knobs
         self.url = url or target.url
         self.workers: list[Worker] = []
+        self.extra: list[str] = []  # the scenario's worker options (Scenario.args)
 
     def spawn(self, name: str, env: dict[str, str] | None = None) -> Worker:
         n = sum(1 for w in self.workers if w.name.split("#")[0] == name)
@@ -415,7 +420,7 @@ class Fleet:
         proc = subprocess.Popen(
             [sys.executable, "-m", WORKER, "--store", self.url, "--record", str(record),
              "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep),
-             "--instance-ttl", f"{k.instance_ttl:g}s"],
+             "--instance-ttl", f"{k.instance_ttl:g}s", *self.extra],
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
@@ -907,6 +912,72 @@ def f_corrupt(ctx: Ctx, fleet: Fleet) -> None:
     ctx.events["back"] = time.time()
 
 
+def f_stop_jitter(ctx: Ctx, fleet: Fleet) -> None:
+    """``stops`` times: at a random moment (1-4 s apart; every job has a jitter delay, so
+    claimed slots are always waiting out theirs), SIGTERM or SIGINT in turn to a random
+    live worker, wait for its graceful stop, start it again."""
+    k = ctx.knobs
+    rng = random.Random(24)
+    for i in range(k.stops):
+        time.sleep(rng.uniform(1.0, 4.0))
+        live = [w for w in fleet.workers if w.proc.poll() is None]
+        w = rng.choice(live)
+        w.expect_exit = True
+        fleet.signal(w, signal.SIGTERM if i % 2 == 0 else signal.SIGINT)
+        try:  # no second signal: a stopping process ends at once on one (default action)
+            w.proc.communicate(timeout=k.stop_timeout)
+        except subprocess.TimeoutExpired:
+            ctx.result.hung_at_stop.append(w.name)
+            w.proc.kill()
+            w.proc.communicate()
+        fleet.wait_ready([fleet.spawn(w.name.split("#")[0])])
+    ctx.result.notes.append(f"{k.stops} processes stopped during jitter and restarted")
+
+
+def write_locked(db: Path) -> bool:
+    """Does some connection hold the SQLite write lock now (``BEGIN IMMEDIATE`` fails)?"""
+    con = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
+
+
+def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
+    """SIGSTOP a worker at a moment it holds the write lock (stopped just after an instant,
+    when claims are written; kept only when the lock is still held 0.3 s and 0.6 s later,
+    once the others' short transactions are over), ``writer_frozen_for`` seconds, SIGCONT.
+    Nobody else can write meanwhile: finished runs wait for their rows, leases expire."""
+    assert ctx.target.db is not None
+    db = Path(ctx.target.db)
+    rng = random.Random(5)
+    deadline = time.time() + 120
+    tries = 0
+    while time.time() < deadline:
+        live = [w for w in fleet.workers if w.proc.poll() is None]
+        w = rng.choice(live)
+        time.sleep((1 - time.time() % 1) + rng.uniform(0.0, 0.08))
+        tries += 1
+        os.kill(w.pid, signal.SIGSTOP)
+        time.sleep(0.3)
+        if write_locked(db):
+            time.sleep(0.3)
+            if write_locked(db):
+                at = time.time()
+                ctx.result.notes.append(f"{w.name} frozen holding the write lock ({tries} tries)")
+                time.sleep(ctx.knobs.writer_frozen_for)
+                os.kill(w.pid, signal.SIGCONT)
+                ctx.events.update(back=time.time(), frozen=at)
+                return
+        os.kill(w.pid, signal.SIGCONT)
+        time.sleep(rng.uniform(0.2, 0.6))
+    raise RuntimeError(f"no worker caught holding the write lock ({tries} tries)")
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -915,6 +986,7 @@ class Scenario:
     stores: tuple[str, ...]
     proxy: bool = False
     private_pg: bool = False  # needs the private cluster (restarts it)
+    args: Callable[[Knobs], list[str]] | None = None  # worker options (job settings)
 
 
 SCENARIOS = [
@@ -942,6 +1014,12 @@ SCENARIOS = [
              ("postgres", "redis"), proxy=True),
     Scenario("corrupt", "the SQLite file corrupted under running processes", f_corrupt,
              ("sqlite",)),
+    Scenario("stop_jitter", "processes stopped (SIGTERM / SIGINT) while slots wait out "
+             "their jitter, and started again", f_stop_jitter, ("postgres", "sqlite", "redis"),
+             args=lambda k: ["--jitter", k.jitter]),
+    Scenario("writer_frozen", "a process SIGSTOPped while it holds the write lock, then "
+             "SIGCONT", f_writer_frozen, ("sqlite",),
+             args=lambda k: ["--variants", "plain,recover,run_all"]),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -964,6 +1042,8 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
                 ctx.events["proxy"] = proxy
                 url = target.via(proxy)
             fleet = Fleet(target, knobs, url)
+            if sc.args is not None:
+                fleet.extra = sc.args(knobs)
             envs = None
             if sc.name == "skew":
                 offsets = [knobs.skew, -knobs.skew] + [0.0] * (knobs.processes - 2)
