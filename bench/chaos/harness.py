@@ -935,24 +935,32 @@ def f_stop_jitter(ctx: Ctx, fleet: Fleet) -> None:
     ctx.result.notes.append(f"{k.stops} processes stopped during jitter and restarted")
 
 
-def write_locked(db: Path) -> bool:
-    """Does some connection hold the SQLite write lock now (``BEGIN IMMEDIATE`` fails)?"""
-    con = sqlite3.connect(db, timeout=0, isolation_level=None)
+WAL_WRITE_LOCK = 120  # the byte of the -shm file a WAL-mode writer locks (SQLite's wal.c)
+
+
+def holds_write_lock(db: Path, pid: int) -> bool:
+    """Does process ``pid`` hold the SQLite write lock of ``db`` (WAL mode): an exclusive
+    POSIX lock on byte 120 of ``db-shm``, as ``/proc/locks`` lists it?"""
     try:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute("ROLLBACK")
+        inode = os.stat(f"{db}-shm").st_ino
+        text = Path("/proc/locks").read_text()
+    except OSError:
         return False
-    except sqlite3.OperationalError:
-        return True
-    finally:
-        con.close()
+    for line in text.splitlines():
+        f = line.split()
+        if "->" in f:  # a waiter, not a holder
+            continue
+        if (len(f) >= 8 and f[1] == "POSIX" and f[3] == "WRITE" and f[4] == str(pid)
+                and f[5].rsplit(":", 1)[-1] == str(inode) and f[6] == str(WAL_WRITE_LOCK)):
+            return True
+    return False
 
 
 def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
-    """SIGSTOP a worker at a moment it holds the write lock (stopped just after an instant,
-    when claims are written; kept only when the lock is still held 0.3 s and 0.6 s later,
-    once the others' short transactions are over), ``writer_frozen_for`` seconds, SIGCONT.
-    Nobody else can write meanwhile: finished runs wait for their rows, leases expire."""
+    """SIGSTOP a worker at a moment it holds the write lock (a random worker stopped at a
+    random moment, kept when ``/proc/locks`` shows it holding the WAL write lock, else
+    SIGCONT and try again), ``writer_frozen_for`` seconds, then SIGCONT. Nobody else can
+    write meanwhile: finished runs wait for their rows, leases expire."""
     assert ctx.target.db is not None
     db = Path(ctx.target.db)
     rng = random.Random(5)
@@ -961,21 +969,18 @@ def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
     while time.time() < deadline:
         live = [w for w in fleet.workers if w.proc.poll() is None]
         w = rng.choice(live)
-        time.sleep((1 - time.time() % 1) + rng.uniform(0.0, 0.08))
         tries += 1
         os.kill(w.pid, signal.SIGSTOP)
-        time.sleep(0.3)
-        if write_locked(db):
-            time.sleep(0.3)
-            if write_locked(db):
-                at = time.time()
-                ctx.result.notes.append(f"{w.name} frozen holding the write lock ({tries} tries)")
-                time.sleep(ctx.knobs.writer_frozen_for)
-                os.kill(w.pid, signal.SIGCONT)
-                ctx.events.update(back=time.time(), frozen=at)
-                return
+        time.sleep(0.01)
+        if holds_write_lock(db, w.pid):
+            at = time.time()
+            ctx.result.notes.append(f"{w.name} frozen holding the write lock ({tries} tries)")
+            time.sleep(ctx.knobs.writer_frozen_for)
+            os.kill(w.pid, signal.SIGCONT)
+            ctx.events.update(back=time.time(), frozen=at)
+            return
         os.kill(w.pid, signal.SIGCONT)
-        time.sleep(rng.uniform(0.2, 0.6))
+        time.sleep(rng.uniform(0.0, 0.05))
     raise RuntimeError(f"no worker caught holding the write lock ({tries} tries)")
 
 

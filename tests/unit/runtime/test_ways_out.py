@@ -217,3 +217,50 @@ async def test_a_finished_run_is_not_rerun_while_its_result_waits_to_be_written(
     assert [(r.status, r.reason) for r in rows] == [(RunStatus.SUCCEEDED, None)]
     for s in fleet:
         await s.stop()
+
+
+@pytest.mark.parametrize("store_kind", BOTH)
+async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: FakeClock) -> None:
+    """PREFER_GLOBAL during a confirmed outage: every process runs the slot (the
+    documented price of failing open), but the ledger keeps one final row for it, the
+    other runs' outcomes attached to it as late results."""
+    calls: list[str] = []
+
+    async def handler(ctx: Any) -> str:
+        calls.append(ctx.instance_id)
+        return ctx.instance_id
+
+    fleet = []
+    down = {"on": False}
+    for name in ("a", "b", "c"):
+        s = make(instance_id=name)
+        s.job("@hourly", id="j", locking="prefer_global")(handler)
+        await s.start()
+        real = s.store.dispatch
+
+        async def dispatch(items: Any, instance: str, _real: Any = real) -> Any:
+            if down["on"]:
+                raise StoreUnavailable("simulated: the store hangs")
+            return await _real(items, instance)
+
+        async def confirm() -> bool:
+            return bool(down["on"])
+
+        s.store.dispatch = dispatch  # type: ignore[method-assign]
+        s.store.confirm_outage = confirm  # type: ignore[attr-defined]
+        fleet.append(s)
+    await advance(clock, 3599, *fleet, step=600)
+    down["on"] = True
+    await tick(clock, 2)
+    assert sorted(calls) == ["a", "b", "c"]  # failed open on every process
+    down["on"] = False
+    for _ in range(30):  # the group commits retry every second (real time)
+        await tick(clock, 0.5)
+        await asyncio.sleep(0.1)
+    await advance(clock, 2, *fleet, step=0.5)
+    rows = [r for r in await fleet[0].runs_async() if r.slot.timestamp() == T0 + 3600]
+    assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows
+    late = rows[0].result["late_result"]
+    assert late["status"] == "succeeded" and late["instance_id"] != rows[0].instance_id
+    for s in fleet:
+        await s.stop()
