@@ -42,6 +42,7 @@ from bench.chaos.faults import (
     backup_sqlite,
     corrupt_sqlite,
     hold_write_lock,
+    holds_write_lock,
     restore_sqlite,
 )
 
@@ -933,27 +934,6 @@ def f_stop_jitter(ctx: Ctx, fleet: Fleet) -> None:
             w.proc.communicate()
         fleet.wait_ready([fleet.spawn(w.name.split("#")[0])])
     ctx.result.notes.append(f"{k.stops} processes stopped during jitter and restarted")
-
-
-WAL_WRITE_LOCK = 120  # the byte of the -shm file a WAL-mode writer locks (SQLite's wal.c)
-
-
-def holds_write_lock(db: Path, pid: int) -> bool:
-    """Does process ``pid`` hold the SQLite write lock of ``db`` (WAL mode): an exclusive
-    POSIX lock on byte 120 of ``db-shm``, as ``/proc/locks`` lists it?"""
-    try:
-        inode = os.stat(f"{db}-shm").st_ino
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        f = line.split()
-        if "->" in f:  # a waiter, not a holder
-            continue
-        if (len(f) >= 8 and f[1] == "POSIX" and f[3] == "WRITE" and f[4] == str(pid)
-                and f[5].rsplit(":", 1)[-1] == str(inode) and f[6] == str(WAL_WRITE_LOCK)):
-            return True
-    return False
 
 
 def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
