@@ -60,12 +60,22 @@ class Upkeep:
 
     def may_reap(self) -> bool:
         """The periodic reaper judges other processes' runs only while this instance's own
-        heartbeats go through without a gap (``Fleet.steady``), as ``break_lost`` does.
-        After the store was out of reach for everybody (a frozen SQLite writer, a hang),
-        every holder first writes the results it kept meanwhile: a run that had finished
-        is recorded, not found orphaned by its expired lease and re-run (``recover``)."""
+        heartbeats go through without a gap (``Fleet.steady``, as for ``break_lost``), the
+        last one answered less than ``instance_ttl / 2`` ago and none failed since. After
+        the store was out of reach for everybody (a frozen SQLite writer, a hang) -- or
+        this process was frozen itself -- every holder first writes the results it kept
+        meanwhile: a run that had finished is recorded, not found orphaned by its expired
+        lease and re-run (``recover``)."""
         fleet = self.s.fleet
-        return not fleet.enabled or fleet.steady()
+        if not fleet.enabled:
+            return True
+        last = fleet.last_ok
+        return (
+            fleet.steady()
+            and not fleet.failed
+            and last is not None
+            and self.s.clock.now() - last < fleet.ttl / 2
+        )
 
     async def reap_orphans(self) -> list[RunRecord]:
         """Mark runs of dead instances ``interrupted``; re-run them where ``recover=True``."""

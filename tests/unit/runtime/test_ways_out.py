@@ -264,3 +264,31 @@ async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: Fa
     assert late["status"] == "succeeded" and late["instance_id"] != rows[0].instance_id
     for s in fleet:
         await s.stop()
+
+
+async def test_the_reaper_waits_while_its_heartbeats_fail_or_lag(
+    make: Make, clock: FakeClock
+) -> None:
+    """A reap asked while the store is out of reach (its call may wait for the lock and run
+    the moment it is free, before the holders wrote what they kept), or by a process that
+    was frozen itself (its last heartbeat 45 s old), could re-run finished runs."""
+    s = make(instance_id="a")
+    await s.start()
+    await advance(clock, 12, s, step=1)
+    assert s.upkeep.may_reap()
+    real = s.store.heartbeat
+
+    async def failing(*_: Any, **__: Any) -> Any:
+        raise StoreUnavailable("simulated: the write lock is held")
+
+    s.store.heartbeat = failing  # type: ignore[method-assign]
+    await advance(clock, 4, s, step=1)
+    assert s.fleet.failed and not s.upkeep.may_reap()
+    s.store.heartbeat = real  # type: ignore[method-assign]
+    await advance(clock, 4, s, step=1)  # beats again, but not steady yet
+    assert not s.upkeep.may_reap()
+    await advance(clock, 8, s, step=1)
+    assert s.upkeep.may_reap()
+    clock.advance(45)  # this process was frozen: its last heartbeat is 45 s old
+    assert not s.upkeep.may_reap()
+    await s.stop()
