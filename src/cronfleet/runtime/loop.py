@@ -46,6 +46,7 @@ WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write 
 log = logging.getLogger("cronfleet")
 
 _OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
+MISSED = SkipReason.MISSED.value
 STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
 
 
@@ -110,6 +111,8 @@ class Loop:
         # chunks sent to the store whose answer nobody handled yet (Pipeline): what a
         # stop's cancel leaves here, the stop records (settle_unhandled)
         self.unhandled: dict[asyncio.Future[Any], list[Dispatch]] = {}
+        # slots of catch-up sequences the stop came before (run_sequence), for record_unrun
+        self.unrun: list[tuple[Job, float]] = []
 
     async def run(self) -> None:
         s = self.s
@@ -393,6 +396,35 @@ class Loop:
                     self.s.runner.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
         return len(pending)
 
+    async def record_unrun(self, budget: float) -> int:
+        """At stop: the slots of catch-up sequences (``missed=run_all``, a backlog's
+        replay) the stop came before are claimed and recorded ``skipped / missed`` (a slot
+        another process has is left to it): another process may already have claimed a
+        later slot, and a later start's catch-up would not find them. Returns how many
+        the store did not take within ``budget`` seconds."""
+        left, self.unrun = self.unrun, []
+        if not left:
+            return 0
+        s = self.s
+        now_iso = from_ts(s.clock.now()).isoformat()
+        items = [
+            Dispatch.missed(job.id, slot, reason=MISSED, logs=[
+                f"Skipped: the scheduler stopped at {now_iso} before its catch-up "
+                f"(missed={job.missed.value}) reached this slot"])
+            for job, slot in left
+        ]
+        size = s.batch_size
+        try:
+            async with asyncio.timeout(budget):
+                for i in range(0, len(items), size):
+                    await s.store.dispatch(items[i : i + size], s.instance_id)
+                    del left[:size]
+        except Exception as exc:  # the store is away: the next start or the reaper
+            log.warning("cronfleet %s: %d slot(s) of catch-up sequences not recorded at stop "
+                        "(%s)", s.instance_id, len(left), exc)
+            return len(left)
+        return 0
+
     async def claim_later(self, items: list[Dispatch], at: float) -> None:
         """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
         early and start them first; these claims only matter when an owner is gone."""
@@ -450,6 +482,8 @@ class Loop:
                 await self.dispatch([item])
             await s.runner.job_idle(job.id)
         finally:
+            if s.stopping:  # the stop came first: its slots are recorded (record_unrun)
+                self.unrun.extend((job, slot) for slot, _ in runs[i:])
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]
             s.activity.leave()

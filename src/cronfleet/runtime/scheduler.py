@@ -511,9 +511,11 @@ class Scheduler(SyncControl):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         # every claimed slot that will not start now gets its final row from here: the
-        # chunks a cancelled task was claiming, then (Runs.stop) the runs waiting out
-        # their jitter or queued for the lease
+        # chunks a cancelled task was claiming, the slots of catch-up sequences not
+        # reached, then (Runs.stop) the runs waiting out their jitter or queued for the
+        # lease
         unanswered = await self.loop.settle_unhandled(STOP_WRITE_BUDGET)
+        unanswered += await self.loop.record_unrun(STOP_WRITE_BUDGET)
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()

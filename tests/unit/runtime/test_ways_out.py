@@ -292,3 +292,43 @@ async def test_the_reaper_waits_while_its_heartbeats_fail_or_lag(
     clock.advance(45)  # this process was frozen: its last heartbeat is 45 s old
     assert not s.upkeep.may_reap()
     await s.stop()
+
+
+async def test_a_stop_records_the_slots_a_catch_up_sequence_did_not_reach(
+    make: Make, clock: FakeClock
+) -> None:
+    """``missed=run_all`` runs the missed slots one after the other; a stop comes first.
+    The slots it did not reach are recorded (another process may have claimed a later
+    slot already, and then no later start's catch-up would find them)."""
+    gate = asyncio.Event()
+    calls: list[float] = []
+
+    async def handler(ctx: Any) -> None:
+        calls.append(ctx.slot.timestamp())
+        await gate.wait()
+
+    s = make(shutdown_grace=0.1)
+    s.job("60s", id="j", missed="run_all")(handler)
+    await s.start()
+    gate.set()
+    await advance(clock, 60, s, step=60)
+    await s.stop()
+    gate.clear()
+    clock.advance(600)  # ten slots pass while no process runs
+    s = make(shutdown_grace=0.1, instance_id="test-2")
+    s.job("60s", id="j", missed="run_all")(handler)
+    await s.start()
+    await tick(clock, 1)
+    assert len(calls) == 2  # the first missed slot runs (and waits)
+    await s.stop()
+    s3 = make(instance_id="test-3")
+    async with s3:
+        rows = [r for r in await s3.runs_async() if r.job_id == "j"]
+    by_slot: dict[float, list[Any]] = {}
+    for r in rows:
+        by_slot.setdefault(r.slot.timestamp(), []).append((r.status.value, r.reason))
+    slots = [T0 + 60 * k for k in range(1, 12)]
+    assert sorted(by_slot) == slots, by_slot
+    assert all(len(v) == 1 for v in by_slot.values()), by_slot
+    assert by_slot[T0 + 120] == [("interrupted", "shutdown")]
+    assert all(by_slot[t] == [("skipped", "missed")] for t in slots[2:]), by_slot
