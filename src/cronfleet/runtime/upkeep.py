@@ -61,7 +61,7 @@ class Upkeep:
     def may_reap(self) -> bool:
         """The periodic reaper judges other processes' runs only while this instance's own
         heartbeats go through without a gap (``Fleet.steady``, as for ``break_lost``), the
-        last one answered less than ``instance_ttl / 2`` ago and none failed since. After
+        last one asked less than ``instance_ttl`` ago and none failed since. After
         the store was out of reach for everybody (a frozen SQLite writer, a hang) -- or
         this process was frozen itself -- every holder first writes the results it kept
         meanwhile: a run that had finished is recorded, not found orphaned by its expired
@@ -74,7 +74,7 @@ class Upkeep:
             fleet.steady()
             and not fleet.failed
             and last is not None
-            and self.s.clock.now() - last < fleet.ttl / 2
+            and self.s.clock.now() - last < fleet.ttl
         )
 
     async def reap_orphans(self) -> list[RunRecord]:
