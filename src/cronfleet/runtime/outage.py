@@ -310,11 +310,17 @@ class Outage:
                 self.waiting.add(job.id)
                 s.spawn(self._after_idle(job, run))
                 return None
-            s.ledger.unsaved_skips.append(
-                Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
-                     instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
-                     result=busy_result())
-            )
+            if claim_row:  # fail open: recorded under a claim (another may have run it)
+                skip = Dispatch.missed(job.id, it.slot, reason=ALREADY_EXECUTING,
+                                       result=busy_result(), logs=[busy_log(s.instance_id)])
+                skip.triggered_by, skip.is_catchup = it.triggered_by, it.is_catchup
+                self.keep_skip(skip)
+            else:
+                s.ledger.unsaved_skips.append(
+                    Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
+                         instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
+                         result=busy_result())
+                )
             s.stats.skip(ALREADY_EXECUTING)
             return None
         s.runner.launch(job, run, leased=False)

@@ -332,3 +332,24 @@ async def test_a_stop_records_the_slots_a_catch_up_sequence_did_not_reach(
     assert all(len(v) == 1 for v in by_slot.values()), by_slot
     assert by_slot[T0 + 120] == [("interrupted", "shutdown")]
     assert all(by_slot[t] == [("skipped", "missed")] for t in slots[2:]), by_slot
+
+
+async def test_a_fail_open_overlap_skip_is_recorded_under_a_claim(
+    make: Make, clock: FakeClock
+) -> None:
+    """A fail-open slot that meets this process's own run of the job (``overlap=skip``) is
+    recorded ``already_executing`` under a claim once the store answers, never claim-less
+    beside the row of a process that ran it."""
+    s = make()
+    s.job("60s", id="j", locking="prefer_global")(Recorder())
+    await s.start()
+    job = s.get_job("j")
+    item = requests.scheduled(job, T0 + 60, clock.now(), instance_id=s.instance_id)
+    s.runner.reserve("j")  # a run of the job in progress here
+    assert s.outage.run_unclaimed(job, item, "fail open", claim_row=True) is None
+    assert not s.ledger.unsaved_skips
+    [kept] = s.outage.skips
+    assert (kept.job_id, kept.slot, kept.skip_reason) == ("j", T0 + 60, "already_executing")
+    assert kept.claim == "slot" and not kept.is_catchup
+    s.runner.unreserve("j")
+    await s.stop()
