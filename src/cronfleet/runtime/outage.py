@@ -17,7 +17,9 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   memory store never confirm one), the slot is at most ``late_after`` old on a fresh
   clock reading, and no more than ``late_after`` of monotonic time passed since the instant
   began firing (a paused process never runs stale slots). Otherwise it is handled like
-  REQUIRE_GLOBAL.
+  REQUIRE_GLOBAL. A fail-open run's row is written under a claim of its slot once the
+  store answers (``claim_rows``): one final row per slot, a lost claim's outcome kept as
+  the slot's late result.
 * **Overlap holds inside the process** for every run without a claim (fail open and
   node-local): ``SKIP`` records ``already_executing`` while a run of the job is in progress
   here; ``QUEUE_ONE`` waits for it (one waiting run at most); ``REPLACE`` cancels this
