@@ -408,7 +408,8 @@ class Loop:
         s = self.s
         now_iso = from_ts(s.clock.now()).isoformat()
         items = [
-            Dispatch.missed(job.id, slot, reason=MISSED, logs=[
+            Dispatch.missed(job.id, slot, reason=MISSED,
+                            local=job.locking is Locking.NODE_LOCAL, logs=[
                 f"Skipped: the scheduler stopped at {now_iso} before its catch-up "
                 f"(missed={job.missed.value}) reached this slot"])
             for job, slot in left
