@@ -1,5 +1,6 @@
 """Fault tools shared by the chaos suite and the tests: a TCP proxy with faults, a private
-PostgreSQL cluster, a SQLite write lock held by another process, a corrupted SQLite file.
+PostgreSQL cluster, a SQLite write lock held by another process (and who holds it), a
+corrupted SQLite file.
 
 Nothing here touches the machine's shared PostgreSQL server: the cluster is created with
 ``initdb`` in a temporary directory on a free port, and is the only server restarted.
@@ -345,3 +346,24 @@ def corrupt_sqlite(db: str | Path, pages: int = 8, seed: int | None = None) -> l
         f.flush()
         os.fsync(f.fileno())
     return hit
+
+
+WAL_WRITE_LOCK = 120  # the byte of the -shm file a WAL-mode writer locks (SQLite's wal.c)
+
+
+def holds_write_lock(db: Path, pid: int) -> bool:
+    """Does process ``pid`` hold the SQLite write lock of ``db`` (WAL mode): an exclusive
+    POSIX lock on byte 120 of ``db-shm``, as ``/proc/locks`` lists it?"""
+    try:
+        inode = os.stat(f"{db}-shm").st_ino
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        f = line.split()
+        if "->" in f:  # a waiter, not a holder
+            continue
+        if (len(f) >= 8 and f[1] == "POSIX" and f[3] == "WRITE" and f[4] == str(pid)
+                and f[5].rsplit(":", 1)[-1] == str(inode) and f[6] == str(WAL_WRITE_LOCK)):
+            return True
+    return False

@@ -8,7 +8,9 @@ appends one line ``job slot_ms pid started_at`` to ``--record`` (opened ``O_APPE
 counted on the handler side, not only in the ledger.
 
 ``CRONFLEET_CHAOS_CLOCK_OFFSET`` (seconds) skews this process's clock (a host whose
-clock is off: ``SystemClock(offset=…)``). Prints ``READY <instance id>`` once started.
+clock is off: ``SystemClock(offset=…)``). ``--jitter``, ``--variants`` and ``--locking``
+(off by default) give the jobs the settings some scenarios are about. Prints
+``READY <instance id>`` once started.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import Any
 
 from cronfleet import RunContext, Scheduler
 from cronfleet.clock import SystemClock
@@ -36,6 +39,15 @@ def main() -> None:
     p.add_argument("--log-level", default="WARNING")
     p.add_argument("--instance-ttl", default="15s",
                    help="the scheduler's instance_ttl (its default: 15s; the short suite cuts it)")
+    p.add_argument("--jitter", default="",
+                   help="comma-separated jitter delays (seconds) given to the jobs in turn "
+                        "(stop_jitter: 0.9,1.5); none by default")
+    p.add_argument("--variants", default="",
+                   help="comma-separated job kinds given to the jobs in turn: plain (the "
+                        "defaults), recover (recover=True, timeout 2s), run_all "
+                        "(missed=run_all); all plain by default")
+    p.add_argument("--locking", default="",
+                   help="the jobs' locking (prefer_global: the opt-in fail-open mode)")
     args = p.parse_args()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -56,8 +68,22 @@ def main() -> None:
         if args.sleep:
             await asyncio.sleep(args.sleep)
 
+    jitters = [float(x) for x in args.jitter.split(",") if x]
+    variants = [x for x in args.variants.split(",") if x]
     for i in range(args.jobs):
-        s.job(args.every, id=f"job-{i:04d}")(handler)
+        opts: dict[str, Any] = {}
+        if jitters:
+            opts["jitter"] = jitters[i % len(jitters)]
+        kind = variants[i % len(variants)] if variants else "plain"
+        if kind == "recover":
+            opts.update(recover=True, timeout="2s")
+        elif kind == "run_all":
+            opts["missed"] = "run_all"
+        elif kind != "plain":
+            raise SystemExit(f"--variants: unknown job kind {kind!r}")
+        if args.locking:
+            opts["locking"] = args.locking
+        s.job(args.every, id=f"job-{i:04d}", **opts)(handler)
 
     async def go() -> None:
         async with s:

@@ -122,6 +122,7 @@ class Ledger:
         s.activity.enter()
         self.writing += 1
         try:
+            batch = await s.outage.claim_rows(batch)  # rows of fail-open runs: claimed first
             # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
             # inside the store's call deadline; a failed chunk keeps itself and the rest
             while batch:
@@ -182,6 +183,11 @@ class Ledger:
                 await done.wait()
         except TimeoutError:
             pass
+
+    def flush_later(self) -> None:
+        """Another group commit in a second (rows that must wait for another's row)."""
+        if self.s.running:
+            self.s.spawn(self._later_flush())
 
     async def _later_flush(self) -> None:
         await asyncio.sleep(1.0)

@@ -45,6 +45,10 @@ WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write 
 
 log = logging.getLogger("cronfleet")
 
+_OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
+MISSED = SkipReason.MISSED.value
+STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
+
 
 class Pipeline:
     """Chunks of one burst in flight to the store, oldest first.
@@ -67,18 +71,22 @@ class Pipeline:
     async def submit(self, chunk: list[Dispatch]) -> None:
         task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
         self.inflight.append((chunk, task))
+        self.s.loop.unhandled[task] = chunk  # until handled (a stop may cancel us first)
         # let the call reach the store's thread or socket before we go on: two hops, as a
         # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
+            self.s.loop.unhandled.pop(done, None)
             self.results.extend(self.handle(done_chunk, done))
 
     async def drain(self) -> list[Dispatched]:
         while self.inflight:
-            chunk, task = self.inflight.popleft()
+            chunk, task = self.inflight[0]
             await asyncio.wait({task})
+            self.inflight.popleft()
+            self.s.loop.unhandled.pop(task, None)
             self.results.extend(self.handle(chunk, task))
         return self.results
 
@@ -100,6 +108,11 @@ class Loop:
         self._lease_waits: dict[str, asyncio.Future[None]] = {}
         self._looks: dict[str, int] = {}
         self._lease_poller: asyncio.Future[None] | None = None
+        # chunks sent to the store whose answer nobody handled yet (Pipeline): what a
+        # stop's cancel leaves here, the stop records (settle_unhandled)
+        self.unhandled: dict[asyncio.Future[Any], list[Dispatch]] = {}
+        # slots of catch-up sequences the stop came before (run_sequence), for record_unrun
+        self.unrun: list[tuple[Job, float]] = []
 
     async def run(self) -> None:
         s = self.s
@@ -362,6 +375,57 @@ class Loop:
                     run.logs[-1] if run.logs else run.reason,
                 )
 
+    async def settle_unhandled(self, budget: float) -> int:
+        """At stop, after the background tasks were cancelled: the chunks whose caller was
+        cancelled while the store claimed them. Their answers are awaited (``budget``
+        seconds at most) and every slot they gave this process -- a pending row, or a
+        claim whose row the group commit was to write -- is recorded ``interrupted``: it
+        will not start now. Returns how many chunks got no answer in time (their claims
+        are left to the reaper that resolves a lost instance's slots)."""
+        left, self.unhandled = self.unhandled, {}
+        if not left:
+            return 0
+        done, pending = await asyncio.wait(left, timeout=budget)
+        now = self.s.clock.now()
+        for task in done:
+            if task.cancelled() or task.exception() is not None:
+                continue  # the store did not take the chunk: nothing of it was claimed
+            for res in task.result():
+                run = res.run
+                if res.won and run is not None and run.status in _OPEN:
+                    self.s.runner.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
+        return len(pending)
+
+    async def record_unrun(self, budget: float) -> int:
+        """At stop: the slots of catch-up sequences (``missed=run_all``, a backlog's
+        replay) the stop came before are claimed and recorded ``skipped / missed`` (a slot
+        another process has is left to it): another process may already have claimed a
+        later slot, and a later start's catch-up would not find them. Returns how many
+        the store did not take within ``budget`` seconds."""
+        left, self.unrun = self.unrun, []
+        if not left:
+            return 0
+        s = self.s
+        now_iso = from_ts(s.clock.now()).isoformat()
+        items = [
+            Dispatch.missed(job.id, slot, reason=MISSED,
+                            local=job.locking is Locking.NODE_LOCAL, logs=[
+                f"Skipped: the scheduler stopped at {now_iso} before its catch-up "
+                f"(missed={job.missed.value}) reached this slot"])
+            for job, slot in left
+        ]
+        size = s.batch_size
+        try:
+            async with asyncio.timeout(budget):
+                for i in range(0, len(items), size):
+                    await s.store.dispatch(items[i : i + size], s.instance_id)
+                    del left[:size]
+        except Exception as exc:  # the store is away: the next start or the reaper
+            log.warning("cronfleet %s: %d slot(s) of catch-up sequences not recorded at stop "
+                        "(%s)", s.instance_id, len(left), exc)
+            return len(left)
+        return 0
+
     async def claim_later(self, items: list[Dispatch], at: float) -> None:
         """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
         early and start them first; these claims only matter when an owner is gone."""
@@ -419,6 +483,8 @@ class Loop:
                 await self.dispatch([item])
             await s.runner.job_idle(job.id)
         finally:
+            if s.stopping:  # the stop came first: its slots are recorded (record_unrun)
+                self.unrun.extend((job, slot) for slot, _ in runs[i:])
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]
             s.activity.leave()

@@ -17,7 +17,9 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   memory store never confirm one), the slot is at most ``late_after`` old on a fresh
   clock reading, and no more than ``late_after`` of monotonic time passed since the instant
   began firing (a paused process never runs stale slots). Otherwise it is handled like
-  REQUIRE_GLOBAL.
+  REQUIRE_GLOBAL. A fail-open run's row is written under a claim of its slot once the
+  store answers (``claim_rows``): one final row per slot, a lost claim's outcome kept as
+  the slot's late result.
 * **Overlap holds inside the process** for every run without a claim (fail open and
   node-local): ``SKIP`` records ``already_executing`` while a run of the job is in progress
   here; ``QUEUE_ONE`` waits for it (one waiting run at most); ``REPLACE`` cancels this
@@ -35,6 +37,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
@@ -43,9 +46,10 @@ from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus,
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import RUN_ALL_CAP
 from cronfleet.runtime.runs import run_age
-from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Skip
+from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Finish, RunFilter, Skip
 from cronfleet.store.ledger import (
     ALREADY_EXECUTING,
+    attach_late_result,
     busy_log,
     busy_result,
     replace_stopped_log,
@@ -119,6 +123,9 @@ class Outage:
         self.warn = RateLimitedLog(log)
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
+        # runs started without a claim (PREFER_GLOBAL fail open), by id(run): their rows are
+        # written under a claim of their slot once the store answers (claim_rows)
+        self.unclaimed: dict[int, RunRecord] = {}
         self._confirm_lock = asyncio.Lock()
         self._confirmation: tuple[float, bool] = (float("-inf"), False)
 
@@ -255,7 +262,8 @@ class Outage:
             self.warn.warning("fail-open", "job %s: store unavailable (%s); running slot %s "
                               "without a claim (fail open)", job.id, exc,
                               from_ts(it.slot).isoformat())
-            self.run_unclaimed(job, it, f"Ran without a claim: the store was unavailable ({exc})")
+            self.run_unclaimed(job, it, f"Ran without a claim: the store was unavailable ({exc})",
+                               claim_row=True)
 
     async def confirmed(self) -> bool:
         """``Store.confirm_outage()``, asked once for every chunk failing within
@@ -274,8 +282,12 @@ class Outage:
             self._confirmation = (time.monotonic(), answer)
             return answer
 
-    def run_unclaimed(self, job: Job, it: Dispatch, line: str) -> Dispatched | None:
-        """Start a run without a claim, the job's overlap enforced in this process."""
+    def run_unclaimed(
+        self, job: Job, it: Dispatch, line: str, *, claim_row: bool = False
+    ) -> Dispatched | None:
+        """Start a run without a claim, the job's overlap enforced in this process.
+        ``claim_row`` (fail open): its row is written under a claim of the slot once the
+        store answers (:meth:`claim_rows`)."""
         s = self.s
         run = RunRecord(
             id=None,
@@ -289,6 +301,8 @@ class Outage:
             started_at=from_ts(s.clock.now()),
             logs=[*it.logs, line],
         )
+        if claim_row:
+            self.unclaimed[id(run)] = run
         busy = s.runner.running.get(job.id, 0) >= job.max_instances
         if job.overlap is Overlap.REPLACE and busy:
             self.replace_local(job, run)
@@ -298,15 +312,78 @@ class Outage:
                 self.waiting.add(job.id)
                 s.spawn(self._after_idle(job, run))
                 return None
-            s.ledger.unsaved_skips.append(
-                Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
-                     instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
-                     result=busy_result())
-            )
+            if claim_row:  # fail open: recorded under a claim (another may have run it)
+                skip = Dispatch.missed(job.id, it.slot, reason=ALREADY_EXECUTING,
+                                       result=busy_result(), logs=[busy_log(s.instance_id)])
+                skip.triggered_by, skip.is_catchup = it.triggered_by, it.is_catchup
+                self.keep_skip(skip)
+            else:
+                s.ledger.unsaved_skips.append(
+                    Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
+                         instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
+                         result=busy_result())
+                )
             s.stats.skip(ALREADY_EXECUTING)
             return None
         s.runner.launch(job, run, leased=False)
         return Dispatched(request=it, won=True, run=run)
+
+    async def claim_rows(self, batch: list[Finish]) -> list[Finish]:
+        """The group commit's rows of runs started without a claim (fail open), once the
+        store answers: each slot is claimed first, so that it keeps one final row (several
+        processes may have run it, and the backlog of another may claim it). A won claim's
+        row becomes the run's row; a lost one means the slot has its row from another
+        process: this run's outcome is attached to it as its late result
+        (``ledger.attach_late_result``), or waits for it (written later) while that row is
+        still open. A run still running whose claim is lost is written when it ends.
+        Raises what the store raised (the group commit keeps the batch)."""
+        if not self.unclaimed:
+            return batch
+        unclaimed = self.unclaimed
+        mine = [f for f in batch if f.run.id is None and id(f.run) in unclaimed]
+        if not mine:
+            return batch
+        s = self.s
+        out = [f for f in batch if not (f.run.id is None and id(f.run) in unclaimed)]
+        items = []
+        for f in mine:
+            job = s._jobs.get(f.run.job_id)
+            items.append(Dispatch.scheduled(
+                f.run.job_id, f.run.slot.timestamp(), lease=False, record=True,
+                hold=job.lease_seconds if job is not None else 3600.0,
+            ))
+        got = await s.store.dispatch(items, s.instance_id)
+        later: list[Finish] = []
+        for f, res in zip(mine, got, strict=True):
+            run = f.run
+            if res.won and res.run is not None:
+                run.id, run.fencing_token = res.run.id, res.token
+                unclaimed.pop(id(run), None)
+                out.append(f)
+                continue
+            if not run.status.finished:
+                continue  # its outcome is attached when it ends
+            stored = await self.slot_row(run)
+            if stored is None:
+                later.append(f)  # the slot's claim has no final row yet
+                continue
+            unclaimed.pop(id(run), None)
+            out.append(Finish(attach_late_result(stored, run, from_ts(s.clock.now()))))
+        if later:
+            s.ledger.finishes.extend(later)
+            s.ledger.flush_later()
+        return out
+
+    async def slot_row(self, run: RunRecord) -> RunRecord | None:
+        """The final row of ``run``'s slot (not a manual run), the oldest if several."""
+        page = await self.s.store.find_runs(
+            RunFilter(job_id=run.job_id, since=run.slot,
+                      until=run.slot + timedelta(milliseconds=1)),
+            limit=20,
+        )
+        final = [r for r in page.runs if r.status.finished and not r.manual
+                 and r.slot == run.slot]
+        return min(final, key=lambda r: r.id or 0) if final else None
 
     def replace_local(self, job: Job, run: RunRecord) -> None:
         """``Overlap.REPLACE`` without a claim: cancel this process's runs of the job (the

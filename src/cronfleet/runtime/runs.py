@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
 
 SUPERSEDED = SkipReason.SUPERSEDED.value
+STOPPED_IN_JITTER = "the scheduler stopped while the slot waited out its jitter delay"
 
 __all__ = ["Active", "Queued", "Runs"]
 
@@ -94,6 +95,9 @@ class Runs:
         self.starting: set[int] = set()  # pending runs whose start is being asked
         # recovery runs waiting for their job's lease (kept apart from QUEUE_ONE's slot)
         self.recovering: dict[str, Queued] = {}
+        # claimed slots waiting out their jitter (pending rows), by run id: a stop that
+        # comes first records them (``stop``)
+        self.deferred: dict[int, Queued] = {}
         self.ended: list[Active] = []
         self.unrecorded: dict[int, Active] = {}  # fast-path runs whose row is not written
         self.idle_jobs: dict[str, asyncio.Event] = {}
@@ -430,6 +434,11 @@ class Runs:
             await self.idle_jobs.setdefault(job_id, asyncio.Event()).wait()
 
     async def start_after(self, job: Job, run: RunRecord, req: Dispatch, at: float) -> None:
+        """Start a claimed slot's pending run once its jitter delay is over. Until then it
+        is in ``deferred``: a stop meanwhile (this task cancelled, the start's store call
+        included) leaves it there, and :meth:`stop` records it ``interrupted``."""
+        assert run.id is not None
+        self.deferred[run.id] = Queued(job, run, leased=req.lease)
         clock = self.s.clock
         while clock.now() < at:
             await clock.sleep_until(at)
@@ -438,6 +447,9 @@ class Runs:
             await self.start_pending(job, run, req.lease, wait=req.wait_if_busy)
         finally:
             self.s.activity.leave()
+        # reached only when the start was answered: started, settled, or queued (which
+        # stop() records too); a cancelled start stays deferred
+        self.deferred.pop(run.id, None)
 
     async def start_pending(self, job: Job, run: RunRecord, lease: bool, wait: bool) -> bool:
         """Start a pending run; returns False when it must keep waiting for the lease."""
@@ -622,8 +634,12 @@ class Runs:
         now = self.s.clock.now()
         for q in [*self.queued.values(), *self.recovering.values()]:
             self.interrupt(q.run, q.leased, now, "the scheduler stopped before its turn came")
+        for q in self.deferred.values():
+            if q.run.status is RunStatus.PENDING:  # not started, or its start not answered
+                self.interrupt(q.run, q.leased, now, STOPPED_IN_JITTER)
         self.queued.clear()
         self.recovering.clear()
+        self.deferred.clear()
 
     def close(self) -> None:
         if self.threads is not None:

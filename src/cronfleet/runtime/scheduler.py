@@ -516,6 +516,12 @@ class Scheduler(SyncControl):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # every claimed slot that will not start now gets its final row from here: the
+        # chunks a cancelled task was claiming, the slots of catch-up sequences not
+        # reached, then (Runs.stop) the runs waiting out their jitter or queued for the
+        # lease
+        unanswered = await self.loop.settle_unhandled(STOP_WRITE_BUDGET)
+        unanswered += await self.loop.record_unrun(STOP_WRITE_BUDGET)
         await self.runner.stop(self.shutdown_grace)
         self.running = False
         self.ledger.flush_event.set()
@@ -526,12 +532,16 @@ class Scheduler(SyncControl):
         await self._last_writes()
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        try:
-            async with asyncio.timeout(STOP_WRITE_BUDGET):
-                await self.fleet.leave()
-        except TimeoutError:
-            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
-                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
+        owed = len(self.ledger.finishes) + len(self.ledger.unsaved_skips) + unanswered
+        if owed:
+            # rows this process owes and could not write: its instance row stays, expires
+            # after instance_ttl, and whoever declares it lost writes them (break_lost:
+            # its open runs and leased claims become interrupted / instance_lost)
+            log.warning("cronfleet %s: %d result(s) not written at stop; its instance row is "
+                        "left to expire so that the fleet records them", self.instance_id,
+                        owed)
+        else:
+            await self._leave()
         try:
             async with asyncio.timeout(STOP_WRITE_BUDGET):
                 await self.store.close()
@@ -539,6 +549,14 @@ class Scheduler(SyncControl):
             log.warning("cronfleet %s: closing the store took over %g s; left behind",
                         self.instance_id, STOP_WRITE_BUDGET)
         log.info("cronfleet %s stopped", self.instance_id)
+
+    async def _leave(self) -> None:
+        try:
+            async with asyncio.timeout(STOP_WRITE_BUDGET):
+                await self.fleet.leave()
+        except TimeoutError:
+            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
+                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
 
     def run(self) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (blocking)."""

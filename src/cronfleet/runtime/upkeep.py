@@ -50,12 +50,32 @@ class Upkeep:
         while True:
             s.activity.enter()
             try:
-                await self.reap_orphans()
+                if self.may_reap():
+                    await self.reap_orphans()
                 await s.runner.poll_queued()
                 await s.ledger.flush_skips()
             finally:
                 s.activity.leave()
             await s.clock.sleep_until(s.clock.now() + min(s.orphan_interval, s.queue_poll))
+
+    def may_reap(self) -> bool:
+        """The periodic reaper judges other processes' runs only while this instance's own
+        heartbeats go through without a gap (``Fleet.steady``, as for ``break_lost``), the
+        last one asked less than ``instance_ttl`` ago and none failed since. After
+        the store was out of reach for everybody (a frozen SQLite writer, a hang) -- or
+        this process was frozen itself -- every holder first writes the results it kept
+        meanwhile: a run that had finished is recorded, not found orphaned by its expired
+        lease and re-run (``recover``)."""
+        fleet = self.s.fleet
+        if not fleet.enabled:
+            return True
+        last = fleet.last_ok
+        return (
+            fleet.steady()
+            and not fleet.failed
+            and last is not None
+            and self.s.clock.now() - last < fleet.ttl
+        )
 
     async def reap_orphans(self) -> list[RunRecord]:
         """Mark runs of dead instances ``interrupted``; re-run them where ``recover=True``."""
