@@ -79,6 +79,7 @@ class Knobs:
     idle_tx_for: float = 45.0
     hang: float = 45.0
     corrupt_for: float = 20.0  # the damaged file in use, before the operator restores it
+    start_down: float = 20.0  # start_down: the store unreachable while the fleet starts
     failover_target: float = 20.0
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
@@ -86,7 +87,7 @@ class Knobs:
     SCALED = (
         "warm", "after", "instance_ttl", "cut_short", "cut_long", "latency_for",
         "restart_down", "skew_for", "flaky_for", "lock_for", "down", "idle_tx_for", "hang",
-        "corrupt_for",
+        "corrupt_for", "start_down",
     )
 
     def scaled(self, factor: float) -> Knobs:
@@ -907,6 +908,22 @@ def f_corrupt(ctx: Ctx, fleet: Fleet) -> None:
     ctx.events["back"] = time.time()
 
 
+def f_start_down(ctx: Ctx, fleet: Fleet) -> None:
+    """Every process started while the store refuses connections: each must wait for it
+    (not exit), then run once it answers."""
+    proxy = proxied(ctx, fleet)
+    proxy.cut()
+    ws = [fleet.spawn(f"p{i}") for i in range(ctx.knobs.processes)]
+    time.sleep(ctx.knobs.start_down)
+    gone = [f"{w.name} (exit {w.proc.returncode}) while the store was unreachable"
+            for w in ws if w.proc.poll() is not None]
+    if gone:
+        raise RuntimeError("; ".join(gone) + f": {tail(ws[0].log)}")
+    proxy.restore()
+    ctx.events["back"] = time.time()
+    fleet.wait_ready(ws)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -915,6 +932,7 @@ class Scenario:
     stores: tuple[str, ...]
     proxy: bool = False
     private_pg: bool = False  # needs the private cluster (restarts it)
+    at_start: bool = False  # the fault starts the fleet itself (instead of warm + fault)
 
 
 SCENARIOS = [
@@ -942,6 +960,8 @@ SCENARIOS = [
              ("postgres", "redis"), proxy=True),
     Scenario("corrupt", "the SQLite file corrupted under running processes", f_corrupt,
              ("sqlite",)),
+    Scenario("start_down", "every process started while the store is unreachable 20 s",
+             f_start_down, ("postgres", "redis"), proxy=True, at_start=True),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -968,11 +988,16 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
             if sc.name == "skew":
                 offsets = [knobs.skew, -knobs.skew] + [0.0] * (knobs.processes - 2)
                 envs = [{OFFSET_ENV: str(o)} for o in offsets]
-            fleet.start(knobs.processes, envs)
-            ready = time.time()
-            lo = math.ceil(ready) + 2
-            sleep_until(ready + knobs.warm)
-            sc.fault(ctx, fleet)
+            if sc.at_start:
+                sc.fault(ctx, fleet)
+                ready = time.time()
+                lo = math.ceil(ready) + 2
+            else:
+                fleet.start(knobs.processes, envs)
+                ready = time.time()
+                lo = math.ceil(ready) + 2
+                sleep_until(ready + knobs.warm)
+                sc.fault(ctx, fleet)
             time.sleep(knobs.after)
             result.exits = fleet.unexpected_exits()
             stopped_at = time.time()
@@ -1037,12 +1062,16 @@ def check_targets(r: Result, k: Knobs) -> None:
     if r.rejoined is False:
         r.failures.append("the woken process did not run anything again")
     if (
-        r.scenario in ("cut60", "restart")
+        r.scenario in BACK_ON_TIME
         and r.recovery is not None
         and r.recovery > k.recovery_target
     ):
         r.failures.append(f"on time again {fmt(r.recovery)} after the store came back "
                           f"> {k.recovery_target:.0f}s")
+
+
+BACK_ON_TIME = ("cut60", "restart", "hang", "latency", "down")
+"""The scenarios whose ``back`` figure has a target (``recovery_target``, 2 s)."""
 
 
 def fmt(v: float) -> str:

@@ -17,6 +17,7 @@ from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
 from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
+from cronfleet.runtime.reach import until_reachable
 from cronfleet.store.api import ApiStore
 
 log = logging.getLogger("cronfleet.api")
@@ -133,7 +134,9 @@ async def serve(
                                  .ready_max_overdue)
             await probes.start()
         async with scheduler:
-            await catalog.start()
+            # the store answered the scheduler's open; should it go away again at once,
+            # the catalog's first read waits for it the same way (runtime/reach.py)
+            await until_reachable(catalog.start, "the job catalog", scheduler.connect_timeout)
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
             if sock is not None:

@@ -42,6 +42,8 @@ SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot w
 SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
 SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write left behind
+MISSED_WHY = "missed while no scheduler ran it"
+OVERTAKEN_WHY = "overtaken: a newer slot was already due before it could start"
 
 log = logging.getLogger("cronfleet")
 
@@ -285,7 +287,9 @@ class Loop:
             s.stats.skip(reason.value, len(processed))
             return
         for x in missed_slots:
-            items.append(requests.missed(job, x, "missed while no scheduler ran it"))
+            # older than late_after: nobody fired it; else a newer slot overtook it
+            why = MISSED_WHY if now - x > s.late_after else OVERTAKEN_WHY
+            items.append(requests.missed(job, x, why))
         if overflow is not None:
             count, first, last = overflow
             why, result = missed_summary(
