@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from api.procs import spawn, stop, wait_for
 from store.pg import TcpProxy, drop_schema, new_schema, pg_url, require_pg
 from store.redis_server import RedisServer, new_prefix, require_redis
-
-from api.procs import spawn, stop, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +40,7 @@ def tick(ctx):
     os.close(fd)
 """
 
-WAITING = r"store unreachable .*; waiting for it"
+WAITING = r"store unreachable \("  # then the cause and "; waiting for it"
 
 
 class Unreachable:

@@ -209,6 +209,7 @@ def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
     unreachable store is waited for like every start-up step (runtime/reach.py)."""
     import asyncio
 
+    from cronfleet.errors import StoreUnavailable
     from cronfleet.runtime.reach import until_reachable
     from cronfleet.secrets import Keyring, Vault
     from cronfleet.store.secrets import open_secret_store
@@ -230,6 +231,9 @@ def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
 
     try:
         asyncio.run(until_reachable(check, "the secrets key check", wait_for_store))
+    except StoreUnavailable as exc:  # names the step and the wait already
+        loaded.cleanup()
+        _fail(f"cronfleet cannot run: {exc}", EXIT_FAILED)
     except CronfleetError as exc:
         loaded.cleanup()
         _fail(f"cronfleet cannot run: secrets: {exc}", EXIT_FAILED)

@@ -21,11 +21,9 @@ import json
 import logging
 import math
 import os
-import random
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,7 +36,6 @@ from cronfleet.errors import (
     DuplicateJob,
     JobNotFound,
     JobPaused,
-    StoreUnavailable,
 )
 from cronfleet.model import (
     DEFAULT_TEAM,
