@@ -140,3 +140,18 @@ def test_connect_timeout_ends_the_wait_with_a_clear_error(
     assert "cronfleet cannot run" in text and "still unreachable after" in text, text
     assert "connect_timeout 3 s" in text, text
     assert "Traceback" not in text and not record.exists(), text
+
+
+def test_sigterm_while_waiting_stops_at_once(tmp_path: Path, store: Unreachable) -> None:
+    record = _setup(tmp_path, store.url)
+    proc, log = spawn(tmp_path, "run", "--role", "worker", "--metrics-port", "0")
+    try:
+        wait_for(log, WAITING, proc, timeout=60)
+        started = time.monotonic()
+        code = stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert code == 0 and time.monotonic() - started < 10, text
+    assert "Traceback" not in text and not record.exists(), text

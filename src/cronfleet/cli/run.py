@@ -147,7 +147,6 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         log.warning("--role %s overrides %s=0: timers are on", role, SCHEDULER_ENV)
     log.info("role %s (%s): %s", role, role_origin,
              _ROLES[role] if api_on or role == "worker" else "timers on, REST API off")
-    _check_vault(loaded, wait_for_store)
     code = EXIT_OK
     try:
         scheduler = loaded.scheduler(timers=role != "api", role=role,
@@ -158,7 +157,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
                                allow_command_jobs=config.api_allow_command_jobs)
         asyncio.run(serve(scheduler, api=api_on, host=api_host, port=api_port, settings=settings,
                           http_runtime=config.http_runtime(), metrics_port=probe_port,
-                          command_runtime=config.command_runtime()))
+                          command_runtime=config.command_runtime(),
+                          preflight=lambda: _check_vault(loaded, wait_for_store)))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
@@ -201,14 +201,13 @@ def _has_stored_jobs(loaded: Loaded, wait_for_store: float | None) -> bool:
         return False
 
 
-def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
+async def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
     """Refuse to start (exit 1, a clear message) when encrypted secrets exist that the
     configured keys cannot decrypt. Every role checks: each can read secrets (HTTP jobs,
     from config or created over the API) or write them (the API), and a process writing
-    under a key the others do not hold would stop them at their next start. An
-    unreachable store is waited for like every start-up step (runtime/reach.py)."""
-    import asyncio
-
+    under a key the others do not hold would stop them at their next start. Run by
+    ``serve`` before the scheduler starts, once the probes listen; an unreachable store
+    is waited for like every start-up step (runtime/reach.py)."""
     from cronfleet.errors import StoreUnavailable
     from cronfleet.runtime.reach import until_reachable
     from cronfleet.secrets import Keyring, Vault
@@ -230,10 +229,8 @@ def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
             await store.close()
 
     try:
-        asyncio.run(until_reachable(check, "the secrets key check", wait_for_store))
-    except StoreUnavailable as exc:  # names the step and the wait already
-        loaded.cleanup()
-        _fail(f"cronfleet cannot run: {exc}", EXIT_FAILED)
+        await until_reachable(check, "the secrets key check", wait_for_store)
+    except StoreUnavailable:
+        raise  # names the step and the wait already
     except CronfleetError as exc:
-        loaded.cleanup()
-        _fail(f"cronfleet cannot run: secrets: {exc}", EXIT_FAILED)
+        raise CronfleetError(f"secrets: {exc}") from exc
