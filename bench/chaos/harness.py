@@ -85,6 +85,7 @@ class Knobs:
     stops: int = 7  # stop_jitter: processes stopped (SIGTERM / SIGINT) and started again
     writer_frozen_for: float = 45.0  # writer_frozen: SIGSTOP while holding the write lock
     next_start: float = 20.0  # writer_frozen: the fleet started again after its stop, so long
+    start_down: float = 20.0  # start_down: the store unreachable while the fleet starts
     failover_target: float = 20.0
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
@@ -92,7 +93,7 @@ class Knobs:
     SCALED = (
         "warm", "after", "instance_ttl", "cut_short", "cut_long", "latency_for",
         "restart_down", "skew_for", "flaky_for", "lock_for", "down", "idle_tx_for", "hang",
-        "corrupt_for", "writer_frozen_for", "next_start",
+        "corrupt_for", "writer_frozen_for", "next_start", "start_down",
     )
 
     def scaled(self, factor: float) -> Knobs:
@@ -964,6 +965,22 @@ def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
     raise RuntimeError(f"no worker caught holding the write lock ({tries} tries)")
 
 
+def f_start_down(ctx: Ctx, fleet: Fleet) -> None:
+    """Every process started while the store refuses connections: each must wait for it
+    (not exit), then run once it answers."""
+    proxy = proxied(ctx, fleet)
+    proxy.cut()
+    ws = [fleet.spawn(f"p{i}") for i in range(ctx.knobs.processes)]
+    time.sleep(ctx.knobs.start_down)
+    gone = [f"{w.name} (exit {w.proc.returncode}) while the store was unreachable"
+            for w in ws if w.proc.poll() is not None]
+    if gone:
+        raise RuntimeError("; ".join(gone) + f": {tail(ws[0].log)}")
+    proxy.restore()
+    ctx.events["back"] = time.time()
+    fleet.wait_ready(ws)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -976,6 +993,7 @@ class Scenario:
     # rows owed at the stop may be found by the next start: the fleet is started again for
     # ``next_start`` seconds after its stop (the window still ends at the first stop)
     next_start: bool = False
+    at_start: bool = False  # the fault starts the fleet itself (instead of warm + fault)
 
 
 SCENARIOS = [
@@ -1012,6 +1030,8 @@ SCENARIOS = [
     Scenario("hang_prefer", "hang with the opt-in PREFER_GLOBAL: fail open, extra runs "
              "counted", f_hang, ("postgres", "redis"), proxy=True,
              args=lambda k: ["--locking", "prefer_global"]),
+    Scenario("start_down", "every process started while the store is unreachable 20 s",
+             f_start_down, ("postgres", "redis"), proxy=True, at_start=True),
 ]
 FAIL_OPEN = {"hang_prefer"}
 """Scenarios of the opt-in fail-open mode: runs beyond the first on the handler side are
@@ -1044,11 +1064,16 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
             if sc.name == "skew":
                 offsets = [knobs.skew, -knobs.skew] + [0.0] * (knobs.processes - 2)
                 envs = [{OFFSET_ENV: str(o)} for o in offsets]
-            fleet.start(knobs.processes, envs)
-            ready = time.time()
-            lo = math.ceil(ready) + 2
-            sleep_until(ready + knobs.warm)
-            sc.fault(ctx, fleet)
+            if sc.at_start:
+                sc.fault(ctx, fleet)
+                ready = time.time()
+                lo = math.ceil(ready) + 2
+            else:
+                fleet.start(knobs.processes, envs)
+                ready = time.time()
+                lo = math.ceil(ready) + 2
+                sleep_until(ready + knobs.warm)
+                sc.fault(ctx, fleet)
             time.sleep(knobs.after)
             result.exits = fleet.unexpected_exits()
             stopped_at = time.time()
@@ -1117,12 +1142,16 @@ def check_targets(r: Result, k: Knobs) -> None:
     if r.rejoined is False:
         r.failures.append("the woken process did not run anything again")
     if (
-        r.scenario in ("cut60", "restart")
+        r.scenario in BACK_ON_TIME
         and r.recovery is not None
         and r.recovery > k.recovery_target
     ):
         r.failures.append(f"on time again {fmt(r.recovery)} after the store came back "
                           f"> {k.recovery_target:.0f}s")
+
+
+BACK_ON_TIME = ("cut60", "restart", "hang", "latency", "down")
+"""The scenarios whose ``back`` figure has a target (``recovery_target``, 2 s)."""
 
 
 def fmt(v: float) -> str:

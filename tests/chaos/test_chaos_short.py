@@ -107,3 +107,23 @@ def test_redis_kill9_of_the_lease_holder_full_verdict(tmp: Path) -> None:
     assert r.two_final == 0 and r.gaps == 0, r.samples
     assert r.failover is not None and r.failover <= 20.0, r.line()
     assert r.verdict == "PASS", r.line()
+
+
+def test_start_down_every_process_waits_then_runs(tmp: Path) -> None:
+    """Every process started while PostgreSQL refuses connections (the proxy cut): none
+    exits, each runs once the store answers, and the window after that has 0 silent gaps
+    and 0 duplicates (a start used to fail at once on the secrets check in ``cronfleet
+    run``; the workers here start the library's scheduler, which waits too)."""
+    require_pg()
+    backend = Postgres(pg_url())
+    knobs = dataclasses.replace(SHORT, start_down=6.0, after=12.0)
+    try:
+        r = run_scenario(BY_NAME["start_down"], backend, knobs, tmp / "start_down")
+    finally:
+        backend.close()
+    print(r.line())
+    assert r.error is None, r.error
+    assert r.once > 0 and not r.exits, r.line()
+    assert r.dup_handler == 0 and r.dup_ledger == 0 and r.two_final == 0, r.samples
+    assert r.gaps == 0, r.samples
+    assert r.verdict == "PASS", r.line()

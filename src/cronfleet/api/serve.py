@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from cronfleet import alerts, tracing
@@ -17,6 +17,7 @@ from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
 from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
+from cronfleet.runtime.reach import until_reachable
 from cronfleet.store.api import ApiStore
 
 log = logging.getLogger("cronfleet.api")
@@ -80,6 +81,24 @@ async def _first_start_codes(api_store: ApiStore, host: str,
     return codes
 
 
+async def _unless_stopped(step: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await ``step`` unless ``stop`` is set first (then it is cancelled): True when it
+    ended (what it raised is raised)."""
+    task = asyncio.ensure_future(step)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -96,10 +115,13 @@ async def serve(
     stop: asyncio.Event | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
+    preflight: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM (or until ``stop`` is set). ``metrics_port``: also serve
     ``/healthz``, ``/readyz`` and ``/metrics`` there (:class:`~cronfleet.health.ProbeServer`),
-    whatever the role."""
+    whatever the role. ``preflight``: checks awaited once the port is bound and the probes
+    listen, before the scheduler starts (``cronfleet run``'s secrets key check, which may
+    wait for the store); what it raises stops the start."""
     import uvicorn
 
     stop = stop or asyncio.Event()
@@ -132,8 +154,12 @@ async def serve(
                                  ready_max_overdue=(settings or ApiSettings())
                                  .ready_max_overdue)
             await probes.start()
+        if preflight is not None and not await _unless_stopped(preflight(), stop):
+            return  # SIGTERM while it waited for the store: nothing started
         async with scheduler:
-            await catalog.start()
+            # the store answered the scheduler's open; should it go away again at once,
+            # the catalog's first read waits for it the same way (runtime/reach.py)
+            await until_reachable(catalog.start, "the job catalog", scheduler.connect_timeout)
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
             if sock is not None:

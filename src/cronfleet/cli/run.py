@@ -105,12 +105,18 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         role_origin = f"{SCHEDULER_ENV}=0" if from_env is False else "default"
     loaded = _load(config_path, strict=True)
     config = loaded.config
+    if wait_for_store is None:
+        wait_for_store = config.connect_timeout  # every start-up step waits this long
     api_on = role in ("all", "api") and config.api_enabled and not no_api
     if role == "api" and not api_on:
         loaded.cleanup()
         _fail("--role api serves only the REST API, which is off here "
               "(--no-api or [api] enabled = false)", EXIT_BAD_INPUT)
-    if not loaded.jobs and not api_on and not _has_stored_jobs(config.store):
+    # precedence: flag > environment > file > default (config/env.py)
+    level, _ = pick(log_level, "--log-level", config, "log_level")
+    fmt, _ = pick(log_format, "--log-format", config, "log_format")
+    configure_logs(level, fmt)  # before the first step that may wait for the store
+    if not loaded.jobs and not api_on and not _has_stored_jobs(loaded, wait_for_store):
         loaded.cleanup()
         _fail(
             f"nothing to run: {config.display} declares no [[tasks]], no plugin declares a "
@@ -118,13 +124,9 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
             "FILE or set CRONFLEET_CONFIG)",
             EXIT_FAILED,
         )
-    # precedence: flag > environment > file > default (config/env.py)
-    level, _ = pick(log_level, "--log-level", config, "log_level")
-    fmt, _ = pick(log_format, "--log-format", config, "log_format")
     api_host, host_origin = pick(host, "--host", config, "api_host")
     api_port, port_origin = pick(port, "--port", config, "api_port")
     probe_port, _ = pick(metrics_port, "--metrics-port", config, "metrics_port")
-    configure_logs(level, fmt)
     log = logging.getLogger("cronfleet.cli")
     log.info("config %s; store %s (from %s)", config.display, config.store, config.store_origin)
     if api_on:
@@ -145,7 +147,6 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         log.warning("--role %s overrides %s=0: timers are on", role, SCHEDULER_ENV)
     log.info("role %s (%s): %s", role, role_origin,
              _ROLES[role] if api_on or role == "worker" else "timers on, REST API off")
-    _check_vault(loaded)
     code = EXIT_OK
     try:
         scheduler = loaded.scheduler(timers=role != "api", role=role,
@@ -157,7 +158,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
                                forwarded_allow_ips=config.api_forwarded_allow_ips)
         asyncio.run(serve(scheduler, api=api_on, host=api_host, port=api_port, settings=settings,
                           http_runtime=config.http_runtime(), metrics_port=probe_port,
-                          command_runtime=config.command_runtime()))
+                          command_runtime=config.command_runtime(),
+                          preflight=lambda: _check_vault(loaded, wait_for_store)))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
@@ -166,20 +168,24 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     sys.exit(code)
 
 
-def _has_stored_jobs(url: str) -> bool:
-    """Whether the store holds jobs created over the API (False when it cannot tell)."""
+def _has_stored_jobs(loaded: Loaded, wait_for_store: float | None) -> bool:
+    """Whether the store holds jobs created over the API (False when it cannot tell),
+    waiting for an unreachable store like every start-up step (runtime/reach.py)."""
     import asyncio
 
+    from cronfleet.errors import StoreUnavailable
+    from cronfleet.runtime.reach import until_reachable
     from cronfleet.store.api import ApiStore
     from cronfleet.store.url import parse_store_url
 
+    url = loaded.config.store
     try:
         if parse_store_url(url).no_file_yet:
             return False
     except CronfleetError:
         return False
 
-    async def go() -> bool:
+    async def look() -> bool:
         store = ApiStore(url)
         try:
             return bool(await store.job_defs())
@@ -187,18 +193,24 @@ def _has_stored_jobs(url: str) -> bool:
             await store.close()
 
     try:
-        return asyncio.run(go())
+        return asyncio.run(until_reachable(look, "the jobs created over the API",
+                                           wait_for_store))
+    except StoreUnavailable as exc:
+        loaded.cleanup()
+        _fail(f"cronfleet cannot run: {exc}", EXIT_FAILED)
     except (CronfleetError, OSError):
         return False
 
 
-def _check_vault(loaded: Loaded) -> None:
+async def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
     """Refuse to start (exit 1, a clear message) when encrypted secrets exist that the
     configured keys cannot decrypt. Every role checks: each can read secrets (HTTP jobs,
     from config or created over the API) or write them (the API), and a process writing
-    under a key the others do not hold would stop them at their next start."""
-    import asyncio
-
+    under a key the others do not hold would stop them at their next start. Run by
+    ``serve`` before the scheduler starts, once the probes listen; an unreachable store
+    is waited for like every start-up step (runtime/reach.py)."""
+    from cronfleet.errors import StoreUnavailable
+    from cronfleet.runtime.reach import until_reachable
     from cronfleet.secrets import Keyring, Vault
     from cronfleet.store.secrets import open_secret_store
     from cronfleet.store.url import parse_store_url
@@ -210,7 +222,7 @@ def _check_vault(loaded: Loaded) -> None:
     if parsed.no_file_yet or parsed.in_memory:
         return  # a new store holds no secret yet
 
-    async def go() -> None:
+    async def check() -> None:
         store = open_secret_store(loaded.config.store)
         try:
             await Vault(store, Keyring.from_env()).check()
@@ -218,7 +230,8 @@ def _check_vault(loaded: Loaded) -> None:
             await store.close()
 
     try:
-        asyncio.run(go())
+        await until_reachable(check, "the secrets key check", wait_for_store)
+    except StoreUnavailable:
+        raise  # names the step and the wait already
     except CronfleetError as exc:
-        loaded.cleanup()
-        _fail(f"cronfleet cannot run: secrets: {exc}", EXIT_FAILED)
+        raise CronfleetError(f"secrets: {exc}") from exc

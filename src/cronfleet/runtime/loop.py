@@ -42,6 +42,8 @@ SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot w
 SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
 SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write left behind
+MISSED_WHY = "missed while no scheduler ran it"
+OVERTAKEN_WHY = "overtaken: a newer slot was already due before it could start"
 
 log = logging.getLogger("cronfleet")
 
@@ -198,6 +200,9 @@ class Loop:
         queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
         scheduled = requests.scheduled
         items: list[Dispatch] = []
+        # the missed records of catch-ups: claimed after every run of the instant, so a
+        # large catch-up never delays the slot that is back on time
+        records: list[Dispatch] = []
         sequencing = self.sequencing
         # spreading: another live instance's jobs, which it claimed early, are claimed
         # here a moment later, so its handlers start first (runtime/fleet.py)
@@ -223,12 +228,15 @@ class Loop:
                     continue
                 items.append(item)
             else:
-                self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences)
+                self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences,
+                              records)
             if len(items) >= size:
                 await pipe.submit(items)
                 items = []
         if items:
             await pipe.submit(items)
+        for i in range(0, len(records), size):
+            await pipe.submit(records[i : i + size])
         await pipe.drain()
         if handled:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
@@ -253,8 +261,10 @@ class Loop:
         items: list[Dispatch],
         skips: list[Skip],
         sequences: list[tuple[Job, list[tuple[float, bool]]]],
+        records: list[Dispatch] | None = None,
     ) -> None:
-        """The slow path: several or late slots (catch-up), or an override to honour."""
+        """The slow path: several or late slots (catch-up), or an override to honour.
+        The run goes to ``items``, the missed records to ``records`` (default: ``items``)."""
         s = self.s
         due = s.due
         nxt = after(job, slot)
@@ -297,14 +307,17 @@ class Loop:
                 skips.append(Skip(job.id, x, reason.value, instance_id=s.instance_id, logs=[line]))
             s.stats.skip(reason.value, len(processed))
             return
+        recorded = items if records is None else records
         for x in missed_slots:
-            items.append(requests.missed(job, x, "missed while no scheduler ran it"))
+            # older than late_after: nobody fired it; else a newer slot overtook it
+            why = MISSED_WHY if now - x > s.late_after else OVERTAKEN_WHY
+            recorded.append(requests.missed(job, x, why))
         if overflow is not None:
             count, first, last = overflow
             why, result = missed_summary(
                 count, from_ts(first).isoformat(), from_ts(last).isoformat()
             )
-            items.append(requests.missed(job, first, why, result=result))
+            recorded.append(requests.missed(job, first, why, result=result))
         if len(runs) == 1:
             items.append(
                 requests.scheduled(

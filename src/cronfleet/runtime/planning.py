@@ -60,10 +60,13 @@ def plan_slots(
 ) -> SlotPlan:
     """Plan the slots in ``(after, now]``.
 
-    A slot at most ``late_after`` seconds old is on time and runs normally. Older slots
-    were missed: inside ``window`` the ``missed`` policy decides (SKIP records them,
-    RUN_ONCE runs only the newest — and none when an on-time slot runs anyway — RUN_ALL
-    runs them in order up to :data:`RUN_ALL_CAP`); outside the window they are recorded.
+    Only the newest slot can still start near its time: it is on time when it is at most
+    ``late_after`` seconds old and runs normally. Every other slot is **late** — older than
+    ``late_after``, or overtaken by a newer slot already due (a backlog after an outage, a
+    start or a stalled loop: running it now would push every later slot back) — and the
+    ``missed`` policy decides inside ``window`` (SKIP records them, RUN_ONCE runs only the
+    newest — and none when an on-time slot runs anyway — RUN_ALL runs them in order up to
+    :data:`RUN_ALL_CAP`, then the on-time one); outside the window they are recorded.
     Only the schedule's fire times count: a composed schedule's bounds and exclusions
     (``prev`` never gives an excluded instant nor one outside ``start``/``end``) mean
     those instants are neither run nor recorded as missed.
@@ -87,8 +90,9 @@ def plan_slots(
         newest_first.append(ts)
         cursor = prev
     slots = newest_first[::-1]
-    on_time = [s for s in slots if now - s <= late_after]
-    late = [s for s in slots if now - s > late_after]
+    # the backlog rule: only the newest slot may be on time (docs/concepts.md)
+    on_time = slots[-1:] if slots and now - slots[-1] <= late_after else []
+    late = slots[: len(slots) - len(on_time)]
     in_window = [s for s in late if window > 0 and now - s <= window]
     outside = [s for s in late if not (window > 0 and now - s <= window)]
     to_miss = list(outside)

@@ -21,11 +21,9 @@ import json
 import logging
 import math
 import os
-import random
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,7 +36,6 @@ from cronfleet.errors import (
     DuplicateJob,
     JobNotFound,
     JobPaused,
-    StoreUnavailable,
 )
 from cronfleet.model import (
     DEFAULT_TEAM,
@@ -71,6 +68,7 @@ from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.runtime.reach import until_reachable
 from cronfleet.runtime.registry import Registry
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
@@ -438,32 +436,16 @@ class Scheduler(SyncControl):
         )
 
     async def _open_store(self) -> None:
-        """Open the store, waiting for an unreachable one (``StoreUnavailable``) with
-        exponential backoff and full jitter, up to ``connect_timeout``; any other error
-        (a bad path, a newer schema) stops the start at once."""
-        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
-        delay, tries = 0.5, 0
+        """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
+        ``connect_timeout`` (runtime/reach.py: the rule of every start-up step); any other
+        error (a bad path, a newer schema) stops the start at once."""
         if self._own_store and hasattr(self.store, "open_timeout"):
             # the store's own connect retry (PostgreSQL) follows the same limit at start;
             # a control call on a stopped scheduler keeps the store's (60 s)
             self.store.open_timeout = (
                 math.inf if self.connect_timeout is None else self.connect_timeout
             )
-        while True:
-            try:
-                await self.store.open()
-                if tries:
-                    log.info("store %s reachable after %d attempts", self.store.url, tries + 1)
-                return
-            except StoreUnavailable as exc:
-                tries += 1
-                wait = random.uniform(0, delay)
-                if deadline is not None and time.monotonic() + wait > deadline:
-                    raise
-                self.outage.warn.warning("connect", "store %s unreachable (%s); waiting for it",
-                                         self.store.url, exc)
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, 5.0)
+        await until_reachable(self.store.open, f"store {self.store.url}", self.connect_timeout)
 
     def start_in_background(
         self, *, timeout: float = 60.0,

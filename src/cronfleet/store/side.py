@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
-from cronfleet.errors import StoreError
+from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.store.url import parse_store_url
 
 __all__ = ["Rows", "SideDB", "SidePostgres", "SideSQLite", "Statement", "open_side_db"]
@@ -191,12 +191,18 @@ class SidePostgres:
                 conn = await self._connection()
                 result: Rows = await body(conn)
                 return result
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     await conn.close()
-                raise StoreError(f"{self.what} in PostgreSQL schema {self.schema!r}: "
-                                 f"{type(exc).__name__}: {exc}") from None
+                # a connection that failed or broke: the store is unreachable (start-up
+                # waits for it, runtime/reach.py); any other error is the store's answer
+                kind = (StoreUnavailable
+                        if isinstance(exc, OSError | psycopg.OperationalError
+                                      | psycopg.InterfaceError)
+                        else StoreError)
+                raise kind(f"{self.what} in PostgreSQL schema {self.schema!r}: "
+                           f"{type(exc).__name__}: {exc}") from None
 
     async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
         return await self._go(sql, params, None)

@@ -35,9 +35,11 @@ def test_run_all_is_ordered_and_capped() -> None:
     p = plan_slots(every_s, T, now, missed=Missed.RUN_ALL, window=3600, late_after=5)
     late = [s for s, c in p.run if c]
     assert len(late) == RUN_ALL_CAP and late == sorted(late)
-    assert late[-1] == now - 6  # the most recent late slots are the ones kept
+    # the most recent late slots are the ones kept; only the newest slot is on time
+    # (the backlog rule: the others within late_after were overtaken by it)
+    assert late[-1] == now - 1
     assert p.capped > 0
-    assert [s for s, c in p.run if not c] == [now - 5 + i for i in range(6)]
+    assert [s for s, c in p.run if not c] == [now]
     # every slot is accounted for: run, recorded one by one, or counted in the summary
     assert p.overflow is not None and p.overflow[0] is not None
     assert len(p.run) + len(p.missed) + p.overflow[0] == 500
@@ -73,3 +75,21 @@ def test_jitter_is_deterministic_and_bounded() -> None:
     assert jitter_delay("a", T, 30) == jitter_delay("a", T, 30)
     assert jitter_delay("a", T, 30) != jitter_delay("a", T + 60, 30)
     assert jitter_delay("a", T, 0) == 0
+
+
+def test_only_the_newest_slot_of_a_backlog_is_on_time() -> None:
+    """Slots within ``late_after`` but overtaken by a newer one due too are late: the
+    policy decides them (they used to run back to back as on-time runs)."""
+    every_s = parse("1s")
+    now = T + 4
+    once = plan_slots(every_s, T, now, missed=Missed.RUN_ONCE, window=3600, late_after=5)
+    assert once.run == [(now, False)] and once.missed == [T + 1, T + 2, T + 3]
+    skip = plan_slots(every_s, T, now, missed=Missed.SKIP, window=3600, late_after=5)
+    assert skip.run == [(now, False)] and skip.missed == [T + 1, T + 2, T + 3]
+    run_all = plan_slots(every_s, T, now, missed=Missed.RUN_ALL, window=3600, late_after=5)
+    assert run_all.run == [(T + 1, True), (T + 2, True), (T + 3, True), (now, False)]
+    assert run_all.missed == []
+    # the newest itself too old: RUN_ONCE runs it as a catch-up
+    old = plan_slots(every_s, T, T + 10.5, missed=Missed.RUN_ONCE, window=3600,
+                     late_after=0.2)
+    assert old.run == [(T + 10, True)] and old.missed == [T + x for x in range(1, 10)]
