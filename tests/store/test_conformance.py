@@ -649,3 +649,28 @@ async def test_last_runs_is_the_newest_run_of_each_job(store: Store) -> None:
     assert last["b"].slot.timestamp() == T0 + 2
     newest_b = (await store.list_runs("b", limit=1))[0]
     assert last["b"] == newest_b
+
+
+async def test_last_slot_runs_are_last_runs_narrowed(store: Store) -> None:
+    """The overview's read of every job's newest run: the same runs as ``last_runs``, as
+    :class:`SlotRun` rows (id, slot in epoch seconds, status, reason, manual)."""
+    from cronfleet.store.base import SlotRun, SlotRunStore
+
+    assert isinstance(store, SlotRunStore)
+    await store.ensure_jobs(["a", "b", "c"])
+    assert await store.last_slot_runs([]) == {}
+    for i in range(3):
+        await store.dispatch([slot_item("a", T0 + i + 0.25), slot_item("b", T0 + i)], "one")
+    await store.record_skips([Skip("a", T0 + 10, "paused")])
+    await store.record_skips([Skip("b", T0 - 50, "missed")])  # an older slot, a newer id
+    ids = ["a", "b", "c", "unknown"]
+    full = await store.last_runs(ids)
+    narrow = await store.last_slot_runs(ids)
+    assert narrow == {j: SlotRun(r.id, r.slot.timestamp(), r.status, r.reason, r.manual)
+                      for j, r in full.items() if r.id is not None}
+    assert set(narrow) == {"a", "b"}
+    assert (narrow["a"].at, narrow["a"].status, narrow["a"].reason) == (
+        T0 + 10, RunStatus.SKIPPED, "paused")
+    assert (narrow["b"].at, narrow["b"].reason) == (T0 - 50, "missed")
+    assert all(isinstance(n.status, RunStatus) and isinstance(n.manual, bool)
+               for n in narrow.values())

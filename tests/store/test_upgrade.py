@@ -168,3 +168,40 @@ async def test_a_lower_migration_landing_after_a_higher_one_is_applied(
     finally:
         if dialect == "postgres":
             drop_schema(url.partition("?schema=")[2])
+
+
+async def test_one_jobs_runs_are_read_by_job_and_slot_after_the_upgrade(old_url: str) -> None:
+    """Migration 10 indexes runs by (job_id, slot, id) in a database made before it: the
+    runs page of one job (``find_runs`` with a job filter, newest first by slot) reads that
+    index instead of walking every job's slots."""
+    from cronfleet.store.base import RunFilter
+    from cronfleet.store.queries import find_runs_query, read_queries
+
+    store = open_store(old_url)
+    await store.open()
+    try:
+        page = await store.find_runs(RunFilter(job_id="old-job"), limit=1)
+        assert [r.status for r in page.runs] == [RunStatus.SKIPPED]
+    finally:
+        await store.close()
+    if old_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(old_url.removeprefix("sqlite:///"))
+        try:
+            # with a status too (a job's failed runs): not a walk of runs_status_slot
+            for where in (RunFilter(job_id="old-job"),
+                          RunFilter(job_id="old-job", status=RunStatus.FAILED)):
+                query, args = find_runs_query(
+                    read_queries("cronfleet.store.sqlite")["runs"].rstrip(), where,
+                    after=None, limit=50, placeholder="?",
+                    time=lambda d: round(d.timestamp() * 1000), any_job=("", str))
+                plan = " ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {query}",
+                                                            args))
+                assert "runs_job_slot" in plan and "TEMP B-TREE" not in plan, plan
+        finally:
+            conn.close()
+        return
+    base, _, schema = old_url.partition("?schema=")
+    with psycopg.connect(base) as conn:
+        found = conn.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
+                             "AND indexname = 'runs_job_slot'", (schema,)).fetchall()
+    assert found and "(job_id, slot, id)" in found[0][0]

@@ -318,7 +318,7 @@ async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str]:
         reserved = await ctx.api_store.reserved_ids(tok.team)
     ids.update(d.id for d in defs if d.team == tok.team and d.id not in jobs)
     stored = {d.id for d in defs}
-    ids.update(r for r in reserved if r not in jobs and r not in stored)
+    ids.update(set(reserved).difference(jobs, stored))
     # the jobs other processes declare (the registry rows carry the team)
     ids.update(j for j, fj in (await fleet(ctx)).items()
                if j not in jobs and fj.current.team == tok.team)

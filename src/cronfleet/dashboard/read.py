@@ -52,6 +52,7 @@ __all__ = [
     "job_kind",
     "job_status",
     "jobs_page",
+    "last_slot_runs",
     "next_fire_marks",
     "overview",
     "slot_cells",
@@ -301,6 +302,16 @@ def _slot_reader(store: Store) -> Callable[..., Awaitable[list[SlotRun]]]:
         return slot_runs_of(await store.list_runs(job_id, limit=limit, before_id=before_id))
 
     return whole_rows
+
+
+async def last_slot_runs(store: Store, ids: Sequence[str]) -> dict[str, SlotRun]:
+    """Each job's newest run as a :class:`SlotRun` (the store's narrow read, or its
+    ``last_runs`` narrowed here for a store of another author)."""
+    if not ids:
+        return {}
+    if isinstance(store, SlotRunStore):
+        return await store.last_slot_runs(ids)
+    return {j: s for j, r in (await store.last_runs(ids)).items() for s in slot_runs_of([r])}
 
 
 PAGE = 2000
@@ -663,7 +674,7 @@ async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str
     overrides = await store.read_overrides(ids) if ids else {}
     paused = sum(1 for st in overrides.values() if st.enabled_override is False
                  and (st.override_until is None or st.override_until > now))
-    lasts = await store.last_runs(ids) if ids else {}
+    lasts = await last_slot_runs(store, ids)
     failing = sorted(j for j, r in lasts.items() if r.status in FAILED_STATUSES)
     mine = set(ids)
     running = [r for r in await store.list_runs(None, limit=500, status=RunStatus.RUNNING)
@@ -789,7 +800,7 @@ class Activity:
 
 
 async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime,
-                   lasts: Mapping[str, RunRecord], *, window: str = "1h", page: int = 1,
+                   lasts: Mapping[str, SlotRun], *, window: str = "1h", page: int = 1,
                    size: int = HEAT_PAGE) -> Activity:
     """The heat map of ``jobs`` over the last hour, trouble first, and runs per bucket
     by state over ``window`` (a key of ACTIVITY).
@@ -818,7 +829,7 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
     def order(j: Job) -> tuple[int, bool, bool, str]:
         last = lasts.get(j.id)
         return (-trouble.get(j.id, 0), last is None or last.status not in FAILED_STATUSES,
-                last is None or last.slot.timestamp() < heat_start, j.id)
+                last is None or last.at < heat_start, j.id)
 
     ranked = sorted(jobs, key=order)
     total = len(ranked)

@@ -763,7 +763,10 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
              if since_key in spans else None)
     if job_id is not None:
         await visible(ctx, s.info, job_id)  # another team's job: 404
-    runs, nxt = await read.find_runs(ctx.scheduler.store, await team_jobs(ctx, s.info),
+        scope = frozenset((job_id,))  # one job's runs: not the team's ids (as GET /api/runs)
+    else:
+        scope = await team_jobs(ctx, s.info)
+    runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
                                      job_id=job_id, status=st, instance=instance,
                                      since=since, cursor=p.get("cursor"),
                                      all_ids=len(ctx.scheduler.jobs))

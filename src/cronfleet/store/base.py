@@ -729,6 +729,11 @@ class SlotRunStore(Store, Protocol):
         """``list_runs(job_id, limit=limit, before_id=before_id)`` as :class:`SlotRun`
         rows (id, slot, status, reason, manual), newest first."""
 
+    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+        """``last_runs(job_ids)`` as :class:`SlotRun` rows: each job's newest run (highest
+        id), for the pages that only say whether it failed and when (the overview reads
+        it for every job of the fleet)."""
+
 
 @runtime_checkable
 class EarlyClaimStore(Store, Protocol):

@@ -675,6 +675,10 @@ class MemoryStore:
                         ) -> list[SlotRun]:
         return slot_runs_of(await self.list_runs(job_id, limit=limit, before_id=before_id))
 
+    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+        return {j: s for j, r in (await self.last_runs(job_ids)).items()
+                for s in slot_runs_of([r])}
+
     async def list_runs(
         self,
         job_id: str | None = None,

@@ -318,3 +318,67 @@ async def test_run_cache_reads_a_store_without_the_narrow_read(store: MemoryStor
     new, _ = await read.timeline(store, job, T, "7d", cache=read.RunCache())
     assert old.states == new.states and old.run_ids == new.run_ids
     assert old.states.count("failed") == 429 and old.states.count("succeeded") == 2571
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_overview_reads_newest_runs_narrowly_with_the_same_figures(
+        kind: str, tmp_path: Any) -> None:
+    """The overview reads each job's newest run narrowly (``last_slot_runs``): its counts,
+    failing jobs and heat map order are those the whole rows (``last_runs``) gave."""
+    from cronfleet.store.base import SlotRunStore
+    from cronfleet.store.sqlite import SQLiteStore
+
+    clock = FakeClock((T - timedelta(days=2)).timestamp())
+    store: Any = MemoryStore(clock=clock) if kind == "memory" else SQLiteStore(
+        tmp_path / "o.db", clock=clock)
+    await store.open()
+    jobs = [Job.create("* * * * *", noop, id=f"j{i}") for i in range(9)]
+    await store.ensure_jobs([j.id for j in jobs])
+    m = timedelta(minutes=1)
+    history = {
+        "j0": [(T - 5 * m, RunStatus.SUCCEEDED), (T - 2 * m, RunStatus.FAILED)],
+        "j1": [(T - 5 * m, RunStatus.FAILED), (T - 2 * m, RunStatus.SUCCEEDED)],
+        "j2": [(T - 130 * m, RunStatus.TIMED_OUT)],  # failing, outside the hour
+        # a backfilled older slot written last: the newest run is the highest id
+        "j3": [(T - 3 * m, RunStatus.SUCCEEDED), (T - 40 * m, RunStatus.INTERRUPTED)],
+        "j4": [(T - 4 * m, RunStatus.FAILED), (T - 1 * m, RunStatus.SKIPPED)],
+        "j6": [(T - 180 * m, RunStatus.SUCCEEDED)],
+        "j7": [(T - 7 * m, RunStatus.CANCELLED)],
+        "j8": [(T - 9 * m, RunStatus.SUCCEEDED), (T - 8 * m, RunStatus.FAILED)],
+    }  # j5: no run
+    for job_id, runs in history.items():
+        for slot, status in runs:
+            await store.finish([Finish(run(job_id, slot, status,
+                                           reason="paused" if status is RunStatus.SKIPPED
+                                           else None))])
+
+    class WholeRows:  # the store as the overview read it before: whole rows
+        def __init__(self, inner: Any) -> None:
+            self.read_overrides = inner.read_overrides
+            self.last_runs = inner.last_runs
+            self.list_runs = inner.list_runs
+            self.find_runs = inner.find_runs
+
+    old_store = WholeRows(store)
+    assert isinstance(store, SlotRunStore) and not isinstance(old_store, SlotRunStore)
+    try:
+        new = await read.overview(store, jobs, T)
+        old = await read.overview(old_store, jobs, T)  # type: ignore[arg-type]
+        whole = await store.last_runs([j.id for j in jobs])
+        assert new["lasts"] == old["lasts"]
+        assert {j: (r.id, r.at, r.status) for j, r in new["lasts"].items()} == {
+            j: (r.id, r.slot.timestamp(), r.status) for j, r in whole.items()}
+        figures = ("jobs", "paused", "failing", "failing_ids", "running_n", "failures")
+        assert [new[k] for k in figures] == [old[k] for k in figures]
+        assert new["failing_ids"] == ["j0", "j2", "j3", "j8"]
+        for window in read.ACTIVITY:
+            a_new = await read.activity(store, jobs, len(jobs), T, new["lasts"],
+                                        window=window)
+            a_old = await read.activity(old_store, jobs, len(jobs), T,  # type: ignore[arg-type]
+                                        old["lasts"], window=window)
+            assert a_new == a_old
+        rows = [r.job_id for r in a_new.rows]
+        # trouble of the hour first, then failing now, then ran within the hour, then by id
+        assert rows == ["j0", "j3", "j8", "j1", "j4", "j2", "j7", "j5", "j6"]
+    finally:
+        await store.close()

@@ -379,6 +379,13 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
        result, error, logs, params, forced_by
 FROM __S__.runs WHERE id = %s;
 
+-- name: last_slot_runs
+-- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual)
+SELECT r.* FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)
+CROSS JOIN LATERAL (
+  SELECT job_id, id, extract(epoch FROM slot)::float8, status, reason, manual
+  FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
+
 -- name: last_runs
 -- the newest run of each job: one index probe per job
 SELECT r.* FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)

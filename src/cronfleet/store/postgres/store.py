@@ -1552,6 +1552,20 @@ class PostgresStore:
 
         return await self._run(go, tx=False)
 
+    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+        if not job_ids:
+            return {}
+        ids = _dumps(list(dict.fromkeys(job_ids)))
+        status = _STATUS
+        new = tuple.__new__
+
+        async def go(cur: Cursor, now: datetime) -> dict[str, SlotRun]:
+            await cur.execute(cur.q["last_slot_runs"], {"ids": ids})
+            return {r[0]: new(SlotRun, (r[1], r[2], status[r[3]], r[4], bool(r[5])))
+                    for r in await cur.fetchall()}
+
+        return await self._run(go, tx=False)
+
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:

@@ -230,6 +230,12 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
 FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
                        FROM json_each(?) AS v);
 
+-- name: last_slot_runs
+-- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual)
+SELECT job_id, id, slot, status, reason, manual
+FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
+                       FROM json_each(?) AS v);
+
 -- name: schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL);

@@ -1109,6 +1109,16 @@ class SQLiteStore:
         rows = self.conn.execute(Q["last_runs"], (json.dumps(job_ids),))
         return {r[1]: _run(r) for r in rows}
 
+    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+        if not job_ids:
+            return {}
+        status = _STATUS
+        new = tuple.__new__
+        ids = json.dumps(list(job_ids))
+        return await self._call(lambda: {
+            r[0]: new(SlotRun, (r[1], r[2] / 1000, status[r[3]], r[4], bool(r[5])))
+            for r in self.conn.execute(Q["last_slot_runs"], (ids,))})
+
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
