@@ -31,7 +31,7 @@ $(AXE): tests/browser/package.json
 	else echo "npm not found: the browser tests skip (and fail with CI=true)"; fi
 
 test: lint $(AXE)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 	$(MAKE) test-lowest
 
 # the unit tests against the lowest version every floor in pyproject.toml allows
