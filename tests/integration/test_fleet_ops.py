@@ -94,7 +94,7 @@ def test_a_library_job_is_listed_paused_and_triggered_from_another_process(
         assert job["description"] == "declared in code" and job["kind"] == "handler"
         assert job["declared"] is True and job["conflict"] is None
         assert [(d["instance"], d["live"]) for d in job["declared_by"]] == [("lib-1", True)]
-        table = cli(store_url, "jobs")
+        table = cli(store_url, "jobs", "--wide")  # "declared by" is a wide column
         assert table.returncode == 0 and "lib-1" in table.stdout
 
         paused = cli(store_url, "pause", "tick", "--note", "maintenance", "--by", "ops")

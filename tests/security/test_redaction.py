@@ -148,6 +148,8 @@ async def test_no_secret_value_leaks_in_any_encoding(
         for i in (0, 7):
             job = f"leak-{place}-{i}"
             texts[f"history {job}"] = await asyncio.to_thread(cli, env, "history", job)
+            texts[f"history --wide {job}"] = await asyncio.to_thread(cli, env, "history",
+                                                                     job, "--wide")
             texts[f"history --json {job}"] = await asyncio.to_thread(cli, env, "history", job,
                                                                      "--json")
     texts["status"] = await asyncio.to_thread(cli, env, "status", "--once")
