@@ -49,7 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/dashboard.py
 
-# the published fault suite (docs/reliability.md), ~25 min; e.g.
+# the published fault suite (docs/reliability.md), every store, ~55 min; e.g.
 # make chaos CHAOS="--store sqlite --only kill9,lock --json"
 chaos: $(STAMP)
 	$(BIN)/python -m bench.chaos $(CHAOS)

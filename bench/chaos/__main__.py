@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     knobs = Knobs().scaled(a.scale)
     for k in a.knob:
         knobs.set(k)
-    stores = ("postgres", "sqlite") if a.store == "all" else (a.store,)
+    stores = ("postgres", "sqlite", "redis") if a.store == "all" else (a.store,)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True, check=False).stdout.strip()
     header = (f"cronfleet chaos suite, commit {commit or '?'}, {time.strftime('%Y-%m-%d %H:%M')}"
