@@ -188,6 +188,9 @@ def _overruns(loaded: Loaded, now: datetime) -> tuple[list[str], str | None]:
                 warning = overrun_warning(job, runs, now)
                 if warning:
                     out.append(warning)
+            whole = getattr(store, "quick_check", None)  # the SQLite file, every page
+            if whole is not None:
+                await whole()
         return out
 
     async def bounded() -> list[str]:

@@ -449,6 +449,19 @@ class SQLiteStore:
     async def now(self) -> float:
         return self.clock.now()
 
+    async def quick_check(self) -> None:
+        """SQLite's check of the whole file (``PRAGMA quick_check``), for ``cronfleet
+        check``: StoreDamaged naming the first problem found. A damaged page shows on a
+        read only when that read touches it; this reads every page once."""
+
+        def go() -> None:
+            row = self.conn.execute("PRAGMA quick_check(1)").fetchone()
+            if row is None or row[0] != "ok":
+                found = "no answer" if row is None else row[0]
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {found}")
+
+        await self._call(go, long=True)
+
     # -- job state --------------------------------------------------------------------
 
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
