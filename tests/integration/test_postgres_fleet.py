@@ -23,6 +23,7 @@ from psycopg import sql
 
 from store.pg import TcpProxy, drop_schema, new_schema, pg_url, require_pg
 
+from .stalls import StallWatch, excused
 from .strike import EARLY_ENOUGH, wait_for_early_in_a_second
 
 WORKER = Path(__file__).with_name("fleet_worker.py")
@@ -124,11 +125,12 @@ def test_three_processes_200_jobs_every_second_exactly_once(schema: str) -> None
     n_jobs, seconds = 200, 30
     until = math.ceil(time.time()) + seconds + 8
     url = store_url(schema)
-    procs = [spawn(url, f"p{i}", until, "--jobs", str(n_jobs)) for i in range(3)]
-    try:
-        ready = wait_ready(procs)
-    finally:
-        outputs = finish(procs, seconds + 60)
+    with StallWatch() as watch:
+        procs = [spawn(url, f"p{i}", until, "--jobs", str(n_jobs)) for i in range(3)]
+        try:
+            ready = wait_ready(procs)
+        finally:
+            outputs = finish(procs, seconds + 60)
     lo, hi = math.ceil(ready) + 2, until - 2
     assert hi - lo >= seconds - 6
     rows = ledger(schema)
@@ -137,14 +139,19 @@ def test_three_processes_200_jobs_every_second_exactly_once(schema: str) -> None
     dups = {k: n for k, n in counts.items() if n > 1}
     missing = expected - set(counts)
     in_window = [r for r in rows if lo <= r[1] <= hi]
+    # a machine that stood still (a paused CI VM): its slots end `skipped / missed`, by design
+    stalled = excused(missing, [r[:4] for r in in_window], watch)
     print(
         f"window {hi - lo + 1}s, expected {len(expected)} slots, ran {len(counts)}, "
-        f"duplicates {len(dups)}, missing {len(missing)}, by instance "
-        f"{Counter(r[4] for r in in_window)}"
+        f"duplicates {len(dups)}, missing {len(missing)} ({len(stalled)} in stalls "
+        f"{watch.stalls}), by instance {Counter(r[4] for r in in_window)}"
     )
     assert not dups, sorted(dups)[:10]
-    assert not missing, sorted(missing)[:10]
-    assert all(r[2] == "succeeded" for r in in_window), Counter(r[2:4] for r in in_window)
+    assert not missing - stalled, (sorted(missing - stalled)[:10],
+                                   Counter(r[2:4] for r in in_window if r[2] != "succeeded"))
+    assert len(stalled) <= len(expected) // 2, "the machine stood still for most of the test"
+    assert all(r[2] == "succeeded" or watch.covers(r[1]) for r in in_window), Counter(
+        r[2:4] for r in in_window)
     assert {r[4] for r in in_window} == {"p0", "p1", "p2"}  # the work was shared
     assert all("DONE" in o for o in outputs)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .stalls import StallWatch, excused
+
 WORKER = Path(__file__).with_name("fleet_worker.py")
 pytestmark = pytest.mark.slow
 
@@ -55,15 +57,16 @@ def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> No
     n_jobs, seconds = 200, 30
     start = time.time()
     until = math.ceil(start) + seconds + 8
-    procs = [spawn(db, f"p{i}", until, "--jobs", str(n_jobs)) for i in range(4)]
-    try:
-        wait_ready(procs)
-        ready = time.time()
-        outputs = [p.communicate(timeout=seconds + 60)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    with StallWatch() as watch:
+        procs = [spawn(db, f"p{i}", until, "--jobs", str(n_jobs)) for i in range(4)]
+        try:
+            wait_ready(procs)
+            ready = time.time()
+            outputs = [p.communicate(timeout=seconds + 60)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
     assert all(p.returncode == 0 for p in procs), outputs
     # the window every process was up for: from 2 s after the last READY to 2 s before stop
     lo = math.ceil(ready) + 2
@@ -75,20 +78,25 @@ def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> No
         "GROUP BY job_id, slot HAVING count(*) > 1)"
     ).fetchone()[0]
     rows = con.execute(
-        "SELECT job_id, slot, status, instance_id FROM runs WHERE slot >= ? AND slot <= ?",
+        "SELECT job_id, slot, status, reason, instance_id FROM runs "
+        "WHERE slot >= ? AND slot <= ?",
         (lo * 1000, hi * 1000),
     ).fetchall()
-    expected = {(f"job-{j:04d}", s * 1000) for j in range(n_jobs) for s in range(lo, hi + 1)}
-    got = {(job, slot) for job, slot, status, _ in rows if status == "succeeded"}
-    missing = expected - got
+    expected = {(f"job-{j:04d}", s) for j in range(n_jobs) for s in range(lo, hi + 1)}
+    got = {(job, slot // 1000) for job, slot, status, *_ in rows if status == "succeeded"}
+    # a machine that stood still (a paused CI VM): its slots end `skipped / missed`, by design
+    stalled = excused(expected - got, [(j, s // 1000, st, why) for j, s, st, why, _ in rows],
+                      watch)
+    missing = expected - got - stalled
     print(
         f"window {hi - lo + 1}s, expected {len(expected)} slots, ran {len(got)}, "
-        f"duplicates {dup}, missing {len(missing)}, by instance: "
-        f"{sorted({i.split(':')[0] for *_, i in rows})}"
+        f"duplicates {dup}, missing {len(missing)}, {len(stalled)} in stalls {watch.stalls}, "
+        f"by instance: {sorted({i.split(':')[0] for *_, i in rows})}"
     )
     assert dup == 0
     assert not missing, sorted(missing)[:10]
-    assert all(status == "succeeded" for _, _, status, _ in rows)
+    assert len(stalled) <= len(expected) // 2, "the machine stood still for most of the test"
+    assert all(st == "succeeded" or watch.covers(s / 1000) for _, s, st, _, _ in rows)
     # the work really was shared: every process won some claims
     winners = {inst.split(":")[0] for *_, inst in rows}
     assert winners == {"p0", "p1", "p2", "p3"}
