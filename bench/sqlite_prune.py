@@ -1,15 +1,18 @@
 """SQLite retention in small transactions: how long a large pass takes, and how long
 another store call waits meanwhile (the store has one thread).
 
-    .venv/bin/python bench/sqlite_prune.py [RUNS]     (default 1,000,000)
+    .venv/bin/python bench/sqlite_prune.py [--runs N]     (default 1,000,000)
+
+The database is written in a temporary directory, removed at the end.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import shutil
 import sqlite3
-import sys
 import tempfile
 import time
 
@@ -23,7 +26,14 @@ INSERT = (
 
 
 async def main(n: int) -> None:
-    path = os.path.join(tempfile.mkdtemp(), "prune.db")
+    folder = tempfile.mkdtemp(prefix="cronfleet-prune-")
+    try:
+        await prune_in(os.path.join(folder, "prune.db"), n)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def prune_in(path: str, n: int) -> None:
     store = SQLiteStore(path)
     await store.open()
     await store.close()
@@ -55,4 +65,6 @@ async def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1_000_000, help="old runs to prune")
+    asyncio.run(main(ap.parse_args().runs))
