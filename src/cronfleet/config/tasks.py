@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cronfleet import spec
 from cronfleet.config.keys import (
@@ -25,6 +25,8 @@ from cronfleet.config.keys import (
     TASK_TO_SPEC,
     did_you_mean,
 )
+from cronfleet.config.locate import Locator
+from cronfleet.config.problems import Problem
 from cronfleet.config.settings import Config
 from cronfleet.plugins import (
     BUILTIN_PROVIDER,
@@ -35,10 +37,29 @@ from cronfleet.plugins import (
     import_object,
 )
 
-if TYPE_CHECKING:
-    from cronfleet.config.reader import Reader
+__all__ = ["Reader", "handler_name", "read_tasks", "task_problem"]
 
-__all__ = ["handler_name", "read_tasks", "task_problem"]
+
+class Reader(Protocol):
+    """What reading the tasks needs of the file's reader
+    (:class:`cronfleet.config.reader.Reader`): where a key is, and where problems go."""
+
+    display: str
+    loc: Locator
+    sched_table: str
+    warnings: list[Problem]
+
+    def problem(self, message: str, *, at: tuple[int, int] | None = None,
+                line: int | None = None, task: str | None = None,
+                key: str | None = None) -> None: ...
+
+    def warn(self, message: str, *, at: tuple[int, int] | None = None,
+             task: str | None = None, key: str | None = None) -> None: ...
+
+    def where(self, table: str, index: int, key: str | None) -> tuple[int, int] | None: ...
+
+    def key_position(self, table: str, index: int, key: str
+                     ) -> tuple[int, int] | None: ...
 
 _SPEC_KEYS = spec.SPEC_KEYS
 _SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
