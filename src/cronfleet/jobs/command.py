@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cronfleet.clock import slot_text
+from cronfleet.clock import Clock, SystemClock, slot_text
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
     Keyring,
@@ -316,8 +316,9 @@ class CommandRuntime:
     secrets table backs it, or pass ``vault``) and the warden."""
 
     def __init__(self, *, store: str | None = None, vault: Vault | None = None,
-                 keyring: Keyring | None = None) -> None:
+                 keyring: Keyring | None = None, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock: Clock = clock or SystemClock()  # the wall time a process starts at
         self._vault = vault
         self._keyring = keyring
         self.warden = Warden()
@@ -600,7 +601,7 @@ class _Run:
             message = self.redact(f"cannot start {self.shown[0]!r}{where}: "
                                   f"{exc.strerror or exc}")
             raise CommandFailed(message, self.record(started=False, error=message)) from None
-        self.spawned_at = time.time()
+        self.spawned_at = self.rt.clock.now()
         self.proc = proc
         pgid = proc.pid
         if not watched:

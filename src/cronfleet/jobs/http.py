@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
-from cronfleet.clock import slot_text
+from cronfleet.alerting import AUTO_PAUSE_BY, RunFacts, record_and_alert
+from cronfleet.clock import Clock, SystemClock, from_ts, slot_text
 from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
@@ -454,7 +455,8 @@ class HttpRuntime:
     ``api_private_targets``: what jobs created over the API may reach beyond public
     addresses (``[api] private_targets``; they cannot opt out themselves).
     ``regex_timeout``: the time limit of one ``body_regex`` match (a worker process).
-    ``sleep`` and ``resolve`` are injectable for tests.
+    ``sleep``, ``resolve`` and ``clock`` (the wall time of attempts, signatures and
+    health rows) are injectable for tests.
     """
 
     def __init__(
@@ -471,8 +473,10 @@ class HttpRuntime:
         max_connections: int = 100,
         health: HealthStore | None = None,
         notifier: Notifier | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
+        self.clock: Clock = clock or SystemClock()
         self._vault = vault
         self._keyring = keyring
         self.allow_private_targets = allow_private_targets
@@ -533,7 +537,6 @@ class HttpRuntime:
         if self.store is None:
             log.warning("job %s: cannot auto-pause: no store configured", job_id)
             return False
-        from cronfleet.alerts import AUTO_PAUSE_BY
         from cronfleet.store import open_store
 
         store = open_store(self.store)
@@ -830,10 +833,8 @@ class HttpJob:
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
                          result: dict[str, Any], duration: float, message: str,
                          redact: Redactor) -> None:
-        """Health, auto-pause and notifications (``cronfleet.alerts``), written into the
+        """Health, auto-pause and notifications (``cronfleet.alerting``), written into the
         result; this job applies its policies itself (``applies_job_policies``)."""
-        from cronfleet.alerts import RunFacts, record_and_alert
-
         facts = RunFacts(
             job_id=ctx.job_id, slot=ctx.slot, instance_id=ctx.instance_id, ok=ok,
             duration=duration, message=message,
@@ -844,7 +845,8 @@ class HttpJob:
                                auto_pause_after=self.auto_pause_after,
                                namespace=self.namespace, redact=redact, log_line=ctx.log,
                                scope=functools.partial(rt.scope,
-                                                       policy=self.target_policy(rt)))
+                                                       policy=self.target_policy(rt)),
+                               clock=rt.clock)
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \
@@ -859,7 +861,7 @@ class HttpJob:
         self, ctx: RunContext, rt: HttpRuntime, n: int, key: str, redact: Redactor
     ) -> tuple[dict[str, Any], bool, bool, float | None]:
         """One request: ``(record, ok, retryable, server-requested wait)``."""
-        started_at = datetime.now(UTC)
+        started_at = from_ts(rt.clock.now())
         t0 = time.perf_counter()
         record: dict[str, Any] = {
             "attempt": n,
@@ -926,7 +928,7 @@ class HttpJob:
             secret = expand(self.signing_secret, values)
             redact.add(secret)
             try:
-                headers.update(signing.headers(self.signature, secret, key, int(time.time()),
+                headers.update(signing.headers(self.signature, secret, key, int(rt.clock.now()),
                                                body))
             except ValueError as exc:  # a secret from the vault that cannot sign
                 return done(f"signing_secret: {exc}; nothing was sent", False, False)
@@ -1007,7 +1009,7 @@ class HttpJob:
             return done(None, True, False)
         wait = None
         if response.status_code in (429, 503):
-            wait = retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+            wait = retry_after(response.headers.get("retry-after"), from_ts(rt.clock.now()))
         record["failure"] = problem
         return done(None, False, True, wait)
 
