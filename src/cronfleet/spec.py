@@ -60,12 +60,14 @@ __all__ = [
     "DEFAULT_CATCH_UP_WINDOW",
     "DEFAULT_TEAM",
     "EVENTS",
+    "FIELDS",
     "HTTP_KEYS",
     "HTTP_METHODS",
     "JOB_ID_MAX",
     "SPEC_KEYS",
     "CommandSpec",
     "EmailSettings",
+    "Face",
     "FieldError",
     "FieldProblem",
     "HttpRequest",
@@ -126,19 +128,42 @@ MAX_INSTANCES = 100
 # number is a mistake, refused naming the field (docs/concepts.md, "Alerts").
 AUTO_PAUSE_MAX = 1000
 
-# the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
-# a JSON text of "config"; the API says "schedule" and "config")
-SPEC_KEYS = (
-    "id", "schedule", "timezone", "description", "enabled", "missed", "catch_up_window",
-    "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
-    "notify", "auto_pause_after", "allow_private_targets", "http", "max_instances",
-    "at", "start", "end", "except",
-    "command", "shell", "env", "cwd", "kill_grace", "success_codes", "max_output",
-)
+@dataclass(frozen=True)
+class Face:
+    """One field of a job spec as each way of declaring a job names it: ``key`` is the
+    canonical key (:func:`validate_job`'s, the REST API's); ``task`` its name in a
+    ``[[tasks]]`` entry and ``schedule`` in a plugin's
+    :class:`~cronfleet.plugins.Schedule` (None: that face has no such field)."""
+
+    key: str
+    task: str | None
+    schedule: str | None
+
+
+def _face(key: str, task: str | None = "", schedule: str | None = "") -> Face:
+    return Face(key, key if task == "" else task, key if schedule == "" else schedule)
+
+
 # a command job: ``command`` (an argv list, or a text with shell = true) and its options,
 # beside the job's keys (timeout and retry are the job's; cronfleet.jobs.command)
 COMMAND_KEYS = ("command", "shell", "env", "cwd", "kill_grace", "success_codes",
                 "max_output")
+# THE list of a job spec's fields, in the order problems are reported. A [[tasks]] entry
+# says "cron" for "schedule" and "config_json" for a JSON text of "config"; a plugin's
+# Schedule says "cron", "config_json" and "exclude" (``except`` is a Python keyword) and
+# has no request nor command (its plugin runs it); the API says the canonical keys.
+FIELDS: tuple[Face, ...] = (
+    _face("id"), _face("schedule", "cron", "cron"), _face("timezone"),
+    _face("description"), _face("enabled"), _face("missed"), _face("catch_up_window"),
+    _face("locking"), _face("overlap"), _face("timeout"), _face("jitter"),
+    _face("recover"), _face("config", "config_json", "config_json"), _face("team"),
+    _face("retry"), _face("notify"), _face("auto_pause_after"),
+    _face("allow_private_targets", schedule=None), _face("http", schedule=None),
+    _face("max_instances"), _face("at"), _face("start"), _face("end"),
+    _face("except", schedule="exclude"),
+    *(_face(k, schedule=None) for k in COMMAND_KEYS),
+)
+SPEC_KEYS = tuple(f.key for f in FIELDS)
 DEFAULT_KILL_GRACE = 10.0
 DEFAULT_MAX_OUTPUT = 1024 * 1024
 MAX_MAX_OUTPUT = 64 * 1024 * 1024

@@ -317,16 +317,23 @@ class Assembler:
                 handler = _plugins.handler_of(lp.plugin, sid)
             except Exception:
                 handler = lp.plugin.run
-            job, errors = schedule_to_job(
-                schedule,
-                job_id=job_id if isinstance(sid, str) and check_name(sid, "id") is None
-                else "invalid",
-                handler=handler,
-                timezone=config.timezone,
-                catch_up_window=config.catch_up_window,
-                source=task.location if task else f"plugin {lp.name}",
-                config_must_be_object=task is not None,
-            )
+            if task is not None and schedule is task.schedule and task.job_fields is not None:
+                # a [[tasks]] entry declared as is: validated once, when the file was read
+                job: Job | None = Job(handler=handler, source=task.location,
+                                      **{**task.job_fields, "id": job_id,
+                                         "config": dict(task.job_fields["config"])})
+                errors: list[ScheduleError] = []
+            else:
+                job, errors = schedule_to_job(
+                    schedule,
+                    job_id=job_id if isinstance(sid, str) and check_name(sid, "id") is None
+                    else "invalid",
+                    handler=handler,
+                    timezone=config.timezone,
+                    catch_up_window=config.catch_up_window,
+                    source=task.location if task else f"plugin {lp.name}",
+                    config_must_be_object=task is not None,
+                )
             if not errors and len(job_id) > 200:
                 errors = [ScheduleError("id", f"job id {job_id!r} is longer than 200 characters")]
             for err in errors:

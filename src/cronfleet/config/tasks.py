@@ -62,10 +62,11 @@ class Reader(Protocol):
                      ) -> tuple[int, int] | None: ...
 
 _SPEC_KEYS = spec.SPEC_KEYS
-_SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
-                    "catch_up_window", "locking", "overlap", "timeout", "enabled",
-                    "config_json", "recover", "team", "at", "start", "end",
-                    "max_instances")
+# the task keys given to its Schedule as written (a [[tasks]] entry and a Schedule name
+# them alike); retry, notify and auto_pause_after go in converted, except as read
+_CONVERTED = ("retry", "notify", "auto_pause_after", "except")
+_SCHEDULE_FIELDS = tuple(f.task for f in spec.FIELDS if f.task is not None
+                         and f.task == f.schedule and f.key not in _CONVERTED)
 
 
 def task_problem(problem: spec.FieldProblem) -> tuple[str, str]:
@@ -190,11 +191,14 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         kwargs["exclude"] = getattr(result.schedule, "exclusions", raw["except"])
     if is_http or is_command:
         kwargs["description"] = result.description
+    job_fields = result.job_fields()  # validated once: the job is built from these
     if is_command and handler is not None and handler.timeout is not None:
-        kwargs["timeout"] = handler.job_timeout  # a net behind the command's own
+        # a net behind the command's own
+        kwargs["timeout"] = job_fields["timeout"] = handler.job_timeout
     schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
                         auto_pause_after=result.auto_pause_after)
-    return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
+    return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}",
+                job_fields)
 
 
 def _refused_target(job: Any, config: Config) -> str | None:
