@@ -56,12 +56,6 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     ("cronfleet.store.api", "cronfleet.store.redis.side"),
     ("cronfleet.store.health", "cronfleet.store.redis.side"),
     ("cronfleet.store.secrets", "cronfleet.store.redis.side"),
-    # in no helper's area (cron/), found when function-level imports started to count:
-    # the package's parse_schedule reads words, a one-off in words is a ComposedSchedule,
-    # and compose parses its parts with parse_schedule; the lead decides
-    ("cronfleet.cron.compose", "cronfleet.cron"),
-    ("cronfleet.cron.words", "cronfleet.cron"),
-    ("cronfleet.cron.words", "cronfleet.cron.compose"),
 }
 
 MAX_METHODS = 40
