@@ -27,7 +27,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
@@ -698,9 +698,12 @@ class HttpJob:
     # applied inside the handler (their results go into the run's result): the runtime does
     # not retry this job again and cronfleet.alerts leaves it alone
     applies_job_policies: ClassVar[bool] = True
+    # built by from_spec: the fields were validated with the rest of the job's spec, only
+    # the secret references are this class's to check
+    spec_checked: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
-        problems = self.problems()
+    def __post_init__(self, spec_checked: bool) -> None:
+        problems = self.problems(spec_checked=spec_checked)
         if problems:
             raise HttpJobInvalid(problems)
         object.__setattr__(self, "method", self.method.upper())
@@ -708,26 +711,30 @@ class HttpJob:
         if self.accept_status is not None:
             object.__setattr__(self, "accept_status", tuple(self.accept_status))
 
-    def problems(self) -> list[tuple[str, str]]:
+    def problems(self, *, spec_checked: bool = False) -> list[tuple[str, str]]:
         """``(key, message)`` for every invalid field: the request fields are checked by
         :func:`cronfleet.spec.check_http` (the rules every face shares), the policies by
-        their spec converters, secret references here."""
+        their spec converters (both skipped when ``spec_checked``: :meth:`from_spec`),
+        secret references here."""
         from cronfleet import spec
 
-        fields = {k: getattr(self, k) for k in spec.HTTP_KEYS if k != "allow_private_targets"}
-        _, problems = spec.check_http(fields)
-        out = [(p.key, p.message) for p in problems]
-        if self.allow_private_targets is not None and not isinstance(
-            self.allow_private_targets, bool
-        ):
-            out.append(("allow_private_targets", "expected true or false"))
-        if not isinstance(self.retry, RetryPolicy):
-            out.append(("retry", "expected a RetryPolicy"))
-        if self.auto_pause_after is not None:
-            try:
-                spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
-            except spec.FieldError as exc:
-                out.append(("auto_pause_after", exc.message))
+        out: list[tuple[str, str]] = []
+        if not spec_checked:
+            fields = {k: getattr(self, k) for k in spec.HTTP_KEYS
+                      if k != "allow_private_targets"}
+            _, problems = spec.check_http(fields)
+            out += [(p.key, p.message) for p in problems]
+            if self.allow_private_targets is not None and not isinstance(
+                self.allow_private_targets, bool
+            ):
+                out.append(("allow_private_targets", "expected true or false"))
+            if not isinstance(self.retry, RetryPolicy):
+                out.append(("retry", "expected a RetryPolicy"))
+            if self.auto_pause_after is not None:
+                try:
+                    spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
+                except spec.FieldError as exc:
+                    out.append(("auto_pause_after", exc.message))
         from cronfleet.notify import policy_texts
 
         texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
@@ -761,7 +768,7 @@ class HttpJob:
                    allow_private_targets=allow,
                    notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
                    runtime=runtime, private_targets=private_targets,
-                   secrets_need_hosts=secrets_need_hosts)
+                   secrets_need_hosts=secrets_need_hosts, spec_checked=True)
 
     def target_policy(self, rt: HttpRuntime) -> TargetPolicy:
         """What the SSRF guard lets this job reach beyond public addresses."""
