@@ -1,5 +1,13 @@
 """One job spec: every field a job can have, declared and checked in one place.
 
+The fields are declared once: :data:`FIELDS` lists them (each with its name in the API,
+a ``[[tasks]]`` entry and a plugin's :class:`~cronfleet.plugins.Schedule`; the config's
+task keys, the Schedule renames and the API's body models are derived from it) and
+:class:`JobFields` types them (:class:`~cronfleet.model.Job` and :class:`JobSpec` are
+both these fields and a few of their own). The types of the fields -- :class:`Missed`,
+:class:`Locking`, :class:`Overlap`, :class:`RetryPolicy`, :class:`NotifyPolicy` -- live
+here too (``cronfleet.model`` re-exports them).
+
 Every way of declaring a job maps onto :func:`validate_job`: :meth:`Job.create` (and the
 ``@scheduler.job`` decorator), a ``[[tasks]]`` entry of ``cronfleet.toml``, a plugin's
 :class:`~cronfleet.plugins.Schedule`, a job stored over the REST API (the catalog) and the
