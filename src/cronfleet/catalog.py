@@ -183,11 +183,10 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
         fields = result.job_fields()
     job = Job(handler=handler, source=SOURCE, **fields)
     if new and job.jitter:
-        from datetime import UTC, datetime
-
+        from cronfleet.clock import SystemClock, from_ts
         from cronfleet.views import period_of
 
-        found = period_of(job, datetime.now(UTC))
+        found = period_of(job, from_ts(SystemClock().now() if now is None else now))
         period = found or MAX_ONE_OFF_JITTER
         if job.jitter > period:
             what = "" if found else ", for a one-off"

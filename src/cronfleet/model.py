@@ -7,7 +7,6 @@ Times inside records are aware UTC datetimes; the loop itself works in epoch sec
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -15,11 +14,29 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+# a job's fields and their types are the spec's (declared once, in cronfleet.spec); they
+# are re-exported here, where the runtime and the stores have always found them
+from cronfleet.spec import (
+    BACKOFF_STRATEGIES,
+    DEFAULT_CATCH_UP_WINDOW,
+    DEFAULT_TEAM,
+    EVENTS,
+    EmailSettings,
+    JobFields,
+    Locking,
+    Missed,
+    NotifyPolicy,
+    Overlap,
+    RetryPolicy,
+    check_team,
+    validate_declared,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import date
 
-    from cronfleet.cron import AnySchedule, CronExpr
+    from cronfleet.cron import CronExpr
 
     ScheduleArg = str | CronExpr | Sequence[str | CronExpr] | None
     InstantArg = str | datetime | date | None
@@ -48,30 +65,6 @@ __all__ = [
     "skip_reason",
 ]
 
-
-class Missed(StrEnum):
-    """What to do with slots that passed while no instance could fire them."""
-
-    SKIP = "skip"
-    RUN_ONCE = "run_once"
-    RUN_ALL = "run_all"
-
-
-class Locking(StrEnum):
-    """Whether a slot needs a store-wide claim before it runs."""
-
-    NODE_LOCAL = "node_local"
-    PREFER_GLOBAL = "prefer_global"
-    REQUIRE_GLOBAL = "require_global"
-
-
-class Overlap(StrEnum):
-    """What a slot does when the previous run of the job still holds the lease."""
-
-    SKIP = "skip"
-    QUEUE_ONE = "queue_one"
-    ALLOW = "allow"
-    REPLACE = "replace"  # cancel the running run (anywhere in the fleet), run the new slot
 
 
 class TriggeredBy(StrEnum):
@@ -111,18 +104,6 @@ class SkipReason(StrEnum):
 RunResult = Any
 Handler = Callable[["RunContext"], Awaitable[Any] | Any]
 
-DEFAULT_CATCH_UP_WINDOW = 3600.0
-# Teams scope what an API token sees; jobs declared without one belong to this team.
-DEFAULT_TEAM = "default"
-_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-def check_team(team: object) -> str | None:
-    """The problem with a team name, or None."""
-    if not isinstance(team, str) or not _TEAM.match(team):
-        return (f"team {team!r} is invalid: use 1-64 characters from letters, digits and "
-                "._- starting with a letter or digit")
-    return None
 LEASE_GRACE = 30.0
 LEASE_WITHOUT_TIMEOUT = 3600.0
 
@@ -142,81 +123,6 @@ def _problems_text(job_id: object, schedule: object, problems: list[Any]) -> str
     return head + "; ".join(parts)
 
 
-BACKOFF_STRATEGIES = ("exponential", "linear", "fixed")
-EVENTS = ("failure", "recovery", "success")
-"""What a notification policy can announce."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """``attempts`` (1-10) in all; the wait after failed attempt ``n`` (1-based) is
-    ``delay·2^(n-1)`` (exponential), ``delay·n`` (linear) or ``delay`` (fixed)."""
-
-    attempts: int = 1
-    backoff: str = "exponential"
-    delay: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not (
-            1 <= self.attempts <= 10
-        ):
-            raise ValueError(f"attempts: expected a whole number from 1 to 10, got "
-                             f"{self.attempts!r}")
-        if self.delay < 0:
-            raise ValueError(f"delay: must not be negative (got {self.delay!r})")
-        if self.backoff not in BACKOFF_STRATEGIES:
-            raise ValueError(f"backoff: {self.backoff!r} is not one of "
-                             f"{', '.join(BACKOFF_STRATEGIES)}")
-
-    def wait(self, failed_attempt: int) -> float:
-        n = failed_attempt - 1
-        if self.backoff == "exponential":
-            return float(self.delay * (2**n))
-        if self.backoff == "linear":
-            return float(self.delay * (n + 1))
-        return float(self.delay)
-
-
-@dataclass(frozen=True)
-class EmailSettings:
-    """SMTP delivery. ``password`` may be ``${secrets.NAME}``."""
-
-    host: str
-    to: tuple[str, ...]
-    sender: str = "cronfleet@localhost"
-    port: int = 25
-    starttls: bool = False
-    ssl: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = 10.0
-
-
-@dataclass(frozen=True)
-class NotifyPolicy:
-    on: tuple[str, ...] = ("failure", "recovery")
-    after_failures: int = 1
-    webhook: str | None = None
-    slack: str | None = None
-    email: EmailSettings | None = None
-
-    def __post_init__(self) -> None:
-        unknown = [e for e in self.on if e not in EVENTS]
-        if unknown:
-            raise ValueError(f"on: {unknown[0]!r} is not one of {', '.join(EVENTS)}")
-        if isinstance(self.after_failures, bool) or not isinstance(self.after_failures, int) \
-                or self.after_failures < 1:
-            raise ValueError(f"after_failures: expected a whole number of at least 1, got "
-                             f"{self.after_failures!r}")
-        if not (self.webhook or self.slack or self.email):
-            raise ValueError("no channel: set webhook, slack and/or email")
-
-    @property
-    def channels(self) -> list[str]:
-        return [n for n, v in (("webhook", self.webhook), ("slack", self.slack),
-                               ("email", self.email)) if v]
-
-
 _NO_DEFAULT = object()
 # Job.create's defaults that validate_job gives too (None values are always defaults)
 _CREATE_DEFAULTS: dict[str, Any] = {
@@ -230,38 +136,17 @@ _CREATE_DEFAULTS: dict[str, Any] = {
 _CREATE_KEYS = ("timezone", "missed", "catch_up_window", "locking", "overlap", "timeout",
                 "jitter", "enabled", "recover", "config", "description", "team", "retry",
                 "notify", "auto_pause_after", "max_instances")
-_validate_declared: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, list[Any]]] \
-    | None = None  # cronfleet.spec.validate_declared, once imported
 _CREATE_DEFAULT_VALUES = tuple(_CREATE_DEFAULTS.get(k, _NO_DEFAULT) for k in _CREATE_KEYS)
 
 
 @dataclass(frozen=True, eq=False)
-class Job:
-    """A declared unit of work. Build it with :meth:`Job.create`, which validates."""
+class Job(JobFields):
+    """A declared unit of work: the job's fields (:class:`cronfleet.spec.JobFields`, with
+    ``id`` and ``schedule`` first), what runs it and where it was declared. Build it with
+    :meth:`Job.create`, which validates."""
 
-    id: str
-    schedule: AnySchedule
-    handler: Handler | None
-    missed: Missed = Missed.RUN_ONCE
-    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
-    locking: Locking = Locking.REQUIRE_GLOBAL
-    overlap: Overlap = Overlap.SKIP
-    timeout: float | None = None
-    jitter: float = 0.0
-    enabled: bool = True
-    recover: bool = False
-    config: Mapping[str, Any] = field(default_factory=dict)
-    description: str = ""
+    handler: Handler | None = None
     source: str = "code"
-    team: str = DEFAULT_TEAM
-    retry: RetryPolicy | None = None
-    notify: NotifyPolicy | None = None
-    auto_pause_after: int | None = None
-    # concurrent runs of this job across the fleet (spec.check_max_instances: 1 for now)
-    max_instances: int = 1
-    # the schedule as written when it was a sentence ("every weekday at 9am"); `schedule`
-    # is then its canonical expression (cron/words.py)
-    schedule_text: str | None = None
 
     @classmethod
     def create(
@@ -299,11 +184,6 @@ class Job:
         ``None`` with ``at`` (a one-off instant). ``start``/``end`` bound the slots
         (inclusive); ``exclude`` lists the exclusions (the spec's ``except``: ``"12-25"``,
         ``"2026-12-24"``, a cron expression, ``"calendar:PATH"``)."""
-        global _validate_declared
-        if _validate_declared is None:  # spec builds on this module's types; an import
-            from cronfleet.spec import validate_declared  # statement costs ~1 us a job
-
-            _validate_declared = validate_declared
         given = (timezone, missed, catch_up_window, locking, overlap, timeout, jitter,
                  enabled, recover, config, description, team, retry, notify,
                  auto_pause_after, max_instances)  # in _CREATE_KEYS' order
@@ -320,7 +200,7 @@ class Job:
             fields[key] = value
         # validated once per distinct set of arguments (every job after the first of
         # 100,000 alike checks its id only); every problem still names this job
-        kwargs, problems = _validate_declared(fields)
+        kwargs, problems = validate_declared(fields)
         if kwargs is None:
             raise ValueError(_problems_text(id, schedule, problems))
         if cls is not Job or _JOB_POST_INIT:

@@ -20,7 +20,6 @@ keeps their history, overrides and claims.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import difflib
 import importlib
 import inspect
@@ -143,13 +142,16 @@ class Task:
     """One ``[[tasks]]`` entry, as given to a provider's ``provide(tasks)``.
 
     ``handler`` is the imported callable (``None`` when the entry has no ``handler``);
-    ``location`` is ``file:line`` of the entry, for messages.
+    ``location`` is ``file:line`` of the entry, for messages. ``job_fields``: the entry's
+    validated fields (:meth:`cronfleet.spec.JobSpec.job_fields`): a provider that declares
+    the task's own ``schedule`` gets its job from them, without validating it again.
     """
 
     schedule: Schedule
     handler: Handler | None = None
     handler_path: str | None = None
     location: str = ""
+    job_fields: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 class CronProvider(ScheduledPlugin):
@@ -199,11 +201,10 @@ def check_name(value: object, what: str) -> str | None:
     return spec.check_name(value, what)
 
 
-# Schedule field -> spec key, where they differ
-_TO_SPEC = {"cron": "schedule", "exclude": "except"}
-_FROM_SPEC = {"schedule": "cron", "config": "config_json", "except": "exclude"}
-SCHEDULE_SPEC_KEYS = tuple(k for k in spec.SPEC_KEYS
-                           if k not in ("http", "allow_private_targets"))
+# spec key -> Schedule field (spec.FIELDS), where they differ
+_FROM_SPEC = {f.key: f.schedule for f in spec.FIELDS if f.schedule not in (None, f.key)}
+# the spec keys a Schedule has (no request, no command: its plugin runs it)
+SCHEDULE_SPEC_KEYS = tuple(f.key for f in spec.FIELDS if f.schedule is not None)
 
 
 def schedule_error(problem: spec.FieldProblem) -> ScheduleError:
@@ -236,10 +237,8 @@ def schedule_to_job(
     JSON object is an error (config tasks) rather than passed on as ``{}`` (plugins).
     """
     errors: list[ScheduleError] = []
-    fields: dict[str, Any] = {}
-    for f in dataclasses.fields(Schedule):
-        if f.name != "config_json":
-            fields[_TO_SPEC.get(f.name, f.name)] = getattr(schedule, f.name)
+    fields: dict[str, Any] = {f.key: getattr(schedule, f.schedule) for f in spec.FIELDS
+                              if f.schedule is not None and f.key != "config"}
     try:
         fields["config"] = spec.config_from_json(schedule.config_json,
                                                  strict=config_must_be_object)

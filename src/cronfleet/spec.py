@@ -1,5 +1,13 @@
 """One job spec: every field a job can have, declared and checked in one place.
 
+The fields are declared once: :data:`FIELDS` lists them (each with its name in the API,
+a ``[[tasks]]`` entry and a plugin's :class:`~cronfleet.plugins.Schedule`; the config's
+task keys, the Schedule renames and the API's body models are derived from it) and
+:class:`JobFields` types them (:class:`~cronfleet.model.Job` and :class:`JobSpec` are
+both these fields and a few of their own). The types of the fields -- :class:`Missed`,
+:class:`Locking`, :class:`Overlap`, :class:`RetryPolicy`, :class:`NotifyPolicy` -- live
+here too (``cronfleet.model`` re-exports them).
+
 Every way of declaring a job maps onto :func:`validate_job`: :meth:`Job.create` (and the
 ``@scheduler.job`` decorator), a ``[[tasks]]`` entry of ``cronfleet.toml``, a plugin's
 :class:`~cronfleet.plugins.Schedule`, a job stored over the REST API (the catalog) and the
@@ -24,6 +32,7 @@ id, so ids with ``/`` declared in code keep working.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -32,7 +41,7 @@ import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -51,32 +60,32 @@ from cronfleet.cron import (
 )
 from cronfleet.cron.compose import CALENDAR_PREFIX
 from cronfleet.cron.duration import DurationError, to_timedelta
-from cronfleet.model import (
-    BACKOFF_STRATEGIES,
-    DEFAULT_CATCH_UP_WINDOW,
-    DEFAULT_TEAM,
-    EVENTS,
-    EmailSettings,
-    Locking,
-    Missed,
-    NotifyPolicy,
-    Overlap,
-    RetryPolicy,
-    check_team,
-)
 
 __all__ = [
     "AUTO_PAUSE_MAX",
+    "BACKOFF_STRATEGIES",
     "COMMAND_KEYS",
+    "DEFAULT_CATCH_UP_WINDOW",
+    "DEFAULT_TEAM",
+    "EVENTS",
+    "FIELDS",
     "HTTP_KEYS",
     "HTTP_METHODS",
     "JOB_ID_MAX",
     "SPEC_KEYS",
     "CommandSpec",
+    "EmailSettings",
+    "Face",
     "FieldError",
     "FieldProblem",
     "HttpRequest",
+    "JobFields",
     "JobSpec",
+    "Locking",
+    "Missed",
+    "NotifyPolicy",
+    "Overlap",
+    "RetryPolicy",
     "SpecInvalid",
     "Unkeyable",
     "boolean",
@@ -85,6 +94,7 @@ __all__ = [
     "check_command",
     "check_job_id",
     "check_name",
+    "check_team",
     "config_from_json",
     "default_job_id",
     "describe_value",
@@ -126,19 +136,42 @@ MAX_INSTANCES = 100
 # number is a mistake, refused naming the field (docs/concepts.md, "Alerts").
 AUTO_PAUSE_MAX = 1000
 
-# the canonical keys of a job spec (TOML says "cron" for "schedule" and "config_json" for
-# a JSON text of "config"; the API says "schedule" and "config")
-SPEC_KEYS = (
-    "id", "schedule", "timezone", "description", "enabled", "missed", "catch_up_window",
-    "locking", "overlap", "timeout", "jitter", "recover", "config", "team", "retry",
-    "notify", "auto_pause_after", "allow_private_targets", "http", "max_instances",
-    "at", "start", "end", "except",
-    "command", "shell", "env", "cwd", "kill_grace", "success_codes", "max_output",
-)
+@dataclass(frozen=True)
+class Face:
+    """One field of a job spec as each way of declaring a job names it: ``key`` is the
+    canonical key (:func:`validate_job`'s, the REST API's); ``task`` its name in a
+    ``[[tasks]]`` entry and ``schedule`` in a plugin's
+    :class:`~cronfleet.plugins.Schedule` (None: that face has no such field)."""
+
+    key: str
+    task: str | None
+    schedule: str | None
+
+
+def _face(key: str, task: str | None = "", schedule: str | None = "") -> Face:
+    return Face(key, key if task == "" else task, key if schedule == "" else schedule)
+
+
 # a command job: ``command`` (an argv list, or a text with shell = true) and its options,
 # beside the job's keys (timeout and retry are the job's; cronfleet.jobs.command)
 COMMAND_KEYS = ("command", "shell", "env", "cwd", "kill_grace", "success_codes",
                 "max_output")
+# THE list of a job spec's fields, in the order problems are reported. A [[tasks]] entry
+# says "cron" for "schedule" and "config_json" for a JSON text of "config"; a plugin's
+# Schedule says "cron", "config_json" and "exclude" (``except`` is a Python keyword) and
+# has no request nor command (its plugin runs it); the API says the canonical keys.
+FIELDS: tuple[Face, ...] = (
+    _face("id"), _face("schedule", "cron", "cron"), _face("timezone"),
+    _face("description"), _face("enabled"), _face("missed"), _face("catch_up_window"),
+    _face("locking"), _face("overlap"), _face("timeout"), _face("jitter"),
+    _face("recover"), _face("config", "config_json", "config_json"), _face("team"),
+    _face("retry"), _face("notify"), _face("auto_pause_after"),
+    _face("allow_private_targets", schedule=None), _face("http", schedule=None),
+    _face("max_instances"), _face("at"), _face("start"), _face("end"),
+    _face("except", schedule="exclude"),
+    *(_face(k, schedule=None) for k in COMMAND_KEYS),
+)
+SPEC_KEYS = tuple(f.key for f in FIELDS)
 DEFAULT_KILL_GRACE = 10.0
 DEFAULT_MAX_OUTPUT = 1024 * 1024
 MAX_MAX_OUTPUT = 64 * 1024 * 1024
@@ -175,6 +208,124 @@ LIMITS = {
     "config": 64 * 1024,  # characters of the config object as JSON
 }
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
+
+
+# -- the types of a job's fields ---------------------------------------------------------
+
+
+class Missed(StrEnum):
+    """What to do with slots that passed while no instance could fire them."""
+
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    RUN_ALL = "run_all"
+
+
+class Locking(StrEnum):
+    """Whether a slot needs a store-wide claim before it runs."""
+
+    NODE_LOCAL = "node_local"
+    PREFER_GLOBAL = "prefer_global"
+    REQUIRE_GLOBAL = "require_global"
+
+
+class Overlap(StrEnum):
+    """What a slot does when the previous run of the job still holds the lease."""
+
+    SKIP = "skip"
+    QUEUE_ONE = "queue_one"
+    ALLOW = "allow"
+    REPLACE = "replace"  # cancel the running run (anywhere in the fleet), run the new slot
+
+
+DEFAULT_CATCH_UP_WINDOW = 3600.0
+# Teams scope what an API token sees; jobs declared without one belong to this team.
+DEFAULT_TEAM = "default"
+_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_team(team: object) -> str | None:
+    """The problem with a team name, or None."""
+    if not isinstance(team, str) or not _TEAM.match(team):
+        return (f"team {team!r} is invalid: use 1-64 characters from letters, digits and "
+                "._- starting with a letter or digit")
+    return None
+
+
+BACKOFF_STRATEGIES = ("exponential", "linear", "fixed")
+EVENTS = ("failure", "recovery", "success")
+"""What a notification policy can announce."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` (1-10) in all; the wait after failed attempt ``n`` (1-based) is
+    ``delay·2^(n-1)`` (exponential), ``delay·n`` (linear) or ``delay`` (fixed)."""
+
+    attempts: int = 1
+    backoff: str = "exponential"
+    delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or not (
+            1 <= self.attempts <= 10
+        ):
+            raise ValueError(f"attempts: expected a whole number from 1 to 10, got "
+                             f"{self.attempts!r}")
+        if self.delay < 0:
+            raise ValueError(f"delay: must not be negative (got {self.delay!r})")
+        if self.backoff not in BACKOFF_STRATEGIES:
+            raise ValueError(f"backoff: {self.backoff!r} is not one of "
+                             f"{', '.join(BACKOFF_STRATEGIES)}")
+
+    def wait(self, failed_attempt: int) -> float:
+        n = failed_attempt - 1
+        if self.backoff == "exponential":
+            return float(self.delay * (2**n))
+        if self.backoff == "linear":
+            return float(self.delay * (n + 1))
+        return float(self.delay)
+
+
+@dataclass(frozen=True)
+class EmailSettings:
+    """SMTP delivery. ``password`` may be ``${secrets.NAME}``."""
+
+    host: str
+    to: tuple[str, ...]
+    sender: str = "cronfleet@localhost"
+    port: int = 25
+    starttls: bool = False
+    ssl: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class NotifyPolicy:
+    on: tuple[str, ...] = ("failure", "recovery")
+    after_failures: int = 1
+    webhook: str | None = None
+    slack: str | None = None
+    email: EmailSettings | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [e for e in self.on if e not in EVENTS]
+        if unknown:
+            raise ValueError(f"on: {unknown[0]!r} is not one of {', '.join(EVENTS)}")
+        if isinstance(self.after_failures, bool) or not isinstance(self.after_failures, int) \
+                or self.after_failures < 1:
+            raise ValueError(f"after_failures: expected a whole number of at least 1, got "
+                             f"{self.after_failures!r}")
+        if not (self.webhook or self.slack or self.email):
+            raise ValueError("no channel: set webhook, slack and/or email")
+
+    @property
+    def channels(self) -> list[str]:
+        return [n for n, v in (("webhook", self.webhook), ("slack", self.slack),
+                               ("email", self.email)) if v]
+
 
 
 # -- problems ---------------------------------------------------------------------------
@@ -890,43 +1041,53 @@ def check_command(table: Mapping[str, Any], *, base: str | Path | None = None
     return CommandSpec(**kw), []
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """Every field of a job, converted and valid (build it with :func:`validate_job`)."""
+@dataclass(frozen=True, eq=False)
+class JobFields:
+    """The fields every job has, declared once. :class:`~cronfleet.model.Job` is these
+    and what runs it (``handler``, ``source``); :class:`JobSpec` is these and what a job
+    without a handler runs (its ``http`` request or ``command``)."""
 
     id: str
     schedule: AnySchedule
-    description: str = ""
-    enabled: bool = True
     missed: Missed = Missed.RUN_ONCE
     catch_up_window: float = DEFAULT_CATCH_UP_WINDOW
     locking: Locking = Locking.REQUIRE_GLOBAL
     overlap: Overlap = Overlap.SKIP
     timeout: float | None = None
     jitter: float = 0.0
+    enabled: bool = True
     recover: bool = False
     config: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
     team: str = DEFAULT_TEAM
     retry: RetryPolicy | None = None
     notify: NotifyPolicy | None = None
     auto_pause_after: int | None = None
+    # concurrent runs of this job across the fleet, 1 to MAX_INSTANCES (docs/concepts.md,
+    # "Concurrent runs of one job")
+    max_instances: int = 1
+    # the schedule as written when it was a sentence ("every weekday at 9am"); `schedule`
+    # is then its canonical expression (cron/words.py)
+    schedule_text: str | None = None
+
+
+_JOB_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(JobFields))
+
+
+@dataclass(frozen=True)
+class JobSpec(JobFields):
+    """Every field of a job, converted and valid (build it with :func:`validate_job`)."""
+
     allow_private_targets: bool | None = None
     http: HttpRequest | None = None
-    max_instances: int = 1
     command: CommandSpec | None = None
-    schedule_text: str | None = None  # the schedule as written when it was a sentence
 
     def job_fields(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~cronfleet.model.Job` (all but handler/source)."""
-        return {
-            "id": self.id, "schedule": self.schedule, "missed": self.missed,
-            "catch_up_window": self.catch_up_window, "locking": self.locking,
-            "overlap": self.overlap, "timeout": self.timeout, "jitter": self.jitter,
-            "enabled": self.enabled, "recover": self.recover, "config": dict(self.config),
-            "description": self.description, "team": self.team, "retry": self.retry,
-            "notify": self.notify, "auto_pause_after": self.auto_pause_after,
-            "max_instances": self.max_instances, "schedule_text": self.schedule_text,
-        }
+        """Keyword arguments of :class:`~cronfleet.model.Job` (all but handler/source):
+        the :class:`JobFields`, ``config`` as a dict of its own."""
+        out = {name: getattr(self, name) for name in _JOB_FIELD_NAMES}
+        out["config"] = dict(self.config)
+        return out
 
 
 def split_index(key: str) -> tuple[str, str]:

@@ -17,10 +17,13 @@ from pydantic import (
     Field,
     TypeAdapter,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+
+from cronfleet import spec
 
 Duration = str | float
 
@@ -133,8 +136,9 @@ _SPEC_DOC = "Every problem of the body is reported at once (`details.errors`)."
 _NOT_OTHERS: Any = {"additionalProperties": False}
 
 
-_Schedule = Annotated[str, Field(max_length=1000)] | Annotated[
-    list[Annotated[str, Field(max_length=1000)]], Field(min_length=1, max_length=100)]
+_Schedule = Annotated[str, Field(max_length=spec.TEXT_LIMITS["schedule"])] | Annotated[
+    list[Annotated[str, Field(max_length=spec.TEXT_LIMITS["schedule"])]],
+    Field(min_length=1, max_length=spec.MAX_SCHEDULES)]
 _SCHEDULE_DOC = ("Cron expression, macro or interval, or a list of them (the job runs at "
                  "each instant of any of them, once). Leave it out for a one-off `at`.")
 _AT_DOC = ("A one-off instant (ISO 8601, e.g. 2026-12-24T18:00:00+01:00) instead of "
@@ -149,64 +153,87 @@ _COMMAND_DOC = ("A command job instead of `http`: the program and its arguments 
                 "the server (else 403 COMMAND_JOBS_DISABLED): it runs code on the fleet.")
 
 
-class JobFields(BaseModel):
-    """Every field of a stored job except its id (all optional: used by PATCH too)."""
-
+class _Body(BaseModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=_NOT_OTHERS)
 
-    schedule: _doc(_Schedule | None) = Field(  # type: ignore[valid-type]
-        default=None, description=_SCHEDULE_DOC)
-    at: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description=_AT_DOC)
-    start: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="No slot before it (ISO 8601 date-time or date).")
-    end: _doc(Annotated[str, Field(max_length=100)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="No slot after it (inclusive; a date: that whole day).")
-    except_: _doc(list[Annotated[str, Field(max_length=1000)]] | None) = Field(  # type: ignore[valid-type]
-        default=None, alias="except", description=_EXCEPT_DOC)
-    timezone: _doc(Annotated[str, Field(max_length=100)] | None) = None  # type: ignore[valid-type]
-    description: _doc(Annotated[str, Field(max_length=2000)] | None) = None  # type: ignore[valid-type]
-    enabled: _doc(bool | None) = None  # type: ignore[valid-type]
-    missed: _doc(Literal["skip", "run_once", "run_all"] | None) = None  # type: ignore[valid-type]
-    catch_up_window: _doc(Duration | None) = None  # type: ignore[valid-type]
-    locking: _doc(Literal["node_local", "prefer_global", "require_global"] | None) = None  # type: ignore[valid-type]
-    overlap: _doc(Literal["skip", "queue_one", "allow", "replace"] | None) = None  # type: ignore[valid-type]
-    timeout: _doc(Duration | None) = None  # type: ignore[valid-type]
-    jitter: _doc(Duration | None) = None  # type: ignore[valid-type]
-    recover: _doc(bool | None) = None  # type: ignore[valid-type]
-    config: _doc(dict[str, Any] | None) = None  # type: ignore[valid-type]
-    http: _doc(HttpSpec | None) = None  # type: ignore[valid-type]
-    retry: _doc(RetrySpec | None) = None  # type: ignore[valid-type]
-    notify: _doc(NotifySpec | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Notifications on failure / recovery / success.")
-    auto_pause_after: _doc(Annotated[int, Field(ge=1)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Pause the job after this many failures in a row.")
-    max_instances: _doc(Annotated[int, Field(ge=1)] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Concurrent runs of the job across the fleet (only 1 "
-                                  "is supported in this release).")
-    allow_private_targets: _doc(bool | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Let the request (and webhooks) reach private addresses.")
-    command: _doc(list[Annotated[str, Field(max_length=100_000)]]  # type: ignore[valid-type]
-                  | Annotated[str, Field(max_length=100_000)] | None) = Field(
-        default=None, description=_COMMAND_DOC)
-    shell: _doc(bool | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Run `command` (one text) with /bin/sh -c.")
-    env: _doc(dict[str, str] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Variables added to the command's environment; values "
-                                  "may use ${secrets.NAME} (the team's).")
-    cwd: _doc(str | None) = Field(  # type: ignore[valid-type]
-        default=None, description="The command's working directory.")
-    kill_grace: _doc(Duration | None) = Field(  # type: ignore[valid-type]
-        default=None, description="After SIGTERM (timeout, stop), SIGKILL this much later "
-                                  "(default 10s).")
-    success_codes: _doc(list[Annotated[int, Field(ge=0, le=255)]] | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Exit codes that count as success (default [0]).")
-    max_output: _doc(Annotated[int, Field(ge=1024)] | str | None) = Field(  # type: ignore[valid-type]
-        default=None, description="Bytes of stdout + stderr kept in the run (default 1MiB: "
-                                  "the first and last halves).")
+
+_TEXT = spec.TEXT_LIMITS
+# how the API documents each field of a job spec (spec.FIELDS, the one list): the body
+# models below take their fields from the spec, in its order, each documented from this
+# table; a field the spec gains without an entry here fails at import
+_API_FIELDS: dict[str, tuple[Any, Any]] = {
+    "schedule": (_doc(_Schedule | None), Field(default=None, description=_SCHEDULE_DOC)),
+    "at": (_doc(Annotated[str, Field(max_length=100)] | None),
+           Field(default=None, description=_AT_DOC)),
+    "start": (_doc(Annotated[str, Field(max_length=100)] | None),
+              Field(default=None, description="No slot before it (ISO 8601 date-time or "
+                                              "date).")),
+    "end": (_doc(Annotated[str, Field(max_length=100)] | None),
+            Field(default=None, description="No slot after it (inclusive; a date: that "
+                                            "whole day).")),
+    "except": (_doc(list[Annotated[str, Field(max_length=_TEXT["schedule"])]] | None),
+               Field(default=None, alias="except", description=_EXCEPT_DOC)),
+    "timezone": (_doc(Annotated[str, Field(max_length=_TEXT["timezone"])] | None), None),
+    "description": (_doc(Annotated[str, Field(max_length=_TEXT["description"])] | None),
+                    None),
+    "enabled": (_doc(bool | None), None),
+    "missed": (_doc(Literal[tuple(m.value for m in spec.Missed)] | None), None),
+    "catch_up_window": (_doc(Duration | None), None),
+    "locking": (_doc(Literal[tuple(m.value for m in spec.Locking)] | None), None),
+    "overlap": (_doc(Literal[tuple(m.value for m in spec.Overlap)] | None), None),
+    "timeout": (_doc(Duration | None), None),
+    "jitter": (_doc(Duration | None), None),
+    "recover": (_doc(bool | None), None),
+    "config": (_doc(dict[str, Any] | None), None),
+    "http": (_doc(HttpSpec | None), None),
+    "retry": (_doc(RetrySpec | None), None),
+    "notify": (_doc(NotifySpec | None),
+               Field(default=None, description="Notifications on failure / recovery / "
+                                               "success.")),
+    "auto_pause_after": (_doc(Annotated[int, Field(ge=1, le=spec.AUTO_PAUSE_MAX)] | None),
+                         Field(default=None, description="Pause the job after this many "
+                                                         "failures in a row.")),
+    "max_instances": (_doc(Annotated[int, Field(ge=1, le=spec.MAX_INSTANCES)] | None),
+                      Field(default=None, description=(
+                          f"Concurrent runs of the job across the fleet (1 to "
+                          f"{spec.MAX_INSTANCES}; more than 1 needs an overlap other "
+                          "than allow)."))),
+    "allow_private_targets": (_doc(bool | None),
+                              Field(default=None, description="Let the request (and "
+                                    "webhooks) reach private addresses.")),
+    "command": (_doc(list[Annotated[str, Field(max_length=100_000)]]
+                     | Annotated[str, Field(max_length=100_000)] | None),
+                Field(default=None, description=_COMMAND_DOC)),
+    "shell": (_doc(bool | None),
+              Field(default=None, description="Run `command` (one text) with /bin/sh -c.")),
+    "env": (_doc(dict[str, str] | None),
+            Field(default=None, description="Variables added to the command's environment; "
+                                            "values may use ${secrets.NAME} (the team's).")),
+    "cwd": (_doc(str | None),
+            Field(default=None, description="The command's working directory.")),
+    "kill_grace": (_doc(Duration | None),
+                   Field(default=None, description="After SIGTERM (timeout, stop), SIGKILL "
+                                                   "this much later (default 10s).")),
+    "success_codes": (_doc(list[Annotated[int, Field(ge=0, le=255)]] | None),
+                      Field(default=None, description="Exit codes that count as success "
+                                                      "(default [0]).")),
+    "max_output": (_doc(Annotated[int, Field(ge=1024)] | str | None),
+                   Field(default=None, description="Bytes of stdout + stderr kept in the run "
+                                                   "(default 1MiB: the first and last "
+                                                   "halves).")),
+}
+# a stored job's body: the spec's fields but its id (the path's or JobCreate's) and its
+# team (the token's)
+_NOT_IN_BODY = ("id", "team")
+JobFields = create_model(  # type: ignore[call-overload]
+    "JobFields", __base__=_Body, __module__=__name__,
+    __doc__="Every field of a stored job except its id (all optional: used by PATCH too).",
+    **{("except_" if f.key == "except" else f.key): _API_FIELDS[f.key]
+       for f in spec.FIELDS if f.key not in _NOT_IN_BODY},
+)
 
 
-class JobCreate(JobFields):
+class JobCreate(JobFields):  # type: ignore[misc,valid-type]
     __doc__ = f"A job to store. {_SPEC_DOC}"
     # required in the schema; a missing one is reported by the spec with the rest
     # (``schedule`` or ``at``, ``http`` or ``command``: the spec reports a job with neither)
@@ -242,7 +269,7 @@ class JobCreate(JobFields):
         return data
 
 
-class JobPatch(JobFields):
+class JobPatch(JobFields):  # type: ignore[misc,valid-type]
     """Fields to change; ``null`` resets a field to its default. ``http`` and ``retry``
     are merged key by key into the stored ones (``notify`` is replaced whole)."""
 

@@ -1,15 +1,17 @@
 """Assembling plugins and tasks into jobs: import each plugin, hand the ``[[tasks]]`` to
-the provider, validate every schedule, resolve schedule-id conflicts by priority."""
+the provider, validate every schedule, resolve schedule-id conflicts by priority; the
+result is a :class:`Loaded` (what :meth:`cronfleet.config.Config.load` returns)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from cronfleet import plugins as _plugins
+from cronfleet.config.env import timers_from_env
 from cronfleet.config.problems import Problem
-from cronfleet.config.settings import Config, Loaded, LoadedPlugin, PluginRef
 from cronfleet.model import Job
 from cronfleet.plugins import (
     BUILTIN_PROVIDER,
@@ -22,6 +24,102 @@ from cronfleet.plugins import (
     import_object,
     schedule_to_job,
 )
+
+if TYPE_CHECKING:
+    from cronfleet.clock import Clock
+    from cronfleet.config.settings import Config, PluginRef
+    from cronfleet.scheduler import Scheduler
+
+log = logging.getLogger("cronfleet.config")
+
+
+@dataclass
+class LoadedPlugin:
+    """A plugin that loaded: what it is, where it came from, which jobs it runs."""
+
+    name: str
+    priority: int
+    origin: str
+    plugin: Any
+    provider: bool = False
+    jobs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Loaded:
+    """Every declared job, ready to run; a context manager that calls each plugin's
+    ``cleanup()`` on exit."""
+
+    config: Config
+    jobs: list[Job] = field(default_factory=list)
+    plugins: list[LoadedPlugin] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    # the fleet's job registry (cronfleet.runtime.registry.FleetJob by id) when read, and
+    # the ids of ``jobs`` that come from it (declared by other processes, not here)
+    fleet: dict[str, Any] = field(default_factory=dict)
+    remote: set[str] = field(default_factory=set)
+    _cleaned: bool = field(default=False, repr=False)
+
+    def job_ids(self) -> list[str]:
+        return [j.id for j in self.jobs]
+
+    def scheduler(
+        self,
+        *,
+        timers: bool | None = None,
+        clock: Clock | None = None,
+        instance_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+        connect_timeout: float | None = None,
+        role: str = "all",
+    ) -> Scheduler:
+        """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
+        ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
+        from cronfleet.scheduler import Scheduler
+
+        if timers is None:
+            from_env = timers_from_env(env)
+            timers = True if from_env is None else from_env
+        c = self.config
+        s = Scheduler(
+            c.store,
+            timezone=c.timezone,
+            catch_up_window=c.catch_up_window,
+            shutdown_grace=c.shutdown_grace,
+            connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
+            instance_ttl=c.instance_ttl,
+            role=role,
+            run_retention=c.run_retention,
+            runs_per_job=c.runs_per_job,
+            metrics_job_label=c.metrics_job_label,
+            timers=timers,
+            clock=clock,
+            instance_id=instance_id,
+        )
+        for job in self.jobs:
+            s.add_job(job)
+        return s
+
+    def cleanup(self) -> None:
+        """Call every plugin's ``cleanup()`` once (errors are logged, not raised)."""
+        if self._cleaned:
+            return
+        self._cleaned = True
+        for p in self.plugins:
+            fn = getattr(p.plugin, "cleanup", None)
+            if not callable(fn):
+                continue
+            try:
+                fn()
+            except Exception:
+                log.exception("plugin %r: cleanup() failed", p.name)
+
+    def __enter__(self) -> Loaded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
 
 
 @dataclass
@@ -219,16 +317,23 @@ class Assembler:
                 handler = _plugins.handler_of(lp.plugin, sid)
             except Exception:
                 handler = lp.plugin.run
-            job, errors = schedule_to_job(
-                schedule,
-                job_id=job_id if isinstance(sid, str) and check_name(sid, "id") is None
-                else "invalid",
-                handler=handler,
-                timezone=config.timezone,
-                catch_up_window=config.catch_up_window,
-                source=task.location if task else f"plugin {lp.name}",
-                config_must_be_object=task is not None,
-            )
+            if task is not None and schedule is task.schedule and task.job_fields is not None:
+                # a [[tasks]] entry declared as is: validated once, when the file was read
+                job: Job | None = Job(handler=handler, source=task.location,
+                                      **{**task.job_fields, "id": job_id,
+                                         "config": dict(task.job_fields["config"])})
+                errors: list[ScheduleError] = []
+            else:
+                job, errors = schedule_to_job(
+                    schedule,
+                    job_id=job_id if isinstance(sid, str) and check_name(sid, "id") is None
+                    else "invalid",
+                    handler=handler,
+                    timezone=config.timezone,
+                    catch_up_window=config.catch_up_window,
+                    source=task.location if task else f"plugin {lp.name}",
+                    config_must_be_object=task is not None,
+                )
             if not errors and len(job_id) > 200:
                 errors = [ScheduleError("id", f"job id {job_id!r} is longer than 200 characters")]
             for err in errors:

@@ -13,13 +13,14 @@ Names: a ``[scheduler]`` key ``k`` is ``CRONFLEET_K`` (``CRONFLEET_TIMEZONE``), 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cronfleet.config.keys import _FALSE, _TRUE, API_KEYS, SCHEDULER_KEYS
+from cronfleet.config.keys import _FALSE, _TRUE, API_KEYS, SCHEDULER_ENV, SCHEDULER_KEYS
 from cronfleet.config.locate import Locator
-from cronfleet.config.problems import Problem
+from cronfleet.config.problems import ConfigError, Problem
 
 __all__ = ["ENV_SETTINGS", "EnvSetting", "apply_env", "env_name", "pick"]
 
@@ -160,3 +161,18 @@ def pick(flag: T | None, flag_name: str, config: Any, attr: str) -> tuple[T, str
         return flag, flag_name
     value: T = getattr(config, attr)
     return value, config.origins.get(attr, "default")
+
+
+def timers_from_env(env: Mapping[str, str] | None = None) -> bool | None:
+    """``CRONFLEET_SCHEDULER``: ``0``/``false``/``no``/``off`` -> False, ``1``/``true``/...
+    -> True, unset or empty -> None. Anything else raises :class:`ConfigError`."""
+    raw = (os.environ if env is None else env).get(SCHEDULER_ENV, "").strip().lower()
+    if not raw:
+        return None
+    if raw in _FALSE:
+        return False
+    if raw in _TRUE:
+        return True
+    raise ConfigError([Problem(
+        f"{SCHEDULER_ENV}={raw!r}: expected 0 (no timers: an API-only replica) or 1"
+    )])

@@ -25,20 +25,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 API_KEYS = ("enabled", "host", "port", "metrics", "ready_max_overdue", "private_targets",
             "max_request_body", "allow_command_jobs", "forwarded_allow_ips")
-TASK_KEYS = (
-    "id", "cron", "handler", "description", "timezone", "jitter", "missed",
-    "catch_up_window", "locking", "overlap", "timeout", "enabled", "recover", "config_json",
-    "http", "retry", "allow_private_targets", "notify", "auto_pause_after", "team",
-    "max_instances", "at", "start", "end", "except",
-    *spec.COMMAND_KEYS,
-)
+# a task's keys: the spec's fields by their [[tasks]] names (spec.FIELDS), and its handler
+TASK_KEYS = (*(f.task for f in spec.FIELDS if f.task is not None), "handler")
 # keys of a task's http = {...}, retry = {...} and notify = {...} tables: the spec's
 HTTP_KEYS = tuple(k for k in spec.HTTP_KEYS if k != "allow_private_targets")
 RETRY_KEYS = spec.RETRY_KEYS
 NOTIFY_KEYS = spec.NOTIFY_KEYS
 EMAIL_KEYS = spec.EMAIL_KEYS
 # task keys that name a spec key differently ("config_json" is JSON text of "config")
-TASK_TO_SPEC = {"cron": "schedule", "config_json": "config"}
+TASK_TO_SPEC = {f.task: f.key for f in spec.FIELDS if f.task not in (None, f.key)}
 SPEC_TO_TASK = {v: k for k, v in TASK_TO_SPEC.items()}
 # keys that only mean something for an http task
 HTTP_ONLY = ("allow_private_targets",)

@@ -1,25 +1,22 @@
-"""The validated configuration (:class:`Config`) and what loading it gives
-(:class:`Loaded`: the jobs, the plugins, the problems of plugins that failed)."""
+"""The validated configuration (:class:`Config`); what loading it gives
+(:class:`~cronfleet.config.assemble.Loaded`: the jobs, the plugins, the problems of
+plugins that failed) is built by :mod:`cronfleet.config.assemble`."""
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cronfleet.config.keys import _FALSE, _TRUE, DEFAULT_STORE, SCHEDULER_ENV
+from cronfleet.config.assemble import Assembler, Loaded, LoadedPlugin
+from cronfleet.config.env import timers_from_env
+from cronfleet.config.keys import DEFAULT_STORE
 from cronfleet.config.problems import ConfigError, Problem
-from cronfleet.model import DEFAULT_CATCH_UP_WINDOW, Job
 from cronfleet.plugins import BUILTIN_PROVIDER, EntryPointSpec, Task
+from cronfleet.spec import DEFAULT_CATCH_UP_WINDOW
 
-if TYPE_CHECKING:
-    from cronfleet.clock import Clock
-    from cronfleet.scheduler import Scheduler
-
-log = logging.getLogger("cronfleet.config")
+__all__ = ["Config", "Loaded", "LoadedPlugin", "PluginRef", "timers_from_env"]
 
 @dataclass(frozen=True)
 class PluginRef:
@@ -116,114 +113,8 @@ class Config:
         ``entry_points``: the advertised plugins (default: discovered from the installed
         distributions when ``[scheduler] entry_points`` is true).
         """
-        from cronfleet.config.assemble import Assembler
-
         loaded = Assembler(self, entry_points).run()
         if strict and (loaded.problems or self.unbound):
             loaded.cleanup()
             raise ConfigError([*self.unbound, *loaded.problems])
         return loaded
-
-
-@dataclass
-class LoadedPlugin:
-    """A plugin that loaded: what it is, where it came from, which jobs it runs."""
-
-    name: str
-    priority: int
-    origin: str
-    plugin: Any
-    provider: bool = False
-    jobs: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Loaded:
-    """Every declared job, ready to run; a context manager that calls each plugin's
-    ``cleanup()`` on exit."""
-
-    config: Config
-    jobs: list[Job] = field(default_factory=list)
-    plugins: list[LoadedPlugin] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    # the fleet's job registry (cronfleet.runtime.registry.FleetJob by id) when read, and
-    # the ids of ``jobs`` that come from it (declared by other processes, not here)
-    fleet: dict[str, Any] = field(default_factory=dict)
-    remote: set[str] = field(default_factory=set)
-    _cleaned: bool = field(default=False, repr=False)
-
-    def job_ids(self) -> list[str]:
-        return [j.id for j in self.jobs]
-
-    def scheduler(
-        self,
-        *,
-        timers: bool | None = None,
-        clock: Clock | None = None,
-        instance_id: str | None = None,
-        env: Mapping[str, str] | None = None,
-        connect_timeout: float | None = None,
-        role: str = "all",
-    ) -> Scheduler:
-        """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
-        ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
-        from cronfleet.scheduler import Scheduler
-
-        if timers is None:
-            from_env = timers_from_env(env)
-            timers = True if from_env is None else from_env
-        c = self.config
-        s = Scheduler(
-            c.store,
-            timezone=c.timezone,
-            catch_up_window=c.catch_up_window,
-            shutdown_grace=c.shutdown_grace,
-            connect_timeout=c.connect_timeout if connect_timeout is None else connect_timeout,
-            instance_ttl=c.instance_ttl,
-            role=role,
-            run_retention=c.run_retention,
-            runs_per_job=c.runs_per_job,
-            metrics_job_label=c.metrics_job_label,
-            timers=timers,
-            clock=clock,
-            instance_id=instance_id,
-        )
-        for job in self.jobs:
-            s.add_job(job)
-        return s
-
-    def cleanup(self) -> None:
-        """Call every plugin's ``cleanup()`` once (errors are logged, not raised)."""
-        if self._cleaned:
-            return
-        self._cleaned = True
-        for p in self.plugins:
-            fn = getattr(p.plugin, "cleanup", None)
-            if not callable(fn):
-                continue
-            try:
-                fn()
-            except Exception:
-                log.exception("plugin %r: cleanup() failed", p.name)
-
-    def __enter__(self) -> Loaded:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
-
-
-def timers_from_env(env: Mapping[str, str] | None = None) -> bool | None:
-    """``CRONFLEET_SCHEDULER``: ``0``/``false``/``no``/``off`` -> False, ``1``/``true``/...
-    -> True, unset or empty -> None. Anything else raises :class:`ConfigError`."""
-    raw = (os.environ if env is None else env).get(SCHEDULER_ENV, "").strip().lower()
-    if not raw:
-        return None
-    if raw in _FALSE:
-        return False
-    if raw in _TRUE:
-        return True
-    raise ConfigError([Problem(
-        f"{SCHEDULER_ENV}={raw!r}: expected 0 (no timers: an API-only replica) or 1"
-    )])

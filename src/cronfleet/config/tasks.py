@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cronfleet import spec
 from cronfleet.config.keys import (
@@ -25,6 +25,8 @@ from cronfleet.config.keys import (
     TASK_TO_SPEC,
     did_you_mean,
 )
+from cronfleet.config.locate import Locator
+from cronfleet.config.problems import Problem
 from cronfleet.config.settings import Config
 from cronfleet.plugins import (
     BUILTIN_PROVIDER,
@@ -35,16 +37,36 @@ from cronfleet.plugins import (
     import_object,
 )
 
-if TYPE_CHECKING:
-    from cronfleet.config.reader import Reader
+__all__ = ["Reader", "handler_name", "read_tasks", "task_problem"]
 
-__all__ = ["handler_name", "read_tasks", "task_problem"]
+
+class Reader(Protocol):
+    """What reading the tasks needs of the file's reader
+    (:class:`cronfleet.config.reader.Reader`): where a key is, and where problems go."""
+
+    display: str
+    loc: Locator
+    sched_table: str
+    warnings: list[Problem]
+
+    def problem(self, message: str, *, at: tuple[int, int] | None = None,
+                line: int | None = None, task: str | None = None,
+                key: str | None = None) -> None: ...
+
+    def warn(self, message: str, *, at: tuple[int, int] | None = None,
+             task: str | None = None, key: str | None = None) -> None: ...
+
+    def where(self, table: str, index: int, key: str | None) -> tuple[int, int] | None: ...
+
+    def key_position(self, table: str, index: int, key: str
+                     ) -> tuple[int, int] | None: ...
 
 _SPEC_KEYS = spec.SPEC_KEYS
-_SCHEDULE_FIELDS = ("id", "cron", "description", "timezone", "jitter", "missed",
-                    "catch_up_window", "locking", "overlap", "timeout", "enabled",
-                    "config_json", "recover", "team", "at", "start", "end",
-                    "max_instances")
+# the task keys given to its Schedule as written (a [[tasks]] entry and a Schedule name
+# them alike); retry, notify and auto_pause_after go in converted, except as read
+_CONVERTED = ("retry", "notify", "auto_pause_after", "except")
+_SCHEDULE_FIELDS = tuple(f.task for f in spec.FIELDS if f.task is not None
+                         and f.task == f.schedule and f.key not in _CONVERTED)
 
 
 def task_problem(problem: spec.FieldProblem) -> tuple[str, str]:
@@ -169,11 +191,14 @@ def _read_task(r: Reader, index: int, raw: dict[str, Any], config: Config,
         kwargs["exclude"] = getattr(result.schedule, "exclusions", raw["except"])
     if is_http or is_command:
         kwargs["description"] = result.description
+    job_fields = result.job_fields()  # validated once: the job is built from these
     if is_command and handler is not None and handler.timeout is not None:
-        kwargs["timeout"] = handler.job_timeout  # a net behind the command's own
+        # a net behind the command's own
+        kwargs["timeout"] = job_fields["timeout"] = handler.job_timeout
     schedule = Schedule(**kwargs, retry=result.retry, notify=result.notify,
                         auto_pause_after=result.auto_pause_after)
-    return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}")
+    return Task(schedule, handler, handler_path, f"{r.display}:{r.loc.table('tasks', index) or 0}",
+                job_fields)
 
 
 def _refused_target(job: Any, config: Config) -> str | None:

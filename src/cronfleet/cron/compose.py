@@ -27,14 +27,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError, NoFireTimeError
 from .expr import CronExpr
+from .instants import day_start, parse_instant
 from .parser import resolve_tz
+from .parsing import parse
 from .sequence import FireTimes, floor_ts
 
 __all__ = [
@@ -42,9 +44,11 @@ __all__ = [
     "ComposedSchedule",
     "Exclusion",
     "compose",
+    "one_off",
     "parse_composed",
     "parse_exclusion",
     "parse_instant",
+    "parse_schedule",
     "read_calendar",
     "read_schedule",
 ]
@@ -54,12 +58,6 @@ MAX_SKIPPED = 100_000
 """Consecutive excluded candidates after which ``next``/``prev`` give up
 (``NoFireTimeError``): an exclusion that removes every instant ends the search."""
 CALENDAR_PREFIX = "calendar:"
-
-
-def _day_start(day: date, tz: ZoneInfo) -> int:
-    """The first instant of local ``day`` in ``tz`` (a midnight in a DST gap: the gap's
-    end), as epoch seconds."""
-    return floor_ts(datetime.combine(day, time(0), tzinfo=tz))
 
 
 # -- exclusions ------------------------------------------------------------------------------
@@ -169,8 +167,6 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
             return Exclusion(d.isoformat(), dates=frozenset((d,)))
         assert md is not None
         return Exclusion(f"{md[0]:02d}-{md[1]:02d}", monthdays=frozenset((md,)))
-    from . import parse_schedule
-
     expr, _ = parse_schedule(" ".join(stripped.split()), tz)  # a sentence too
     if isinstance(expr, ComposedSchedule):
         raise CronSyntaxError(field, text, 1, text, "a one-off cannot be an exclusion (give "
@@ -182,46 +178,6 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
 
 
 # -- instants -------------------------------------------------------------------------------
-
-
-def parse_instant(value: object, tz: str | ZoneInfo = "UTC", *, field: str = "at",
-                  end_of_day: bool = False) -> datetime:
-    """An instant for ``at``/``start``/``end``: an aware datetime, or ISO 8601 text with an
-    offset (``2026-12-24T18:00:00+01:00``); without one it is read in ``tz`` (a repeated
-    local time: its first pass). A date (``2026-12-24``) is that day's first instant, or
-    with ``end_of_day`` its last second. Fire times are whole seconds: a fraction is
-    refused. Raises :class:`CronSyntaxError`."""
-    zone = resolve_tz(tz, "")
-    raw = value
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
-        except ValueError:
-            raise CronSyntaxError(
-                field, str(raw), 1, str(raw),
-                f"{raw!r} is not an ISO 8601 date-time (e.g. 2026-12-24T18:00:00+01:00) "
-                "or date (2026-12-24)") from None
-    if isinstance(value, datetime):
-        if value.microsecond:
-            raise CronSyntaxError(field, str(raw), None, str(raw),
-                                  f"{value.isoformat()}: fire times are whole seconds")
-        if value.tzinfo is None or value.utcoffset() is None:
-            value = value.replace(tzinfo=zone)
-        try:
-            return value.astimezone(zone)
-        except (OverflowError, ValueError):
-            raise CronSyntaxError(field, str(raw), None, str(raw),
-                                  f"{value.isoformat()} is outside the calendar") from None
-    if isinstance(value, date):
-        if end_of_day:
-            if value == date.max:
-                return datetime.combine(value, time(23, 59, 59), tzinfo=zone)
-            nxt = _day_start(value + timedelta(days=1), zone) - 1
-            return datetime.fromtimestamp(nxt, zone)
-        return datetime.fromtimestamp(_day_start(value, zone), zone)
-    raise CronSyntaxError(field, repr(raw), None, repr(raw),
-                          f"expected an ISO 8601 date-time or date, got {type(raw).__name__}")
 
 
 def _iso(dt: datetime) -> str:
@@ -461,7 +417,7 @@ class ComposedSchedule(FireTimes):
             if self._day_excluded(c.astimezone(self.tz)):
                 # skip the rest of an excluded day at once
                 local = c.astimezone(self.tz)
-                target = _day_start(local.date() + timedelta(days=1), self.tz) - 1
+                target = day_start(local.date() + timedelta(days=1), self.tz) - 1
                 t = datetime.fromtimestamp(target, self.tz) if target > floor_ts(c) else c
             else:
                 t = c
@@ -484,7 +440,7 @@ class ComposedSchedule(FireTimes):
                 return c.astimezone(self.tz)
             local = c.astimezone(self.tz)
             if self._day_excluded(local):
-                target = _day_start(local.date(), self.tz)
+                target = day_start(local.date(), self.tz)
                 t = datetime.fromtimestamp(target, self.tz) if target < floor_ts(c) else c
             else:
                 t = c
@@ -600,8 +556,6 @@ def compose(
 
 def _one_expr(text: str, zone: ZoneInfo) -> CronExpr:
     """One expression of a union: a one-off in words is refused (it is ``at``)."""
-    from . import parse_schedule
-
     expr, _ = parse_schedule(text, zone)
     if isinstance(expr, ComposedSchedule):
         raise CronSyntaxError("expression", text, 1, text, f"{text!r} is a one-off: it "
@@ -632,6 +586,54 @@ def is_composition(text: str) -> bool:
     return "|" in text or _keyword(text.strip()) is not None
 
 
+def parse_schedule(text: str, tz: str | ZoneInfo = "UTC", *,
+                   now: float | datetime | None = None, relative: bool = True
+                   ) -> tuple[CronExpr | ComposedSchedule, str | None]:
+    """A schedule as a user writes it: a cron expression, macro or interval, or else a
+    sentence (:func:`cronfleet.cron.from_text`, English or French).
+
+    Returns ``(expr, sentence)``: ``sentence`` is the text as written when it was read as
+    words (``expr`` is then the canonical expression), ``None`` otherwise. The one entry
+    point of every face (job specs, ``cronfleet next/explain``, ``/api/cron/preview``).
+    When the text fails both ways, the error is the sentence's when the text looks like
+    words (:func:`looks_like_words`), else the cron expression's.
+
+    A one-off in words ('tomorrow at 5pm', 'on December 24 2026 at 18:00') is a
+    :class:`ComposedSchedule` with that ``at``, read at ``now`` (epoch seconds or an aware
+    datetime: the caller's clock; default the system clock). ``relative=False`` refuses
+    one whose instant depends on ``now`` ('tomorrow', 'in 2 hours', a date without its
+    year): what a job declared again at every start (a config file, code) must say.
+    """
+    try:
+        return parse(text, tz), None
+    except CronSyntaxError as exc:
+        if exc.field == "timezone" or not isinstance(text, str):
+            raise
+        from . import words  # only when the text is not cron: keeps `import` and parse fast
+
+        if not words.looks_like_words(text):
+            raise
+    sentence = words.from_text(text, tz, now=now, one_off=one_off)
+    if sentence.relative and not relative:
+        at = sentence.expr[3:]
+        raise CronSyntaxError(
+            "sentence", text, 1, text,
+            f"{text!r} depends on the moment it is read, and a declared job is read again "
+            f"at every start: it would move each time. Write the instant: at = \"{at}\" "
+            "(what it means now), or a date with its year ('on December 24 2026 at 18:00')"
+            if sentence.lang == "en" else
+            f"{text!r} dépend du moment où il est lu, et une tâche déclarée est "
+            f"relue à chaque démarrage : elle se déplacerait à chaque fois. Écrivez "
+            f"l'instant : at = \"{at}\" (ce que cela veut dire maintenant), ou une date avec "
+            "son année (« le 24 décembre 2026 à 18h »)")
+    return sentence.schedule, text
+
+
+def one_off(at: datetime, tz: str | ZoneInfo) -> ComposedSchedule:
+    """The schedule of a one-off in words ('tomorrow at 5pm'): its instant as ``at``."""
+    return ComposedSchedule((), tz=tz, at=at)
+
+
 def read_schedule(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | None = None,
                   now: float | datetime | None = None
                   ) -> tuple[CronExpr | ComposedSchedule, str | None]:
@@ -640,8 +642,6 @@ def read_schedule(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | N
     (:func:`parse_composed`). Returns ``(schedule, sentence)``: ``sentence`` is the text as
     written when any piece of it was read as words, else ``None``. A one-off in words
     ('tomorrow at 5pm') is read at ``now`` (default: the system clock)."""
-    from . import parse_schedule
-
     if not is_composition(text):
         return parse_schedule(text, tz, now=now)
     words: list[bool] = []
@@ -657,8 +657,6 @@ def parse_composed(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path | 
     ENTRY`` (``"0 9 * * 1-5 | 0 12 * * 6 | except 12-25"``). Text that is no composition
     is one plain expression or sentence (:func:`cronfleet.cron.parse_schedule`). A piece
     that is a one-off in words ('tomorrow at 5pm | except ...') is its ``at``."""
-    from . import parse_schedule
-
     if not is_composition(text):
         expr, sentence = parse_schedule(text, tz, now=now)
         if _words is not None:

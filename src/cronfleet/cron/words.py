@@ -28,7 +28,9 @@ from zoneinfo import ZoneInfo
 
 from .errors import CronSyntaxError
 from .expr import CronExpr
+from .instants import parse_instant
 from .parser import resolve_tz
+from .parsing import parse  # the package's cached parse
 from .words_tables import (
     AFTERNOON,
     EVENING,
@@ -41,6 +43,8 @@ from .words_tables import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .compose import ComposedSchedule
 
 __all__ = ["Sentence", "compile_text", "from_text", "looks_like_words"]
@@ -1129,9 +1133,8 @@ _MONTHS_FR = ["janvier", "février", "mars", "avril", "mai", "juin", "juillet", 
 
 def _resolve(one: _OneOff, zone: ZoneInfo, now: float) -> datetime:
     """The instant of a one-off read at ``now`` (epoch seconds) in ``zone``. A local time
-    is read as ``at`` reads one (:func:`.compose.parse_instant`: a repeated time is its
+    is read as ``at`` reads one (:func:`.instants.parse_instant`: a repeated time is its
     first pass; a time in a spring-forward gap moves forward by the gap, 02:30 -> 03:30)."""
-    from .compose import parse_instant
     from .sequence import floor_ts
 
     base = int(now // 1)
@@ -1485,10 +1488,14 @@ def compile_text(text: str, lang: str | None = None, *, tz: str | ZoneInfo | Non
 
 
 def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = None, *,
-              now: float | datetime | None = None) -> Sentence:
-    """Compile an English or French sentence to a cronfleet schedule.
+              now: float | datetime | None = None,
+              one_off: Callable[[datetime, str | ZoneInfo], ComposedSchedule]) -> Sentence:
+    """Compile an English or French sentence to a cronfleet schedule (called through
+    :func:`cronfleet.cron.from_text` and :func:`cronfleet.cron.parse_schedule`, which give
+    ``one_off``: the schedule of a one-off at an instant, a composition that this module,
+    below :mod:`.compose`, does not build itself).
 
-        >>> s = from_text("every weekday at 9am")
+        >>> s = cronfleet.cron.from_text("every weekday at 9am")
         >>> s.expr, s.lang, s.description
         ('0 9 * * 1-5', 'en', 'At 09:00, Monday through Friday')
 
@@ -1500,16 +1507,11 @@ def from_text(text: str, tz: str | ZoneInfo | None = None, lang: str | None = No
     instant depends on ``now``. Raises :class:`CronSyntaxError` (field ``sentence``, with
     the column of the word) for anything the grammar does not read exactly.
     """
-    from . import parse  # the package's cached parse
-
     expr, code, relative = _read(text, lang, tz, now)
     zone = tz if tz is not None else "UTC"
     if expr.startswith("at "):
-        from .compose import ComposedSchedule
-
         at = datetime.fromisoformat(expr[3:])
-        return Sentence(text, expr, code, ComposedSchedule((), tz=zone, at=at), at=at,
-                        relative=relative)
+        return Sentence(text, expr, code, one_off(at, zone), at=at, relative=relative)
     try:
         schedule = parse(expr, zone)
     except CronSyntaxError as exc:

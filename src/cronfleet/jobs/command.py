@@ -54,11 +54,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from cronfleet.clock import slot_text
+from cronfleet.clock import Clock, SystemClock, slot_text
 from cronfleet.secrets import (
     DEFAULT_NAMESPACE,
     Keyring,
@@ -316,8 +316,9 @@ class CommandRuntime:
     secrets table backs it, or pass ``vault``) and the warden."""
 
     def __init__(self, *, store: str | None = None, vault: Vault | None = None,
-                 keyring: Keyring | None = None) -> None:
+                 keyring: Keyring | None = None, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock: Clock = clock or SystemClock()  # the wall time a process starts at
         self._vault = vault
         self._keyring = keyring
         self.warden = Warden()
@@ -401,28 +402,33 @@ class CommandJob:
     max_output: int = DEFAULT_MAX_OUTPUT
     namespace: str = DEFAULT_NAMESPACE
     runtime: CommandRuntime | None = field(default=None, repr=False)
+    # built by from_spec: the fields were validated with the rest of the job's spec, only
+    # the secret references are this class's to check
+    spec_checked: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, spec_checked: bool) -> None:
         if isinstance(self.command, list):
             object.__setattr__(self, "command", tuple(self.command))
         if isinstance(self.success_codes, list):
             object.__setattr__(self, "success_codes", tuple(self.success_codes))
-        problems = self.problems()
+        problems = self.problems(spec_checked=spec_checked)
         if problems:
             raise CommandJobInvalid(problems)
         object.__setattr__(self, "env", dict(self.env))
 
-    def problems(self) -> list[tuple[str, str]]:
+    def problems(self, *, spec_checked: bool = False) -> list[tuple[str, str]]:
         """``(key, message)`` for every invalid field: the command fields are checked by
-        :func:`cronfleet.spec.check_command` (the rules every face shares), secret
-        references here."""
+        :func:`cronfleet.spec.check_command` (the rules every face shares; skipped when
+        ``spec_checked``: :meth:`from_spec`), secret references here."""
         from cronfleet import spec
         from cronfleet.secrets import check_secret_name
 
-        fields = {k: getattr(self, k) for k in spec.COMMAND_KEYS}
-        _, found = spec.check_command(fields)
-        out = [(p.key, p.message) for p in found]
-        if self.timeout is not None:
+        out: list[tuple[str, str]] = []
+        if not spec_checked:
+            fields = {k: getattr(self, k) for k in spec.COMMAND_KEYS}
+            _, found = spec.check_command(fields)
+            out += [(p.key, p.message) for p in found]
+        if self.timeout is not None and not spec_checked:
             try:
                 spec.duration(self.timeout, positive=True)
             except spec.FieldError as exc:
@@ -445,7 +451,8 @@ class CommandJob:
         and the job's ``timeout``). ``namespace``: the secrets' (API jobs: the team's)."""
         assert job_spec.command is not None, "not a command job spec"
         return cls(**job_spec.command.kwargs(), timeout=job_spec.timeout,
-                   namespace=namespace or DEFAULT_NAMESPACE, runtime=runtime)
+                   namespace=namespace or DEFAULT_NAMESPACE, runtime=runtime,
+                   spec_checked=True)
 
     @property
     def argv_text(self) -> str:
@@ -600,7 +607,7 @@ class _Run:
             message = self.redact(f"cannot start {self.shown[0]!r}{where}: "
                                   f"{exc.strerror or exc}")
             raise CommandFailed(message, self.record(started=False, error=message)) from None
-        self.spawned_at = time.time()
+        self.spawned_at = self.rt.clock.now()
         self.proc = proc
         pgid = proc.pid
         if not watched:

@@ -27,7 +27,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
-from cronfleet.clock import slot_text
+from cronfleet.alerting import AUTO_PAUSE_BY, RunFacts, record_and_alert
+from cronfleet.clock import Clock, SystemClock, from_ts, slot_text
 from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
 from cronfleet.model import BACKOFF_STRATEGIES, RetryPolicy
@@ -454,7 +455,8 @@ class HttpRuntime:
     ``api_private_targets``: what jobs created over the API may reach beyond public
     addresses (``[api] private_targets``; they cannot opt out themselves).
     ``regex_timeout``: the time limit of one ``body_regex`` match (a worker process).
-    ``sleep`` and ``resolve`` are injectable for tests.
+    ``sleep``, ``resolve`` and ``clock`` (the wall time of attempts, signatures and
+    health rows) are injectable for tests.
     """
 
     def __init__(
@@ -471,8 +473,10 @@ class HttpRuntime:
         max_connections: int = 100,
         health: HealthStore | None = None,
         notifier: Notifier | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
+        self.clock: Clock = clock or SystemClock()
         self._vault = vault
         self._keyring = keyring
         self.allow_private_targets = allow_private_targets
@@ -533,7 +537,6 @@ class HttpRuntime:
         if self.store is None:
             log.warning("job %s: cannot auto-pause: no store configured", job_id)
             return False
-        from cronfleet.alerts import AUTO_PAUSE_BY
         from cronfleet.store import open_store
 
         store = open_store(self.store)
@@ -695,9 +698,12 @@ class HttpJob:
     # applied inside the handler (their results go into the run's result): the runtime does
     # not retry this job again and cronfleet.alerts leaves it alone
     applies_job_policies: ClassVar[bool] = True
+    # built by from_spec: the fields were validated with the rest of the job's spec, only
+    # the secret references are this class's to check
+    spec_checked: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
-        problems = self.problems()
+    def __post_init__(self, spec_checked: bool) -> None:
+        problems = self.problems(spec_checked=spec_checked)
         if problems:
             raise HttpJobInvalid(problems)
         object.__setattr__(self, "method", self.method.upper())
@@ -705,26 +711,30 @@ class HttpJob:
         if self.accept_status is not None:
             object.__setattr__(self, "accept_status", tuple(self.accept_status))
 
-    def problems(self) -> list[tuple[str, str]]:
+    def problems(self, *, spec_checked: bool = False) -> list[tuple[str, str]]:
         """``(key, message)`` for every invalid field: the request fields are checked by
         :func:`cronfleet.spec.check_http` (the rules every face shares), the policies by
-        their spec converters, secret references here."""
+        their spec converters (both skipped when ``spec_checked``: :meth:`from_spec`),
+        secret references here."""
         from cronfleet import spec
 
-        fields = {k: getattr(self, k) for k in spec.HTTP_KEYS if k != "allow_private_targets"}
-        _, problems = spec.check_http(fields)
-        out = [(p.key, p.message) for p in problems]
-        if self.allow_private_targets is not None and not isinstance(
-            self.allow_private_targets, bool
-        ):
-            out.append(("allow_private_targets", "expected true or false"))
-        if not isinstance(self.retry, RetryPolicy):
-            out.append(("retry", "expected a RetryPolicy"))
-        if self.auto_pause_after is not None:
-            try:
-                spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
-            except spec.FieldError as exc:
-                out.append(("auto_pause_after", exc.message))
+        out: list[tuple[str, str]] = []
+        if not spec_checked:
+            fields = {k: getattr(self, k) for k in spec.HTTP_KEYS
+                      if k != "allow_private_targets"}
+            _, problems = spec.check_http(fields)
+            out += [(p.key, p.message) for p in problems]
+            if self.allow_private_targets is not None and not isinstance(
+                self.allow_private_targets, bool
+            ):
+                out.append(("allow_private_targets", "expected true or false"))
+            if not isinstance(self.retry, RetryPolicy):
+                out.append(("retry", "expected a RetryPolicy"))
+            if self.auto_pause_after is not None:
+                try:
+                    spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
+                except spec.FieldError as exc:
+                    out.append(("auto_pause_after", exc.message))
         from cronfleet.notify import policy_texts
 
         texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
@@ -758,7 +768,7 @@ class HttpJob:
                    allow_private_targets=allow,
                    notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
                    runtime=runtime, private_targets=private_targets,
-                   secrets_need_hosts=secrets_need_hosts)
+                   secrets_need_hosts=secrets_need_hosts, spec_checked=True)
 
     def target_policy(self, rt: HttpRuntime) -> TargetPolicy:
         """What the SSRF guard lets this job reach beyond public addresses."""
@@ -830,10 +840,8 @@ class HttpJob:
     async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
                          result: dict[str, Any], duration: float, message: str,
                          redact: Redactor) -> None:
-        """Health, auto-pause and notifications (``cronfleet.alerts``), written into the
+        """Health, auto-pause and notifications (``cronfleet.alerting``), written into the
         result; this job applies its policies itself (``applies_job_policies``)."""
-        from cronfleet.alerts import RunFacts, record_and_alert
-
         facts = RunFacts(
             job_id=ctx.job_id, slot=ctx.slot, instance_id=ctx.instance_id, ok=ok,
             duration=duration, message=message,
@@ -844,7 +852,8 @@ class HttpJob:
                                auto_pause_after=self.auto_pause_after,
                                namespace=self.namespace, redact=redact, log_line=ctx.log,
                                scope=functools.partial(rt.scope,
-                                                       policy=self.target_policy(rt)))
+                                                       policy=self.target_policy(rt)),
+                               clock=rt.clock)
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \
@@ -859,7 +868,7 @@ class HttpJob:
         self, ctx: RunContext, rt: HttpRuntime, n: int, key: str, redact: Redactor
     ) -> tuple[dict[str, Any], bool, bool, float | None]:
         """One request: ``(record, ok, retryable, server-requested wait)``."""
-        started_at = datetime.now(UTC)
+        started_at = from_ts(rt.clock.now())
         t0 = time.perf_counter()
         record: dict[str, Any] = {
             "attempt": n,
@@ -926,7 +935,7 @@ class HttpJob:
             secret = expand(self.signing_secret, values)
             redact.add(secret)
             try:
-                headers.update(signing.headers(self.signature, secret, key, int(time.time()),
+                headers.update(signing.headers(self.signature, secret, key, int(rt.clock.now()),
                                                body))
             except ValueError as exc:  # a secret from the vault that cannot sign
                 return done(f"signing_secret: {exc}; nothing was sent", False, False)
@@ -1007,7 +1016,7 @@ class HttpJob:
             return done(None, True, False)
         wait = None
         if response.status_code in (429, 503):
-            wait = retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+            wait = retry_after(response.headers.get("retry-after"), from_ts(rt.clock.now()))
         record["failure"] = problem
         return done(None, False, True, wait)
 
