@@ -333,7 +333,7 @@ async def test_slot_runs_are_list_runs_narrowed(store: Store) -> None:
 def tiny_prune_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite prunes in id ranges: with ranges of 2 ids every retention test below crosses
     batch boundaries, so the rule must hold across them."""
-    from cronfleet.store.sqlite import store as sqlite_store
+    from cronfleet.store.sqlite import transport as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "PRUNE_BATCH", 2)
 

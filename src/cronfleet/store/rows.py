@@ -34,10 +34,6 @@ __all__ = [
     "pg_run_rows",
     "pg_state",
     "registry_rows",
-    "sqlite_finish_row",
-    "sqlite_run",
-    "sqlite_run_row",
-    "sqlite_state",
 ]
 
 # the run columns, in the order every mapper below reads and writes them
@@ -108,95 +104,6 @@ def _json(value: Any) -> str | None:
 
 
 _EMPTY_LOGS = "[]"
-
-# -- SQLite: times as integer ms, booleans as 0/1, JSON as text -----------------------------
-
-
-def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
-    """The ``RUN_INSERT_COLUMNS`` values of a record (an open run keeps its deadline)."""
-    return (
-        r.job_id,
-        round(r.slot.timestamp() * 1000),
-        r.triggered_by.value,
-        r.status.value,
-        r.reason,
-        r.instance_id,
-        r.fencing_token,
-        int(r.manual),
-        int(r.is_catchup),
-        int(r.is_recovery),
-        r.attempt,
-        msd(r.claimed_at),
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-        _json(r.params),
-        r.forced_by,
-    )
-
-
-def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
-    """``(status, reason, started, finished, deadline, result, error, logs, attempt, id)``."""
-    return (
-        r.status.value,
-        r.reason,
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-        r.attempt,
-        r.id,
-    )
-
-
-def sqlite_run(row: Sequence[Any]) -> RunRecord:
-    slot = dt(row[2])
-    assert slot is not None
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=slot,
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=bool(row[8]),
-        is_catchup=bool(row[9]),
-        is_recovery=bool(row[10]),
-        attempt=row[11],
-        claimed_at=dt(row[12]),
-        started_at=dt(row[13]),
-        finished_at=dt(row[14]),
-        deadline=dt(row[15]),
-        result=None if row[16] is None else json.loads(row[16]),
-        error=row[17],
-        logs=[] if row[18] is None else json.loads(row[18]),
-        params=None if row[19] is None else json.loads(row[19]),
-        forced_by=row[20],
-    )
-
-
-def sqlite_state(row: Sequence[Any]) -> JobState:
-    return JobState(
-        job_id=row[0],
-        enabled_override=None if row[1] is None else bool(row[1]),
-        override_by=row[2],
-        override_at=dt(row[3]),
-        override_note=row[4],
-        override_until=dt(row[5]),
-        lease_holder=row[6],
-        lease_token=row[7],
-        lease_until=dt(row[8]),
-        last_slot=dt(row[9] or None),
-        created_at=dt(row[10]),
-    )
-
 
 # -- PostgreSQL: timestamptz read as datetime; batches as JSON with integer ms --------------
 
