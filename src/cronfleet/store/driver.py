@@ -413,6 +413,9 @@ class SqlTransport(Protocol):
     """What :class:`StoreDriver` needs of a SQL backend: plans and single operations, each
     in one transaction, and the dialect's run-query shape."""
 
+    known: set[str]
+    """Job ids whose state row is known to exist (a lease needs no ``ensure`` first)."""
+
     placeholder: str
     """The driver's parameter mark (``?`` for sqlite3, ``%s`` for psycopg)."""
 
@@ -462,7 +465,10 @@ class StoreDriver:
     # -- job state ----------------------------------------------------------------------
 
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
-        return await self.transport.call("ensure_jobs", list(job_ids))  # type: ignore[no-any-return]
+        ids = list(job_ids)
+        states: dict[str, JobState] = await self.transport.call("ensure_jobs", ids)
+        self.transport.known.update(ids)
+        return states
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         return await self.transport.call("read_states", list(job_ids), tx=False)  # type: ignore[no-any-return]
@@ -487,14 +493,17 @@ class StoreDriver:
         if not items:
             return []
         reqs = list(items)
+        leased = [it.job_id for it in reqs if it.lease and not it.defer and not it.skip_reason]
         check_one_lease_per_job(
             (it.job_id, None, None, it.lanes) for it in reqs
             if it.lease and not it.defer and not it.skip_reason
         )  # fmt: skip
-        return await self.transport.run_plan(
+        out = await self.transport.run_plan(
             lambda now: dispatch_plan(reqs, instance_id, now),
-            ambiguous=lambda out: self._remember("dispatch", out),
+            ambiguous=lambda got: self._remember("dispatch", got),
         )
+        self.transport.known.update(leased)  # their state rows exist now
+        return out
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
         """Give back early claims not started (see ``EarlyClaimStore``): claims deleted

@@ -29,10 +29,6 @@ __all__ = [
     "dumps",
     "ms",
     "msd",
-    "pg_finish_row",
-    "pg_run",
-    "pg_run_rows",
-    "pg_state",
     "registry_rows",
 ]
 
@@ -104,82 +100,3 @@ def _json(value: Any) -> str | None:
 
 
 _EMPTY_LOGS = "[]"
-
-# -- PostgreSQL: timestamptz read as datetime; batches as JSON with integer ms --------------
-
-
-def pg_run_rows(recs: Sequence[RunRecord]) -> str:
-    """The JSON rows of the PostgreSQL run insert (``RUN_INSERT_COLUMNS`` order)."""
-    return dumps(
-        [
-            [
-                r.job_id,
-                msd(r.slot),
-                r.triggered_by.value,
-                r.status.value,
-                r.reason,
-                r.instance_id,
-                r.fencing_token,
-                r.manual,
-                r.is_catchup,
-                r.is_recovery,
-                r.attempt,
-                msd(r.claimed_at),
-                msd(r.started_at),
-                msd(r.finished_at),
-                None if r.status.finished else msd(r.deadline),
-                r.result,
-                r.error,
-                r.logs or [],
-                r.params,
-                r.forced_by,
-            ]
-            for r in recs
-        ]
-    )
-
-
-def pg_finish_row(r: RunRecord) -> list[Any]:
-    """``[id, status, reason, started, finished, deadline, result, error, logs, attempt]``."""
-    return [
-        r.id,
-        r.status.value,
-        r.reason,
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        r.result,
-        r.error,
-        r.logs or [],
-        r.attempt,
-    ]
-
-
-def pg_run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=row[2],
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=row[8],
-        is_catchup=row[9],
-        is_recovery=row[10],
-        attempt=row[11],
-        claimed_at=row[12],
-        started_at=row[13],
-        finished_at=row[14],
-        deadline=row[15],
-        result=row[16],
-        error=row[17],
-        logs=[] if row[18] is None else list(row[18]),
-        params=row[19],
-        forced_by=row[20],
-    )
-
-
-def pg_state(row: Sequence[Any]) -> JobState:
-    return JobState(*row)
