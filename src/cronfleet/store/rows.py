@@ -1,6 +1,6 @@
-"""Rows <-> records, written once: the column lists of the ledger tables, the mapping of a
-database row to a :class:`RunRecord` / :class:`JobState` and back, and the time codec of
-each dialect.
+"""What every dialect shares about rows: the column lists of the ledger tables, the time
+codec and the registry rows' JSON. The mapping of a database row to a record and back is
+the dialect's own (``sqlite/ops.py``, ``postgres/ops.py``, ``redis/store.py``).
 
 Time codec: SQLite keeps integer milliseconds since the epoch; PostgreSQL keeps
 ``timestamptz`` but every batch travels as JSON with the same integer milliseconds (a slot
@@ -11,20 +11,16 @@ read back as UTC ``datetime``. Column order is the same in both dialects.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-
-from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 
 if TYPE_CHECKING:
     from cronfleet.store.base import Declared
 
 __all__ = [
-    "REGISTRY_CHUNK",
     "RUN_COLUMNS",
     "RUN_INSERT_COLUMNS",
-    "STATE_COLUMNS",
     "dt",
     "dumps",
     "ms",
@@ -39,12 +35,6 @@ RUN_COLUMNS = (
     "result, error, logs, params, forced_by"
 )
 RUN_INSERT_COLUMNS = RUN_COLUMNS.removeprefix("id, ")
-# the job state columns; ``last_slot`` is derived by the watermark rule (store/base.py)
-STATE_COLUMNS = (
-    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
-    "lease_holder, lease_token, lease_until, last_slot, created_at"
-)
-
 # -- the time codec ------------------------------------------------------------------------
 
 
@@ -68,13 +58,6 @@ def dumps(rows: Any) -> str:
     return json.dumps(rows, default=str, separators=(",", ":"))
 
 
-REGISTRY_CHUNK = 2_000
-"""Registry rows per write -- one transaction (SQL stores) or one script call (Redis) each:
-100,000 rows in one went past the call limit on a loaded machine (SQLite, PostgreSQL) or
-held the server for a second (Redis). Readers may see a part of a large set for a moment,
-as with any later change."""
-
-
 def registry_rows(rows: Iterable[Declared], *, spec_as_text: bool = False) -> str:
     """Registry rows ``[[job, team, source, digest, spec], ...]`` as one JSON document,
     ``spec`` an object (PostgreSQL's ``jsonb``) or, with ``spec_as_text``, a JSON string
@@ -95,8 +78,3 @@ def registry_rows(rows: Iterable[Declared], *, spec_as_text: bool = False) -> st
     return "[" + ",".join(parts) + "]"
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str)
-
-
-_EMPTY_LOGS = "[]"

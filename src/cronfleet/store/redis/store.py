@@ -78,7 +78,8 @@ from cronfleet.store.base import (
     slot_runs_of,
     watermark,
 )
-from cronfleet.store.rows import REGISTRY_CHUNK, dt, ms, msd, registry_rows
+from cronfleet.store.driver import REGISTRY_CHUNK
+from cronfleet.store.rows import dt, ms, msd, registry_rows
 from cronfleet.store.url import parse_store_url, redact_url
 
 __all__ = ["SCHEMA_VERSION", "RedisStore"]
