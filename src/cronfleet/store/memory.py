@@ -42,6 +42,7 @@ from cronfleet.store.base import (
     slot_runs_of,
     watermark,
 )
+from cronfleet.store.driver import live
 from cronfleet.store.rows import dt, ms, msd
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
@@ -79,6 +80,186 @@ class MemoryDatabase:
     registry: dict[tuple[str, str], Declared] = field(default_factory=dict)  # (job, instance)
     requests: dict[int, FleetRequest] = field(default_factory=dict)
     last_request_id: int = 0
+
+    # -- the tables' primitives (each store call is one atomic run of these) ---------------
+
+    def last_slot(self, job_id: str) -> datetime | None:
+        """The job's ``last_slot`` by the watermark rule (``base.watermark``)."""
+        claimed = self.claimed.get(job_id)
+        skipped = self.skipped.get(job_id)
+        mark = watermark(
+            max(claimed) if claimed else None, max(skipped) if skipped else None
+        )
+        return dt(None if mark is None else int(mark))
+
+    def state(self, job_id: str) -> JobState:
+        st = self.states[job_id]
+        return dataclasses.replace(st, last_slot=self.last_slot(job_id))
+
+    def ensure(self, job_ids: Sequence[str], now: int) -> list[str]:
+        created = []
+        for j in job_ids:
+            if j not in self.states:
+                self.states[j] = JobState(job_id=j, created_at=dt(now))
+                created.append(j)
+        return created
+
+    def insert(self, rec: RunRecord, now: int, dedupe: str | None = None) -> None:
+        db = self
+        token = rec.fencing_token
+        if token is not None and token in db.fenced:  # one run per token (an upsert)
+            rec.id = db.fenced[token]
+            self.update(rec, now)
+            return
+        db.last_run_id += 1
+        rec.id = db.last_run_id
+        stored = _copy(rec)
+        for name in ("claimed_at", "started_at", "finished_at"):
+            setattr(stored, name, _ms_dt(getattr(stored, name)))
+        stored.slot = dt(msd(stored.slot)) or stored.slot
+        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
+        db.runs[rec.id] = stored
+        if token is not None:
+            db.fenced[token] = rec.id
+        if dedupe is not None:
+            at = msd(rec.slot) or 0
+            db.dedupe[(rec.job_id, at, dedupe)] = rec.id
+            counts = db.skipped.setdefault(rec.job_id, {})
+            counts[at] = counts.get(at, 0) + 1
+
+    def update(self, rec: RunRecord, now: int) -> None:
+        stored = self.runs.get(rec.id or 0)
+        if stored is None:
+            return
+        if ledger.is_late(stored.status, rec.status):  # one terminal row per slot
+            kept = ledger.attach_late_result(stored, rec, dt(now))
+            stored.result, stored.logs = kept.result, kept.logs
+            return
+        stored.status = rec.status
+        stored.reason = rec.reason
+        stored.started_at = _ms_dt(rec.started_at)
+        stored.finished_at = _ms_dt(rec.finished_at)
+        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
+        stored.result = rec.result
+        stored.error = rec.error
+        stored.attempt = rec.attempt
+        stored.logs = list(rec.logs)
+
+    def release(self, job_id: str, token: int | None) -> None:
+        st = self.states.get(job_id)
+        if st is not None and token is not None and st.lease_token == token:
+            st.lease_holder = st.lease_token = st.lease_until = None
+            return
+        for lane in self.lanes.get(job_id, {}).values():
+            if token is not None and lane.lease_token == token:
+                lane.lease_holder = lane.lease_token = lane.lease_until = None
+
+    def leases(self, job_ids: Sequence[str] | None) -> list[JobState]:
+        """Every lease row (lane 0 and the lanes) of these jobs (None: of every job)."""
+        db = self
+        ids = db.states.keys() if job_ids is None else [j for j in job_ids if j in db.states]
+        out = []
+        for j in ids:
+            out.append(db.states[j])
+            out.extend(db.lanes.get(j, {}).values())
+        return out
+
+    def lease_of(self, job_id: str, token: int | None) -> JobState | None:
+        """The lease row (any lane) that ``token`` holds."""
+        if token is None:
+            return None
+        for st in self.leases([job_id]):
+            if st.lease_token == token:
+                return st
+        return None
+
+    def has_run(self, job_id: str, token: int) -> bool:
+        rid = self.fenced.get(token)
+        return rid is not None and self.runs[rid].job_id == job_id
+
+    def lost(self, now: int, job_ids: Sequence[str] | None) -> list[tuple[JobState, _Claim]]:
+        """Expired leases whose holder never wrote its run (claim still there)."""
+        db = self
+        out = []
+        for st in self.leases(job_ids):
+            tok = st.lease_token
+            if tok is None or st.lease_until is None or msd(st.lease_until) > now:  # type: ignore[operator]
+                continue
+            claim = db.tokens.get(tok)
+            if claim is not None and claim.job_id == st.job_id and not self.has_run(
+                st.job_id, tok
+            ):
+                out.append((st, claim))
+        return out
+
+    def take_leases(
+        self, leases: list[tuple[str, int | None, float, int]], instance: str, now: int
+    ) -> tuple[set[str], dict[str, str | None]]:
+        if not leases:
+            return set(), {}
+        single = [j for j, _, _, n in leases if n == 1]
+        if len(set(single)) != len(single):
+            raise StoreError("one batch may take at most one lease per job")
+        ids = [j for j, _, _, _ in leases]
+        self.ensure(ids, now)
+        overdue = dt(now - 1)
+        assert overdue is not None
+        for st, c in self.lost(now, ids):  # keep what an expired lease proves
+            self.insert(
+                ledger.kept_lost_run(
+                    st.job_id, c.token, st.lease_holder, dt(c.slot), dt(c.claimed_at) or overdue,
+                    overdue=overdue,
+                ),
+                now,
+            )
+        acquired: set[str] = set()
+        holders: dict[str, str | None] = {}
+        for j, tok, hold, n in leases:
+            row: JobState | None = self.states[j]
+            if n > 1 and row is not None and not _free(row, now):
+                # lane 0 busy: a free or expired lane 1..n-1
+                lanes = self.lanes.setdefault(j, {})
+                row = None
+                for lane in range(1, n):
+                    cand = lanes.setdefault(lane, JobState(job_id=j))
+                    if _free(cand, now):
+                        row = cand
+                        break
+            if row is not None and _free(row, now):
+                row.lease_holder, row.lease_token = instance, tok
+                row.lease_until = dt(now + ms(hold))
+                acquired.add(j if n == 1 else ledger.lane_key(tok))
+            elif n == 1:
+                holders[j] = self.states[j].lease_holder
+            else:
+                busy = [self.states[j], *(self.lanes[j].get(k) for k in range(1, n))]
+                holders[j] = ", ".join(sorted({
+                    b.lease_holder for b in busy if b is not None and b.lease_holder
+                }))
+        return acquired, holders
+
+    def new_claim(self, job_id: str, slot: int | None, instance: str, now: int) -> _Claim:
+        db = self
+        db.last_token += 1
+        claim = _Claim(db.last_token, job_id, slot, instance, now)
+        db.tokens[claim.token] = claim
+        if slot is not None:
+            db.claims[(job_id, slot)] = claim
+            db.claimed.setdefault(job_id, set()).add(slot)
+        return claim
+
+    def drop_claim(self, claim: _Claim) -> None:
+        self.tokens.pop(claim.token, None)
+        if claim.slot is not None:
+            self.claims.pop((claim.job_id, claim.slot), None)
+            self.claimed.get(claim.job_id, set()).discard(claim.slot)
+
+    def live_ids(self, now: int, ttl: float) -> tuple[str, ...]:
+        cut = now - ms(ttl)
+        return tuple(sorted(
+            i.instance_id for i in self.instances.values()
+            if live(i.lost_at, msd(i.heartbeat_at) or 0, cut)
+        ))  # fmt: skip
 
 
 def _free(st: JobState, now: int) -> bool:
@@ -123,175 +304,6 @@ class MemoryStore:
     def _now(self) -> int:
         return ms(self.clock.now())
 
-    def _watermark(self, job_id: str) -> datetime | None:
-        claimed = self.db.claimed.get(job_id)
-        skipped = self.db.skipped.get(job_id)
-        mark = watermark(
-            max(claimed) if claimed else None, max(skipped) if skipped else None
-        )
-        return dt(None if mark is None else int(mark))
-
-    def _state(self, job_id: str) -> JobState:
-        st = self.db.states[job_id]
-        return dataclasses.replace(st, last_slot=self._watermark(job_id))
-
-    def _ensure(self, job_ids: Sequence[str], now: int) -> list[str]:
-        created = []
-        for j in job_ids:
-            if j not in self.db.states:
-                self.db.states[j] = JobState(job_id=j, created_at=dt(now))
-                created.append(j)
-        return created
-
-    def _insert(self, rec: RunRecord, dedupe: str | None = None) -> None:
-        db = self.db
-        token = rec.fencing_token
-        if token is not None and token in db.fenced:  # one run per token (an upsert)
-            rec.id = db.fenced[token]
-            self._update(rec)
-            return
-        db.last_run_id += 1
-        rec.id = db.last_run_id
-        stored = _copy(rec)
-        for name in ("claimed_at", "started_at", "finished_at"):
-            setattr(stored, name, _ms_dt(getattr(stored, name)))
-        stored.slot = dt(msd(stored.slot)) or stored.slot
-        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
-        db.runs[rec.id] = stored
-        if token is not None:
-            db.fenced[token] = rec.id
-        if dedupe is not None:
-            at = msd(rec.slot) or 0
-            db.dedupe[(rec.job_id, at, dedupe)] = rec.id
-            counts = db.skipped.setdefault(rec.job_id, {})
-            counts[at] = counts.get(at, 0) + 1
-
-    def _update(self, rec: RunRecord) -> None:
-        stored = self.db.runs.get(rec.id or 0)
-        if stored is None:
-            return
-        if ledger.is_late(stored.status, rec.status):  # one terminal row per slot
-            kept = ledger.attach_late_result(stored, rec, dt(self._now()))
-            stored.result, stored.logs = kept.result, kept.logs
-            return
-        stored.status = rec.status
-        stored.reason = rec.reason
-        stored.started_at = _ms_dt(rec.started_at)
-        stored.finished_at = _ms_dt(rec.finished_at)
-        stored.deadline = None if rec.status.finished else _ms_dt(rec.deadline)
-        stored.result = rec.result
-        stored.error = rec.error
-        stored.attempt = rec.attempt
-        stored.logs = list(rec.logs)
-
-    def _release(self, job_id: str, token: int | None) -> None:
-        st = self.db.states.get(job_id)
-        if st is not None and token is not None and st.lease_token == token:
-            st.lease_holder = st.lease_token = st.lease_until = None
-            return
-        for lane in self.db.lanes.get(job_id, {}).values():
-            if token is not None and lane.lease_token == token:
-                lane.lease_holder = lane.lease_token = lane.lease_until = None
-
-    def _leases(self, job_ids: Sequence[str] | None) -> list[JobState]:
-        """Every lease row (lane 0 and the lanes) of these jobs (None: of every job)."""
-        db = self.db
-        ids = db.states.keys() if job_ids is None else [j for j in job_ids if j in db.states]
-        out = []
-        for j in ids:
-            out.append(db.states[j])
-            out.extend(db.lanes.get(j, {}).values())
-        return out
-
-    def _lease_of(self, job_id: str, token: int | None) -> JobState | None:
-        """The lease row (any lane) that ``token`` holds."""
-        if token is None:
-            return None
-        for st in self._leases([job_id]):
-            if st.lease_token == token:
-                return st
-        return None
-
-    def _has_run(self, job_id: str, token: int) -> bool:
-        rid = self.db.fenced.get(token)
-        return rid is not None and self.db.runs[rid].job_id == job_id
-
-    def _lost(self, now: int, job_ids: Sequence[str] | None) -> list[tuple[JobState, _Claim]]:
-        """Expired leases whose holder never wrote its run (claim still there)."""
-        db = self.db
-        out = []
-        for st in self._leases(job_ids):
-            tok = st.lease_token
-            if tok is None or st.lease_until is None or msd(st.lease_until) > now:  # type: ignore[operator]
-                continue
-            claim = db.tokens.get(tok)
-            if claim is not None and claim.job_id == st.job_id and not self._has_run(
-                st.job_id, tok
-            ):
-                out.append((st, claim))
-        return out
-
-    def _take_leases(
-        self, leases: list[tuple[str, int | None, float, int]], instance: str, now: int
-    ) -> tuple[set[str], dict[str, str | None]]:
-        if not leases:
-            return set(), {}
-        single = [j for j, _, _, n in leases if n == 1]
-        if len(set(single)) != len(single):
-            raise StoreError("one batch may take at most one lease per job")
-        ids = [j for j, _, _, _ in leases]
-        self._ensure(ids, now)
-        overdue = dt(now - 1)
-        assert overdue is not None
-        for st, c in self._lost(now, ids):  # keep what an expired lease proves
-            self._insert(
-                ledger.kept_lost_run(
-                    st.job_id, c.token, st.lease_holder, dt(c.slot), dt(c.claimed_at) or overdue,
-                    overdue=overdue,
-                )
-            )
-        acquired: set[str] = set()
-        holders: dict[str, str | None] = {}
-        for j, tok, hold, n in leases:
-            row: JobState | None = self.db.states[j]
-            if n > 1 and row is not None and not _free(row, now):
-                # lane 0 busy: a free or expired lane 1..n-1
-                lanes = self.db.lanes.setdefault(j, {})
-                row = None
-                for lane in range(1, n):
-                    cand = lanes.setdefault(lane, JobState(job_id=j))
-                    if _free(cand, now):
-                        row = cand
-                        break
-            if row is not None and _free(row, now):
-                row.lease_holder, row.lease_token = instance, tok
-                row.lease_until = dt(now + ms(hold))
-                acquired.add(j if n == 1 else ledger.lane_key(tok))
-            elif n == 1:
-                holders[j] = self.db.states[j].lease_holder
-            else:
-                busy = [self.db.states[j], *(self.db.lanes[j].get(k) for k in range(1, n))]
-                holders[j] = ", ".join(sorted({
-                    b.lease_holder for b in busy if b is not None and b.lease_holder
-                }))
-        return acquired, holders
-
-    def _new_claim(self, job_id: str, slot: int | None, instance: str, now: int) -> _Claim:
-        db = self.db
-        db.last_token += 1
-        claim = _Claim(db.last_token, job_id, slot, instance, now)
-        db.tokens[claim.token] = claim
-        if slot is not None:
-            db.claims[(job_id, slot)] = claim
-            db.claimed.setdefault(job_id, set()).add(slot)
-        return claim
-
-    def _drop_claim(self, claim: _Claim) -> None:
-        self.db.tokens.pop(claim.token, None)
-        if claim.slot is not None:
-            self.db.claims.pop((claim.job_id, claim.slot), None)
-            self.db.claimed.get(claim.job_id, set()).discard(claim.slot)
-
     # -- lifecycle --------------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -307,17 +319,17 @@ class MemoryStore:
 
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         self._db()
-        self._ensure(job_ids, self._now())
+        self.db.ensure(job_ids, self._now())
         return await self.read_states(job_ids)
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         db = self._db()
-        return {j: self._state(j) for j in dict.fromkeys(job_ids) if j in db.states}
+        return {j: self.db.state(j) for j in dict.fromkeys(job_ids) if j in db.states}
 
     async def read_overrides(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         db = self._db()
         return {
-            j: self._state(j)
+            j: self.db.state(j)
             for j in dict.fromkeys(job_ids)
             if j in db.states and db.states[j].enabled_override is not None
         }
@@ -333,12 +345,12 @@ class MemoryStore:
     ) -> JobState:
         db = self._db()
         now = self._now()
-        self._ensure([job_id], now)
+        self.db.ensure([job_id], now)
         st = db.states[job_id]
         st.enabled_override, st.override_by, st.override_note = enabled, by, note
         st.override_at = dt(now)
         st.override_until = _ms_dt(until)
-        return self._state(job_id)
+        return self.db.state(job_id)
 
     # -- the hot path -------------------------------------------------------------------------
 
@@ -356,16 +368,16 @@ class MemoryStore:
             if it.kind is DispatchKind.RECOVERY:
                 old = self.db.tokens.get(it.reclaim_token or 0)
                 if old is not None and old.job_id == it.job_id:
-                    self._drop_claim(old)
-                    d.won, d.token = True, self._new_claim(
+                    self.db.drop_claim(old)
+                    d.won, d.token = True, self.db.new_claim(
                         it.job_id, ms(it.slot), instance_id, now
                     ).token
             elif it.claim == "slot":
                 if (it.job_id, ms(it.slot)) not in self.db.claims:
                     d.won = True
-                    d.token = self._new_claim(it.job_id, ms(it.slot), instance_id, now).token
+                    d.token = self.db.new_claim(it.job_id, ms(it.slot), instance_id, now).token
             elif it.claim == "token":
-                d.won, d.token = True, self._new_claim(it.job_id, None, instance_id, now).token
+                d.won, d.token = True, self.db.new_claim(it.job_id, None, instance_id, now).token
             else:
                 d.won = True
         lease_idx = [
@@ -373,7 +385,7 @@ class MemoryStore:
             for i, d in enumerate(out)
             if d.won and items[i].lease and not items[i].defer and not items[i].skip_reason
         ]
-        acquired, holders = self._take_leases(
+        acquired, holders = self.db.take_leases(
             [(items[i].job_id, out[i].token, items[i].hold, items[i].lanes) for i in lease_idx],
             instance_id, now,
         )
@@ -382,7 +394,7 @@ class MemoryStore:
             if items[i].kind is DispatchKind.EARLY and not ledger.lease_taken(
                 items[i].job_id, d.token, items[i].lanes, acquired
             ):
-                self._drop_claim(self.db.tokens[d.token or 0])
+                self.db.drop_claim(self.db.tokens[d.token or 0])
                 d.won, d.token, d.busy = False, None, True
                 d.holder = holders.get(items[i].job_id)
         now_dt = dt(now)
@@ -393,7 +405,7 @@ class MemoryStore:
             out, slots=slots, deadlines=deadlines, now=now_dt, instance=instance_id,
             acquired=acquired, holders=holders,
         ):
-            self._insert(rec)
+            self.db.insert(rec, self._now())
         return out
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:
@@ -401,17 +413,17 @@ class MemoryStore:
         deleted = 0
         for job_id, slot, token in items:
             claim = db.claims.get((job_id, ms(slot)))
-            if claim is not None and claim.token == token and not self._has_run(job_id, token):
-                self._drop_claim(claim)
+            if claim is not None and claim.token == token and not self.db.has_run(job_id, token):
+                self.db.drop_claim(claim)
                 deleted += 1
-            self._release(job_id, token)
+            self.db.release(job_id, token)
         return deleted
 
     async def start(self, items: Sequence[Start], instance_id: str) -> list[Started]:
         db = self._db()
         leased = [it for it in items if it.lease]
         now = self._now()
-        acquired, holders = self._take_leases(
+        acquired, holders = self.db.take_leases(
             [(it.job_id, it.token, it.hold, it.lanes) for it in leased], instance_id, now
         )
         out = []
@@ -439,11 +451,11 @@ class MemoryStore:
         self._db()
         for f in items:
             if f.run.id is None:
-                self._insert(f.run)
+                self.db.insert(f.run, self._now())
             else:
-                self._update(f.run)
+                self.db.update(f.run, self._now())
         for f in items:
-            self._release(f.run.job_id, f.release_token)
+            self.db.release(f.run.job_id, f.release_token)
 
     async def record_skips(self, items: Sequence[Skip]) -> int:
         db = self._db()
@@ -467,7 +479,7 @@ class MemoryStore:
                 result=sk.result if sk.result is not None else ledger.skip_result(sk.reason),
                 logs=list(sk.logs),
             )
-            self._insert(rec, dedupe=sk.reason)
+            self.db.insert(rec, self._now(), dedupe=sk.reason)
             written += 1
         return written
 
@@ -475,7 +487,7 @@ class MemoryStore:
         db = self._db()
         now = self._now()
         for job_id, token, hold in items:
-            st = self._lease_of(job_id, token)
+            st = self.db.lease_of(job_id, token)
             if st is not None:
                 st.lease_until = dt(now + ms(hold))
             rid = db.fenced.get(token)
@@ -492,7 +504,7 @@ class MemoryStore:
         for run in db.runs.values():
             if run.status not in _OPEN or run.deadline is None or msd(run.deadline) >= now:  # type: ignore[operator]
                 continue
-            st = self._lease_of(run.job_id, run.fencing_token)
+            st = self.db.lease_of(run.job_id, run.fencing_token)
             if st is not None and (msd(st.lease_until) or 0) > now:
                 continue
             run.status, run.reason = RunStatus.INTERRUPTED, ledger.INTERRUPTED_REASON
@@ -501,26 +513,19 @@ class MemoryStore:
             run.logs.append(ledger.interrupted_log(run.instance_id, instance_id))
             reaped.append(_copy(run))
         rebuilt = []
-        for st, claim in self._lost(now, None):
+        for st, claim in self.db.lost(now, None):
             claimed = dt(claim.claimed_at)
             assert claimed is not None
             rec = ledger.lost_run(
                 st.job_id, claim.token, st.lease_holder, dt(claim.slot), claimed,
                 now=now_dt, marked_by=instance_id,
             )  # fmt: skip
-            self._insert(rec)
-            self._release(st.job_id, claim.token)
+            self.db.insert(rec, self._now())
+            self.db.release(st.job_id, claim.token)
             rebuilt.append(rec)
         return reaped + rebuilt
 
     # -- instances ---------------------------------------------------------------------------
-
-    def _live(self, now: int, ttl: float) -> tuple[str, ...]:
-        cut = now - ms(ttl)
-        return tuple(sorted(
-            i.instance_id for i in self.db.instances.values()
-            if i.lost_at is None and (msd(i.heartbeat_at) or 0) >= cut
-        ))  # fmt: skip
 
     async def heartbeat(self, me: Instance, *, ttl: float) -> Heartbeat:
         db = self._db()
@@ -533,7 +538,7 @@ class MemoryStore:
             row = Instance(me.instance_id, me.host, me.pid, me.role, me.version, dt(now))
             db.instances[me.instance_id] = row
         row.heartbeat_at = dt(now)
-        beat.live = self._live(now, ttl)
+        beat.live = self.db.live_ids(now, ttl)
         return beat
 
     async def break_lost(self, instance_id: str, *, ttl: float) -> LostInstances:
@@ -563,12 +568,12 @@ class MemoryStore:
                 run.error = ledger.instance_lost_error(holder)
                 run.logs.append(ledger.instance_lost_log(holder, ttl, instance_id))
                 out.runs.append(_copy(run))
-        for st in self._leases(None):
+        for st in self.db.leases(None):
             if st.lease_holder not in lost or st.lease_token is None:
                 continue
             tok = st.lease_token
             claim = db.tokens.get(tok)
-            if claim is not None and claim.job_id == st.job_id and not self._has_run(
+            if claim is not None and claim.job_id == st.job_id and not self.db.has_run(
                 st.job_id, tok
             ):
                 claimed = dt(claim.claimed_at)
@@ -577,14 +582,14 @@ class MemoryStore:
                     st.job_id, tok, st.lease_holder, dt(claim.slot), claimed,
                     now=now_dt, ttl=ttl, marked_by=instance_id,
                 )  # fmt: skip
-                self._insert(rec)
+                self.db.insert(rec, self._now())
                 out.runs.append(_copy(rec))
-            self._release(st.job_id, tok)
+            self.db.release(st.job_id, tok)
         return out
 
     async def list_instances(self, *, ttl: float) -> list[Instance]:
         db = self._db()
-        live = set(self._live(self._now(), ttl))
+        live = set(self.db.live_ids(self._now(), ttl))
         rows = sorted(
             db.instances.values(), key=lambda i: (msd(i.started_at) or 0, i.instance_id)
         )
@@ -616,7 +621,7 @@ class MemoryStore:
 
     async def list_declared(self, *, ttl: float) -> list[Declared]:
         db = self._db()
-        live = set(self._live(self._now(), ttl))
+        live = set(self.db.live_ids(self._now(), ttl))
         return [
             dataclasses.replace(d, spec=dict(d.spec), live=d.instance_id in live)
             for _, d in sorted(db.registry.items())
@@ -749,7 +754,7 @@ class MemoryStore:
             if c.claimed_at < cut and (c.slot is None or newest.get(c.job_id) != c.slot)
         ]
         for c in old:
-            self._drop_claim(c)
+            self.db.drop_claim(c)
         keep: dict[str, int] = {}
         for (j, _, _), rid in db.dedupe.items():
             keep[j] = max(keep.get(j, rid), rid)

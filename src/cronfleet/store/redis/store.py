@@ -78,7 +78,7 @@ from cronfleet.store.base import (
     slot_runs_of,
     watermark,
 )
-from cronfleet.store.driver import REGISTRY_CHUNK
+from cronfleet.store.driver import REGISTRY_CHUNK, live
 from cronfleet.store.rows import dt, ms, msd, registry_rows
 from cronfleet.store.url import parse_store_url, redact_url
 
@@ -831,7 +831,7 @@ class RedisStore:
         now, rows = json.loads(await self._run("instances", "list"))
         cut = int(now) - round(ttl * 1000)
         found = [
-            _instance(i, row, live=not row.get("la") and int(row["hb"]) >= cut)
+            _instance(i, row, live=_live(row, cut))
             for i, row in (rows or ())
         ]
         found.sort(key=lambda x: (msd(x.started_at) or 0, x.instance_id))
@@ -1000,7 +1000,7 @@ def _instance(instance_id: str, row: Mapping[str, Any], *, live: bool) -> Instan
 def _live(row: Mapping[str, Any], cut: int) -> bool:
     """An instance row (``instances.lua``) is live: not declared lost, heartbeat not
     older than ``cut`` (ms)."""
-    return not row.get("la") and int(row.get("hb", 0)) >= cut
+    return live(row.get("la") or None, int(row.get("hb", 0)), cut)
 
 
 def _request(flat: Sequence[Any]) -> FleetRequest:
