@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from cronfleet.errors import StoreError
 from cronfleet.model import JobState, RunRecord, RunStatus
@@ -55,9 +55,11 @@ from cronfleet.store.queries import find_runs_query, history_query
 __all__ = [
     "OPERATIONS",
     "REGISTRY_CHUNK",
+    "ClaimRow",
     "Op",
     "Plan",
     "Retention",
+    "RunRow",
     "dispatch_plan",
     "drive",
     "drive_async",
@@ -374,39 +376,84 @@ def chunks(rows: Sequence[T], size: int = REGISTRY_CHUNK) -> Iterable[Sequence[T
         yield rows[k : k + size]
 
 
+class ClaimRow(NamedTuple):
+    """A claim as the retention rule reads it (times in ms)."""
+
+    token: int
+    job_id: str
+    slot: int | None  # None: a manual run's slot-less token
+    claimed_at: int
+
+
+class RunRow(NamedTuple):
+    """A run row as the retention rule reads it (times in ms)."""
+
+    id: int
+    job_id: str
+    open: bool  # running or pending
+    finished_at: int | None
+    claimless_skip: bool  # a record_skips row (the watermark reads the newest)
+
+
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """THE retention rule, as code (every store prunes by it; the memory store executes
-    :meth:`keeps_claim` / :meth:`keeps_run` directly, the SQL statements and the Lua
-    script implement the same predicates, and the conformance test
-    ``test_retention_is_the_one_rule`` checks every store against these methods).
+    """THE retention rule (``Store.prune``), in code: :meth:`kept_claims` and
+    :meth:`kept_runs` decide what survives a pass. The memory store prunes by calling
+    them; the SQL statements (``prune_*`` in each ``queries.sql``) and ``prune.lua``
+    implement the same decision where the rows are, and the conformance test
+    ``test_retention_is_the_one_rule`` checks every store against these two methods.
 
-    * a claim is deleted when ``claimed_at < claims_before``, except each job's claim of
-      its newest slot (the watermark reads it); slot-less manual tokens are not kept;
-    * a run is deleted when finished (not running / pending) and ``finished_at <
-      runs_before``, or when it is beyond the job's newest ``runs_per_job`` rows (by id);
-      except each job's newest claim-less skip (the watermark reads it).
+    * claims: deleted when ``claimed_at < claims_before``, except each job's claim of its
+      newest slot (the watermark reads it); slot-less manual tokens are not kept;
+    * runs: first every finished run (not running / pending) with ``finished_at <
+      runs_before`` goes; then, among the job's runs left, every finished run beyond the
+      newest ``runs_per_job`` (by id); each job's newest claim-less skip stays whatever
+      its age or rank (the watermark reads it).
+
+    Times are compared in integer milliseconds, as every store keeps them.
     """
 
     claims_before: float
     runs_before: float
     runs_per_job: int
 
-    def keeps_claim(self, claimed_at: float, slot: float | None, newest_slot: float | None) -> bool:
-        if claimed_at >= self.claims_before:
-            return True
-        return slot is not None and newest_slot is not None and slot >= newest_slot
+    @property
+    def claims_cut(self) -> int:
+        return round(self.claims_before * 1000)
 
-    def keeps_run(
-        self, *, status: RunStatus, finished_at: float | None, rank: int,
-        newest_claimless_skip: bool,
-    ) -> bool:
-        """``rank``: 0 for the job's newest run (by id), 1 for the next, ...;
-        ``newest_claimless_skip``: the row is the job's newest claim-less skip."""
-        if status in (RunStatus.RUNNING, RunStatus.PENDING) or newest_claimless_skip:
-            return True
-        old = finished_at is not None and finished_at < self.runs_before
-        return not old and rank < self.runs_per_job
+    @property
+    def runs_cut(self) -> int:
+        return round(self.runs_before * 1000)
+
+    def kept_claims(self, claims: Iterable[ClaimRow]) -> set[tuple[str, int]]:
+        """The ``(job, token)`` of the claims that survive (a token is unique per job)."""
+        rows = list(claims)
+        newest: dict[str, int] = {}
+        for c in rows:
+            if c.slot is not None and (c.job_id not in newest or newest[c.job_id] < c.slot):
+                newest[c.job_id] = c.slot
+        cut = self.claims_cut
+        return {(c.job_id, c.token) for c in rows
+                if c.claimed_at >= cut or (c.slot is not None and c.slot == newest[c.job_id])}
+
+    def kept_runs(self, runs: Iterable[RunRow]) -> set[int]:
+        """The ids of the runs that survive."""
+        rows = sorted(runs, key=lambda r: r.id, reverse=True)
+        newest_skip: dict[str, int] = {}
+        for r in rows:
+            if r.claimless_skip and r.job_id not in newest_skip:
+                newest_skip[r.job_id] = r.id
+        protected = {r.id for r in rows if r.open or newest_skip.get(r.job_id) == r.id}
+        cut = self.runs_cut
+        left = [r for r in rows if r.id in protected
+                or r.finished_at is None or r.finished_at >= cut]  # fmt: skip
+        rank: dict[str, int] = {}
+        kept = set()
+        for r in left:  # newest first
+            rank[r.job_id] = n = rank.get(r.job_id, 0) + 1
+            if r.id in protected or n <= self.runs_per_job:
+                kept.add(r.id)
+        return kept
 
 
 class SqlTransport(Protocol):

@@ -42,7 +42,7 @@ from cronfleet.store.base import (
     slot_runs_of,
     watermark,
 )
-from cronfleet.store.driver import live
+from cronfleet.store.driver import ClaimRow, Retention, RunRow, live
 from cronfleet.store.rows import dt, ms, msd
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
@@ -741,35 +741,20 @@ class MemoryStore:
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int
     ) -> tuple[int, int]:
-        """:data:`~cronfleet.store.base.RETENTION_RULE`, as the SQL stores apply it."""
+        """Prune by :class:`~cronfleet.store.driver.Retention`, executed directly."""
         db = self._db()
-        newest: dict[str, int] = {}
-        for c in db.claims.values():
-            if c.slot is not None and newest.get(c.job_id, c.slot - 1) < c.slot:
-                newest[c.job_id] = c.slot
-        cut = ms(claims_older_than)
-        old = [
-            c
-            for c in db.tokens.values()
-            if c.claimed_at < cut and (c.slot is None or newest.get(c.job_id) != c.slot)
-        ]
+        rule = Retention(claims_older_than, runs_older_than, runs_per_job)
+        keep_claims = rule.kept_claims(
+            ClaimRow(c.token, c.job_id, c.slot, c.claimed_at) for c in db.tokens.values())
+        old = [c for c in db.tokens.values() if (c.job_id, c.token) not in keep_claims]
         for c in old:
             self.db.drop_claim(c)
-        keep: dict[str, int] = {}
-        for (j, _, _), rid in db.dedupe.items():
-            keep[j] = max(keep.get(j, rid), rid)
-        kept = set(keep.values())
-        runs_cut = ms(runs_older_than)
-        per_job: dict[str, int] = {}
-        doomed = []
-        for rid in sorted(db.runs, reverse=True):
-            r = db.runs[rid]
-            per_job[r.job_id] = n = per_job.get(r.job_id, 0) + 1
-            if r.status in _OPEN or rid in kept:
-                continue
-            finished = msd(r.finished_at)
-            if (finished is not None and finished < runs_cut) or n > runs_per_job:
-                doomed.append(rid)
+        skips = set(db.dedupe.values())
+        keep_runs = rule.kept_runs(
+            RunRow(rid, r.job_id, r.status in _OPEN, msd(r.finished_at), rid in skips)
+            for rid, r in db.runs.items()
+        )
+        doomed = [rid for rid in db.runs if rid not in keep_runs]
         for rid in doomed:
             r = db.runs.pop(rid)
             if r.fencing_token is not None and db.fenced.get(r.fencing_token) == rid:

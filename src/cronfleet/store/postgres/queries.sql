@@ -394,7 +394,7 @@ CROSS JOIN LATERAL (
   FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
 
 -- name: prune_claims
--- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
+-- the retention rule (store/driver.py Retention): each job's claim of its newest slot stays
 DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR (job_id, slot) NOT IN
   (SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id));
 
