@@ -10,16 +10,21 @@ Three layers (Procrastinate's manager over its connector; one module per data st
   ``BEGIN IMMEDIATE``) and on PostgreSQL's connection (awaited, inside one ``BEGIN``):
   :func:`drive` and :func:`drive_async` step it. A transaction's round trips are exactly
   the operations the plan yields: nothing is split to be shared.
-* **The driver** (:class:`StoreDriver`): the public contract methods whose decisions are
-  the same on every SQL store (what a batch claims, when lanes are touched, registry
-  chunking, retention batching, liveness by ttl), each calling its transport.
-* **Transports** (``sqlite/transport.py``, ``postgres/transport.py``): a connection, one
-  transaction per plan, and the named operations (:data:`OPERATIONS`), each one named SQL
-  statement (or a few, for the dialect's own mechanics) plus its row mapping.
+* **The driver** (:class:`StoreDriver`): the Store contract once -- each method holds
+  the operation's decisions and rules (what a batch claims and leases, one lease per job,
+  registry chunking, liveness by ttl, retention by :class:`Retention`) and calls its
+  transport: ``run_plan`` (one transaction) or ``call`` (one named operation).
+* **Transports**: ``sqlite/transport.py`` + ``sqlite/ops.py``, ``postgres/transport.py``
+  + ``postgres/ops.py``, ``memory.MemoryTransport``: a connection (or the dicts), one
+  transaction per plan, and the named operations (:data:`OPERATIONS` for the plans), each
+  one named SQL statement (or a few, for the dialect's own mechanics) plus its row mapping.
 
-Redis keeps each change in one Lua script (its atomicity): its store calls the script and
-shares the rules (:func:`watermark`, :func:`registry_changes`, :class:`Retention`) and the
-ledger's decisions. The memory store is the reference implementation of the same rules.
+Redis keeps each ledger transaction in one Lua script (its atomicity: the driver does not
+split it): ``RedisStore`` overrides those methods with its script calls, and shares the
+driver's single-call operations (``redis/ops.py``), its rules (:func:`live`,
+:data:`REGISTRY_CHUNK`, :class:`Retention` via ``prune.lua``) and the ledger's decisions.
+THE watermark rule is :func:`cronfleet.store.base.watermark`, applied by every store's
+row mapper.
 """
 
 from __future__ import annotations
