@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -181,7 +182,6 @@ class SQLiteStore(StoreDriver):
         """SQLite's check of the whole file (``PRAGMA quick_check``), for ``cronfleet
         check``: StoreDamaged naming the first problem found. A damaged page shows on a
         read only when that read touches it; this reads every page once."""
-        import sqlite3
 
         def go() -> None:
             row = self.transport.connection().execute("PRAGMA quick_check(1)").fetchone()
