@@ -333,7 +333,7 @@ async def test_slot_runs_are_list_runs_narrowed(store: Store) -> None:
 def tiny_prune_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite prunes in id ranges: with ranges of 2 ids every retention test below crosses
     batch boundaries, so the rule must hold across them."""
-    from cronfleet.store.sqlite import store as sqlite_store
+    from cronfleet.store.sqlite import transport as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "PRUNE_BATCH", 2)
 
@@ -608,7 +608,7 @@ async def test_watermark_is_the_one_rule(store: Store, clock: FakeClock) -> None
 
 
 async def test_retention_keeps_what_the_watermark_reads(store: Store, clock: FakeClock) -> None:
-    """RETENTION_RULE: each job's newest claimed slot and newest claim-less skip survive any
+    """The retention rule: each job's newest claimed slot and newest claim-less skip survive any
     age, so the watermark is the same before and after prune; manual tokens do not."""
     await store.ensure_jobs(["a"])
     [first] = await store.dispatch([slot_item("a", T0, lease=True, hold=30)], "one")
@@ -635,6 +635,52 @@ async def test_retention_keeps_what_the_watermark_reads(store: Store, clock: Fak
     assert not dup.won
     skips = [r for r in await store.list_runs("a", limit=100) if r.reason == "paused"]
     assert len(skips) == 1  # the newest claim-less skip outlives both age and count limits
+
+
+async def test_retention_is_the_one_rule(store: Store, clock: FakeClock) -> None:
+    """Every store prunes exactly what ``driver.Retention`` keeps: a ledger of slot claims,
+    manual tokens, claimed skips, claim-less skips and an open run, cut by age and by
+    count, leaves the claims and runs the rule's two methods name (and no other)."""
+    from cronfleet.store.driver import ClaimRow, Retention, RunRow
+
+    claims: list[ClaimRow] = []
+    await store.ensure_jobs(["a", "b"])
+    for i in range(6):
+        for job in ("a", "b"):
+            clock.advance(3600)
+            [d] = await store.dispatch([Dispatch.missed(job, T0 + 60 * i, reason="missed")],
+                                       "one")
+            assert d.won and d.token is not None
+            claims.append(ClaimRow(d.token, job, round((T0 + 60 * i) * 1000),
+                                   round(clock.now() * 1000)))
+        if i in (1, 4):
+            clock.advance(60)
+            await store.record_skips([Skip("a", T0 + 60 * i + 30, "paused")])
+    clock.advance(60)
+    [m] = await store.dispatch([Dispatch.manual_run("b", clock.now(), lease=False)], "one")
+    assert m.token is not None and m.run is not None and not m.run.status.finished
+    claims.append(ClaimRow(m.token, "b", None, round(clock.now() * 1000)))
+    runs = []
+    for job in ("a", "b"):
+        for r in await store.list_runs(job, limit=1000):
+            assert r.id is not None
+            runs.append(RunRow(r.id, job, not r.status.finished,
+                               None if r.finished_at is None
+                               else round(r.finished_at.timestamp() * 1000),
+                               r.fencing_token is None))
+    cut = T0 + 3.5 * 3600 * 2  # the first three instants are older
+    clock.advance(86400)
+    rule = Retention(claims_before=cut, runs_before=cut, runs_per_job=3)
+    kept_claims, kept_runs = rule.kept_claims(claims), rule.kept_runs(runs)
+    assert 0 < len(kept_claims) < len(claims) and 0 < len(kept_runs) < len(runs)
+    got = await store.prune(claims_older_than=cut, runs_older_than=cut, runs_per_job=3)
+    assert got == (len(claims) - len(kept_claims), len(runs) - len(kept_runs))
+    left = {r.id for job in ("a", "b") for r in await store.list_runs(job, limit=1000)}
+    assert left == kept_runs
+    for c in claims:  # a slot whose claim was pruned can be claimed again, no other
+        if c.slot is not None:
+            [again] = await store.dispatch([slot_item(c.job_id, c.slot / 1000)], "probe")
+            assert again.won is ((c.job_id, c.token) not in kept_claims), c
 
 
 async def test_last_runs_is_the_newest_run_of_each_job(store: Store) -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from cronfleet.model import RunStatus, SkipReason, TriggeredBy
 from cronfleet.store import ledger
-from cronfleet.store.base import RETENTION_RULE, Dispatch, DispatchKind, watermark
+from cronfleet.store.base import Dispatch, DispatchKind, watermark
+from cronfleet.store.driver import ClaimRow, Retention, RunRow
 
 NOW = datetime(2026, 5, 28, 20, 26, 40, tzinfo=UTC)
 SLOT = NOW - timedelta(seconds=1)
@@ -195,8 +196,29 @@ def test_watermark_rule(
     assert watermark(claimed, skipped) == expected
 
 
-def test_retention_rule_is_stated() -> None:
-    assert "newest slot" in RETENTION_RULE and "claim-less skip" in RETENTION_RULE
+def test_retention_rule_claims() -> None:
+    """Old claims go, except each job's claim of its newest slot; manual tokens too."""
+    rule = Retention(claims_before=10.0, runs_before=0.0, runs_per_job=1)
+    claims = [ClaimRow(1, "a", 1000, 1000), ClaimRow(2, "a", 2000, 2000),  # old, newest kept
+              ClaimRow(3, "a", None, 3000),  # an old manual token
+              ClaimRow(1, "b", 5000, 20_000)]  # recent  # fmt: skip
+    assert rule.kept_claims(claims) == {("a", 2), ("b", 1)}
+
+
+def test_retention_rule_runs() -> None:
+    """Old finished runs go first, then those beyond the newest N of what is left; open
+    runs and each job's newest claim-less skip stay."""
+    rule = Retention(claims_before=0.0, runs_before=10.0, runs_per_job=2)
+    runs = [
+        RunRow(1, "a", False, 1000, True),  # old, but the newest claim-less skip of a
+        RunRow(2, "a", True, None, False),  # open
+        RunRow(3, "a", False, 20_000, False),
+        RunRow(4, "a", False, 5000, False),  # old
+        RunRow(5, "a", False, 30_000, False),
+        RunRow(6, "a", False, 40_000, False),
+    ]
+    # after the age cut: 6, 5, 3, 2 (open), 1 (skip): 6 and 5 are the newest two
+    assert rule.kept_runs(runs) == {6, 5, 2, 1}
 
 
 def test_dispatch_runs_decides_like_dispatch_run_for_every_case() -> None:

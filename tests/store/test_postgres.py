@@ -271,17 +271,17 @@ async def test_a_failure_while_the_probe_finishes_starts_no_endless_outage(
     failed fast for ever (chaos ``flaky``: one process ran nothing for the rest of the run,
     622 silent gaps). The probe now goes on."""
     await pg.ensure_jobs(["a"])
-    release = pg._release_ambiguous
+    release = pg.transport.release_ambiguous
     again = [True]
 
     async def failing_meanwhile() -> None:
         if again[0]:
             again[0] = False
-            pg._mark_down(ConnectionError("failed again while the probe finished"))
+            pg.transport.mark_down(ConnectionError("failed again while the probe finished"))
         await release()
 
-    pg._release_ambiguous = failing_meanwhile  # type: ignore[method-assign]
-    pg._mark_down(ConnectionError("simulated loss"))
+    pg.transport.release_ambiguous = failing_meanwhile  # type: ignore[method-assign]
+    pg.transport.mark_down(ConnectionError("simulated loss"))
     assert not pg.available
     for _ in range(200):
         if pg.available and not again[0]:
@@ -368,8 +368,8 @@ async def test_leases_of_an_unacknowledged_commit_are_released(pg: PostgresStore
         [item("a", 1000.0, lease=True, record=False), item("b", 1000.0, lease=True)], "one"
     )
     # as if COMMIT had gone unanswered: the scheduler ran neither slot under its claim
-    pg._remember_leases([(d.request.job_id, d.token) for d in out])
-    await pg._release_ambiguous()
+    pg.transport.remember_leases([(d.request.job_id, d.token) for d in out])
+    await pg.transport.release_ambiguous()
     states = await pg.read_states(["a", "b"])
     assert states["a"].lease_holder is None  # no run row: released
     assert states["b"].lease_holder == "one"  # its run row exists: someone runs it
@@ -382,8 +382,8 @@ async def test_lanes_of_an_unacknowledged_commit_are_released(pg: PostgresStore)
         r.lanes = 2
     out = await pg.dispatch(reqs, "one")
     assert all(d.started for d in out)  # lane 0 and lane 1
-    pg._remember_leases([(d.request.job_id, d.token) for d in out])
-    await pg._release_ambiguous()
+    pg.transport.remember_leases([(d.request.job_id, d.token) for d in out])
+    await pg.transport.release_ambiguous()
     again = [item("a", 2000.0 + i, lease=True, record=False) for i in range(3)]
     for r in again:
         r.lanes = 2

@@ -281,7 +281,7 @@ async def test_confirm_outage_asks_a_fresh_connection(redis_session: RedisServer
     """PREFER_GLOBAL fails open only on a confirmed outage: while the server answers a
     fresh connection there is none; cut (connections reset, new ones refused) or stalled
     (nothing answers) there is one, within the deadline."""
-    import cronfleet.store.redis.store as redis_store
+    import cronfleet.store.redis.transport as redis_store
     from bench.chaos.faults import FaultProxy
 
     proxy = FaultProxy(redis_session.url)
@@ -318,10 +318,10 @@ async def test_retention_prunes_a_large_ledger_in_bounded_calls(
     await store.record_skips([Skip(j, T0 + 100 + k, "paused") for j in jobs for k in range(40)])
     before_runs = sum([len(await store.list_runs(j, limit=1000)) for j in jobs])
     assert before_runs >= 1200
-    store.prune_chunk = 50
+    store.transport.prune_chunk = 50
     replies: list[list[Any]] = []
     commands: list[int] = []
-    run = store._run
+    run = store.transport.run
 
     async def calls() -> int:
         stats = await raw.info("commandstats")
@@ -336,11 +336,11 @@ async def test_retention_prunes_a_large_ledger_in_bounded_calls(
         replies.append(reply)
         return reply
 
-    store._run = counted  # type: ignore[method-assign]
+    store.transport.run = counted  # type: ignore[method-assign]
     claims, runs = await store.prune(
         claims_older_than=T0 + 3000, runs_older_than=T0 + 3000, runs_per_job=5
     )
-    store._run = run  # type: ignore[method-assign]
+    store.transport.run = run  # type: ignore[method-assign]
     examined = [int(r[2]) for r in replies]
     assert len(replies) > (600 + before_runs) // 50  # every claim and run, 50 at a time
     assert max(examined) <= 50

@@ -16,7 +16,6 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 
 __all__ = [
-    "RETENTION_RULE",
     "ClaimKind",
     "Declared",
     "Dispatch",
@@ -602,25 +601,14 @@ def watermark(newest_claimed: float | None, newest_skipped: float | None) -> flo
 
     It is *derived* when states are read, never written per slot (that would add a write
     per job per instant to the hot path). A withdrawn early claim is thereby as if never
-    made, and :meth:`Store.prune` keeps exactly the rows this rule reads (see
-    :data:`RETENTION_RULE`).
+    made, and :meth:`Store.prune` keeps exactly the rows this rule reads (the retention
+    rule, ``cronfleet.store.driver.Retention``).
     """
     if newest_claimed is None:
         return newest_skipped
     if newest_skipped is None:
         return newest_claimed
     return max(newest_claimed, newest_skipped)
-
-
-RETENTION_RULE = """\
-prune(claims_older_than, runs_older_than, runs_per_job), one transaction, every store:
-  claims  deleted when claimed_at < claims_older_than, except each job's claim of its
-          newest slot (the watermark reads it; slot-less manual tokens are not kept);
-  runs    deleted when finished (not running / pending) and finished_at <
-          runs_older_than, or beyond the job's newest runs_per_job rows (by id); except
-          each job's newest claim-less skip (the watermark reads it).
-"""
-"""The one retention rule (text, so the docs and the stores quote the same thing)."""
 
 
 @runtime_checkable
@@ -710,7 +698,8 @@ class Store(Protocol):
         runs_older_than: float,
         runs_per_job: int,
     ) -> tuple[int, int]:
-        """Delete old claims and runs by :data:`RETENTION_RULE`; ``(claims, runs)`` deleted."""
+        """Delete old claims and runs by the retention rule
+        (``cronfleet.store.driver.Retention``); ``(claims, runs)`` deleted."""
 
 
 def has_lanes(store: object) -> bool:

@@ -1,6 +1,6 @@
-"""Rows <-> records, written once: the column lists of the ledger tables, the mapping of a
-database row to a :class:`RunRecord` / :class:`JobState` and back, and the time codec of
-each dialect.
+"""What every dialect shares about rows: the column lists of the ledger tables, the time
+codec and the registry rows' JSON. The mapping of a database row to a record and back is
+the dialect's own (``sqlite/ops.py``, ``postgres/ops.py``, ``redis/store.py``).
 
 Time codec: SQLite keeps integer milliseconds since the epoch; PostgreSQL keeps
 ``timestamptz`` but every batch travels as JSON with the same integer milliseconds (a slot
@@ -11,33 +11,21 @@ read back as UTC ``datetime``. Column order is the same in both dialects.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-
-from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 
 if TYPE_CHECKING:
     from cronfleet.store.base import Declared
 
 __all__ = [
-    "REGISTRY_CHUNK",
     "RUN_COLUMNS",
     "RUN_INSERT_COLUMNS",
-    "STATE_COLUMNS",
     "dt",
     "dumps",
     "ms",
     "msd",
-    "pg_finish_row",
-    "pg_run",
-    "pg_run_rows",
-    "pg_state",
     "registry_rows",
-    "sqlite_finish_row",
-    "sqlite_run",
-    "sqlite_run_row",
-    "sqlite_state",
 ]
 
 # the run columns, in the order every mapper below reads and writes them
@@ -47,12 +35,6 @@ RUN_COLUMNS = (
     "result, error, logs, params, forced_by"
 )
 RUN_INSERT_COLUMNS = RUN_COLUMNS.removeprefix("id, ")
-# the job state columns; ``last_slot`` is derived by the watermark rule (store/base.py)
-STATE_COLUMNS = (
-    "job_id, enabled_override, override_by, override_at, override_note, override_until, "
-    "lease_holder, lease_token, lease_until, last_slot, created_at"
-)
-
 # -- the time codec ------------------------------------------------------------------------
 
 
@@ -76,13 +58,6 @@ def dumps(rows: Any) -> str:
     return json.dumps(rows, default=str, separators=(",", ":"))
 
 
-REGISTRY_CHUNK = 2_000
-"""Registry rows per write -- one transaction (SQL stores) or one script call (Redis) each:
-100,000 rows in one went past the call limit on a loaded machine (SQLite, PostgreSQL) or
-held the server for a second (Redis). Readers may see a part of a large set for a moment,
-as with any later change."""
-
-
 def registry_rows(rows: Iterable[Declared], *, spec_as_text: bool = False) -> str:
     """Registry rows ``[[job, team, source, digest, spec], ...]`` as one JSON document,
     ``spec`` an object (PostgreSQL's ``jsonb``) or, with ``spec_as_text``, a JSON string
@@ -103,176 +78,3 @@ def registry_rows(rows: Iterable[Declared], *, spec_as_text: bool = False) -> st
     return "[" + ",".join(parts) + "]"
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str)
-
-
-_EMPTY_LOGS = "[]"
-
-# -- SQLite: times as integer ms, booleans as 0/1, JSON as text -----------------------------
-
-
-def sqlite_run_row(r: RunRecord) -> tuple[Any, ...]:
-    """The ``RUN_INSERT_COLUMNS`` values of a record (an open run keeps its deadline)."""
-    return (
-        r.job_id,
-        round(r.slot.timestamp() * 1000),
-        r.triggered_by.value,
-        r.status.value,
-        r.reason,
-        r.instance_id,
-        r.fencing_token,
-        int(r.manual),
-        int(r.is_catchup),
-        int(r.is_recovery),
-        r.attempt,
-        msd(r.claimed_at),
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-        _json(r.params),
-        r.forced_by,
-    )
-
-
-def sqlite_finish_row(r: RunRecord) -> tuple[Any, ...]:
-    """``(status, reason, started, finished, deadline, result, error, logs, attempt, id)``."""
-    return (
-        r.status.value,
-        r.reason,
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        _json(r.result),
-        r.error,
-        json.dumps(r.logs, default=str) if r.logs else _EMPTY_LOGS,
-        r.attempt,
-        r.id,
-    )
-
-
-def sqlite_run(row: Sequence[Any]) -> RunRecord:
-    slot = dt(row[2])
-    assert slot is not None
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=slot,
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=bool(row[8]),
-        is_catchup=bool(row[9]),
-        is_recovery=bool(row[10]),
-        attempt=row[11],
-        claimed_at=dt(row[12]),
-        started_at=dt(row[13]),
-        finished_at=dt(row[14]),
-        deadline=dt(row[15]),
-        result=None if row[16] is None else json.loads(row[16]),
-        error=row[17],
-        logs=[] if row[18] is None else json.loads(row[18]),
-        params=None if row[19] is None else json.loads(row[19]),
-        forced_by=row[20],
-    )
-
-
-def sqlite_state(row: Sequence[Any]) -> JobState:
-    return JobState(
-        job_id=row[0],
-        enabled_override=None if row[1] is None else bool(row[1]),
-        override_by=row[2],
-        override_at=dt(row[3]),
-        override_note=row[4],
-        override_until=dt(row[5]),
-        lease_holder=row[6],
-        lease_token=row[7],
-        lease_until=dt(row[8]),
-        last_slot=dt(row[9] or None),
-        created_at=dt(row[10]),
-    )
-
-
-# -- PostgreSQL: timestamptz read as datetime; batches as JSON with integer ms --------------
-
-
-def pg_run_rows(recs: Sequence[RunRecord]) -> str:
-    """The JSON rows of the PostgreSQL run insert (``RUN_INSERT_COLUMNS`` order)."""
-    return dumps(
-        [
-            [
-                r.job_id,
-                msd(r.slot),
-                r.triggered_by.value,
-                r.status.value,
-                r.reason,
-                r.instance_id,
-                r.fencing_token,
-                r.manual,
-                r.is_catchup,
-                r.is_recovery,
-                r.attempt,
-                msd(r.claimed_at),
-                msd(r.started_at),
-                msd(r.finished_at),
-                None if r.status.finished else msd(r.deadline),
-                r.result,
-                r.error,
-                r.logs or [],
-                r.params,
-                r.forced_by,
-            ]
-            for r in recs
-        ]
-    )
-
-
-def pg_finish_row(r: RunRecord) -> list[Any]:
-    """``[id, status, reason, started, finished, deadline, result, error, logs, attempt]``."""
-    return [
-        r.id,
-        r.status.value,
-        r.reason,
-        msd(r.started_at),
-        msd(r.finished_at),
-        None if r.status.finished else msd(r.deadline),
-        r.result,
-        r.error,
-        r.logs or [],
-        r.attempt,
-    ]
-
-
-def pg_run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(
-        id=row[0],
-        job_id=row[1],
-        slot=row[2],
-        triggered_by=TriggeredBy(row[3]),
-        status=RunStatus(row[4]),
-        reason=row[5],
-        instance_id=row[6],
-        fencing_token=row[7],
-        manual=row[8],
-        is_catchup=row[9],
-        is_recovery=row[10],
-        attempt=row[11],
-        claimed_at=row[12],
-        started_at=row[13],
-        finished_at=row[14],
-        deadline=row[15],
-        result=row[16],
-        error=row[17],
-        logs=[] if row[18] is None else list(row[18]),
-        params=row[19],
-        forced_by=row[20],
-    )
-
-
-def pg_state(row: Sequence[Any]) -> JobState:
-    return JobState(*row)

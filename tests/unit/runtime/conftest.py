@@ -2,9 +2,10 @@
 one real-store (SQLite) run per scenario is kept.
 
 ``make()`` builds schedulers on the store ``store_kind`` names, all of one test on one
-database (a fleet). The default is ``"memory"``; a test runs on SQLite too with
-``@pytest.mark.parametrize("store_kind", BOTH)``, and a module whose tests read the SQLite
-file itself (``db``) overrides ``store_kind`` to ``"sqlite"``.
+database (a fleet). The default is ``"memory"``; a test runs on every kind of
+``STORE_KINDS`` (memory, SQLite, Redis) with ``@pytest.mark.parametrize("store_kind",
+STORE_KINDS)``, and a module whose tests read the SQLite file itself (``db``) overrides
+``store_kind`` to ``"sqlite"``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def clock() -> FakeClock:
     return FakeClock(T0)
 
 
-# the key scenarios (claims, catch-up, early claims, leases, retry, overrides) run on each
-BOTH = ["memory", "sqlite", "redis"]
+# the store kinds the key scenarios (claims, catch-up, early claims, leases, retry,
+# overrides) run on: one name for the whole list
+STORE_KINDS = ["memory", "sqlite", "redis"]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from cronfleet import FakeClock, Missed, RunContext, RunStatus, Scheduler
 from cronfleet.runtime.loop import OVERTAKEN_WHY
 
-from .conftest import BOTH, T0, advance, settle
+from .conftest import STORE_KINDS, T0, advance, settle
 
 Make = Callable[..., Scheduler]
 
@@ -71,7 +71,7 @@ async def _after_stall(make: Make, clock: FakeClock, running: list, missed: Miss
     return s, calls, rows
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_run_once_runs_only_the_newest_of_a_backlog(
     make: Make, clock: FakeClock, running: list
 ) -> None:

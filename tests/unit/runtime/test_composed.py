@@ -13,7 +13,7 @@ import pytest
 from cronfleet import FakeClock, Missed, RunStatus, Scheduler
 from cronfleet.clock import from_ts
 
-from .conftest import BOTH, T0, Recorder, advance, settle
+from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
 Make = Callable[..., Scheduler]
 MIN = 60
@@ -23,7 +23,7 @@ def _slots(rec: Recorder) -> list[float]:
     return [c.slot.timestamp() for c in rec.calls]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_two_schedules_fire_once_per_distinct_instant(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -60,7 +60,7 @@ async def test_many_jobs_share_a_composed_expression_in_the_batch(
     assert _slots(c) == [T0 + m * MIN for m in (10, 30)]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_one_off_fires_once_then_is_done(
     make: Make, clock: FakeClock, running: list, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -132,7 +132,7 @@ def _down(make: Make, clock: FakeClock, minutes: float, **job: Any) -> Any:
     return run()
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_catch_up_neither_runs_nor_records_an_excluded_instant(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -173,7 +173,7 @@ async def test_an_excluded_day_is_skipped_on_time_too(
     assert all(r.reason != "missed" for r in await s.runs_async("six"))
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_end_stops_the_slots_and_catch_up_honours_the_bounds(
     make: Make, clock: FakeClock, running: list
 ) -> None:

@@ -16,7 +16,7 @@ from cronfleet import FakeClock, RunStatus, Scheduler, TriggeredBy
 from cronfleet.runtime.fleet import owner
 from cronfleet.store.base import Dispatch, Instance, InstanceStore
 
-from .conftest import BOTH, T0, Recorder, advance, settle
+from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
 Make = Callable[..., Scheduler]
 TTL = 3.0
@@ -41,7 +41,7 @@ def istore(s: Scheduler) -> InstanceStore:
     return s.store
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_lost_holders_jobs_run_on_the_survivor_within_the_ttl(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -81,7 +81,7 @@ async def test_a_lost_holders_jobs_run_on_the_survivor_within_the_ttl(
     assert listed["dead:1:x"].lost_by == "survivor"
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     make: Make, clock: FakeClock, running: list, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -229,7 +229,7 @@ async def _interrupted_slot(s: Scheduler, job_id: str, slot: float) -> Any:
     return run
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_recovery_that_meets_the_next_slots_lease_waits_and_runs(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -332,7 +332,7 @@ async def test_after_a_store_outage_nobody_declares_the_others_lost(
     assert listed["b"].lost_at is not None and listed["b"].lost_by == "a"
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_zombies_claims_made_after_it_was_declared_lost_are_not_lost(
     make: Make, clock: FakeClock, running: list
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 from cronfleet import FakeClock, Job, JobState, RunStatus, Scheduler, StoreUnavailable
 from cronfleet.model import SkipReason, enabled_at, skip_reason
 
-from .conftest import BOTH, T0, Recorder, settle
+from .conftest import STORE_KINDS, T0, Recorder, settle
 
 NOW = datetime(2026, 3, 2, 12, tzinfo=UTC)
 PAST, FUTURE = NOW - timedelta(minutes=1), NOW + timedelta(minutes=1)
@@ -60,7 +60,7 @@ SLOT = T0 + 60
 
 
 @pytest.mark.parametrize("withdraw_fails", [False, True])
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_expired_pause_on_a_disabled_job_is_recorded_disabled_on_every_path(
     make: Make, clock: FakeClock, running: list, withdraw_fails: bool
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from cronfleet import FakeClock, RunContext, RunRecord, RunStatus, Scheduler
 
-from .conftest import BOTH
+from .conftest import STORE_KINDS
 
 Make = Callable[..., Scheduler]
 
@@ -50,7 +50,7 @@ async def rows(s: Scheduler, job_id: str, statuses: list[str]) -> list[RunRecord
     raise AssertionError([(r.status.value, r.reason) for r in got])
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_two_instances_run_and_the_third_is_skipped_naming_the_limit(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -75,7 +75,7 @@ async def test_two_instances_run_and_the_third_is_skipped_naming_the_limit(
     assert len(h.started) == 3
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_replace_cancels_only_the_oldest_run(
     make: Make, clock: FakeClock, running: list
 ) -> None:

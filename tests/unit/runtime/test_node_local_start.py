@@ -13,7 +13,7 @@ import pytest
 
 from cronfleet import FakeClock, Locking, Missed, RunStatus, Scheduler
 
-from .conftest import BOTH, T0, advance
+from .conftest import STORE_KINDS, T0, advance
 
 
 def declare(s: Scheduler, calls: list[tuple[str, float, bool]]) -> None:
@@ -23,7 +23,7 @@ def declare(s: Scheduler, calls: list[tuple[str, float, bool]]) -> None:
         calls.append((ctx.instance_id, ctx.slot.timestamp(), ctx.is_catchup))
 
 
-@pytest.mark.parametrize("store_kind", BOTH[:2])
+@pytest.mark.parametrize("store_kind", STORE_KINDS[:2])
 async def test_processes_starting_later_do_not_replay_a_node_local_past(
     make: Any, clock: FakeClock, running: list
 ) -> None:

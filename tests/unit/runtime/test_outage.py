@@ -16,7 +16,7 @@ from cronfleet import FakeClock, Locking, Missed, Overlap, RunContext, RunStatus
 from cronfleet.errors import StoreUnavailable
 from cronfleet.runtime.outage import RateLimitedLog
 
-from .conftest import BOTH, T0, Recorder, advance, settle
+from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
 Make = Any
 
@@ -88,7 +88,7 @@ def test_require_global_is_the_default(make: Make) -> None:
     assert s.jobs["j"].locking is Locking.REQUIRE_GLOBAL
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -108,7 +108,7 @@ async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
     assert run.is_catchup and run.status is RunStatus.SUCCEEDED
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_every_outage_slot_accounted_for(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -327,7 +327,7 @@ async def _never() -> None:
     return None
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_missed_record_the_store_did_not_take_is_claimed_again(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -488,7 +488,7 @@ async def test_a_damaged_store_journals_each_due_slot_once(
     assert all("damaged" in why for *_, why in written)
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_the_first_slot_after_the_store_returns_is_not_lost_to_an_unwritten_release(
     make: Make, clock: FakeClock, running: list
 ) -> None:

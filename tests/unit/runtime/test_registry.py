@@ -22,7 +22,7 @@ from cronfleet.runtime.registry import (
 )
 from cronfleet.store.base import RegistryStore
 
-from .conftest import BOTH, settle
+from .conftest import STORE_KINDS, settle
 
 Make = Callable[..., Scheduler]
 TTL = 15.0
@@ -33,7 +33,7 @@ def reg(s: Scheduler) -> RegistryStore:
     return s.store
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_jobs_are_published_with_their_spec_and_triggered_from_elsewhere(
     make: Make, clock: FakeClock
 ) -> None:
@@ -98,7 +98,7 @@ async def test_jobs_are_published_with_their_spec_and_triggered_from_elsewhere(
         await ops.store.close()
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_backfill_answered_elsewhere_stops_on_its_instance(make: Make) -> None:
     """The instance running a remote backfill was judged lost (another process answered
     its request INSTANCE_LOST): at its next progress write it stops the backfill, so a
@@ -206,7 +206,7 @@ async def test_unchanged_jobs_are_not_rebuilt_at_each_heartbeat_and_a_replace_is
         assert [(d.job_id, d.spec["description"]) for d in rows] == [("tick", "changed")]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_back(
     make: Make, clock: FakeClock, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch
@@ -247,7 +247,7 @@ async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_bac
         caplog.text
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_large_set_is_published_after_the_timers_start_a_small_one_before(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -329,7 +329,7 @@ async def _ended(s: Scheduler, run_id: int, timeout: float = 10.0) -> Any:
         await asyncio.sleep(0.02)
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_cancel_reaches_an_async_run_in_another_process(make: Make) -> None:
     release = asyncio.Event()
     a = make(instance_id="a")
@@ -382,7 +382,7 @@ async def test_a_sync_run_is_recorded_cancelled_when_it_returns(make: Make) -> N
         assert any("ended (succeeded) after the cancel request" in x for x in ended.logs)
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_replace_cancels_the_run_of_another_process_and_runs_the_new_slot(
     make: Make, clock: FakeClock
 ) -> None:

@@ -14,7 +14,7 @@ from cronfleet import FakeClock, Job, RunContext, RunStatus, Scheduler
 from cronfleet.model import RetryPolicy
 from cronfleet.runtime.events import RunFinished, RunRetried
 
-from .conftest import BOTH, T0, advance, settle
+from .conftest import STORE_KINDS, T0, advance, settle
 
 Make = Callable[..., Scheduler]
 
@@ -37,7 +37,7 @@ def with_retry(job: Job, **policy: Any) -> Job:
     return dataclasses.replace(job, retry=RetryPolicy(**policy))
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_retried_until_it_succeeds_every_attempt_recorded(
     make: Make, clock: FakeClock, running: list
 ) -> None:

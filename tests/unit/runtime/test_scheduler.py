@@ -1,5 +1,5 @@
 """The runtime's rules, one by one, with an injected clock on the memory store; the key
-scenarios on SQLite too (``BOTH``)."""
+scenarios on SQLite too (``STORE_KINDS``)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from cronfleet import (
 from cronfleet.clock import from_ts
 from cronfleet.store.base import Dispatch
 
-from .conftest import BOTH, T0, Recorder, advance, settle
+from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
 Make = Callable[..., Scheduler]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_fires_each_slot_once_with_context(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -76,7 +76,7 @@ async def test_sync_handler_failure_and_logs(make: Make, clock: FakeClock, runni
     assert threads and threads[0].startswith("cronfleet-job")
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_instances_sharing_a_store_fire_each_slot_once(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -105,7 +105,7 @@ async def test_instances_sharing_a_store_fire_each_slot_once(
     assert {r.instance_id for r in runs} <= {"a", "b", "c"}
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_burst_is_claimed_in_one_batch(make: Make, clock: FakeClock, running: list) -> None:
     s = make()
     rec = Recorder()
@@ -176,7 +176,7 @@ async def test_declared_disabled_and_forced_on(make: Make, clock: FakeClock, run
     assert len(rec.calls) == 1
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_pause_from_another_process_is_honoured(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -251,7 +251,7 @@ async def _downtime(
     return second, rec
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_catch_up_run_once_runs_the_most_recent_missed(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -308,7 +308,7 @@ async def test_catch_up_window_zero_disables(make: Make, clock: FakeClock, runni
     assert len([r for r in await s.runs_async("c") if r.reason == "missed"]) == 4
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_catch_up_never_reruns_a_slot_run_elsewhere(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -357,7 +357,7 @@ async def test_stalled_loop_is_caught_up(make: Make, clock: FakeClock, running: 
     assert rec.calls[1].is_catchup
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_catch_up_across_midnight_and_dst(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -401,7 +401,7 @@ class Blocking:
         await self.release.wait()
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_overlap_skip_records_already_executing(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -425,7 +425,7 @@ async def test_overlap_skip_records_already_executing(
     assert len(h.started) == 1
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_overlap_queue_one_runs_right_after(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -463,7 +463,7 @@ async def test_overlap_allow_runs_concurrently(make: Make, clock: FakeClock, run
     await settle(s)
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_manual_trigger_and_already_executing(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -552,7 +552,7 @@ async def test_thread_timeout_is_abandoned(make: Make, clock: FakeClock, running
     assert "abandoned" in run.logs[-1]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_crashed_holder_is_marked_interrupted_and_recovered(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -584,7 +584,7 @@ async def test_crashed_holder_is_marked_interrupted_and_recovered(
     assert [r.job_id for r in runs.values() if r.is_recovery] == ["r"]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_jitter_delays_the_start_not_the_slot(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -636,7 +636,7 @@ class FlakyDispatch:
         return await self.real(items, instance)
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_locking_when_store_is_unavailable(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -673,7 +673,7 @@ async def test_locking_when_store_is_unavailable(
     assert "Ran without a claim" in offline[0].logs[0]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_shutdown_interrupts_after_grace_and_releases(make: Make, clock: FakeClock) -> None:
     s = make(shutdown_grace=0.1)
     h = Blocking()
@@ -748,7 +748,7 @@ async def test_control_only_process_runs_no_timers(
     assert len(w_rec.calls) == 2 and a_rec.calls == []
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_parallel_triggers_of_a_node_local_job_start_one_run(
     make: Make, running: list
 ) -> None:
@@ -804,7 +804,7 @@ def test_sync_trigger_of_a_failing_async_handler_keeps_its_own_traceback(
     assert "no running event loop" not in logs and "During handling" not in logs
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_run_all_runs_every_missed_slot_of_many_jobs(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -839,7 +839,7 @@ async def test_run_all_runs_every_missed_slot_of_many_jobs(
     assert not [r for r in runs if r.reason == "already_executing"]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_slot_due_during_a_run_all_sequence_joins_it(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -881,7 +881,7 @@ async def test_a_slot_due_during_a_run_all_sequence_joins_it(
     ]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_pending_run_started_by_two_callers_runs_once(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -921,7 +921,7 @@ async def test_a_pending_run_started_by_two_callers_runs_once(
     assert not [r for r in runs if r.reason == "already_executing"]
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_processes_restarting_together_share_the_catch_up_without_skips(
     make: Make, clock: FakeClock, running: list
 ) -> None:

@@ -14,7 +14,7 @@ from cronfleet.errors import StoreUnavailable
 from cronfleet.runtime import requests
 from cronfleet.runtime.planning import jitter_delay
 
-from .conftest import BOTH, T0, Recorder, advance, settle
+from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
 Make = Callable[..., Scheduler]
 
@@ -35,7 +35,7 @@ def waiting_slot(job_id: str, jitter: float) -> float:
     return slot
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_stop_during_the_jitter_records_the_slot(make: Make, clock: FakeClock) -> None:
     s = make()
     rec = Recorder()
@@ -86,7 +86,7 @@ async def test_a_stop_while_the_start_is_in_flight_records_the_slot(
     assert state.lease_holder is None
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_stop_while_a_claim_is_in_flight_records_the_slot(
     make: Make, clock: FakeClock
 ) -> None:
@@ -219,7 +219,7 @@ async def test_a_finished_run_is_not_rerun_while_its_result_waits_to_be_written(
         await s.stop()
 
 
-@pytest.mark.parametrize("store_kind", BOTH)
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: FakeClock) -> None:
     """PREFER_GLOBAL during a confirmed outage: every process runs the slot (the
     documented price of failing open), but the ledger keeps one final row for it, the

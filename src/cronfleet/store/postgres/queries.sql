@@ -10,12 +10,12 @@
 -- The run columns are those of cronfleet.store.rows.RUN_COLUMNS, in that order.
 
 -- name: read_states
--- last_slot is derived by the watermark rule (store/base.py), as on SQLite
+-- with the two inputs of the watermark rule (store/base.py watermark(), applied by the
+-- row mapper): the newest claimed slot and the newest claim-less skip
 SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
        s.override_until, s.lease_holder, s.lease_token, s.lease_until,
-       greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
-                (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
-                 AND r.dedupe IS NOT NULL)),
+       (SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+       (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL),
        s.created_at
 FROM __S__.job_state s WHERE s.job_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb));
 
@@ -23,9 +23,8 @@ FROM __S__.job_state s WHERE s.job_id IN (SELECT jsonb_array_elements_text(%(ids
 -- only the rows with an override (a partial index): the batch's ids never travel
 SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
        s.override_until, s.lease_holder, s.lease_token, s.lease_until,
-       greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
-                (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
-                 AND r.dedupe IS NOT NULL)),
+       (SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+       (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL),
        s.created_at
 FROM __S__.job_state s WHERE s.enabled_override IS NOT NULL;
 
@@ -45,9 +44,8 @@ UPDATE __S__.job_state s SET enabled_override = %s, override_by = %s, override_a
 WHERE s.job_id = %s
 RETURNING s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
           s.override_until, s.lease_holder, s.lease_token, s.lease_until,
-          greatest((SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
-                   (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id
-                    AND r.dedupe IS NOT NULL)),
+          (SELECT max(c.slot) FROM __S__.claims c WHERE c.job_id = s.job_id),
+       (SELECT max(r.slot) FROM __S__.runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL),
           s.created_at;
 
 -- name: notify
@@ -396,7 +394,7 @@ CROSS JOIN LATERAL (
   FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
 
 -- name: prune_claims
--- RETENTION_RULE (store/base.py): each job's claim of its newest slot stays
+-- the retention rule (store/driver.py Retention): each job's claim of its newest slot stays
 DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR (job_id, slot) NOT IN
   (SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id));
 

@@ -4,13 +4,12 @@
 -- The run columns are those of cronfleet.store.rows.RUN_COLUMNS, in that order.
 
 -- name: read_states
--- job state rows; last_slot is derived by the watermark rule (store/base.py): the newest
--- claimed slot or claim-less skip of the job (0: none)
+-- job state rows with the two inputs of the watermark rule (store/base.py watermark(),
+-- applied by the row mapper): the newest claimed slot and the newest claim-less skip
 SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
        s.override_until, s.lease_holder, s.lease_token, s.lease_until,
-       max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0),
-           coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id
-                     AND r.dedupe IS NOT NULL), 0)),
+       (SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id),
+       (SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL),
        s.created_at
 FROM job_state s WHERE s.job_id IN (SELECT value FROM json_each(?));
 
@@ -18,9 +17,8 @@ FROM job_state s WHERE s.job_id IN (SELECT value FROM json_each(?));
 -- the same columns, only the rows with an override (a partial index): every instant
 SELECT s.job_id, s.enabled_override, s.override_by, s.override_at, s.override_note,
        s.override_until, s.lease_holder, s.lease_token, s.lease_until,
-       max(coalesce((SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id), 0),
-           coalesce((SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id
-                     AND r.dedupe IS NOT NULL), 0)),
+       (SELECT max(c.slot) FROM claims c WHERE c.job_id = s.job_id),
+       (SELECT max(r.slot) FROM runs r WHERE r.job_id = s.job_id AND r.dedupe IS NOT NULL),
        s.created_at
 FROM job_state s WHERE s.enabled_override IS NOT NULL;
 

@@ -1,4 +1,4 @@
--- The retention rule (store/base.py RETENTION_RULE), a bounded piece of it per call: a
+-- The retention rule (store/driver.py Retention), a bounded piece of it per call: a
 -- ledger of millions of rows is never one long script holding the server.
 -- ARGV: P, now, claims cut-off ms, runs cut-off ms, runs kept per job, the pass's cursor
 -- (JSON, '' to begin), the most items (jobs, claims, runs) this call may examine.
