@@ -63,11 +63,6 @@ MAX_METHODS = 40
 ALLOWED_BIG: dict[str, str] = {
     # owned by parts, removed at merge
     "cronfleet.runtime.scheduler.Scheduler": "parts",
-    # owned by driver, removed at merge
-    "cronfleet.store.memory.MemoryStore": "driver",
-    "cronfleet.store.sqlite.store.SQLiteStore": "driver",
-    "cronfleet.store.postgres.store.PostgresStore": "driver",
-    "cronfleet.store.redis.store.RedisStore": "driver",
 }
 
 
