@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from cronfleet.notify import Notifier
     from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.secrets import Vault
-    from cronfleet.store.health import HealthStore
+    from cronfleet.store.side import HealthStore
 
 __all__ = ["AUTO_PAUSE_BY", "AlertServices", "Alerts", "RunFacts", "auto_paused", "install",
            "notify_resumed", "record_and_alert"]
