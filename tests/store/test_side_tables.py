@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from cronfleet.clock import FakeClock
-from cronfleet.store import Store
-from cronfleet.store.factory import SideTables, side_tables
+from cronfleet.store import Store, factory
+from cronfleet.store.factory import (
+    SideTables,
+    open_health_store,
+    open_secret_store,
+    side_tables,
+)
 
 from .conftest import T0
 
@@ -189,3 +195,22 @@ async def test_side_tables_leave_a_shared_store_open(store: Store, clock: FakeCl
     await tables.api.close()
     assert await store.read_overrides([]) == {}  # still open: its owner closes it
     assert await side_tables(store).api.catalog_version() == 0
+
+
+async def test_tables_from_one_url_share_one_store(tmp_path: Path) -> None:
+    """A process's side tables opened from one URL hold one store between them: opened by
+    the first to be used, closed when the last closes."""
+    url = f"sqlite:///{tmp_path / 'side.db'}"
+    secrets, health = open_secret_store(url), open_health_store(url)
+    await secrets.put_secret("default", "A", "k", b"n", b"c", NOW)
+    await health.record("j", True, None, NOW)
+    held = factory._OPENED[asyncio.get_running_loop()][url]
+    assert held.users == 2
+    await secrets.close()
+    assert (await health.get("j")).successes == 1  # still open for the other
+    await health.close()
+    assert url not in factory._OPENED[asyncio.get_running_loop()]
+    assert held.store.damaged is False and held.store._executor is None  # closed
+    again = open_secret_store(url)  # opened again on use
+    assert (await again.get_secret("default", "A")) is not None
+    await again.close()

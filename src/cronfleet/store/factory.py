@@ -5,8 +5,9 @@ it, from a URL comes here (``cronfleet.store.open_store`` is :func:`open_store`)
   ``postgresql://…``, ``redis://host:6379/0?prefix=cf:``), or a store object as is.
 * :func:`side_tables` -- the side tables (secrets, job health, API tables) of a store.
   Given a store object they share its connection, thread or pool, and the caller opens
-  and closes it (the scheduler's store); given a URL they open that store for themselves
-  on first use and close it with the tables. Each backend's tables live in its package
+  and closes it (the scheduler's store); given a URL, every side table of the process
+  opened from that URL shares one store, opened on first use and closed when the last of
+  them closes. Each backend's tables live in its package
   (``sqlite/side``, ``postgres/side``, ``redis/side.py``; memory: ``memory_side.py``).
 * :func:`open_secret_store`, :func:`open_health_store`, :func:`open_api_store` -- one
   table of :func:`side_tables`.
@@ -14,6 +15,8 @@ it, from a URL comes here (``cronfleet.store.open_store`` is :func:`open_store`)
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +71,9 @@ class SideTables:
 
 def side_tables(target: str | Store, *, clock: Clock | None = None) -> SideTables:
     """The side tables of ``target``: a store object (shared: its connection, opened and
-    closed by the caller) or a URL (a store opened from it for these tables: opened on
-    first use, closed when one of them is closed). ``clock``: the API tables' timestamps
-    (tokens, audit, catalog), this host's clock by default."""
-    owned = isinstance(target, str)
+    closed by the caller) or a URL (the process's store for side tables of that URL,
+    opened on first use, closed with the last table using it). ``clock``: the API tables'
+    timestamps (tokens, audit, catalog), this host's clock by default."""
     store: Any = open_store(target)
     url = str(store.url)
     if url.startswith("memory:"):
@@ -87,7 +89,7 @@ def side_tables(target: str | Store, *, clock: Clock | None = None) -> SideTable
                           MemoryHealthStore(rows.health.rows),
                           MemoryApiStore(rows.api, clock=clock))
     dialect = parse_store_url(url).dialect
-    handle = StoreHandle(store, owned=owned)
+    handle = StoreHandle(store, opener=_Owned(target) if isinstance(target, str) else None)
     if dialect == "redis":
         from cronfleet.store.redis.side import RedisApiStore, RedisHealthStore, RedisSecretStore
 
@@ -105,6 +107,51 @@ def side_tables(target: str | Store, *, clock: Clock | None = None) -> SideTable
 
         db = PostgresSide(handle)
     return SideTables(SqlSecretStore(db), SqlHealthStore(db), SqlApiStore(db, clock=clock))
+
+
+@dataclass
+class _Held:
+    store: Any
+    users: int
+
+
+_OPENED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Held]] = (
+    weakref.WeakKeyDictionary())
+_OPENING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary())
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """The store of side tables opened from ``url``: one per URL and event loop in this
+    process, shared by every such table (a process's vault, health and API tables from one
+    URL hold one store, not one each), opened by the first, closed by the last to close."""
+
+    url: str
+
+    async def acquire(self, store: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        lock = _OPENING.setdefault(loop, asyncio.Lock())
+        async with lock:
+            opened = _OPENED.setdefault(loop, {})
+            held = opened.get(self.url)
+            if held is None:
+                await store.open()
+                held = opened[self.url] = _Held(store, 0)
+            held.users += 1
+            return held.store
+
+    async def release(self, store: Any) -> None:
+        loop = asyncio.get_running_loop()
+        opened = _OPENED.get(loop, {})
+        held = opened.get(self.url)
+        if held is None or held.store is not store:  # not ours (another loop's)
+            await store.close()
+            return
+        held.users -= 1
+        if held.users <= 0:
+            del opened[self.url]
+            await store.close()
 
 
 def open_secret_store(target: str | Store) -> SecretStore:

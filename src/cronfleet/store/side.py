@@ -29,6 +29,7 @@ __all__ = [
     "HealthStore",
     "JobDef",
     "JobHealth",
+    "Opener",
     "SecretRow",
     "SecretStore",
     "StoreHandle",
@@ -304,26 +305,37 @@ class ApiStore(Protocol):
     async def close(self) -> None: ...
 
 
-class StoreHandle(Generic[S]):
-    """The store a side table runs on. Shared (``owned=False``): the caller opens and
-    closes it (the scheduler's store). Owned: opened from a URL by the factory for this
-    table alone, opened on first use and closed with the table."""
+class Opener(Protocol[S]):
+    """Where an owned side table gets its store (``store/factory.py``)."""
 
-    def __init__(self, store: S, *, owned: bool) -> None:
-        self.store = store
-        self.owned = owned
-        self._open = False
+    async def acquire(self, store: S) -> S:
+        """An open store like ``store`` (``store`` itself, opened, or one already open)."""
+        ...
+
+    async def release(self, store: S) -> None: ...
+
+
+class StoreHandle(Generic[S]):
+    """The store a side table runs on. Shared (no ``opener``): the caller opens and
+    closes it (the scheduler's store). Owned: the factory's ``opener`` hands an open
+    store for this table's URL on first use and takes it back when the table closes."""
+
+    def __init__(self, store: S, *, opener: Opener[S] | None = None) -> None:
+        self.store = store  # what the table reads its names from (schema, prefix)
+        self._opener = opener
+        self._held: S | None = None
         self._lock = asyncio.Lock()
 
     async def get(self) -> S:
-        if self.owned and not self._open:
+        if self._opener is None:
+            return self.store
+        if self._held is None:
             async with self._lock:
-                if not self._open:
-                    await self.store.open()  # type: ignore[attr-defined]
-                    self._open = True
-        return self.store
+                if self._held is None:
+                    self._held = await self._opener.acquire(self.store)
+        return self._held
 
     async def close(self) -> None:
-        if self.owned and self._open:
-            self._open = False
-            await self.store.close()  # type: ignore[attr-defined]
+        held, self._held = self._held, None
+        if held is not None and self._opener is not None:
+            await self._opener.release(held)
