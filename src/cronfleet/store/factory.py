@@ -74,7 +74,7 @@ def side_tables(target: str | Store, *, clock: Clock | None = None) -> SideTable
     closed by the caller) or a URL (the process's store for side tables of that URL,
     opened on first use, closed with the last table using it). ``clock``: the API tables'
     timestamps (tokens, audit, catalog), this host's clock by default."""
-    store: Any = open_store(target)
+    store: Any = open_store(target) if not isinstance(target, str) else _store_for_side(target)
     url = str(store.url)
     if url.startswith("memory:"):
         from cronfleet.store.memory_side import (
@@ -107,6 +107,19 @@ def side_tables(target: str | Store, *, clock: Clock | None = None) -> SideTable
 
         db = PostgresSide(handle)
     return SideTables(SqlSecretStore(db), SqlHealthStore(db), SqlApiStore(db, clock=clock))
+
+
+def _store_for_side(url: str) -> Store:
+    """The store side tables open from ``url``: on PostgreSQL one connection attempt when
+    opened (the caller decides whether to wait for the database, as ``cronfleet run``'s
+    start-up does), not the run store's minute of retries."""
+    if parse_store_url(url).dialect == "postgres":
+        from cronfleet.store.postgres.store import PostgresStore
+
+        pg = PostgresStore(url)
+        pg.open_timeout = pg.connect_timeout + 1
+        return pg
+    return open_store(url)
 
 
 @dataclass
