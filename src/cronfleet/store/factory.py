@@ -144,7 +144,11 @@ class _Owned:
 
     async def acquire(self, store: Any) -> Any:
         loop = asyncio.get_running_loop()
-        lock = _OPENING.setdefault(loop, asyncio.Lock())
+        try:
+            lock = _OPENING.setdefault(loop, asyncio.Lock())
+        except TypeError:  # a loop without weak references: this table's own store
+            await store.open()
+            return store
         async with lock:
             opened = _OPENED.setdefault(loop, {})
             held = opened.get(self.url)
@@ -156,7 +160,10 @@ class _Owned:
 
     async def release(self, store: Any) -> None:
         loop = asyncio.get_running_loop()
-        opened = _OPENED.get(loop, {})
+        try:
+            opened = _OPENED.get(loop, {})
+        except TypeError:
+            opened = {}
         held = opened.get(self.url)
         if held is None or held.store is not store:  # not ours (another loop's)
             await store.close()
