@@ -158,7 +158,7 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
 
     from cronfleet import Job, Scheduler
     from cronfleet.api.app import create_app
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     sched = Scheduler(store=url, timers=False)
 
@@ -170,7 +170,7 @@ async def _main(n_jobs: int, n: int, kind: str, tmp: Path, url: str, schema: str
         sched.add_job(Job.create(exprs[i % len(exprs)], noop, id=f"job-{i:06d}",
                                  description=f"nightly export of shard {i}"))
     sched.add_job(Job.create("* * * * *", noop, id="minutely", description="every minute"))
-    api = ApiStore(url)
+    api = open_api_store(url)
     t0 = time.perf_counter()
     await sched.start()
     start_s = time.perf_counter() - t0
@@ -324,14 +324,14 @@ async def heat(n_jobs: int, n: int) -> dict[str, Any]:
 
     from cronfleet import Job, Scheduler
     from cronfleet.api.app import create_app
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     tmp = Path(tempfile.mkdtemp(prefix="cf-dash-heat-"))
     url = f"sqlite:///{tmp / 'bench.db'}"
     sched = Scheduler(store=url, timers=False)
     for i in range(n_jobs):
         sched.add_job(Job.create("* * * * *", lambda ctx: None, id=f"m-{i:05d}"))
-    api = ApiStore(url)
+    api = open_api_store(url)
     await sched.start()
     plain, _ = await api.create_token(name="bench", team="default", role="admin")
     now = datetime.now(UTC).replace(second=0, microsecond=0)

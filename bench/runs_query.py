@@ -113,15 +113,15 @@ async def measure(url: str, base: str, schema: str, repeat: int, peer_repeat: in
     from cronfleet.api.app import create_app
     from cronfleet.model import Job, RunStatus
     from cronfleet.store import PostgresStore
-    from cronfleet.store.api import ApiStore
     from cronfleet.store.base import RunCursor, RunFilter
+    from cronfleet.store.factory import open_api_store
 
     # an API process (`cronfleet run --role api`): no timers, so no retention pass, which
     # at start would trim this ledger to runs_per_job and lock it meanwhile
     s = Scheduler(store=url, instance_id="bench-api", timers=False)
     for n in range(JOBS):
         s.add_job(Job.create("0 0 1 1 *", _noop, id=f"job-{n:04d}"))
-    api_store = ApiStore(url)
+    api_store = open_api_store(url)
     token, _ = await api_store.create_token(name="bench", team="default", role="viewer",
                                             created_by="bench")
     out: dict[str, list[float]] = {}

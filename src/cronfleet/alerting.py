@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from cronfleet.notify import Notifier
     from cronfleet.runtime.events import OverrideChanged
     from cronfleet.secrets import Vault
-    from cronfleet.store.health import HealthStore
+    from cronfleet.store.side import HealthStore
 
 __all__ = ["AUTO_PAUSE_BY", "AlertServices", "Pause", "RunFacts", "Scope", "auto_paused",
            "notify_resumed", "record_and_alert"]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.scheduler import Scheduler
-    from cronfleet.store.api import ApiStore, JobDef
+    from cronfleet.store.side import ApiStore, JobDef
 
 __all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
            "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]

@@ -3,7 +3,7 @@ first success after a notified failure) and optionally on every success, to a ge
 webhook, a Slack-compatible webhook and/or email over SMTP.
 
 Which events a run produces is decided from the job's shared health row (see
-:mod:`cronfleet.store.health`) *before and after* the run, so each transition is notified
+:mod:`cronfleet.store.side`) *before and after* the run, so each transition is notified
 once across the fleet: the failure when the streak reaches ``after_failures``, the
 recovery when a streak that was notified ends. A failing channel is logged and retried a
 little (``attempts`` with a short backoff); it never fails the job.
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import httpx
 
     from cronfleet.secrets import Redactor
-    from cronfleet.store.health import JobHealth
+    from cronfleet.store.side import JobHealth
 
 __all__ = [
     "EVENTS",

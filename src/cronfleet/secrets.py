@@ -41,7 +41,7 @@ except ImportError:
     raise
 
 if TYPE_CHECKING:
-    from cronfleet.store.secrets import SecretStore
+    from cronfleet.store.side import SecretStore
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -272,7 +272,7 @@ class BoundSecret:
 
 
 class Vault:
-    """Encrypted secrets in a :class:`~cronfleet.store.secrets.SecretStore`."""
+    """Encrypted secrets in a :class:`~cronfleet.store.side.SecretStore`."""
 
     def __init__(self, store: SecretStore, keyring: Keyring | None = None) -> None:
         self.store = store

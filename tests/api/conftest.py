@@ -26,7 +26,8 @@ from cronfleet import FakeClock, Scheduler
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.jobs.http import HttpRuntime, TargetPolicy
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
+from cronfleet.store.side import ApiStore
 from store.pg import drop_schema, new_schema, pg_url, require_pg
 
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
@@ -220,7 +221,7 @@ async def make_api(store_url: str, clock: FakeClock) -> AsyncIterator[MakeApi]:
     """make_api(instance_id=..., settings=..., real_clock=True, store_url=...,
     api_store_url=...): start one more "process" on the test's store."""
     tokens: dict[str, str] = {}
-    setup = ApiStore(store_url)
+    setup = open_api_store(store_url)
     for team in (A, B):
         for role in ROLES:
             tokens[f"{team}-{role}"], _ = await setup.create_token(
@@ -240,7 +241,7 @@ async def make_api(store_url: str, clock: FakeClock) -> AsyncIterator[MakeApi]:
         # the operator lets API jobs reach the tests' local servers
         runtime = HttpRuntime(store=run_url,
                               api_private_targets=TargetPolicy.parse(["127.0.0.0/8"]))
-        api_store = ApiStore(api_store_url or store_url)
+        api_store = open_api_store(api_store_url or store_url)
         await s.start()
         app = create_app(s, api_store=api_store, settings=settings, http_runtime=runtime)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
 
 LISTENING = r"API listening on (http://127\.0\.0\.1:(\d+))"
 
@@ -55,7 +55,7 @@ def token(url: str, *, role: str = "editor", name: str = "proc", team: str = "de
     """A new token's plaintext, created directly in the store at ``url``."""
 
     async def create() -> str:
-        store = ApiStore(url)
+        store = open_api_store(url)
         try:
             plaintext, _ = await store.create_token(name=name, team=team, role=role)
             return plaintext

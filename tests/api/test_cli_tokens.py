@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from cronfleet import plugins
 from cronfleet.cli import main
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
 
 from .conftest import Api, expect
 
@@ -48,7 +48,7 @@ def test_create_prints_the_token_once(cli: Cli, store_url: str) -> None:
                         "only now: store it in your secret manager.\n")
 
     async def check() -> None:
-        store = ApiStore(store_url)
+        store = open_api_store(store_url)
         try:
             info = await store.authenticate(token)
             assert info is not None

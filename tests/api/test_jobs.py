@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cronfleet.cron import CronExpr, NoFireTimeError
-from cronfleet.store.api import ApiStore
 from cronfleet.store.base import RegistryStore
+from cronfleet.store.factory import open_api_store
 
 from .conftest import T0_ISO, Api, MakeApi, expect, http_spec
 
@@ -402,7 +402,7 @@ async def test_every_change_is_audited_with_token_and_team(api: Api) -> None:
 async def test_a_definition_written_meanwhile_is_409_conflict(api: Api,
                                                                store_url: str) -> None:
     await api.create_job("alpha.hook", HOOK)
-    other = ApiStore(store_url)  # another process rewrites the definition underneath
+    other = open_api_store(store_url)  # another process rewrites the definition underneath
     try:
         d = await other.job_def("alpha.hook")
         assert d is not None

@@ -15,7 +15,7 @@ import pytest
 from cronfleet import FakeClock, Scheduler
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.jobs.http import HttpRuntime
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
 
 from .conftest import Api, MakeApi, eventually, expect, http_spec
 
@@ -154,7 +154,7 @@ async def test_a_process_started_later_loads_stored_jobs(make_api: MakeApi) -> N
 async def test_the_apps_lifespan_starts_the_catalog(store_url: str, clock: FakeClock) -> None:
     """Served with uvicorn (manage_scheduler): stored jobs are scheduled at start, not only
     after the first API request."""
-    setup = ApiStore(store_url)
+    setup = open_api_store(store_url)
     spec = {"id": "alpha.kept", "schedule": "10m",
             "http": http_spec("http://127.0.0.1:9/x")}
     assert await setup.create_job_def("alpha.kept", "alpha", spec, "tests") is not None

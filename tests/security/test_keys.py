@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cronfleet.secrets import Keyring, SecretKey, Vault, VaultLocked, generate_key
-from cronfleet.store.secrets import open_secret_store
+from cronfleet.store.factory import open_secret_store
 
 CLI = [sys.executable, "-m", "cronfleet"]
 

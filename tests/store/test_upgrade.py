@@ -15,10 +15,8 @@ from psycopg import sql
 
 from cronfleet.model import RunStatus
 from cronfleet.store import open_store
-from cronfleet.store.api import ApiStore
-from cronfleet.store.health import open_health_store
+from cronfleet.store.factory import open_api_store, open_health_store, open_secret_store
 from cronfleet.store.queries import migrations
-from cronfleet.store.secrets import open_secret_store
 
 from .pg import drop_schema, new_schema, pg_url, require_pg
 
@@ -90,7 +88,7 @@ async def test_store_open_upgrades_in_place_and_keeps_every_row(old_url: str) ->
     assert row is not None and row.ciphertext == b"cipher" and row.created_at == AT
     await secrets.close()
 
-    api = ApiStore(old_url)
+    api = open_api_store(old_url)
     try:
         tokens = await api.list_tokens()
         assert [(t.id, t.role) for t in tokens] == [("t1", "admin")]

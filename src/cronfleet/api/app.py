@@ -36,7 +36,8 @@ from cronfleet.api.errors import install, responses
 from cronfleet.api.limits import BodyLimit
 from cronfleet.catalog import Catalog
 from cronfleet.errors import StoreError
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
+from cronfleet.store.side import ApiStore
 
 log = logging.getLogger("cronfleet.api")
 
@@ -57,7 +58,7 @@ def create_app(
     ASGI app or serve it with uvicorn; the scheduler must be running (``async with
     scheduler``) unless ``settings.manage_scheduler`` is set."""
     settings = settings or ApiSettings()
-    store = api_store or ApiStore(scheduler.store.url)
+    store = api_store or open_api_store(scheduler.store)
     if http_runtime is None:
         from cronfleet.jobs.http import HttpRuntime  # httpx, only when not given one
 

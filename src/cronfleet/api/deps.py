@@ -20,7 +20,7 @@ from cronfleet.catalog import Catalog
 from cronfleet.clock import from_ts
 from cronfleet.errors import StoreError
 from cronfleet.model import Job, RunRecord
-from cronfleet.store.api import ApiStore, TokenInfo
+from cronfleet.store.side import ApiStore, TokenInfo
 
 log = logging.getLogger("cronfleet.api")
 

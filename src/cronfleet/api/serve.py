@@ -18,7 +18,8 @@ from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
 from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
 from cronfleet.runtime.reach import until_reachable
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
+from cronfleet.store.side import ApiStore
 
 log = logging.getLogger("cronfleet.api")
 
@@ -126,7 +127,7 @@ async def serve(
 
     stop = stop or asyncio.Event()
     set_on_signals(stop)
-    api_store = ApiStore(scheduler.store.url)
+    api_store = open_api_store(scheduler.store)
     if http_runtime is None:
         from cronfleet.jobs.http import HttpRuntime
 

@@ -148,10 +148,12 @@ def _durability(url: str) -> tuple[list[str], list[str]]:
 
     if parse_store_url(url).dialect != "redis":
         return [], []
+    from cronfleet.store import open_store
     from cronfleet.store.redis import RedisStore
 
     async def read() -> tuple[list[str], list[str]]:
-        store = RedisStore(url)
+        store = open_store(url)
+        assert isinstance(store, RedisStore)
         async with asyncio.timeout(15):
             await store.open()
             try:

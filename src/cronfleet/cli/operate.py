@@ -149,7 +149,7 @@ def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | Non
     is stored unless the whole job is valid. Running processes pick it up within seconds."""
     from cronfleet.catalog import Catalog, IdTaken
     from cronfleet.spec import SpecInvalid, check_job_id
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     spec = _read_spec(path)
     job_id = spec.get("id")
@@ -163,7 +163,7 @@ def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | Non
         scheduler = loaded.scheduler(timers=False)
 
         async def go(store: Any) -> Any:
-            api_store = ApiStore(loaded.config.store)
+            api_store = open_api_store(loaded.config.store)
             try:
                 catalog = Catalog(scheduler, api_store)
                 job = await catalog.create(job_id, spec, team, who)
@@ -198,7 +198,7 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
     does: its runs stay in the history. A job declared in code or config is refused."""
     from cronfleet.catalog import Catalog
     from cronfleet.errors import JobNotFound
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     loaded = _load(config_path, strict=False)
     who = by or _who()
@@ -209,7 +209,7 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
         scheduler = loaded.scheduler(timers=False)
 
         async def go(store: Any) -> str | None:
-            api_store = ApiStore(loaded.config.store)
+            api_store = open_api_store(loaded.config.store)
             try:
                 d = await api_store.job_def(job_id)
                 if d is None or d.deleted_at is not None:

@@ -175,7 +175,7 @@ def _has_stored_jobs(loaded: Loaded, wait_for_store: float | None) -> bool:
 
     from cronfleet.errors import StoreUnavailable
     from cronfleet.runtime.reach import until_reachable
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
     from cronfleet.store.url import parse_store_url
 
     url = loaded.config.store
@@ -186,7 +186,7 @@ def _has_stored_jobs(loaded: Loaded, wait_for_store: float | None) -> bool:
         return False
 
     async def look() -> bool:
-        store = ApiStore(url)
+        store = open_api_store(url)
         try:
             return bool(await store.job_defs())
         finally:
@@ -212,7 +212,7 @@ async def _check_vault(loaded: Loaded, wait_for_store: float | None) -> None:
     from cronfleet.errors import StoreUnavailable
     from cronfleet.runtime.reach import until_reachable
     from cronfleet.secrets import Keyring, Vault
-    from cronfleet.store.secrets import open_secret_store
+    from cronfleet.store.factory import open_secret_store
     from cronfleet.store.url import parse_store_url
 
     try:

@@ -58,7 +58,7 @@ def _vault(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, T]])
 
     from cronfleet.config import ConfigError, load_config
     from cronfleet.secrets import Keyring, UnknownSecret, Vault
-    from cronfleet.store.secrets import open_secret_store
+    from cronfleet.store.factory import open_secret_store
 
     try:
         config = load_config(config_path)

@@ -51,7 +51,7 @@ def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, 
     import asyncio
 
     from cronfleet.config import ConfigError, load_config
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     try:
         config = load_config(config_path)
@@ -60,7 +60,7 @@ def _api_store(config_path: str | None, fn: Callable[[Any], Coroutine[Any, Any, 
         sys.exit(EXIT_FAILED)
 
     async def go() -> T:
-        store = ApiStore(config.store)
+        store = open_api_store(config.store)
         try:
             return await fn(store)
         finally:

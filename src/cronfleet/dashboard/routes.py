@@ -51,8 +51,8 @@ from cronfleet.dashboard.auth import (
 from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
 from cronfleet.model import Job, RunRecord, RunStatus, TriggeredBy
 from cronfleet.spec import FieldError, time_bound
-from cronfleet.store.api import TokenInfo
 from cronfleet.store.ledger import LATE_RESULT_KEY
+from cronfleet.store.side import TokenInfo
 from cronfleet.views import job_view, run_stats
 
 log = logging.getLogger("cronfleet.dashboard")

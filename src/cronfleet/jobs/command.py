@@ -335,7 +335,7 @@ class CommandRuntime:
     @property
     def vault(self) -> Vault | None:
         if self._vault is None and self.store is not None:
-            from cronfleet.store.secrets import open_secret_store
+            from cronfleet.store.factory import open_secret_store
 
             self._vault = Vault(open_secret_store(self.store), self._keyring)
         return self._vault

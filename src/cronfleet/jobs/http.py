@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from cronfleet.model import Job, RunContext
     from cronfleet.notify import Notifier, NotifyPolicy
     from cronfleet.spec import JobSpec
-    from cronfleet.store.health import HealthStore
+    from cronfleet.store.side import HealthStore
 
 __all__ = [
     "BACKOFF_STRATEGIES",
@@ -517,7 +517,8 @@ class HttpRuntime:
     def health(self) -> HealthStore:
         """Per-job health: shared through the store, else kept in this process."""
         if self._health is None:
-            from cronfleet.store.health import MemoryHealthStore, open_health_store
+            from cronfleet.store.factory import open_health_store
+            from cronfleet.store.memory_side import MemoryHealthStore
 
             self._health = (open_health_store(self.store) if self.store is not None
                             else MemoryHealthStore())
@@ -551,7 +552,7 @@ class HttpRuntime:
     @property
     def vault(self) -> Vault | None:
         if self._vault is None and self.store is not None:
-            from cronfleet.store.secrets import open_secret_store
+            from cronfleet.store.factory import open_secret_store
 
             self._vault = Vault(open_secret_store(self.store), self._keyring)
         return self._vault

@@ -1,243 +1,341 @@
-"""Side tables: what lives next to the run ledger (secrets, API tokens, the audit log,
-stored job definitions, job health), on a connection of its own.
+"""The side tables' contract: what lives next to the run ledger (the vault's secret
+ciphertexts, per-job health, API tokens, the audit log, the catalog of API jobs and the
+ids reserved by config or code jobs), independent of any backend.
 
-The tables are part of each dialect's numbered migrations (``sqlite/migrations``,
-``postgres/migrations``): a side connection brings the file or schema to the newest
-version when it first connects, exactly as the run store does at open, so a command that
-only touches secrets still finds (or upgrades) the same schema. Each user opens its own
-small connection -- one SQLite connection behind a lock in a worker thread, or one
-autocommit PostgreSQL connection -- in the same SQLite file or the same PostgreSQL schema
-(``?schema=``, default ``cronfleet``) as the run store.
-
-The side-table SQL is written once for both dialects: ``?`` placeholders and ``{p}`` where
-the schema prefix goes (the PostgreSQL backend turns them into ``%s`` and the quoted
-schema).
+This module holds the rows, the three interfaces (:class:`SecretStore`,
+:class:`HealthStore`, :class:`ApiStore`) and what every implementation shares (token
+digests, the once-a-minute touch of a token). It imports no backend: each backend's
+package implements the interfaces on the store's own connection (``sqlite/side``,
+``postgres/side``: named statements in their ``queries.sql``, the logic once in
+``store/sql_side.py``; ``redis/side.py``: Lua scripts), ``store/memory_side.py`` in memory.
+``store/factory.py`` is the one place that opens a store or its side tables from a URL.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sqlite3
-import threading
+import hashlib
+import secrets
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.store.url import parse_store_url
+__all__ = [
+    "ROLES",
+    "TOKEN_PREFIX",
+    "ApiStore",
+    "AuditEntry",
+    "HealthStore",
+    "JobDef",
+    "JobHealth",
+    "Opener",
+    "SecretRow",
+    "SecretStore",
+    "StoreHandle",
+    "TokenInfo",
+    "TokenTouches",
+    "check_role",
+    "hash_token",
+    "new_token",
+]
 
-__all__ = ["Rows", "SideDB", "SidePostgres", "SideSQLite", "Statement", "open_side_db"]
+ROLES = ("viewer", "editor", "admin")
+TOKEN_PREFIX = "cf_"
+S = TypeVar("S")
+TOUCH_EVERY = 60.0  # seconds between two writes of a token's last_used_at
 
-Rows = list[tuple[Any, ...]]
-Statement = tuple[str, tuple[Any, ...]]
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
-class SideDB(Protocol):
-    dialect: Literal["sqlite", "postgres"]
+def check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
 
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows: ...
 
-    async def write(self, sql: str, params: tuple[Any, ...] = (), *, lock: int | None = None
-                    ) -> Rows:
-        """One statement, serialised against every writer that names the same ``lock``."""
+def new_token() -> tuple[str, str]:
+    """``(id, plaintext)`` of a new token: 256 random bits after the prefix and id."""
+    token_id = secrets.token_hex(4)
+    return token_id, f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def ms(dt: datetime) -> int:
+    """Integer milliseconds since the epoch (the side tables' time codec)."""
+    return int(dt.timestamp() * 1000)
+
+
+def dt(value: int | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value / 1000, UTC)
+
+
+def req_dt(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, UTC)
+
+
+class TokenTouches:
+    """When each token was last written as used: ``last_used_at`` is written at most once
+    a minute per token (by this process), not on every request."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+
+    def due(self, token_id: str) -> bool:
+        mono = time.monotonic()
+        if mono - self._at.get(token_id, -1e9) > TOUCH_EVERY:
+            self._at[token_id] = mono
+            return True
+        return False
+
+
+# -- secrets (ciphertext only) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SecretRow:
+    namespace: str
+    name: str
+    key_id: str
+    nonce: bytes = field(repr=False)
+    ciphertext: bytes = field(repr=False)
+    created_at: datetime
+    updated_at: datetime
+    hosts: tuple[str, ...] | None = None  # where the value may be sent (None: nowhere)
+
+
+@runtime_checkable
+class SecretStore(Protocol):
+    """Where the vault keeps its ciphertexts: rows hold the key id, the nonce and the
+    ciphertext -- never a plaintext."""
+
+    async def get_secret(self, namespace: str, name: str) -> SecretRow | None: ...
+
+    async def put_secret(self, namespace: str, name: str, key_id: str, nonce: bytes,
+                         ciphertext: bytes, now: datetime,
+                         hosts: tuple[str, ...] | None = None) -> bool:
+        """Create or replace (value and hosts); True when created."""
         ...
 
-    async def atomic(self, first: Sequence[Statement], read: Statement,
-                     then: Callable[[Rows], Sequence[Statement]]) -> Rows:
-        """One transaction: the ``first`` statements, then ``read`` (its rows locked on
-        PostgreSQL when it says ``FOR UPDATE``; SQLite has one writer at a time), then the
-        statements ``then(rows)`` computes from what was read. Returns the rows read."""
-        ...
+    async def delete_secret(self, namespace: str, name: str) -> bool: ...
 
-    async def announce(self, kind: str) -> None:
-        """Tell the other processes that something of ``kind`` changed (if the database
-        can: PostgreSQL ``NOTIFY`` on the store's channel)."""
+    async def list_secrets(self, namespace: str | None) -> list[SecretRow]:
+        """Rows sorted by namespace and name (``None``: every namespace)."""
         ...
 
     async def close(self) -> None: ...
 
 
-class SideSQLite:
-    dialect: Literal["sqlite", "postgres"] = "sqlite"
-
-    def __init__(self, path: str, what: str) -> None:
-        self.path = path
-        self.what = what
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            from cronfleet.store.sqlite.store import apply_migrations
-
-            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
-                                   isolation_level=None)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                apply_migrations(conn, self.path, round(time.time() * 1000))
-            except BaseException:
-                conn.execute("ROLLBACK")
-                conn.close()
-                raise
-            conn.execute("COMMIT")
-            self._conn = conn
-        return self._conn
-
-    async def _in_thread(self, fn: Callable[[sqlite3.Connection], Rows]) -> Rows:
-        def go() -> Rows:
-            with self._lock:
-                try:
-                    return fn(self._connect())
-                except sqlite3.Error as exc:
-                    raise StoreError(f"{self.what} in SQLite {self.path}: {exc}") from None
-
-        return await asyncio.to_thread(go)
-
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        text = sql.replace("{p}", "")
-        return await self._in_thread(lambda c: c.execute(text, params).fetchall())
-
-    async def write(self, sql: str, params: tuple[Any, ...] = (), *, lock: int | None = None
-                    ) -> Rows:
-        # SQLite runs one writer at a time: a single statement is already serialised
-        return await self.query(sql, params)
-
-    async def atomic(self, first: Sequence[Statement], read: Statement,
-                     then: Callable[[Rows], Sequence[Statement]]) -> Rows:
-        def go(c: sqlite3.Connection) -> Rows:
-            c.execute("BEGIN IMMEDIATE")  # one writer at a time: what is read stays true
-            try:
-                for sql, params in first:
-                    c.execute(sql.replace("{p}", ""), params)
-                rows = c.execute(read[0].replace("{p}", "").replace(" FOR UPDATE", ""),
-                                 read[1]).fetchall()
-                for sql, params in then(rows):
-                    c.execute(sql.replace("{p}", ""), params)
-                c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-            return rows
-
-        return await self._in_thread(go)
-
-    async def announce(self, kind: str) -> None:
-        return None  # other processes notice the change when they next look
-
-    async def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+# -- job health ---------------------------------------------------------------------------------
 
 
-class SidePostgres:
-    dialect: Literal["sqlite", "postgres"] = "postgres"
+@dataclass(frozen=True)
+class JobHealth:
+    """Per-job health shared by the fleet: last outcome, consecutive failures, counts,
+    last duration."""
 
-    def __init__(self, url: str, what: str) -> None:
-        parsed = parse_store_url(url)
-        self.conninfo, self.schema = parsed.conninfo, parsed.schema
-        self.what = what
-        self.channel = f"cronfleet_{self.schema}"
-        self._prefix = '"' + self.schema.replace('"', '""') + '".'
-        self._conn: Any = None
+    job_id: str
+    last_outcome: str | None = None  # "succeeded" / "failed"
+    consecutive_failures: int = 0
+    successes: int = 0
+    failures: int = 0
+    last_duration: float | None = None
+    last_run_at: datetime | None = None
+
+    def after(self, ok: bool, duration: float | None, now: datetime) -> JobHealth:
+        return replace(
+            self,
+            last_outcome="succeeded" if ok else "failed",
+            consecutive_failures=0 if ok else self.consecutive_failures + 1,
+            successes=self.successes + (1 if ok else 0),
+            failures=self.failures + (0 if ok else 1),
+            last_duration=duration,
+            last_run_at=now,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "last_outcome": self.last_outcome,
+            "consecutive_failures": self.consecutive_failures,
+            "successes": self.successes,
+            "failures": self.failures,
+            "last_duration": self.last_duration,
+            "last_run_at": self.last_run_at.isoformat() if self.last_run_at else None,
+        }
+
+
+class HealthStore(Protocol):
+    async def record(self, job_id: str, ok: bool, duration: float | None, now: datetime
+                     ) -> tuple[JobHealth, JobHealth]:
+        """Apply one finished run atomically; ``(before, after)``: exactly one process
+        sees each transition (first failure, recovery ...)."""
+        ...
+
+    async def get(self, job_id: str) -> JobHealth: ...
+
+    async def close(self) -> None: ...
+
+
+# -- API tokens, audit log, catalog -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    id: str
+    name: str
+    team: str
+    role: str
+    created_at: datetime
+    created_by: str | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+    def can(self, role: str) -> bool:
+        """True when this token's role is ``role`` or above (viewer < editor < admin)."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(d: datetime | None) -> str | None:
+            return None if d is None else d.isoformat()
+
+        return {"id": self.id, "name": self.name, "team": self.team, "role": self.role,
+                "created_at": iso(self.created_at), "created_by": self.created_by,
+                "revoked_at": iso(self.revoked_at), "last_used_at": iso(self.last_used_at)}
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """A job created over the API: its spec (JSON-ready) and bookkeeping."""
+
+    id: str
+    team: str
+    spec: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str | None
+    updated_by: str | None
+    deleted_at: datetime | None = None
+    saved_role: str | None = None  # the role of the token that last saved it
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    team: str
+    actor: str
+    action: str
+    target: str
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at.isoformat(), "team": self.team,
+                "actor": self.actor, "action": self.action, "target": self.target,
+                "details": self.details}
+
+
+class ApiStore(Protocol):
+    """What the REST API keeps next to the run store: access tokens (SHA-256 digests; the
+    plaintext is shown once), the audit log, and the definitions of jobs created over the
+    API (the *catalog*). Catalog writes bump a store-wide ``version`` one writer at a time,
+    so a scheduler can tell with one read whether anything changed; deleted definitions
+    stay as tombstones, so the runs of a deleted job keep their team."""
+
+    async def create_token(self, *, name: str, team: str, role: str,
+                           created_by: str | None = None) -> tuple[str, TokenInfo]:
+        """A new token: ``(plaintext, info)``. Only the digest is stored."""
+        ...
+
+    async def authenticate(self, plaintext: str) -> TokenInfo | None:
+        """The live (not revoked) token with this plaintext, or None."""
+        ...
+
+    async def list_tokens(self, team: str | None = None) -> list[TokenInfo]: ...
+
+    async def revoke_token(self, id_or_name: str) -> list[TokenInfo]:
+        """Revoke the token with this id, or every live token with this name."""
+        ...
+
+    async def audit(self, *, team: str, actor: str, action: str, target: str,
+                    details: dict[str, Any] | None = None) -> None: ...
+
+    async def audit_entries(self, team: str, *, limit: int = 50,
+                            before_id: int | None = None) -> list[AuditEntry]: ...
+
+    async def catalog_version(self) -> int: ...
+
+    async def job_defs(self, *, include_deleted: bool = False) -> list[JobDef]: ...
+
+    async def job_def(self, job_id: str) -> JobDef | None:
+        """The definition, or its tombstone when deleted (``deleted_at`` set)."""
+        ...
+
+    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None, role: str | None = None) -> JobDef | None:
+        """Insert (or revive a tombstone of the same team); None when a live definition
+        has this id, another team's deleted one (its runs keep that team), or the id is
+        reserved to another team by a config or code job (:meth:`reserve_ids`)."""
+        ...
+
+    async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None, *, expect_version: int | None = None,
+                             role: str | None = None) -> JobDef | None:
+        """Replace the spec of a live definition of ``team``; None when there is none (or
+        when ``expect_version`` no longer matches: someone changed it meanwhile)."""
+        ...
+
+    async def delete_job_def(self, job_id: str, team: str, by: str | None) -> bool: ...
+
+    async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
+        """Record ``(id, team, source)`` of jobs declared in config or code: their ids stay
+        their team's. A job moved to another team in its config moves its reservation
+        with it (the operator's call)."""
+        ...
+
+    async def reserved_ids(self, team: str) -> list[str]:
+        """The ids of config or code jobs that belong (or belonged) to ``team``."""
+        ...
+
+    async def reserved_team(self, job_id: str) -> str | None:
+        """The team a config or code job with this id belonged to, or None."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Opener(Protocol[S]):
+    """Where an owned side table gets its store (``store/factory.py``)."""
+
+    async def acquire(self, store: S) -> S:
+        """An open store like ``store`` (``store`` itself, opened, or one already open)."""
+        ...
+
+    async def release(self, store: S) -> None: ...
+
+
+class StoreHandle(Generic[S]):
+    """The store a side table runs on. Shared (no ``opener``): the caller opens and
+    closes it (the scheduler's store). Owned: the factory's ``opener`` hands an open
+    store for this table's URL on first use and takes it back when the table closes."""
+
+    def __init__(self, store: S, *, opener: Opener[S] | None = None) -> None:
+        self.store = store  # what the table reads its names from (schema, prefix)
+        self._opener = opener
+        self._held: S | None = None
         self._lock = asyncio.Lock()
 
-    async def _connection(self) -> Any:
-        from cronfleet.extras import require
-
-        require("postgres")
-        import psycopg
-
-        if self._conn is None:
-            from cronfleet.store.postgres.store import Cursor, apply_migrations
-            from cronfleet.store.queries import load_queries
-
-            conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, autocommit=True, connect_timeout=10)
-            try:
-                queries = load_queries("cronfleet.store.postgres", self._prefix[:-1])
-                async with conn.transaction():
-                    await apply_migrations(Cursor(conn.cursor(), queries), self.schema,
-                                           f"schema {self.schema!r}")
-            except BaseException:
-                await conn.close()
-                raise
-            self._conn = conn
-        return self._conn
-
-    def _text(self, sql: str) -> str:
-        return sql.replace("{p}", self._prefix).replace("?", "%s")
-
-    async def _go(self, sql: str, params: tuple[Any, ...], lock: int | None) -> Rows:
-        async def body(conn: Any) -> Rows:
-            if lock is None:
-                cur = await conn.execute(self._text(sql), params)
-                return list(await cur.fetchall()) if cur.description else []
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
-                cur = await conn.execute(self._text(sql), params)
-                return list(await cur.fetchall()) if cur.description else []
-
-        return await self._with_conn(body)
-
-    async def _with_conn(self, body: Callable[[Any], Any]) -> Rows:
-        import psycopg
-
-        async with self._lock:
-            try:
-                conn = await self._connection()
-                result: Rows = await body(conn)
-                return result
-            except (psycopg.Error, OSError) as exc:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    await conn.close()
-                # a connection that failed or broke: the store is unreachable (start-up
-                # waits for it, runtime/reach.py); any other error is the store's answer
-                kind = (StoreUnavailable
-                        if isinstance(exc, OSError | psycopg.OperationalError
-                                      | psycopg.InterfaceError)
-                        else StoreError)
-                raise kind(f"{self.what} in PostgreSQL schema {self.schema!r}: "
-                           f"{type(exc).__name__}: {exc}") from None
-
-    async def query(self, sql: str, params: tuple[Any, ...] = ()) -> Rows:
-        return await self._go(sql, params, None)
-
-    async def write(self, sql: str, params: tuple[Any, ...] = (), *, lock: int | None = None
-                    ) -> Rows:
-        return await self._go(sql, params, lock)
-
-    async def atomic(self, first: Sequence[Statement], read: Statement,
-                     then: Callable[[Rows], Sequence[Statement]]) -> Rows:
-        async def body(conn: Any) -> Rows:
-            async with conn.transaction():
-                for sql, params in first:
-                    await conn.execute(self._text(sql), params)
-                cur = await conn.execute(self._text(read[0]), read[1])
-                rows = list(await cur.fetchall())
-                for sql, params in then(rows):
-                    await conn.execute(self._text(sql), params)
-            return rows
-
-        return await self._with_conn(body)
-
-    async def announce(self, kind: str) -> None:
-        await self.query("SELECT pg_notify(?, ?)", (self.channel, json.dumps({"kind": kind})))
+    async def get(self) -> S:
+        if self._opener is None:
+            return self.store
+        if self._held is None:
+            async with self._lock:
+                if self._held is None:
+                    self._held = await self._opener.acquire(self.store)
+        return self._held
 
     async def close(self) -> None:
-        async with self._lock:
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                await conn.close()
-
-
-def open_side_db(url: str, what: str) -> SideSQLite | SidePostgres:
-    """The side-table connection for the store named by ``url``."""
-    parsed = parse_store_url(url)
-    if parsed.dialect == "sqlite":
-        return SideSQLite(parsed.path, what)
-    return SidePostgres(url, what)
+        held, self._held = self._held, None
+        if held is not None and self._opener is not None:
+            await self._opener.release(held)

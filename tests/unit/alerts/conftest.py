@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cronfleet import FakeClock, Scheduler
-from cronfleet.store.health import MemoryHealthStore
+from cronfleet.store.memory_side import MemoryHealthStore
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
 

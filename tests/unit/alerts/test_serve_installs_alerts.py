@@ -13,7 +13,7 @@ import pytest
 
 from cronfleet import RunContext, Scheduler
 from cronfleet.api.serve import serve
-from cronfleet.store.health import open_health_store
+from cronfleet.store.factory import open_health_store
 
 
 async def test_serve_auto_pauses_a_failing_handler_job(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Pa
                                         write: Callable[..., Path], tmp_path: Path) -> None:
     import asyncio
 
-    from cronfleet.store.api import ApiStore
+    from cronfleet.store.factory import open_api_store
 
     # a stored job cannot opt out of the SSRF guard ([api] private_targets is the operator's)
     refused = write("inside.toml", 'id = "inside"\nschedule = "@daily"\n[http]\n'
@@ -117,7 +117,7 @@ def test_jobs_create_and_delete_api_jobs(cli: Callable[..., Result], project: Pa
     assert "created job 'hook' (team ops)" in r.stdout
 
     async def stored() -> tuple[object, list[str]]:
-        api = ApiStore(f"sqlite:///{tmp_path / 'ops.db'}")
+        api = open_api_store(f"sqlite:///{tmp_path / 'ops.db'}")
         try:
             d = await api.job_def("hook")
             audit = [e.action for e in await api.audit_entries("ops")]

@@ -20,7 +20,7 @@ from cronfleet import RetryPolicy, Scheduler
 from cronfleet.jobs.command import CommandJob, CommandJobInvalid, CommandRuntime
 from cronfleet.model import RunRecord, RunStatus
 from cronfleet.secrets import KEY_ENV, Keyring, Vault, generate_key
-from cronfleet.store.secrets import SQLiteSecretStore
+from cronfleet.store.factory import open_secret_store
 
 
 def alive(pid: int) -> bool:
@@ -240,7 +240,7 @@ async def test_secrets_reach_the_command_and_no_stored_row(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
         outcome: str) -> None:
     db = tmp_path / "cf.db"
-    vault = Vault(SQLiteSecretStore(str(db)), Keyring.from_env({KEY_ENV: generate_key()}))
+    vault = Vault(open_secret_store(f"sqlite:///{db}"), Keyring.from_env({KEY_ENV: generate_key()}))
     await vault.set("TOKEN", TOKEN)
     proof = tmp_path / "proof"
     tail = {"success": "exit 0", "failure": "exit 4", "timeout": "sleep 30"}[outcome]
@@ -266,7 +266,7 @@ async def test_secrets_reach_the_command_and_no_stored_row(
 
 
 async def test_an_unknown_secret_starts_nothing(tmp_path: Path) -> None:
-    vault = Vault(SQLiteSecretStore(str(tmp_path / "cf.db")),
+    vault = Vault(open_secret_store(f"sqlite:///{tmp_path / 'cf.db'}"),
                   Keyring.from_env({KEY_ENV: generate_key()}))
     proof = tmp_path / "proof"
     job = CommandJob(["sh", "-c", f"touch {proof}"], env={"X": "${secrets.MISSING}"},

@@ -23,7 +23,7 @@ from cronfleet import FakeClock, Job, Scheduler
 from cronfleet.api.app import create_app
 from cronfleet.dashboard import read, routes
 from cronfleet.model import RunRecord, RunStatus, SkipReason, TriggeredBy
-from cronfleet.store.api import ApiStore
+from cronfleet.store.factory import open_api_store
 
 T0 = datetime(2026, 12, 1, 14, 12, 7, tzinfo=UTC)
 STATIC = Path(routes.__file__).parent / "static"
@@ -80,7 +80,7 @@ async def dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     sched.add_job(Job.create("0 3 * * *", noop, id="paris", timezone="Europe/Paris"))
     sched.add_job(Job.create("0 4 * * *", noop, id="newyork", timezone="America/New_York"))
     await sched.start()
-    api = ApiStore(url)
+    api = open_api_store(url)
     token, _ = await api.create_token(name="ada", team="default", role="admin")
     rows = []
     base = T0.replace(second=0) - timedelta(minutes=5)

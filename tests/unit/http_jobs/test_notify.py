@@ -16,8 +16,7 @@ from cronfleet import HttpJob, RunContext, TriggeredBy
 from cronfleet.jobs.http import HttpJobFailed, HttpRuntime
 from cronfleet.notify import EmailSettings, NotifyPolicy
 from cronfleet.secrets import KEY_ENV, Keyring, Vault, generate_key
-from cronfleet.store.health import MemoryHealthStore
-from cronfleet.store.secrets import MemorySecretStore
+from cronfleet.store.memory_side import MemoryHealthStore, MemorySecretStore
 
 from .conftest import Reply, Server, Sleeps
 

@@ -12,7 +12,7 @@ import pytest
 from cronfleet import HttpJob, Scheduler
 from cronfleet.jobs.http import HttpRuntime, RetryPolicy
 from cronfleet.secrets import KEY_ENV, Keyring, Vault, generate_key
-from cronfleet.store.secrets import SQLiteSecretStore
+from cronfleet.store.factory import open_secret_store
 
 from .conftest import Reply, Server, Sleeps
 
@@ -37,7 +37,7 @@ async def test_secret_values_never_recorded(server: Server, sleeps: Sleeps, tmp_
                                             capsys: pytest.CaptureFixture[str],
                                             outcome: str) -> None:
     db = tmp_path / "cf.db"
-    vault = Vault(SQLiteSecretStore(str(db)), Keyring.from_env({KEY_ENV: generate_key()}))
+    vault = Vault(open_secret_store(f"sqlite:///{db}"), Keyring.from_env({KEY_ENV: generate_key()}))
     await vault.set("TOKEN", TOKEN)
     await vault.set("PATHPART", PATH_PART)
     await vault.set("SIGN", SIGN)
@@ -92,7 +92,7 @@ async def test_unknown_secret_sends_nothing(server: Server, sleeps: Sleeps) -> N
 
     from cronfleet import RunContext, TriggeredBy
     from cronfleet.jobs.http import HttpJobFailed
-    from cronfleet.store.secrets import MemorySecretStore
+    from cronfleet.store.memory_side import MemorySecretStore
 
     vault = Vault(MemorySecretStore(), Keyring.from_env({KEY_ENV: generate_key()}))
     rt = HttpRuntime(vault=vault, allow_private_targets=True, sleep=sleeps)

@@ -68,13 +68,13 @@ def test_value_is_stored_exactly(tmp_path: Path) -> None:
     import asyncio
 
     from cronfleet.secrets import Keyring, Vault
-    from cronfleet.store.secrets import SQLiteSecretStore
+    from cronfleet.store.factory import open_secret_store
 
     key = generate_key()
     assert cli("secrets", "set", "T", input="line1\nline2\n", env={KEY_ENV: key}).exit_code == 0
 
     async def read() -> str:
-        store = SQLiteSecretStore(str(tmp_path / "cf.db"))
+        store = open_secret_store(f"sqlite:///{tmp_path / 'cf.db'}")
         try:
             return await Vault(store, Keyring.from_env({KEY_ENV: key})).get("T")
         finally:

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from cronfleet.secrets import KEY_ENV, PREVIOUS_KEYS_ENV, Keyring, Vault, generate_key
-from cronfleet.store.secrets import PostgresSecretStore, open_secret_store
+from cronfleet.store.factory import open_secret_store
 
 URL = os.environ.get("CRONFLEET_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -40,7 +40,7 @@ async def schema() -> AsyncIterator[str]:
 async def test_postgres_vault_round_trip_and_rotation(schema: str) -> None:
     sep = "&" if "?" in URL else "?"
     store = open_secret_store(f"{URL}{sep}schema={schema}")
-    assert isinstance(store, PostgresSecretStore) and store.schema == schema
+    assert repr(store) == f"SqlSecretStore(PostgresSide(schema={schema!r}))"
     old, new = generate_key(), generate_key()
     vault = Vault(store, Keyring.from_env({KEY_ENV: old}))
     assert await vault.set("TOKEN", "pg-secret-value") is True

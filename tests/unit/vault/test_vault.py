@@ -24,7 +24,9 @@ from cronfleet.secrets import (
     generate_key,
     references,
 )
-from cronfleet.store.secrets import MemorySecretStore, SQLiteSecretStore, open_secret_store
+from cronfleet.store.factory import open_secret_store
+from cronfleet.store.memory_side import MemorySecretStore
+from cronfleet.store.sql_side import SqlSecretStore
 
 PLAIN = "hunter2-Very-Secret-\u00e9"
 
@@ -35,8 +37,8 @@ def keyring(*keys: str) -> Keyring:
 
 @pytest.fixture(params=["memory", "sqlite"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = MemorySecretStore() if request.param == "memory" else SQLiteSecretStore(
-        str(tmp_path / "cf.db"))
+    s = MemorySecretStore() if request.param == "memory" else open_secret_store(
+        f"sqlite:///{tmp_path / 'cf.db'}")
     yield s
     await s.close()
 
@@ -63,7 +65,7 @@ async def test_set_get_list_delete(store) -> None:  # type: ignore[no-untyped-de
 
 async def test_ciphertext_only_on_disk_with_fresh_nonces(tmp_path: Path) -> None:
     path = tmp_path / "cf.db"
-    store = SQLiteSecretStore(str(path))
+    store = open_secret_store(f"sqlite:///{path}")
     key = generate_key()
     vault = Vault(store, keyring(key))
     await vault.set("A", PLAIN)
@@ -155,6 +157,6 @@ def test_references_expand_and_redact() -> None:
 
 
 def test_open_secret_store_by_url(tmp_path: Path) -> None:
-    assert isinstance(open_secret_store(f"sqlite:///{tmp_path}/x.db"), SQLiteSecretStore)
+    assert isinstance(open_secret_store(f"sqlite:///{tmp_path}/x.db"), SqlSecretStore)
     with pytest.raises(Exception, match="unknown store URL"):
         open_secret_store("mysql://x")

@@ -58,7 +58,7 @@ from cronfleet.store.postgres.transport import (
 )
 from cronfleet.store.queries import load_queries
 from cronfleet.store.rows import ms
-from cronfleet.store.url import parse_store_url, redact_url, split_pg_url
+from cronfleet.store.url import redact_url, split_pg_url
 from cronfleet.store.url import split_pg_url as split_url  # the old name, kept
 
 __all__ = ["Cursor", "PostgresStore", "apply_migrations", "split_url"]
@@ -158,18 +158,6 @@ class PostgresStore(StoreDriver):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
-
-    @classmethod
-    def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
-        try:
-            ok = parse_store_url(url).dialect == "postgres"
-        except StoreError:
-            ok = False
-        if not ok:
-            raise StoreError(
-                f"invalid PostgreSQL URL {url!r}: expected postgresql://user@host:5432/dbname"
-            )
-        return cls(url, clock=clock)
 
     @property
     def available(self) -> bool:

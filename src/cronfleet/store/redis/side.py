@@ -1,13 +1,16 @@
 """The side tables on Redis: secret ciphertext, job health, API tokens, the audit log and
-the catalog of API jobs, next to a :class:`~cronfleet.store.redis.RedisStore` under the
-same key prefix (``<prefix>side:…``), so ``cronfleet run`` needs only a Redis URL.
+the catalog of API jobs, on the :class:`~cronfleet.store.redis.RedisStore`'s client (its
+pool) under its key prefix (``<prefix>side:…``), so ``cronfleet run`` needs only a Redis
+URL.
 
-Each class answers the same interface as its SQL twin (``SecretStore``, ``HealthStore``,
-``ApiStore``); read-modify-write steps (a health transition, a catalog write with its
-store-wide version, a token revoke) are optimistic ``WATCH``/``MULTI`` transactions, so
-exactly one process sees each transition and versions never commit out of order. Catalog
-writes ``PUBLISH <prefix>events`` (the run store's channel) so every scheduler looks at
-once. Times are integer milliseconds of this host's clock, as on SQLite.
+Each class answers the same interface as its SQL twin (:mod:`cronfleet.store.side`).
+Read-modify-write steps (a health transition, a catalog write with its store-wide
+version, a token revoke) read, decide in Python, and write with one compare-and-set
+script (``scripts/side_cas.lua``): nothing is written when a value read has changed
+meanwhile (the step reads again), so exactly one process sees each transition and
+versions never commit out of order. Catalog writes ``PUBLISH <prefix>events`` (the run
+store's channel) so every scheduler looks at once. Times are integer milliseconds, as on
+SQLite.
 """
 
 from __future__ import annotations
@@ -15,111 +18,120 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from datetime import datetime
+from importlib import resources
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
+from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
-from cronfleet.store.api import (
-    ROLES,
-    TOKEN_PREFIX,
-    ApiStore,
+from cronfleet.store.side import (
     AuditEntry,
     JobDef,
+    JobHealth,
+    SecretRow,
+    StoreHandle,
     TokenInfo,
+    TokenTouches,
+    check_role,
+    dt,
     hash_token,
+    ms,
+    new_token,
+    req_dt,
 )
-from cronfleet.store.health import JobHealth
-from cronfleet.store.secrets import SecretRow
-from cronfleet.store.url import parse_store_url, redact_url
+from cronfleet.store.url import redact_url
 
-__all__ = ["RedisApiStore", "RedisHealthStore", "RedisSecretStore"]
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from cronfleet.store.redis.store import RedisStore
+
+__all__ = ["RedisApiStore", "RedisHealthStore", "RedisSecretStore", "RedisSide", "client_of"]
 
 T = TypeVar("T")
+_CALL_TIMEOUT = 60.0
+_TRIES = 100
+_CAS = (resources.files("cronfleet.store.redis") / "scripts" / "side_cas.lua").read_text("utf-8")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def client_of(store: RedisStore) -> aioredis.Redis:
+    """The store's client (its connection pool): the one accessor of the store's
+    connections."""
+    return store.transport.client()
 
 
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+Check = tuple[str, str | None, Any]  # key, hash field (None: a string key), value read
 
 
-def _req(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+class RedisSide:
+    """One backend for the three tables: keys, calls with the store's error mapping, and
+    the compare-and-set step."""
 
-
-class _Side:
-    """One small client per user, under the run store's prefix."""
-
-    def __init__(self, url: str, what: str) -> None:
-        parsed = parse_store_url(url)
-        if parsed.dialect != "redis":
-            raise StoreError(f"not a Redis URL: {redact_url(url)!r}")
-        self.url = url
+    def __init__(self, handle: StoreHandle[RedisStore], what: str) -> None:
+        self._handle = handle
         self.what = what
-        self.prefix = parsed.prefix
-        self._conninfo = parsed.conninfo
-        self._client: aioredis.Redis | None = None
+        self.prefix = handle.store.prefix
+        self._sha: str | None = None
 
     def key(self, name: str) -> str:
         return f"{self.prefix}side:{name}"
 
-    def client(self) -> aioredis.Redis:
-        if self._client is None:
-            pool = aioredis.BlockingConnectionPool.from_url(
-                self._conninfo, max_connections=4, timeout=30, socket_connect_timeout=5,
-                socket_timeout=None, socket_keepalive=True,
-            )  # no socket_timeout: see RedisStore.open (asyncio.wait_for in redis-py)
-            self._client = aioredis.Redis(connection_pool=pool, decode_responses=False)
-        return self._client
-
     async def go(self, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+        store = await self._handle.get()
         try:
-            async with asyncio.timeout(60):
-                return await fn(self.client())
+            async with asyncio.timeout(_CALL_TIMEOUT):
+                return await fn(client_of(store))
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             raise StoreUnavailable(
-                f"{self.what}: Redis at {redact_url(self.url)} unavailable: {exc}"
+                f"{self.what}: Redis at {redact_url(store.url)} unavailable: {exc}"
             ) from exc
         except rexc.RedisError as exc:
             raise StoreError(f"{self.what}: {exc}") from exc
 
-    async def atomic(
-        self, keys: list[str], body: Callable[[Any], Awaitable[T]]
-    ) -> T:
-        """``body(pipe)`` under ``WATCH keys`` (reads go straight, then ``pipe.multi()``
-        and the writes); retried when a watched key changed meanwhile."""
+    async def _cas(self, c: aioredis.Redis, checks: list[Check],
+                   sets: list[tuple[str, str | None, str]],
+                   publish: tuple[str, str] | None) -> bool:
+        arg = json.dumps({"check": [[k, f, _text(v)] for k, f, v in checks],
+                          "set": [list(s) for s in sets],
+                          "publish": None if publish is None else list(publish)})
+        if self._sha is None:
+            self._sha = await c.script_load(_CAS)
+        try:
+            done = await c.evalsha(self._sha, 0, arg)
+        except rexc.NoScriptError:  # the server restarted (or SCRIPT FLUSH)
+            self._sha = await c.script_load(_CAS)
+            done = await c.evalsha(self._sha, 0, arg)
+        return bool(done)
 
-        async def run(client: aioredis.Redis) -> T:
-            for _ in range(100):
-                async with client.pipeline(transaction=True) as pipe:
-                    try:
-                        await pipe.watch(*keys)
-                        result = await body(pipe)
-                        await pipe.execute()
-                        return result
-                    except rexc.WatchError:
-                        continue
-            raise StoreError(f"{self.what}: too much contention on {keys}")
+    async def step(self, body: Callable[[aioredis.Redis],
+                                        Awaitable[tuple[T, list[Check],
+                                                        list[tuple[str, str | None, str]],
+                                                        tuple[str, str] | None]]]) -> T:
+        """``body(client)`` reads and answers ``(result, checks, sets, publish)``: the
+        sets are written (and the message published) only if every value checked is
+        still what was read; otherwise the body runs again."""
+
+        async def run(c: aioredis.Redis) -> T:
+            for _ in range(_TRIES):
+                result, checks, sets, publish = await body(c)
+                if not sets and publish is None:
+                    return result
+                if await self._cas(c, checks, sets, publish):
+                    return result
+            raise StoreError(f"{self.what}: too much contention")
 
         return await self.go(run)
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose(close_connection_pool=True)
+        await self._handle.close()
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+def _text(v: Any) -> str | None:
+    return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
 
 
 # -- secrets (ciphertext only) -----------------------------------------------------------------
@@ -128,8 +140,8 @@ def _s(v: Any) -> str:
 class RedisSecretStore:
     """Secret ciphertext in one hash, ``namespace \\0 name`` -> JSON."""
 
-    def __init__(self, url: str) -> None:
-        self._side = _Side(url, "secrets")
+    def __init__(self, handle: StoreHandle[RedisStore]) -> None:
+        self._side = RedisSide(handle, "secrets")
         self._key = self._side.key("secrets")
 
     def __repr__(self) -> str:
@@ -140,8 +152,8 @@ class RedisSecretStore:
         d = json.loads(raw)
         hosts = d.get("hosts")
         return SecretRow(d["ns"], d["name"], d["key_id"], base64.b64decode(d["nonce"]),
-                         base64.b64decode(d["ct"]), _req(d["created"]), _req(d["updated"]),
-                         None if hosts is None else tuple(hosts))
+                         base64.b64decode(d["ct"]), req_dt(d["created"]),
+                         req_dt(d["updated"]), None if hosts is None else tuple(hosts))
 
     async def get_secret(self, namespace: str, name: str) -> SecretRow | None:
         raw = await self._side.go(lambda c: c.hget(self._key, f"{namespace}\0{name}"))
@@ -151,21 +163,21 @@ class RedisSecretStore:
                          ciphertext: bytes, now: datetime,
                          hosts: tuple[str, ...] | None = None) -> bool:
         field = f"{namespace}\0{name}"
-        at = int(now.timestamp() * 1000)
+        at = ms(now)
 
-        async def body(pipe: Any) -> bool:
-            old = await pipe.hget(self._key, field)
+        async def body(c: aioredis.Redis) -> Any:
+            old = await c.hget(self._key, field)
             created = at if old is None else json.loads(old)["created"]
-            pipe.multi()
-            pipe.hset(self._key, field, json.dumps({
+            new = json.dumps({
                 "ns": namespace, "name": name, "key_id": key_id,
                 "nonce": base64.b64encode(nonce).decode(),
                 "ct": base64.b64encode(ciphertext).decode(), "created": created, "updated": at,
                 "hosts": None if hosts is None else list(hosts),
-            }))  # fmt: skip
-            return old is None
+            })  # fmt: skip
+            return old is None, [(self._key, field, old)], [(self._key, field, new)], None
 
-        return await self._side.atomic([self._key], body)
+        created: bool = await self._side.step(body)
+        return created
 
     async def delete_secret(self, namespace: str, name: str) -> bool:
         n = await self._side.go(lambda c: c.hdel(self._key, f"{namespace}\0{name}"))
@@ -188,8 +200,8 @@ class RedisSecretStore:
 class RedisHealthStore:
     """Per-job health rows in one hash, job id -> JSON."""
 
-    def __init__(self, url: str) -> None:
-        self._side = _Side(url, "job health")
+    def __init__(self, handle: StoreHandle[RedisStore]) -> None:
+        self._side = RedisSide(handle, "job health")
         self._key = self._side.key("health")
 
     @staticmethod
@@ -198,21 +210,22 @@ class RedisHealthStore:
             return JobHealth(job_id)
         d = json.loads(raw)
         return JobHealth(job_id, d["last_outcome"], d["consecutive_failures"], d["successes"],
-                         d["failures"], d["last_duration"], _dt(d["last_run_at"]))
+                         d["failures"], d["last_duration"], dt(d["last_run_at"]))
 
     async def record(self, job_id: str, ok: bool, duration: float | None, now: datetime
                      ) -> tuple[JobHealth, JobHealth]:
-        async def body(pipe: Any) -> tuple[JobHealth, JobHealth]:
-            before = self._row(job_id, await pipe.hget(self._key, job_id))
+        async def body(c: aioredis.Redis) -> Any:
+            old = await c.hget(self._key, job_id)
+            before = self._row(job_id, old)
             after = before.after(ok, duration, now)
             d = asdict(after)
-            d["last_run_at"] = int(now.timestamp() * 1000)
-            pipe.multi()
-            pipe.hset(self._key, job_id, json.dumps(d))
-            return before, after
+            d["last_run_at"] = ms(now)
+            return ((before, after), [(self._key, job_id, old)],
+                    [(self._key, job_id, json.dumps(d))], None)
 
-        # optimistic: exactly one process sees each transition
-        return await self._side.atomic([self._key], body)
+        # compare and set: exactly one process sees each transition
+        found: tuple[JobHealth, JobHealth] = await self._side.step(body)
+        return found
 
     async def get(self, job_id: str) -> JobHealth:
         return self._row(job_id, await self._side.go(lambda c: c.hget(self._key, job_id)))
@@ -226,25 +239,25 @@ class RedisHealthStore:
 
 def _token(raw: Any) -> TokenInfo:
     d = json.loads(raw)
-    return TokenInfo(d["id"], d["name"], d["team"], d["role"], _req(d["created_at"]),
-                     d["created_by"], _dt(d["revoked_at"]), _dt(d["last_used_at"]))
+    return TokenInfo(d["id"], d["name"], d["team"], d["role"], req_dt(d["created_at"]),
+                     d["created_by"], dt(d["revoked_at"]), dt(d["last_used_at"]))
 
 
 def _token_json(t: TokenInfo, digest: str) -> str:
-    def ms(d: datetime | None) -> int | None:
-        return None if d is None else int(d.timestamp() * 1000)
+    def opt(d: datetime | None) -> int | None:
+        return None if d is None else ms(d)
 
     return json.dumps({"id": t.id, "name": t.name, "team": t.team, "role": t.role,
                        "hash": digest, "created_at": ms(t.created_at),
-                       "created_by": t.created_by, "revoked_at": ms(t.revoked_at),
-                       "last_used_at": ms(t.last_used_at)})
+                       "created_by": t.created_by, "revoked_at": opt(t.revoked_at),
+                       "last_used_at": opt(t.last_used_at)})
 
 
 def _def(raw: Any) -> JobDef:
     d = json.loads(raw)
-    return JobDef(d["id"], d["team"], d["spec"], int(d["version"]), _req(d["created_at"]),
-                  _req(d["updated_at"]), d["created_by"], d["updated_by"],
-                  _dt(d["deleted_at"]), d.get("saved_role"))
+    return JobDef(d["id"], d["team"], d["spec"], int(d["version"]), req_dt(d["created_at"]),
+                  req_dt(d["updated_at"]), d["created_by"], d["updated_by"],
+                  dt(d["deleted_at"]), d.get("saved_role"))
 
 
 def _def_json(job_id: str, team: str, spec: dict[str, Any], version: int, created: int,
@@ -256,8 +269,12 @@ def _def_json(job_id: str, team: str, spec: dict[str, Any], version: int, create
                        "saved_role": saved_role}, sort_keys=True)
 
 
-class RedisApiStore(ApiStore):
-    """:class:`ApiStore` on Redis (``ApiStore(url)`` builds one for a ``redis://`` URL).
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class RedisApiStore:
+    """Tokens, audit log and the catalog on Redis.
 
     Keys: ``side:tokens`` (id -> JSON with the SHA-256 digest), ``side:token_hash``
     (digest -> id), ``side:audit`` (id -> JSON) with ``side:audit:<team>`` (ids by id),
@@ -265,10 +282,10 @@ class RedisApiStore(ApiStore):
     catalog version) and ``side:job_ids`` (ids of config / code jobs reserved to their
     team)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._side = _Side(url, "API tables")
-        self._touched: dict[str, float] = {}
+    def __init__(self, handle: StoreHandle[RedisStore], *, clock: Clock | None = None) -> None:
+        self._side = RedisSide(handle, "API tables")
+        self.clock: Clock = clock or SystemClock()
+        self._touches = TokenTouches()
         k = self._side.key
         self._tokens, self._hashes = k("tokens"), k("token_hash")
         self._audit, self._audit_id = k("audit"), k("audit:id")
@@ -278,6 +295,9 @@ class RedisApiStore(ApiStore):
     def __repr__(self) -> str:
         return f"RedisApiStore(prefix={self._side.prefix!r})"
 
+    def _now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
     async def close(self) -> None:
         await self._side.close()
 
@@ -285,11 +305,10 @@ class RedisApiStore(ApiStore):
 
     async def create_token(self, *, name: str, team: str, role: str,
                            created_by: str | None = None) -> tuple[str, TokenInfo]:
-        if role not in ROLES:
-            raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
-        token_id = secrets.token_hex(4)
-        plaintext = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
-        info = TokenInfo(token_id, name, team, role, _req(_now_ms()), created_by, None, None)
+        check_role(role)
+        token_id, plaintext = new_token()
+        info = TokenInfo(token_id, name, team, role, req_dt(self._now_ms()), created_by,
+                         None, None)
         digest = hash_token(plaintext)
 
         async def write(c: aioredis.Redis) -> None:
@@ -314,20 +333,18 @@ class RedisApiStore(ApiStore):
         info = _token(raw)
         if info.revoked_at is not None:
             return None
-        mono = time.monotonic()
-        if mono - self._touched.get(info.id, -1e9) > 60:
-            self._touched[info.id] = mono
+        if self._touches.due(info.id):
 
-            async def touch(pipe: Any) -> None:
-                cur = await pipe.hget(self._tokens, info.id)
+            async def touch(c: aioredis.Redis) -> Any:
+                cur = await c.hget(self._tokens, info.id)
                 if cur is None:
-                    return
+                    return None, [], [], None
                 d = json.loads(cur)
-                d["last_used_at"] = _now_ms()
-                pipe.multi()
-                pipe.hset(self._tokens, info.id, json.dumps(d))
+                d["last_used_at"] = self._now_ms()
+                return (None, [(self._tokens, info.id, cur)],
+                        [(self._tokens, info.id, json.dumps(d))], None)
 
-            await self._side.atomic([self._tokens], touch)
+            await self._side.step(touch)
         return info
 
     async def list_tokens(self, team: str | None = None) -> list[TokenInfo]:
@@ -337,21 +354,21 @@ class RedisApiStore(ApiStore):
         return sorted(rows, key=lambda t: (t.team if team is None else "", t.created_at, t.id))
 
     async def revoke_token(self, id_or_name: str) -> list[TokenInfo]:
-        async def body(pipe: Any) -> list[TokenInfo]:
-            now = _now_ms()
-            out, writes = [], {}
-            for raw in await pipe.hvals(self._tokens):
+        async def body(c: aioredis.Redis) -> Any:
+            now = self._now_ms()
+            out, checks, sets = [], [], []
+            for token_id, raw in (await c.hgetall(self._tokens)).items():
                 d = json.loads(raw)
                 if d["revoked_at"] is None and id_or_name in (d["id"], d["name"]):
                     d["revoked_at"] = now
-                    writes[d["id"]] = json.dumps(d)
-                    out.append(_token(writes[d["id"]]))
-            pipe.multi()
-            if writes:
-                pipe.hset(self._tokens, mapping=writes)
-            return out
+                    new = json.dumps(d)
+                    checks.append((self._tokens, _s(token_id), raw))
+                    sets.append((self._tokens, _s(token_id), new))
+                    out.append(_token(new))
+            return out, checks, sets, None
 
-        return await self._side.atomic([self._tokens], body)
+        revoked: list[TokenInfo] = await self._side.step(body)
+        return revoked
 
     # -- audit --------------------------------------------------------------------------
 
@@ -359,8 +376,8 @@ class RedisApiStore(ApiStore):
                     details: dict[str, Any] | None = None) -> None:
         async def write(c: aioredis.Redis) -> None:
             entry_id = int(await c.incr(self._audit_id))
-            body = json.dumps({"id": entry_id, "at": _now_ms(), "team": team, "actor": actor,
-                               "action": action, "target": target,
+            body = json.dumps({"id": entry_id, "at": self._now_ms(), "team": team,
+                               "actor": actor, "action": action, "target": target,
                                "details": details or {}}, default=str, sort_keys=True)
             async with c.pipeline(transaction=True) as pipe:
                 pipe.hset(self._audit, str(entry_id), body)
@@ -382,7 +399,7 @@ class RedisApiStore(ApiStore):
             if raw is None:
                 continue
             d = json.loads(raw)
-            out.append(AuditEntry(int(d["id"]), _req(d["at"]), d["team"], d["actor"],
+            out.append(AuditEntry(int(d["id"]), req_dt(d["at"]), d["team"], d["actor"],
                                   d["action"], d["target"], d["details"]))
         return out
 
@@ -405,24 +422,26 @@ class RedisApiStore(ApiStore):
         self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
     ) -> JobDef | None:
         """Read the definition, the version and the id's reservation, ``decide(old, next
-        version, now, reserved team)`` the new JSON (None: no change), write both in one
-        transaction, announce."""
+        version, now, reserved team)`` the new JSON (None: no change), write both at once
+        if none of the three changed meanwhile, announce."""
 
-        async def body(pipe: Any) -> JobDef | None:
-            raw = await pipe.hget(self._defs, job_id)
-            version = int(await pipe.get(self._version) or 0) + 1
-            held = await pipe.hget(self._reserved, job_id)
+        async def body(c: aioredis.Redis) -> Any:
+            raw = await c.hget(self._defs, job_id)
+            current = await c.get(self._version)
+            held = await c.hget(self._reserved, job_id)
             reserved = None if held is None else json.loads(held)["team"]
-            new = decide(None if raw is None else _def(raw), version, _now_ms(), reserved)
-            pipe.multi()
+            version = int(current or 0) + 1
+            new = decide(None if raw is None else _def(raw), version, self._now_ms(), reserved)
             if new is None:
-                return None
-            pipe.hset(self._defs, job_id, new)
-            pipe.set(self._version, version)
-            pipe.publish(f"{self._side.prefix}events", "catalog")
-            return _def(new)
+                return None, [], [], None
+            checks: list[Check] = [(self._defs, job_id, raw), (self._version, None, current),
+                                   (self._reserved, job_id, held)]
+            return (_def(new), checks,
+                    [(self._defs, job_id, new), (self._version, None, str(version))],
+                    (f"{self._side.prefix}events", "catalog"))
 
-        return await self._side.atomic([self._defs, self._version, self._reserved], body)
+        written: JobDef | None = await self._side.step(body)
+        return written
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, role: str | None = None) -> JobDef | None:
@@ -447,7 +466,7 @@ class RedisApiStore(ApiStore):
                 return None
             if expect_version is not None and old.version != expect_version:
                 return None
-            return _def_json(job_id, team, spec, version, _ms(old.created_at), now,
+            return _def_json(job_id, team, spec, version, ms(old.created_at), now,
                              old.created_by, by, None, role)
 
         return await self._write_def(job_id, decide)
@@ -457,7 +476,7 @@ class RedisApiStore(ApiStore):
                    ) -> str | None:
             if old is None or old.deleted_at is not None or old.team != team:
                 return None
-            return _def_json(job_id, team, old.spec, version, _ms(old.created_at), now,
+            return _def_json(job_id, team, old.spec, version, ms(old.created_at), now,
                              old.created_by, by, now, old.saved_role)
 
         return await self._write_def(job_id, decide) is not None
@@ -465,25 +484,25 @@ class RedisApiStore(ApiStore):
     async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
         if not jobs:
             return
-        now = _now_ms()
+        now = self._now_ms()
 
-        async def body(pipe: Any) -> None:
+        async def body(c: aioredis.Redis) -> Any:
             ids = [j for j, _, _ in jobs]
-            old = dict(zip(ids, await pipe.hmget(self._reserved, ids), strict=True))
-            writes = {}
+            old = dict(zip(ids, await c.hmget(self._reserved, ids), strict=True))
+            checks: list[Check] = []
+            sets: list[tuple[str, str | None, str]] = []
             for job_id, team, source in jobs:
                 cur = old.get(job_id)
                 d = None if cur is None else json.loads(cur)
                 if d is None or d["team"] != team or d["source"] != source:
-                    writes[job_id] = json.dumps({
+                    checks.append((self._reserved, job_id, cur))
+                    sets.append((self._reserved, job_id, json.dumps({
                         "team": team, "source": source,
                         "reserved_at": now if d is None else d["reserved_at"],
-                    })  # fmt: skip
-            pipe.multi()
-            if writes:
-                pipe.hset(self._reserved, mapping=writes)
+                    })))  # fmt: skip
+            return None, checks, sets, None
 
-        await self._side.atomic([self._reserved], body)
+        await self._side.step(body)
 
     async def reserved_ids(self, team: str) -> list[str]:
         raw = await self._side.go(lambda c: c.hgetall(self._reserved))
@@ -492,9 +511,3 @@ class RedisApiStore(ApiStore):
     async def reserved_team(self, job_id: str) -> str | None:
         raw = await self._side.go(lambda c: c.hget(self._reserved, job_id))
         return None if raw is None else str(json.loads(raw)["team"])
-
-
-def _ms(d: datetime) -> int:
-    return int(d.timestamp() * 1000)
-
-

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cronfleet.clock import Clock, SystemClock
-from cronfleet.errors import StoreError
 from cronfleet.model import JobState, SkipReason
 from cronfleet.store import ledger
 from cronfleet.store.base import Dispatch, FleetRequest
@@ -30,7 +29,6 @@ from cronfleet.store.driver import StoreDriver, dispatch_plan
 from cronfleet.store.rows import ms
 from cronfleet.store.sqlite.ops import insert_runs
 from cronfleet.store.sqlite.transport import SQLiteTransport, apply_migrations
-from cronfleet.store.url import parse_store_url
 
 __all__ = ["JOURNAL_SUFFIX", "SQLiteStore", "apply_migrations", "insert_runs"]
 
@@ -75,16 +73,6 @@ class SQLiteStore(StoreDriver):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
-
-    @classmethod
-    def from_url(cls, url: str, *, clock: Clock | None = None) -> SQLiteStore:
-        """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or ``sqlite:///:memory:``."""
-        if not url.startswith("sqlite:///"):
-            raise StoreError(
-                f"invalid SQLite URL {url!r}: expected sqlite:///relative/path.db "
-                "or sqlite:////absolute/path.db"
-            )
-        return cls(parse_store_url(url).path, clock=clock)
 
     @property
     def damaged(self) -> bool:

@@ -1,0 +1,155 @@
+-- The side tables on PostgreSQL: the vault's ciphertexts, job health, API tokens, the audit
+-- log, the catalog of API jobs and the ids reserved by config or code jobs (migrations
+-- v2, v4). The same names as sqlite/side/queries.sql, run by store/sql_side.py on the
+-- run store's pool. Placeholders: %s in order; __S__: the store's quoted schema. Times:
+-- BIGINT milliseconds, except in secrets and job_health (timestamptz).
+
+-- name: secret_get
+SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at, hosts
+FROM __S__.secrets WHERE namespace = %s AND name = %s;
+
+-- name: secret_exists
+-- in the transaction of secret_put: whether it creates the row
+SELECT 1 FROM __S__.secrets WHERE namespace = %s AND name = %s FOR UPDATE;
+
+-- name: secret_put
+-- create or replace (value and hosts)
+INSERT INTO __S__.secrets (namespace, name, key_id, nonce, ciphertext, created_at, updated_at, hosts)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (namespace, name) DO UPDATE SET key_id = excluded.key_id,
+    nonce = excluded.nonce, ciphertext = excluded.ciphertext,
+    updated_at = excluded.updated_at, hosts = excluded.hosts;
+
+-- name: secret_delete
+DELETE FROM __S__.secrets WHERE namespace = %s AND name = %s RETURNING name;
+
+-- name: secrets_all
+SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at, hosts
+FROM __S__.secrets ORDER BY namespace, name;
+
+-- name: secrets_of_namespace
+SELECT namespace, name, key_id, nonce, ciphertext, created_at, updated_at, hosts
+FROM __S__.secrets WHERE namespace = %s ORDER BY name;
+
+-- name: health_ensure
+INSERT INTO __S__.job_health (job_id) VALUES (%s) ON CONFLICT DO NOTHING;
+
+-- name: health_lock
+-- the row locked until the transaction ends: what is read stays true
+SELECT job_id, last_outcome, consecutive_failures, successes, failures, last_duration,
+    last_run_at
+FROM __S__.job_health WHERE job_id = %s FOR UPDATE;
+
+-- name: health_write
+UPDATE __S__.job_health SET last_outcome = %s, consecutive_failures = %s, successes = %s,
+    failures = %s, last_duration = %s, last_run_at = %s
+WHERE job_id = %s;
+
+-- name: health_get
+SELECT job_id, last_outcome, consecutive_failures, successes, failures, last_duration,
+    last_run_at
+FROM __S__.job_health WHERE job_id = %s;
+
+-- name: token_insert
+INSERT INTO __S__.api_tokens (id, name, team, role, hash, created_at, created_by)
+VALUES (%s, %s, %s, %s, %s, %s, %s);
+
+-- name: token_by_hash
+SELECT id, name, team, role, created_at, created_by, revoked_at, last_used_at
+FROM __S__.api_tokens WHERE hash = %s AND revoked_at IS NULL;
+
+-- name: token_touch
+UPDATE __S__.api_tokens SET last_used_at = %s WHERE id = %s;
+
+-- name: tokens_all
+SELECT id, name, team, role, created_at, created_by, revoked_at, last_used_at
+FROM __S__.api_tokens ORDER BY team, created_at, id;
+
+-- name: tokens_of_team
+SELECT id, name, team, role, created_at, created_by, revoked_at, last_used_at
+FROM __S__.api_tokens WHERE team = %s ORDER BY created_at, id;
+
+-- name: token_revoke
+-- the token with this id, or every live token with this name
+UPDATE __S__.api_tokens SET revoked_at = %s WHERE revoked_at IS NULL AND (id = %s OR name = %s)
+RETURNING id, name, team, role, created_at, created_by, revoked_at, last_used_at;
+
+-- name: audit_insert
+INSERT INTO __S__.audit_log (at, team, actor, action, target, details) VALUES (%s, %s, %s, %s, %s, %s);
+
+-- name: audit_page
+SELECT id, at, team, actor, action, target, details FROM __S__.audit_log
+WHERE team = %s AND id < %s ORDER BY id DESC LIMIT %s;
+
+-- name: catalog_version
+SELECT coalesce(max(version), 0) FROM __S__.job_defs;
+
+-- name: defs_live
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs WHERE deleted_at IS NULL ORDER BY id;
+
+-- name: defs_all
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs ORDER BY id;
+
+-- name: def_get
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs WHERE id = %s;
+
+-- name: def_create
+-- insert, or revive a tombstone of the same team (its old runs keep the id and the team);
+-- nothing when the id is reserved to another team by a config or code job. The version
+-- is the store-wide max + 1 (catalog writers take turns: catalog_lock first)
+INSERT INTO __S__.job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
+    updated_by, saved_role)
+SELECT %s, %s, %s, (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs), %s, %s, %s, %s, %s
+WHERE NOT EXISTS (SELECT 1 FROM __S__.job_ids r WHERE r.id = %s AND r.team <> %s)
+ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec,
+    version = excluded.version, created_at = excluded.created_at,
+    updated_at = excluded.updated_at, created_by = excluded.created_by,
+    updated_by = excluded.updated_by, deleted_at = NULL, saved_role = excluded.saved_role
+WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team
+RETURNING id, team, spec, version, created_at, updated_at, created_by, updated_by,
+    deleted_at, saved_role;
+
+-- name: def_update
+-- a live definition of the team; the last pair: the expected version (NULL: any)
+UPDATE __S__.job_defs SET spec = %s, version = (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs),
+    updated_at = %s, updated_by = %s, saved_role = %s
+WHERE id = %s AND team = %s AND deleted_at IS NULL AND (CAST(%s AS BIGINT) IS NULL OR version = %s)
+RETURNING id, team, spec, version, created_at, updated_at, created_by, updated_by,
+    deleted_at, saved_role;
+
+-- name: def_delete
+-- a tombstone: the runs of a deleted job keep its team
+UPDATE __S__.job_defs SET deleted_at = %s,
+    version = (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs),
+    updated_at = %s, updated_by = %s
+WHERE id = %s AND team = %s AND deleted_at IS NULL
+RETURNING id;
+
+-- name: ids_reserve
+-- now, then a JSON list of [id, team, source]
+INSERT INTO __S__.job_ids AS r (id, team, source, reserved_at)
+SELECT e ->> 0, e ->> 1, e ->> 2, n.now
+FROM (SELECT %s::bigint AS now) n, jsonb_array_elements(%s::jsonb) e
+ON CONFLICT (id) DO UPDATE SET team = excluded.team, source = excluded.source
+WHERE r.team <> excluded.team OR r.source <> excluded.source;
+
+-- name: ids_of_team
+SELECT id FROM __S__.job_ids WHERE team = %s ORDER BY id;
+
+-- name: id_team
+SELECT team FROM __S__.job_ids WHERE id = %s;
+
+-- name: catalog_lock
+-- serialises catalog writes for the transaction ("cronfleet catalog"), so versions never
+-- commit out of order
+SELECT pg_advisory_xact_lock(27991845613298036);
+
+-- name: announce
+-- channel, payload
+SELECT pg_notify(%s, %s);

@@ -1,0 +1,87 @@
+"""The side tables on SQLite, on the run store's own connection and thread.
+
+The SQLite store runs every call on its one thread, one at a time (its connection lock):
+side-table statements go through the same thread, so the file keeps one writer per
+process and a side write never waits on this process's own store for the file lock.
+:func:`on_store_thread` is the one place that reaches into the store. Named statements:
+``queries.sql`` next to this module (the same names as PostgreSQL's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cronfleet.store.queries import read_queries
+from cronfleet.store.side import StoreHandle
+from cronfleet.store.sql_side import Rows, Step
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from cronfleet.store.sqlite.store import SQLiteStore
+
+__all__ = ["SQLiteSide", "on_store_thread"]
+
+T = TypeVar("T")
+
+
+async def on_store_thread(store: SQLiteStore, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(connection)`` on the store's thread, alone on its connection, with the store's
+    deadline and error translation (the one accessor of the store's connection)."""
+    transport = store.transport
+    return await transport.call_fn(lambda: fn(transport.connection()))
+
+
+class SQLiteSide:
+    """:class:`~cronfleet.store.sql_side.SideSQL` on a :class:`SQLiteStore`."""
+
+    def __init__(self, handle: StoreHandle[SQLiteStore]) -> None:
+        self._handle = handle
+        self._q = read_queries("cronfleet.store.sqlite.side")
+
+    def __repr__(self) -> str:
+        return f"SQLiteSide({self._handle.store.path!r})"
+
+    def time(self, at: datetime) -> Any:
+        return int(at.timestamp() * 1000)
+
+    async def _go(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await on_store_thread(await self._handle.get(), fn)
+
+    async def query(self, name: str, params: tuple[Any, ...] = ()) -> Rows:
+        text = self._q[name]
+        return await self._go(lambda c: c.execute(text, params).fetchall())
+
+    async def write(self, name: str, params: tuple[Any, ...] = (), *, catalog: bool = False
+                    ) -> Rows:
+        # SQLite runs one writer at a time: a single statement is already serialised
+        return await self.query(name, params)
+
+    async def atomic(self, first: Sequence[Step], read: Step,
+                     then: Callable[[Rows], Sequence[Step]]) -> Rows:
+        q = self._q
+
+        def go(c: sqlite3.Connection) -> Rows:
+            c.execute("BEGIN IMMEDIATE")  # one writer at a time: what is read stays true
+            try:
+                for name, params in first:
+                    c.execute(q[name], params)
+                rows = c.execute(q[read[0]], read[1]).fetchall()
+                for name, params in then(rows):
+                    c.execute(q[name], params)
+                c.execute("COMMIT")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return rows
+
+        return await self._go(go)
+
+    async def announce(self, kind: str) -> None:
+        return None  # other processes notice the change when they next look
+
+    async def close(self) -> None:
+        await self._handle.close()
