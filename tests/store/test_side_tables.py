@@ -210,7 +210,7 @@ async def test_tables_from_one_url_share_one_store(tmp_path: Path) -> None:
     assert (await health.get("j")).successes == 1  # still open for the other
     await health.close()
     assert url not in factory._OPENED[asyncio.get_running_loop()]
-    assert held.store.damaged is False and held.store._executor is None  # closed
+    assert held.store.damaged is False and not held.store.transport.is_open  # closed
     again = open_secret_store(url)  # opened again on use
     assert (await again.get_secret("default", "A")) is not None
     await again.close()
