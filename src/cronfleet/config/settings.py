@@ -17,7 +17,7 @@ from cronfleet.plugins import BUILTIN_PROVIDER, EntryPointSpec, Task
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
-    from cronfleet.scheduler import Scheduler
+    from cronfleet.runtime.scheduler import Scheduler
 
 log = logging.getLogger("cronfleet.config")
 
@@ -168,7 +168,7 @@ class Loaded:
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
-        from cronfleet.scheduler import Scheduler
+        from cronfleet.runtime.scheduler import Scheduler
 
         if timers is None:
             from_env = timers_from_env(env)
