@@ -224,5 +224,5 @@ async def _run_one(s: Scheduler, job: Job, run: RunRecord, leased: bool) -> None
             raise
         except Exception:  # the run's outcome is recorded by the runner
             pass
-    await s.ledger.flushed()
+    await s.writer.flushed()
 

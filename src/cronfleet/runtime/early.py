@@ -312,9 +312,9 @@ class EarlyClaims:
             run.result = skip_result(reason.value)
             run.logs.append(removed_or_skipped_log(reason.value, live))
             s.stats.skipped += 1
-            s.ledger.finishes.append(Finish(run, run.fencing_token))
+            s.writer.add(Finish(run, run.fencing_token))
         if kept:
-            s.ledger.flush_event.set()
+            s.writer.flush_event.set()
 
     async def fire_before_stop(self) -> None:
         """Run the instant whose slots this process claimed early, then let stop go on.

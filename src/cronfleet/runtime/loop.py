@@ -102,6 +102,7 @@ class Loop:
         self.task: asyncio.Task[None] | None = None
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
+        self.last_tick: float | None = None  # when the loop last looked at the time
         self.fired_mono = time.monotonic()  # when the instant being fired began (monotonic)
         # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
         # meanwhile join the sequence (they would meet its lease and be skipped)
@@ -121,12 +122,12 @@ class Loop:
         due, early, clock, activity = s.due, s.early, s.clock, s.activity
         heap = due.heap
         ahead = early.ahead
-        while not s.stopping:
+        while not s.life.stopping:
             now = clock.now()
-            s.last_tick = now
+            self.last_tick = now
             pending = early.pending
-            if s.ledger.behind and heap and heap[0] - early.lead(now) <= now:
-                await s.ledger.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
+            if s.writer.behind and heap and heap[0] - early.lead(now) <= now:
+                await s.writer.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
                 now = clock.now()
             if (heap and heap[0] <= now) or (pending is not None and pending.slot <= now):
                 activity.enter()
@@ -242,15 +243,15 @@ class Loop:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
         if later:
-            s.spawn(self.claim_later(later, now + SPREAD_DELAY))
+            s.life.spawn(self.claim_later(later, now + SPREAD_DELAY))
         if skips:
-            await s.ledger.record_skips(skips)
+            await s.writer.record_skips(skips)
         for job, runs in sequences:
             if job.id in sequencing:  # already running one: the slots join it
                 sequencing[job.id].extend(runs)
                 continue
             sequencing[job.id] = runs
-            s.spawn(self.run_sequence(job, runs))
+            s.life.spawn(self.run_sequence(job, runs))
 
     def plan_job(
         self,
@@ -367,7 +368,7 @@ class Loop:
         elif run.status is RunStatus.PENDING:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
                 delay = jitter_delay(job.id, res.request.slot, job.jitter)
-                s.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
+                s.life.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
             elif run.is_recovery:  # its own place: never in QUEUE_ONE's single slot
                 runs.recovering[job.id] = Queued(job, run, leased=res.request.lease)
                 log.info(
@@ -377,7 +378,7 @@ class Loop:
             else:
                 runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
                 if job.overlap is Overlap.REPLACE:
-                    s.spawn(runs.replace_running(job))
+                    s.life.spawn(runs.replace_running(job))
         else:
             s.stats.skip(run.reason)
             if run.reason == SkipReason.ALREADY_EXECUTING.value:
@@ -470,8 +471,8 @@ class Loop:
                 await s.runner.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
-                await s.ledger.flushed()
-                if s.stopping:
+                await s.writer.flushed()
+                if s.life.stopping:
                     return
                 if shared:
                     now = s.clock.now()
@@ -496,7 +497,7 @@ class Loop:
                 await self.dispatch([item])
             await s.runner.job_idle(job.id)
         finally:
-            if s.stopping:  # the stop came first: its slots are recorded (record_unrun)
+            if s.life.stopping:  # the stop came first: its slots are recorded (record_unrun)
                 self.unrun.extend((job, slot) for slot, _ in runs[i:])
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]
@@ -559,7 +560,7 @@ class Loop:
     async def _poll_leases(self) -> None:
         s = self.s
         waits, looks = self._lease_waits, self._looks
-        while waits and not s.stopping:
+        while waits and not s.life.stopping:
             await s.clock.sleep_until(s.clock.now() + SEQUENCE_POLL)
             ids = list(waits)
             try:

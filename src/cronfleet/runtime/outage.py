@@ -155,7 +155,7 @@ class Outage:
                 continue
             if it.skip_reason:
                 # a skip the store could not take: written (claim-less) once it is back
-                s.ledger.unsaved_skips.append(
+                s.writer.keep_skip(
                     Skip(job.id, it.slot, it.skip_reason, triggered_by=it.triggered_by,
                          instance_id=s.instance_id, logs=list(it.logs), result=it.result)
                 )
@@ -176,7 +176,7 @@ class Outage:
                 continue
             self.keep(job, it.slot, exc)
         if prefer:
-            s.spawn(self.fail_open(prefer, exc, fired_mono))
+            s.life.spawn(self.fail_open(prefer, exc, fired_mono))
         if self.journal:
             self.write_journal()
         return out
@@ -204,13 +204,13 @@ class Outage:
         self.skips.append(it)
         if len(self.skips) > MAX_SKIPS:
             old = self.skips.pop(0)
-            self.s.ledger.unsaved_skips.append(
+            self.s.writer.keep_skip(
                 Skip(old.job_id, old.slot, old.skip_reason or _UNAVAILABLE,
                      triggered_by=old.triggered_by, instance_id=self.s.instance_id,
                      logs=list(old.logs), result=old.result)
             )
-        if self.retrying is None and not self.s.stopping:
-            self.retrying = self.s.spawn(self.retry_loop())
+        if self.retrying is None and not self.s.life.stopping:
+            self.retrying = self.s.life.spawn(self.retry_loop())
 
     @property
     def pending(self) -> bool:
@@ -229,12 +229,12 @@ class Outage:
         if len(slots) > RUN_ALL_CAP + 100:
             oldest = min(slots)
             why = slots.pop(oldest)
-            self.s.ledger.unsaved_skips.append(
+            self.s.writer.keep_skip(
                 Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.s.instance_id,
                      logs=[store_unavailable_log(why)])
             )
-        if self.retrying is None and not self.s.stopping:
-            self.retrying = self.s.spawn(self.retry_loop())
+        if self.retrying is None and not self.s.life.stopping:
+            self.retrying = self.s.life.spawn(self.retry_loop())
         self.warn.warning(
             "require", "job %s: store unavailable (%s); slot %s not run now (the job's "
             "missed policy decides when the store is back)",
@@ -310,7 +310,7 @@ class Outage:
         if job.overlap is not Overlap.ALLOW and busy:
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
-                s.spawn(self._after_idle(job, run))
+                s.life.spawn(self._after_idle(job, run))
                 return None
             if claim_row:  # fail open: recorded under a claim (another may have run it)
                 skip = Dispatch.missed(job.id, it.slot, reason=ALREADY_EXECUTING,
@@ -318,7 +318,7 @@ class Outage:
                 skip.triggered_by, skip.is_catchup = it.triggered_by, it.is_catchup
                 self.keep_skip(skip)
             else:
-                s.ledger.unsaved_skips.append(
+                s.writer.keep_skip(
                     Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
                          instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
                          result=busy_result())
@@ -370,8 +370,8 @@ class Outage:
             unclaimed.pop(id(run), None)
             out.append(Finish(attach_late_result(stored, run, from_ts(s.clock.now()))))
         if later:
-            s.ledger.finishes.extend(later)
-            s.ledger.flush_later()
+            s.writer.add_all(later)
+            s.writer.flush_later()
         return out
 
     async def slot_row(self, run: RunRecord) -> RunRecord | None:
@@ -402,7 +402,7 @@ class Outage:
         older = self.replacing.get(job.id)
         self.replacing[job.id] = run
         if older is not None:
-            s.ledger.unsaved_skips.append(
+            s.writer.keep_skip(
                 Skip(job.id, older.slot.timestamp(), _SUPERSEDED,
                      triggered_by=older.triggered_by, instance_id=s.instance_id,
                      logs=[*older.logs, replaced_waiting_log(run.slot.isoformat())],
@@ -410,7 +410,7 @@ class Outage:
             )
             s.stats.skip(_SUPERSEDED)
             return
-        s.spawn(self._after_replaced(job))
+        s.life.spawn(self._after_replaced(job))
 
     async def _after_replaced(self, job: Job) -> None:
         s = self.s
@@ -418,8 +418,8 @@ class Outage:
         run = self.replacing.pop(job.id, None)
         if run is None:
             return
-        if s.stopping:  # never started: say so (the store may take it at the last writes)
-            s.ledger.unsaved_skips.append(
+        if s.life.stopping:  # never started: say so (the store may take it at the last writes)
+            s.writer.keep_skip(
                 Skip(job.id, run.slot.timestamp(), _UNAVAILABLE,
                      triggered_by=run.triggered_by, instance_id=s.instance_id,
                      logs=[*run.logs, replace_stopped_log()])
@@ -432,7 +432,7 @@ class Outage:
         s = self.s
         try:
             await s.runner.job_idle(job.id, below=job.max_instances)
-            if s.stopping:
+            if s.life.stopping:
                 return
             run.started_at = from_ts(s.clock.now())
             s.runner.launch(job, run, leased=False)
@@ -445,13 +445,13 @@ class Outage:
         they were never claimed)."""
         for job_id, slots in self.backlog.items():
             for slot, why in sorted(slots.items()):
-                self.s.ledger.unsaved_skips.append(
+                self.s.writer.keep_skip(
                     Skip(job_id, slot, _UNAVAILABLE, instance_id=self.s.instance_id,
                          logs=[store_unavailable_log(why)])
                 )
         self.backlog.clear()
         for it in self.skips:  # last resort: claim-less (the store may be gone for good)
-            self.s.ledger.unsaved_skips.append(
+            self.s.writer.keep_skip(
                 Skip(it.job_id, it.slot, it.skip_reason or _UNAVAILABLE,
                      triggered_by=it.triggered_by, instance_id=self.s.instance_id,
                      logs=list(it.logs), result=it.result)
@@ -471,7 +471,7 @@ class Outage:
                     self.superseded[jid] = slot
         if not self.replaying:
             self.replaying = True
-            self.s.spawn(self.replay())
+            self.s.life.spawn(self.replay())
 
     async def retry_loop(self) -> None:
         """While a backlog waits, offer it to the store with backoff and full jitter (a
@@ -479,7 +479,7 @@ class Outage:
         s = self.s
         delay = 0.5
         try:
-            while self.pending and not s.stopping:
+            while self.pending and not s.life.stopping:
                 await asyncio.sleep(random.uniform(0.05, delay))
                 if not self.replaying and self.pending:
                     self.replaying = True
@@ -525,7 +525,7 @@ class Outage:
                         running=s.runner.running, instance_id=s.instance_id,
                     ))
                 elif run:
-                    s.spawn(s.loop.run_sequence(job, [(x, True) for x in run]))
+                    s.life.spawn(s.loop.run_sequence(job, [(x, True) for x in run]))
             if items:
                 log.info("store available again: %d slots not run during the outage go "
                          "through their jobs' missed policies", len(items))

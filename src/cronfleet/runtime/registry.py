@@ -609,7 +609,7 @@ class Registry:
         if len(self.s.jobs) <= LARGE:
             await self.sync()
         else:
-            self.s.spawn(self._sync_counted())
+            self.s.life.spawn(self._sync_counted())
 
     async def _sync_counted(self) -> None:
         """:meth:`sync` counted as activity (a write: the scheduler is not idle meanwhile)."""
@@ -663,7 +663,7 @@ class Registry:
         if self.store is None or self._soon:
             return
         self._soon = True
-        self.s.spawn(self._sync_soon())
+        self.s.life.spawn(self._sync_soon())
 
     async def _sync_soon(self) -> None:
         await asyncio.sleep(0)  # the rest of the batch first
@@ -742,7 +742,7 @@ class Registry:
         self.backfills[req.id] = bf
         log.info("request %d: %s backfills %r from %s to %s", req.id, req.requested_by,
                  req.job_id, start.isoformat(), end.isoformat())
-        self.s.spawn(self._follow(req.id, dict(p), bf))
+        self.s.life.spawn(self._follow(req.id, dict(p), bf))
         return None
 
     async def _follow(self, rid: int, payload: dict[str, Any], bf: Backfill) -> None:

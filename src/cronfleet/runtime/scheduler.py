@@ -8,7 +8,7 @@ start:
 - ``loop`` (:mod:`.loop`): the loop task and the firing of one instant;
 - ``early`` (:mod:`.early`): slots claimed shortly before their instant;
 - ``runner`` (:mod:`.runs`): runs in progress, queued for a lease, ended;
-- ``ledger`` (:mod:`.ledger`): what waits to be written (group commit, skips);
+- ``writer`` (:mod:`.writer`): what waits to be written (group commit, skips);
 - ``upkeep`` (:mod:`.upkeep`): retention, orphans and recovery, lease renewal;
 - ``events`` (:mod:`.events`): ``RunFinished`` & co. for listeners (``subscribe``).
 """
@@ -26,9 +26,10 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
+from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
 from cronfleet.errors import (
@@ -64,9 +65,9 @@ from cronfleet.runtime.events import (
     Unsubscribe,
 )
 from cronfleet.runtime.fleet import Fleet
-from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
-from cronfleet.runtime.outage import Outage
+from cronfleet.runtime.outage import Outage, RateLimitedLog
+from cronfleet.runtime.parts import Life, Settings
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
 from cronfleet.runtime.registry import Registry
@@ -75,6 +76,7 @@ from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
+from cronfleet.runtime.writer import Writer
 from cronfleet.spec import default_job_id, pause_until
 
 if TYPE_CHECKING:
@@ -99,6 +101,18 @@ def new_instance_id() -> str:
 
 def _secs(value: str | float | timedelta | None, name: str) -> float:
     return to_timedelta(value, field=name).total_seconds()
+
+
+def _settings(s: Scheduler) -> Settings:
+    """The options the parts read, as they are at this start."""
+    return Settings(
+        instance_id=s.instance_id, timers=s.timers, role=s.role, late_after=s.late_after,
+        batch_size=s.batch_size, claim_ahead=s.claim_ahead, instance_ttl=s.instance_ttl,
+        orphan_interval=s.orphan_interval, queue_poll=s.queue_poll,
+        run_retention=s.run_retention, runs_per_job=s.runs_per_job,
+        claim_retention=s.claim_retention, record_started_after=s.record_started_after,
+        shutdown_grace=s.shutdown_grace,
+    )
 
 
 class Scheduler(SyncControl):
@@ -173,31 +187,47 @@ class Scheduler(SyncControl):
         # per-job outcomes for /metrics (the ``job`` label); off for very large fleets
         self.stats = Stats(per_job=metrics_job_label)
         self.events = Events()  # kept across restarts: subscriptions are the caller's
-        self.last_tick: float | None = None
-        self.running = False
-        self.stopping = False
+        self.life = Life()  # running / stopping, the background tasks
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
         self._jobs: dict[str, Job] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._jobs_view: Mapping[str, Job] = MappingProxyType(self._jobs)
         self._flusher: asyncio.Task[None] | None = None
         self._background: Background | None = None
         self._build()
 
     def _build(self) -> None:
-        """Fresh parts for a start: each owns its state, nothing is reset field by field."""
+        """Fresh parts for a start: each owns its state, nothing is reset field by field.
+        Each part gets the collaborators it uses; the back edges (a part calling one built
+        after it) are wired at the end."""
+        settings, life, store, clock = _settings(self), self.life, self.store, self.clock
+        stats = self.stats
+        warn = RateLimitedLog(log)  # one rate limit for the store-trouble warnings
         self.due = Due()
-        self.runner = Runs(self)
-        self.ledger = Ledger(self)
-        self.activity = Activity(lambda: bool(self.ledger.finishes))
+        self.activity = activity = Activity(lambda: writer.owes())
+        writer = Writer(store=store, settings=settings, life=life, stats=stats,
+                        activity=activity, warn=warn)
+        self.writer = writer
+        self.runner = Runs(store=store, clock=clock, settings=settings, life=life,
+                           stats=stats, events=self.events, activity=activity, writer=writer,
+                           control=self)
+        writer.runs = self.runner
         self.loop = Loop(self)
         self.early = EarlyClaims(self)
         self.upkeep = Upkeep(self)
         self.outage = Outage(self)
         self.fleet = Fleet(self)
         self.registry = Registry(self)
+        writer.loop = self.loop
+        writer.claim_rows = self.outage.claim_rows
+        self.outage.warn = warn
 
     # -- declaring jobs -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped yet."""
+        return self.life.running
 
     @property
     def jobs(self) -> Mapping[str, Job]:
@@ -296,7 +326,7 @@ class Scheduler(SyncControl):
         self._check_lanes(job)
         self._jobs[job.id] = job
         if self.running:
-            self.spawn(self._add_running(job))
+            self.life.spawn(self._add_running(job))
             self.registry.changed()
         return job
 
@@ -370,19 +400,19 @@ class Scheduler(SyncControl):
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
             await self.registry.publish_at_start()
-        self.running = True
-        self.stopping = False
-        self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
-        self.spawn(self.ledger.record_started_loop())
+        self.life.running = True
+        self.life.stopping = False
+        self._flusher = asyncio.create_task(self.writer.flush_loop(), name="cronfleet-flush")
+        self.life.spawn(self.writer.record_started_loop())
         if self.timers:
             self.loop.task = asyncio.create_task(self.loop.run(), name="cronfleet-loop")
-            self.spawn(self.upkeep.retention_loop())
-            self.spawn(self.upkeep.orphan_loop())
-            self.spawn(self.upkeep.renew_loop())
+            self.life.spawn(self.upkeep.retention_loop())
+            self.life.spawn(self.upkeep.orphan_loop())
+            self.life.spawn(self.upkeep.renew_loop())
             if self.fleet.enabled:
-                self.spawn(self.fleet.heartbeat_loop())
+                self.life.spawn(self.fleet.heartbeat_loop())
             if self.registry.enabled:
-                self.spawn(self.registry.request_loop())
+                self.life.spawn(self.registry.request_loop())
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
@@ -412,28 +442,6 @@ class Scheduler(SyncControl):
         """Re-plan now (a job or an override changed): the loop wakes up."""
         self.loop.wake.set()
 
-
-    async def _last_writes(self) -> None:
-        async def write() -> None:
-            if self._flusher is not None:
-                await asyncio.gather(self._flusher, return_exceptions=True)
-            await self.ledger.flush_once()
-            await self.ledger.flush_skips()
-
-        task = asyncio.ensure_future(write())
-        seen = -1
-        while seen != self.ledger.progress:
-            seen = self.ledger.progress
-            if await wait_done(task, STOP_WRITE_BUDGET):
-                return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        log.warning(
-            "cronfleet %s: the store took none of the last results for %g s; %d runs and "
-            "%d skips are not recorded (their leases expire and the reaper records them)",
-            self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
-            len(self.ledger.unsaved_skips),
-        )
 
     async def _open_store(self) -> None:
         """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
@@ -489,15 +497,16 @@ class Scheduler(SyncControl):
         leases and record what was interrupted."""
         if not self.running:
             return
-        self.stopping = True
+        self.life.stopping = True
         self.wake()
         if self.loop.task is not None:
             await asyncio.gather(self.loop.task, return_exceptions=True)
         await self.early.fire_before_stop()
         await self.early.give_back()
-        for task in list(self._tasks):
+        tasks = self.life.tasks
+        for task in list(tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         # every claimed slot that will not start now gets its final row from here: the
         # chunks a cancelled task was claiming, the slots of catch-up sequences not
         # reached, then (Runs.stop) the runs waiting out their jitter or queued for the
@@ -505,16 +514,16 @@ class Scheduler(SyncControl):
         unanswered = await self.loop.settle_unhandled(STOP_WRITE_BUDGET)
         unanswered += await self.loop.record_unrun(STOP_WRITE_BUDGET)
         await self.runner.stop(self.shutdown_grace)
-        self.running = False
-        self.ledger.flush_event.set()
+        self.life.running = False
+        self.writer.flush_event.set()
         self.outage.at_stop()
         # the last writes go on while the store takes them (100,000 results are many
         # chunks); a store that takes nothing for STOP_WRITE_BUDGET (hung, down) is left
         # behind: those runs' leases expire and the survivors' reaper records them
-        await self._last_writes()
+        await self.writer.last_writes(self._flusher, STOP_WRITE_BUDGET)
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        owed = len(self.ledger.finishes) + len(self.ledger.unsaved_skips) + unanswered
+        owed = len(self.writer.finishes) + len(self.writer.unsaved_skips) + unanswered
         if owed:
             # rows this process owes and could not write: its instance row stays, expires
             # after instance_ttl, and whoever declares it lost writes them (break_lost:
@@ -556,17 +565,6 @@ class Scheduler(SyncControl):
         """Wait until nothing is being fired, run or written (for tests and scripts)."""
         await self.activity.wait_idle(timeout)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cronfleet background task failed", exc_info=task.exception())
-
     # -- reading ------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
@@ -575,13 +573,14 @@ class Scheduler(SyncControl):
         now = self.clock.now()
         task = self.loop.task
         heap = self.due.heap
+        last_tick = self.loop.last_tick
         overdue = max(0.0, now - heap[0]) if self.timers and heap else 0.0
         return {
             "instance_id": self.instance_id,
             "running": self.running,
             "timers": self.timers,
             "loop_alive": task is not None and not task.done(),
-            "last_tick": None if self.last_tick is None else from_ts(self.last_tick).isoformat(),
+            "last_tick": None if last_tick is None else from_ts(last_tick).isoformat(),
             "overdue": round(overdue, 3),
             "jobs": len(self._jobs),
             "active_runs": len(self.runner.active),
@@ -679,7 +678,7 @@ class Scheduler(SyncControl):
             active = runner.active.get(res.run.id)
             if active is not None and active.task is not None:
                 await asyncio.gather(active.task, return_exceptions=True)
-            await self.ledger.flushed()
+            await self.writer.flushed()
         return res.run
 
     async def backfill_async(
@@ -719,7 +718,7 @@ class Scheduler(SyncControl):
         if not wait:
             if not self.running:
                 raise RuntimeError("backfill(wait=False) needs a running scheduler")
-            bf.task = self.spawn(run_backfill(self, bf, by=by, rate=rate))
+            bf.task = self.life.spawn(run_backfill(self, bf, by=by, rate=rate))
             return bf
         async with _ControlScope(self):
             bf.task = asyncio.ensure_future(run_backfill(self, bf, by=by, rate=rate))

@@ -53,7 +53,7 @@ class Upkeep:
                 if self.may_reap():
                     await self.reap_orphans()
                 await s.runner.poll_queued()
-                await s.ledger.flush_skips()
+                await s.writer.flush_skips()
             finally:
                 s.activity.leave()
             await s.clock.sleep_until(s.clock.now() + min(s.orphan_interval, s.queue_poll))

@@ -138,7 +138,7 @@ async def test_an_untaken_request_is_withdrawn_at_the_timeout(make: Make) -> Non
     a.job("0 * * * *", id="tick")(lambda: None)
     async with a:
         a.registry.store = None  # "a" stops taking requests (still live, still declaring)
-        for t in list(a._tasks):
+        for t in list(a.life.tasks):
             if "request_loop" in repr(t.get_coro()):
                 t.cancel()
         await asyncio.sleep(0)
@@ -321,7 +321,7 @@ async def _ended(s: Scheduler, run_id: int, timeout: float = 10.0) -> Any:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while True:
-        await s.ledger.flushed()
+        await s.writer.flushed()
         run = await s.store.get_run(run_id)
         if run is not None and run.status.finished:
             return run
