@@ -17,10 +17,11 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+from cronfleet.runtime.parts import Service
+
+S = TypeVar("S", bound=Service)
 
 log = logging.getLogger("cronfleet")
 
@@ -46,11 +47,11 @@ class Stopped(Coroutine[Any, Any, None]):
         return None
 
 
-class Background:
+class Background(Generic[S]):
     """One scheduler in one daemon thread with its own event loop."""
 
-    def __init__(self, scheduler: Scheduler,
-                 on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None) -> None:
+    def __init__(self, scheduler: S,
+                 on_start: Callable[[S], Awaitable[Any] | Any] | None = None) -> None:
         self.scheduler = scheduler
         self.on_start = on_start
         self.thread: threading.Thread | None = None

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cronfleet.model import Job
 
 if TYPE_CHECKING:
-    from cronfleet.model import RunRecord, TriggeredBy
+    from datetime import timedelta
+
+    from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
     from cronfleet.runtime.backfill import Backfill
 
-__all__ = ["Control", "Jobs", "Life", "Service", "Settings"]
+__all__ = ["AsyncFacade", "Control", "Jobs", "Life", "Service", "Settings"]
 
 log = logging.getLogger("cronfleet")
 
@@ -106,3 +108,32 @@ class Service(Protocol):
     async def start(self) -> None: ...
 
     async def stop_async(self) -> None: ...
+
+
+class AsyncFacade(Control, Protocol):
+    """The async control API that ``SyncControl`` (the blocking twins, mixed into the
+    ``Scheduler``) calls: from another thread on the scheduler's loop, or in a loop of
+    its own."""
+
+    @property
+    def running(self) -> bool: ...
+
+    event_loop: asyncio.AbstractEventLoop | None
+    loop_thread: int | None
+
+    async def pause_async(self, job_id: str, *, by: str | None = ..., note: str | None = ...,
+                          until: datetime | str | float | timedelta | None = ...,
+                          ) -> JobState: ...
+
+    async def resume_async(self, job_id: str, *, by: str | None = ..., note: str | None = ...,
+                           until: datetime | str | float | timedelta | None = ...,
+                           ) -> JobState: ...
+
+    async def clear_override_async(self, job_id: str, *, by: str | None = ...) -> JobState: ...
+
+    async def state_async(self, job_id: str) -> JobState: ...
+
+    async def runs_async(self, job_id: str | None = ..., *, limit: int = ...,
+                         status: RunStatus | str | None = ...) -> list[RunRecord]: ...
+
+    async def get_run_async(self, run_id: int) -> RunRecord | None: ...

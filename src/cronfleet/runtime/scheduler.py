@@ -54,7 +54,7 @@ from cronfleet.model import (
 )
 from cronfleet.runtime import requests
 from cronfleet.runtime.activity import Activity
-from cronfleet.runtime.backfill import Backfill, backfill_slots, run_backfill
+from cronfleet.runtime.backfill import Backfill, Backfills, backfill_slots
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import (
@@ -193,7 +193,7 @@ class Scheduler(SyncControl):
         self._jobs: dict[str, Job] = {}
         self._jobs_view: Mapping[str, Job] = MappingProxyType(self._jobs)
         self._flusher: asyncio.Task[None] | None = None
-        self._background: Background | None = None
+        self._background: Background[Scheduler] | None = None
         self._build()
 
     def _build(self) -> None:
@@ -212,15 +212,31 @@ class Scheduler(SyncControl):
                            stats=stats, events=self.events, activity=activity, writer=writer,
                            control=self)
         writer.runs = self.runner
-        self.loop = Loop(self)
-        self.early = EarlyClaims(self)
-        self.upkeep = Upkeep(self)
-        self.outage = Outage(self)
-        self.fleet = Fleet(self)
-        self.registry = Registry(self)
-        writer.loop = self.loop
+        self.loop = loop = Loop(store=store, clock=clock, settings=settings, life=life,
+                                stats=stats, jobs=self._jobs_view, due=self.due,
+                                activity=activity, writer=writer, runs=self.runner, warn=warn)
+        self.early = early = EarlyClaims(
+            store=store, clock=clock, settings=settings, stats=stats, jobs=self._jobs_view,
+            due=self.due, activity=activity, loop=loop, runs=self.runner, writer=writer,
+            warn=warn)
+        self.upkeep = Upkeep(store=store, clock=clock, settings=settings, activity=activity,
+                             jobs=self._jobs_view, runs=self.runner, writer=writer, loop=loop)
+        self.outage = Outage(store=store, clock=clock, settings=settings, life=life,
+                             stats=stats, jobs=self._jobs_view, writer=writer,
+                             runs=self.runner, loop=loop, warn=warn)
+        self.fleet = fleet = Fleet(store=store, clock=clock, settings=settings, stats=stats,
+                                   activity=activity, due=self.due, early=early)
+        self.registry = Registry(store=store, clock=clock, settings=settings, life=life,
+                                 stats=stats, activity=activity, jobs=self._jobs_view,
+                                 fleet=fleet, runs=self.runner, control=self)
+        self.backfills = Backfills(store=store, clock=clock, settings=settings, life=life,
+                                   jobs=self._jobs_view, runs=self.runner, writer=writer)
+        writer.loop = loop
+        loop.early, loop.outage, loop.fleet = early, self.outage, self.fleet
+        early.fleet = fleet
+        fleet.upkeep, fleet.registry = self.upkeep, self.registry
+        self.upkeep.fleet = fleet
         writer.claim_rows = self.outage.claim_rows
-        self.outage.warn = warn
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -458,7 +474,7 @@ class Scheduler(SyncControl):
     def start_in_background(
         self, *, timeout: float = 60.0,
         on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None,
-    ) -> Background:
+    ) -> Background[Scheduler]:
         """Start in a daemon thread with an event loop of its own (for sync apps: Flask,
         Django, gunicorn workers) and return once started; raises what the start raised.
         ``on_start(scheduler)`` runs in that loop once started (e.g.
@@ -532,7 +548,7 @@ class Scheduler(SyncControl):
                         "left to expire so that the fleet records them", self.instance_id,
                         owed)
         else:
-            await self._leave()
+            await self.fleet.leave(STOP_WRITE_BUDGET)
         try:
             async with asyncio.timeout(STOP_WRITE_BUDGET):
                 await self.store.close()
@@ -540,14 +556,6 @@ class Scheduler(SyncControl):
             log.warning("cronfleet %s: closing the store took over %g s; left behind",
                         self.instance_id, STOP_WRITE_BUDGET)
         log.info("cronfleet %s stopped", self.instance_id)
-
-    async def _leave(self) -> None:
-        try:
-            async with asyncio.timeout(STOP_WRITE_BUDGET):
-                await self.fleet.leave()
-        except TimeoutError:
-            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
-                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
 
     def run(self) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (blocking)."""
@@ -718,10 +726,10 @@ class Scheduler(SyncControl):
         if not wait:
             if not self.running:
                 raise RuntimeError("backfill(wait=False) needs a running scheduler")
-            bf.task = self.life.spawn(run_backfill(self, bf, by=by, rate=rate))
+            bf.task = self.life.spawn(self.backfills.run(bf, by=by, rate=rate))
             return bf
         async with _ControlScope(self):
-            bf.task = asyncio.ensure_future(run_backfill(self, bf, by=by, rate=rate))
+            bf.task = asyncio.ensure_future(self.backfills.run(bf, by=by, rate=rate))
             try:
                 await bf.task
             except asyncio.CancelledError:

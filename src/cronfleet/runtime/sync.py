@@ -13,14 +13,14 @@ from cronfleet.model import JobState, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from cronfleet.runtime.backfill import Backfill
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.runtime.parts import AsyncFacade
 
 __all__ = ["SyncControl", "call_sync"]
 
 T = TypeVar("T")
 
 
-def call_sync(s: Scheduler, make: Callable[[], Awaitable[T]]) -> T:
+def call_sync(s: AsyncFacade, make: Callable[[], Awaitable[T]]) -> T:
     """Run ``make()`` to completion: on the scheduler's loop when it runs (from another
     thread), else in a loop of its own. Refused inside an event loop."""
 
@@ -55,8 +55,8 @@ class SyncControl:
     """Mixed into :class:`Scheduler`: the blocking twins of its ``*_async`` methods."""
 
     @property
-    def _me(self) -> Scheduler:
-        return cast("Scheduler", self)
+    def _me(self) -> AsyncFacade:
+        return cast("AsyncFacade", self)
 
     def trigger(self, job_id: str, *, by: str = "manual", wait: bool = False,
                 params: Mapping[str, Any] | None = None, force: bool = False) -> RunRecord:

@@ -230,7 +230,7 @@ async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_bac
 
     def counting(self: Any, jobs: Any) -> Any:
         rows = entries(self, jobs)
-        chunks.append((self.s.instance_id, len(rows)))
+        chunks.append((self.instance_id, len(rows)))
         return rows
 
     monkeypatch.setattr(registry.Registry, "entries", counting)
