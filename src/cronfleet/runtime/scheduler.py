@@ -27,7 +27,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
@@ -55,6 +55,7 @@ from cronfleet.model import (
 from cronfleet.runtime import requests
 from cronfleet.runtime.activity import Activity
 from cronfleet.runtime.backfill import Backfill, Backfills, backfill_slots
+from cronfleet.runtime.background import Background, Stopped
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import (
@@ -70,7 +71,7 @@ from cronfleet.runtime.outage import Outage, RateLimitedLog
 from cronfleet.runtime.parts import Life, Settings
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
-from cronfleet.runtime.registry import Registry
+from cronfleet.runtime.registry import Registry, remote_cancel
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
@@ -78,9 +79,6 @@ from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.runtime.writer import Writer
 from cronfleet.spec import default_job_id, pause_until
-
-if TYPE_CHECKING:
-    from cronfleet.runtime.background import Background
 from cronfleet.store import Store, open_store
 from cronfleet.store.base import has_lanes
 
@@ -101,6 +99,33 @@ def new_instance_id() -> str:
 
 def _secs(value: str | float | timedelta | None, name: str) -> float:
     return to_timedelta(value, field=name).total_seconds()
+
+
+def check_lanes(job: Job, store: Store) -> None:
+    """``max_instances`` > 1 needs a store whose leases have lanes (``has_lanes``: every
+    built-in store; a plugin's store may have none); a node-local job counts its runs in
+    this process and needs none."""
+    if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
+        store
+    ):
+        kind = type(store).__name__.removesuffix("Store") or "this"
+        raise ValueError(
+            f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
+            f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL, Redis or memory)"
+        )
+
+
+async def open_store_at_start(store: Store, *, own: bool, connect_timeout: float | None
+                              ) -> None:
+    """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
+    ``connect_timeout`` (runtime/reach.py: the rule of every start-up step); any other
+    error (a bad path, a newer schema) stops the start at once. ``own``: the store was
+    built here from a URL."""
+    if own and hasattr(store, "open_timeout"):
+        # the store's own connect retry (PostgreSQL) follows the same limit at start;
+        # a control call on a stopped scheduler keeps the store's (60 s)
+        store.open_timeout = math.inf if connect_timeout is None else connect_timeout
+    await until_reachable(store.open, f"store {store.url}", connect_timeout)
 
 
 def _settings(s: Scheduler) -> Settings:
@@ -321,25 +346,12 @@ class Scheduler(SyncControl):
 
         return register
 
-    def _check_lanes(self, job: Job) -> None:
-        """``max_instances`` > 1 needs a store whose leases have lanes (``has_lanes``:
-        every built-in store; a plugin's store may have none); a node-local job counts its
-        runs in this process and needs none."""
-        if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
-            self.store
-        ):
-            kind = type(self.store).__name__.removesuffix("Store") or "this"
-            raise ValueError(
-                f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
-                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL, Redis or memory)"
-            )
-
     def add_job(self, job: Job) -> Job:
         if job.id in self._jobs:
             raise DuplicateJob(f"job id {job.id!r} is declared twice")
         if job.handler is None:
             raise ValueError(f"job {job.id!r} has no handler")
-        self._check_lanes(job)
+        check_lanes(job, self.store)
         self._jobs[job.id] = job
         if self.running:
             self.life.spawn(self._add_running(job))
@@ -404,12 +416,13 @@ class Scheduler(SyncControl):
         if self.running:
             return
         for job in self._jobs.values():
-            self._check_lanes(job)
+            check_lanes(job, self.store)
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self.runner.threads = DaemonThreadPool(self.max_workers)
-        await self._open_store()
+        await open_store_at_start(self.store, own=self._own_store,
+                                  connect_timeout=self.connect_timeout)
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
         self.due.first_all(self._jobs.values(), states, now)
@@ -459,18 +472,6 @@ class Scheduler(SyncControl):
         self.loop.wake.set()
 
 
-    async def _open_store(self) -> None:
-        """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
-        ``connect_timeout`` (runtime/reach.py: the rule of every start-up step); any other
-        error (a bad path, a newer schema) stops the start at once."""
-        if self._own_store and hasattr(self.store, "open_timeout"):
-            # the store's own connect retry (PostgreSQL) follows the same limit at start;
-            # a control call on a stopped scheduler keeps the store's (60 s)
-            self.store.open_timeout = (
-                math.inf if self.connect_timeout is None else self.connect_timeout
-            )
-        await until_reachable(self.store.open, f"store {self.store.url}", self.connect_timeout)
-
     def start_in_background(
         self, *, timeout: float = 60.0,
         on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None,
@@ -480,8 +481,6 @@ class Scheduler(SyncControl):
         ``on_start(scheduler)`` runs in that loop once started (e.g.
         ``cronfleet.alerts.install``). Stop with :meth:`stop` from any thread; at
         interpreter exit it is stopped for you."""
-        from cronfleet.runtime.background import Background
-
         if self.running or (self._background is not None and self._background.alive):
             raise RuntimeError("the scheduler is already running")
         bg = Background(self, on_start)
@@ -497,8 +496,6 @@ class Scheduler(SyncControl):
         """Stop gracefully (see :meth:`stop_async`). ``await scheduler.stop()`` in the
         scheduler's loop; after :meth:`start_in_background`, a plain
         ``scheduler.stop()`` from any other thread stops it and blocks until done."""
-        from cronfleet.runtime.background import Stopped
-
         bg = self._background
         if bg is not None and bg.alive and threading.get_ident() != self.loop_thread:
             bg.stop()
@@ -653,7 +650,7 @@ class Scheduler(SyncControl):
         if reserved:
             runner.reserve(job.id)
         try:
-            async with _ControlScope(self) as inline:
+            async with _ControlScope(self.store, self.life) as inline:
                 now = self.clock.now()
                 state = (await self.store.read_states([job.id])).get(job.id)
                 paused = state is not None and state.override_at_time(from_ts(now)) is False
@@ -728,7 +725,7 @@ class Scheduler(SyncControl):
                 raise RuntimeError("backfill(wait=False) needs a running scheduler")
             bf.task = self.life.spawn(self.backfills.run(bf, by=by, rate=rate))
             return bf
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             bf.task = asyncio.ensure_future(self.backfills.run(bf, by=by, rate=rate))
             try:
                 await bf.task
@@ -747,8 +744,6 @@ class Scheduler(SyncControl):
         why = why or "no reason given"
         if self.runner.find(run_id) is not None:
             return self.runner.cancel(run_id, by=by, why=why)
-        from cronfleet.runtime.registry import remote_cancel
-
         got = await remote_cancel(self.store, run_id, by=by, why=why, ttl=self.instance_ttl,
                                   timeout=timeout)
         return f"cancel taken by instance {got.taken_by}"
@@ -794,7 +789,7 @@ class Scheduler(SyncControl):
             until, now=from_ts(self.clock.now()), tz=job.schedule.tz
         )
         wanted = self.events.wants(OverrideChanged)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             before = (await self.store.read_states([job_id])).get(job_id) if wanted else None
             state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
         self.wake()
@@ -804,7 +799,7 @@ class Scheduler(SyncControl):
 
     async def state_async(self, job_id: str) -> JobState:
         self.get_job(job_id)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             states = await self.store.read_states([job_id])
         return states.get(job_id) or JobState(job_id)
 
@@ -814,13 +809,13 @@ class Scheduler(SyncControl):
         """Run history, newest first."""
         if job_id is not None:
             self.get_job(job_id)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             return await self.store.list_runs(
                 job_id, limit=limit, status=None if status is None else RunStatus(status)
             )
 
     async def get_run_async(self, run_id: int) -> RunRecord | None:
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             return await self.store.get_run(run_id)
 
 
@@ -839,16 +834,17 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class _ControlScope:
     """Opens the store for one control call when the scheduler is not running."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.s = scheduler
+    def __init__(self, store: Store, life: Life) -> None:
+        self.store = store
+        self.life = life
         self.opened = False
 
     async def __aenter__(self) -> bool:
-        if not self.s.running:
-            await self.s.store.open()
+        if not self.life.running:
+            await self.store.open()
             self.opened = True
         return self.opened
 
     async def __aexit__(self, *exc: object) -> None:
         if self.opened:
-            await self.s.store.close()
+            await self.store.close()
