@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-from cronfleet.runtime.parts import Service
+from cronfleet.runtime.faces import Service
 
 S = TypeVar("S", bound=Service)
 

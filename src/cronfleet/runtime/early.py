@@ -8,7 +8,6 @@ import asyncio
 import gc
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
@@ -16,7 +15,7 @@ from cronfleet.model import Job, JobState, Locking, Overlap, RunStatus, SkipReas
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import after, min_gap
 from cronfleet.runtime.loop import Loop, Pipeline
-from cronfleet.runtime.runs import Active
+from cronfleet.runtime.parts import Active, Pending
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish
 from cronfleet.store.ledger import removed_or_skipped_log, skip_result
 
@@ -24,30 +23,18 @@ if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.due import Due
-    from cronfleet.runtime.fleet import Fleet
-    from cronfleet.runtime.outage import RateLimitedLog
-    from cronfleet.runtime.parts import Jobs, Settings
+    from cronfleet.runtime.parts import FleetView, Jobs, RateLimitedLog, Settings
     from cronfleet.runtime.runs import Runs
     from cronfleet.runtime.stats import Stats
     from cronfleet.runtime.writer import Writer
     from cronfleet.store.base import Store
 
-__all__ = ["EARLY_PER_SLOT", "EarlyClaims", "Pending"]
+__all__ = ["EARLY_PER_SLOT", "EarlyClaims"]
 
 log = logging.getLogger("cronfleet")
 
 # an estimate of what claiming one slot early costs (loop and store thread), with margin
 EARLY_PER_SLOT = 50e-6
-
-
-@dataclass(slots=True)
-class Pending:
-    """The slots of one instant claimed shortly before it: each job with its claim result
-    and, where the claim was won, its run ready to start."""
-
-    slot: float
-    ready: list[tuple[Job, Dispatched, Active | None]] = field(default_factory=list)
-    epoch: int = 0  # the fleet epoch the claims were made in (runtime/fleet.py)
 
 
 class EarlyClaims:
@@ -56,7 +43,7 @@ class EarlyClaims:
     the loop (it fires the instant), the runs, the writer and the warning log; the
     assembler wires ``fleet`` (the epoch and the owner of a job)."""
 
-    fleet: Fleet
+    fleet: FleetView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
                  jobs: Jobs, due: Due, activity: Activity, loop: Loop, runs: Runs,

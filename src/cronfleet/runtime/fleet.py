@@ -48,8 +48,7 @@ if TYPE_CHECKING:
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.due import Due
     from cronfleet.runtime.early import EarlyClaims
-    from cronfleet.runtime.parts import Settings
-    from cronfleet.runtime.registry import Registry
+    from cronfleet.runtime.parts import RegistryView, Settings
     from cronfleet.runtime.stats import Stats
     from cronfleet.runtime.upkeep import Upkeep
     from cronfleet.store.base import Store
@@ -89,20 +88,20 @@ def owner(job_id: str, live: tuple[str, ...]) -> str | None:
 
 class Fleet:
     """This process's membership (built afresh at each start). Built with the store, the
-    clock, the settings, the stats, the activity counter, the due heap and the early
-    claims (their lead); the assembler wires ``upkeep`` (recovery of a lost instance's
-    runs) and ``registry`` (its periodic sync)."""
+    clock, the settings, the stats, the activity counter, the due heap, the early claims
+    (their lead) and the upkeep (recovery of a lost instance's runs); the assembler wires
+    ``registry`` (its periodic sync)."""
 
-    upkeep: Upkeep
-    registry: Registry
+    registry: RegistryView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
-                 activity: Activity, due: Due, early: EarlyClaims) -> None:
+                 activity: Activity, due: Due, early: EarlyClaims, upkeep: Upkeep) -> None:
         self.clock = clock
         self.stats = stats
         self.activity = activity
         self.due = due
         self.early = early
+        self.upkeep = upkeep
         self.store: InstanceStore | None = (
             store if isinstance(store, InstanceStore) and settings.timers else None
         )

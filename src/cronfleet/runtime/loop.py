@@ -36,10 +36,15 @@ if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.due import Due
-    from cronfleet.runtime.early import EarlyClaims
-    from cronfleet.runtime.fleet import Fleet
-    from cronfleet.runtime.outage import Outage, RateLimitedLog
-    from cronfleet.runtime.parts import Jobs, Life, Settings
+    from cronfleet.runtime.parts import (
+        EarlyView,
+        FleetView,
+        Jobs,
+        Life,
+        OutageView,
+        RateLimitedLog,
+        Settings,
+    )
     from cronfleet.runtime.runs import Runs
     from cronfleet.runtime.stats import Stats
     from cronfleet.runtime.writer import Writer
@@ -111,9 +116,9 @@ class Loop:
     the activity counter, the writer, the runs and the warning log; the assembler wires
     ``early``, ``outage`` and ``fleet`` (the parts it calls that are built after it)."""
 
-    early: EarlyClaims
-    outage: Outage
-    fleet: Fleet
+    early: EarlyView
+    outage: OutageView
+    fleet: FleetView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
                  stats: Stats, jobs: Jobs, due: Due, activity: Activity, writer: Writer,

@@ -36,14 +36,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cronfleet.clock import from_ts
 from cronfleet.errors import StoreDamaged, StoreUnavailable
 from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime import requests
+from cronfleet.runtime.parts import RateLimitedLog
 from cronfleet.runtime.planning import RUN_ALL_CAP
 from cronfleet.runtime.runs import run_age
 from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Finish, RunFilter, Skip
@@ -67,12 +67,9 @@ if TYPE_CHECKING:
     from cronfleet.runtime.writer import Writer
     from cronfleet.store.base import Store
 
-__all__ = ["WARN_EVERY", "Outage", "RateLimitedLog"]
+__all__ = ["Outage"]
 
 log = logging.getLogger("cronfleet")
-
-WARN_EVERY = 10.0
-"""Seconds between two warnings of one kind; the ones in between are counted."""
 
 MAX_SKIPS = 10_000
 """Claimed ``missed`` records kept for the store's return; older ones go claim-less."""
@@ -82,37 +79,6 @@ CONFIRM_FOR = 1.0
 
 _UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
 _SUPERSEDED = SkipReason.SUPERSEDED.value
-
-
-class RateLimitedLog:
-    """``warning(key, msg, *args)``: at most one line per key every ``every`` seconds;
-    the next line says how many were held back meanwhile."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        every: float = WARN_EVERY,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger = logger
-        self.every = every
-        self.clock = clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, msg: str, *args: Any) -> bool:
-        now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.every:
-            self._held[key] = self._held.get(key, 0) + 1
-            return False
-        self._last[key] = now
-        held = self._held.pop(key, 0)
-        if held:
-            msg += " (%d more like this in the last %.0f s)"
-            args = (*args, held, now - last if last is not None else 0.0)
-        self.logger.warning(msg, *args)
-        return True
 
 
 class Outage:

@@ -1,35 +1,51 @@
-"""What the runtime parts share, and the narrow faces of the facade they may call.
+"""What the runtime parts share: the settings, the scheduler's life, the records they
+pass each other, and the narrow views they hold of the parts built after them.
 
 Each part (``Runs``, ``Writer``, ``Loop``, ...) is built by the assembler
 (:meth:`Scheduler._build <cronfleet.runtime.scheduler.Scheduler._build>`) with the
 collaborators it uses: the store, the clock, the :class:`Settings`, the :class:`Life` of
-the scheduler, the job table as a read-only view (``Mapping[str, Job]``), the stats and
-the sibling parts it calls. No part holds the ``Scheduler``; the few calls a part makes
-back into the facade (a remote cancel, a trigger or a backfill asked by another process)
-go through the :class:`Control` protocol below. This module imports no other runtime
-module: the parts import it, never the reverse.
+the scheduler, the job table as a read-only view (:data:`Jobs`), the stats and the
+sibling parts it calls. No part holds the ``Scheduler``. A part built before a sibling it
+calls is wired to it after both exist and sees it through a protocol of this module
+(:class:`ResultSource`, :class:`FleetView`, ...), so that the runtime's import graph
+has no cycle, ``TYPE_CHECKING`` imports included. This module imports no runtime part.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from cronfleet.model import Job
+from cronfleet.model import Job, JobState, RunContext, RunRecord
+from cronfleet.runtime.executor import Outcome
+from cronfleet.store.base import Dispatch, Dispatched, Finish
 
-if TYPE_CHECKING:
-    from datetime import timedelta
-
-    from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
-    from cronfleet.runtime.backfill import Backfill
-
-__all__ = ["AsyncFacade", "Control", "Jobs", "Life", "Service", "Settings"]
+__all__ = [
+    "WARN_EVERY",
+    "Active",
+    "Canceller",
+    "EarlyView",
+    "Firing",
+    "FleetView",
+    "Jobs",
+    "Life",
+    "OutageView",
+    "Pending",
+    "Queued",
+    "RateLimitedLog",
+    "RegistryView",
+    "ResultSource",
+    "Settings",
+]
 
 log = logging.getLogger("cronfleet")
+
+WARN_EVERY = 10.0
+"""Seconds between two warnings of one kind; the ones in between are counted."""
 
 Jobs = Mapping[str, Job]
 """The job table as the parts see it: a read-only, live view of the scheduler's jobs."""
@@ -81,59 +97,167 @@ class Life:
             log.error("cronfleet background task failed", exc_info=task.exception())
 
 
-class Control(Protocol):
-    """The control calls a part makes through the facade (the registry's fleet requests,
-    ``Overlap.REPLACE``'s cancel of a run wherever it executes)."""
+class RateLimitedLog:
+    """``warning(key, msg, *args)``: at most one line per key every ``every`` seconds;
+    the next line says how many were held back meanwhile."""
 
-    async def trigger_async(
-        self, job_id: str, *, by: str = ..., triggered_by: TriggeredBy = ...,
-        wait: bool = ..., params: Mapping[str, Any] | None = ..., force: bool = ...,
-    ) -> RunRecord: ...
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every: float = WARN_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.every = every
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
 
-    async def backfill_async(
-        self, job_id: str, start: datetime, end: datetime, *, only_missing: bool = ...,
-        by: str = ..., rate: float | None = ..., wait: bool = ..., since: float | None = ...,
-    ) -> Backfill: ...
+    def warning(self, key: str, msg: str, *args: Any) -> bool:
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.every:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            msg += " (%d more like this in the last %.0f s)"
+            args = (*args, held, now - last if last is not None else 0.0)
+        self.logger.warning(msg, *args)
+        return True
+
+
+# -- the records the parts pass each other ----------------------------------------------
+
+
+@dataclass(slots=True)
+class Active:
+    """A run executing in this process."""
+
+    job: Job
+    run: RunRecord
+    leased: bool
+    task: asyncio.Task[None] | None = None
+    ctx: RunContext | None = None
+    outcome: Outcome | None = None
+    cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
+
+
+@dataclass(slots=True)
+class Queued:
+    """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
+
+    job: Job
+    run: RunRecord
+    leased: bool
+
+
+@dataclass(slots=True)
+class Pending:
+    """The slots of one instant claimed shortly before it: each job with its claim result
+    and, where the claim was won, its run ready to start."""
+
+    slot: float
+    ready: list[tuple[Job, Dispatched, Active | None]] = field(default_factory=list)
+    epoch: int = 0  # the fleet epoch the claims were made in (runtime/fleet.py)
+
+
+# -- the views of the parts built later (wired by the assembler) ------------------------
+
+
+class Canceller(Protocol):
+    """``Overlap.REPLACE`` cancels the run holding the lease wherever it executes: the
+    facade's ``cancel_async`` (here directly, elsewhere through the store)."""
 
     async def cancel_async(self, run_id: int, *, by: str = ..., why: str = ...,
                            timeout: float = ...) -> str: ...
 
 
-class Service(Protocol):
-    """What ``Background`` (a scheduler in a thread of its own) needs of the scheduler."""
+class ResultSource(Protocol):
+    """What the writer takes from the runs (``Runs``): the ended runs, settled into rows
+    (returned), and the "started" rows of fast-path runs not written yet."""
 
     @property
-    def loop_task(self) -> asyncio.Task[None] | None: ...
+    def ended(self) -> Sequence[Active]: ...
 
-    async def start(self) -> None: ...
+    def settle(self) -> list[Finish]: ...
 
-    async def stop_async(self) -> None: ...
+    def take_unrecorded(self) -> list[Finish]: ...
 
 
-class AsyncFacade(Control, Protocol):
-    """The async control API that ``SyncControl`` (the blocking twins, mixed into the
-    ``Scheduler``) calls: from another thread on the scheduler's loop, or in a loop of
-    its own."""
+class Firing(Protocol):
+    """The instant being claimed (``Loop.firing``): the writer lets its claims go first."""
 
     @property
-    def running(self) -> bool: ...
+    def firing(self) -> asyncio.Future[None] | None: ...
 
-    event_loop: asyncio.AbstractEventLoop | None
-    loop_thread: int | None
 
-    async def pause_async(self, job_id: str, *, by: str | None = ..., note: str | None = ...,
-                          until: datetime | str | float | timedelta | None = ...,
-                          ) -> JobState: ...
+class EarlyView(Protocol):
+    """What the loop asks of the early claims (``EarlyClaims``)."""
 
-    async def resume_async(self, job_id: str, *, by: str | None = ..., note: str | None = ...,
-                           until: datetime | str | float | timedelta | None = ...,
-                           ) -> JobState: ...
+    @property
+    def ahead(self) -> float: ...
 
-    async def clear_override_async(self, job_id: str, *, by: str | None = ...) -> JobState: ...
+    @property
+    def pending(self) -> Pending | None: ...
 
-    async def state_async(self, job_id: str) -> JobState: ...
+    def lead(self, now: float) -> float: ...
 
-    async def runs_async(self, job_id: str | None = ..., *, limit: int = ...,
-                         status: RunStatus | str | None = ...) -> list[RunRecord]: ...
+    def may_claim(self, job: Job) -> bool: ...
 
-    async def get_run_async(self, run_id: int) -> RunRecord | None: ...
+    def take(self, now: float) -> Pending | None: ...
+
+    async def claim(self, slot: float, now: float) -> None: ...
+
+    async def drop_stale(self, pending: Pending) -> list[tuple[Job, float]]: ...
+
+    async def fire(self, pending: Pending, now: float, states: Mapping[str, JobState]
+                   ) -> list[tuple[Job, float]]: ...
+
+
+class OutageView(Protocol):
+    """What the loop hands the outage handling (``Outage``)."""
+
+    @property
+    def pending(self) -> bool: ...
+
+    def offline(self, items: list[Dispatch], exc: BaseException | None, fired_mono: float
+                ) -> list[Dispatched]: ...
+
+    def answered(self, got: list[Dispatched]) -> None: ...
+
+
+class FleetView(Protocol):
+    """What the loop, the early claims and the upkeep read of this process's membership
+    (``Fleet``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def live(self) -> tuple[str, ...]: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def ttl(self) -> float: ...
+
+    @property
+    def last_ok(self) -> float | None: ...
+
+    @property
+    def failed(self) -> bool: ...
+
+    def owns(self, job_id: str) -> bool: ...
+
+    def steady(self) -> bool: ...
+
+    async def confirm(self, now: float, epoch: int) -> bool: ...
+
+
+class RegistryView(Protocol):
+    """The fleet's heartbeat syncs the registry (``Registry.sync``) after each beat."""
+
+    async def sync(self) -> None: ...

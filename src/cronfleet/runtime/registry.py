@@ -46,8 +46,9 @@ if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.backfill import Backfill
+    from cronfleet.runtime.faces import Control
     from cronfleet.runtime.fleet import Fleet
-    from cronfleet.runtime.parts import Control, Jobs, Life, Settings
+    from cronfleet.runtime.parts import Jobs, Life, Settings
     from cronfleet.runtime.runs import Runs
     from cronfleet.runtime.stats import Stats
     from cronfleet.store.base import Store

@@ -15,7 +15,6 @@ import itertools
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from cronfleet.model import (
 )
 from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.runtime.parts import Active, Queued
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.store.base import Dispatch, Finish, RunFilter, Start
 from cronfleet.store.ledger import (
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.events import Events
-    from cronfleet.runtime.parts import Control, Life, Settings
+    from cronfleet.runtime.parts import Canceller, Life, Settings
     from cronfleet.runtime.stats import Stats
     from cronfleet.runtime.writer import Writer
     from cronfleet.store.base import Store
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 SUPERSEDED = SkipReason.SUPERSEDED.value
 STOPPED_IN_JITTER = "the scheduler stopped while the slot waited out its jitter delay"
 
-__all__ = ["Active", "Queued", "Runs"]
+__all__ = ["Runs", "run_age"]
 
 log = logging.getLogger("cronfleet")
 
@@ -64,32 +64,10 @@ _RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
 SAVE_WAIT = 5.0  # RunContext.save(wait=True): how long a run waits for its row
 
 
-@dataclass(slots=True)
-class Active:
-    """A run executing in this process."""
-
-    job: Job
-    run: RunRecord
-    leased: bool
-    task: asyncio.Task[None] | None = None
-    ctx: RunContext | None = None
-    outcome: Outcome | None = None
-    cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
-
-
 def run_age(run: RunRecord) -> tuple[float, float, int]:
     """Oldest first: by start, then slot, then id (``Overlap.REPLACE`` with lanes)."""
     started = run.started_at or run.claimed_at or run.slot
     return (started.timestamp(), run.slot.timestamp(), run.id or 0)
-
-
-@dataclass(slots=True)
-class Queued:
-    """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
-
-    job: Job
-    run: RunRecord
-    leased: bool
 
 
 class Runs:
@@ -101,7 +79,7 @@ class Runs:
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
                  stats: Stats, events: Events, activity: Activity, writer: Writer,
-                 control: Control) -> None:
+                 control: Canceller) -> None:
         self.store = store
         self.clock = clock
         self.settings = settings

@@ -67,8 +67,8 @@ from cronfleet.runtime.events import (
 )
 from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.loop import Loop
-from cronfleet.runtime.outage import Outage, RateLimitedLog
-from cronfleet.runtime.parts import Life, Settings
+from cronfleet.runtime.outage import Outage
+from cronfleet.runtime.parts import Life, RateLimitedLog, Settings
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
 from cronfleet.runtime.registry import Registry, remote_cancel
@@ -223,45 +223,46 @@ class Scheduler(SyncControl):
 
     def _build(self) -> None:
         """Fresh parts for a start: each owns its state, nothing is reset field by field.
-        Each part gets the collaborators it uses; the back edges (a part calling one built
-        after it) are wired at the end."""
+
+        Each part is built with the collaborators it uses, in this order; a part that
+        calls one built after it is wired to it at the end (it sees it through a
+        protocol of runtime/parts.py)."""
         settings, life, store, clock = _settings(self), self.life, self.store, self.clock
-        stats = self.stats
+        stats, jobs = self.stats, self._jobs_view
         warn = RateLimitedLog(log)  # one rate limit for the store-trouble warnings
-        self.due = Due()
+        self.due = due = Due()
         self.activity = activity = Activity(lambda: writer.owes())
-        writer = Writer(store=store, settings=settings, life=life, stats=stats,
-                        activity=activity, warn=warn)
-        self.writer = writer
-        self.runner = Runs(store=store, clock=clock, settings=settings, life=life,
-                           stats=stats, events=self.events, activity=activity, writer=writer,
-                           control=self)
-        writer.runs = self.runner
-        self.loop = loop = Loop(store=store, clock=clock, settings=settings, life=life,
-                                stats=stats, jobs=self._jobs_view, due=self.due,
-                                activity=activity, writer=writer, runs=self.runner, warn=warn)
+        self.writer = writer = Writer(store=store, settings=settings, life=life, stats=stats,
+                                      activity=activity, warn=warn)
+        self.runner = runs = Runs(store=store, clock=clock, settings=settings, life=life,
+                                  stats=stats, events=self.events, activity=activity,
+                                  writer=writer, control=self)
+        self.loop = loop = Loop(
+            store=store, clock=clock, settings=settings, life=life, stats=stats, jobs=jobs,
+            due=due, activity=activity, writer=writer, runs=runs, warn=warn)
         self.early = early = EarlyClaims(
-            store=store, clock=clock, settings=settings, stats=stats, jobs=self._jobs_view,
-            due=self.due, activity=activity, loop=loop, runs=self.runner, writer=writer,
-            warn=warn)
-        self.upkeep = Upkeep(store=store, clock=clock, settings=settings, activity=activity,
-                             jobs=self._jobs_view, runs=self.runner, writer=writer, loop=loop)
-        self.outage = Outage(store=store, clock=clock, settings=settings, life=life,
-                             stats=stats, jobs=self._jobs_view, writer=writer,
-                             runs=self.runner, loop=loop, warn=warn)
-        self.fleet = fleet = Fleet(store=store, clock=clock, settings=settings, stats=stats,
-                                   activity=activity, due=self.due, early=early)
-        self.registry = Registry(store=store, clock=clock, settings=settings, life=life,
-                                 stats=stats, activity=activity, jobs=self._jobs_view,
-                                 fleet=fleet, runs=self.runner, control=self)
-        self.backfills = Backfills(store=store, clock=clock, settings=settings, life=life,
-                                   jobs=self._jobs_view, runs=self.runner, writer=writer)
-        writer.loop = loop
-        loop.early, loop.outage, loop.fleet = early, self.outage, self.fleet
-        early.fleet = fleet
-        fleet.upkeep, fleet.registry = self.upkeep, self.registry
-        self.upkeep.fleet = fleet
-        writer.claim_rows = self.outage.claim_rows
+            store=store, clock=clock, settings=settings, stats=stats, jobs=jobs, due=due,
+            activity=activity, loop=loop, runs=runs, writer=writer, warn=warn)
+        self.outage = outage = Outage(
+            store=store, clock=clock, settings=settings, life=life, stats=stats, jobs=jobs,
+            writer=writer, runs=runs, loop=loop, warn=warn)
+        self.upkeep = upkeep = Upkeep(
+            store=store, clock=clock, settings=settings, activity=activity, jobs=jobs,
+            runs=runs, writer=writer, loop=loop)
+        self.fleet = fleet = Fleet(
+            store=store, clock=clock, settings=settings, stats=stats, activity=activity,
+            due=due, early=early, upkeep=upkeep)
+        self.registry = registry = Registry(
+            store=store, clock=clock, settings=settings, life=life, stats=stats,
+            activity=activity, jobs=jobs, fleet=fleet, runs=runs, control=self)
+        self.backfills = Backfills(
+            store=store, clock=clock, settings=settings, life=life, jobs=jobs, runs=runs,
+            writer=writer)
+        # the back edges
+        writer.runs, writer.loop, writer.claim_rows = runs, loop, outage.claim_rows
+        loop.early, loop.outage, loop.fleet = early, outage, fleet
+        early.fleet = upkeep.fleet = fleet
+        fleet.registry = registry
 
     # -- declaring jobs -----------------------------------------------------------------
 

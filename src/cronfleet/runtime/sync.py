@@ -13,7 +13,7 @@ from cronfleet.model import JobState, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from cronfleet.runtime.backfill import Backfill
-    from cronfleet.runtime.parts import AsyncFacade
+    from cronfleet.runtime.faces import AsyncFacade
 
 __all__ = ["SyncControl", "call_sync"]
 

@@ -12,9 +12,8 @@ from cronfleet.runtime import requests
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.activity import Activity
-    from cronfleet.runtime.fleet import Fleet
     from cronfleet.runtime.loop import Loop
-    from cronfleet.runtime.parts import Jobs, Settings
+    from cronfleet.runtime.parts import FleetView, Jobs, Settings
     from cronfleet.runtime.runs import Runs
     from cronfleet.runtime.writer import Writer
     from cronfleet.store.base import Store
@@ -29,7 +28,7 @@ class Upkeep:
     (read-only), the runs (queued ones polled, leases renewed), the writer (skips
     retried) and the loop (recovery runs dispatched); the assembler wires ``fleet``."""
 
-    fleet: Fleet
+    fleet: FleetView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, activity: Activity,
                  jobs: Jobs, runs: Runs, writer: Writer, loop: Loop) -> None:

@@ -23,10 +23,7 @@ from cronfleet.store.base import Finish, Skip, Store
 
 if TYPE_CHECKING:
     from cronfleet.runtime.activity import Activity
-    from cronfleet.runtime.loop import Loop
-    from cronfleet.runtime.outage import RateLimitedLog
-    from cronfleet.runtime.parts import Life, Settings
-    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.parts import Firing, Life, RateLimitedLog, ResultSource, Settings
     from cronfleet.runtime.stats import Stats
 
 __all__ = ["MAX_BUFFERED", "Writer"]
@@ -74,8 +71,8 @@ class Writer:
     then wires ``runs`` (the source of ended runs), ``loop`` (``firing``) and
     ``claim_rows`` (``Outage.claim_rows``: rows of fail-open runs claimed first)."""
 
-    runs: Runs
-    loop: Loop
+    runs: ResultSource
+    loop: Firing
     claim_rows: Callable[[list[Finish]], Awaitable[list[Finish]]]
 
     def __init__(self, *, store: Store, settings: Settings, life: Life, stats: Stats,

@@ -14,7 +14,7 @@ import pytest
 
 from cronfleet import FakeClock, Locking, Missed, Overlap, RunContext, RunStatus, Scheduler
 from cronfleet.errors import StoreUnavailable
-from cronfleet.runtime.outage import RateLimitedLog
+from cronfleet.runtime.parts import RateLimitedLog
 
 from .conftest import BOTH, T0, Recorder, advance, settle
 
