@@ -132,7 +132,7 @@ class EarlyClaims:
             else:
                 keep.append(job_id)
         # the heap entry stays (with what is left of the bucket): the loop wakes at ``slot``
-        due.buckets[slot] = keep
+        due.keep_only(slot, keep)
         if not take:
             return
         placed: set[str] = set()
