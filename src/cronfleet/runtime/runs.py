@@ -131,7 +131,7 @@ class Runs:
 
     def _start(self, active: Active, loop: asyncio.AbstractEventLoop) -> None:
         """The one place a handler starts: the run is registered as in progress here and
-        its task created (the counters and the ledger are the callers', once per batch)."""
+        its task created (the counters and the writer are the callers', once per batch)."""
         key = active.run.id
         if key is None:
             key = -next(self._seq)
@@ -178,14 +178,14 @@ class Runs:
         the group commit; ``wait``: until it is written (5 s at most), its id returned."""
         if run.status is not RunStatus.RUNNING:
             return run.id
-        ledger = self.writer
-        ledger.add(Finish(run))
-        ledger.wake()
+        writer = self.writer
+        writer.add(Finish(run))
+        writer.wake()
         if wait and run.id is None and self.life.running:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SAVE_WAIT):
                     while run.id is None and self.life.running:
-                        await ledger.flushed()
+                        await writer.flushed()
                         if run.id is None:
                             await asyncio.sleep(0.05)
         return run.id

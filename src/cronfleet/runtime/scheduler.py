@@ -1,15 +1,20 @@
-"""The facade: the job registry, the lifecycle and the control methods.
+"""The facade and assembler: the job registry, the lifecycle and the control methods.
 
 One ``Scheduler`` fires each slot of each job once across every process sharing its
 store. The work is done by parts, each the one owner of its state, built afresh at every
-start:
+start by :meth:`Scheduler._build` with the collaborators it uses (none holds the
+scheduler; what they share and the views they have of each other: :mod:`.parts`):
 
 - ``due`` (:mod:`.due`): the heap of instants, their buckets, each job's watermark;
 - ``loop`` (:mod:`.loop`): the loop task and the firing of one instant;
 - ``early`` (:mod:`.early`): slots claimed shortly before their instant;
 - ``runner`` (:mod:`.runs`): runs in progress, queued for a lease, ended;
 - ``writer`` (:mod:`.writer`): what waits to be written (group commit, skips);
+- ``outage`` (:mod:`.outage`): the slots the store did not take;
 - ``upkeep`` (:mod:`.upkeep`): retention, orphans and recovery, lease renewal;
+- ``fleet`` / ``registry`` (:mod:`.fleet`, :mod:`.registry`): membership, declared jobs
+  and the requests of other processes;
+- ``backfills`` (:mod:`.backfill`): backfill runs;
 - ``events`` (:mod:`.events`): ``RunFinished`` & co. for listeners (``subscribe``).
 """
 
