@@ -48,7 +48,8 @@ WARN_EVERY = 10.0
 """Seconds between two warnings of one kind; the ones in between are counted."""
 
 Jobs = Mapping[str, Job]
-"""The job table as the parts see it: a read-only, live view of the scheduler's jobs."""
+"""The job table as the parts see it: the scheduler's live table, read-only by its type
+(only the facade's ``add_job`` / ``remove_job`` / ``replace_job`` change it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,6 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
-from types import MappingProxyType
 from typing import Any
 
 from cronfleet.clock import Clock, SystemClock, from_ts
@@ -221,7 +220,10 @@ class Scheduler(SyncControl):
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
         self._jobs: dict[str, Job] = {}
-        self._jobs_view: Mapping[str, Job] = MappingProxyType(self._jobs)
+        # what the parts get: the same table, read-only by its type (``Jobs``, a Mapping:
+        # mypy refuses a write); not a MappingProxyType, whose lookups cost ~2x on the
+        # per-job paths of a 100,000-job instant
+        self._jobs_view: Mapping[str, Job] = self._jobs
         self._flusher: asyncio.Task[None] | None = None
         self._background: Background[Scheduler] | None = None
         self._build()
