@@ -104,21 +104,21 @@ class Background(Generic[S]):
             self._ready.set()
 
     async def _serve(self) -> None:
-        s = self.scheduler
+        service = self.scheduler
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        await s.start()
+        await service.start()
         try:
             if self.on_start is not None:
-                result = self.on_start(s)
+                result = self.on_start(service)
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                     await result
             self._ready.set()
             waiter = asyncio.ensure_future(self._stop.wait())
             watched: set[asyncio.Future[Any]] = {waiter}
-            if s.loop_task is not None:
-                watched.add(s.loop_task)
+            if service.loop_task is not None:
+                watched.add(service.loop_task)
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
         finally:
-            await s.stop_async()
+            await service.stop_async()
