@@ -27,7 +27,8 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   slot when they ended (a newer slot replaces a waiting one: ``skipped / superseded``).
   Under REQUIRE_GLOBAL nothing runs without a claim: the backlog's slot replaces the run
   in progress through the store once it answers (``Runs.replace_running``).
-* Warnings repeat at most once per :data:`WARN_EVERY` seconds per kind, with a count.
+* Warnings repeat at most once per :data:`~cronfleet.runtime.parts.WARN_EVERY` seconds
+  per kind, with a count.
 """
 
 from __future__ import annotations

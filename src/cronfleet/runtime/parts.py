@@ -54,22 +54,23 @@ Jobs = Mapping[str, Job]
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The scheduler's options the parts read, fixed for one start (see ``Scheduler``)."""
+    """The scheduler's options the parts read, fixed for one start: built by the facade
+    from its own (their defaults and meaning: ``Scheduler``)."""
 
     instance_id: str
-    timers: bool = True
-    role: str = "all"
-    late_after: float = 5.0
-    batch_size: int = 1000
-    claim_ahead: float = 0.5
-    instance_ttl: float = 15.0
-    orphan_interval: float = 15.0
-    queue_poll: float = 1.0
-    run_retention: float = 30 * 86400.0
-    runs_per_job: int = 1000
-    claim_retention: float = 7 * 86400.0
-    record_started_after: float = 0.25
-    shutdown_grace: float = 30.0
+    timers: bool
+    role: str
+    late_after: float
+    batch_size: int
+    claim_ahead: float
+    instance_ttl: float
+    orphan_interval: float
+    queue_poll: float
+    run_retention: float
+    runs_per_job: int
+    claim_retention: float
+    record_started_after: float
+    shutdown_grace: float
 
 
 class Life:
