@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.cron.compose import read_schedule
 from cronfleet.errors import (
+    AlreadyExecuting,
     CronfleetError,
     JobNotFound,
     NotDeclared,
@@ -214,8 +216,6 @@ def job_from_spec(job_id: str, spec: Mapping[str, Any], *, team: str, source: st
     API show and operate it: views, pause, next fire times), its handler a
     :class:`DeclaredElsewhere`. Raises ``ValueError`` when the schedule cannot be read
     here (e.g. a calendar file that only exists on the declaring host)."""
-    from cronfleet.cron.compose import read_schedule
-
     schedule, sentence = read_schedule(str(spec.get("schedule", "")), str(spec.get("zone")
                                                                         or "UTC"))
     return Job(
@@ -822,8 +822,6 @@ class Registry:
     async def handle(self, req: FleetRequest) -> None:
         """Act on one request and answer it (an answer that cannot be written is
         logged: the sender then times out, naming the request)."""
-        from cronfleet.errors import AlreadyExecuting
-
         assert self.store is not None and req.id is not None
         run_id: int | None = None
         error: str | None = None
