@@ -314,7 +314,7 @@ class Scheduler(SyncControl):
         imported (also when the file runs as a script). ``retry``: run a failing handler
         again inside its slot; ``notify`` and ``auto_pause_after``: alerts
         (``cronfleet.alerts.install``); ``max_instances``: concurrent runs of the job
-        across the fleet (only 1 is built, see docs/concepts.md). ``schedule`` may be a
+        across the fleet, 1 to 100 (docs/concepts.md). ``schedule`` may be a
         list of expressions (their instants united), or left out for a one-off ``at``;
         ``start``/``end`` bound the slots and ``exclude`` removes days or instants
         (``except`` in a config task)."""
