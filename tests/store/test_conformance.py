@@ -683,6 +683,34 @@ async def test_retention_is_the_one_rule(store: Store, clock: FakeClock) -> None
             assert again.won is ((c.job_id, c.token) not in kept_claims), c
 
 
+async def test_retention_ranks_the_runs_left_after_the_age_cut(store: Store) -> None:
+    """A job's runs can finish in another order than their ids: a newer run that finished
+    long ago goes for its age first, and only then are the runs left ranked by id (it does
+    not take one of the ``runs_per_job`` places of the runs that stay)."""
+    from cronfleet.clock import from_ts
+    from cronfleet.store.driver import Retention, RunRow
+
+    await store.ensure_jobs(["c"])
+    ids = []
+    for i in range(5):
+        [d] = await store.dispatch([slot_item("c", T0 + i)], "one")
+        assert d.run is not None
+        d.run.status = RunStatus.SUCCEEDED
+        d.run.started_at = from_ts(T0 + i)
+        d.run.finished_at = from_ts(T0 + 10 if i == 3 else T0 + 10 * 86400 + i)
+        await store.finish([Finish(d.run)])
+        assert d.run.id is not None
+        ids.append(d.run.id)
+    cut = T0 + 86400
+    rows = [RunRow(r.id, "c", False, round(r.finished_at.timestamp() * 1000), False)
+            for r in await store.list_runs("c", limit=100)
+            if r.id is not None and r.finished_at is not None]
+    expected = Retention(claims_before=T0 - 1, runs_before=cut, runs_per_job=2).kept_runs(rows)
+    assert expected == {ids[2], ids[4]}
+    await store.prune(claims_older_than=T0 - 1, runs_older_than=cut, runs_per_job=2)
+    assert {r.id for r in await store.list_runs("c", limit=100)} == expected
+
+
 async def test_last_runs_is_the_newest_run_of_each_job(store: Store) -> None:
     await store.ensure_jobs(["a", "b", "c"])
     assert await store.last_runs([]) == {}

@@ -4,10 +4,12 @@
 -- (JSON, '' to begin), the most items (jobs, claims, runs) this call may examine.
 -- Reply: {claims deleted, runs deleted, items examined, next cursor ('' when done)}.
 -- The cursor: c the SSCAN cursor of the jobs set, q the jobs of its batch not yet done
--- (q[1] the current one), ph 'c' (claims) or 'r' (runs) for q[1], h its HSCAN cursor,
--- t claim fields read by HSCAN not yet examined, k its oldest runs examined and kept.
--- Runs are examined oldest first by id; a deleted one leaves the set, so the next one
--- always has exactly k older ones left.
+-- (q[1] the current one), ph 'c' (claims), 'a' (runs past their age) or 'r' (runs past
+-- the count) for q[1], h its HSCAN cursor, t claim fields read by HSCAN not yet
+-- examined, k its oldest runs examined and kept in this phase.
+-- Runs are examined oldest first by id, twice: the age cut first, then the runs left are
+-- ranked (a newer run that finished long ago takes no place of the kept ones). A deleted
+-- run leaves the set, so the next one always has exactly k older ones left.
 local ccut, rcut, per_job = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local limit = tonumber(ARGV[7])
 local st = ARGV[6] ~= '' and cjson.decode(ARGV[6]) or {c = '0', s = false, q = {}}
@@ -35,7 +37,7 @@ while work < limit do
         st.t = r[2]
       end
       if #st.t == 0 then
-        st.ph = 'r'
+        st.ph, st.k = 'a', 0
       else
         local newest = redis.call('ZREVRANGE', jk(j, 'cs'), 0, 0)[1]
         while #st.t > 0 and work < limit do
@@ -56,7 +58,11 @@ while work < limit do
       local total = redis.call('ZCARD', jk(j, 'r'))
       local ids = redis.call('ZRANGE', jk(j, 'r'), st.k, st.k + (limit - work))
       if #ids == 0 then
-        next_job()
+        if st.ph == 'a' then
+          st.ph, st.k = 'r', 0
+        else
+          next_job()
+        end
       else
         for _, id in ipairs(ids) do
           if work >= limit then break end
@@ -64,7 +70,8 @@ while work < limit do
           local v = redis.call('HMGET', gk('r:' .. id), 'st', 'fa')
           local gone = false
           if v[1] and not OPEN[v[1]] and tonumber(id) ~= kept then
-            if (v[2] and tonumber(v[2]) < rcut) or total - st.k > per_job then
+            if (st.ph == 'a' and v[2] and tonumber(v[2]) < rcut)
+                or (st.ph == 'r' and total - st.k > per_job) then
               unindex(id)
               nr, total, gone = nr + 1, total - 1, true
             end
