@@ -38,7 +38,7 @@ from cronfleet.spec import FieldProblem, SpecInvalid
 if TYPE_CHECKING:
     from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
-    from cronfleet.scheduler import Scheduler
+    from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store.side import ApiStore, JobDef
 
 __all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",

@@ -26,8 +26,8 @@ except ImportError:
     raise
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.stats import Stats
-    from cronfleet.scheduler import Histogram, Scheduler
+    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.runtime.stats import Histogram, Stats
 
 __all__ = ["CONTENT_TYPE_LATEST", "SchedulerCollector", "render"]
 

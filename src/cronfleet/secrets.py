@@ -25,11 +25,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.errors import CronfleetError
 from cronfleet.extras import require
 
@@ -274,13 +275,18 @@ class BoundSecret:
 class Vault:
     """Encrypted secrets in a :class:`~cronfleet.store.side.SecretStore`."""
 
-    def __init__(self, store: SecretStore, keyring: Keyring | None = None) -> None:
+    def __init__(self, store: SecretStore, keyring: Keyring | None = None, *,
+                 clock: Clock | None = None) -> None:
         self.store = store
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.keyring = keyring if keyring is not None else Keyring.from_env()
 
     def __repr__(self) -> str:
         current = self.keyring.current.id if self.keyring.current else None
         return f"Vault({self.store!r}, key={current})"
+
+    def _now(self) -> datetime:
+        return from_ts(self.clock.now())
 
     def _key(self) -> SecretKey:
         if self.keyring.current is None:
@@ -334,7 +340,7 @@ class Vault:
         # processes holding those keys would then not read this one (and refuse to start)
         await self.check()
         nonce, ct = encrypt(key, namespace, name, value)
-        return await self.store.put_secret(namespace, name, key.id, nonce, ct, _now(),
+        return await self.store.put_secret(namespace, name, key.id, nonce, ct, self._now(),
                                            bound or None)
 
     async def get(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -404,14 +410,11 @@ class Vault:
                 continue
             value = decrypt(old, row.namespace, row.name, full.nonce, full.ciphertext)
             nonce, ct = encrypt(key, row.namespace, row.name, value)
-            await self.store.put_secret(row.namespace, row.name, key.id, nonce, ct, _now(),
+            await self.store.put_secret(row.namespace, row.name, key.id, nonce, ct, self._now(),
                                         full.hosts)
             count += 1
         return count
 
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 # -- references and redaction -----------------------------------------------------------

@@ -128,7 +128,7 @@ DEFAULT_HTTP_TIMEOUT = 30.0
 MAX_URL = 4096
 # ``max_instances``: concurrent runs of one job across the fleet (the job's lease as N
 # lanes; see docs/concepts.md, "Concurrent runs of one job"), on every built-in store; a
-# store without lanes (a plugin's) is refused N > 1 at start (Scheduler._check_lanes).
+# store without lanes (a plugin's) is refused N > 1 at start (runtime.scheduler.check_lanes).
 MAX_INSTANCES = 100
 
 # auto_pause_after: consecutive failed runs before the job is paused for the fleet. Beyond

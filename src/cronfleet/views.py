@@ -14,7 +14,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.cron.duration import format_duration
@@ -374,7 +374,7 @@ def run_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
     }
 
 
-def overrun_warning(job: Job, runs: Sequence[RunRecord], now: datetime | None = None) -> str | None:
+def overrun_warning(job: Job, runs: Sequence[RunRecord], now: datetime) -> str | None:
     """A warning when recent runs last longer than the job's period.
 
     The signature is a series of ``already_executing`` skips (a slot came due while the
@@ -382,7 +382,7 @@ def overrun_warning(job: Job, runs: Sequence[RunRecord], now: datetime | None = 
     """
     from cronfleet.model import RunStatus, SkipReason
 
-    period = period_of(job, now or datetime.now(UTC))
+    period = period_of(job, now)
     if not period:
         return None
     skips = sum(  # a manual trigger refused while a run holds the lease says nothing

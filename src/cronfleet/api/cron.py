@@ -7,14 +7,15 @@ excluded instants inside the window shown are listed apart (``excluded``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from cronfleet.api import schemas as S
-from cronfleet.api.deps import Viewer
+from cronfleet.api.deps import Context, Viewer, context
+from cronfleet.api.deps import now as clock_now
 from cronfleet.api.errors import ApiError, responses
 from cronfleet.cron import (
     ComposedSchedule,
@@ -45,7 +46,8 @@ def _invalid(fld: str, exc: CronSyntaxError) -> ApiError:
 
 
 @router.post("/api/cron/preview", response_model=S.PreviewOut, responses=responses(401, 403))
-async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
+async def preview(body: S.PreviewRequest, token: Viewer,
+                  ctx: Annotated[Context, Depends(context)]) -> dict[str, Any]:
     exprs = body.expr
     texts = ([exprs] if isinstance(exprs, str) else exprs or []) + (body.except_ or [])
     if any("calendar:" in t for t in texts):  # never read the server's files
@@ -54,7 +56,7 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
                        {"errors": [{"field": "except", "message": "calendar files are not "
                                     "accepted here"}]})
     # a one-off in words ('tomorrow at 5pm') is read at the preview's start
-    now = body.after or datetime.now(UTC)
+    now = body.after or clock_now(ctx)
     if now.tzinfo is None:
         try:
             now = now.replace(tzinfo=ZoneInfo(body.timezone))
@@ -89,7 +91,7 @@ async def preview(body: S.PreviewRequest, token: Viewer) -> dict[str, Any]:
     except ValueError as exc:  # an impossible combination (end before start, ...)
         raise ApiError(422, "INVALID_CRON", str(exc),
                        {"errors": [{"field": "expr", "message": str(exc)}]}) from None
-    after = body.after or datetime.now(UTC)
+    after = body.after or now
     if after.tzinfo is None:
         after = after.replace(tzinfo=expr.tz)
     if isinstance(expr, ComposedSchedule):

@@ -28,7 +28,7 @@ from cronfleet.plugins import (
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.config.settings import Config, PluginRef
-    from cronfleet.scheduler import Scheduler
+    from cronfleet.runtime.scheduler import Scheduler
 
 log = logging.getLogger("cronfleet.config")
 
@@ -76,7 +76,7 @@ class Loaded:
     ) -> Scheduler:
         """A :class:`~cronfleet.Scheduler` on the configured store with every job added.
         ``timers=None`` reads ``CRONFLEET_SCHEDULER`` (``0`` = no timers, default on)."""
-        from cronfleet.scheduler import Scheduler
+        from cronfleet.runtime.scheduler import Scheduler
 
         if timers is None:
             from_env = timers_from_env(env)

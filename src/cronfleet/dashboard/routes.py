@@ -1067,7 +1067,7 @@ async def preview(request: Request, s: Session, ctx: Context) -> Response:
         req = S.PreviewRequest.model_validate({"expr": body.get("expr") or None,
                                                "timezone": body.get("timezone") or "UTC",
                                                "count": 5})
-        out = await cron_api.preview(req, s.info)
+        out = await cron_api.preview(req, s.info, ctx)
     except ApiError as exc:
         errs = (exc.details or {}).get("errors") or [{"message": exc.message}]
         return JSONResponse({"valid": False, "error": errs[0].get("message", exc.message),

@@ -337,7 +337,7 @@ class CommandRuntime:
         if self._vault is None and self.store is not None:
             from cronfleet.store.factory import open_secret_store
 
-            self._vault = Vault(open_secret_store(self.store), self._keyring)
+            self._vault = Vault(open_secret_store(self.store), self._keyring, clock=self.clock)
         return self._vault
 
     async def aclose(self) -> None:

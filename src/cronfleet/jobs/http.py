@@ -559,7 +559,7 @@ class HttpRuntime:
         if self._vault is None and self.store is not None:
             from cronfleet.store.factory import open_secret_store
 
-            self._vault = Vault(open_secret_store(self.store), self._keyring)
+            self._vault = Vault(open_secret_store(self.store), self._keyring, clock=self.clock)
         return self._vault
 
     def client(self) -> httpx.AsyncClient:

@@ -15,14 +15,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
+from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, Locking, Overlap, RunRecord, RunStatus, TriggeredBy
 from cronfleet.runtime import requests
 from cronfleet.store.base import RunFilter, Start
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.parts import Jobs, Life, Settings
+    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.writer import Writer
+    from cronfleet.store.base import Store
 
-__all__ = ["MAX_SLOTS", "Backfill", "BadRange", "backfill_slots", "run_backfill"]
+__all__ = ["MAX_SLOTS", "Backfill", "Backfills", "BadRange", "backfill_slots"]
 
 # runs recorded against a slot of the schedule (manual runs' slot is their trigger time)
 _SLOT_KINDS = frozenset({TriggeredBy.SCHEDULE, TriggeredBy.CATCHUP, TriggeredBy.RECOVERY,
@@ -112,117 +117,133 @@ def backfill_slots(job: Job, start: datetime, end: datetime, *, now: datetime
     return out
 
 
-async def _existing(s: Scheduler, job: Job, start: datetime, end: datetime
-                    ) -> dict[float, list[RunRecord]]:
-    """Runs recorded against the slots of the range, by slot (epoch seconds)."""
-    out: dict[float, list[RunRecord]] = {}
-    where = RunFilter(job_id=job.id, since=start, until=end + timedelta(seconds=1))
-    after = None
-    while True:
-        page = await s.store.find_runs(where, limit=1000, after=after)
-        for r in page.runs:
-            if r.triggered_by in _SLOT_KINDS:
-                out.setdefault(r.slot.timestamp(), []).append(r)
-        if page.next_cursor is None:
-            return out
-        after = page.next_cursor
-
-
-async def run_backfill(s: Scheduler, bf: Backfill, *, by: str, rate: float | None) -> None:
-    """Run the slots of ``bf`` one after another, at most ``rate`` starts a second (on
-    the scheduler's clock; ``None``: no pause between slots)."""
-    job = s.get_job(bf.job_id)
-    if job.locking is Locking.NODE_LOCAL:
-        raise ValueError(f"job {job.id!r} is node-local: a backfill needs the store's "
-                         "claim per slot, which node-local jobs do not take")
-    slots = backfill_slots(job, bf.start, bf.end, now=from_ts(s.clock.now()))
-    bf.total = len(slots)
-    existing = await _existing(s, job, bf.start, bf.end)
-    gap = 1.0 / rate if rate else 0.0
-    lease = job.overlap is not Overlap.ALLOW  # as requests.backfill
-    try:
-        for slot_dt in slots:
-            if bf.cancelled:
-                break
-            bf.current = slot_dt
-            slot = slot_dt.timestamp()
-            runs = existing.get(slot, [])
-            if bf.only_missing and any(r.status is RunStatus.SUCCEEDED for r in runs):
-                bf.present += 1
-                bf.done += 1
-                continue
-            latest = max((r for r in runs if r.fencing_token is not None),
-                         key=lambda r: r.fencing_token or 0, default=None)
-            if (latest is not None and latest.triggered_by is TriggeredBy.BACKFILL
-                    and (latest.status in _UNDER_WAY or (
-                        bf.since is not None and latest.started_at is not None
-                        and latest.started_at.timestamp() > bf.since))):
-                bf.taken += 1  # another backfill runs it, or ran it since this one was asked
-
-                bf.done += 1
-                continue
-            tokens = [] if latest is None else [latest.fencing_token]
-            item = requests.backfill(job, slot, token=tokens[0] if tokens else None, by=by)
-            began = s.clock.now()
-            [res] = await s.store.dispatch([item], s.instance_id)
-            if not res.won or res.run is None:
-                bf.taken += 1
-            else:
-                run = res.run
-                if run.status is RunStatus.PENDING:  # the lease is busy: wait for it
-                    run = await _take_lease(s, job, run)
-                if run.status is RunStatus.RUNNING:
-                    await _run_one(s, job, run, lease)
-                    if run.id is not None:
-                        bf.ran.append(run.id)
-                else:
-                    bf.busy += 1
-            bf.done += 1
-            wait = gap - (s.clock.now() - began)
-            if wait > 0 and bf.done < bf.total:
-                await s.clock.sleep_until(s.clock.now() + wait)
-    except asyncio.CancelledError:
-        bf.cancelled = True
-        raise
-    finally:
-        bf.current = None
-        bf.finished = True
-
-
 LEASE_POLL = 0.05  # seconds between two tries of a busy lease (real time: a handler holds it)
 
 
-async def _take_lease(s: Scheduler, job: Job, run: RunRecord) -> RunRecord:
-    """A pending backfill run: take the job's lease once its holder lets it go (the job's
-    overlap policy: a backfill slot waits for the run before it)."""
-    assert run.id is not None
-    start = Start(run.id, job.id, run.fencing_token, True, job.lease_seconds, True,
-                  job.max_instances)
-    while True:
-        [started] = await s.store.start([start], s.instance_id)
-        if started.run is not None:
-            return started.run
-        await asyncio.sleep(LEASE_POLL)
+class Backfills:
+    """Runs backfills. Built with the store, the clock, the settings, the scheduler's life,
+    the job table (read-only), the runs and the writer."""
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
+                 jobs: Jobs, runs: Runs, writer: Writer) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.life = life
+        self.jobs = jobs
+        self.runs = runs
+        self.writer = writer
+
+    async def _existing(self, job: Job, start: datetime, end: datetime
+                        ) -> dict[float, list[RunRecord]]:
+        """Runs recorded against the slots of the range, by slot (epoch seconds)."""
+        out: dict[float, list[RunRecord]] = {}
+        where = RunFilter(job_id=job.id, since=start, until=end + timedelta(seconds=1))
+        after = None
+        while True:
+            page = await self.store.find_runs(where, limit=1000, after=after)
+            for r in page.runs:
+                if r.triggered_by in _SLOT_KINDS:
+                    out.setdefault(r.slot.timestamp(), []).append(r)
+            if page.next_cursor is None:
+                return out
+            after = page.next_cursor
 
 
-async def _run_one(s: Scheduler, job: Job, run: RunRecord, leased: bool) -> None:
-    """Run one claimed slot to its end (the job's overlap: the next slot waits for it)."""
-    runner = s.runner
-    if not s.running:
-        await runner.execute_inline(job, run, leased)
-        return
-    runner.launch(job, run, leased=leased)
-    assert run.id is not None
-    active = runner.active.get(run.id)
-    if active is not None and active.task is not None:
+    async def run(self, bf: Backfill, *, by: str, rate: float | None) -> None:
+        """Run the slots of ``bf`` one after another, at most ``rate`` starts a second (on
+        the scheduler's clock; ``None``: no pause between slots)."""
+        job = self.jobs.get(bf.job_id)
+        if job is None:
+            raise JobNotFound(bf.job_id)
+        if job.locking is Locking.NODE_LOCAL:
+            raise ValueError(f"job {job.id!r} is node-local: a backfill needs the store's "
+                             "claim per slot, which node-local jobs do not take")
+        slots = backfill_slots(job, bf.start, bf.end, now=from_ts(self.clock.now()))
+        bf.total = len(slots)
+        existing = await self._existing(job, bf.start, bf.end)
+        gap = 1.0 / rate if rate else 0.0
+        lease = job.overlap is not Overlap.ALLOW  # as requests.backfill
         try:
-            await asyncio.shield(active.task)
+            for slot_dt in slots:
+                if bf.cancelled:
+                    break
+                bf.current = slot_dt
+                slot = slot_dt.timestamp()
+                runs = existing.get(slot, [])
+                if bf.only_missing and any(r.status is RunStatus.SUCCEEDED for r in runs):
+                    bf.present += 1
+                    bf.done += 1
+                    continue
+                latest = max((r for r in runs if r.fencing_token is not None),
+                             key=lambda r: r.fencing_token or 0, default=None)
+                if (latest is not None and latest.triggered_by is TriggeredBy.BACKFILL
+                        and (latest.status in _UNDER_WAY or (
+                            bf.since is not None and latest.started_at is not None
+                            and latest.started_at.timestamp() > bf.since))):
+                    bf.taken += 1  # another backfill runs it, or ran it since this one was asked
+
+                    bf.done += 1
+                    continue
+                tokens = [] if latest is None else [latest.fencing_token]
+                item = requests.backfill(job, slot, token=tokens[0] if tokens else None, by=by)
+                began = self.clock.now()
+                [res] = await self.store.dispatch([item], self.settings.instance_id)
+                if not res.won or res.run is None:
+                    bf.taken += 1
+                else:
+                    run = res.run
+                    if run.status is RunStatus.PENDING:  # the lease is busy: wait for it
+                        run = await self._take_lease(job, run)
+                    if run.status is RunStatus.RUNNING:
+                        await self._run_one(job, run, lease)
+                        if run.id is not None:
+                            bf.ran.append(run.id)
+                    else:
+                        bf.busy += 1
+                bf.done += 1
+                wait = gap - (self.clock.now() - began)
+                if wait > 0 and bf.done < bf.total:
+                    await self.clock.sleep_until(self.clock.now() + wait)
         except asyncio.CancelledError:
-            if asyncio.current_task() is not None and active.task is not None \
-                    and not active.task.done():
-                runner.cancel(run.id, by="backfill", why="backfill cancelled")
+            bf.cancelled = True
             raise
-        except Exception:  # the run's outcome is recorded by the runner
-            pass
-    await s.ledger.flushed()
+        finally:
+            bf.current = None
+            bf.finished = True
+
+
+    async def _take_lease(self, job: Job, run: RunRecord) -> RunRecord:
+        """A pending backfill run: take the job's lease once its holder lets it go (the job's
+        overlap policy: a backfill slot waits for the run before it)."""
+        assert run.id is not None
+        start = Start(run.id, job.id, run.fencing_token, True, job.lease_seconds, True,
+                      job.max_instances)
+        while True:
+            [started] = await self.store.start([start], self.settings.instance_id)
+            if started.run is not None:
+                return started.run
+            await asyncio.sleep(LEASE_POLL)
+
+
+    async def _run_one(self, job: Job, run: RunRecord, leased: bool) -> None:
+        """Run one claimed slot to its end (the job's overlap: the next slot waits for it)."""
+        runner = self.runs
+        if not self.life.running:
+            await runner.execute_inline(job, run, leased)
+            return
+        runner.launch(job, run, leased=leased)
+        assert run.id is not None
+        active = runner.active.get(run.id)
+        if active is not None and active.task is not None:
+            try:
+                await asyncio.shield(active.task)
+            except asyncio.CancelledError:
+                if asyncio.current_task() is not None and active.task is not None \
+                        and not active.task.done():
+                    runner.cancel(run.id, by="backfill", why="backfill cancelled")
+                raise
+            except Exception:  # the run's outcome is recorded by the runner
+                pass
+        await self.writer.flushed()
 

@@ -17,10 +17,11 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+from cronfleet.runtime.faces import Service
+
+S = TypeVar("S", bound=Service)
 
 log = logging.getLogger("cronfleet")
 
@@ -46,11 +47,11 @@ class Stopped(Coroutine[Any, Any, None]):
         return None
 
 
-class Background:
+class Background(Generic[S]):
     """One scheduler in one daemon thread with its own event loop."""
 
-    def __init__(self, scheduler: Scheduler,
-                 on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None) -> None:
+    def __init__(self, scheduler: S,
+                 on_start: Callable[[S], Awaitable[Any] | Any] | None = None) -> None:
         self.scheduler = scheduler
         self.on_start = on_start
         self.thread: threading.Thread | None = None
@@ -103,21 +104,21 @@ class Background:
             self._ready.set()
 
     async def _serve(self) -> None:
-        s = self.scheduler
+        service = self.scheduler
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        await s.start()
+        await service.start()
         try:
             if self.on_start is not None:
-                result = self.on_start(s)
+                result = self.on_start(service)
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                     await result
             self._ready.set()
             waiter = asyncio.ensure_future(self._stop.wait())
             watched: set[asyncio.Future[Any]] = {waiter}
-            if s.loop_task is not None:
-                watched.add(s.loop_task)
+            if service.loop_task is not None:
+                watched.add(service.loop_task)
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
         finally:
-            await s.stop_async()
+            await service.stop_async()

@@ -146,6 +146,11 @@ class Due:
         if self.watermark.get(job_id, 0.0) < slot:
             self.watermark[job_id] = slot
 
+    def keep_only(self, slot: float, job_ids: list[str]) -> None:
+        """What is left of ``slot``'s bucket once its other jobs were claimed early: the
+        heap entry stays, so the loop still wakes at ``slot``."""
+        self.buckets[slot] = job_ids
+
     def earliest(self) -> float | None:
         return self.heap[0] if self.heap else None
 

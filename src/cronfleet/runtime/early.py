@@ -8,22 +8,28 @@ import asyncio
 import gc
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
 from cronfleet.model import Job, JobState, Locking, Overlap, RunStatus, SkipReason, skip_reason
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import after, min_gap
-from cronfleet.runtime.loop import Pipeline
-from cronfleet.runtime.runs import Active
+from cronfleet.runtime.loop import Loop, Pipeline
+from cronfleet.runtime.parts import Active, Pending
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish
 from cronfleet.store.ledger import removed_or_skipped_log, skip_result
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
+    from cronfleet.runtime.due import Due
+    from cronfleet.runtime.parts import FleetView, Jobs, RateLimitedLog, Settings
+    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.stats import Stats
+    from cronfleet.runtime.writer import Writer
+    from cronfleet.store.base import Store
 
-__all__ = ["EARLY_PER_SLOT", "EarlyClaims", "Pending"]
+__all__ = ["EARLY_PER_SLOT", "EarlyClaims"]
 
 log = logging.getLogger("cronfleet")
 
@@ -31,21 +37,31 @@ log = logging.getLogger("cronfleet")
 EARLY_PER_SLOT = 50e-6
 
 
-@dataclass(slots=True)
-class Pending:
-    """The slots of one instant claimed shortly before it: each job with its claim result
-    and, where the claim was won, its run ready to start."""
-
-    slot: float
-    ready: list[tuple[Job, Dispatched, Active | None]] = field(default_factory=list)
-    epoch: int = 0  # the fleet epoch the claims were made in (runtime/fleet.py)
-
-
 class EarlyClaims:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+    """Slots claimed shortly before their instant. Built with the store, the clock, the
+    settings, the stats, the job table (read-only), the due heap, the activity counter,
+    the loop (it fires the instant), the runs, the writer and the warning log; the
+    assembler wires ``fleet`` (the epoch and the owner of a job)."""
+
+    fleet: FleetView
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
+                 jobs: Jobs, due: Due, activity: Activity, loop: Loop, runs: Runs,
+                 writer: Writer, warn: RateLimitedLog) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.instance_id = settings.instance_id
+        self.stats = stats
+        self.jobs = jobs
+        self.due = due
+        self.activity = activity
+        self.loop = loop
+        self.runs = runs
+        self.writer = writer
+        self.warn = warn
         # only stores that can withdraw an early claim get them
-        self.ahead = s.claim_ahead if isinstance(s.store, EarlyClaimStore) else 0.0
+        self.ahead = self.settings.claim_ahead if isinstance(self.store, EarlyClaimStore) else 0.0
         self.pending: Pending | None = None
 
     def lead(self, now: float) -> float:
@@ -53,24 +69,24 @@ class EarlyClaims:
         longer for a large instant (its claims take about ``EARLY_PER_SLOT`` each), but
         never more than half the time since the previous instant fired, so that runs of
         that instant have had time to end and release their leases."""
-        due = self.s.due
+        due = self.due
         first = due.heap[0]
         lead = min(max(self.ahead, len(due.buckets.get(first, ())) * EARLY_PER_SLOT), 30.0)
-        fired_at = self.s.loop.fired_at
+        fired_at = self.loop.fired_at
         if fired_at is not None:
             lead = min(lead, (first - fired_at) / 2)
         return lead
 
     def may_claim(self, job: Job) -> bool:
         """Plain leased slots only: everything else is decided at the slot's time."""
-        runs = self.s.runner
+        runs = self.runs
         return (
             job.overlap is not Overlap.ALLOW
             and job.locking is not Locking.NODE_LOCAL
             and not job.jitter
             and job.id not in runs.queued
             and not runs.running.get(job.id)
-            and job.id not in self.s.loop.sequencing
+            and job.id not in self.loop.sequencing
         )
 
     async def claim(self, slot: float, now: float) -> None:
@@ -83,17 +99,16 @@ class EarlyClaims:
         job goes back to the heap too. Exactly one of these holds for each job taken here,
         so no job leaves the schedule.
         """
-        s = self.s
-        pending = self.pending = Pending(slot, epoch=s.fleet.epoch)
-        jobs, due = s._jobs, s.due
+        pending = self.pending = Pending(slot, epoch=self.fleet.epoch)
+        jobs, due = self.jobs, self.due
         nexts = due.next
         try:
-            states = await s.store.read_overrides(
+            states = await self.store.read_overrides(
                 [j for j in due.buckets.get(slot, ()) if nexts.get(j) == slot]
             )
         except Exception as exc:
-            s.stats.store_errors += 1
-            s.outage.warn.warning(
+            self.stats.store_errors += 1
+            self.warn.warning(
                 "early-overrides", "cannot read overrides (%s); no early claims for this "
                 "instant", exc)
             return
@@ -104,7 +119,7 @@ class EarlyClaims:
         take: list[Job] = []
         keep: list[str] = []
         seen: set[str] = set()
-        owns = s.fleet.owns  # spreading: only the job's owner claims it early
+        owns = self.fleet.owns  # spreading: only the job's owner claims it early
         for job_id in bucket:
             job = jobs.get(job_id)
             if job is None or nexts.get(job_id) != slot or job_id in seen:
@@ -117,17 +132,17 @@ class EarlyClaims:
             else:
                 keep.append(job_id)
         # the heap entry stays (with what is left of the bucket): the loop wakes at ``slot``
-        due.buckets[slot] = keep
+        due.keep_only(slot, keep)
         if not take:
             return
         placed: set[str] = set()
-        runs = s.runner
+        runs = self.runs
 
         def collect(chunk: list[Dispatch], fut: asyncio.Future[Any]) -> list[Dispatched]:
             exc = fut.exception()
             if exc is not None:
-                s.stats.store_errors += 1
-                s.outage.warn.warning(
+                self.stats.store_errors += 1
+                self.warn.warning(
                     "early-claims", "cannot claim %d slots early (%s); claiming at their "
                     "time", len(chunk), exc)
                 return []
@@ -144,8 +159,8 @@ class EarlyClaims:
                 placed.add(job.id)
             return got
 
-        pipe = Pipeline(s, collect)
-        size = s.batch_size
+        pipe = Pipeline(self.loop, collect)
+        size = self.settings.batch_size
         early = requests.early
         try:
             for i in range(0, len(take), size):
@@ -164,21 +179,20 @@ class EarlyClaims:
         row -- and returned with the others: (job, slot) pairs to handle as if never
         claimed early. The resolved ones lose their fresh claim and get no second row;
         the others run (or are recorded) under a new claim instead of being lost."""
-        s = self.s
         won = [(job, res) for job, res, _ in pending.ready if res.won]
         log.warning(
             "instance %s: %d slot(s) of %s claimed early were taken over by the fleet "
             "while this process was not answering; not starting them (the ones the fleet "
             "did not record are claimed again)",
-            s.instance_id, len(won), from_ts(pending.slot).isoformat(),
+            self.instance_id, len(won), from_ts(pending.slot).isoformat(),
         )
         lost = [(job, pending.slot) for job, res, _ in pending.ready if not res.won]
-        s.due.after_many(lost, s._jobs)
+        self.due.after_many(lost, self.jobs)
         kept = await self.withdraw(pending.slot, won) if won else []
         if kept:  # the store did not answer: those slots are the survivors' to resolve
-            s.due.after_many([(job, pending.slot) for job, _ in kept], s._jobs)
+            self.due.after_many([(job, pending.slot) for job, _ in kept], self.jobs)
         gone = {job.id for job, _ in kept}
-        jobs = s._jobs
+        jobs = self.jobs
         return [
             (job, pending.slot) for job, _ in won if job.id not in gone and jobs.get(job.id) is job
         ]
@@ -211,13 +225,13 @@ class EarlyClaims:
         if done:
             # bookkeeping once the handlers have taken their first step: the next slots
             await asyncio.sleep(0)
-            self.s.due.after_many(done, self.s._jobs)
+            self.due.after_many(done, self.jobs)
         if not undo:
             return []
         kept = await self.withdraw(pending.slot, undo)
         self._keep(pending.slot, kept, now, states)
         gone = {job.id for job, _ in kept}
-        jobs = self.s._jobs
+        jobs = self.jobs
         return [
             (job, pending.slot) for job, _ in undo if job.id not in gone and jobs.get(job.id) is job
         ]
@@ -228,9 +242,8 @@ class EarlyClaims:
         """Start the runs claimed early. Returns the claims to withdraw — jobs paused,
         disabled or removed since, or slots that are now late — and the (job, slot) pairs
         handled, whose next slots are queued by the caller."""
-        s = self.s
-        slot, jobs = pending.slot, s._jobs
-        late = now - slot > s.late_after
+        slot, jobs = pending.slot, self.jobs
+        late = now - slot > self.settings.late_after
         now_dt = from_ts(now)
         undo: list[tuple[Job, Dispatched]] = []
         go: list[Active] = []
@@ -252,27 +265,27 @@ class EarlyClaims:
                 active.run.started_at = now_dt
                 go.append(active)
             else:  # another instance claimed the slot first
-                s.stats.claims_lost += 1
+                self.stats.claims_lost += 1
             done.append((job, slot))
-        s.runner.start(go)
+        self.runs.start(go)
         return undo, done
 
     async def withdraw(
         self, slot: float, undo: list[tuple[Job, Dispatched]]
     ) -> list[tuple[Job, Dispatched]]:
         """Withdraw early claims; returns those the store could not withdraw (still ours)."""
-        s = self.s
-        assert isinstance(s.store, EarlyClaimStore)
-        size = s.batch_size  # one transaction per chunk: each well inside the store deadline
+        assert isinstance(self.store, EarlyClaimStore)
+        # one transaction per chunk: each well inside the store deadline
+        size = self.settings.batch_size
         for i in range(0, len(undo), size):
             chunk = undo[i : i + size]
             try:
-                await s.store.withdraw(
+                await self.store.withdraw(
                     [(job.id, slot, res.token) for job, res in chunk if res.token is not None]
                 )
             except Exception as exc:
-                s.stats.store_errors += 1
-                s.outage.warn.warning("early-withdraw", "cannot withdraw %d early claims (%s)",
+                self.stats.store_errors += 1
+                self.warn.warning("early-withdraw", "cannot withdraw %d early claims (%s)",
                                       len(undo) - i, exc)
                 return undo[i:]
         return []
@@ -287,21 +300,20 @@ class EarlyClaims:
         """Early claims that could not be withdrawn stay ours: a job still enabled runs its
         slot (late); a paused, disabled or removed one records it skipped and frees the
         lease, through the group commit (retried until the store answers)."""
-        s = self.s
         now_dt = from_ts(now)
         for job, res in kept:
             run = res.run
             if run is None:
                 continue
-            live = s._jobs.get(job.id) is job
+            live = self.jobs.get(job.id) is job
             st = states.get(job.id)
             reason = skip_reason(job, st, now_dt)
             if live:
-                s.due.push(job, after(job, slot))
-                s.due.mark(job.id, slot)
+                self.due.push(job, after(job, slot))
+                self.due.mark(job.id, slot)
                 if reason is None:
                     run.started_at = now_dt
-                    s.runner.launch(job, run, leased=True)
+                    self.runs.launch(job, run, leased=True)
                     continue
             if reason is None:  # removed: recorded as if disabled
                 reason = SkipReason.DISABLED
@@ -311,10 +323,10 @@ class EarlyClaims:
             run.finished_at = now_dt
             run.result = skip_result(reason.value)
             run.logs.append(removed_or_skipped_log(reason.value, live))
-            s.stats.skipped += 1
-            s.ledger.finishes.append(Finish(run, run.fencing_token))
+            self.stats.skipped += 1
+            self.writer.add(Finish(run, run.fencing_token))
         if kept:
-            s.ledger.flush_event.set()
+            self.writer.flush_event.set()
 
     async def fire_before_stop(self) -> None:
         """Run the instant whose slots this process claimed early, then let stop go on.
@@ -323,9 +335,8 @@ class EarlyClaims:
         claim them early lost the claim and has moved on to its next instant. So a stop
         waits for the instant (at most the claim lead, normally 0.5 s) and starts them
         like the loop would; the handlers then get the usual grace period."""
-        s = self.s
         pending = self.pending
-        if pending is None or pending.slot - s.clock.now() > s.shutdown_grace:
+        if pending is None or pending.slot - self.clock.now() > self.settings.shutdown_grace:
             return
         if not any(active is not None for _, _, active in pending.ready):
             return
@@ -333,38 +344,37 @@ class EarlyClaims:
                  from_ts(pending.slot).isoformat())
 
         async def until_the_instant() -> None:
-            while s.clock.now() < pending.slot:
-                await s.clock.sleep_until(pending.slot)
+            while self.clock.now() < pending.slot:
+                await self.clock.sleep_until(pending.slot)
 
         # bounded in real time too: a clock that does not move (a test's FakeClock) or
         # jumps back must not hold the stop; unstarted claims are then given back
-        wait = pending.slot - s.clock.now() + 1.0
+        wait = pending.slot - self.clock.now() + 1.0
         try:
             await asyncio.wait_for(until_the_instant(), max(wait, 0.0))
         except TimeoutError:
             return
-        s.activity.enter()
+        self.activity.enter()
         try:
-            await s.loop.fire_due(s.clock.now())
+            await self.loop.fire_due(self.clock.now())
         except Exception:
             log.exception("cronfleet: error while firing the early-claimed slots at stop")
         finally:
-            s.activity.leave()
+            self.activity.leave()
 
     async def give_back(self) -> None:
         """At stop: slots claimed early too far ahead to wait for are given back, as if
         never claimed (another instance that also wants them claims them at their time if
         its own early claim was refused for a busy lease, or a later start's catch-up
         finds them missed)."""
-        s = self.s
         pending, self.pending = self.pending, None
         if pending is None:
             return
         log.warning("stopping %.1fs before %d slots claimed early: giving them back",
-                    pending.slot - s.clock.now(), len(pending.ready))
+                    pending.slot - self.clock.now(), len(pending.ready))
         claimed = [(job, res) for job, res, active in pending.ready if active is not None]
         for _job, res in await self.withdraw(pending.slot, claimed):
             if res.run is not None:
-                s.runner.interrupt(
-                    res.run, True, s.clock.now(), "the scheduler stopped before its slot"
+                self.runs.interrupt(
+                    res.run, True, self.clock.now(), "the scheduler stopped before its slot"
                 )

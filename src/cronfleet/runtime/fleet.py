@@ -32,6 +32,7 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -43,7 +44,14 @@ from cronfleet.model import RunRecord
 from cronfleet.store.base import Heartbeat, Instance, InstanceStore
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
+    from cronfleet.runtime.due import Due
+    from cronfleet.runtime.early import EarlyClaims
+    from cronfleet.runtime.parts import RegistryView, Settings
+    from cronfleet.runtime.stats import Stats
+    from cronfleet.runtime.upkeep import Upkeep
+    from cronfleet.store.base import Store
 
 __all__ = ["QUIET", "Fleet", "owner"]
 
@@ -79,19 +87,31 @@ def owner(job_id: str, live: tuple[str, ...]) -> str | None:
 
 
 class Fleet:
-    """This process's membership (built afresh at each start)."""
+    """This process's membership (built afresh at each start). Built with the store, the
+    clock, the settings, the stats, the activity counter, the due heap, the early claims
+    (their lead) and the upkeep (recovery of a lost instance's runs); the assembler wires
+    ``registry`` (its periodic sync)."""
 
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+    registry: RegistryView
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
+                 activity: Activity, due: Due, early: EarlyClaims, upkeep: Upkeep) -> None:
+        self.clock = clock
+        self.stats = stats
+        self.activity = activity
+        self.due = due
+        self.early = early
+        self.upkeep = upkeep
         self.store: InstanceStore | None = (
-            s.store if isinstance(s.store, InstanceStore) and s.timers else None
+            store if isinstance(store, InstanceStore) and settings.timers else None
         )
-        self.ttl = s.instance_ttl
+        self.ttl = settings.instance_ttl
         self.interval = max(0.05, self.ttl / 5)
         # a live instance beats within an interval of the store's return, plus its own
         # reconnect (PostgreSQL's probe: up to 1 s): wait that long after a gap
         self.steady_for = min(self.ttl, max(STEADY_BEATS * self.interval, self.interval + 2.0))
-        self.me = Instance(s.instance_id, socket.gethostname(), os.getpid(), s.role, _version())
+        self.me = Instance(settings.instance_id, socket.gethostname(), os.getpid(), settings.role,
+                           _version())
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
         self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
@@ -110,11 +130,11 @@ class Fleet:
         """One heartbeat; ``None`` when the store did not answer (logged)."""
         if self.store is None:
             return None
-        asked = self.s.clock.now()
+        asked = self.clock.now()
         try:
             beat = await self.store.heartbeat(self.me, ttl=self.ttl)
         except Exception as exc:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             self.failed = True
             log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
             return None
@@ -177,7 +197,7 @@ class Fleet:
         try:
             got = await self.store.break_lost(self.me.instance_id, ttl=self.ttl)
         except Exception as exc:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("checking for lost instances failed (%s)", exc)
             return []
         for inst in got.instances:
@@ -190,40 +210,43 @@ class Fleet:
                 inst.heartbeat_at.isoformat() if inst.heartbeat_at is not None else "?",
             )
         if got.runs:
-            await self.s.upkeep.recover(got.runs, "its instance was lost")
+            await self.upkeep.recover(got.runs, "its instance was lost")
         return got.runs
 
     async def quiet_moment(self) -> None:
         """Wait until this is not the moment of an instant or of its early claims: a
         heartbeat is a store write, and a handler's lateness must not pay for it."""
-        s = self.s
-        heap = s.due.heap
+        heap = self.due.heap
         if not heap:
             return
-        now = s.clock.now()
+        now = self.clock.now()
         nxt = heap[0]
-        if nxt - s.early.ahead - QUIET <= now < nxt + QUIET:
-            await s.clock.sleep_until(nxt + QUIET)
+        if nxt - self.early.ahead - QUIET <= now < nxt + QUIET:
+            await self.clock.sleep_until(nxt + QUIET)
 
     async def heartbeat_loop(self) -> None:
-        s = self.s
         while True:
             await self.quiet_moment()
-            s.activity.enter()
+            self.activity.enter()
             try:
                 beat = await self.beat()
                 if beat is not None and self.steady():
                     await self.break_lost()
-                    await s.registry.sync()  # only on change, or the periodic touch
+                    await self.registry.sync()  # only on change, or the periodic touch
             finally:
-                s.activity.leave()
-            await s.clock.sleep_until(s.clock.now() + self.interval)
+                self.activity.leave()
+            await self.clock.sleep_until(self.clock.now() + self.interval)
 
-    async def leave(self) -> None:
+    async def leave(self, budget: float) -> None:
+        """Remove this instance's row (at stop), giving the store ``budget`` seconds."""
         if self.store is None:
             return
         try:
-            await self.store.leave(self.me.instance_id)
+            async with asyncio.timeout(budget):
+                await self.store.leave(self.me.instance_id)
+        except TimeoutError:
+            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
+                        "(it expires after instance_ttl)", self.me.instance_id, budget)
         except Exception as exc:
             log.warning("instance %s: could not remove its row (%s)", self.me.instance_id, exc)
 

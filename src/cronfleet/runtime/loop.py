@@ -29,12 +29,26 @@ from cronfleet.model import (
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import CRON_GAP, after
 from cronfleet.runtime.planning import jitter_delay, plan_slots
-from cronfleet.runtime.runs import Queued
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Skip
 from cronfleet.store.ledger import missed_summary, override_skip_log
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
+    from cronfleet.runtime.due import Due
+    from cronfleet.runtime.parts import (
+        EarlyView,
+        FleetView,
+        Jobs,
+        Life,
+        OutageView,
+        RateLimitedLog,
+        Settings,
+    )
+    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.stats import Stats
+    from cronfleet.runtime.writer import Writer
+    from cronfleet.store.base import Store
 
 __all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
 
@@ -58,29 +72,32 @@ class Pipeline:
     A chunk is handed to the store's thread as soon as it is planned; while the store
     claims it, the loop plans the next chunk and starts the handlers of chunks already
     claimed. The first handlers of a large burst start after one small transaction.
+    Each chunk sits in ``loop.unhandled`` until its answer is handled.
     """
 
     def __init__(
         self,
-        s: Scheduler,
+        loop: Loop,
         handle: Callable[[list[Dispatch], asyncio.Future[Any]], list[Dispatched]] | None = None,
     ) -> None:
-        self.s = s
-        self.handle = handle or s.loop.handle_chunk
+        self.store = loop.store
+        self.instance_id = loop.settings.instance_id
+        self.unhandled = loop.unhandled
+        self.handle = handle or loop.handle_chunk
         self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any]]] = deque()
         self.results: list[Dispatched] = []
 
     async def submit(self, chunk: list[Dispatch]) -> None:
-        task = asyncio.ensure_future(self.s.store.dispatch(chunk, self.s.instance_id))
+        task = asyncio.ensure_future(self.store.dispatch(chunk, self.instance_id))
         self.inflight.append((chunk, task))
-        self.s.loop.unhandled[task] = chunk  # until handled (a stop may cancel us first)
+        self.unhandled[task] = chunk  # until handled (a stop may cancel us first)
         # let the call reach the store's thread or socket before we go on: two hops, as a
         # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         while self.inflight and self.inflight[0][1].done():
             done_chunk, done = self.inflight.popleft()
-            self.s.loop.unhandled.pop(done, None)
+            self.unhandled.pop(done, None)
             self.results.extend(self.handle(done_chunk, done))
 
     async def drain(self) -> list[Dispatched]:
@@ -88,20 +105,40 @@ class Pipeline:
             chunk, task = self.inflight[0]
             await asyncio.wait({task})
             self.inflight.popleft()
-            self.s.loop.unhandled.pop(task, None)
+            self.unhandled.pop(task, None)
             self.results.extend(self.handle(chunk, task))
         return self.results
 
 
 class Loop:
-    """The loop task and the firing of one instant."""
+    """The loop task and the firing of one instant. Built with the store, the clock, the
+    settings, the scheduler's life, the stats, the job table (read-only), the due heap,
+    the activity counter, the writer, the runs and the warning log; the assembler wires
+    ``early``, ``outage`` and ``fleet`` (the parts it calls that are built after it)."""
 
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+    early: EarlyView
+    outage: OutageView
+    fleet: FleetView
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
+                 stats: Stats, jobs: Jobs, due: Due, activity: Activity, writer: Writer,
+                 runs: Runs, warn: RateLimitedLog) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.life = life
+        self.stats = stats
+        self.jobs = jobs
+        self.due = due
+        self.activity = activity
+        self.writer = writer
+        self.runs = runs
+        self.warn = warn
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.firing: asyncio.Future[None] | None = None  # set while an instant is claimed
         self.fired_at: float | None = None
+        self.last_tick: float | None = None  # when the loop last looked at the time
         self.fired_mono = time.monotonic()  # when the instant being fired began (monotonic)
         # jobs whose RUN_ALL catch-up sequence is in progress here: their slots due
         # meanwhile join the sequence (they would meet its lease and be skipped)
@@ -117,16 +154,15 @@ class Loop:
         self.unrun: list[tuple[Job, float]] = []
 
     async def run(self) -> None:
-        s = self.s
-        due, early, clock, activity = s.due, s.early, s.clock, s.activity
+        due, early, clock, activity = self.due, self.early, self.clock, self.activity
         heap = due.heap
         ahead = early.ahead
-        while not s.stopping:
+        while not self.life.stopping:
             now = clock.now()
-            s.last_tick = now
+            self.last_tick = now
             pending = early.pending
-            if s.ledger.behind and heap and heap[0] - early.lead(now) <= now:
-                await s.ledger.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
+            if self.writer.behind and heap and heap[0] - early.lead(now) <= now:
+                await self.writer.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
                 now = clock.now()
             if (heap and heap[0] <= now) or (pending is not None and pending.slot <= now):
                 activity.enter()
@@ -160,11 +196,10 @@ class Loop:
             await clock.sleep_until(deadline, self.wake)
 
     async def fire_due(self, now: float) -> None:
-        s = self.s
         self.fired_at = now
         self.fired_mono = time.monotonic()
-        pending = s.early.take(now)
-        jobs, store_due = s._jobs, s.due
+        pending = self.early.take(now)
+        jobs, store_due = self.jobs, self.due
         due = store_due.pop_due(now, jobs)
         if not due and (pending is None or not pending.ready):
             return
@@ -172,32 +207,33 @@ class Loop:
         if pending is not None:
             ids += [j.id for j, _, _ in pending.ready]
         try:
-            states = await s.store.read_overrides(ids)
+            states = await self.store.read_overrides(ids)
         except Exception as exc:
-            s.stats.store_errors += 1
-            s.outage.warn.warning(
+            self.stats.store_errors += 1
+            self.warn.warning(
                 "overrides", "cannot read overrides (%s); using each job's declared enabled", exc
             )
             states = {}
         if (
             pending is not None
             and pending.ready
-            and not await s.fleet.confirm(now, pending.epoch)
+            and not await self.fleet.confirm(now, pending.epoch)
         ):
             # a zombie's claims: the fleet took them over; those it did not see are
             # claimed again like any due slot
-            due += await s.early.drop_stale(pending)
+            due += await self.early.drop_stale(pending)
             pending = None
         # every decision below on a fresh reading: the store calls may have taken long
-        now = max(now, s.clock.now())
+        now = max(now, self.clock.now())
         if pending is not None:
-            due += await s.early.fire(pending, now, states)
-        pipe = Pipeline(s)
+            due += await self.early.fire(pending, now, states)
+        pipe = Pipeline(self)
         skips: list[Skip] = []
         sequences: list[tuple[Job, list[tuple[float, bool]]]] = []
         handled: list[tuple[Job, float]] = []  # fast path: next slot queued afterwards
-        late_after, size = s.late_after, s.batch_size
-        queued, running, instance_id = s.runner.queued, s.runner.running, s.instance_id
+        late_after, size = self.settings.late_after, self.settings.batch_size
+        queued, running = self.runs.queued, self.runs.running
+        instance_id = self.settings.instance_id
         scheduled = requests.scheduled
         items: list[Dispatch] = []
         # the missed records of catch-ups: claimed after every run of the instant, so a
@@ -206,7 +242,7 @@ class Loop:
         sequencing = self.sequencing
         # spreading: another live instance's jobs, which it claimed early, are claimed
         # here a moment later, so its handlers start first (runtime/fleet.py)
-        fleet, early = s.fleet, s.early
+        fleet, early = self.fleet, self.early
         spread = early.ahead > 0 and len(fleet.live) > 1
         later: list[Dispatch] = []
         for pair in due:
@@ -242,15 +278,15 @@ class Loop:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
         if later:
-            s.spawn(self.claim_later(later, now + SPREAD_DELAY))
+            self.life.spawn(self.claim_later(later, now + SPREAD_DELAY))
         if skips:
-            await s.ledger.record_skips(skips)
+            await self.writer.record_skips(skips)
         for job, runs in sequences:
             if job.id in sequencing:  # already running one: the slots join it
                 sequencing[job.id].extend(runs)
                 continue
             sequencing[job.id] = runs
-            s.spawn(self.run_sequence(job, runs))
+            self.life.spawn(self.run_sequence(job, runs))
 
     def plan_job(
         self,
@@ -265,10 +301,9 @@ class Loop:
     ) -> None:
         """The slow path: several or late slots (catch-up), or an override to honour.
         The run goes to ``items``, the missed records to ``records`` (default: ``items``)."""
-        s = self.s
-        due = s.due
+        due = self.due
         nxt = after(job, slot)
-        if nxt > now and now - slot <= s.late_after:
+        if nxt > now and now - slot <= self.settings.late_after:
             runs: list[tuple[float, bool]] = [(slot, False)]
             missed_slots: list[float] = []
             overflow: tuple[int | None, float, float] | None = None
@@ -279,7 +314,7 @@ class Loop:
                 now,
                 missed=job.missed,
                 window=job.catch_up_window,
-                late_after=s.late_after,
+                late_after=self.settings.late_after,
             )
             runs, missed_slots, overflow = plan.run, plan.missed, plan.overflow
             if plan.capped:
@@ -304,13 +339,14 @@ class Loop:
                 state.override_note if state else None,
             )
             for x in sorted(processed):
-                skips.append(Skip(job.id, x, reason.value, instance_id=s.instance_id, logs=[line]))
-            s.stats.skip(reason.value, len(processed))
+                skips.append(Skip(job.id, x, reason.value,
+                                  instance_id=self.settings.instance_id, logs=[line]))
+            self.stats.skip(reason.value, len(processed))
             return
         recorded = items if records is None else records
         for x in missed_slots:
             # older than late_after: nobody fired it; else a newer slot overtook it
-            why = MISSED_WHY if now - x > s.late_after else OVERTAKEN_WHY
+            why = MISSED_WHY if now - x > self.settings.late_after else OVERTAKEN_WHY
             recorded.append(requests.missed(job, x, why))
         if overflow is not None:
             count, first, last = overflow
@@ -321,8 +357,8 @@ class Loop:
         if len(runs) == 1:
             items.append(
                 requests.scheduled(
-                    job, runs[0][0], now, catchup=runs[0][1], queued=s.runner.queued,
-                    running=s.runner.running, instance_id=s.instance_id,
+                    job, runs[0][0], now, catchup=runs[0][1], queued=self.runs.queued,
+                    running=self.runs.running, instance_id=self.settings.instance_id,
                 )
             )
         elif runs:
@@ -330,8 +366,8 @@ class Loop:
 
     async def dispatch(self, items: list[Dispatch]) -> list[Dispatched]:
         """Claim and start a batch outside the loop's burst path (catch-up, recovery)."""
-        pipe = Pipeline(self.s)
-        size = self.s.batch_size
+        pipe = Pipeline(self)
+        size = self.settings.batch_size
         for i in range(0, len(items), size):
             await pipe.submit(items[i : i + size])
         return await pipe.drain()
@@ -339,47 +375,46 @@ class Loop:
     def handle_chunk(self, chunk: list[Dispatch], task: asyncio.Future[Any]) -> list[Dispatched]:
         exc = task.exception()
         if exc is not None:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             return self.dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
         got: list[Dispatched] = task.result()
         for res in got:
             self.after_dispatch(res)
-        if self.s.outage.pending:
-            self.s.outage.answered(got)
+        if self.outage.pending:
+            self.outage.answered(got)
         return got
 
     def dispatch_offline(self, items: list[Dispatch], exc: Exception | None) -> list[Dispatched]:
         """The store did not take a chunk: ``runtime/outage.py`` decides each slot."""
-        return self.s.outage.offline(items, exc, self.fired_mono)
+        return self.outage.offline(items, exc, self.fired_mono)
 
     def after_dispatch(self, res: Dispatched) -> None:
-        s = self.s
-        job = s._jobs.get(res.request.job_id)
+        job = self.jobs.get(res.request.job_id)
         run = res.run
         if not res.won:
-            s.stats.claims_lost += 1
+            self.stats.claims_lost += 1
             return
         if job is None or run is None:
             return
-        runs = s.runner
+        runs = self.runs
         if run.status is RunStatus.RUNNING:
             runs.launch(job, run, leased=res.request.lease)
         elif run.status is RunStatus.PENDING:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
                 delay = jitter_delay(job.id, res.request.slot, job.jitter)
-                s.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
+                self.life.spawn(runs.start_after(job, run, res.request, res.request.slot + delay))
             elif run.is_recovery:  # its own place: never in QUEUE_ONE's single slot
-                runs.recovering[job.id] = Queued(job, run, leased=res.request.lease)
+                runs.enqueue_recovery(job, run, res.request.lease)
                 log.info(
                     "job %s: recovery of slot %s waits for the lease (%s)",
                     job.id, run.slot.isoformat(), res.holder or "busy",
                 )  # fmt: skip
             else:
-                runs.queued[job.id] = Queued(job, run, leased=res.request.lease)
+                runs.enqueue(job, run, res.request.lease)
                 if job.overlap is Overlap.REPLACE:
-                    s.spawn(runs.replace_running(job))
+                    self.life.spawn(runs.replace_running(job))
         else:
-            s.stats.skip(run.reason)
+            self.stats.skip(run.reason)
             if run.reason == SkipReason.ALREADY_EXECUTING.value:
                 log.info(
                     "job %s slot %s skipped: %s",
@@ -399,14 +434,14 @@ class Loop:
         if not left:
             return 0
         done, pending = await asyncio.wait(left, timeout=budget)
-        now = self.s.clock.now()
+        now = self.clock.now()
         for task in done:
             if task.cancelled() or task.exception() is not None:
                 continue  # the store did not take the chunk: nothing of it was claimed
             for res in task.result():
                 run = res.run
                 if res.won and run is not None and run.status in _OPEN:
-                    self.s.runner.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
+                    self.runs.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
         return len(pending)
 
     async def record_unrun(self, budget: float) -> int:
@@ -418,8 +453,7 @@ class Loop:
         left, self.unrun = self.unrun, []
         if not left:
             return 0
-        s = self.s
-        now_iso = from_ts(s.clock.now()).isoformat()
+        now_iso = from_ts(self.clock.now()).isoformat()
         items = [
             Dispatch.missed(job.id, slot, reason=MISSED,
                             local=job.locking is Locking.NODE_LOCAL, logs=[
@@ -427,28 +461,27 @@ class Loop:
                 f"(missed={job.missed.value}) reached this slot"])
             for job, slot in left
         ]
-        size = s.batch_size
+        size = self.settings.batch_size
         try:
             async with asyncio.timeout(budget):
                 for i in range(0, len(items), size):
-                    await s.store.dispatch(items[i : i + size], s.instance_id)
+                    await self.store.dispatch(items[i : i + size], self.settings.instance_id)
                     del left[:size]
         except Exception as exc:  # the store is away: the next start or the reaper
             log.warning("cronfleet %s: %d slot(s) of catch-up sequences not recorded at stop "
-                        "(%s)", s.instance_id, len(left), exc)
+                        "(%s)", self.settings.instance_id, len(left), exc)
             return len(left)
         return 0
 
     async def claim_later(self, items: list[Dispatch], at: float) -> None:
         """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
         early and start them first; these claims only matter when an owner is gone."""
-        s = self.s
-        await s.clock.sleep_until(at)
-        s.activity.enter()
+        await self.clock.sleep_until(at)
+        self.activity.enter()
         try:
             await self.dispatch(items)
         finally:
-            s.activity.leave()
+            self.activity.leave()
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (catch-up, or the on-time slots found at a
@@ -459,23 +492,22 @@ class Loop:
         another process runs a slot of it, nothing is claimed and the slot is tried again
         (up to :func:`sequence_wait`), so the sequences of the fleet interleave instead of
         meeting each other's leases; a slot another process claimed is left to it."""
-        s = self.s
-        s.activity.enter()
+        self.activity.enter()
         try:
             i = 0
             waited_since: float | None = None
             shared = self._shares_sequences(job)
             while i < len(runs):  # slots due meanwhile are appended (fire_due)
                 slot, catchup = runs[i]
-                await s.runner.job_idle(job.id)
+                await self.runs.job_idle(job.id)
                 # the previous run's lease is released by the group commit: wait for it to
                 # be written, or this slot would meet our own lease and be skipped
-                await s.ledger.flushed()
-                if s.stopping:
+                await self.writer.flushed()
+                if self.life.stopping:
                     return
                 if shared:
-                    now = s.clock.now()
-                    if waited_since is None or now - waited_since < sequence_wait(s):
+                    now = self.clock.now()
+                    if waited_since is None or now - waited_since < sequence_wait(self.settings):
                         outcome = await self._claim_in_sequence(job, slot, catchup, now)
                         if outcome == "busy":
                             waited_since = now if waited_since is None else waited_since
@@ -490,17 +522,18 @@ class Loop:
                 waited_since = None
                 i += 1
                 item = requests.scheduled(
-                    job, slot, s.clock.now(), catchup=catchup, queued=s.runner.queued,
-                    running=s.runner.running, instance_id=s.instance_id, wait_if_busy=False,
+                    job, slot, self.clock.now(), catchup=catchup, queued=self.runs.queued,
+                    running=self.runs.running, instance_id=self.settings.instance_id,
+                    wait_if_busy=False,
                 )
                 await self.dispatch([item])
-            await s.runner.job_idle(job.id)
+            await self.runs.job_idle(job.id)
         finally:
-            if s.stopping:  # the stop came first: its slots are recorded (record_unrun)
+            if self.life.stopping:  # the stop came first: its slots are recorded (record_unrun)
                 self.unrun.extend((job, slot) for slot, _ in runs[i:])
             if self.sequencing.get(job.id) is runs:
                 del self.sequencing[job.id]
-            s.activity.leave()
+            self.activity.leave()
 
     def _shares_sequences(self, job: Job) -> bool:
         """Whether other processes may run this job's sequence too and its slots are
@@ -510,7 +543,7 @@ class Loop:
             job.overlap is not Overlap.ALLOW
             and job.locking is not Locking.NODE_LOCAL
             and not job.jitter
-            and isinstance(self.s.store, EarlyClaimStore)
+            and isinstance(self.store, EarlyClaimStore)
         )
 
     async def _claim_in_sequence(
@@ -519,10 +552,9 @@ class Loop:
         """Claim one slot of a sequence with the lease. ``"busy"``: the lease is held
         elsewhere, nothing was written; ``"lost"``: another process claimed the slot;
         ``"won"``: the run started here; ``"failed"``: the store did not answer."""
-        s = self.s
         try:
-            got = await s.store.dispatch([requests.sequenced(job, slot, now, catchup=catchup)],
-                                         s.instance_id)
+            got = await self.store.dispatch([requests.sequenced(job, slot, now, catchup=catchup)],
+                                         self.settings.instance_id)
         except Exception as exc:  # the caller claims it the usual way (the outage path)
             log.debug("job %s: sequence claim of %s failed (%s)", job.id,
                       from_ts(slot).isoformat(), exc)
@@ -531,10 +563,10 @@ class Loop:
         if res.busy:
             return "busy"
         if not res.won or res.run is None:
-            s.stats.claims_lost += 1
+            self.stats.claims_lost += 1
             return "lost"
-        if s.outage.pending:
-            s.outage.answered(got)
+        if self.outage.pending:
+            self.outage.answered(got)
         self.after_dispatch(res)
         return "won"
 
@@ -549,7 +581,7 @@ class Loop:
             self._looks[job.id] = SEQUENCE_LOOKS if job.max_instances == 1 else 1
         if self._lease_poller is None or self._lease_poller.done():
             self._lease_poller = asyncio.ensure_future(self._poll_leases())
-        activity = self.s.activity
+        activity = self.activity
         activity.leave()  # waiting for another process is idle time here
         try:
             await fut
@@ -557,13 +589,12 @@ class Loop:
             activity.enter()
 
     async def _poll_leases(self) -> None:
-        s = self.s
         waits, looks = self._lease_waits, self._looks
-        while waits and not s.stopping:
-            await s.clock.sleep_until(s.clock.now() + SEQUENCE_POLL)
+        while waits and not self.life.stopping:
+            await self.clock.sleep_until(self.clock.now() + SEQUENCE_POLL)
             ids = list(waits)
             try:
-                states = await s.store.read_states(ids)
+                states = await self.store.read_states(ids)
             except Exception:
                 states = {}
                 for job_id in ids:
@@ -582,8 +613,8 @@ class Loop:
         waits.clear()
 
 
-def sequence_wait(s: Scheduler) -> float:
+def sequence_wait(settings: Settings) -> float:
     """How long a slot of a sequence waits for the job's lease held by another process
     before it is claimed anyway (and recorded ``already_executing`` if still busy): long
     enough for a lost holder to be declared lost and its lease broken."""
-    return max(2 * s.instance_ttl, s.late_after)
+    return max(2 * settings.instance_ttl, settings.late_after)

@@ -27,7 +27,8 @@ One owner (:class:`Outage`, built by ``start()``) for every rule of a store outa
   slot when they ended (a newer slot replaces a waiting one: ``skipped / superseded``).
   Under REQUIRE_GLOBAL nothing runs without a claim: the backlog's slot replaces the run
   in progress through the store once it answers (``Runs.replace_running``).
-* Warnings repeat at most once per :data:`WARN_EVERY` seconds per kind, with a count.
+* Warnings repeat at most once per :data:`~cronfleet.runtime.parts.WARN_EVERY` seconds
+  per kind, with a count.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cronfleet.clock import from_ts
 from cronfleet.errors import StoreDamaged, StoreUnavailable
 from cronfleet.model import Job, Locking, Missed, Overlap, RunRecord, RunStatus, SkipReason
 from cronfleet.runtime import requests
+from cronfleet.runtime.parts import RateLimitedLog
 from cronfleet.runtime.planning import RUN_ALL_CAP
 from cronfleet.runtime.runs import run_age
 from cronfleet.store.base import Dispatch, Dispatched, DispatchKind, Finish, RunFilter, Skip
@@ -59,14 +60,17 @@ from cronfleet.store.ledger import (
 )
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.loop import Loop
+    from cronfleet.runtime.parts import Jobs, Life, Settings
+    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.stats import Stats
+    from cronfleet.runtime.writer import Writer
+    from cronfleet.store.base import Store
 
-__all__ = ["WARN_EVERY", "Outage", "RateLimitedLog"]
+__all__ = ["Outage"]
 
 log = logging.getLogger("cronfleet")
-
-WARN_EVERY = 10.0
-"""Seconds between two warnings of one kind; the ones in between are counted."""
 
 MAX_SKIPS = 10_000
 """Claimed ``missed`` records kept for the store's return; older ones go claim-less."""
@@ -78,40 +82,25 @@ _UNAVAILABLE = SkipReason.STORE_UNAVAILABLE.value
 _SUPERSEDED = SkipReason.SUPERSEDED.value
 
 
-class RateLimitedLog:
-    """``warning(key, msg, *args)``: at most one line per key every ``every`` seconds;
-    the next line says how many were held back meanwhile."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        every: float = WARN_EVERY,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger = logger
-        self.every = every
-        self.clock = clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, msg: str, *args: Any) -> bool:
-        now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.every:
-            self._held[key] = self._held.get(key, 0) + 1
-            return False
-        self._last[key] = now
-        held = self._held.pop(key, 0)
-        if held:
-            msg += " (%d more like this in the last %.0f s)"
-            args = (*args, held, now - last if last is not None else 0.0)
-        self.logger.warning(msg, *args)
-        return True
-
-
 class Outage:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+    """The slots the store did not take. Built with the store, the clock, the settings,
+    the scheduler's life, the stats, the job table (read-only), the writer (rows and skips
+    it keeps), the runs (runs started without a claim), the loop (a backlog's replay) and
+    the warning log it shares with the other parts."""
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
+                 stats: Stats, jobs: Jobs, writer: Writer, runs: Runs, loop: Loop,
+                 warn: RateLimitedLog) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.instance_id = settings.instance_id
+        self.life = life
+        self.stats = stats
+        self.jobs = jobs
+        self.writer = writer
+        self.runs = runs
+        self.loop = loop
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
@@ -120,7 +109,7 @@ class Outage:
         self.skips: list[Dispatch] = []  # claimed missed records the store did not take
         self.journal: list[tuple[str, float, str]] = []  # for a damaged store's journal
         self.journaled: set[tuple[str, float]] = set()  # slots written to it already
-        self.warn = RateLimitedLog(log)
+        self.warn = warn
         self.replaying = False
         self.retrying: asyncio.Task[None] | None = None
         # runs started without a claim (PREFER_GLOBAL fail open), by id(run): their rows are
@@ -135,12 +124,11 @@ class Outage:
         self, items: list[Dispatch], exc: BaseException | None, fired_mono: float
     ) -> list[Dispatched]:
         """The store failed a chunk: decide each slot (see the module's rules)."""
-        s = self.s
         out: list[Dispatched] = []
         prefer: list[tuple[Job, Dispatch]] = []
         unavailable = isinstance(exc, StoreUnavailable)
         for it in items:
-            job = s._jobs.get(it.job_id)
+            job = self.jobs.get(it.job_id)
             if job is None:
                 continue
             if it.kind is DispatchKind.MISSED and it.skip_reason == _UNAVAILABLE:
@@ -155,9 +143,9 @@ class Outage:
                 continue
             if it.skip_reason:
                 # a skip the store could not take: written (claim-less) once it is back
-                s.ledger.unsaved_skips.append(
+                self.writer.keep_skip(
                     Skip(job.id, it.slot, it.skip_reason, triggered_by=it.triggered_by,
-                         instance_id=s.instance_id, logs=list(it.logs), result=it.result)
+                         instance_id=self.instance_id, logs=list(it.logs), result=it.result)
                 )
                 continue
             if it.kind is DispatchKind.RECOVERY:
@@ -176,7 +164,7 @@ class Outage:
                 continue
             self.keep(job, it.slot, exc)
         if prefer:
-            s.spawn(self.fail_open(prefer, exc, fired_mono))
+            self.life.spawn(self.fail_open(prefer, exc, fired_mono))
         if self.journal:
             self.write_journal()
         return out
@@ -185,11 +173,11 @@ class Outage:
         """Append the slots kept for a damaged store to its fallback journal (SQLite:
         ``<database>.journal.jsonl``, fsync'd); recorded when a restored store opens."""
         entries, self.journal = self.journal, []
-        write = getattr(self.s.store, "journal", None)
+        write = getattr(self.store, "journal", None)
         if write is None:
             return
         try:
-            n = write(entries, self.s.instance_id)
+            n = write(entries, self.instance_id)
         except OSError as exc:
             log.critical("the store is damaged and its fallback journal cannot be written "
                          "(%s): %d slot(s) are only in this process's memory", exc,
@@ -204,13 +192,13 @@ class Outage:
         self.skips.append(it)
         if len(self.skips) > MAX_SKIPS:
             old = self.skips.pop(0)
-            self.s.ledger.unsaved_skips.append(
+            self.writer.keep_skip(
                 Skip(old.job_id, old.slot, old.skip_reason or _UNAVAILABLE,
-                     triggered_by=old.triggered_by, instance_id=self.s.instance_id,
+                     triggered_by=old.triggered_by, instance_id=self.instance_id,
                      logs=list(old.logs), result=old.result)
             )
-        if self.retrying is None and not self.s.stopping:
-            self.retrying = self.s.spawn(self.retry_loop())
+        if self.retrying is None and not self.life.stopping:
+            self.retrying = self.life.spawn(self.retry_loop())
 
     @property
     def pending(self) -> bool:
@@ -229,12 +217,12 @@ class Outage:
         if len(slots) > RUN_ALL_CAP + 100:
             oldest = min(slots)
             why = slots.pop(oldest)
-            self.s.ledger.unsaved_skips.append(
-                Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.s.instance_id,
+            self.writer.keep_skip(
+                Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.instance_id,
                      logs=[store_unavailable_log(why)])
             )
-        if self.retrying is None and not self.s.stopping:
-            self.retrying = self.s.spawn(self.retry_loop())
+        if self.retrying is None and not self.life.stopping:
+            self.retrying = self.life.spawn(self.retry_loop())
         self.warn.warning(
             "require", "job %s: store unavailable (%s); slot %s not run now (the job's "
             "missed policy decides when the store is back)",
@@ -244,11 +232,10 @@ class Outage:
     async def fail_open(
         self, items: list[tuple[Job, Dispatch]], exc: BaseException | None, fired_mono: float
     ) -> None:
-        s = self.s
         confirmed = await self.confirmed()
-        now, gap = s.clock.now(), time.monotonic() - fired_mono
+        now, gap = self.clock.now(), time.monotonic() - fired_mono
         for job, it in items:
-            stale = now - it.slot > s.late_after or gap > s.late_after
+            stale = now - it.slot > self.settings.late_after or gap > self.settings.late_after
             if not confirmed or stale:
                 why = ("the store answers a fresh connection: only this process lost its "
                        "session" if not confirmed else
@@ -258,7 +245,7 @@ class Outage:
                                   from_ts(it.slot).isoformat(), why)
                 self.keep(job, it.slot, exc)
                 continue
-            s.stats.fail_open += 1
+            self.stats.fail_open += 1
             self.warn.warning("fail-open", "job %s: store unavailable (%s); running slot %s "
                               "without a claim (fail open)", job.id, exc,
                               from_ts(it.slot).isoformat())
@@ -272,7 +259,7 @@ class Outage:
             at, answer = self._confirmation
             if time.monotonic() - at < CONFIRM_FOR:
                 return answer
-            confirm = getattr(self.s.store, "confirm_outage", None)
+            confirm = getattr(self.store, "confirm_outage", None)
             answer = False
             if confirm is not None:
                 try:
@@ -288,44 +275,43 @@ class Outage:
         """Start a run without a claim, the job's overlap enforced in this process.
         ``claim_row`` (fail open): its row is written under a claim of the slot once the
         store answers (:meth:`claim_rows`)."""
-        s = self.s
         run = RunRecord(
             id=None,
             job_id=job.id,
             slot=from_ts(it.slot),
             triggered_by=it.triggered_by,
             status=RunStatus.RUNNING,
-            instance_id=s.instance_id,
+            instance_id=self.instance_id,
             is_catchup=it.is_catchup,
             manual=it.manual,
-            started_at=from_ts(s.clock.now()),
+            started_at=from_ts(self.clock.now()),
             logs=[*it.logs, line],
         )
         if claim_row:
             self.unclaimed[id(run)] = run
-        busy = s.runner.running.get(job.id, 0) >= job.max_instances
+        busy = self.runs.running.get(job.id, 0) >= job.max_instances
         if job.overlap is Overlap.REPLACE and busy:
             self.replace_local(job, run)
             return None
         if job.overlap is not Overlap.ALLOW and busy:
             if job.overlap is Overlap.QUEUE_ONE and job.id not in self.waiting:
                 self.waiting.add(job.id)
-                s.spawn(self._after_idle(job, run))
+                self.life.spawn(self._after_idle(job, run))
                 return None
             if claim_row:  # fail open: recorded under a claim (another may have run it)
                 skip = Dispatch.missed(job.id, it.slot, reason=ALREADY_EXECUTING,
-                                       result=busy_result(), logs=[busy_log(s.instance_id)])
+                                       result=busy_result(), logs=[busy_log(self.instance_id)])
                 skip.triggered_by, skip.is_catchup = it.triggered_by, it.is_catchup
                 self.keep_skip(skip)
             else:
-                s.ledger.unsaved_skips.append(
+                self.writer.keep_skip(
                     Skip(job.id, it.slot, ALREADY_EXECUTING, triggered_by=it.triggered_by,
-                         instance_id=s.instance_id, logs=[busy_log(s.instance_id)],
+                         instance_id=self.instance_id, logs=[busy_log(self.instance_id)],
                          result=busy_result())
                 )
-            s.stats.skip(ALREADY_EXECUTING)
+            self.stats.skip(ALREADY_EXECUTING)
             return None
-        s.runner.launch(job, run, leased=False)
+        self.runs.launch(job, run, leased=False)
         return Dispatched(request=it, won=True, run=run)
 
     async def claim_rows(self, batch: list[Finish]) -> list[Finish]:
@@ -343,16 +329,15 @@ class Outage:
         mine = [f for f in batch if f.run.id is None and id(f.run) in unclaimed]
         if not mine:
             return batch
-        s = self.s
         out = [f for f in batch if not (f.run.id is None and id(f.run) in unclaimed)]
         items = []
         for f in mine:
-            job = s._jobs.get(f.run.job_id)
+            job = self.jobs.get(f.run.job_id)
             items.append(Dispatch.scheduled(
                 f.run.job_id, f.run.slot.timestamp(), lease=False, record=True,
                 hold=job.lease_seconds if job is not None else 3600.0,
             ))
-        got = await s.store.dispatch(items, s.instance_id)
+        got = await self.store.dispatch(items, self.instance_id)
         later: list[Finish] = []
         for f, res in zip(mine, got, strict=True):
             run = f.run
@@ -368,15 +353,15 @@ class Outage:
                 later.append(f)  # the slot's claim has no final row yet
                 continue
             unclaimed.pop(id(run), None)
-            out.append(Finish(attach_late_result(stored, run, from_ts(s.clock.now()))))
+            out.append(Finish(attach_late_result(stored, run, from_ts(self.clock.now()))))
         if later:
-            s.ledger.finishes.extend(later)
-            s.ledger.flush_later()
+            self.writer.add_all(later)
+            self.writer.flush_later()
         return out
 
     async def slot_row(self, run: RunRecord) -> RunRecord | None:
         """The final row of ``run``'s slot (not a manual run), the oldest if several."""
-        page = await self.s.store.find_runs(
+        page = await self.store.find_runs(
             RunFilter(job_id=run.job_id, since=run.slot,
                       until=run.slot + timedelta(milliseconds=1)),
             limit=20,
@@ -390,52 +375,49 @@ class Outage:
         only ones it can reach while the store is away), start ``run`` once they ended. A
         newer slot arriving meanwhile replaces the waiting one, which is recorded
         ``skipped / superseded``."""
-        s = self.s
-        runner = s.runner
+        runner = self.runs
         mine = [(key, active) for key, active in list(runner.active.items())
                 if active.job.id == job.id and active.run is not run]
         if job.max_instances > 1:  # N lanes: only the oldest run makes way
             mine = sorted(mine, key=lambda ka: run_age(ka[1].run))[:1]
         for key, _active in mine:
-            runner.cancel(key, by=f"{s.instance_id} (overlap replace)",
+            runner.cancel(key, by=f"{self.instance_id} (overlap replace)",
                           why=f"replaced by a newer slot ({run.slot.isoformat()})")
         older = self.replacing.get(job.id)
         self.replacing[job.id] = run
         if older is not None:
-            s.ledger.unsaved_skips.append(
+            self.writer.keep_skip(
                 Skip(job.id, older.slot.timestamp(), _SUPERSEDED,
-                     triggered_by=older.triggered_by, instance_id=s.instance_id,
+                     triggered_by=older.triggered_by, instance_id=self.instance_id,
                      logs=[*older.logs, replaced_waiting_log(run.slot.isoformat())],
                      result=skip_result(_SUPERSEDED))
             )
-            s.stats.skip(_SUPERSEDED)
+            self.stats.skip(_SUPERSEDED)
             return
-        s.spawn(self._after_replaced(job))
+        self.life.spawn(self._after_replaced(job))
 
     async def _after_replaced(self, job: Job) -> None:
-        s = self.s
-        await s.runner.job_idle(job.id, below=job.max_instances)
+        await self.runs.job_idle(job.id, below=job.max_instances)
         run = self.replacing.pop(job.id, None)
         if run is None:
             return
-        if s.stopping:  # never started: say so (the store may take it at the last writes)
-            s.ledger.unsaved_skips.append(
+        if self.life.stopping:  # never started: say so (the store may take it at the last writes)
+            self.writer.keep_skip(
                 Skip(job.id, run.slot.timestamp(), _UNAVAILABLE,
-                     triggered_by=run.triggered_by, instance_id=s.instance_id,
+                     triggered_by=run.triggered_by, instance_id=self.instance_id,
                      logs=[*run.logs, replace_stopped_log()])
             )
             return
-        run.started_at = from_ts(s.clock.now())
-        s.runner.launch(job, run, leased=False)
+        run.started_at = from_ts(self.clock.now())
+        self.runs.launch(job, run, leased=False)
 
     async def _after_idle(self, job: Job, run: RunRecord) -> None:
-        s = self.s
         try:
-            await s.runner.job_idle(job.id, below=job.max_instances)
-            if s.stopping:
+            await self.runs.job_idle(job.id, below=job.max_instances)
+            if self.life.stopping:
                 return
-            run.started_at = from_ts(s.clock.now())
-            s.runner.launch(job, run, leased=False)
+            run.started_at = from_ts(self.clock.now())
+            self.runs.launch(job, run, leased=False)
         finally:
             self.waiting.discard(job.id)
 
@@ -445,15 +427,15 @@ class Outage:
         they were never claimed)."""
         for job_id, slots in self.backlog.items():
             for slot, why in sorted(slots.items()):
-                self.s.ledger.unsaved_skips.append(
-                    Skip(job_id, slot, _UNAVAILABLE, instance_id=self.s.instance_id,
+                self.writer.keep_skip(
+                    Skip(job_id, slot, _UNAVAILABLE, instance_id=self.instance_id,
                          logs=[store_unavailable_log(why)])
                 )
         self.backlog.clear()
         for it in self.skips:  # last resort: claim-less (the store may be gone for good)
-            self.s.ledger.unsaved_skips.append(
+            self.writer.keep_skip(
                 Skip(it.job_id, it.slot, it.skip_reason or _UNAVAILABLE,
-                     triggered_by=it.triggered_by, instance_id=self.s.instance_id,
+                     triggered_by=it.triggered_by, instance_id=self.instance_id,
                      logs=list(it.logs), result=it.result)
             )
         self.skips.clear()
@@ -471,15 +453,14 @@ class Outage:
                     self.superseded[jid] = slot
         if not self.replaying:
             self.replaying = True
-            self.s.spawn(self.replay())
+            self.life.spawn(self.replay())
 
     async def retry_loop(self) -> None:
         """While a backlog waits, offer it to the store with backoff and full jitter (a
         daily job must not wait for its next slot to learn the store is back)."""
-        s = self.s
         delay = 0.5
         try:
-            while self.pending and not s.stopping:
+            while self.pending and not self.life.stopping:
                 await asyncio.sleep(random.uniform(0.05, delay))
                 if not self.replaying and self.pending:
                     self.replaying = True
@@ -490,15 +471,14 @@ class Outage:
 
     async def replay(self) -> None:
         """Hand each job's backlog to its missed policy (see the module's rules)."""
-        s = self.s
         try:
             backlog, self.backlog = self.backlog, {}
             superseded, self.superseded = self.superseded, {}
-            now = s.clock.now()
+            now = self.clock.now()
             items: list[Dispatch] = self.skips
             self.skips = []
             for job_id, slots in backlog.items():
-                job = s._jobs.get(job_id)
+                job = self.jobs.get(job_id)
                 if job is None:
                     continue
                 ordered = sorted(slots)
@@ -521,14 +501,14 @@ class Outage:
                         ))
                 if len(run) == 1:
                     items.append(requests.scheduled(
-                        job, run[0], now, catchup=True, queued=s.runner.queued,
-                        running=s.runner.running, instance_id=s.instance_id,
+                        job, run[0], now, catchup=True, queued=self.runs.queued,
+                        running=self.runs.running, instance_id=self.instance_id,
                     ))
                 elif run:
-                    s.spawn(s.loop.run_sequence(job, [(x, True) for x in run]))
+                    self.life.spawn(self.loop.run_sequence(job, [(x, True) for x in run]))
             if items:
                 log.info("store available again: %d slots not run during the outage go "
                          "through their jobs' missed policies", len(items))
-                await s.loop.dispatch(items)
+                await self.loop.dispatch(items)
         finally:
             self.replaying = False

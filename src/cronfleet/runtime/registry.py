@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cronfleet.cron.compose import read_schedule
 from cronfleet.errors import (
+    AlreadyExecuting,
     CronfleetError,
     JobNotFound,
     NotDeclared,
@@ -43,8 +45,14 @@ from cronfleet.spec import Unkeyable, value_key
 from cronfleet.store.base import Declared, FleetRequest, RegistryStore
 
 if TYPE_CHECKING:
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.backfill import Backfill
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.runtime.faces import Control
+    from cronfleet.runtime.fleet import Fleet
+    from cronfleet.runtime.parts import Jobs, Life, Settings
+    from cronfleet.runtime.runs import Runs
+    from cronfleet.runtime.stats import Stats
     from cronfleet.store.base import Store
 
 __all__ = [
@@ -208,8 +216,6 @@ def job_from_spec(job_id: str, spec: Mapping[str, Any], *, team: str, source: st
     API show and operate it: views, pause, next fire times), its handler a
     :class:`DeclaredElsewhere`. Raises ``ValueError`` when the schedule cannot be read
     here (e.g. a calendar file that only exists on the declaring host)."""
-    from cronfleet.cron.compose import read_schedule
-
     schedule, sentence = read_schedule(str(spec.get("schedule", "")), str(spec.get("zone")
                                                                         or "UTC"))
     return Job(
@@ -560,11 +566,25 @@ class Registry:
     """This process's rows of the registry and the requests it takes (built afresh at
     each start; enabled with the fleet: a store that keeps instances, and timers)."""
 
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
-        store = s.store
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
+                 stats: Stats, activity: Activity, jobs: Jobs, fleet: Fleet, runs: Runs,
+                 control: Control) -> None:
+        """Built with the store, the clock, the settings, the scheduler's life, the stats,
+        the activity counter, the job table (read-only), the fleet (who is live), the runs
+        (a cancel asked for a run here) and ``control`` (a trigger or a backfill asked by
+        another process goes through the facade, as a local one)."""
+        self.clock = clock
+        self.settings = settings
+        self.instance_id = settings.instance_id
+        self.life = life
+        self.stats = stats
+        self.activity = activity
+        self.jobs = jobs
+        self.fleet = fleet
+        self.runs = runs
+        self.control = control
         self.store: RegistryStore | None = (
-            store if isinstance(store, RegistryStore) and s.timers else None
+            store if isinstance(store, RegistryStore) and settings.timers else None
         )
         self.published: dict[str, str] | None = None  # job id -> digest, as last written
         self.touched = float("-inf")  # our clock at the last write
@@ -590,7 +610,7 @@ class Registry:
         """:meth:`entries` of every job, giving the loop a turn every :data:`BUILD_CHUNK`
         jobs (~30 us a job: 100,000 jobs in one go held the loop for seconds, late
         instants and missed heartbeats)."""
-        jobs = list(self.s.iter_jobs())
+        jobs = list(self.jobs.values())
         out: list[Declared] = []
         for k in range(0, len(jobs), BUILD_CHUNK):
             out.extend(self.entries(jobs[k:k + BUILD_CHUNK]))
@@ -606,14 +626,14 @@ class Registry:
         its own timers never depend on the registry)."""
         if self.store is None:
             return
-        if len(self.s.jobs) <= LARGE:
+        if len(self.jobs) <= LARGE:
             await self.sync()
         else:
-            self.s.spawn(self._sync_counted())
+            self.life.spawn(self._sync_counted())
 
     async def _sync_counted(self) -> None:
         """:meth:`sync` counted as activity (a write: the scheduler is not idle meanwhile)."""
-        activity = self.s.activity
+        activity = self.activity
         activity.enter()
         try:
             await self.sync()
@@ -631,8 +651,7 @@ class Registry:
 
     async def _sync(self) -> None:
         assert self.store is not None
-        s = self.s
-        now = s.clock.now()
+        now = self.clock.now()
         rows: list[Declared] = []
         digests: dict[str, str] = {}
         changed = False
@@ -643,7 +662,7 @@ class Registry:
             changed = digests != self.published
         if not changed and now - self.touched < TOUCH:
             return
-        me = s.instance_id
+        me = self.instance_id
         try:
             await self.store.publish_jobs(me, rows if changed else None)
             self.touched = now
@@ -653,7 +672,7 @@ class Registry:
         except Exception as exc:
             if changed:
                 self.dirty = True  # written again at the next heartbeat
-            s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("instance %s: could not publish its jobs (%s)", me, exc)
 
     def changed(self) -> None:
@@ -663,7 +682,7 @@ class Registry:
         if self.store is None or self._soon:
             return
         self._soon = True
-        self.s.spawn(self._sync_soon())
+        self.life.spawn(self._sync_soon())
 
     async def _sync_soon(self) -> None:
         await asyncio.sleep(0)  # the rest of the batch first
@@ -672,7 +691,7 @@ class Registry:
 
     async def _report_conflicts(self, mine: Mapping[str, str]) -> None:
         assert self.store is not None
-        if set(self.s.fleet.live) <= {self.s.instance_id}:
+        if set(self.fleet.live) <= {self.instance_id}:
             # alone in the fleet: a conflict is between live declarers (conflicts()), so
             # there is none to find here; an instance that joins reports it from its side.
             # Skipping the read spares every row of the registry with its spec (20,000
@@ -686,9 +705,9 @@ class Registry:
                 self.said_large = True
                 log.info("instance %s declares %d jobs (more than %d): conflicting "
                          "declarations are not logged at start, see `cronfleet jobs`",
-                         self.s.instance_id, len(mine), LARGE)
+                         self.instance_id, len(mine), LARGE)
             return
-        found = await fleet_jobs(self.store, ttl=self.s.instance_ttl)
+        found = await fleet_jobs(self.store, ttl=self.settings.instance_ttl)
         for job_id in sorted(mine):
             fj = found.get(job_id)
             c = None if fj is None else fj.conflict
@@ -701,16 +720,15 @@ class Registry:
 
     async def request_loop(self) -> None:
         """Take the requests meant for this instance, act on each, wait for the next."""
-        s = self.s
         assert self.store is not None
         interval = POLL_NOTIFIED if self.notified else POLL
         while True:
             self.wakeup.clear()
             try:
-                taken = await self.store.take_requests(s.instance_id, list(s.jobs))
+                taken = await self.store.take_requests(self.instance_id, list(self.jobs))
             except Exception as exc:
-                s.stats.store_errors += 1
-                log.warning("instance %s: could not read requests (%s)", s.instance_id, exc)
+                self.stats.store_errors += 1
+                log.warning("instance %s: could not read requests (%s)", self.instance_id, exc)
                 taken = []
             for req in taken:
                 await self.handle(req)
@@ -729,12 +747,12 @@ class Registry:
             start = datetime.fromisoformat(str(p.get("from")))
             end = datetime.fromisoformat(str(p.get("to")))
             rate = p.get("rate")
-            bf = await self.s.backfill_async(
+            bf = await self.control.backfill_async(
                 req.job_id, start, end, only_missing=bool(p.get("only_missing")),
                 by=req.requested_by, rate=None if rate is None else float(rate), wait=False,
                 since=None if req.requested_at is None else req.requested_at.timestamp())
         except JobNotFound:
-            return f"{NotDeclared.code}: instance {self.s.instance_id} no longer " \
+            return f"{NotDeclared.code}: instance {self.instance_id} no longer " \
                    f"declares job {req.job_id!r}"
         except (ValueError, TypeError, CronfleetError) as exc:
             return f"{getattr(exc, 'code', 'BAD_REQUEST')}: {exc}"
@@ -742,7 +760,7 @@ class Registry:
         self.backfills[req.id] = bf
         log.info("request %d: %s backfills %r from %s to %s", req.id, req.requested_by,
                  req.job_id, start.isoformat(), end.isoformat())
-        self.s.spawn(self._follow(req.id, dict(p), bf))
+        self.life.spawn(self._follow(req.id, dict(p), bf))
         return None
 
     async def _follow(self, rid: int, payload: dict[str, Any], bf: Backfill) -> None:
@@ -761,7 +779,7 @@ class Registry:
             await self._note(rid, payload, bf)
             await self.store.answer_request(rid, error=error)
         except Exception as exc:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("backfill %d: could not write its progress (%s)", rid, exc)
         finally:
             self.backfills.pop(rid, None)
@@ -777,7 +795,7 @@ class Registry:
                             "judged lost): stopping it", rid, bf.job_id)
                 bf.cancel()
         except Exception as exc:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("backfill %d: could not write its progress (%s)", rid, exc)
 
     def _cancel_backfill(self, req: FleetRequest) -> str | None:
@@ -785,7 +803,7 @@ class Registry:
         bf = self.backfills.get(rid) if isinstance(rid, int) else None
         if bf is None:
             return (f"BACKFILL_NOT_RUNNING: backfill {rid} is not running on instance "
-                    f"{self.s.instance_id} (it may have just ended)")
+                    f"{self.instance_id} (it may have just ended)")
         bf.cancel()
         return None
 
@@ -795,17 +813,15 @@ class Registry:
             return None, "BAD_REQUEST: a cancel request names no run_id"
         why = str(req.payload.get("why") or "no reason given")
         try:
-            self.s.runner.cancel(run_id, by=req.requested_by, why=why)
+            self.runs.cancel(run_id, by=req.requested_by, why=why)
         except KeyError:
             return run_id, (f"RUN_NOT_RUNNING: run {run_id} is not executing on instance "
-                            f"{self.s.instance_id} (it may have just ended)")
+                            f"{self.instance_id} (it may have just ended)")
         return run_id, None
 
     async def handle(self, req: FleetRequest) -> None:
         """Act on one request and answer it (an answer that cannot be written is
         logged: the sender then times out, naming the request)."""
-        from cronfleet.errors import AlreadyExecuting
-
         assert self.store is not None and req.id is not None
         run_id: int | None = None
         error: str | None = None
@@ -822,7 +838,7 @@ class Registry:
         else:
             payload = req.payload
             try:
-                run = await self.s.trigger_async(
+                run = await self.control.trigger_async(
                     req.job_id, by=req.requested_by, params=payload.get("params"),
                     force=bool(payload.get("force")))
                 run_id = run.id
@@ -833,7 +849,7 @@ class Registry:
                 error = f"{exc.code}: job {req.job_id!r} is already executing: the lease is " \
                         f"held by {exc.holder or 'another run'}"
             except JobNotFound:
-                error = f"{NotDeclared.code}: instance {self.s.instance_id} no longer " \
+                error = f"{NotDeclared.code}: instance {self.instance_id} no longer " \
                         f"declares job {req.job_id!r}"
             except CronfleetError as exc:
                 error = f"{getattr(exc, 'code', type(exc).__name__)}: {exc}"
@@ -843,5 +859,5 @@ class Registry:
         try:
             await self.store.answer_request(req.id, run_id=run_id, error=error)
         except Exception as exc:
-            self.s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("request %d: could not write the answer (%s)", req.id, exc)

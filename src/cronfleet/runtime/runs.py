@@ -15,7 +15,6 @@ import itertools
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +32,9 @@ from cronfleet.model import (
 )
 from cronfleet.runtime.events import RunFinished, RunRetried, RunStarting
 from cronfleet.runtime.executor import Outcome, execute
+from cronfleet.runtime.parts import Active, Queued
 from cronfleet.runtime.threads import DaemonThreadPool
-from cronfleet.store.base import Dispatch, Finish, Start
+from cronfleet.store.base import Dispatch, Finish, RunFilter, Start
 from cronfleet.store.ledger import (
     CANCELLED_REASON,
     SHUTDOWN_REASON,
@@ -44,12 +44,18 @@ from cronfleet.store.ledger import (
 )
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
+    from cronfleet.runtime.events import Events
+    from cronfleet.runtime.parts import Canceller, Life, Settings
+    from cronfleet.runtime.stats import Stats
+    from cronfleet.runtime.writer import Writer
+    from cronfleet.store.base import Store
 
 SUPERSEDED = SkipReason.SUPERSEDED.value
 STOPPED_IN_JITTER = "the scheduler stopped while the slot waited out its jitter delay"
 
-__all__ = ["Active", "Queued", "Runs"]
+__all__ = ["Runs", "run_age"]
 
 log = logging.getLogger("cronfleet")
 
@@ -58,37 +64,31 @@ _RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
 SAVE_WAIT = 5.0  # RunContext.save(wait=True): how long a run waits for its row
 
 
-@dataclass(slots=True)
-class Active:
-    """A run executing in this process."""
-
-    job: Job
-    run: RunRecord
-    leased: bool
-    task: asyncio.Task[None] | None = None
-    ctx: RunContext | None = None
-    outcome: Outcome | None = None
-    cancel: tuple[str, str] | None = None  # (by, why) once a cancel was asked for
-
-
 def run_age(run: RunRecord) -> tuple[float, float, int]:
     """Oldest first: by start, then slot, then id (``Overlap.REPLACE`` with lanes)."""
     started = run.started_at or run.claimed_at or run.slot
     return (started.timestamp(), run.slot.timestamp(), run.id or 0)
 
 
-@dataclass(slots=True)
-class Queued:
-    """A claimed slot waiting for the lease (``Overlap.QUEUE_ONE``)."""
-
-    job: Job
-    run: RunRecord
-    leased: bool
-
-
 class Runs:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+    """The runs of this process. Built with the store, the clock, the settings, the
+    scheduler's life, the stats, the events, the activity counter, the writer (it hands
+    rows to it) and ``control`` (``cancel_async``: ``Overlap.REPLACE`` cancels a run
+    wherever it executes). The other parts change its state through its methods only
+    (``launch``, ``enqueue``, ``enqueue_recovery``, ``reserve``, ...)."""
+
+    def __init__(self, *, store: Store, clock: Clock, settings: Settings, life: Life,
+                 stats: Stats, events: Events, activity: Activity, writer: Writer,
+                 control: Canceller) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.life = life
+        self.stats = stats
+        self.events = events
+        self.activity = activity
+        self.writer = writer
+        self.control = control
         self.active: dict[int, Active] = {}
         self.running: dict[str, int] = {}  # runs in progress here, per job
         self.queued: dict[str, Queued] = {}
@@ -111,29 +111,27 @@ class Runs:
         """Start one run (a claimed slot, a manual run, a queued run getting its lease)."""
         active = Active(job, run, leased)
         active.ctx = self.context(job, run)
-        s = self.s
-        s.activity.enter()
-        s.stats.fired += 1
+        self.activity.enter()
+        self.stats.fired += 1
         self._start(active, asyncio.get_running_loop())
         if run.id is None:
-            s.ledger.started_unrecorded()
+            self.writer.started_unrecorded()
 
     def start(self, actives: Sequence[Active]) -> None:
         """Start a batch of runs whose records and contexts are built (early claims)."""
         if not actives:
             return
-        s = self.s
-        s.activity.enter(len(actives))
-        s.stats.fired += len(actives)
+        self.activity.enter(len(actives))
+        self.stats.fired += len(actives)
         loop, start = asyncio.get_running_loop(), self._start
         for active in actives:
             start(active, loop)
         if self.unrecorded:
-            s.ledger.started_unrecorded()
+            self.writer.started_unrecorded()
 
     def _start(self, active: Active, loop: asyncio.AbstractEventLoop) -> None:
         """The one place a handler starts: the run is registered as in progress here and
-        its task created (the counters and the ledger are the callers', once per batch)."""
+        its task created (the counters and the writer are the callers', once per batch)."""
         key = active.run.id
         if key is None:
             key = -next(self._seq)
@@ -162,7 +160,7 @@ class Runs:
             job_id=job.id,
             slot=slot,
             triggered_by=run.triggered_by,
-            instance_id=self.s.instance_id,
+            instance_id=self.settings.instance_id,
             fencing_token=run.fencing_token,
             config=job.config,
             run_id=run.id,
@@ -180,14 +178,14 @@ class Runs:
         the group commit; ``wait``: until it is written (5 s at most), its id returned."""
         if run.status is not RunStatus.RUNNING:
             return run.id
-        ledger = self.s.ledger
-        ledger.finishes.append(Finish(run))
-        ledger.wake()
-        if wait and run.id is None and self.s.running:
+        writer = self.writer
+        writer.add(Finish(run))
+        writer.wake()
+        if wait and run.id is None and self.life.running:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SAVE_WAIT):
-                    while run.id is None and self.s.running:
-                        await ledger.flushed()
+                    while run.id is None and self.life.running:
+                        await writer.flushed()
                         if run.id is None:
                             await asyncio.sleep(0.05)
         return run.id
@@ -197,10 +195,10 @@ class Runs:
     async def _execute(self, key: int, active: Active) -> None:
         job = active.job
         assert job.handler is not None and self.threads is not None and active.ctx is not None
-        clock = self.s.clock
+        clock = self.clock
         started = clock.now()
-        if self.s.events.wants(RunStarting):  # e.g. cronfleet.tracing opens the run's span
-            self.s.events.publish(RunStarting(job, active.run, self.s.instance_id))
+        if self.events.wants(RunStarting):  # e.g. cronfleet.tracing opens the run's span
+            self.events.publish(RunStarting(job, active.run, self.settings.instance_id))
         try:
             outcome = await execute(
                 job.handler,
@@ -281,28 +279,27 @@ class Runs:
         assert policy is not None and ctx is not None and job.handler is not None
         if policy.attempts <= 1 or job.own_policies:
             return outcome
-        s = self.s
         first = outcome.started
         for n in range(1, policy.attempts):
             delay = policy.wait(n)
             ctx.log(attempt_line(n, policy.attempts, outcome.status.value, outcome.started,
                                  outcome.finished, outcome.error, delay))
-            s.stats.retries += 1
-            if s.events.wants(RunRetried):
-                s.events.publish(RunRetried(job, run, n, delay, outcome.error))
+            self.stats.retries += 1
+            if self.events.wants(RunRetried):
+                self.events.publish(RunRetried(job, run, n, delay, outcome.error))
             if delay > 0:
-                until = s.clock.now() + delay
-                s.activity.leave()  # waiting for the next attempt is idle time, as jitter
+                until = self.clock.now() + delay
+                self.activity.leave()  # waiting for the next attempt is idle time, as jitter
                 try:
-                    while s.clock.now() < until:
-                        await s.clock.sleep_until(until)
+                    while self.clock.now() < until:
+                        await self.clock.sleep_until(until)
                 finally:
-                    s.activity.enter()
+                    self.activity.enter()
             run.attempt = ctx.attempt = n + 1
             assert self.threads is not None
             outcome = await execute(
                 job.handler, ctx, timeout=job.timeout, threads=self.threads,
-                now=s.clock.now, is_async=job.is_async,
+                now=self.clock.now, is_async=job.is_async,
             )
             if outcome.status not in _RETRIED:
                 break
@@ -312,16 +309,16 @@ class Runs:
         return outcome
 
     def _cancelled(self, active: Active, started: float) -> Outcome:
-        if active.cancel is not None and not self.s.stopping:
+        if active.cancel is not None and not self.life.stopping:
             by, why = active.cancel
-            return Outcome(RunStatus.CANCELLED, started, self.s.clock.now(),
+            return Outcome(RunStatus.CANCELLED, started, self.clock.now(),
                            error=f"cancelled by {by}: {why}", reason=CANCELLED_REASON)
         if active.ctx is not None:
             active.ctx.log(shutdown_log())
         return Outcome(
             RunStatus.INTERRUPTED,
             started,
-            self.s.clock.now(),
+            self.clock.now(),
             error=f"interrupted: {STOPPED_BEFORE_FINISH}",
             reason=SHUTDOWN_REASON,
         )
@@ -335,12 +332,12 @@ class Runs:
             active = Active(job, run, leased)
             self.active[key] = active
             self.running[job.id] = self.running.get(job.id, 0) + 1
-            self.s.activity.enter()
+            self.activity.enter()
             active.ctx = self.context(job, run)
             # in a task of its own, like every run: what a RunStarting listener puts in
             # the context (the trace span) stays in the run, not in the caller's context
             await asyncio.create_task(self._execute(key, active))
-            await self.s.ledger.flush_once()
+            await self.writer.flush_once()
         finally:
             threads.shutdown(wait=False)
             self.threads = None
@@ -356,7 +353,7 @@ class Runs:
         self.active.pop(key, None)
         self.unrecorded.pop(key, None)
         self.ended.append(active)
-        self.s.ledger.wake()
+        self.writer.wake()
 
     def reserve(self, job_id: str) -> None:
         """Count a run as in progress here before it exists (a manual run of a node-local
@@ -375,17 +372,17 @@ class Runs:
         if idle is not None:
             idle.set()
 
-    def settle(self) -> None:
-        """Turn ended runs into records queued for the group commit, and announce them."""
+    def settle(self) -> list[Finish]:
+        """Turn ended runs into the records of the group commit (returned), and announce
+        them."""
         ended, self.ended = self.ended, []
+        finishes: list[Finish] = []
         if not ended:
-            return
-        s = self.s
-        stats = s.stats
+            return finishes
+        stats = self.stats
         outcomes = stats.outcomes
         attempts = stats.attempts
-        finishes = s.ledger.finishes
-        events = s.events if s.events.wants(RunFinished) else None
+        events = self.events if self.events.wants(RunFinished) else None
         for active in ended:
             job, run, outcome = active.job, active.run, active.outcome
             assert outcome is not None
@@ -404,21 +401,40 @@ class Runs:
             stats.durations.observe(outcome.finished - outcome.started)
             finishes.append(Finish(run, run.fencing_token if active.leased else None))
             if events is not None:
-                events.publish(RunFinished(job, run, s.instance_id))
-            s.activity.leave()
-            if job.id in self.queued and s.running and not s.stopping:
-                s.spawn(self._retry_queued(self.queued[job.id]))
-            if job.id in self.recovering and s.running and not s.stopping:
-                s.spawn(self._retry_recovery(self.recovering[job.id]))
+                events.publish(RunFinished(job, run, self.settings.instance_id))
+            self.activity.leave()
+            if job.id in self.queued and self.life.running and not self.life.stopping:
+                self.life.spawn(self._retry_queued(self.queued[job.id]))
+            if job.id in self.recovering and self.life.running and not self.life.stopping:
+                self.life.spawn(self._retry_recovery(self.recovering[job.id]))
+        return finishes
 
     def interrupt(self, run: RunRecord, leased: bool, now: float, why: str) -> None:
         run.status = RunStatus.INTERRUPTED
         run.reason = SHUTDOWN_REASON
         run.finished_at = from_ts(now)
         run.logs.append(shutdown_log(why))
-        self.s.ledger.finishes.append(Finish(run, run.fencing_token if leased else None))
+        self.writer.add(Finish(run, run.fencing_token if leased else None))
+
+    def take_unrecorded(self) -> list[Finish]:
+        """The "started" rows of fast-path runs still running whose row is not written
+        yet (``Writer.record_started_loop``); each is handed out once."""
+        rows = [Finish(a.run) for a in self.unrecorded.values()
+                if a.run.id is None and a.run.status is RunStatus.RUNNING]
+        self.unrecorded.clear()
+        return rows
 
     # -- waiting for a lease ------------------------------------------------------------
+
+    def enqueue(self, job: Job, run: RunRecord, leased: bool) -> None:
+        """A claimed slot waits for its job's lease (``Overlap.QUEUE_ONE`` / ``REPLACE``):
+        it starts when the lease is free (a run here ends, the upkeep's poll)."""
+        self.queued[job.id] = Queued(job, run, leased=leased)
+
+    def enqueue_recovery(self, job: Job, run: RunRecord, leased: bool) -> None:
+        """A recovery run waits for its job's lease, in a place of its own (never in
+        ``QUEUE_ONE``'s single slot)."""
+        self.recovering[job.id] = Queued(job, run, leased=leased)
 
     def local_busy_defer(self, job: Job) -> bool:
         return (
@@ -430,7 +446,7 @@ class Runs:
     async def job_idle(self, job_id: str, below: int = 1) -> None:
         """Wait until fewer than ``below`` runs of ``job_id`` are in progress in this
         process (by default: none; ``max_instances`` for a free lane)."""
-        while self.running.get(job_id, 0) >= below and not self.s.stopping:
+        while self.running.get(job_id, 0) >= below and not self.life.stopping:
             await self.idle_jobs.setdefault(job_id, asyncio.Event()).wait()
 
     async def start_after(self, job: Job, run: RunRecord, req: Dispatch, at: float) -> None:
@@ -439,14 +455,14 @@ class Runs:
         included) leaves it there, and :meth:`stop` records it ``interrupted``."""
         assert run.id is not None
         self.deferred[run.id] = Queued(job, run, leased=req.lease)
-        clock = self.s.clock
+        clock = self.clock
         while clock.now() < at:
             await clock.sleep_until(at)
-        self.s.activity.enter()  # waiting for the jitter delay is idle time; starting is not
+        self.activity.enter()  # waiting for the jitter delay is idle time; starting is not
         try:
             await self.start_pending(job, run, req.lease, wait=req.wait_if_busy)
         finally:
-            self.s.activity.leave()
+            self.activity.leave()
         # reached only when the start was answered: started, settled, or queued (which
         # stop() records too); a cancelled start stays deferred
         self.deferred.pop(run.id, None)
@@ -454,7 +470,6 @@ class Runs:
     async def start_pending(self, job: Job, run: RunRecord, lease: bool, wait: bool) -> bool:
         """Start a pending run; returns False when it must keep waiting for the lease."""
         assert run.id is not None
-        s = self.s
         if (
             not lease
             and job.locking is Locking.NODE_LOCAL
@@ -473,13 +488,13 @@ class Runs:
             return False
         self.starting.add(run.id)
         try:
-            [started] = await s.store.start(
+            [started] = await self.store.start(
                 [Start(run.id, job.id, run.fencing_token, lease, job.lease_seconds, wait,
                        job.max_instances)],
-                s.instance_id,
+                self.settings.instance_id,
             )
         except Exception as exc:
-            s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("job %s: cannot start pending run %s (%s); retrying", job.id, run.id, exc)
             self.queued[job.id] = Queued(job, run, leased=lease)
             return False
@@ -493,7 +508,7 @@ class Runs:
         if started.run.status is RunStatus.RUNNING:
             self.launch(job, started.run, leased=lease)
         else:
-            s.stats.skip(started.run.reason)
+            self.stats.skip(started.run.reason)
         return True
 
     async def replace_running(self, job: Job) -> None:
@@ -501,16 +516,13 @@ class Runs:
         run(s) holding it, wherever they execute, then start the slot once they ended (a
         run here: when it is settled, as for QUEUE_ONE; elsewhere: watched here, within
         the job's lease length, then the upkeep's poll)."""
-        from cronfleet.store.base import RunFilter
-
-        s = self.s
-        me = f"{s.instance_id} (overlap replace)"
+        me = f"{self.settings.instance_id} (overlap replace)"
         try:
-            page = await s.store.find_runs(
+            page = await self.store.find_runs(
                 RunFilter(status=RunStatus.RUNNING, job_id=job.id),
                 limit=max(10, job.max_instances + 1))
         except Exception as exc:
-            s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("job %s: cannot find the run to replace (%s)", job.id, exc)
             return
         q = self.queued.get(job.id)
@@ -523,7 +535,7 @@ class Runs:
             assert run.id is not None
             here = self.find(run.id) is not None
             try:
-                await s.cancel_async(run.id, by=me, why="replaced by a newer slot "
+                await self.control.cancel_async(run.id, by=me, why="replaced by a newer slot "
                                      f"({'' if q is None else q.run.slot.isoformat()})")
             except Exception as exc:
                 log.warning("job %s: cannot cancel run %s to replace it (%s)", job.id, run.id,
@@ -538,28 +550,27 @@ class Runs:
         while remote and loop.time() < deadline:
             await asyncio.sleep(0.1)
             try:
-                ends = [await s.store.get_run(rid) for rid in remote]
+                ends = [await self.store.get_run(rid) for rid in remote]
             except Exception:
                 continue
             remote = [rid for rid, r in zip(remote, ends, strict=True)
                       if r is not None and not r.status.finished]
         q = self.queued.get(job.id)
-        if q is not None and not remote and s.running and not s.stopping:
-            s.activity.enter()
+        if q is not None and not remote and self.life.running and not self.life.stopping:
+            self.activity.enter()
             try:
                 await self.start_pending(q.job, q.run, q.leased, wait=True)
             finally:
-                s.activity.leave()
+                self.activity.leave()
 
     async def _retry_queued(self, q: Queued) -> None:
-        s = self.s
-        s.activity.enter()
+        self.activity.enter()
         try:
-            await s.ledger.flushed()
+            await self.writer.flushed()
             if self.queued.get(q.job.id) is q:
                 await self.start_pending(q.job, q.run, q.leased, wait=True)
         finally:
-            s.activity.leave()
+            self.activity.leave()
 
     async def poll_queued(self) -> None:
         for q in list(self.queued.values()):
@@ -569,24 +580,22 @@ class Runs:
             await self.start_recovery(q)
 
     async def _retry_recovery(self, q: Queued) -> None:
-        s = self.s
-        s.activity.enter()
+        self.activity.enter()
         try:
-            await s.ledger.flushed()  # our own run's lease release is written first
+            await self.writer.flushed()  # our own run's lease release is written first
             await self.start_recovery(q)
         finally:
-            s.activity.leave()
+            self.activity.leave()
 
     async def start_recovery(self, q: Queued) -> None:
         """A recovery run waiting for its job's lease: start it when the lease is free,
         or record it ``skipped`` (``superseded``) once its slot is older than the job's
         catch-up window — never dropped silently."""
-        s = self.s
         job, run = q.job, q.run
         if self.recovering.get(job.id) is not q or run.id is None:
             return
-        now = s.clock.now()
-        if now - run.slot.timestamp() > max(job.catch_up_window, s.late_after):
+        now = self.clock.now()
+        if now - run.slot.timestamp() > max(job.catch_up_window, self.settings.late_after):
             del self.recovering[job.id]
             run.status, run.reason = RunStatus.SKIPPED, SUPERSEDED
             run.finished_at = from_ts(now)
@@ -595,21 +604,20 @@ class Runs:
                 f"Skipped: the recovery never got the job's lease within its catch-up window "
                 f"({job.catch_up_window:g}s): superseded by the job's later slots"
             )
-            s.stats.skip(SUPERSEDED)
-            s.ledger.finishes.append(Finish(run, None))
-            s.ledger.flush_event.set()
+            self.stats.skip(SUPERSEDED)
+            self.writer.add(Finish(run, None), now=True)
             log.warning("job %s: recovery of slot %s superseded", job.id, run.slot.isoformat())
             return
         if self.running.get(job.id):
             return  # our own run holds the lease: retried when it ends
         try:
-            [started] = await s.store.start(
+            [started] = await self.store.start(
                 [Start(run.id, job.id, run.fencing_token, q.leased, job.lease_seconds, True,
                        job.max_instances)],
-                s.instance_id,
+                self.settings.instance_id,
             )
         except Exception as exc:
-            s.stats.store_errors += 1
+            self.stats.store_errors += 1
             log.warning("job %s: cannot start recovery run %s (%s); retrying", job.id, run.id, exc)
             return
         if started.run is None or self.recovering.get(job.id) is not q:
@@ -619,7 +627,7 @@ class Runs:
             log.info("job %s: recovery of slot %s runs now", job.id, run.slot.isoformat())
             self.launch(job, started.run, leased=q.leased)
         else:
-            s.stats.skip(started.run.reason)
+            self.stats.skip(started.run.reason)
 
     async def stop(self, grace: float) -> None:
         """Give running handlers ``grace`` seconds, then cancel them; record the queued
@@ -631,7 +639,7 @@ class Runs:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        now = self.s.clock.now()
+        now = self.clock.now()
         for q in [*self.queued.values(), *self.recovering.values()]:
             self.interrupt(q.run, q.leased, now, "the scheduler stopped before its turn came")
         for q in self.deferred.values():

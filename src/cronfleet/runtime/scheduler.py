@@ -1,15 +1,20 @@
-"""The facade: the job registry, the lifecycle and the control methods.
+"""The facade and assembler: the job registry, the lifecycle and the control methods.
 
 One ``Scheduler`` fires each slot of each job once across every process sharing its
 store. The work is done by parts, each the one owner of its state, built afresh at every
-start:
+start by :meth:`Scheduler._build` with the collaborators it uses (none holds the
+scheduler; what they share and the views they have of each other: :mod:`.parts`):
 
 - ``due`` (:mod:`.due`): the heap of instants, their buckets, each job's watermark;
 - ``loop`` (:mod:`.loop`): the loop task and the firing of one instant;
 - ``early`` (:mod:`.early`): slots claimed shortly before their instant;
 - ``runner`` (:mod:`.runs`): runs in progress, queued for a lease, ended;
-- ``ledger`` (:mod:`.ledger`): what waits to be written (group commit, skips);
+- ``writer`` (:mod:`.writer`): what waits to be written (group commit, skips);
+- ``outage`` (:mod:`.outage`): the slots the store did not take;
 - ``upkeep`` (:mod:`.upkeep`): retention, orphans and recovery, lease renewal;
+- ``fleet`` / ``registry`` (:mod:`.fleet`, :mod:`.registry`): membership, declared jobs
+  and the requests of other processes;
+- ``backfills`` (:mod:`.backfill`): backfill runs;
 - ``events`` (:mod:`.events`): ``RunFinished`` & co. for listeners (``subscribe``).
 """
 
@@ -26,9 +31,9 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cronfleet.clock import Clock, SystemClock, from_ts, wait_done
+from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
 from cronfleet.errors import (
@@ -53,7 +58,8 @@ from cronfleet.model import (
 )
 from cronfleet.runtime import requests
 from cronfleet.runtime.activity import Activity
-from cronfleet.runtime.backfill import Backfill, backfill_slots, run_backfill
+from cronfleet.runtime.backfill import Backfill, Backfills, backfill_slots
+from cronfleet.runtime.background import Background, Stopped
 from cronfleet.runtime.due import Due
 from cronfleet.runtime.early import EarlyClaims
 from cronfleet.runtime.events import (
@@ -64,21 +70,19 @@ from cronfleet.runtime.events import (
     Unsubscribe,
 )
 from cronfleet.runtime.fleet import Fleet
-from cronfleet.runtime.ledger import Ledger
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
+from cronfleet.runtime.parts import Life, RateLimitedLog, Settings
 from cronfleet.runtime.process import raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
-from cronfleet.runtime.registry import Registry
+from cronfleet.runtime.registry import Registry, remote_cancel
 from cronfleet.runtime.runs import Runs
 from cronfleet.runtime.stats import Stats
 from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
+from cronfleet.runtime.writer import Writer
 from cronfleet.spec import default_job_id, pause_until
-
-if TYPE_CHECKING:
-    from cronfleet.runtime.background import Background
 from cronfleet.store import Store, open_store
 from cronfleet.store.base import has_lanes
 
@@ -99,6 +103,45 @@ def new_instance_id() -> str:
 
 def _secs(value: str | float | timedelta | None, name: str) -> float:
     return to_timedelta(value, field=name).total_seconds()
+
+
+def check_lanes(job: Job, store: Store) -> None:
+    """``max_instances`` > 1 needs a store whose leases have lanes (``has_lanes``: every
+    built-in store; a plugin's store may have none); a node-local job counts its runs in
+    this process and needs none."""
+    if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
+        store
+    ):
+        kind = type(store).__name__.removesuffix("Store") or "this"
+        raise ValueError(
+            f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
+            f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL, Redis or memory)"
+        )
+
+
+async def open_store_at_start(store: Store, *, own: bool, connect_timeout: float | None
+                              ) -> None:
+    """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
+    ``connect_timeout`` (runtime/reach.py: the rule of every start-up step); any other
+    error (a bad path, a newer schema) stops the start at once. ``own``: the store was
+    built here from a URL."""
+    if own and hasattr(store, "open_timeout"):
+        # the store's own connect retry (PostgreSQL) follows the same limit at start;
+        # a control call on a stopped scheduler keeps the store's (60 s)
+        store.open_timeout = math.inf if connect_timeout is None else connect_timeout
+    await until_reachable(store.open, f"store {store.url}", connect_timeout)
+
+
+def _settings(s: Scheduler) -> Settings:
+    """The options the parts read, as they are at this start."""
+    return Settings(
+        instance_id=s.instance_id, timers=s.timers, role=s.role, late_after=s.late_after,
+        batch_size=s.batch_size, claim_ahead=s.claim_ahead, instance_ttl=s.instance_ttl,
+        orphan_interval=s.orphan_interval, queue_poll=s.queue_poll,
+        run_retention=s.run_retention, runs_per_job=s.runs_per_job,
+        claim_retention=s.claim_retention, record_started_after=s.record_started_after,
+        shutdown_grace=s.shutdown_grace,
+    )
 
 
 class Scheduler(SyncControl):
@@ -173,31 +216,67 @@ class Scheduler(SyncControl):
         # per-job outcomes for /metrics (the ``job`` label); off for very large fleets
         self.stats = Stats(per_job=metrics_job_label)
         self.events = Events()  # kept across restarts: subscriptions are the caller's
-        self.last_tick: float | None = None
-        self.running = False
-        self.stopping = False
+        self.life = Life()  # running / stopping, the background tasks
         self.event_loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
         self._jobs: dict[str, Job] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # what the parts get: the same table, read-only by its type (``Jobs``, a Mapping:
+        # mypy refuses a write); not a MappingProxyType, whose lookups cost ~2x on the
+        # per-job paths of a 100,000-job instant
+        self._jobs_view: Mapping[str, Job] = self._jobs
         self._flusher: asyncio.Task[None] | None = None
-        self._background: Background | None = None
+        self._background: Background[Scheduler] | None = None
         self._build()
 
     def _build(self) -> None:
-        """Fresh parts for a start: each owns its state, nothing is reset field by field."""
-        self.due = Due()
-        self.runner = Runs(self)
-        self.ledger = Ledger(self)
-        self.activity = Activity(lambda: bool(self.ledger.finishes))
-        self.loop = Loop(self)
-        self.early = EarlyClaims(self)
-        self.upkeep = Upkeep(self)
-        self.outage = Outage(self)
-        self.fleet = Fleet(self)
-        self.registry = Registry(self)
+        """Fresh parts for a start: each owns its state, nothing is reset field by field.
+
+        Each part is built with the collaborators it uses, in this order; a part that
+        calls one built after it is wired to it at the end (it sees it through a
+        protocol of runtime/parts.py)."""
+        settings, life, store, clock = _settings(self), self.life, self.store, self.clock
+        stats, jobs = self.stats, self._jobs_view
+        warn = RateLimitedLog(log)  # one rate limit for the store-trouble warnings
+        self.due = due = Due()
+        self.activity = activity = Activity(lambda: writer.owes())
+        self.writer = writer = Writer(store=store, settings=settings, life=life, stats=stats,
+                                      activity=activity, warn=warn)
+        self.runner = runs = Runs(store=store, clock=clock, settings=settings, life=life,
+                                  stats=stats, events=self.events, activity=activity,
+                                  writer=writer, control=self)
+        self.loop = loop = Loop(
+            store=store, clock=clock, settings=settings, life=life, stats=stats, jobs=jobs,
+            due=due, activity=activity, writer=writer, runs=runs, warn=warn)
+        self.early = early = EarlyClaims(
+            store=store, clock=clock, settings=settings, stats=stats, jobs=jobs, due=due,
+            activity=activity, loop=loop, runs=runs, writer=writer, warn=warn)
+        self.outage = outage = Outage(
+            store=store, clock=clock, settings=settings, life=life, stats=stats, jobs=jobs,
+            writer=writer, runs=runs, loop=loop, warn=warn)
+        self.upkeep = upkeep = Upkeep(
+            store=store, clock=clock, settings=settings, activity=activity, jobs=jobs,
+            runs=runs, writer=writer, loop=loop)
+        self.fleet = fleet = Fleet(
+            store=store, clock=clock, settings=settings, stats=stats, activity=activity,
+            due=due, early=early, upkeep=upkeep)
+        self.registry = registry = Registry(
+            store=store, clock=clock, settings=settings, life=life, stats=stats,
+            activity=activity, jobs=jobs, fleet=fleet, runs=runs, control=self)
+        self.backfills = Backfills(
+            store=store, clock=clock, settings=settings, life=life, jobs=jobs, runs=runs,
+            writer=writer)
+        # the back edges
+        writer.runs, writer.loop, writer.claim_rows = runs, loop, outage.claim_rows
+        loop.early, loop.outage, loop.fleet = early, outage, fleet
+        early.fleet = upkeep.fleet = fleet
+        fleet.registry = registry
 
     # -- declaring jobs -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped yet."""
+        return self.life.running
 
     @property
     def jobs(self) -> Mapping[str, Job]:
@@ -235,7 +314,7 @@ class Scheduler(SyncControl):
         imported (also when the file runs as a script). ``retry``: run a failing handler
         again inside its slot; ``notify`` and ``auto_pause_after``: alerts
         (``cronfleet.alerts.install``); ``max_instances``: concurrent runs of the job
-        across the fleet (only 1 is built, see docs/concepts.md). ``schedule`` may be a
+        across the fleet, 1 to 100 (docs/concepts.md). ``schedule`` may be a
         list of expressions (their instants united), or left out for a one-off ``at``;
         ``start``/``end`` bound the slots and ``exclude`` removes days or instants
         (``except`` in a config task)."""
@@ -275,28 +354,15 @@ class Scheduler(SyncControl):
 
         return register
 
-    def _check_lanes(self, job: Job) -> None:
-        """``max_instances`` > 1 needs a store whose leases have lanes (``has_lanes``:
-        every built-in store; a plugin's store may have none); a node-local job counts its
-        runs in this process and needs none."""
-        if job.max_instances > 1 and job.locking is not Locking.NODE_LOCAL and not has_lanes(
-            self.store
-        ):
-            kind = type(self.store).__name__.removesuffix("Store") or "this"
-            raise ValueError(
-                f"job {job.id!r}: max_instances > 1 is not supported on the {kind} store yet "
-                f"(max_instances = {job.max_instances}; use SQLite, PostgreSQL, Redis or memory)"
-            )
-
     def add_job(self, job: Job) -> Job:
         if job.id in self._jobs:
             raise DuplicateJob(f"job id {job.id!r} is declared twice")
         if job.handler is None:
             raise ValueError(f"job {job.id!r} has no handler")
-        self._check_lanes(job)
+        check_lanes(job, self.store)
         self._jobs[job.id] = job
         if self.running:
-            self.spawn(self._add_running(job))
+            self.life.spawn(self._add_running(job))
             self.registry.changed()
         return job
 
@@ -358,31 +424,32 @@ class Scheduler(SyncControl):
         if self.running:
             return
         for job in self._jobs.values():
-            self._check_lanes(job)
+            check_lanes(job, self.store)
         self._build()
         self.event_loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self.runner.threads = DaemonThreadPool(self.max_workers)
-        await self._open_store()
+        await open_store_at_start(self.store, own=self._own_store,
+                                  connect_timeout=self.connect_timeout)
         states = await self.store.ensure_jobs(list(self._jobs))
         now = self.clock.now()
         self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
             await self.registry.publish_at_start()
-        self.running = True
-        self.stopping = False
-        self._flusher = asyncio.create_task(self.ledger.flush_loop(), name="cronfleet-flush")
-        self.spawn(self.ledger.record_started_loop())
+        self.life.running = True
+        self.life.stopping = False
+        self._flusher = asyncio.create_task(self.writer.flush_loop(), name="cronfleet-flush")
+        self.life.spawn(self.writer.record_started_loop())
         if self.timers:
             self.loop.task = asyncio.create_task(self.loop.run(), name="cronfleet-loop")
-            self.spawn(self.upkeep.retention_loop())
-            self.spawn(self.upkeep.orphan_loop())
-            self.spawn(self.upkeep.renew_loop())
+            self.life.spawn(self.upkeep.retention_loop())
+            self.life.spawn(self.upkeep.orphan_loop())
+            self.life.spawn(self.upkeep.renew_loop())
             if self.fleet.enabled:
-                self.spawn(self.fleet.heartbeat_loop())
+                self.life.spawn(self.fleet.heartbeat_loop())
             if self.registry.enabled:
-                self.spawn(self.registry.request_loop())
+                self.life.spawn(self.registry.request_loop())
         subscribe = getattr(self.store, "subscribe", None)
         if subscribe is not None:
             # stores that can announce changes (PostgreSQL LISTEN/NOTIFY) wake the loop early;
@@ -413,51 +480,15 @@ class Scheduler(SyncControl):
         self.loop.wake.set()
 
 
-    async def _last_writes(self) -> None:
-        async def write() -> None:
-            if self._flusher is not None:
-                await asyncio.gather(self._flusher, return_exceptions=True)
-            await self.ledger.flush_once()
-            await self.ledger.flush_skips()
-
-        task = asyncio.ensure_future(write())
-        seen = -1
-        while seen != self.ledger.progress:
-            seen = self.ledger.progress
-            if await wait_done(task, STOP_WRITE_BUDGET):
-                return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        log.warning(
-            "cronfleet %s: the store took none of the last results for %g s; %d runs and "
-            "%d skips are not recorded (their leases expire and the reaper records them)",
-            self.instance_id, STOP_WRITE_BUDGET, len(self.ledger.finishes),
-            len(self.ledger.unsaved_skips),
-        )
-
-    async def _open_store(self) -> None:
-        """Open the store, waiting for an unreachable one (``StoreUnavailable``) up to
-        ``connect_timeout`` (runtime/reach.py: the rule of every start-up step); any other
-        error (a bad path, a newer schema) stops the start at once."""
-        if self._own_store and hasattr(self.store, "open_timeout"):
-            # the store's own connect retry (PostgreSQL) follows the same limit at start;
-            # a control call on a stopped scheduler keeps the store's (60 s)
-            self.store.open_timeout = (
-                math.inf if self.connect_timeout is None else self.connect_timeout
-            )
-        await until_reachable(self.store.open, f"store {self.store.url}", self.connect_timeout)
-
     def start_in_background(
         self, *, timeout: float = 60.0,
         on_start: Callable[[Scheduler], Awaitable[Any] | Any] | None = None,
-    ) -> Background:
+    ) -> Background[Scheduler]:
         """Start in a daemon thread with an event loop of its own (for sync apps: Flask,
         Django, gunicorn workers) and return once started; raises what the start raised.
         ``on_start(scheduler)`` runs in that loop once started (e.g.
         ``cronfleet.alerts.install``). Stop with :meth:`stop` from any thread; at
         interpreter exit it is stopped for you."""
-        from cronfleet.runtime.background import Background
-
         if self.running or (self._background is not None and self._background.alive):
             raise RuntimeError("the scheduler is already running")
         bg = Background(self, on_start)
@@ -473,8 +504,6 @@ class Scheduler(SyncControl):
         """Stop gracefully (see :meth:`stop_async`). ``await scheduler.stop()`` in the
         scheduler's loop; after :meth:`start_in_background`, a plain
         ``scheduler.stop()`` from any other thread stops it and blocks until done."""
-        from cronfleet.runtime.background import Stopped
-
         bg = self._background
         if bg is not None and bg.alive and threading.get_ident() != self.loop_thread:
             bg.stop()
@@ -489,15 +518,16 @@ class Scheduler(SyncControl):
         leases and record what was interrupted."""
         if not self.running:
             return
-        self.stopping = True
+        self.life.stopping = True
         self.wake()
         if self.loop.task is not None:
             await asyncio.gather(self.loop.task, return_exceptions=True)
         await self.early.fire_before_stop()
         await self.early.give_back()
-        for task in list(self._tasks):
+        tasks = self.life.tasks
+        for task in list(tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         # every claimed slot that will not start now gets its final row from here: the
         # chunks a cancelled task was claiming, the slots of catch-up sequences not
         # reached, then (Runs.stop) the runs waiting out their jitter or queued for the
@@ -505,16 +535,16 @@ class Scheduler(SyncControl):
         unanswered = await self.loop.settle_unhandled(STOP_WRITE_BUDGET)
         unanswered += await self.loop.record_unrun(STOP_WRITE_BUDGET)
         await self.runner.stop(self.shutdown_grace)
-        self.running = False
-        self.ledger.flush_event.set()
+        self.life.running = False
+        self.writer.flush_event.set()
         self.outage.at_stop()
         # the last writes go on while the store takes them (100,000 results are many
         # chunks); a store that takes nothing for STOP_WRITE_BUDGET (hung, down) is left
         # behind: those runs' leases expire and the survivors' reaper records them
-        await self._last_writes()
+        await self.writer.last_writes(self._flusher, STOP_WRITE_BUDGET)
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        owed = len(self.ledger.finishes) + len(self.ledger.unsaved_skips) + unanswered
+        owed = len(self.writer.finishes) + len(self.writer.unsaved_skips) + unanswered
         if owed:
             # rows this process owes and could not write: its instance row stays, expires
             # after instance_ttl, and whoever declares it lost writes them (break_lost:
@@ -523,7 +553,7 @@ class Scheduler(SyncControl):
                         "left to expire so that the fleet records them", self.instance_id,
                         owed)
         else:
-            await self._leave()
+            await self.fleet.leave(STOP_WRITE_BUDGET)
         try:
             async with asyncio.timeout(STOP_WRITE_BUDGET):
                 await self.store.close()
@@ -531,14 +561,6 @@ class Scheduler(SyncControl):
             log.warning("cronfleet %s: closing the store took over %g s; left behind",
                         self.instance_id, STOP_WRITE_BUDGET)
         log.info("cronfleet %s stopped", self.instance_id)
-
-    async def _leave(self) -> None:
-        try:
-            async with asyncio.timeout(STOP_WRITE_BUDGET):
-                await self.fleet.leave()
-        except TimeoutError:
-            log.warning("cronfleet %s: removing its instance row took over %g s; left behind "
-                        "(it expires after instance_ttl)", self.instance_id, STOP_WRITE_BUDGET)
 
     def run(self) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (blocking)."""
@@ -556,17 +578,6 @@ class Scheduler(SyncControl):
         """Wait until nothing is being fired, run or written (for tests and scripts)."""
         await self.activity.wait_idle(timeout)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cronfleet background task failed", exc_info=task.exception())
-
     # -- reading ------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
@@ -575,13 +586,14 @@ class Scheduler(SyncControl):
         now = self.clock.now()
         task = self.loop.task
         heap = self.due.heap
+        last_tick = self.loop.last_tick
         overdue = max(0.0, now - heap[0]) if self.timers and heap else 0.0
         return {
             "instance_id": self.instance_id,
             "running": self.running,
             "timers": self.timers,
             "loop_alive": task is not None and not task.done(),
-            "last_tick": None if self.last_tick is None else from_ts(self.last_tick).isoformat(),
+            "last_tick": None if last_tick is None else from_ts(last_tick).isoformat(),
             "overdue": round(overdue, 3),
             "jobs": len(self._jobs),
             "active_runs": len(self.runner.active),
@@ -646,7 +658,7 @@ class Scheduler(SyncControl):
         if reserved:
             runner.reserve(job.id)
         try:
-            async with _ControlScope(self) as inline:
+            async with _ControlScope(self.store, self.life) as inline:
                 now = self.clock.now()
                 state = (await self.store.read_states([job.id])).get(job.id)
                 paused = state is not None and state.override_at_time(from_ts(now)) is False
@@ -679,7 +691,7 @@ class Scheduler(SyncControl):
             active = runner.active.get(res.run.id)
             if active is not None and active.task is not None:
                 await asyncio.gather(active.task, return_exceptions=True)
-            await self.ledger.flushed()
+            await self.writer.flushed()
         return res.run
 
     async def backfill_async(
@@ -719,10 +731,10 @@ class Scheduler(SyncControl):
         if not wait:
             if not self.running:
                 raise RuntimeError("backfill(wait=False) needs a running scheduler")
-            bf.task = self.spawn(run_backfill(self, bf, by=by, rate=rate))
+            bf.task = self.life.spawn(self.backfills.run(bf, by=by, rate=rate))
             return bf
-        async with _ControlScope(self):
-            bf.task = asyncio.ensure_future(run_backfill(self, bf, by=by, rate=rate))
+        async with _ControlScope(self.store, self.life):
+            bf.task = asyncio.ensure_future(self.backfills.run(bf, by=by, rate=rate))
             try:
                 await bf.task
             except asyncio.CancelledError:
@@ -740,8 +752,6 @@ class Scheduler(SyncControl):
         why = why or "no reason given"
         if self.runner.find(run_id) is not None:
             return self.runner.cancel(run_id, by=by, why=why)
-        from cronfleet.runtime.registry import remote_cancel
-
         got = await remote_cancel(self.store, run_id, by=by, why=why, ttl=self.instance_ttl,
                                   timeout=timeout)
         return f"cancel taken by instance {got.taken_by}"
@@ -787,7 +797,7 @@ class Scheduler(SyncControl):
             until, now=from_ts(self.clock.now()), tz=job.schedule.tz
         )
         wanted = self.events.wants(OverrideChanged)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             before = (await self.store.read_states([job_id])).get(job_id) if wanted else None
             state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
         self.wake()
@@ -797,7 +807,7 @@ class Scheduler(SyncControl):
 
     async def state_async(self, job_id: str) -> JobState:
         self.get_job(job_id)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             states = await self.store.read_states([job_id])
         return states.get(job_id) or JobState(job_id)
 
@@ -807,13 +817,13 @@ class Scheduler(SyncControl):
         """Run history, newest first."""
         if job_id is not None:
             self.get_job(job_id)
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             return await self.store.list_runs(
                 job_id, limit=limit, status=None if status is None else RunStatus(status)
             )
 
     async def get_run_async(self, run_id: int) -> RunRecord | None:
-        async with _ControlScope(self):
+        async with _ControlScope(self.store, self.life):
             return await self.store.get_run(run_id)
 
 
@@ -832,16 +842,17 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class _ControlScope:
     """Opens the store for one control call when the scheduler is not running."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.s = scheduler
+    def __init__(self, store: Store, life: Life) -> None:
+        self.store = store
+        self.life = life
         self.opened = False
 
     async def __aenter__(self) -> bool:
-        if not self.s.running:
-            await self.s.store.open()
+        if not self.life.running:
+            await self.store.open()
             self.opened = True
         return self.opened
 
     async def __aexit__(self, *exc: object) -> None:
         if self.opened:
-            await self.s.store.close()
+            await self.store.close()

@@ -13,23 +13,23 @@ from cronfleet.model import JobState, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from cronfleet.runtime.backfill import Backfill
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.runtime.faces import AsyncFacade
 
 __all__ = ["SyncControl", "call_sync"]
 
 T = TypeVar("T")
 
 
-def call_sync(s: Scheduler, make: Callable[[], Awaitable[T]]) -> T:
+def call_sync(facade: AsyncFacade, make: Callable[[], Awaitable[T]]) -> T:
     """Run ``make()`` to completion: on the scheduler's loop when it runs (from another
     thread), else in a loop of its own. Refused inside an event loop."""
 
     async def go() -> T:
         return await make()
 
-    loop = s.event_loop
-    if s.running and loop is not None:
-        if threading.get_ident() == s.loop_thread:
+    loop = facade.event_loop
+    if facade.running and loop is not None:
+        if threading.get_ident() == facade.loop_thread:
             raise RuntimeError(
                 "this is the scheduler's event loop: use the async variant "
                 "(e.g. await scheduler.trigger_async(...))"
@@ -55,8 +55,8 @@ class SyncControl:
     """Mixed into :class:`Scheduler`: the blocking twins of its ``*_async`` methods."""
 
     @property
-    def _me(self) -> Scheduler:
-        return cast("Scheduler", self)
+    def _me(self) -> AsyncFacade:
+        return cast("AsyncFacade", self)
 
     def trigger(self, job_id: str, *, by: str = "manual", wait: bool = False,
                 params: Mapping[str, Any] | None = None, force: bool = False) -> RunRecord:
@@ -78,8 +78,8 @@ class SyncControl:
         note: str | None = None,
         until: datetime | str | float | timedelta | None = None,
     ) -> JobState:
-        s = self._me
-        return call_sync(s, lambda: s.pause_async(job_id, by=by, note=note, until=until))
+        me = self._me
+        return call_sync(me, lambda: me.pause_async(job_id, by=by, note=note, until=until))
 
     def resume(
         self,
@@ -89,8 +89,8 @@ class SyncControl:
         note: str | None = None,
         until: datetime | str | float | timedelta | None = None,
     ) -> JobState:
-        s = self._me
-        return call_sync(s, lambda: s.resume_async(job_id, by=by, note=note, until=until))
+        me = self._me
+        return call_sync(me, lambda: me.resume_async(job_id, by=by, note=note, until=until))
 
     def clear_override(self, job_id: str, *,
                        by: str | None = None) -> JobState:

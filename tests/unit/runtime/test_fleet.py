@@ -102,7 +102,7 @@ async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     await until(lambda: calls)
     assert calls == ["zombie"]
     # the zombie stops answering: no heartbeat, no loop (a SIGSTOP, as far as the store sees)
-    beats = [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]
+    beats = [t for t in z.life.tasks if "heartbeat_loop" in repr(t.get_coro())]
     assert len(beats) == 1
     beats[0].cancel()
     s = make(instance_id="survivor", instance_ttl=TTL)
@@ -128,7 +128,7 @@ async def test_a_woken_zombie_is_fenced_logs_it_and_rejoins(
     assert row.result["late_result"]["result"] == "late"
     # it re-joined: both are live again, the next slot runs once in the fleet
     assert (await z.fleet.beat()) is not None
-    z.spawn(z.fleet.heartbeat_loop())
+    z.life.spawn(z.fleet.heartbeat_loop())
     assert z.fleet.live == ("survivor", "zombie")
     health = z.health()
     assert health["instances_live"] == ["survivor", "zombie"]
@@ -149,9 +149,9 @@ async def test_a_zombie_does_not_start_its_stale_early_claims(
     running.append(z)
     await advance(clock, 59.75, z, step=0.25)  # inside the claim window of T0 + 60
     assert z.early.pending is not None and z.early.pending.ready
-    for t in [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]:
+    for t in [t for t in z.life.tasks if "heartbeat_loop" in repr(t.get_coro())]:
         t.cancel()
-    z.stopping = True  # the zombie's loop is frozen too
+    z.life.stopping = True  # the zombie's loop is frozen too
     z.wake()
     await asyncio.gather(z.loop.task, return_exceptions=True)  # type: ignore[arg-type]
     s = make(instance_id="survivor", instance_ttl=TTL)
@@ -166,12 +166,12 @@ async def test_a_zombie_does_not_start_its_stale_early_claims(
     assert [c.is_recovery for c in srec.calls] == [True]  # the survivor ran it
     # the zombie wakes at what was its instant: it must not start the stale claim
     caplog.set_level(logging.WARNING, logger="cronfleet")
-    z.stopping = False
+    z.life.stopping = False
     await z.loop.fire_due(clock.now())
     await settle(z, s)
     assert zrec.calls == []
     assert "not starting them" in caplog.text
-    z.stopping = True
+    z.life.stopping = True
 
 
 async def test_work_is_spread_over_the_live_instances(
@@ -351,7 +351,7 @@ async def test_a_zombies_claims_made_after_it_was_declared_lost_are_not_lost(
         running.append(sched)
     await advance(clock, 50, z, s, step=0.25)
     # the zombie's heartbeats stop (its loop goes on): the survivor declares it lost
-    for t in [t for t in z._tasks if "heartbeat_loop" in repr(t.get_coro())]:
+    for t in [t for t in z.life.tasks if "heartbeat_loop" in repr(t.get_coro())]:
         t.cancel()
     await advance(clock, TTL + 2, z, s, step=0.25)
     listed = {i.instance_id: i for i in await istore(s).list_instances(ttl=TTL)}

@@ -14,7 +14,7 @@ import pytest
 
 from cronfleet import FakeClock, Locking, Missed, Overlap, RunContext, RunStatus, Scheduler
 from cronfleet.errors import StoreUnavailable
-from cronfleet.runtime.outage import RateLimitedLog
+from cronfleet.runtime.parts import RateLimitedLog
 
 from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
@@ -345,15 +345,15 @@ async def test_a_missed_record_the_store_did_not_take_is_claimed_again(
     slot = T0 + 3600
     flaky = Flaky(a)
     await a.loop.dispatch([requests.missed(a.jobs["j"], slot, "missed while no scheduler ran it")])
-    assert a.outage.pending and not a.ledger.unsaved_skips
+    assert a.outage.pending and not a.writer.unsaved_skips
     got = await b.loop.dispatch([requests.scheduled(b.jobs["j"], slot, clock.now())])
     assert [r.won for r in got] == [True]
     await wait_for(lambda: len(rec.calls) == 1)
     flaky.down = False
     await wait_for(lambda: not a.outage.pending)
-    await a.ledger.flush_once()
-    await a.ledger.flush_skips()
-    await b.ledger.flush_once()
+    await a.writer.flush_once()
+    await a.writer.flush_skips()
+    await b.writer.flush_once()
     rows = [r for r in await a.runs_async("j") if r.slot.timestamp() == slot]
     assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows
     # and with nobody else on the slot, the retried record is written under a claim
@@ -515,7 +515,7 @@ async def test_the_first_slot_after_the_store_returns_is_not_lost_to_an_unwritte
     # T0 + 10 runs; its result and release cannot be written (the scheduler is not idle
     # until they are: stepped by hand, within the group commit's 1 s retry)
     clock.advance(10)
-    await wait_for(lambda: s.ledger.behind)
+    await wait_for(lambda: s.writer.behind)
     assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10]
     down[0] = False  # back, before the next slot and before the group commit's retry
     clock.advance(10)
@@ -524,4 +524,4 @@ async def test_the_first_slot_after_the_store_returns_is_not_lost_to_an_unwritte
     runs = {r.slot.timestamp(): r for r in await s.runs_async("j")}
     assert runs[T0 + 10].status is RunStatus.SUCCEEDED
     assert runs[T0 + 20].status is RunStatus.SUCCEEDED
-    assert not s.ledger.behind
+    assert not s.writer.behind

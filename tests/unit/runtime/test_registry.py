@@ -138,7 +138,7 @@ async def test_an_untaken_request_is_withdrawn_at_the_timeout(make: Make) -> Non
     a.job("0 * * * *", id="tick")(lambda: None)
     async with a:
         a.registry.store = None  # "a" stops taking requests (still live, still declaring)
-        for t in list(a._tasks):
+        for t in list(a.life.tasks):
             if "request_loop" in repr(t.get_coro()):
                 t.cancel()
         await asyncio.sleep(0)
@@ -230,7 +230,7 @@ async def test_a_large_set_is_built_in_chunks_and_its_conflicts_are_not_read_bac
 
     def counting(self: Any, jobs: Any) -> Any:
         rows = entries(self, jobs)
-        chunks.append((self.s.instance_id, len(rows)))
+        chunks.append((self.instance_id, len(rows)))
         return rows
 
     monkeypatch.setattr(registry.Registry, "entries", counting)
@@ -321,7 +321,7 @@ async def _ended(s: Scheduler, run_id: int, timeout: float = 10.0) -> Any:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while True:
-        await s.ledger.flushed()
+        await s.writer.flushed()
         run = await s.store.get_run(run_id)
         if run is not None and run.status.finished:
             return run

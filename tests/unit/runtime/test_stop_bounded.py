@@ -96,7 +96,7 @@ async def test_stop_has_a_budget_for_a_store_that_hangs(
     s.store.finish = never  # type: ignore[method-assign]
     s.store.record_skips = never  # type: ignore[method-assign]
     s.store.close = never  # type: ignore[method-assign]
-    s.ledger.finishes.append(_finish())  # a result still to write when the store hangs
+    s.writer.finishes.append(_finish())  # a result still to write when the store hangs
     loop = asyncio.get_running_loop()
     started = loop.time()
     await s.stop()

@@ -107,7 +107,7 @@ async def test_a_stop_while_a_claim_is_in_flight_records_the_slot(
 
     s.store.dispatch = slow_dispatch  # type: ignore[method-assign]
     item = requests.scheduled(job, T0 + 1800, clock.now(), instance_id=s.instance_id)
-    s.spawn(s.loop.dispatch([item]))
+    s.life.spawn(s.loop.dispatch([item]))
     await settle()
     stopping = asyncio.ensure_future(s.stop())
     for _ in range(20):
@@ -347,7 +347,7 @@ async def test_a_fail_open_overlap_skip_is_recorded_under_a_claim(
     item = requests.scheduled(job, T0 + 60, clock.now(), instance_id=s.instance_id)
     s.runner.reserve("j")  # a run of the job in progress here
     assert s.outage.run_unclaimed(job, item, "fail open", claim_row=True) is None
-    assert not s.ledger.unsaved_skips
+    assert not s.writer.unsaved_skips
     [kept] = s.outage.skips
     assert (kept.job_id, kept.slot, kept.skip_reason) == ("j", T0 + 60, "already_executing")
     assert kept.claim == "slot" and not kept.is_catchup

@@ -1,9 +1,12 @@
 """Writing results: the group commit of ended runs, rows of runs still running, skips.
 
-``Ledger`` owns everything waiting to be written: the ``Finish`` records (a run's
+``Writer`` owns everything waiting to be written: the ``Finish`` records (a run's
 "started" and "finished" rows merge into one write), the skips the store could not take
-yet, and the events that wake the writer. During a burst the writer waits for the burst's
-claims first (``Loop.firing``): results are written after, never in between.
+yet, and the events that wake it. The other parts hand it rows (``add``, ``keep_skip``)
+and never touch its buffers; it takes the runs ended since the last write from
+``Runs.settle`` (which returns them) and only writes. During a burst it waits for the
+burst's claims first (``Loop.firing``): results are written after, never in between.
+(The rules of what a run's row says live in ``store/ledger.py``; this module only writes.)
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
+from cronfleet.clock import wait_done
 from cronfleet.model import RunStatus
-from cronfleet.store.base import Finish, Skip
+from cronfleet.store.base import Finish, Skip, Store
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.scheduler import Scheduler
+    from cronfleet.runtime.activity import Activity
+    from cronfleet.runtime.parts import Firing, Life, RateLimitedLog, ResultSource, Settings
+    from cronfleet.runtime.stats import Stats
 
-__all__ = ["MAX_BUFFERED", "Ledger"]
+__all__ = ["MAX_BUFFERED", "Writer"]
 
 log = logging.getLogger("cronfleet")
 
@@ -58,9 +65,24 @@ def _first_line(error: str) -> str:
     return first + (" (more in the run's log)" if rest.strip() else "")
 
 
-class Ledger:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
+class Writer:
+    """The write-behind of results. Built with the store, the settings, the scheduler's
+    life, the stats, the activity counter and the rate-limited warning log; the assembler
+    then wires ``runs`` (the source of ended runs), ``loop`` (``firing``) and
+    ``claim_rows`` (``Outage.claim_rows``: rows of fail-open runs claimed first)."""
+
+    runs: ResultSource
+    loop: Firing
+    claim_rows: Callable[[list[Finish]], Awaitable[list[Finish]]]
+
+    def __init__(self, *, store: Store, settings: Settings, life: Life, stats: Stats,
+                 activity: Activity, warn: RateLimitedLog) -> None:
+        self.store = store
+        self.settings = settings
+        self.life = life
+        self.stats = stats
+        self.activity = activity
+        self.warn = warn
         self.finishes: list[Finish] = []
         self.writing = 0  # group commits under way (their batch has left finishes)
         self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
@@ -70,6 +92,25 @@ class Ledger:
         self.progress = 0  # chunks the store took (stop() waits while this moves)
         self.behind = False  # the last group commit failed: results (releases) wait
 
+    # -- what the other parts hand in ---------------------------------------------------
+
+    def add(self, finish: Finish, *, now: bool = False) -> None:
+        """A row to write with the next group commit (``now``: wake the writer)."""
+        self.finishes.append(finish)
+        if now:
+            self.flush_event.set()
+
+    def add_all(self, finishes: Iterable[Finish]) -> None:
+        self.finishes.extend(finishes)
+
+    def keep_skip(self, skip: Skip) -> None:
+        """A skip the store could not take yet: written with the next skips (bounded)."""
+        self.unsaved_skips.append(skip)
+
+    def owes(self) -> bool:
+        """Rows wait to be written (finished runs)."""
+        return bool(self.finishes)
+
     def wake(self) -> None:
         if not self.flush_event.is_set():
             self.flush_event.set()
@@ -78,12 +119,14 @@ class Ledger:
         if not self.record_event.is_set():
             self.record_event.set()
 
+    # -- writing ------------------------------------------------------------------------
+
     async def flush_loop(self) -> None:
-        s = self.s
-        while s.running:
+        life = self.life
+        while life.running:
             await self.flush_event.wait()
             self.flush_event.clear()
-            firing = s.loop.firing
+            firing = self.loop.firing
             if firing is not None:
                 # a burst is being claimed: its claims go first, results are written after
                 await asyncio.wait({firing})
@@ -94,22 +137,21 @@ class Ledger:
     async def record_started_loop(self) -> None:
         """Write the rows of fast-path runs still running a moment after they started, so
         the ledger shows them in progress; runs that end sooner are written once, whole."""
-        runs = self.s.runner
+        runs = self.runs
         while True:
             await self.record_event.wait()
             self.record_event.clear()
-            await asyncio.sleep(self.s.record_started_after)
-            for a in list(runs.unrecorded.values()):
-                if a.run.id is None and a.run.status is RunStatus.RUNNING:
-                    self.finishes.append(Finish(a.run))
-            runs.unrecorded.clear()
+            await asyncio.sleep(self.settings.record_started_after)
+            self.finishes.extend(runs.take_unrecorded())
             if self.finishes:
                 self.flush_event.set()
 
     async def flush_once(self) -> None:
         """Group commit: every run started or finished since the last write, one transaction."""
-        s = self.s
-        s.runner.settle()
+        activity = self.activity
+        activity.enter()  # the settled runs leave the activity while their rows wait here
+        self.finishes.extend(self.runs.settle())
+        activity.leave()
         if not self.finishes:
             return
         merged: dict[int, Finish] = {}
@@ -119,35 +161,36 @@ class Ledger:
                 merged[id(f.run)] = f
         batch = list(merged.values())
         self.finishes = []
-        s.activity.enter()
+        store = self.store
+        activity.enter()
         self.writing += 1
         try:
-            batch = await s.outage.claim_rows(batch)  # rows of fail-open runs: claimed first
+            batch = await self.claim_rows(batch)  # rows of fail-open runs: claimed first
             # one transaction per FINISH_CHUNK rows: a huge instant's results stay well
             # inside the store's call deadline; a failed chunk keeps itself and the rest
             while batch:
                 chunk = batch[:FINISH_CHUNK]
-                await s.store.finish(chunk)
+                await store.finish(chunk)
                 del batch[:FINISH_CHUNK]
                 self.progress += 1
                 if log_runs.isEnabledFor(logging.INFO):
-                    log_ended(chunk, s.instance_id)
+                    log_ended(chunk, self.settings.instance_id)
             self.behind = False
         except Exception as exc:
             self.behind = True
-            s.stats.store_errors += 1
-            s.outage.warn.warning(
+            self.stats.store_errors += 1
+            self.warn.warning(
                 "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
             )
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
-            if s.running:
-                s.spawn(self._later_flush())
+            if self.life.running:
+                self.life.spawn(self._later_flush())
         except asyncio.CancelledError:
             self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
             raise
         finally:
             self.writing -= 1
-            s.activity.leave()
+            activity.leave()
         self._flushed_event().set()
 
     def _flushed_event(self) -> asyncio.Event:
@@ -159,7 +202,7 @@ class Ledger:
         """Wait until finished runs (and their lease releases) have been written -- also
         those of a group commit already under way: its batch has left ``finishes``, but
         its releases are not written until it returns."""
-        while (self.finishes or self.s.runner.ended or self.writing) and self.s.running:
+        while (self.finishes or self.runs.ended or self.writing) and self.life.running:
             ev = self._flushed_event()
             ev.clear()
             self.flush_event.set()
@@ -186,8 +229,8 @@ class Ledger:
 
     def flush_later(self) -> None:
         """Another group commit in a second (rows that must wait for another's row)."""
-        if self.s.running:
-            self.s.spawn(self._later_flush())
+        if self.life.running:
+            self.life.spawn(self._later_flush())
 
     async def _later_flush(self) -> None:
         await asyncio.sleep(1.0)
@@ -195,12 +238,11 @@ class Ledger:
 
     async def record_skips(self, skips: list[Skip]) -> None:
         """Write skip records; keep them (bounded) for a later try if the store is down."""
-        s = self.s
         try:
-            await s.store.record_skips(skips)
+            await self.store.record_skips(skips)
         except Exception as exc:
-            s.stats.store_errors += 1
-            s.outage.warn.warning(
+            self.stats.store_errors += 1
+            self.warn.warning(
                 "skips", "cannot record %d skipped slots (%s); will retry", len(skips), exc
             )
             self.unsaved_skips.extend(skips)
@@ -210,3 +252,27 @@ class Ledger:
             batch = list(self.unsaved_skips)
             self.unsaved_skips.clear()
             await self.record_skips(batch)
+
+    async def last_writes(self, flusher: asyncio.Task[None] | None, budget: float) -> None:
+        """At stop: the last writes go on while the store takes them (100,000 results are
+        many chunks); a store that takes nothing for ``budget`` seconds (hung, down) is
+        left behind: those runs' leases expire and the survivors' reaper records them."""
+        async def write() -> None:
+            if flusher is not None:
+                await asyncio.gather(flusher, return_exceptions=True)
+            await self.flush_once()
+            await self.flush_skips()
+
+        task = asyncio.ensure_future(write())
+        seen = -1
+        while seen != self.progress:
+            seen = self.progress
+            if await wait_done(task, budget):
+                return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        log.warning(
+            "cronfleet %s: the store took none of the last results for %g s; %d runs and "
+            "%d skips are not recorded (their leases expire and the reaper records them)",
+            self.settings.instance_id, budget, len(self.finishes), len(self.unsaved_skips),
+        )
