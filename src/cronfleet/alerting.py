@@ -1,10 +1,13 @@
 """The one implementation of a finished run's alerts: health rows, auto-pause and
 notifications (:func:`record_and_alert`), for every job kind.
 
-Two callers: the listener of :mod:`cronfleet.alerts` (handler and command jobs, through
-the scheduler's ``RunFinished`` events) and HTTP jobs, which apply their policies
-themselves (:class:`~cronfleet.jobs.http.HttpJob`: the health, ``auto_paused`` flag and
-notifications go into their run's result). This module imports neither: both import it.
+One caller decides when: the listener of :mod:`cronfleet.alerts` (the scheduler's
+``RunFinished`` events), for handler, command and HTTP jobs alike. What a job kind needs
+of its alerts it supplies itself, through its handler's ``alert_settings(run)``
+(:class:`AlertSettings`: the secrets namespace of its notification policy, the scope its
+deliveries run in, what a notification says of its run); HTTP jobs do
+(:class:`~cronfleet.jobs.http.HttpJob`). This module imports neither the listener nor a
+job kind: both import it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from cronfleet.clock import Clock, SystemClock, from_ts, slot_text
 from cronfleet.model import JobState, NotifyPolicy
@@ -24,13 +27,15 @@ from cronfleet.secrets import DEFAULT_NAMESPACE, Redactor, SecretError, referenc
 if TYPE_CHECKING:
     import httpx
 
+    from cronfleet.model import Job, RunRecord
     from cronfleet.notify import Notifier
     from cronfleet.runtime.events import OverrideChanged
     from cronfleet.secrets import Vault
     from cronfleet.store.side import HealthStore
 
-__all__ = ["AUTO_PAUSE_BY", "AlertServices", "Pause", "RunFacts", "Scope", "auto_paused",
-           "notify_resumed", "record_and_alert"]
+__all__ = ["AUTO_PAUSE_BY", "AlertServices", "AlertSettings", "HasAlertSettings", "Pause",
+           "RunFacts", "Scope", "alert_settings", "auto_paused", "notify_resumed",
+           "record_and_alert"]
 
 log = logging.getLogger("cronfleet")
 SYSTEM_CLOCK: Clock = SystemClock()  # when the caller gives none
@@ -43,8 +48,6 @@ Pause = Callable[[str, str], Awaitable[bool]]
 
 
 class AlertServices(Protocol):
-    store: str | None
-
     @property
     def health(self) -> HealthStore: ...
 
@@ -72,6 +75,47 @@ class RunFacts:
     run: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class AlertSettings:
+    """What a job kind supplies to its own alerts (its handler's ``alert_settings(run)``);
+    None: the listener's default.
+
+    ``namespace``: the secrets namespace of the job's notification policy. ``scope``: wraps
+    the deliveries (HTTP jobs: their SSRF policy and the redaction of the client's logs).
+    ``run``: facts added to what a notification says of the run (HTTP jobs: the run's
+    ``idempotency_key`` and ``http_status``). ``message``: the run's outcome in the job
+    kind's words (HTTP jobs: ``GET https://... -> 200``, or the error without its exception
+    name, which already counts the attempts)."""
+
+    namespace: str | None = None
+    scope: Scope | None = None
+    run: Mapping[str, Any] | None = None
+    message: str | None = None
+
+
+@runtime_checkable
+class HasAlertSettings(Protocol):
+    """A handler that supplies :class:`AlertSettings` (``run`` is None for a resume)."""
+
+    def alert_settings(self, run: RunRecord | None) -> AlertSettings: ...
+
+
+NO_SETTINGS = AlertSettings()
+
+
+def alert_settings(job: Job, run: RunRecord | None = None) -> AlertSettings:
+    """The settings ``job``'s handler supplies for the alerts of ``run``; the defaults when
+    it supplies none, or when supplying them fails (alerts then go on with the defaults)."""
+    handler = job.handler
+    if not isinstance(handler, HasAlertSettings):
+        return NO_SETTINGS
+    try:
+        return handler.alert_settings(run)
+    except Exception as exc:
+        log.warning("job %s: reading its alert settings failed: %s", job.id, exc)
+        return NO_SETTINGS
+
+
 def _no_scope(redact: Redactor) -> AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
@@ -79,7 +123,6 @@ def _no_scope(redact: Redactor) -> AbstractContextManager[Any]:
 async def record_and_alert(
     facts: RunFacts,
     services: AlertServices,
-    into: dict[str, Any],
     *,
     notify: NotifyPolicy | None,
     auto_pause_after: int | None,
@@ -89,48 +132,51 @@ async def record_and_alert(
     pause: Pause | None = None,
     scope: Scope | None = None,
     clock: Clock | None = None,
-) -> None:
+) -> dict[str, Any]:
     """Update the job's shared health; auto-pause; send the notifications it calls for.
 
-    What happened is written into ``into`` as it happens: ``health`` (the job's health
-    after this run), ``auto_paused`` (True when this run paused the job) and
-    ``notifications`` (``{event: {channel: {"ok": true} or {"ok": false, "error": …}}}``).
-    ``scope`` wraps the deliveries (HTTP jobs: their private-target rule and redaction);
-    ``pause`` defaults to ``services.pause``; ``clock`` (the scheduler's) dates the
-    health row."""
-    if services.store is None and notify is None and auto_pause_after is None:
-        return
+    Returns what happened (for the caller's log and tests; a run's result is settled
+    before its alerts): ``health`` (the job's health after this run), ``auto_paused``
+    (True when this run paused the job) and ``notifications`` (``{event: {channel:
+    {"ok": true} or {"ok": false, "error": …}}}``); each notification outcome is also a
+    ``log_line``. ``scope`` wraps the deliveries (HTTP jobs: their private-target rule and
+    redaction); ``pause`` defaults to ``services.pause``; ``clock`` (the scheduler's)
+    dates the health row."""
+    out: dict[str, Any] = {}
+    if notify is None and auto_pause_after is None:
+        return out
     redact = redact or Redactor()
     say = log_line or (lambda line: None)
     before, after = await services.health.record(
         facts.job_id, facts.ok, round(facts.duration, 3), from_ts((clock or SYSTEM_CLOCK).now())
     )
-    into["health"] = after.to_dict()
+    out["health"] = after.to_dict()
     paused_note = None
     if (not facts.ok and auto_pause_after is not None
             and after.consecutive_failures == auto_pause_after):
         note = (f"auto-paused after {after.consecutive_failures} consecutive failures; "
                 f"last: {facts.message}")
         if await (pause or services.pause)(facts.job_id, note[:500]):
-            into["auto_paused"] = True
+            out["auto_paused"] = True
             say(note)
             paused_note = (f"job {facts.job_id} paused after {after.consecutive_failures} "
                            f"consecutive failures; last: {facts.message}")
     if notify is None:
-        return
+        return out
     from cronfleet.notify import Notification, events_for
 
     messages = dict.fromkeys(events_for(notify, before, after), facts.message)
     if paused_note is not None:  # on every channel, whatever `on` says
         messages["paused"] = paused_note
     if not messages:
-        return
+        return out
     notes = [Notification(event=event, job_id=facts.job_id, slot=slot_text(facts.slot),
                           instance_id=facts.instance_id, message=message,
                           health=after.to_dict(), run=dict(facts.run))
              for event, message in messages.items()]
-    into["notifications"] = await _deliver(services, notify, notes, namespace, redact,
-                                           say, scope)
+    out["notifications"] = await _deliver(services, notify, notes, namespace, redact,
+                                          say, scope)
+    return out
 
 
 async def _deliver(services: AlertServices, notify: NotifyPolicy, notes: list[Any],
@@ -177,12 +223,17 @@ async def notify_resumed(event: OverrideChanged, services: AlertServices, *,
                          namespace: str = DEFAULT_NAMESPACE, scope: Scope | None = None,
                          clock: Clock | None = None) -> dict[str, Any] | None:
     """A job the auto-pause had paused is resumed (or its override cleared): say so on
-    every channel of its ``notify``. None when there is nothing to say."""
+    every channel of its ``notify``. None when there is nothing to say. The job's
+    :func:`alert_settings` (namespace, scope) win over ``namespace`` and ``scope``."""
     job = event.job
     if job.notify is None or not auto_paused(event.before) or auto_paused(event.after) \
             or event.after.enabled_override is False:
         return None
     from cronfleet.notify import Notification
+
+    own = alert_settings(job)
+    namespace = own.namespace or namespace
+    scope = own.scope or scope
 
     health = await services.health.get(job.id)
     paused_at = event.before.override_at

@@ -4,21 +4,24 @@
 job's shared health, pauses the job for the whole fleet after ``auto_pause_after``
 consecutive failures, and sends the notifications its ``notify`` policy calls for.
 
-- Plain handler jobs get it from :class:`Alerts`, a listener of the scheduler's
-  :class:`~cronfleet.runtime.events.RunFinished` events (``install(scheduler, services)``).
-  It acts only on jobs with ``notify`` or ``auto_pause_after`` (so a burst of jobs without
-  them costs one attribute check each), in a task of its own, after the run's row is
-  queued: a slow webhook never holds the loop or the run.
-- HTTP jobs call it from inside their handler (``HttpJob._after_run``), as before, so the
-  health, ``auto_paused`` flag and notifications stay in their run's result; they declare
-  ``applies_job_policies`` and the listener leaves them alone (no double alerts).
+:class:`Alerts`, a listener of the scheduler's
+:class:`~cronfleet.runtime.events.RunFinished` events (``install(scheduler, services)``),
+is its one caller for every job kind -- handler, command and HTTP jobs alike. It acts
+only on jobs with ``notify`` or ``auto_pause_after`` (so a burst of jobs without them
+costs one attribute check each), in a task of its own, after the run's row is queued: a
+slow webhook never holds the loop or the run, and the run's result never carries its
+alerts (the health is the job's row, an auto-pause the job's override and audit, each
+notification's outcome a log line). A job kind that needs something of its own in its
+alerts supplies it through its handler's ``alert_settings(run)``
+(:class:`~cronfleet.alerting.AlertSettings`; HTTP jobs: their secrets namespace, their
+SSRF policy, the run's idempotency key and HTTP status).
 
-The implementation lives in :mod:`cronfleet.alerting` (imported by both this listener
-and the HTTP job kind, importing neither); its names are re-exported here.
+The implementation lives in :mod:`cronfleet.alerting` (imported by this listener and by
+the HTTP job kind, importing neither); its names are re-exported here.
 
 ``services`` is what alerts need from the outside world — an
-:class:`~cronfleet.jobs.http.HttpRuntime` provides all of it: ``store`` (a store URL: health
-is tracked through it), ``health``, ``notifier``, ``vault`` (secrets referenced by a
+:class:`~cronfleet.jobs.http.HttpRuntime` provides all of it: ``health`` (tracked
+through its store, shared by the fleet), ``notifier``, ``vault`` (secrets referenced by a
 notification policy), ``client()`` (the guarded HTTP client) and ``pause``.
 """
 
@@ -27,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cronfleet.alerting import (
     AUTO_PAUSE_BY,
     AlertServices,
+    AlertSettings,
     Pause,
     RunFacts,
     Scope,
+    alert_settings,
     auto_paused,
     notify_resumed,
     record_and_alert,
@@ -47,20 +52,20 @@ if TYPE_CHECKING:
     from cronfleet.clock import Clock
     from cronfleet.runtime.scheduler import Scheduler
 
-__all__ = ["AUTO_PAUSE_BY", "AlertServices", "Alerts", "RunFacts", "auto_paused", "install",
-           "notify_resumed", "record_and_alert"]
+__all__ = ["AUTO_PAUSE_BY", "AlertServices", "AlertSettings", "Alerts", "RunFacts",
+           "alert_settings", "auto_paused", "install", "notify_resumed", "record_and_alert"]
 
 log = logging.getLogger("cronfleet")
 
 
 def wants_alerts(job: Job) -> bool:
-    """Does the listener act on this job's runs? (jobs that alert themselves do not)."""
-    return (job.notify is not None or job.auto_pause_after is not None) and not job.own_policies
+    """Does the listener act on this job's runs? (every kind: those that ask for alerts)"""
+    return job.notify is not None or job.auto_pause_after is not None
 
 
 class Alerts:
     """A ``RunFinished`` listener doing health, auto-pause and notifications for every job
-    that asks for them (``notify`` / ``auto_pause_after``) and does not do it itself."""
+    that asks for them (``notify`` / ``auto_pause_after``), whatever its kind."""
 
     def __init__(
         self,
@@ -100,23 +105,14 @@ class Alerts:
     async def _handle(self, event: RunFinished, prev: asyncio.Task[None] | None) -> None:
         if prev is not None:
             await asyncio.wait({prev})
-        job, run = event.job, event.run
-        ok = run.status is RunStatus.SUCCEEDED
-        message = (f"run {run.id} {run.status.value}" if ok
-                   else f"{run.error or run.status.value} (after {run.attempt} attempt"
-                        f"{'' if run.attempt == 1 else 's'})")
-        facts = RunFacts(
-            job_id=job.id, slot=run.slot, instance_id=event.instance_id, ok=ok,
-            duration=event.duration, message=message,
-            run={"ok": ok, "status": run.status.value, "attempts": run.attempt,
-                 "run_id": run.id, "fencing_token": run.fencing_token},
-        )
-        out: dict[str, Any] = {}
+        job = event.job
         try:
+            own = alert_settings(job, event.run)
             await record_and_alert(
-                facts, self.services, out, notify=job.notify,
-                auto_pause_after=job.auto_pause_after, namespace=self.namespace,
-                pause=self.pause, scope=self.scope, clock=self.clock,
+                facts(event, own), self.services, notify=job.notify,
+                auto_pause_after=job.auto_pause_after,
+                namespace=own.namespace or self.namespace, pause=self.pause,
+                scope=own.scope or self.scope, clock=self.clock,
                 log_line=lambda line: log.info("job %s: %s", job.id, line),
             )
         except Exception as exc:  # alerts never fail anything else
@@ -141,6 +137,24 @@ class Alerts:
     async def drain(self, timeout: float = 10.0) -> None:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+def facts(event: RunFinished, own: AlertSettings) -> RunFacts:
+    """A finished run as alerts see it, whatever the job's kind: ``own`` (the handler's
+    :class:`AlertSettings`) may word its outcome and add to what is said of the run."""
+    run = event.run
+    ok = run.status is RunStatus.SUCCEEDED
+    message = own.message or (
+        f"run {run.id} {run.status.value}" if ok
+        else f"{run.error or run.status.value} (after {run.attempt} attempt"
+             f"{'' if run.attempt == 1 else 's'})")
+    return RunFacts(
+        job_id=event.job.id, slot=run.slot, instance_id=event.instance_id, ok=ok,
+        duration=event.duration, message=message,
+        # what every kind says of its run wins over what the kind adds
+        run={**(own.run or {}), "ok": ok, "status": run.status.value,
+             "attempts": run.attempt, "run_id": run.id, "fencing_token": run.fencing_token},
+    )
 
 
 def install(

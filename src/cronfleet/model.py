@@ -224,9 +224,10 @@ class Job(JobFields):
 
     @cached_property
     def own_policies(self) -> bool:
-        """The handler applies retry / notify / auto-pause itself (HTTP jobs: per request,
-        with their health in the result) and says so with ``applies_job_policies = True``;
-        the runtime's retry and the alerts listener then leave those policies to it."""
+        """The handler applies its retry itself (HTTP jobs: per request, Retry-After
+        honoured) and says so with ``applies_job_policies = True``; the runtime's retry then
+        leaves it to the handler. Alerts (notify, auto-pause) are the listener's for every
+        job kind."""
         return bool(getattr(self.handler, "applies_job_policies", False))
 
     @cached_property

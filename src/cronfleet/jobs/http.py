@@ -13,6 +13,10 @@ attempt and every instance), ``X-Cronfleet-Slot``, ``X-Cronfleet-Attempt`` and
 The run's result is ``{"ok", "status", "idempotency_key", "attempts": [...]}``; when the
 last attempt fails the handler raises :class:`HttpJobFailed` (its ``result`` attribute
 holds the same record, which is also written to the run's log).
+
+Health, auto-pause and notifications are not the handler's: the alerts listener
+(:mod:`cronfleet.alerts`) applies them to HTTP jobs as to every job, after the run is
+settled; the job supplies what they need of it through :meth:`HttpJob.alert_settings`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, quote_plus, urlsplit
 
 from cronfleet import signing, tracing
-from cronfleet.alerting import AUTO_PAUSE_BY, RunFacts, record_and_alert
+from cronfleet.alerting import AUTO_PAUSE_BY, AlertSettings
 from cronfleet.clock import Clock, SystemClock, from_ts, slot_text
 from cronfleet.extras import require
 from cronfleet.jobs.matching import Matcher, RegexTimeout
@@ -61,7 +65,7 @@ except ImportError:
 
 if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
-    from cronfleet.model import Job, RunContext
+    from cronfleet.model import Job, RunContext, RunRecord
     from cronfleet.notify import Notifier, NotifyPolicy
     from cronfleet.spec import JobSpec
     from cronfleet.store.side import HealthStore
@@ -455,8 +459,9 @@ class HttpRuntime:
     ``api_private_targets``: what jobs created over the API may reach beyond public
     addresses (``[api] private_targets``; they cannot opt out themselves).
     ``regex_timeout``: the time limit of one ``body_regex`` match (a worker process).
-    ``sleep``, ``resolve`` and ``clock`` (the wall time of attempts, signatures and
-    health rows) are injectable for tests.
+    ``sleep``, ``resolve`` and ``clock`` (the wall time of attempts and signatures) are
+    injectable for tests. As the alerts' services (``cronfleet.alerts.install``) it also
+    provides the health store, the notifier and ``pause``.
     """
 
     def __init__(
@@ -695,9 +700,9 @@ class HttpJob:
     # read), and whether a secret without hosts is refused (a job saved by an editor)
     private_targets: TargetPolicy | None = None
     secrets_need_hosts: bool = False
-    # retry (per request, Retry-After honoured), health, auto-pause and notifications are
-    # applied inside the handler (their results go into the run's result): the runtime does
-    # not retry this job again and cronfleet.alerts leaves it alone
+    # retry (per request, Retry-After honoured) is applied inside the handler: the runtime
+    # does not retry this job again. Health, auto-pause and notifications are not: the
+    # alerts listener applies them, with what alert_settings supplies
     applies_job_policies: ClassVar[bool] = True
     # built by from_spec: the fields were validated with the rest of the job's spec, only
     # the secret references are this class's to check
@@ -793,7 +798,6 @@ class HttpJob:
     # -- running ----------------------------------------------------------------------
 
     async def __call__(self, ctx: RunContext) -> dict[str, Any]:
-        began = time.monotonic()
         rt = self.runtime or default_runtime()
         key = idempotency_key(ctx.job_id, ctx.slot)
         redact = Redactor()
@@ -827,34 +831,35 @@ class HttpJob:
                 f"{self.method} {last['request']['url']} failed after {len(attempts)} attempt"
                 f"{'' if len(attempts) == 1 else 's'}: {reason}"
             )
-        try:
-            await self._after_run(ctx, rt, ok, result, time.monotonic() - began, message,
-                                  redact)
-        except Exception as exc:  # health and notifications never fail the job
-            log.warning("job %s: recording health / notifying failed: %s", ctx.job_id,
-                        redact(_error_text(exc)))
         if ok:
             return result
         # the attempts are the failed run's result (HttpJobFailed.result), not a log line
         raise HttpJobFailed(message, result)
 
-    async def _after_run(self, ctx: RunContext, rt: HttpRuntime, ok: bool,
-                         result: dict[str, Any], duration: float, message: str,
-                         redact: Redactor) -> None:
-        """Health, auto-pause and notifications (``cronfleet.alerting``), written into the
-        result; this job applies its policies itself (``applies_job_policies``)."""
-        facts = RunFacts(
-            job_id=ctx.job_id, slot=ctx.slot, instance_id=ctx.instance_id, ok=ok,
-            duration=duration, message=message,
-            run={"ok": ok, "status": result["status"], "attempts": len(result["attempts"]),
-                 "idempotency_key": result["idempotency_key"]},
-        )
-        await record_and_alert(facts, rt, result, notify=self.notify,
-                               auto_pause_after=self.auto_pause_after,
-                               namespace=self.namespace, redact=redact, log_line=ctx.log,
-                               scope=functools.partial(rt.scope,
-                                                       policy=self.target_policy(rt)),
-                               clock=rt.clock)
+    def alert_settings(self, run: RunRecord | None) -> AlertSettings:
+        """What the alerts of this job need of it (:mod:`cronfleet.alerts` asks, after the
+        run is settled): the secrets namespace of its ``notify``, its SSRF policy for the
+        deliveries and, of ``run`` (None for a resume), the idempotency key, the last HTTP
+        status and the outcome in this job's words (secrets already redacted)."""
+        rt = self.runtime or default_runtime()
+        scope = functools.partial(rt.scope, policy=self.target_policy(rt))
+        if run is None:
+            return AlertSettings(namespace=self.namespace, scope=scope)
+        result = run.result if isinstance(run.result, Mapping) else {}
+        facts = {"idempotency_key": result.get("idempotency_key")
+                 or idempotency_key(run.job_id, run.slot),
+                 "http_status": result.get("status")}
+        message = None
+        attempts = result.get("attempts")
+        if run.success and isinstance(attempts, list) and attempts:
+            request = attempts[-1].get("request") or {}
+            message = f"{request.get('method', self.method)} {request.get('url')} -> " \
+                      f"{result.get('status')}"
+        elif run.error and run.error.startswith(f"{HttpJobFailed.__name__}: "):
+            # the handler's own message: it already counts the attempts
+            message = run.error.removeprefix(f"{HttpJobFailed.__name__}: ")
+        return AlertSettings(namespace=self.namespace, scope=scope, run=facts,
+                             message=message)
 
     def _summary(self, record: dict[str, Any], n: int) -> str:
         head = f"attempt {n}/{self.retry.attempts}: {record['request']['method']} " \

@@ -1,4 +1,4 @@
-"""Health, auto-pause and notifications for plain handler jobs, from ``RunFinished``."""
+"""Health, auto-pause and notifications for every job kind, from ``RunFinished``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pytest
+
 from cronfleet import FakeClock, Job, RunContext, Scheduler
-from cronfleet.alerts import Alerts, install
-from cronfleet.model import NotifyPolicy
+from cronfleet.alerts import Alerts, AlertSettings, alert_settings, install
+from cronfleet.model import NotifyPolicy, RunRecord
 
 from .conftest import T0, Services
 
@@ -88,20 +90,91 @@ async def test_install_pauses_through_the_scheduler(
     assert services.notifier.sent == []
 
 
-async def test_jobs_without_policies_or_applying_their_own_are_left_alone(
+async def test_jobs_without_policies_are_left_alone(
     scheduler: Scheduler, clock: FakeClock, services: Services
 ) -> None:
-    class OwnPolicies(Script):
-        applies_job_policies = True
-
     s = scheduler
     s.add_job(Job.create("60s", Script(False), id="plain"))
-    s.add_job(dataclasses.replace(
-        Job.create("60s", OwnPolicies(False), id="http-like"), auto_pause_after=1,
-        notify=NotifyPolicy(webhook="https://hooks.example/cron")))
     alerts = Alerts(services)
     s.subscribe(alerts)
     await s.start()
     await tick(clock, s, alerts)
     assert services.notifier.sent == [] and services.paused == []
     assert (await services.health.get("plain")).failures == 0
+
+
+async def test_a_handler_retrying_itself_is_alerted_like_any_other(
+    scheduler: Scheduler, clock: FakeClock, services: Services
+) -> None:
+    """``applies_job_policies`` (HTTP jobs) is about retry only: alerts are the listener's
+    for every kind, once per run."""
+
+    class OwnRetry(Script):
+        applies_job_policies = True
+
+    s = scheduler
+    s.add_job(alerting(OwnRetry(False, False), auto_pause_after=2,
+                       notify=NotifyPolicy(webhook="https://hooks.example/cron")))
+    alerts = Alerts(services)
+    s.subscribe(alerts)
+    await s.start()
+    for _ in range(2):
+        await tick(clock, s, alerts)
+    health = await services.health.get("j")
+    assert (health.failures, health.consecutive_failures) == (2, 2)
+    assert [n.event for n in services.notifier.sent] == ["failure", "paused"]
+    assert [job_id for job_id, _ in services.paused] == ["j"]
+
+
+class Settled(Script):
+    """A job kind that supplies its alert settings (as HTTP jobs do)."""
+
+    def __init__(self, *answers: bool) -> None:
+        super().__init__(*answers)
+        self.asked: list[RunRecord | None] = []
+
+    def alert_settings(self, run: RunRecord | None) -> AlertSettings:
+        self.asked.append(run)
+        if run is None:
+            return AlertSettings(namespace="team-a")
+        return AlertSettings(namespace="team-a", message=f"my words for {run.status.value}",
+                             run={"key": f"k-{run.slot:%H%M}", "status": "ignored"})
+
+
+async def test_a_job_kind_supplies_what_its_alerts_say(
+    scheduler: Scheduler, clock: FakeClock, services: Services
+) -> None:
+    s = scheduler
+    handler = Settled(False)
+    s.add_job(alerting(handler, notify=NotifyPolicy(webhook="https://hooks.example/cron")))
+    alerts = Alerts(services)
+    s.subscribe(alerts)
+    await s.start()
+    await tick(clock, s, alerts)
+    [note] = services.notifier.sent
+    assert note.message == "my words for failed"
+    # what every kind says of its run wins over what the kind adds
+    assert note.run["key"] == "k-0001" and note.run["status"] == "failed"
+    assert note.run["attempts"] == 1 and note.run["ok"] is False
+    [run] = handler.asked
+    assert run is not None and run.job_id == "j" and run.error == "RuntimeError: backend down"
+    assert alert_settings(s.get_job("j")).namespace == "team-a"
+
+
+async def test_failing_alert_settings_fall_back_to_the_defaults(
+    scheduler: Scheduler, clock: FakeClock, services: Services,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken(Script):
+        def alert_settings(self, run: RunRecord | None) -> AlertSettings:
+            raise KeyError("nope")
+
+    s = scheduler
+    s.add_job(alerting(Broken(False), notify=NotifyPolicy(webhook="https://hooks.example/c")))
+    alerts = Alerts(services)
+    s.subscribe(alerts)
+    await s.start()
+    await tick(clock, s, alerts)
+    [note] = services.notifier.sent
+    assert note.message == "RuntimeError: backend down (after 1 attempt)"
+    assert "job j: reading its alert settings failed" in caplog.text
