@@ -208,10 +208,10 @@ class Runs:
                 now=clock.now,
                 is_async=job.is_async,
             )
-            if job.retry is not None and outcome.status in _RETRIED and active.cancel is None:
-                outcome = await self._retry(active, outcome)
-            elif job.own_policies:  # an HTTP job numbers its own attempts (ctx.attempt)
+            if job.own_policies:  # an HTTP job retries itself and numbers its attempts
                 active.run.attempt = active.ctx.attempt
+            elif job.retry is not None and outcome.status in _RETRIED and active.cancel is None:
+                outcome = await self._retry(active, outcome)
         except asyncio.CancelledError:
             outcome = self._cancelled(active, started)
         if active.cancel is not None and outcome.status is not RunStatus.CANCELLED:

@@ -466,8 +466,7 @@ class Scheduler(SyncControl):
         )
         if not self.events.wants(RunFinished):
             unheard = [j.id for j in self._jobs.values()
-                       if (j.notify is not None or j.auto_pause_after is not None)
-                       and not j.own_policies]
+                       if j.notify is not None or j.auto_pause_after is not None]
             if unheard:
                 log.warning(
                     "job(s) %s set notify / auto_pause_after but no alerts are installed: "

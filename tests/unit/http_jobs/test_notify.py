@@ -249,8 +249,6 @@ async def test_auto_pause_is_an_override_counted_once_per_run(
     assert paused[0]["run"]["http_status"] == 503
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/runs.py: a failed HTTP run whose Job has a "
-                   "retry keeps attempt 1 (the own_policies branch is an elif of the retry)")
 async def test_a_failed_self_retrying_run_records_its_last_attempt(
     fleet: Fleet, server: Server, hooks: Server
 ) -> None:
