@@ -41,17 +41,21 @@ WORKERS ?= 6
 TIMING_WORKERS ?= 6
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_ARGS)
+# where the timing tests live: the second phase collects only these (tests/phases.py, the
+# same list, checked by tests/unit/ecosystem/test_make_phases.py)
+TIMING_DIRS := tests/integration tests/chaos tests/security
 test: lint $(AXE)
 	status=0; \
 	$(PYTEST) -n $(WORKERS) -m "not timing" || status=$$?; \
-	$(PYTEST) -n $(TIMING_WORKERS) -m timing || status=$$?; \
+	$(PYTEST) -n $(TIMING_WORKERS) -m timing $(TIMING_DIRS) || status=$$?; \
 	exit $$status
 
 # The inner loop (about a minute): lint, the unit tests and the store conformance suite on
-# the memory store; no real-process (`slow`) test.
+# the memory store; no real-process (`slow`) test; a tenth of each property's examples
+# (tests/properties.py).
 check: lint
-	$(BIN)/python -m pytest -q --durations=10 -n 2 -m "not slow" --stores memory \
-	  tests/unit tests/test_layers.py tests/store
+	CRONFLEET_PROPERTY_SCALE=0.1 $(BIN)/python -m pytest -q --durations=10 -n 2 -m "not slow" \
+	  --stores memory tests/unit tests/test_layers.py tests/store
 
 # the unit and store tests against the lowest version every floor in pyproject.toml allows
 # (not part of `make test`; CI runs it after `make test`: .ci/run)

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from phases import TIMING, TIMING_DIRS, group_of
+from properties import SCALE, examples
 from store.redis_server import RedisServer, require_redis
 
 # In CI the property tests run the same examples every time (a submission must not fail on
@@ -16,51 +18,10 @@ from store.redis_server import RedisServer, require_redis
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-# How `make test` runs the suite in parallel (pytest-xdist; docs/development.md, "Running
-# the tests"). Two phases:
-#
-# 1. everything not marked `timing`, on several workers;
-# 2. `timing`: real-process tests that assert lateness, failover within a bound or
-#    exactly-once at a throughput in real time. They run after phase 1, beside each other
-#    only: the light ones (a few jobs a second, mostly waiting) on a few workers, the heavy
-#    ones (hundreds of jobs a second on 3-4 processes) in the `heavy` group, one at a time.
-#
-# Tests of one group run on one worker, one after the other: the heavy ones, a module whose
-# costly fixture is module-scoped (the chaos scenarios; a Chromium per browser module),
-# and the browser modules in two lanes (two Chromiums at most). The groups are given by
-# path here (a new test in a listed place is classified without a mark of its own).
-TIMING = (
-    "tests/integration/test_postgres_fleet.py",
-    "tests/integration/test_redis_fleet.py",
-    "tests/integration/test_sqlite_fleet.py",
-    "tests/integration/test_fleet_failover.py",
-    "tests/integration/test_max_instances_fleet.py",
-    "tests/integration/test_outages.py",
-    "tests/integration/test_gunicorn.py",
-    "tests/integration/test_stop_jitter.py",
-    "tests/chaos/",
-)
-# node id prefix -> group
-GROUPS = (
-    ("tests/integration/test_postgres_fleet.py::test_three_processes_200_", "heavy"),
-    ("tests/integration/test_sqlite_fleet.py::test_four_processes_200_jobs", "heavy"),
-    ("tests/integration/test_redis_fleet.py::test_three_processes_100_jobs", "heavy"),
-    ("tests/integration/test_gunicorn.py", "heavy"),
-    ("tests/chaos/", "chaos"),
-    ("tests/browser/test_dashboard.py", "browser-a"),
-    ("tests/browser/test_dashboard_b.py", "browser-b"),
-    ("tests/browser/test_dashboard_c.py", "browser-c"),
-    ("tests/browser/test_dashboard_d.py", "browser-d"),
-)
-
-
-def group_of(nodeid: str) -> str | None:
-    """The group of a test (None: it may run on any worker)."""
-    if "@" in nodeid:  # an `xdist_group` mark, as `--dist loadgroup` spells it
-        return nodeid.rsplit("@", 1)[1]
-    return next((group for prefix, group in GROUPS if nodeid.startswith(prefix)), None)
-
+# make check: fewer examples per property (tests/properties.py)
+if SCALE < 1:
+    settings.register_profile("quick", settings.default, max_examples=examples(100))
+    settings.load_profile("quick")
 
 STORES = ("memory", "sqlite", "postgres", "redis")
 
@@ -88,6 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.startswith(TIMING):
             item.add_marker(pytest.mark.timing)
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("timing") and not item.nodeid.startswith(TIMING_DIRS):
+            # make test's second phase collects only TIMING_DIRS: it would never run
+            raise pytest.UsageError(f"{item.nodeid} is marked timing outside {TIMING_DIRS}")
     stores = {s.strip() for s in config.getoption("stores").split(",")}
     if stores >= set(STORES):
         return
