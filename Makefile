@@ -1,4 +1,5 @@
-# Two commands matter: `make run` and `make test`. Both create .venv on first use.
+# Two commands matter: `make run` and `make test` (`make check` for the inner loop). All
+# create .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 AXE := tests/browser/node_modules/axe-core/axe.min.js
 
-.PHONY: run test test-lowest lint bench chaos clean screenshots
+.PHONY: run test check test-lowest lint bench chaos clean screenshots
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,11 +31,34 @@ $(AXE): tests/browser/package.json
 	  npm install --prefix tests/browser --no-audit --no-fund --silent && touch $(AXE); \
 	else echo "npm not found: the browser tests skip (and fail with CI=true)"; fi
 
+# The whole suite on several workers (pytest-xdist), in two phases (tests/conftest.py has
+# the groups; docs/development.md, "Running the tests"): everything but the `timing` tests,
+# then the `timing` tests beside each other only (run even when the first phase failed).
+# Each phase prints its ten slowest tests.
+# `make test WORKERS=8` / `TIMING_WORKERS=4` to change the number of workers; PYTEST_ARGS
+# is passed to both phases (e.g. PYTEST_ARGS="-x").
+WORKERS ?= 6
+TIMING_WORKERS ?= 6
+PYTEST_ARGS ?=
+PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_ARGS)
+# where the timing tests live: the second phase collects only these (tests/phases.py, the
+# same list, checked by tests/unit/ecosystem/test_make_phases.py)
+TIMING_DIRS := tests/integration tests/chaos tests/security
 test: lint $(AXE)
-	$(BIN)/python -m pytest -q --durations=10
-	$(MAKE) test-lowest
+	status=0; \
+	$(PYTEST) -n $(WORKERS) -m "not timing" || status=$$?; \
+	$(PYTEST) -n $(TIMING_WORKERS) -m timing $(TIMING_DIRS) || status=$$?; \
+	exit $$status
 
-# the unit tests against the lowest version every floor in pyproject.toml allows
+# The inner loop (about a minute): lint, the unit tests and the store conformance suite on
+# the memory store; no real-process (`slow`) test; a tenth of each property's examples
+# (tests/properties.py).
+check: lint
+	CRONFLEET_PROPERTY_SCALE=0.1 $(BIN)/python -m pytest -q --durations=10 -n 2 -m "not slow" \
+	  --stores memory tests/unit tests/test_layers.py tests/store
+
+# the unit and store tests against the lowest version every floor in pyproject.toml allows
+# (not part of `make test`; CI runs it after `make test`: .ci/run)
 test-lowest: $(STAMP)
 	BIN=$(BIN) .ci/test-lowest
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from phases import TIMING, TIMING_DIRS, group_of
+from properties import SCALE, examples
 from store.redis_server import RedisServer, require_redis
 
 # In CI the property tests run the same examples every time (a submission must not fail on
@@ -16,6 +18,66 @@ from store.redis_server import RedisServer, require_redis
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+# make check: fewer examples per property (tests/properties.py)
+if SCALE < 1:
+    settings.register_profile("quick", settings.default, max_examples=examples(100))
+    settings.load_profile("quick")
+
+STORES = ("memory", "sqlite", "postgres", "redis")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stores", default=",".join(STORES),
+        help="the stores tests/store runs against, e.g. --stores memory (make check); a "
+             "store test is kept when its store (a parameter such as store_kind, or the "
+             "store its module is named after) is listed. Default: all.")
+
+
+def _store_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    params = list(callspec.params.values()) if callspec is not None else []
+    for value in params:  # store_kind, or another parameter naming a store (a dialect)
+        if isinstance(value, str) and value in STORES:
+            return value
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return next((kind for kind in STORES if module.startswith(f"test_{kind}")), None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(TIMING):
+            item.add_marker(pytest.mark.timing)
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("timing") and not item.nodeid.startswith(TIMING_DIRS):
+            # make test's second phase collects only TIMING_DIRS: it would never run
+            raise pytest.UsageError(f"{item.nodeid} is marked timing outside {TIMING_DIRS}")
+    stores = {s.strip() for s in config.getoption("stores").split(",")}
+    if stores >= set(STORES):
+        return
+    dropped = [it for it in items if it.nodeid.startswith("tests/store/")
+               and _store_of(it) not in (None, *stores)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [it for it in items if id(it) not in gone]
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadgroup` by the table above. (xdist's own loadgroup reads `xdist_group`
+    marks by renaming node ids, which pytest 9.2 no longer allows: the marks are lost.)
+    Each group is one unit of work, every other test a unit of its own; the biggest
+    groups are handed out first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cronfleet.cron import CronSyntaxError, from_text, parse, read_schedule
+from properties import examples
 
 HERE = Path(__file__).parent / "phrases"
 ZONES = ["Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Sao_Paulo",
@@ -84,7 +85,7 @@ def test_descriptions_round_trip() -> None:
     assert unread == []
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(COMPILED), zone=st.sampled_from(ZONES),
        start=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2037, 12, 31)))
 def test_fire_times_match_the_canonical_expression(
@@ -121,7 +122,7 @@ def _wall_exists(day: datetime, zone: ZoneInfo) -> bool:
         day.replace(tzinfo=None)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from([e for e in ONEOFFS if e["relative"]]),
        zone=st.sampled_from(ZONES),
        now=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2037, 12, 31)))

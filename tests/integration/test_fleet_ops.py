@@ -253,9 +253,11 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
                 "2026-01-01T00:00:00", "--to", "2026-01-01T11:00:00", "--rate", "100",
                 "--json"]
         cwd = str(tmp_path)
-        # a run holding the lease for 8 s: both backfills are asked for before either
-        # runs a slot (a backfill asked for after another finished a slot re-runs it)
-        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=8", "--no-wait")
+        # a run holding the lease for 20 s: both backfills are asked for before either
+        # runs a slot (a backfill asked for after another finished a slot re-runs it).
+        # Their two CLI processes must start within it: 8 s was too short on a loaded
+        # machine (the suite runs on several workers)
+        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=20", "--no-wait")
         assert held["status"] == "running"
         both = [subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]

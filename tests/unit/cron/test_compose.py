@@ -28,10 +28,11 @@ from cronfleet.cron import (
     read_schedule,
 )
 from cronfleet.cron.compose import read_calendar
+from properties import examples
 
 from .test_cron_properties import ZONES, cron_text, instant, utc
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 
 PARIS = ZoneInfo("Europe/Paris")
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse
 from cronfleet.cron.zones import wall_seconds
+from properties import examples
 
 ZONES = [
     "UTC",
@@ -31,7 +32,7 @@ def utc(t: datetime) -> datetime:
     return t.astimezone(UTC)
 
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 
 # -- strategies ----------------------------------------------------------------------------------
 
@@ -205,7 +206,7 @@ def mutated(draw: st.DrawFn) -> str:
     return text
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated())
 def test_parse_is_total_on_mutations_of_valid_expressions(text: str) -> None:
     _check_parse(text)
@@ -237,7 +238,7 @@ def _in_gap_end(expr: CronExpr, t: datetime) -> bool:
     return nxt is not None and wall_seconds(*nxt) <= w_t
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_next_prev_iter_between_invariants(data: st.DataObject) -> None:
     tz = data.draw(st.sampled_from(ZONES))
@@ -302,7 +303,7 @@ def _cronsim_skipped_a_fire(sim: object, ours: datetime, theirs: datetime | None
     return ok and utc(theirs) < utc(ours) < utc(bound)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_differential_against_cronsim(data: st.DataObject) -> None:
     from cronsim import CronSim, CronSimError

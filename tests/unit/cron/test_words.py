@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from cronfleet.cron import CronSyntaxError, from_text, parse, parse_schedule
 from cronfleet.cron.words import compile_text, looks_like_words
 from cronfleet.cron.words_tables import LANGS
+from properties import examples
 
 
 def test_result_object() -> None:
@@ -105,7 +106,7 @@ _VOCAB = [
 ]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(
     st.text(max_size=60),
     st.lists(st.sampled_from(_VOCAB), max_size=9).map(" ".join),

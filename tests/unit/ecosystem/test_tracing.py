@@ -159,12 +159,23 @@ def test_cronfleet_run_exports_spans_as_otel_variables_say(tmp_path: Path) -> No
            if not k.startswith(("CRONFLEET_", "OTEL_"))}
     env.update(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="tr-test",
                OTEL_BSP_SCHEDULE_DELAY="100")
-    proc = subprocess.Popen([sys.executable, "-m", "cronfleet", "run", "--no-api"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
-    proc.terminate()
-    out, err = proc.communicate(timeout=60)
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out_path.open("w") as out_f, err_path.open("w") as err_f:
+        proc = subprocess.Popen([sys.executable, "-m", "cronfleet", "run", "--no-api"],
+                                cwd=tmp_path, env=env, stdout=out_f, stderr=err_f, text=True)
+    try:
+        # until the first span is exported (not a fixed sleep: a loaded machine starts slower)
+        deadline = time.monotonic() + 60
+        while '"name": "cronfleet.run beat"' not in out_path.read_text():
+            assert proc.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.1)
+        proc.terminate()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out, err = out_path.read_text(), err_path.read_text()
     assert proc.returncode == 0, err
     assert "tracing: one span per run (console)" in err
     assert '"name": "cronfleet.run beat"' in out, out[:2000]

@@ -4,6 +4,7 @@ jitter, a stop while its start or its claim is in flight, a stop that cannot wri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -225,9 +226,12 @@ async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: Fa
     documented price of failing open), but the ledger keeps one final row for it, the
     other runs' outcomes attached to it as late results."""
     calls: list[str] = []
+    all_ran = asyncio.Event()
 
     async def handler(ctx: Any) -> str:
         calls.append(ctx.instance_id)
+        if len(calls) >= 3:
+            all_ran.set()
         return ctx.instance_id
 
     fleet = []
@@ -252,6 +256,10 @@ async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: Fa
     await advance(clock, 3599, *fleet, step=600)
     down["on"] = True
     await tick(clock, 2)
+    # the runs are due: wait for them (on Redis each process still talks to the server
+    # first, which takes real time on a loaded machine)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(all_ran.wait(), 30)
     assert sorted(calls) == ["a", "b", "c"]  # failed open on every process
     down["on"] = False
     for _ in range(30):  # the group commits retry every second (real time)
