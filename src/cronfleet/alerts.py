@@ -174,7 +174,7 @@ def install(
     if services is None:
         from cronfleet.jobs.http import HttpRuntime
 
-        services = HttpRuntime(store=scheduler.store.url)
+        services = HttpRuntime(store=scheduler.store)
     if scope is None:
         scope = getattr(services, "scope", None)
 

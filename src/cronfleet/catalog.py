@@ -322,7 +322,7 @@ class Catalog:
         if self._command_runtime is None and self.allow_commands:
             from cronfleet.jobs.command import CommandRuntime
 
-            self._command_runtime = CommandRuntime(store=self.scheduler.store.url)
+            self._command_runtime = CommandRuntime(store=self.scheduler.store)
         return self._command_runtime
 
     async def check_secrets(self, job: Job, team: str, role: str | None) -> None:

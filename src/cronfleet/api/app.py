@@ -62,7 +62,7 @@ def create_app(
     if http_runtime is None:
         from cronfleet.jobs.http import HttpRuntime  # httpx, only when not given one
 
-        http_runtime = HttpRuntime(store=scheduler.store.url)
+        http_runtime = HttpRuntime(store=scheduler.store)
     if catalog is None:
         catalog = Catalog(scheduler, store, runtime=http_runtime, poll=settings.catalog_poll,
                           allow_commands=settings.allow_command_jobs)

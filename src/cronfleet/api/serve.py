@@ -131,7 +131,7 @@ async def serve(
     if http_runtime is None:
         from cronfleet.jobs.http import HttpRuntime
 
-        http_runtime = HttpRuntime(store=scheduler.store.url)
+        http_runtime = HttpRuntime(store=scheduler.store)
     # health, auto-pause and notifications for every job kind that asks for them
     unsubscribe_alerts = alerts.install(scheduler, http_runtime)
     # one span per run when the OTEL_* variables ask for traces (the otel extra)

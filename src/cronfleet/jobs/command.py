@@ -31,12 +31,13 @@ How a run goes:
    code outside ``success_codes`` raises :class:`CommandFailed` (the run fails, its
    ``result`` kept); a timeout raises :class:`CommandTimedOut` (``timed_out``).
 
-The warden: one tiny Python process per runtime, started at the first command, holding the
-read end of a pipe whose only write end is in the scheduler. Each command's process group
-is announced to it at the start and withdrawn at the end. When the scheduler dies -- even
-``kill -9`` -- the kernel closes the pipe; the warden sees end-of-file and sends SIGTERM to
-every group still announced, then SIGKILL after their ``kill_grace``, so no command
-outlives its scheduler by more than ``kill_grace`` (well inside the run's lease).
+The warden: one tiny Python process per runtime, started before the first command,
+holding the read end of a pipe whose only write end is in the scheduler. Each command's
+process group is announced to it at the start and withdrawn at the end. When the
+scheduler dies -- even ``kill -9`` -- the kernel closes the pipe; the warden sees
+end-of-file and sends SIGTERM to every group still announced, then SIGKILL after their
+``kill_grace``, so no command outlives its scheduler by more than ``kill_grace``
+(well inside the run's lease).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
     from cronfleet.model import Job, RunContext
     from cronfleet.spec import JobSpec
+    from cronfleet.store.base import Store
 
 __all__ = [
     "DEFAULT_KILL_GRACE",
@@ -287,6 +289,10 @@ class Warden:
             return False
         return True
 
+    def start(self) -> bool:
+        """Start the warden process if it is not running; whether it runs."""
+        return self._ensure() is not None
+
     def watch(self, pgid: int, grace: float) -> bool:
         return self._send(f"+{pgid} {grace:g}\n")
 
@@ -315,7 +321,7 @@ class CommandRuntime:
     """What command jobs of a process share: the vault (``store``: a store URL whose
     secrets table backs it, or pass ``vault``) and the warden."""
 
-    def __init__(self, *, store: str | None = None, vault: Vault | None = None,
+    def __init__(self, *, store: str | Store | None = None, vault: Vault | None = None,
                  keyring: Keyring | None = None, clock: Clock | None = None) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()  # the wall time a process starts at
@@ -523,7 +529,10 @@ def _spawn(argv: list[str], cwd: str | None, env: dict[str, str], warden: Warden
     """Start the program in a new session (its own process group, no terminal), stdin
     ``/dev/null``, stdout and stderr piped, and announce its group to the warden at once
     (in this spawn thread: a scheduler killed before the loop saw the start still leaves
-    no orphan). A fork and an exec: it does not wait for the program."""
+    no orphan). A fork and an exec: it does not wait for the program. The warden is
+    started first (the first command's announcement then follows its fork at once: a
+    scheduler killed while the warden itself was starting left that command running)."""
+    warden.start()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
                             close_fds=True)

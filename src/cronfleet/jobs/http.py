@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from cronfleet.model import Job, RunContext, RunRecord
     from cronfleet.notify import Notifier, NotifyPolicy
     from cronfleet.spec import JobSpec
+    from cronfleet.store.base import Store
     from cronfleet.store.side import HealthStore
 
 __all__ = [
@@ -467,7 +468,7 @@ class HttpRuntime:
     def __init__(
         self,
         *,
-        store: str | None = None,
+        store: str | Store | None = None,
         vault: Vault | None = None,
         keyring: Keyring | None = None,
         allow_private_targets: bool = False,
@@ -543,6 +544,10 @@ class HttpRuntime:
         if self.store is None:
             log.warning("job %s: cannot auto-pause: no store configured", job_id)
             return False
+        if not isinstance(self.store, str):  # the scheduler's store, open while it runs
+            await self.store.set_override(job_id, False, by=AUTO_PAUSE_BY, note=note,
+                                          until=None)
+            return True
         from cronfleet.store import open_store
 
         store = open_store(self.store)
