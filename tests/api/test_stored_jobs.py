@@ -82,7 +82,9 @@ async def test_a_stored_http_job_runs_on_its_schedule(make_api: MakeApi,
     assert run["instance_id"] == "api-1"
     assert "GET /ping" in hooks.paths
     detail = expect(await api.get("/api/jobs/alpha.ping"), 200)
-    assert detail["last_run"]["status"] == "succeeded"
+    # the job's newest run: this one or a later slot's (which, on a loaded machine, may be
+    # running, or skipped while this one still held the lease)
+    assert detail["last_run"]["id"] >= run["id"]
 
 
 async def test_patch_reschedules_and_delete_stops_the_live_job(make_api: MakeApi,
