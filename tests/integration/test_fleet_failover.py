@@ -137,7 +137,7 @@ def test_kill_9_of_the_lease_holder_its_jobs_fire_on_survivors_within_20s(
 def test_sigstop_for_three_ttls_then_sigcont_no_duplicate_and_it_rejoins(
     fleet: Fleet,
 ) -> None:
-    """instance_ttl 2 s: the process holding the current leases is stopped for 8 s. The
+    """instance_ttl 2 s: the process holding the current leases is stopped for 12 s. The
     survivors declare it lost and run its jobs; woken, it learns it was lost, does not
     run its stale claims, its late results are kept on the interrupted rows, and it
     re-joins (runs jobs again, without a restart). No slot runs twice, counted by the
@@ -155,7 +155,7 @@ def test_sigstop_for_three_ttls_then_sigcont_no_duplicate_and_it_rejoins(
         pid = int(holder.split(":")[1])
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.time()
-        time.sleep(8)
+        time.sleep(12)  # 6 ttls: the survivors judge only once their own beats are steady
         os.kill(pid, signal.SIGCONT)
         woke_at = time.time()
     except BaseException:
@@ -165,7 +165,7 @@ def test_sigstop_for_three_ttls_then_sigcont_no_duplicate_and_it_rejoins(
     outputs = pgf.finish(procs, 90)
     name = holder.split(":")[0]
     victim_out = next(o for o in outputs if f"DONE {name}:" in o)
-    assert "was declared lost by" in victim_out, victim_out[-3000:]
+    assert "was declared lost by" in victim_out, "\n=====\n".join(o[-3000:] for o in outputs)
     ran_ = fleet.handler_counts()
     dups = [k for k, n in ran_.items() if n > 1]
     assert not dups, dups[:10]
@@ -175,9 +175,14 @@ def test_sigstop_for_three_ttls_then_sigcont_no_duplicate_and_it_rejoins(
     first = min(twice) if twice else None
     assert not twice, "\n".join(repr(r) for r in rows if (r[0], r[1]) == first)
     lost = [r for r in rows if r[2] == "interrupted"]
-    assert lost and all(r[3] == "instance_lost" and r[4] == name for r in lost)
+    assert {r[3] for r in lost} == {"instance_lost"} and name in {r[4] for r in lost}, lost
+    # a survivor whose own beats fell behind the 2 s ttl on a loaded machine may have been
+    # declared lost too: then it says so, as the stopped one does
+    for other in {r[4] for r in lost} - {name}:
+        out = next(o for o in outputs if f"DONE {other}:" in o)
+        assert "was declared lost by" in out, (other, out[-3000:])
     # the survivors ran the stopped process's jobs while it was away
-    during = [r for r in rows if stopped_at + 5 < r[1] < woke_at - 0.5]
+    during = [r for r in rows if stopped_at + 8 < r[1] < woke_at - 0.5]
     assert during and all(r[2] == "succeeded" and r[4] != name for r in during), Counter(
         r[2:5] for r in during)
     # it re-joined: it runs jobs again after it woke, without a restart
