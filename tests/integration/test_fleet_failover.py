@@ -182,9 +182,14 @@ def test_sigstop_for_three_ttls_then_sigcont_no_duplicate_and_it_rejoins(
         out = next(o for o in outputs if f"DONE {other}:" in o)
         assert "was declared lost by" in out, (other, out[-3000:])
     # the survivors ran the stopped process's jobs while it was away
+    # (every job ran there; a slot may meet its own previous run, late on a loaded
+    # machine: skipped `already_executing`, recorded)
     during = [r for r in rows if stopped_at + 8 < r[1] < woke_at - 0.5]
-    assert during and all(r[2] == "succeeded" and r[4] != name for r in during), Counter(
-        r[2:5] for r in during)
+    states = Counter(r[2:5] for r in during)
+    assert during and all(r[4] != name for r in during), states
+    assert {(r[2], r[3]) for r in during} <= {("succeeded", None),
+                                              ("skipped", "already_executing")}, states
+    assert {r[0] for r in during if r[2] == "succeeded"} == set(jobs), states
     # it re-joined: it runs jobs again after it woke, without a restart
     later = [r for r in rows if woke_at + 5 < r[1] < until - 3 and r[4] == name]
     assert later and all(r[2] == "succeeded" for r in later)
