@@ -44,9 +44,12 @@ PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_AR
 # where the timing tests live: the second phase collects only these (tests/phases.py, the
 # same list, checked by tests/unit/ecosystem/test_make_phases.py)
 TIMING_DIRS := tests/integration tests/chaos tests/security
-test: lint $(AXE)
+# lint runs beside the first phase (its output printed when both are done).
+test: $(STAMP) $(AXE)
 	status=0; \
+	$(MAKE) --no-print-directory lint > .lint.out 2>&1 & lint=$$!; \
 	$(PYTEST) -n $(WORKERS) -m "not timing" || status=$$?; \
+	wait $$lint || status=$$?; cat .lint.out; rm -f .lint.out; \
 	$(PYTEST) -n $(TIMING_WORKERS) -m timing $(TIMING_DIRS) || status=$$?; \
 	exit $$status
 
