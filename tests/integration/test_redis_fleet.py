@@ -294,7 +294,9 @@ def test_redis_killed_and_restarted_with_aof_no_slot_runs_twice(
         for s in range(t0, until - 1):
             got = by_slot[(job, s)]
             runs = [r for r in got if r[2] == "succeeded"]
-            assert got, f"{job} slot {s} has no record"
+            assert got, (f"{job} slot {s} has no record; t0 {t0}, until {until}, server down "
+                         f"{down_at:.2f} to {up_at:.2f}; the job's rows: "
+                         f"{sorted((r[1], r[2], r[3], r[4]) for r in rows if r[0] == job)}")
             assert all(r[5] is not None for r in runs) and len(runs) <= 1, (job, s, got)
             if s not in outage:
                 assert len(got) == 1 and len(runs) == 1, (job, s, got)
