@@ -108,6 +108,17 @@ def expect(r: httpx.Response, status: int, code: str | None = None) -> Any:
     return body
 
 
+READ_RETRY = 15.0
+
+
+def store_too_slow(r: httpx.Response) -> bool:
+    """The API's answer when the store missed a request's deadline: 503 STORE_UNAVAILABLE,
+    with Retry-After."""
+    return (r.status_code == 503 and "retry-after" in r.headers
+            and r.headers.get("content-type") == "application/problem+json"
+            and r.json().get("code") == "STORE_UNAVAILABLE")
+
+
 def http_spec(url: str, **extra: Any) -> dict[str, Any]:
     return {"url": url, **extra}
 
@@ -135,8 +146,17 @@ class Api:
 
     async def call(self, method: str, path: str, who: str | None = "alpha-admin",
                    **kw: Any) -> httpx.Response:
+        """One request. A read the API turned away because the store did not answer within
+        its interactive deadline (503 ``STORE_UNAVAILABLE`` with ``Retry-After``: a loaded
+        machine) is asked again for up to :data:`READ_RETRY` seconds, as a client that
+        honours ``Retry-After`` would; a write never is (its 503 is what some tests check)."""
         headers = {**self.auth(who), **kw.pop("headers", {})}
-        return await self.client.request(method, path, headers=headers, **kw)
+        deadline = time.monotonic() + READ_RETRY
+        while True:
+            r = await self.client.request(method, path, headers=headers, **kw)
+            if method != "GET" or not store_too_slow(r) or time.monotonic() > deadline:
+                return r
+            await asyncio.sleep(min(float(r.headers["retry-after"]), 0.5))
 
     async def get(self, path: str, who: str | None = "alpha-admin", **kw: Any
                   ) -> httpx.Response:
