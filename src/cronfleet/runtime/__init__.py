@@ -1,5 +1,5 @@
 """The runtime: the scheduler facade and the parts that fire, run and record slots
-(docs/architecture.md, "Modules" and "Data flow of one instant").
+(docs/architecture.md, "The runtime: parts and owners" and "The path of one slot").
 
 The names below are loaded on first use (PEP 562): importing a part (``runtime.loop``,
 ...) does not load the facade, which imports every part."""

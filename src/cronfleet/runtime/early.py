@@ -1,6 +1,6 @@
 """Early claims: the plain slots of the next instant are claimed (with their leases) a
 little before it, so that at the instant the loop only starts handlers
-(docs/architecture.md, "Early claims")."""
+(docs/internals.md, "Early claims")."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ class Scheduler(SyncControl):
     slot handled more than this many seconds after its time is a missed slot, handled by
     the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
     are claimed (with their leases), so that their handlers start at the instant without
-    a store round trip; 0 claims every slot at its time (docs/architecture.md, "Early
+    a store round trip; 0 claims every slot at its time (docs/internals.md, "Early
     claims"). ``instance_ttl``: a timer process heartbeats by the store's clock every
     fifth of it; one whose heartbeat is older is lost, and the others break its leases
     and interrupt its runs (docs/concepts.md, "Instances, leases and fencing").

@@ -1,6 +1,6 @@
 """Early claims: a plain slot is claimed (with its lease) ``claim_ahead`` seconds before its
 time and started at its time; whatever happens in between, each slot is run or recorded
-exactly once (docs/architecture.md, "Early claims")."""
+exactly once (docs/internals.md, "Early claims")."""
 
 from __future__ import annotations
 

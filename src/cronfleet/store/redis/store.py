@@ -17,7 +17,7 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
   index and apply. Where a dispatch row depends on what the script finds (lease taken or
   busy), the ledger decides it beforehand for each outcome (row templates) and the same
   script writes the one that applies: a batch is one call per chunk, with no window in
-  which a claim exists without its row or lease (docs/architecture.md, "The Redis store").
+  which a claim exists without its row or lease (docs/internals.md, "Redis").
 * **Instances** (``instances.lua``): heartbeats, the live set and lost instances judged by
   the server's ``TIME``; a final outcome is never overwritten (late results attached).
 * **Keys** start with the URL's ``prefix`` (default ``cronfleet:``); a job's keys carry
