@@ -47,13 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # (test_known_exceptions_still_exist fails on a listed pair that no longer exists).
 KNOWN: set[tuple[str, str]] = set()
 
-# imports that close a cycle, left to the change that removes them; the test fails on a
-# listed pair that no longer exists, so the list only shrinks (the lead empties it)
-KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
-
 MAX_METHODS = 40
-# classes over MAX_METHODS, left to the change that splits them (the list only shrinks)
-ALLOWED_BIG: dict[str, str] = {}
 
 
 def layer_of(module: str) -> int:
@@ -252,15 +246,9 @@ def _cycle_text(edges: dict[str, set[str]], component: list[str]) -> str:
 def test_no_import_cycle() -> None:
     """No cycle, counting imports inside functions: a function-level import that closes
     a cycle only hides it until the function runs."""
-    edges = import_edges(skip=KNOWN | KNOWN_CYCLE_EDGES)
+    edges = import_edges(skip=KNOWN)
     found = cycles(edges)
     assert not found, "import cycles:\n" + "\n".join(_cycle_text(edges, c) for c in found)
-
-
-def test_known_cycle_edges_still_exist() -> None:
-    pairs = {(i.importer, i.imported) for i in IMPORTS}
-    gone = sorted(KNOWN_CYCLE_EDGES - pairs)
-    assert not gone, f"these imports are gone: remove them from KNOWN_CYCLE_EDGES: {gone}"
 
 
 def method_counts() -> dict[str, int]:
@@ -285,15 +273,8 @@ def method_counts() -> dict[str, int]:
 
 
 def test_no_class_has_more_than_40_methods() -> None:
-    big = {name: n for name, n in method_counts().items()
-           if n > MAX_METHODS and name not in ALLOWED_BIG}
+    big = {name: n for name, n in method_counts().items() if n > MAX_METHODS}
     assert not big, f"classes with more than {MAX_METHODS} methods: {big}"
-
-
-def test_allowed_big_classes_are_still_big() -> None:
-    counts = method_counts()
-    done = sorted(n for n in ALLOWED_BIG if counts.get(n, 0) <= MAX_METHODS)
-    assert not done, f"these classes are split: remove them from ALLOWED_BIG: {done}"
 
 
 def test_the_cycle_finder_counts_imports_inside_functions() -> None:
