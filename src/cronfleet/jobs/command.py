@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import secrets as _secrets
 import shlex
 import signal
 import subprocess
@@ -223,10 +224,14 @@ class OutputLog:
 
 # -- the warden ------------------------------------------------------------------------------
 
-# Runs as `python -I -S -c`: reads "+<pgid> <grace>" / "-<pgid>" lines; at end-of-file
-# (the scheduler is gone) it stops every announced group: SIGTERM, then SIGKILL after the
-# longest grace. Ignores SIGINT/SIGTERM/SIGHUP so a terminal's ^C or a stop of the
-# scheduler's own group does not take it away before it has done its job.
+# Runs as `python -I -S -c WARDEN TOKEN`: reads "+<pgid> <grace>" / "-<pgid>" lines; at
+# end-of-file (the scheduler is gone) it stops every announced group and the group of every
+# process that carries this runtime's mark in its environment (WARDEN_MARK=TOKEN/grace, set
+# on every command: a command forked but not announced yet when the scheduler was killed --
+# on a loaded host it may have run for a while by then -- is found that way): SIGTERM,
+# then SIGKILL after the longest grace. Ignores SIGINT/SIGTERM/SIGHUP so a terminal's ^C
+# or a stop of the scheduler's own group does not take it away before it has done its job.
+WARDEN_MARK = "CRONFLEET_WARDEN"
 WARDEN = r"""
 import os, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -241,6 +246,17 @@ for line in sys.stdin.buffer:
         groups[pgid] = float(parts[1]) if len(parts) > 1 else 10.0
     else:
         groups.pop(pgid, None)
+mark = ("%s=%s/" % (sys.argv[1], sys.argv[2])).encode()
+for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    if not pid.isdigit():
+        continue
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            found = [v for v in f.read().split(b"\0") if v.startswith(mark)]
+        if found:
+            groups.setdefault(os.getpgid(int(pid)), float(found[0][len(mark):]))
+    except (OSError, ValueError):
+        pass
 def send(sig):
     alive = {}
     for pgid, grace in groups.items():
@@ -264,6 +280,7 @@ class Warden:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.token = _secrets.token_hex(8)  # this runtime's mark on its commands
         self._lock = threading.Lock()  # the spawn threads announce, the loop withdraws
 
     def _ensure(self) -> subprocess.Popen[bytes] | None:
@@ -271,7 +288,8 @@ class Warden:
             if self.proc is None or self.proc.poll() is not None:
                 try:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-I", "-S", "-c", WARDEN], stdin=subprocess.PIPE,
+                        [sys.executable, "-I", "-S", "-c", WARDEN, WARDEN_MARK, self.token],
+                        stdin=subprocess.PIPE,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         start_new_session=True, close_fds=True, bufsize=0,
                     )
@@ -292,6 +310,11 @@ class Warden:
     def start(self) -> bool:
         """Start the warden process if it is not running; whether it runs."""
         return self._ensure() is not None
+
+    def mark(self, grace: float) -> dict[str, str]:
+        """The environment entry that tells the warden a process is one of this runtime's
+        commands, and its grace."""
+        return {WARDEN_MARK: f"{self.token}/{grace:g}"}
 
     def watch(self, pgid: int, grace: float) -> bool:
         return self._send(f"+{pgid} {grace:g}\n")
@@ -529,13 +552,13 @@ def _spawn(argv: list[str], cwd: str | None, env: dict[str, str], warden: Warden
     """Start the program in a new session (its own process group, no terminal), stdin
     ``/dev/null``, stdout and stderr piped, and announce its group to the warden at once
     (in this spawn thread: a scheduler killed before the loop saw the start still leaves
-    no orphan). A fork and an exec: it does not wait for the program. The warden is
-    started first (the first command's announcement then follows its fork at once: a
-    scheduler killed while the warden itself was starting left that command running)."""
+    no orphan). A fork and an exec: it does not wait for the program. The warden runs
+    before the fork, and the command carries the warden's mark in its environment: killed
+    between the fork and the announcement, the scheduler still leaves no orphan."""
     warden.start()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
-                            close_fds=True)
+                            stderr=subprocess.PIPE, cwd=cwd, env={**env, **warden.mark(grace)},
+                            start_new_session=True, close_fds=True)
     return proc, warden.watch(proc.pid, grace)
 
 
