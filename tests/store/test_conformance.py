@@ -343,6 +343,9 @@ def _at(t: float) -> datetime:
 
 
 async def test_find_runs_across_jobs_filters_and_pages(store: Store, other: Store) -> None:
+    from cronfleet.store.base import SlotRun, SlotRunStore, slot_runs_of
+
+    assert isinstance(store, SlotRunStore)
     jobs = ["a", "b", "c"]
     await store.ensure_jobs(jobs)
     # slots T0..T0+9 of three jobs, alternating instances; every third one fails
@@ -386,6 +389,19 @@ async def test_find_runs_across_jobs_filters_and_pages(store: Store, other: Stor
             assert len(page.runs) == 4
             after = RunCursor.decode(page.next_cursor.encode())
         assert got == expect(where), where
+        # the narrow read: the same runs, pages and cursors, as (job id, SlotRun) pairs
+        narrow: list[tuple[str, SlotRun]] = []
+        after = None
+        for _ in range(20):
+            spage = await store.find_slot_runs(where, limit=4, after=after)
+            wpage = await store.find_runs(where, limit=4, after=after)
+            assert spage.next_cursor == wpage.next_cursor
+            assert spage.runs == [(r.job_id, s) for r in wpage.runs for s in slot_runs_of([r])]
+            narrow += spage.runs
+            if spage.next_cursor is None:
+                break
+            after = spage.next_cursor
+        assert [(s.at, j) for j, s in narrow] == expect(where), where
     assert expect(RunFilter(status=RunStatus.FAILED))  # the data covers every filter
     window = RunFilter(status=RunStatus.FAILED, since=_at(T0 + 3), until=_at(T0 + 8))
     assert len(expect(window)) == 5
@@ -748,3 +764,71 @@ async def test_last_slot_runs_are_last_runs_narrowed(store: Store) -> None:
     assert (narrow["b"].at, narrow["b"].reason) == (T0 - 50, "missed")
     assert all(isinstance(n.status, RunStatus) and isinstance(n.manual, bool)
                for n in narrow.values())
+    # since: only the newest runs at or after it, or of one of the statuses given
+    assert await store.last_slot_runs(ids, since=T0 + 10) == {"a": narrow["a"]}
+    assert await store.last_slot_runs(ids, since=T0 + 10.001) == {}
+    assert await store.last_slot_runs(ids, since=T0 + 11, statuses=[RunStatus.SKIPPED]) == \
+        narrow
+    assert await store.last_slot_runs(ids, since=T0 + 11, statuses=[RunStatus.FAILED]) == {}
+    assert await store.last_slot_runs(["b"], since=T0 - 50) == {"b": narrow["b"]}
+
+
+async def test_last_runs_follow_every_write_to_the_ledger(store: Store, clock: FakeClock) -> None:
+    """Each job's newest run as it is claimed, finished and skipped, and once retention
+    deleted it (the run before it is then the newest, or the job has none): always the
+    ledger's newest row, through both reads."""
+    from cronfleet.clock import from_ts
+    from cronfleet.store.base import SlotRun, SlotRunStore
+
+    assert isinstance(store, SlotRunStore)
+
+    async def newest(job: str) -> tuple[int, float, RunStatus, str | None] | None:
+        runs = await store.list_runs(job, limit=1)
+        full = (await store.last_runs([job])).get(job)
+        narrow = (await store.last_slot_runs([job])).get(job)
+        if not runs:
+            assert full is None and narrow is None
+            return None
+        r = runs[0]
+        assert r.id is not None and full == r
+        assert narrow == SlotRun(r.id, r.slot.timestamp(), r.status, r.reason, r.manual)
+        return r.id, r.slot.timestamp(), r.status, r.reason
+
+    await store.ensure_jobs(["a", "b", "c"])
+    assert await newest("a") is None
+    [d] = await store.dispatch([slot_item("a", T0)], "one")
+    assert d.run is not None
+    got = await newest("a")
+    assert got is not None and got[0] == d.run.id and got[2] is d.run.status
+    d.run.status = RunStatus.FAILED
+    d.run.finished_at = from_ts(T0 + 1)
+    await store.finish([Finish(d.run)])
+    assert await newest("a") == (d.run.id, T0, RunStatus.FAILED, None)
+    await store.record_skips([Skip("a", T0 - 60, "missed")])  # an older slot, a newer id
+    got = await newest("a")
+    assert got is not None and got[1:] == (T0 - 60, RunStatus.SKIPPED, "missed")
+    # c: one run, finished long ago; b: its newest run by id finished long ago, the one
+    # before it recently
+    [d] = await store.dispatch([slot_item("c", T0)], "one")
+    assert d.run is not None
+    d.run.status = RunStatus.SUCCEEDED
+    d.run.finished_at = from_ts(T0 + 10)
+    await store.finish([Finish(d.run)])
+    assert await newest("c") is not None
+    finished = {}
+    for i, done in enumerate((T0 + 40 * 86400, T0 + 10)):
+        [d] = await store.dispatch([slot_item("b", T0 + i)], "one")
+        assert d.run is not None and d.run.id is not None
+        d.run.status = RunStatus.SUCCEEDED
+        d.run.finished_at = from_ts(done)
+        await store.finish([Finish(d.run)])
+        finished[d.run.id] = done
+    clock.advance(40 * 86400)
+    await store.prune(claims_older_than=T0 - 1, runs_older_than=T0 + 86400,
+                      runs_per_job=1000)
+    await newest("a")  # whatever retention kept of it, both reads agree with the ledger
+    assert await newest("c") is None  # its one run was older than the cut
+    got = await newest("b")
+    assert got is not None and finished[got[0]] == T0 + 40 * 86400
+    assert (got[1], got[2]) == (T0, RunStatus.SUCCEEDED)
+    assert "c" not in await store.last_slot_runs(["a", "b", "c"])

@@ -11,9 +11,11 @@ one partial-index read; last outcome: the newest runs, one statement).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from bisect import bisect_right
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -27,8 +29,10 @@ from cronfleet.store.base import (
     RunCursor,
     RunFilter,
     SlotRun,
+    SlotRunPage,
     SlotRunStore,
     Store,
+    newest_of_note,
     slot_runs_of,
 )
 from cronfleet.views import dst_marks, fire_times, job_view
@@ -304,14 +308,17 @@ def _slot_reader(store: Store) -> Callable[..., Awaitable[list[SlotRun]]]:
     return whole_rows
 
 
-async def last_slot_runs(store: Store, ids: Sequence[str]) -> dict[str, SlotRun]:
+async def last_slot_runs(store: Store, ids: Sequence[str], *, since: float | None = None,
+                         statuses: Collection[RunStatus] = ()) -> dict[str, SlotRun]:
     """Each job's newest run as a :class:`SlotRun` (the store's narrow read, or its
-    ``last_runs`` narrowed here for a store of another author)."""
+    ``last_runs`` narrowed here for a store of another author); with ``since``, only
+    those at or after it or of one of ``statuses`` (:meth:`SlotRunStore.last_slot_runs`)."""
     if not ids:
         return {}
     if isinstance(store, SlotRunStore):
-        return await store.last_slot_runs(ids)
-    return {j: s for j, r in (await store.last_runs(ids)).items() for s in slot_runs_of([r])}
+        return await store.last_slot_runs(ids, since=since, statuses=statuses)
+    rows = {j: s for j, r in (await store.last_runs(ids)).items() for s in slot_runs_of([r])}
+    return newest_of_note(rows, since, statuses)
 
 
 PAGE = 2000
@@ -669,12 +676,15 @@ async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None
 
 async def overview(store: Store, jobs: Sequence[Job], now: datetime) -> dict[str, Any]:
     """Counts for the overview: jobs, paused, failing (last run failed / timed out /
-    interrupted), running now (rows with status running), the latest failures."""
+    interrupted), running now (rows with status running), the latest failures.
+    ``lasts``: the newest runs that failed or whose slot is in the heat map's hour (what
+    :func:`activity` orders by); a job missing there has neither."""
     ids = [j.id for j in jobs]
     overrides = await store.read_overrides(ids) if ids else {}
     paused = sum(1 for st in overrides.values() if st.enabled_override is False
                  and (st.override_until is None or st.override_until > now))
-    lasts = await last_slot_runs(store, ids)
+    lasts = await last_slot_runs(store, ids, since=heat_start(now),
+                                 statuses=FAILED_STATUSES)
     failing = sorted(j for j, r in lasts.items() if r.status in FAILED_STATUSES)
     mine = set(ids)
     running = [r for r in await store.list_runs(None, limit=500, status=RunStatus.RUNNING)
@@ -799,6 +809,21 @@ class Activity:
     chart_from: float | None  # CHART_RUNS reached: the chart counts runs from here on
 
 
+async def find_slot_runs(store: Store, where: RunFilter, *, limit: int,
+                         after: RunCursor | None = None) -> SlotRunPage:
+    """The store's narrow ``find_runs`` (:meth:`SlotRunStore.find_slot_runs`), or its
+    ``find_runs`` narrowed here for a store of another author."""
+    if isinstance(store, SlotRunStore):
+        return await store.find_slot_runs(where, limit=limit, after=after)
+    return SlotRunPage.narrowed(await store.find_runs(where, limit=limit, after=after))
+
+
+def heat_start(now: datetime) -> float:
+    """The heat map's first column (epoch seconds): the minute ``HEAT_COLUMNS - 1``
+    minutes before the current one."""
+    return (math.floor(now.timestamp() / 60) - HEAT_COLUMNS + 1) * 60.0
+
+
 async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetime,
                    lasts: Mapping[str, SlotRun], *, window: str = "1h", page: int = 1,
                    size: int = HEAT_PAGE) -> Activity:
@@ -807,34 +832,43 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
 
     What it reads scales with what is shown, not with the fleet: the order comes from the
     hour's failed, timed-out and interrupted runs (``Store.find_runs`` by status: few,
-    normally) and ``lasts`` (each job's newest run, which the overview reads anyway); the
+    normally) and ``lasts`` (the newest runs that failed or fall in the hour, which the
+    overview reads anyway: a job missing there sorts by id after them); the
     cells only for the rows of the page shown (their runs of the hour, one statement a
     5,000); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
     many jobs the registry has (when ``jobs`` are all of them the reads are not narrowed
     by job, which would send every id to the store)."""
     span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
     end = now.timestamp()
-    heat_start = (math.floor(end / 60) - HEAT_COLUMNS + 1) * 60.0
-    ids = frozenset(j.id for j in jobs)
-    scope = None if len(ids) >= all_ids else ids
-    since = datetime.fromtimestamp(heat_start, now.tzinfo)
+    hour0 = heat_start(now)
+    ids = {j.id: j for j in jobs}
+    scope = None if len(ids) >= all_ids else frozenset(ids)
+    since = datetime.fromtimestamp(hour0, now.tzinfo)
     trouble: dict[str, int] = {}
     for st in FAILED_STATUSES:
-        pg = await store.find_runs(RunFilter(status=st, job_ids=scope, since=since),
-                                   limit=5000)
-        for r in pg.runs:
-            if r.job_id in ids and not r.manual:
-                trouble[r.job_id] = trouble.get(r.job_id, 0) + 1
+        pg = await find_slot_runs(store, RunFilter(status=st, job_ids=scope, since=since),
+                                  limit=5000)
+        for job_id, r in pg.runs:
+            if job_id in ids and not r.manual:
+                trouble[job_id] = trouble.get(job_id, 0) + 1
 
     def order(j: Job) -> tuple[int, bool, bool, str]:
         last = lasts.get(j.id)
         return (-trouble.get(j.id, 0), last is None or last.status not in FAILED_STATUSES,
-                last is None or last.at < heat_start, j.id)
+                last is None or last.at < hour0, j.id)
 
-    ranked = sorted(jobs, key=order)
-    total = len(ranked)
+    # the jobs of note (whose order is not (0, True, True, id): few) sort first, the
+    # others (most of a large fleet) follow by id, as many as the page shown needs
+    noted = {j for j, last in lasts.items()
+             if last.status in FAILED_STATUSES or last.at >= hour0}
+    noted = {j for j in itertools.chain(noted, trouble) if j in ids}
+    ranked = sorted((ids[j] for j in noted), key=order)
+    total = len(ids)
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
+    if len(ranked) < page * size:
+        more = heapq.nsmallest(page * size, ids)  # the smallest ids, some of them noted
+        ranked += [ids[j] for j in more if j not in noted][:page * size - len(ranked)]
     shown = ranked[(page - 1) * size:page * size]
     cells = {j.id: (["none"] * HEAT_COLUMNS, [0] * HEAT_COLUMNS) for j in shown}
     state = cell_state
@@ -845,15 +879,15 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
         where = RunFilter(job_ids=frozenset(cells), since=since)
         after: RunCursor | None = None
         for _ in range(HEAT_READS):
-            pg = await store.find_runs(where, limit=5000, after=after)
-            for r in pg.runs:
-                row = cells.get(r.job_id)
-                c = int((r.slot.timestamp() - heat_start) // 60)
+            pg = await find_slot_runs(store, where, limit=5000, after=after)
+            for job_id, r in pg.runs:
+                row = cells.get(job_id)
+                c = int((r.at - hour0) // 60)
                 if row is None or r.manual or not 0 <= c < HEAT_COLUMNS:
                     continue
                 verdict = state(r)
                 if rank[verdict] < rank[row[0][c]]:
-                    row[0][c], row[1][c] = verdict, r.id or 0
+                    row[0][c], row[1][c] = verdict, r.id
             after = pg.next_cursor
             if after is None:
                 break
@@ -867,12 +901,13 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
     got_n = 0
     chart_from: float | None = None
     while True:
-        pg = await store.find_runs(where, limit=min(5000, CHART_RUNS - got_n), after=after)
-        for r in pg.runs:
-            if r.job_id not in ids:
+        pg = await find_slot_runs(store, where, limit=min(5000, CHART_RUNS - got_n),
+                                  after=after)
+        for job_id, r in pg.runs:
+            if job_id not in ids:
                 continue
             got_n += 1
-            b = int((r.slot.timestamp() - chart_start) // bucket)
+            b = int((r.at - chart_start) // bucket)
             if 0 <= b < n_buckets:
                 counts = buckets[b]
                 verdict = state(r)
@@ -887,7 +922,7 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
         first = int((chart_from - chart_start) // bucket)
         for k in range(min(max(first + 1, 0), n_buckets)):
             buckets[k] = {}
-    return Activity(heat_start, rows, total, page, pages, buckets, bucket, chart_start,
+    return Activity(hour0, rows, total, page, pages, buckets, bucket, chart_start,
                     got_n, chart_from)
 
 

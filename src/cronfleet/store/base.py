@@ -8,7 +8,7 @@ Every store (SQLite, PostgreSQL, ...) passes the same conformance suite in ``tes
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -34,10 +34,12 @@ __all__ = [
     "RunPage",
     "Skip",
     "SlotRun",
+    "SlotRunPage",
     "SlotRunStore",
     "Start",
     "Started",
     "Store",
+    "newest_of_note",
     "slot_runs_of",
     "watermark",
 ]
@@ -568,6 +570,15 @@ class SlotRun(NamedTuple):
     manual: bool
 
 
+def newest_of_note(rows: Mapping[str, SlotRun], since: float | None,
+                   statuses: Collection[RunStatus]) -> dict[str, SlotRun]:
+    """:meth:`SlotRunStore.last_slot_runs`' ``since`` / ``statuses`` filter, for the
+    stores that read every newest run anyway (and for a store without the read)."""
+    if since is None:
+        return dict(rows)
+    return {j: r for j, r in rows.items() if r.at >= since or r.status in statuses}
+
+
 def slot_runs_of(runs: Iterable[RunRecord]) -> list[SlotRun]:
     """:class:`SlotRun` rows of full records (the stores that read whole rows anyway)."""
     return [SlotRun(r.id, r.slot.timestamp(), r.status, r.reason, r.manual)
@@ -588,6 +599,28 @@ class RunPage:
         more = len(rows) > limit
         runs = rows[:limit]
         return cls(runs, RunCursor.after(runs[-1]) if more and runs else None)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRunPage:
+    """One page of :meth:`SlotRunStore.find_slot_runs`: ``(job id, SlotRun)`` pairs,
+    newest first by ``(slot, id)``, and the cursor of the next page (``None``: the last)."""
+
+    runs: list[tuple[str, SlotRun]]
+    next_cursor: RunCursor | None
+
+    @classmethod
+    def of(cls, rows: list[tuple[str, SlotRun]], limit: int) -> SlotRunPage:
+        """The page from ``limit + 1`` rows read: the extra row only says there is more."""
+        runs = rows[:limit]
+        last = runs[-1][1] if len(rows) > limit and runs else None
+        return cls(runs, None if last is None else RunCursor(round(last.at * 1000), last.id))
+
+    @classmethod
+    def narrowed(cls, page: RunPage) -> SlotRunPage:
+        """A :class:`RunPage` of whole rows as this page (the stores that read them anyway)."""
+        return cls([(r.job_id, s) for r in page.runs for s in slot_runs_of([r])],
+                   page.next_cursor)
 
 
 def watermark(newest_claimed: float | None, newest_skipped: float | None) -> float | None:
@@ -718,10 +751,19 @@ class SlotRunStore(Store, Protocol):
         """``list_runs(job_id, limit=limit, before_id=before_id)`` as :class:`SlotRun`
         rows (id, slot, status, reason, manual), newest first."""
 
-    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+    async def last_slot_runs(self, job_ids: Sequence[str], *, since: float | None = None,
+                             statuses: Collection[RunStatus] = ()) -> dict[str, SlotRun]:
         """``last_runs(job_ids)`` as :class:`SlotRun` rows: each job's newest run (highest
         id), for the pages that only say whether it failed and when (the overview reads
-        it for every job of the fleet)."""
+        it for every job of the fleet). With ``since`` (epoch seconds), only the newest
+        runs whose slot is at or after it or whose status is one of ``statuses``
+        (:func:`newest_of_note`): the few a fleet's overview shows, not one per job."""
+
+    async def find_slot_runs(self, where: RunFilter, *, limit: int,
+                             after: RunCursor | None = None) -> SlotRunPage:
+        """:meth:`Store.find_runs` as ``(job id, SlotRun)`` pairs: the same runs and
+        pages, without their times, results, logs or params (the overview's heat map and
+        chart read thousands)."""
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ row mapper.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -52,6 +52,7 @@ from cronfleet.store.base import (
     RunPage,
     Skip,
     SlotRun,
+    SlotRunPage,
     Start,
     Started,
 )
@@ -682,21 +683,32 @@ class StoreDriver:
         )  # fmt: skip
         return RunPage.of(await t.call("runs_query", sql, args, tx=False), limit)
 
+    async def find_slot_runs(self, where: RunFilter, *, limit: int,
+                             after: RunCursor | None = None) -> SlotRunPage:
+        t = self.transport
+        sql, args = find_runs_query(
+            t.query("job_slot_runs").rstrip(), where, after=after, limit=limit,
+            placeholder=t.placeholder, time=t.query_time, any_job=t.any_job(),
+        )  # fmt: skip
+        return SlotRunPage.of(await t.call("job_slot_runs_query", sql, args, tx=False), limit)
+
     async def get_run(self, run_id: int) -> RunRecord | None:
         return await self.transport.call("get_run", run_id, tx=False)  # type: ignore[no-any-return]
 
     async def last_runs(self, job_ids: Sequence[str]) -> dict[str, RunRecord]:
-        """The newest run of each job, one statement (an index probe per job)."""
+        """The newest run of each job, one statement."""
         if not job_ids:
             return {}
         ids = list(dict.fromkeys(job_ids))
         return await self.transport.call("last_runs", ids, tx=False)  # type: ignore[no-any-return]
 
-    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
+    async def last_slot_runs(self, job_ids: Sequence[str], *, since: float | None = None,
+                             statuses: Collection[RunStatus] = ()) -> dict[str, SlotRun]:
         if not job_ids:
             return {}
-        ids = list(dict.fromkeys(job_ids))
-        return await self.transport.call("last_slot_runs", ids, tx=False)  # type: ignore[no-any-return]
+        # a job asked twice is one key of the answer: no need to remove repeats first
+        return await self.transport.call(  # type: ignore[no-any-return]
+            "last_slot_runs", list(job_ids), since, [str(s) for s in statuses], tx=False)
 
     async def prune(
         self, *, claims_older_than: float, runs_older_than: float, runs_per_job: int

@@ -34,6 +34,8 @@ from cronfleet.store.base import (
     RunFilter,
     RunPage,
     SlotRun,
+    SlotRunPage,
+    newest_of_note,
     slot_runs_of,
     watermark,
 )
@@ -636,8 +638,10 @@ def _last_runs(db: MemoryDatabase, now: int, job_ids: list[str]) -> dict[str, Ru
     return out
 
 
-def _last_slot_runs(db: MemoryDatabase, now: int, job_ids: list[str]) -> dict[str, SlotRun]:
-    return {j: s for j, r in _last_runs(db, now, job_ids).items() for s in slot_runs_of([r])}
+def _last_slot_runs(db: MemoryDatabase, now: int, job_ids: list[str], since: float | None,
+                    statuses: list[str]) -> dict[str, SlotRun]:
+    rows = {j: s for j, r in _last_runs(db, now, job_ids).items() for s in slot_runs_of([r])}
+    return newest_of_note(rows, since, {RunStatus(s) for s in statuses})
 
 
 OPS: dict[str, Callable[..., Any]] = {
@@ -785,6 +789,10 @@ class MemoryStore(StoreDriver):
     async def slot_runs(self, job_id: str, *, limit: int, before_id: int | None = None
                         ) -> list[SlotRun]:
         return slot_runs_of(await self.list_runs(job_id, limit=limit, before_id=before_id))
+
+    async def find_slot_runs(self, where: RunFilter, *, limit: int,
+                             after: RunCursor | None = None) -> SlotRunPage:
+        return SlotRunPage.narrowed(await self.find_runs(where, limit=limit, after=after))
 
     async def list_runs(
         self,

@@ -323,9 +323,10 @@ async def test_run_cache_reads_a_store_without_the_narrow_read(store: MemoryStor
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_overview_reads_newest_runs_narrowly_with_the_same_figures(
         kind: str, tmp_path: Any) -> None:
-    """The overview reads each job's newest run narrowly (``last_slot_runs``): its counts,
-    failing jobs and heat map order are those the whole rows (``last_runs``) gave."""
-    from cronfleet.store.base import SlotRunStore
+    """The overview reads the newest runs of note narrowly (``last_slot_runs`` with
+    ``since``: failed, or in the heat map's hour): its counts, failing jobs and heat map
+    order are those every job's whole newest row (``last_runs``) gives."""
+    from cronfleet.store.base import SlotRunStore, slot_runs_of
     from cronfleet.store.sqlite import SQLiteStore
 
     clock = FakeClock((T - timedelta(days=2)).timestamp())
@@ -366,8 +367,13 @@ async def test_overview_reads_newest_runs_narrowly_with_the_same_figures(
         old = await read.overview(old_store, jobs, T)  # type: ignore[arg-type]
         whole = await store.last_runs([j.id for j in jobs])
         assert new["lasts"] == old["lasts"]
+        # only the newest runs of note: failed, or in the heat map's hour
+        hour = read.heat_start(T)
         assert {j: (r.id, r.at, r.status) for j, r in new["lasts"].items()} == {
-            j: (r.id, r.slot.timestamp(), r.status) for j, r in whole.items()}
+            j: (r.id, r.slot.timestamp(), r.status) for j, r in whole.items()
+            if r.slot.timestamp() >= hour or r.status in read.FAILED_STATUSES}
+        assert set(whole) - set(new["lasts"]) == {"j6"}
+        every = {j: s for j, r in whole.items() for s in slot_runs_of([r])}
         figures = ("jobs", "paused", "failing", "failing_ids", "running_n", "failures")
         assert [new[k] for k in figures] == [old[k] for k in figures]
         assert new["failing_ids"] == ["j0", "j2", "j3", "j8"]
@@ -377,8 +383,19 @@ async def test_overview_reads_newest_runs_narrowly_with_the_same_figures(
             a_old = await read.activity(old_store, jobs, len(jobs), T,  # type: ignore[arg-type]
                                         old["lasts"], window=window)
             assert a_new == a_old
+            # the heat map's order is the one every job's newest run gives
+            assert a_new == await read.activity(store, jobs, len(jobs), T, every,
+                                                window=window)
         rows = [r.job_id for r in a_new.rows]
         # trouble of the hour first, then failing now, then ran within the hour, then by id
         assert rows == ["j0", "j3", "j8", "j1", "j4", "j2", "j7", "j5", "j6"]
+        # in pages of 2 rows (the jobs of note sorted, the rest by id as far as needed)
+        paged: list[str] = []
+        for p in range(1, 6):
+            a = await read.activity(store, jobs[::-1], len(jobs), T, new["lasts"], page=p,
+                                    size=2)
+            assert (a.page, a.pages, a.total) == (p, 5, 9)
+            paged += [r.job_id for r in a.rows]
+        assert paged == rows
     finally:
         await store.close()

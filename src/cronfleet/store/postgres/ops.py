@@ -518,6 +518,15 @@ async def slot_runs_query(t: PostgresTransport, cur: Cursor, now: datetime, sql:
             for r in await cur.fetchall()]  # fmt: skip
 
 
+async def job_slot_runs_query(t: PostgresTransport, cur: Cursor, now: datetime, sql: str,
+                              args: list[Any]) -> list[tuple[str, SlotRun]]:
+    await cur.execute(sql, args)
+    status = _STATUS
+    new = tuple.__new__
+    return [(r[0], new(SlotRun, (r[1], r[2], status[r[3]], r[4], bool(r[5]))))
+            for r in await cur.fetchall()]  # fmt: skip
+
+
 async def get_run(t: PostgresTransport, cur: Cursor, now: datetime,
                   run_id: int) -> RunRecord | None:
     await cur.execute(cur.q["get_run"], (run_id,))
@@ -532,8 +541,10 @@ async def last_runs(t: PostgresTransport, cur: Cursor, now: datetime,
 
 
 async def last_slot_runs(t: PostgresTransport, cur: Cursor, now: datetime,
-                         job_ids: list[str]) -> dict[str, SlotRun]:
-    await cur.execute(cur.q["last_slot_runs"], {"ids": _dumps(job_ids)})
+                         job_ids: list[str], since: float | None,
+                         statuses: list[str]) -> dict[str, SlotRun]:
+    await cur.execute(cur.q["last_slot_runs"], {"ids": _dumps(job_ids), "since": since,
+                                                "statuses": statuses})
     status = _STATUS
     new = tuple.__new__
     return {r[0]: new(SlotRun, (r[1], r[2], status[r[3]], r[4], bool(r[5])))
@@ -596,6 +607,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "request_get": request_get,
     "runs_query": runs_query,
     "slot_runs_query": slot_runs_query,
+    "job_slot_runs_query": job_slot_runs_query,
     "get_run": get_run,
     "last_runs": last_runs,
     "last_slot_runs": last_slot_runs,

@@ -348,6 +348,12 @@ FOR UPDATE OF s SKIP LOCKED;
 SELECT id, extract(epoch FROM slot)::float8, status, reason, manual
 FROM __S__.runs;
 
+-- name: job_slot_runs
+-- find_runs narrowed to (job_id and) a timeline's fields: its filters, ORDER BY and LIMIT
+-- are appended
+SELECT job_id, id, extract(epoch FROM slot)::float8, status, reason, manual
+FROM __S__.runs;
+
 -- name: lost_lane_runs
 -- lost_runs, for lanes 1..N-1
 SELECT s.job_id, s.lease_token, s.lease_holder, c.slot, c.claimed_at
@@ -378,11 +384,14 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
 FROM __S__.runs WHERE id = %s;
 
 -- name: last_slot_runs
--- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual)
+-- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual); since
+-- NULL: every one, else only the runs at or after it (epoch s) or of one of statuses
 SELECT r.* FROM jsonb_array_elements_text(%(ids)s::jsonb) AS v(j)
 CROSS JOIN LATERAL (
-  SELECT job_id, id, extract(epoch FROM slot)::float8, status, reason, manual
-  FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
+  SELECT job_id, id, extract(epoch FROM slot)::float8 AS at, status, reason, manual
+  FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r
+WHERE %(since)s::float8 IS NULL OR r.at >= %(since)s::float8
+   OR r.status = ANY(%(statuses)s::text[]);
 
 -- name: last_runs
 -- the newest run of each job: one index probe per job

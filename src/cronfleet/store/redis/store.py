@@ -42,7 +42,7 @@ Redis 6.2+ server, for teams whose only shared service is Redis.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,8 +62,10 @@ from cronfleet.store.base import (
     RunPage,
     Skip,
     SlotRun,
+    SlotRunPage,
     Start,
     Started,
+    newest_of_note,
     slot_runs_of,
 )
 from cronfleet.store.driver import REGISTRY_CHUNK, StoreDriver
@@ -389,9 +391,15 @@ class RedisStore(StoreDriver):
                         ) -> list[SlotRun]:
         return slot_runs_of(await self.list_runs(job_id, limit=limit, before_id=before_id))
 
-    async def last_slot_runs(self, job_ids: Sequence[str]) -> dict[str, SlotRun]:
-        return {j: s for j, r in (await self.last_runs(job_ids)).items()
+    async def last_slot_runs(self, job_ids: Sequence[str], *, since: float | None = None,
+                             statuses: Collection[RunStatus] = ()) -> dict[str, SlotRun]:
+        rows = {j: s for j, r in (await self.last_runs(job_ids)).items()
                 for s in slot_runs_of([r])}
+        return newest_of_note(rows, since, statuses)
+
+    async def find_slot_runs(self, where: RunFilter, *, limit: int,
+                             after: RunCursor | None = None) -> SlotRunPage:
+        return SlotRunPage.narrowed(await self.find_runs(where, limit=limit, after=after))
 
     async def list_runs(
         self,

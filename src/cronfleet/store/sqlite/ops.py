@@ -11,6 +11,7 @@ Every operation is ``op(t, c, now, *args)``: ``t`` the transport (its ``known`` 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -490,6 +491,14 @@ def slot_runs_query(t: SQLiteTransport, c: sqlite3.Connection, now: int, sql: st
             for r in c.execute(sql, args)]  # fmt: skip
 
 
+def job_slot_runs_query(t: SQLiteTransport, c: sqlite3.Connection, now: int, sql: str,
+                        args: list[Any]) -> list[tuple[str, SlotRun]]:
+    status = _STATUS
+    new = tuple.__new__
+    return [(r[0], new(SlotRun, (r[1], r[2] / 1000, status[r[3]], r[4], bool(r[5]))))
+            for r in c.execute(sql, args)]  # fmt: skip
+
+
 def get_run(t: SQLiteTransport, c: sqlite3.Connection, now: int, run_id: int) -> RunRecord | None:
     row = c.execute(Q["get_run"], (run_id,)).fetchone()
     return None if row is None else run_of(row)
@@ -500,12 +509,19 @@ def last_runs(t: SQLiteTransport, c: sqlite3.Connection, now: int,
     return {r[1]: run_of(r) for r in c.execute(Q["last_runs"], (json.dumps(job_ids),))}
 
 
-def last_slot_runs(t: SQLiteTransport, c: sqlite3.Connection, now: int,
-                   job_ids: list[str]) -> dict[str, SlotRun]:
+def last_slot_runs(t: SQLiteTransport, c: sqlite3.Connection, now: int, job_ids: list[str],
+                   since: float | None, statuses: list[str]) -> dict[str, SlotRun]:
     status = _STATUS
     new = tuple.__new__
+    wanted: set[str] | None = None
+    if since is None:
+        rows = c.execute(Q["last_slot_runs"], (json.dumps(job_ids),))
+    else:  # the few of note among every job's, kept for the jobs asked
+        wanted = set(job_ids)
+        rows = c.execute(Q["last_slot_runs_of_note"],
+                         (math.ceil(since * 1000), json.dumps(statuses)))
     return {r[0]: new(SlotRun, (r[1], r[2] / 1000, status[r[3]], r[4], bool(r[5])))
-            for r in c.execute(Q["last_slot_runs"], (json.dumps(job_ids),))}  # fmt: skip
+            for r in rows if wanted is None or r[0] in wanted}  # fmt: skip
 
 
 OPS: dict[str, Callable[..., Any]] = {
@@ -551,6 +567,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "request_get": request_get,
     "runs_query": runs_query,
     "slot_runs_query": slot_runs_query,
+    "job_slot_runs_query": job_slot_runs_query,
     "get_run": get_run,
     "last_runs": last_runs,
     "last_slot_runs": last_slot_runs,

@@ -201,6 +201,12 @@ RETURNING id, job_id, slot, triggered_by, status, reason, instance_id, fencing_t
 SELECT id, slot, status, reason, manual
 FROM runs;
 
+-- name: job_slot_runs
+-- find_runs narrowed to (job_id and) a timeline's fields: its filters, ORDER BY and LIMIT
+-- are appended
+SELECT job_id, id, slot, status, reason, manual
+FROM runs;
+
 -- name: runs
 -- the history: filters (job, status, cursor), ORDER BY and LIMIT are appended
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
@@ -221,18 +227,25 @@ SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_toke
 FROM runs WHERE id = ?;
 
 -- name: last_runs
--- the newest run of each job: one index probe per job
+-- the newest run of each job: its id from last_runs (migration 0011), then its row
 SELECT id, job_id, slot, triggered_by, status, reason, instance_id, fencing_token, manual,
        is_catchup, is_recovery, attempt, claimed_at, started_at, finished_at, deadline,
        result, error, logs, params, forced_by
-FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
-                       FROM json_each(?) AS v);
+FROM runs WHERE id IN (SELECT l.run_id FROM json_each(?) AS v
+                       JOIN last_runs l ON l.job_id = v.value);
 
 -- name: last_slot_runs
--- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual)
-SELECT job_id, id, slot, status, reason, manual
-FROM runs WHERE id IN (SELECT (SELECT max(r.id) FROM runs r WHERE r.job_id = v.value)
-                       FROM json_each(?) AS v);
+-- last_runs narrowed to a timeline's fields (id, slot, status, reason, manual): last_runs
+-- holds them, the ledger is not read
+SELECT l.job_id, l.run_id, l.slot, l.status, l.reason, l.manual
+FROM json_each(?) AS v JOIN last_runs l ON l.job_id = v.value;
+
+-- name: last_slot_runs_of_note
+-- every job's newest run whose slot is at or after ?1 (ms) or whose status is one of ?2:
+-- a scan of last_runs (100,000 short rows: milliseconds), few rows out; the caller keeps
+-- those of the jobs it asked for
+SELECT job_id, run_id, slot, status, reason, manual FROM last_runs
+WHERE slot >= ?1 OR status IN (SELECT value FROM json_each(?2));
 
 -- name: schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (
