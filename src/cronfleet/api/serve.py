@@ -16,7 +16,12 @@ from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
-from cronfleet.runtime.process import raise_if_failed, run_until_signal, set_on_signals
+from cronfleet.runtime.process import (
+    freeze_start_up,
+    raise_if_failed,
+    run_until_signal,
+    set_on_signals,
+)
 from cronfleet.runtime.reach import until_reachable
 from cronfleet.store.factory import open_api_store
 from cronfleet.store.side import ApiStore
@@ -195,6 +200,7 @@ async def serve(
                             log.warning("no API token exists yet: open the dashboard with "
                                         "this one-time sign-in link (it creates an admin "
                                         "token of team default): %s", url)
+            freeze_start_up()  # the jobs, the catalog's, the app: kept for the process's life
             loop_task = scheduler.loop_task
             await run_until_signal(loop_task, *watched, stop=stop, signals=False)
             if server is not None and server_task is not None:

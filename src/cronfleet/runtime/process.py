@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["raise_if_failed", "run_until_signal", "set_on_signals", "stop_on_signals"]
+__all__ = ["freeze_start_up", "raise_if_failed", "run_until_signal", "set_on_signals",
+           "stop_on_signals"]
+
+
+def freeze_start_up() -> None:
+    """For a process that belongs to the scheduler (``Scheduler.run()``, ``cronfleet
+    run``), once started: move what start-up built (jobs, parsed schedules, imported
+    modules) out of the cyclic GC's sight (``gc.freeze``), so that its full collections
+    stop rescanning them. At 100,000 jobs a full collection took ~130 ms, landing on a
+    burst's lateness or a dashboard request; the objects frozen are never collected, and
+    start-up's are kept for the process's life anyway."""
+    gc.freeze()
 
 
 def set_on_signals(stop: asyncio.Event) -> list[signal.Signals]:

@@ -21,7 +21,6 @@ scheduler; what they share and the views they have of each other: :mod:`.parts`)
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import math
@@ -73,7 +72,7 @@ from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
 from cronfleet.runtime.parts import Life, RateLimitedLog, Settings
-from cronfleet.runtime.process import raise_if_failed, run_until_signal
+from cronfleet.runtime.process import freeze_start_up, raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
 from cronfleet.runtime.registry import Registry, remote_cancel
 from cronfleet.runtime.runs import Runs
@@ -567,10 +566,7 @@ class Scheduler(SyncControl):
 
     async def _run_forever(self) -> None:
         async with self:
-            # This process belongs to the scheduler: move what start-up built (jobs, parsed
-            # schedules, imported modules) out of the cyclic GC's sight, so its full
-            # collections stop rescanning them during bursts.
-            gc.freeze()
+            freeze_start_up()  # this process belongs to the scheduler
             raise_if_failed(await run_until_signal(self.loop.task))
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
