@@ -830,12 +830,13 @@ async def activity(store: Store, jobs: Sequence[Job], all_ids: int, now: datetim
     """The heat map of ``jobs`` over the last hour, trouble first, and runs per bucket
     by state over ``window`` (a key of ACTIVITY).
 
-    What it reads scales with what is shown, not with the fleet: the order comes from the
-    hour's failed, timed-out and interrupted runs (``Store.find_runs`` by status: few,
-    normally) and ``lasts`` (the newest runs that failed or fall in the hour, which the
-    overview reads anyway: a job missing there sorts by id after them); the
-    cells only for the rows of the page shown (their runs of the hour, one statement a
-    5,000); the chart from the window's newest CHART_RUNS runs. ``all_ids``: how
+    What it reads scales with what is shown, not with the fleet, and every run it reads
+    is narrow (:func:`find_slot_runs`): the order comes from the hour's failed, timed-out
+    and interrupted runs (by status: few, normally) and ``lasts`` (the newest runs that
+    failed or fall in the hour, which the overview reads anyway: a job missing there sorts
+    by id after them); the cells only for the rows of the page shown (their runs of the
+    hour, one statement a 5,000); the chart from the window's newest CHART_RUNS runs.
+    ``all_ids``: how
     many jobs the registry has (when ``jobs`` are all of them the reads are not narrowed
     by job, which would send every id to the store)."""
     span, bucket = ACTIVITY.get(window, ACTIVITY["1h"])
