@@ -375,6 +375,33 @@ async def test_leases_of_an_unacknowledged_commit_are_released(pg: PostgresStore
     assert states["b"].lease_holder == "one"  # its run row exists: someone runs it
 
 
+async def test_leases_whose_release_failed_are_released_at_the_next_return(
+    pg: PostgresStore,
+) -> None:
+    """The release of an unacknowledged commit's leases failed too (the connection died
+    again): the leases are kept and released once the store is back, not dropped (chaos
+    ``flaky``: 16 jobs skipped ``already_executing`` for the rest of the run, their
+    leases held by a batch nobody ran)."""
+    await pg.ensure_jobs(["a"])
+    [d] = await pg.dispatch([item("a", 1000.0, lease=True, record=False)], "one")
+    pg.transport.remember_leases([(d.request.job_id, d.token)])
+    run = pg.transport.run
+    failed = [False]
+
+    async def fails_once(fn: Any, **kw: Any) -> Any:
+        if not failed[0]:
+            failed[0] = True
+            raise StoreUnavailable("the connection died again")
+        return await run(fn, **kw)
+
+    pg.transport.run = fails_once  # type: ignore[method-assign]
+    await pg.transport.release_ambiguous()
+    assert failed[0]
+    assert (await pg.read_states(["a"]))["a"].lease_holder == "one"  # not yet
+    await pg.transport.release_ambiguous()  # the next return of the store
+    assert (await pg.read_states(["a"]))["a"].lease_holder is None
+
+
 async def test_lanes_of_an_unacknowledged_commit_are_released(pg: PostgresStore) -> None:
     await pg.ensure_jobs(["a"])
     reqs = [item("a", 1000.0 + i, lease=True, record=False) for i in range(2)]

@@ -17,7 +17,7 @@ from cronfleet.runtime.due import after, min_gap
 from cronfleet.runtime.loop import Loop, Pipeline
 from cronfleet.runtime.parts import Active, Pending
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish
-from cronfleet.store.ledger import removed_or_skipped_log, skip_result
+from cronfleet.store.ledger import instance_lost_run, removed_or_skipped_log, skip_result
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -178,7 +178,10 @@ class EarlyClaims:
         yet, so it is withdrawn -- the stores refuse to withdraw a claim whose slot has a
         row -- and returned with the others: (job, slot) pairs to handle as if never
         claimed early. The resolved ones lose their fresh claim and get no second row;
-        the others run (or are recorded) under a new claim instead of being lost."""
+        the others run (or are recorded) under a new claim instead of being lost. A claim
+        the store did not withdraw stays ours and nobody else will see it (the survivors
+        broke the claims before it was made): its slot is recorded ``interrupted /
+        instance_lost`` through the group commit, which retries until the store answers."""
         won = [(job, res) for job, res, _ in pending.ready if res.won]
         log.warning(
             "instance %s: %d slot(s) of %s claimed early were taken over by the fleet "
@@ -189,8 +192,19 @@ class EarlyClaims:
         lost = [(job, pending.slot) for job, res, _ in pending.ready if not res.won]
         self.due.after_many(lost, self.jobs)
         kept = await self.withdraw(pending.slot, won) if won else []
-        if kept:  # the store did not answer: those slots are the survivors' to resolve
+        if kept:  # the store did not answer: still ours, and only we know of them
             self.due.after_many([(job, pending.slot) for job, _ in kept], self.jobs)
+            now = from_ts(self.clock.now())
+            slot = from_ts(pending.slot)
+            for job, res in kept:
+                if res.token is None:
+                    continue
+                row = instance_lost_run(
+                    job.id, res.token, self.instance_id, slot,
+                    res.run.claimed_at if res.run is not None and res.run.claimed_at else now,
+                    now=now, ttl=self.settings.instance_ttl, marked_by=self.instance_id)
+                self.writer.add(Finish(row, res.token))
+            self.writer.wake()
         gone = {job.id for job, _ in kept}
         jobs = self.jobs
         return [

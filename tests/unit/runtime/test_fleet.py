@@ -367,3 +367,52 @@ async def test_a_zombies_claims_made_after_it_was_declared_lost_are_not_lost(
     for job_id in ids:
         rows = [r for r in await s.runs_async(job_id) if r.slot.timestamp() == T0 + 60]
         assert [r.status for r in rows] == [RunStatus.SUCCEEDED], rows
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_zombies_claim_it_cannot_withdraw_gets_its_final_row(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie claims a slot early after the fleet declared it lost (the survivors broke
+    the claims they saw before this one existed), then learns it was lost and cannot
+    withdraw the claim (the store's answer did not come). Nobody else will see that claim:
+    the zombie records the slot ``interrupted / instance_lost`` (chaos ``flaky``: 16
+    slots without any row)."""
+    from cronfleet.errors import StoreUnavailable
+
+    z = make(instance_id="zombie", instance_ttl=TTL)
+    zrec = Recorder()
+    z.job("60s", id="j")(zrec)
+    await z.start()
+    running.append(z)
+    await advance(clock, 30, z, step=0.5)
+    for t in [t for t in z.life.tasks if "heartbeat_loop" in repr(t.get_coro())]:
+        t.cancel()
+    z.life.stopping = True  # the zombie's loop is frozen too
+    z.wake()
+    await asyncio.gather(z.loop.task, return_exceptions=True)  # type: ignore[arg-type]
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    srec = Recorder()
+    s.job("60s", id="j")(srec)
+    await s.start()
+    running.append(s)
+    await advance(clock, TTL + 2.5, s, step=0.25)  # the survivor declares the zombie lost
+    assert "zombie" not in s.fleet.live
+    await advance(clock, T0 + 59.25 - clock.now(), s, step=0.25)
+    z.life.stopping = False
+    await z.early.claim(T0 + 60, clock.now())  # before the survivor's early claim
+    assert z.early.pending is not None and [r.won for _, r, _ in z.early.pending.ready] == [True]
+
+    async def unanswered(items: Any) -> int:
+        raise StoreUnavailable("no answer")
+
+    monkeypatch.setattr(z.store, "withdraw", unanswered)
+    await advance(clock, 1.0, s, step=0.25)  # the survivor finds the slot claimed
+    await z.loop.fire_due(clock.now())
+    await settle(z, s)
+    rows = [r for r in await s.runs_async("j") if r.slot.timestamp() == T0 + 60]
+    assert [(r.status, r.reason, r.instance_id) for r in rows] == [
+        (RunStatus.INTERRUPTED, "instance_lost", "zombie")]
+    assert zrec.calls == [] or all(c.slot.timestamp() != T0 + 60 for c in zrec.calls)
+    assert all(c.slot.timestamp() != T0 + 60 for c in srec.calls)
+    z.life.stopping = True

@@ -311,8 +311,12 @@ class PostgresTransport:
         try:
             released = await self.run(go)
         except StoreError as exc:
+            # kept for the next return of the store: dropped, they held their jobs until
+            # the leases expired (every slot meanwhile skipped already_executing)
+            self._ambiguous.extend(pairs)
             log.warning(
-                "PostgreSQL store %s: cannot release %d leases (%s)", self.url, len(pairs), exc
+                "PostgreSQL store %s: cannot release %d leases yet (%s)", self.url, len(pairs),
+                exc,
             )
             return
         if released:
