@@ -673,24 +673,26 @@ class StoreDriver:
                                   before_id=before_id, limit=limit, placeholder=t.placeholder)
         return await t.call("slot_runs_query", sql, args, tx=False)  # type: ignore[no-any-return]
 
+    async def _find(self, select: str, op: str, where: RunFilter, limit: int,
+                    after: RunCursor | None) -> Any:
+        """``limit + 1`` rows of ``select`` filtered by ``where`` after ``after`` (the one
+        across-jobs query, ``queries.find_runs_query``), read by the operation ``op``."""
+        t = self.transport
+        sql, args = find_runs_query(
+            t.query(select).rstrip(), where, after=after, limit=limit,
+            placeholder=t.placeholder, time=t.query_time, any_job=t.any_job(),
+        )  # fmt: skip
+        return await t.call(op, sql, args, tx=False)
+
     async def find_runs(
         self, where: RunFilter, *, limit: int = 50, after: RunCursor | None = None
     ) -> RunPage:
-        t = self.transport
-        sql, args = find_runs_query(
-            t.query("runs").rstrip(), where, after=after, limit=limit,
-            placeholder=t.placeholder, time=t.query_time, any_job=t.any_job(),
-        )  # fmt: skip
-        return RunPage.of(await t.call("runs_query", sql, args, tx=False), limit)
+        return RunPage.of(await self._find("runs", "runs_query", where, limit, after), limit)
 
     async def find_slot_runs(self, where: RunFilter, *, limit: int,
                              after: RunCursor | None = None) -> SlotRunPage:
-        t = self.transport
-        sql, args = find_runs_query(
-            t.query("job_slot_runs").rstrip(), where, after=after, limit=limit,
-            placeholder=t.placeholder, time=t.query_time, any_job=t.any_job(),
-        )  # fmt: skip
-        return SlotRunPage.of(await t.call("job_slot_runs_query", sql, args, tx=False), limit)
+        rows = await self._find("job_slot_runs", "job_slot_runs_query", where, limit, after)
+        return SlotRunPage.of(rows, limit)
 
     async def get_run(self, run_id: int) -> RunRecord | None:
         return await self.transport.call("get_run", run_id, tx=False)  # type: ignore[no-any-return]
