@@ -277,6 +277,93 @@ async def test_server_down_is_store_unavailable_and_a_restart_with_aof_keeps_cla
         await s.close()
 
 
+async def test_claims_of_a_dispatch_whose_answer_was_lost_are_given_back(
+    redis_session: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ran a dispatch script and the connection died before its answer (chaos
+    ``cut60``: 19 jobs claimed at the cut had neither a run nor a row, and their leases
+    held them for the rest of the run). The scheduler took the batch as failed and claims
+    the slots again once the server is back: that claim must find them free, before the
+    give-back's own task runs as well as after it; a claim written with its row stays."""
+    from redis import exceptions as rexc
+
+    import cronfleet.store.redis.transport as transport
+    from bench.chaos.faults import FaultProxy
+
+    prefix = new_prefix()
+    with FaultProxy(redis_session.url) as proxy:
+        s = RedisStore(f"{proxy.url}?prefix={prefix}", clock=FakeClock(T0))
+        other = RedisStore(f"{redis_session.url}?prefix={prefix}", clock=FakeClock(T0))
+        await s.open()
+        await other.open()
+        try:
+            async def lost_answer(store: RedisStore, batch: list[Dispatch]) -> None:
+                client = store.transport.client()
+                real = client.evalsha
+                armed = [True]
+
+                async def answer_lost(sha: str, numkeys: int, *argv: Any) -> Any:
+                    res = await real(sha, numkeys, *argv)  # type: ignore[misc]
+                    if armed[0]:
+                        armed[0] = False
+                        proxy.cut()
+                        raise rexc.ConnectionError("Connection reset by peer (test)")
+                    return res
+
+                monkeypatch.setattr(client, "evalsha", answer_lost)
+                with pytest.raises(StoreUnavailable):
+                    await store.dispatch(batch, "one")
+                monkeypatch.setattr(client, "evalsha", real)
+
+            # 1. the next dispatch gives back first (the give-back's task is held back)
+            monkeypatch.setattr(transport.random, "uniform", lambda a, b: 30.0)
+            await lost_answer(s, [
+                Dispatch.scheduled("hot", T0, lease=True),
+                Dispatch.early_claim("early", T0, hold=60),
+                Dispatch.missed("m", T0, reason="missed", logs=["missed"]),
+            ])
+            # run for real: while the server is cut, its claims and leases are there
+            states = await other.read_states(["hot", "early"])
+            held = {j: st.lease_holder for j, st in states.items()}
+            assert held == {"hot": "one", "early": "one"}
+            [lost] = await other.dispatch([Dispatch.scheduled("hot", T0, lease=True)], "two")
+            assert not lost.won  # nobody else can claim the slot: only its maker can undo it
+            proxy.restore()
+            again = [Dispatch.scheduled("hot", T0, lease=True),
+                     Dispatch.scheduled("early", T0, lease=True),
+                     Dispatch.missed("m", T0, reason="missed", logs=["again"])]
+            for _ in range(3):  # (the pool's connections died with the cut: a call or two)
+                try:
+                    got = await s.dispatch(again, "one")
+                    break
+                except StoreUnavailable:
+                    continue
+            assert [(d.won, d.started) for d in got] == [(True, True), (True, True), (False, False)]
+            [missed] = await other.list_runs("m")
+            assert (missed.status, missed.logs) == (RunStatus.SKIPPED, ["missed"])
+
+            # 2. nothing dispatched after the cut: the give-back's task frees the job
+            monkeypatch.setattr(transport.random, "uniform", lambda a, b: 0.05)
+            idle = RedisStore(f"{proxy.url}?prefix={prefix}", clock=FakeClock(T0))
+            await idle.open()
+            await lost_answer(idle, [Dispatch.scheduled("idle", T0 + 1, lease=True)])
+            assert (await other.read_states(["idle"]))["idle"].lease_holder == "one"
+            await asyncio.sleep(0.3)
+            assert (await other.read_states(["idle"]))["idle"].lease_holder == "one"  # still cut
+            proxy.restore()
+            for _ in range(100):
+                if (await other.read_states(["idle"]))["idle"].lease_holder is None:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await other.read_states(["idle"]))["idle"].lease_holder is None
+            [free] = await other.dispatch([Dispatch.scheduled("idle", T0 + 1, lease=True)], "two")
+            assert free.won and free.started
+            await idle.close()
+        finally:
+            await s.close()
+            await other.close()
+
+
 async def test_confirm_outage_asks_a_fresh_connection(redis_session: RedisServer) -> None:
     """PREFER_GLOBAL fails open only on a confirmed outage: while the server answers a
     fresh connection there is none; cut (connections reset, new ones refused) or stalled

@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cronfleet.clock import Clock, SystemClock
-from cronfleet.errors import StoreError
+from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.model import RunRecord, RunStatus, TriggeredBy
 from cronfleet.store import ledger
 from cronfleet.store.base import (
@@ -230,13 +230,26 @@ class RedisStore(StoreDriver):
         if len(set(leased)) != len(leased):
             raise StoreError("one batch may take at most one lease per job")
         out = [Dispatched(request=it, won=False) for it in items]
+        # claims of an earlier call whose answer was lost go first: this batch may claim
+        # the same slots again (the scheduler's outage backlog)
+        await self.transport.give_back()
         start = 0
         while start < len(items):
             end, argv, templates = _dispatch_args(items, start, instance_id)
-            raw = await self._run(
-                "dispatch", instance_id, json.dumps(argv, separators=(",", ":")),
-                json.dumps(templates, separators=(",", ":")), _HOLDER,
-            )  # fmt: skip
+            try:
+                raw = await self._run(
+                    "dispatch", instance_id, json.dumps(argv, separators=(",", ":")),
+                    json.dumps(templates, separators=(",", ":")), _HOLDER,
+                )  # fmt: skip
+            except StoreUnavailable:
+                # the server may have run this chunk (and the earlier ones were answered):
+                # the caller takes the whole batch as failed, so every claim of it is
+                # given back once the server answers (their slots are claimed again)
+                self.transport.remember_unanswered(
+                    [(it.job_id, ms(it.slot)) for it in items[:end] if _kind(it) in "se"],
+                    instance_id,
+                )
+                raise
             _dispatched(items[start:end], out[start:end], json.loads(raw), instance_id)
             start = end
         return out

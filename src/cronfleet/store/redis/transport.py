@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any
 
@@ -33,11 +34,13 @@ SCHEMA_VERSION = 1
 
 _SCRIPTS = (
     "states", "set_override", "dispatch", "leases", "put_runs", "withdraw", "renew",
-    "reap", "prune", "read_runs", "instances", "registry",
+    "reap", "prune", "read_runs", "instances", "registry", "give_back",
 )  # fmt: skip
 _PRUNE_CHUNK = 2000  # jobs + claims + runs one retention call may examine (prune.lua)
 _CALL_TIMEOUT = 60.0  # seconds one script call may take, connection wait included
 CONFIRM_TIMEOUT = 5.0  # seconds a fresh connection has to answer PING (confirm_outage)
+_GIVE_BACK_CHUNK = 5000  # (job, slot) pairs per give_back.lua call
+_GIVE_BACK_MAX_DELAY = 2.0  # seconds between tries while the server stays away
 
 
 def _load_scripts() -> dict[str, str]:
@@ -72,6 +75,10 @@ class RedisTransport:
         self.known: set[str] = set()  # (the driver's; Redis ensures inside its scripts)
         self.prune_chunk = _PRUNE_CHUNK
         """The most jobs, claims and runs one retention script call examines."""
+        # (job, slot ms, instance) of dispatch calls whose answer never arrived
+        self._unanswered: set[tuple[str, str, str]] = set()
+        self._giving = asyncio.Lock()
+        self._give_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"RedisTransport({redact_url(self.url)!r}, prefix={self.prefix!r})"
@@ -107,6 +114,54 @@ class RedisTransport:
             raise StoreUnavailable(f"Redis at {redact_url(self.url)} unavailable: {exc}") from exc
         except rexc.ResponseError as exc:
             raise StoreError(f"Redis script {name} failed: {exc}") from exc
+
+    # -- what an unanswered call left -------------------------------------------------------
+
+    def remember_unanswered(self, pairs: Collection[tuple[str, int]], instance: str) -> None:
+        """Slot claims of a dispatch call that raised :class:`StoreUnavailable`: the server
+        may have run the script and the answer been lost (a cut connection). The caller
+        took the batch as failed; they are given back as soon as the server answers
+        (:meth:`give_back`), by a task of their own and before any later dispatch."""
+        if not pairs:
+            return
+        self._unanswered.update((j, str(slot), instance) for j, slot in pairs)
+        if self._give_task is None or self._give_task.done():
+            self._give_task = asyncio.get_running_loop().create_task(
+                self._give_back_soon(), name="cronfleet-redis-give-back"
+            )
+
+    async def _give_back_soon(self) -> None:
+        delay = 0.2
+        while self._unanswered and self._client is not None:
+            await asyncio.sleep(random.uniform(0, delay))  # full jitter: no fleet in lockstep
+            try:
+                await self.give_back()
+            except StoreError as exc:
+                delay = min(delay * 2, _GIVE_BACK_MAX_DELAY)
+                log.debug("Redis store %s: give-back not yet possible: %s",
+                          redact_url(self.url), exc)
+
+    async def give_back(self) -> None:
+        """Give back what unanswered dispatch calls may have claimed (``give_back.lua``:
+        each slot's claim, and its lease, if this instance made it and no run row carries
+        its token). Raises :class:`StoreUnavailable` while the server is still away (the
+        pairs are kept); a dispatch waits for this first, so its claims of the same slots
+        cannot reach the server before the give-back."""
+        if not self._unanswered and not self._giving.locked():
+            return
+        async with self._giving:
+            if not self._unanswered:
+                return
+            rows = sorted(self._unanswered)
+            given = 0
+            for i in range(0, len(rows), _GIVE_BACK_CHUNK):
+                part = rows[i : i + _GIVE_BACK_CHUNK]
+                given += int(await self.run("give_back", *[x for row in part for x in row]))
+                self._unanswered.difference_update(part)
+            log.warning(
+                "Redis store %s: gave back the claims of %d slots (of %d asked) made by "
+                "dispatch calls whose answer was lost", redact_url(self.url), given, len(rows),
+            )
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -223,6 +278,11 @@ class RedisTransport:
         return [], []
 
     async def close(self) -> None:
+        if self._give_task is not None:
+            self._give_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._give_task
+            self._give_task = None
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
