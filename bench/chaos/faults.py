@@ -47,6 +47,9 @@ class FaultProxy:
       forwarded (one store call is one or a few chunks);
     - :meth:`set_fail_rate`: that share of new connections is closed at once, and each
       chunk a client sends kills its connection with that probability;
+    - :meth:`cut_at_reply`: the server's next answer is not forwarded: every connection is
+      dropped then, as by :meth:`cut` (the server ran the call, its client never learns
+      the outcome);
     - :meth:`restore`: everything back to normal (stalled data flows again).
     """
 
@@ -56,10 +59,14 @@ class FaultProxy:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 5432
         self.cut_now = False
+        self._cut_reply = self._cut_match = None
         self.latency = 0.0
         self.fail_rate = 0.0
         self.listen_port = 0
-        self.counts = {"connections": 0, "refused": 0, "failed_calls": 0, "chunks": 0}
+        self.counts = {"connections": 0, "refused": 0, "failed_calls": 0, "chunks": 0,
+                       "replies_dropped": 0}
+        self._cut_reply: threading.Event | None = None
+        self._cut_match: bytes | None = None
         self._rng = random.Random(seed)
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,6 +127,7 @@ class FaultProxy:
             return
         self._writers.add(up_writer)
         flowing = self._flowing
+        marked = [False]
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
             try:
@@ -127,12 +135,23 @@ class FaultProxy:
                     await flowing.wait()
                     if up:
                         self.counts["chunks"] += 1
+                        if self._cut_match is not None and self._cut_match in data:
+                            marked[0] = True  # the answer to this one is to be lost
                         if self.fail_rate and self._rng.random() < self.fail_rate:
                             self.counts["failed_calls"] += 1
                             break
                         if self.latency:
                             await asyncio.sleep(self.latency)
                             await flowing.wait()
+                    elif self._cut_reply is not None and (
+                        self._cut_match is None or marked[0]
+                    ):  # the answer is lost, and the rest
+                        hit, self._cut_reply = self._cut_reply, None
+                        self.cut_now = True
+                        self.counts["replies_dropped"] += 1
+                        self._drop()
+                        hit.set()
+                        break
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.IncompleteReadError):
@@ -169,6 +188,15 @@ class FaultProxy:
         self.cut_now = True
         self._call(self._drop)
 
+    def cut_at_reply(self, match: bytes | None = None) -> threading.Event:
+        """At the server's next answer (on any connection; with ``match``, on a connection
+        that sent a request holding those bytes since), drop it and every connection, and
+        refuse new ones until :meth:`restore`. Returns an event set when it happened."""
+        hit = threading.Event()
+        self._cut_match = match
+        self._cut_reply = hit
+        return hit
+
     def stall(self) -> None:
         """Stop forwarding anything, keeping every connection open, until :meth:`restore`."""
         assert self._flowing is not None
@@ -183,6 +211,7 @@ class FaultProxy:
     def restore(self) -> None:
         """End every fault: accept, forward, no latency, no failures."""
         self.cut_now = False
+        self._cut_reply = self._cut_match = None
         self.latency = 0.0
         self.fail_rate = 0.0
         if self._flowing is not None:

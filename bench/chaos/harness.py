@@ -69,6 +69,7 @@ class Knobs:
     instance_ttl: float = 15.0  # SIGSTOP lasts 3x this (the scheduler's default ttl)
     cut_short: float = 5.0
     cut_long: float = 60.0
+    cut_replies: int = 8  # cut_reply: answers dropped (each followed by a cut of cut_short)
     latency: float = 0.2
     latency_for: float = 30.0
     restart_down: float = 3.0
@@ -775,6 +776,30 @@ def f_cut(seconds: str) -> Fault:
     return fault
 
 
+def f_cut_reply(ctx: Ctx, fleet: Fleet) -> None:
+    """``cut_replies`` times: the store's answer to the next claim call (the early claims
+    of an instant) is dropped and every connection cut for ``cut_short`` seconds: the
+    store ran that call, its process never learns the outcome."""
+    proxy = proxied(ctx, fleet)
+    # the answer to a claim: Redis's dispatch script carries the holder mark of its row
+    # templates (PostgreSQL's statements are prepared, their text is not sent again: its
+    # lost answers are `flaky`'s, and tests/store/test_postgres.py's)
+    match = b"@@cronfleet:holder@@"
+    rng = random.Random()
+    hits = 0
+    for _ in range(ctx.knobs.cut_replies):
+        # just before the early claims of an instant (claim_ahead 0.5 s): those are won
+        at = math.floor(time.time()) + 2 - 0.5 - rng.uniform(0.05, 0.3)
+        time.sleep(max(at - time.time(), 0))
+        if proxy.cut_at_reply(match).wait(5):
+            hits += 1
+        time.sleep(ctx.knobs.cut_short)
+        proxy.restore()
+        ctx.events["back"] = time.time()
+        time.sleep(ctx.knobs.cut_short)
+    ctx.result.notes.append(f"{hits} of {ctx.knobs.cut_replies} answers dropped")
+
+
 def f_latency(ctx: Ctx, fleet: Fleet) -> None:
     proxy = proxied(ctx, fleet)
     proxy.set_latency(ctx.knobs.latency)
@@ -1005,6 +1030,8 @@ SCENARIOS = [
              proxy=True),
     Scenario("cut60", "every connection cut for 60 s", f_cut("cut_long"), ("postgres", "redis"),
              proxy=True),
+    Scenario("cut_reply", "the answer to a claim call dropped and every connection cut "
+             "for 5 s, 8 times", f_cut_reply, ("redis",), proxy=True),
     Scenario("latency", "200 ms added to every store call", f_latency, ("postgres", "redis"),
              proxy=True),
     Scenario("restart", "the database server restarted", f_restart, ("postgres", "redis"),

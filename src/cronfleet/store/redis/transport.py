@@ -158,7 +158,8 @@ class RedisTransport:
                 part = rows[i : i + _GIVE_BACK_CHUNK]
                 given += int(await self.run("give_back", *[x for row in part for x in row]))
                 self._unanswered.difference_update(part)
-            log.warning(
+            log.log(
+                logging.WARNING if given else logging.DEBUG,
                 "Redis store %s: gave back the claims of %d slots (of %d asked) made by "
                 "dispatch calls whose answer was lost", redact_url(self.url), given, len(rows),
             )
