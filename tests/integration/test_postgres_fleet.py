@@ -120,7 +120,7 @@ def ran(rows: list[Row]) -> Counter[tuple[str, int]]:
 
 
 def test_three_processes_200_jobs_every_second_exactly_once(schema: str) -> None:
-    n_jobs, seconds = 200, 30
+    n_jobs, seconds = 200, 20
     until = math.ceil(time.time()) + seconds + 8
     url = store_url(schema)
     with StallWatch() as watch:
@@ -327,7 +327,7 @@ def test_three_processes_200_command_jobs_every_5s_exactly_once(schema: str,
                                                                  tmp_path: Path) -> None:
     """200 command jobs every 5 s on 3 processes: every slot ran exactly once, counted in
     the ledger and by the commands themselves (each appends its identity to a file)."""
-    n_jobs, seconds = 200, 30
+    n_jobs, seconds = 200, 20
     until = math.ceil(time.time()) + seconds + 8
     url = store_url(schema)
     out = tmp_path / "ran.txt"
@@ -339,7 +339,7 @@ def test_three_processes_200_command_jobs_every_5s_exactly_once(schema: str,
         outputs = finish(procs, seconds + 60)
     lo, hi = math.ceil(ready) + 2, until - 2
     slots = [s for s in range(lo, hi + 1) if s % 5 == 0]
-    assert len(slots) >= 5
+    assert len(slots) >= 3
     rows = ledger(schema)
     counts = ran(rows)
     expected = {(f"job-{j:04d}", s) for j in range(n_jobs) for s in slots}

@@ -54,7 +54,7 @@ def wait_ready(procs: list[subprocess.Popen[str]], timeout: float = 30) -> None:
 
 def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> None:
     db = tmp_path / "fleet.db"
-    n_jobs, seconds = 200, 30
+    n_jobs, seconds = 200, 20
     start = time.time()
     until = math.ceil(start) + seconds + 8
     with StallWatch() as watch:
