@@ -1,0 +1,231 @@
+"""What a fleet costs as it grows: the same jobs run by 1, 2 and 4 processes, per store.
+
+    .venv/bin/python bench/fleet_scale.py                        # every store, 1/2/4 processes
+    .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --seconds 10
+    .venv/bin/python bench/fleet_scale.py --json out.json
+
+The workload: ``--jobs`` (500) jobs every second, half of them an interval (``1s``) and
+half a cron expression with seconds (``* * * * * *``), each process running
+``Scheduler(store=URL)`` as shipped (fleet_redis.py's child: the handler records
+``time.time()`` next to ``ctx.slot``). Stores: PostgreSQL (``CRONFLEET_BENCH_PG``, a
+fresh schema per run), a private ``redis-server`` (AOF, ``appendfsync always``), SQLite
+(a file in a temp dir).
+
+Window: the slots in ``[W0, W0 + D)``, W0 = 2 s after the last process is ready.
+Measured over the window, for the fleet as a whole:
+
+- **CPU per fired slot**: user + system time of every process (``/proc/PID/stat`` at W0
+  and W0 + D), divided by the distinct (job, slot) pairs run in the window;
+- **store calls per fired slot**: calls of the Store contract's methods (each one
+  transaction or script), counted in each process by wrapping the store's public
+  coroutine methods, by the second they were made;
+- fired share, duplicates (handler side), lateness p50 / p99 (nearest rank).
+
+The ratios are against one process on the same store in the same run (#26's targets:
+4 processes <= 1.3x the CPU and <= 1.2x the store calls of one, 100 % fired, 0
+duplicates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import inspect
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from fleet_redis import DEFAULT_PG, PrivateRedis, pct, pg_exec  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- the child ----------------------------------------------------------------------------
+
+
+def count_store_calls(store: Any, buckets: Counter[int]) -> None:
+    """Wrap each public coroutine method of ``store`` so that every call is counted in
+    the bucket of the second it was made."""
+    for name in dir(type(store)):
+        if name.startswith("_"):
+            continue
+        if not inspect.iscoroutinefunction(inspect.getattr_static(type(store), name, None)):
+            continue  # (properties are not read: some raise before the store is open)
+        method = getattr(store, name)
+
+        def wrap(fn: Any) -> Any:
+            @functools.wraps(fn)
+            async def counted(*args: Any, **kw: Any) -> Any:
+                buckets[int(time.time())] += 1
+                return await fn(*args, **kw)
+
+            return counted
+
+        setattr(store, name, wrap(method))
+
+
+def child(a: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from cronfleet import RunContext, Scheduler
+
+    recs: list[tuple[str, float, float]] = []
+    calls: Counter[int] = Counter()
+    s = Scheduler(store=a.store, instance_id=f"scale{a.index}:{os.getpid()}")
+    count_store_calls(s.store, calls)
+
+    async def tick(ctx: RunContext) -> None:
+        recs.append((ctx.job_id, ctx.slot.timestamp(), time.time()))
+
+    for i in range(a.jobs):
+        schedule = "1s" if i % 2 == 0 else "* * * * * *"
+        s.job(schedule, id=f"j-{i}")(tick)
+
+    async def go() -> None:
+        async with s:
+            print("READY", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+    asyncio.run(go())
+    Path(a.out).write_text(json.dumps({"recs": recs, "calls": dict(calls)}))
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def sleep_until(t: float) -> None:
+    time.sleep(max(t - time.time(), 0))
+
+
+def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedis | None,
+            pg: str) -> dict[str, Any]:
+    run = f"scale_{kind}_{procs_n}_{uuid.uuid4().hex[:6]}"
+    tmp = Path(tempfile.mkdtemp(prefix="cf-scale-"))
+    if kind == "redis":
+        assert redis is not None
+        store = redis.url(run)
+    elif kind == "postgres":
+        store = f"{pg}?schema={run}"
+    else:
+        store = f"sqlite:///{tmp / 'fleet.db'}"
+    procs: list[subprocess.Popen[str]] = []
+    for i in range(procs_n):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--index", str(i),
+               "--store", store, "--jobs", str(jobs), "--out", str(tmp / f"{i}.json")]
+        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True))
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if not p.stdout.readline().startswith("READY"):
+                raise RuntimeError(f"a child failed to start (exit {p.wait()})")
+        w0 = math.ceil(time.time()) + 2
+        w1 = w0 + seconds
+        sleep_until(w0)
+        cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        sleep_until(w1)
+        cpu1 = sum(cpu_seconds(p.pid) for p in procs)
+        time.sleep(3)  # the window's last slots finish
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                assert p.stdin is not None
+                p.stdin.write("STOP\n")
+                p.stdin.close()
+    for p in procs:
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    recs: list[tuple[str, float, float]] = []
+    calls = 0
+    for i in range(procs_n):
+        f = tmp / f"{i}.json"
+        if f.exists():
+            data = json.loads(f.read_text())
+            recs += [(j, s, t) for j, s, t in data["recs"]]
+            calls += sum(n for sec, n in data["calls"].items() if w0 <= int(sec) < w1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if kind == "postgres":
+        pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
+    inside = [r for r in recs if w0 - 1e-6 <= r[1] < w1 - 1e-6]
+    pairs = {(j, round(s, 3)) for j, s, _ in inside}
+    late = [t - s for _, s, t in inside]
+    expected = jobs * seconds
+    fired = len(pairs)
+    return {
+        "store": kind, "processes": procs_n, "jobs": jobs, "seconds": seconds,
+        "expected": expected, "fired": fired, "fired_pct": 100.0 * fired / expected,
+        "duplicates": len(inside) - fired, "p50": pct(late, 50), "p99": pct(late, 99),
+        "cpu_ms_per_slot": 1000 * (cpu1 - cpu0) / fired if fired else math.nan,
+        "calls_per_slot": calls / fired if fired else math.nan,
+        "cpu_s": cpu1 - cpu0, "calls": calls,
+    }  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--store", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--jobs", type=int, default=500)
+    p.add_argument("--seconds", type=int, default=30)
+    p.add_argument("--procs", type=int, nargs="*", default=[1, 2, 4])
+    p.add_argument("--stores", nargs="*", choices=("postgres", "redis", "sqlite"),
+                   default=["postgres", "redis", "sqlite"])
+    p.add_argument("--json", help="also write the results here")
+    a = p.parse_args()
+    if a.child:
+        child(a)
+        return
+    pg = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
+    redis = PrivateRedis() if "redis" in a.stores else None
+    results: list[dict[str, Any]] = []
+    print(f"{a.jobs} jobs every second (half '1s', half '* * * * * *'), {a.seconds} s "
+          f"windows, processes {a.procs}", flush=True)
+    try:
+        for kind in a.stores:
+            one: dict[str, Any] | None = None
+            for n in a.procs:
+                r = run_one(kind, n, a.jobs, a.seconds, redis, pg)
+                results.append(r)
+                one = one or r
+                cpu_x = r["cpu_ms_per_slot"] / one["cpu_ms_per_slot"]
+                calls_x = r["calls_per_slot"] / one["calls_per_slot"]
+                r["cpu_ratio"], r["calls_ratio"] = cpu_x, calls_x
+                print(
+                    f"  {kind:8s} {n} proc  fired {r['fired']}/{r['expected']} "
+                    f"({r['fired_pct']:.2f}%), dup {r['duplicates']}, lateness p50 "
+                    f"{r['p50'] * 1000:.1f} ms p99 {r['p99'] * 1000:.1f} ms, CPU "
+                    f"{r['cpu_ms_per_slot']:.3f} ms/slot ({cpu_x:.2f}x), store calls "
+                    f"{r['calls_per_slot']:.4f}/slot ({calls_x:.2f}x)", flush=True,
+                )  # fmt: skip
+    finally:
+        if redis is not None:
+            redis.close()
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
