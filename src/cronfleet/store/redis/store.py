@@ -246,7 +246,7 @@ class RedisStore(StoreDriver):
                 # the caller takes the whole batch as failed, so every claim of it is
                 # given back once the server answers (their slots are claimed again)
                 self.transport.remember_unanswered(
-                    [(it.job_id, ms(it.slot)) for it in items[:end] if _kind(it) in "se"],
+                    [(it.job_id, ms(it.slot)) for it in items[:end] if _kind(it) in ("s", "e")],
                     instance_id,
                 )
                 raise
