@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -44,6 +43,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_redis import stop_children
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -310,16 +312,7 @@ def run_one(
         # late runs still count if their slot is in the window: leave time for them
         time.sleep(max(w1 + (10 if w.every < 30 else 25) - time.time(), 0))
     finally:
-        for p in procs:
-            with contextlib.suppress(OSError):
-                assert p.stdin is not None
-                p.stdin.write("STOP\n")
-                p.stdin.close()
-    for p in procs:
-        try:
-            p.wait(300)  # 100,000 jobs take a while to stop
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_children(procs)
     recs: list[tuple[str, float, float]] = []
     per_proc: list[list[tuple[str, float, float]]] = []
     for i in range(w.procs):

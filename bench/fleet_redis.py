@@ -149,6 +149,21 @@ def pct(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
+def stop_children(procs: list[subprocess.Popen[str]], timeout: float = 300) -> None:
+    """Tell every child to stop (``STOP`` on its stdin), then wait for each (killed past
+    ``timeout`` seconds: 100,000 jobs take a while to stop)."""
+    for p in procs:
+        with contextlib.suppress(OSError):
+            assert p.stdin is not None
+            p.stdin.write("STOP\n")
+            p.stdin.close()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def run_one(w: Workload, kind: str, redis: PrivateRedis | None, pg: str, quick: bool
             ) -> dict[str, Any]:
     run = f"bench_{w.name}_{uuid.uuid4().hex[:6]}"
@@ -178,16 +193,7 @@ def run_one(w: Workload, kind: str, redis: PrivateRedis | None, pg: str, quick: 
         w1 = w0 + window
         time.sleep(max(w1 + (10 if w.every < 30 else 20) - time.time(), 0))
     finally:
-        for p in procs:
-            with contextlib.suppress(OSError):
-                assert p.stdin is not None
-                p.stdin.write("STOP\n")
-                p.stdin.close()
-    for p in procs:
-        try:
-            p.wait(300)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_children(procs)
     recs: list[tuple[str, float, float]] = []
     errors = 0
     for i in range(PROCESSES):

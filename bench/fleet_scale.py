@@ -6,8 +6,8 @@
 
 The workload: ``--jobs`` (500) jobs every second, half of them an interval (``1s``) and
 half a cron expression with seconds (``* * * * * *``), each process running
-``Scheduler(store=URL)`` as shipped (fleet_redis.py's child: the handler records
-``time.time()`` next to ``ctx.slot``). Stores: PostgreSQL (``CRONFLEET_BENCH_PG``, a
+``Scheduler(store=URL)`` as shipped (the handler records ``time.time()`` next to
+``ctx.slot``, as in fleet_redis.py). Stores: PostgreSQL (``CRONFLEET_BENCH_PG``, a
 fresh schema per run), a private ``redis-server`` (AOF, ``appendfsync always``), SQLite
 (a file in a temp dir).
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import inspect
 import json
@@ -50,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, PrivateRedis, pct, pg_exec  # noqa: E402
+from fleet_redis import DEFAULT_PG, PrivateRedis, pct, pg_exec, stop_children  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -146,16 +145,7 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
         cpu1 = sum(cpu_seconds(p.pid) for p in procs)
         time.sleep(3)  # the window's last slots finish
     finally:
-        for p in procs:
-            with contextlib.suppress(OSError):
-                assert p.stdin is not None
-                p.stdin.write("STOP\n")
-                p.stdin.close()
-    for p in procs:
-        try:
-            p.wait(120)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_children(procs, 120)
     recs: list[tuple[str, float, float]] = []
     calls = 0
     for i in range(procs_n):

@@ -59,7 +59,6 @@ class FaultProxy:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 5432
         self.cut_now = False
-        self._cut_reply = self._cut_match = None
         self.latency = 0.0
         self.fail_rate = 0.0
         self.listen_port = 0

@@ -332,6 +332,7 @@ async def test_claims_of_a_dispatch_whose_answer_was_lost_are_given_back(
             again = [Dispatch.scheduled("hot", T0, lease=True),
                      Dispatch.scheduled("early", T0, lease=True),
                      Dispatch.missed("m", T0, reason="missed", logs=["again"])]
+            got: list[Any] = []
             for _ in range(3):  # (the pool's connections died with the cut: a call or two)
                 try:
                     got = await s.dispatch(again, "one")
