@@ -34,6 +34,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -101,6 +102,8 @@ class Fleet:
         self.failed = False  # a heartbeat failed since the last one that went through
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
         self.leaving = False  # stopping: its heartbeats say it plans nothing (hand_over)
+        # the live set and digests the last heartbeat read, for divide()
+        self.view: tuple[tuple[str, ...], Mapping[str, str]] = ((), {})
 
     @property
     def enabled(self) -> bool:
@@ -135,8 +138,7 @@ class Fleet:
                     "fleet: %d live instance(s): %s", len(beat.live), ", ".join(beat.live)
                 )
             self.live = beat.live
-        if not self.leaving:
-            self.ownership.update(beat.live, beat.plans)
+        self.view = (beat.live, beat.plans)
         if beat.lost:
             self.epoch += 1  # claims made before belong to the survivors now
             log.warning(
@@ -217,10 +219,20 @@ class Fleet:
                 beat = await self.beat()
                 if beat is not None and self.steady():
                     await self.break_lost()
+                    # after break_lost: a lost instance's jobs are taken with its leases
+                    # broken, so their catch-up does not meet them
+                    self.divide()
                     await self.registry.sync()  # only on change, or the periodic touch
             finally:
                 self.activity.leave()
             await self.clock.sleep_until(self.clock.now() + self.interval)
+
+    def divide(self) -> None:
+        """Tell the ownership the live set of the last heartbeat: at start, then after each
+        heartbeat once steady (after a gap in this instance's heartbeats every other one
+        looks stale too: taking their jobs then would only make two owners)."""
+        if not self.leaving:
+            self.ownership.update(*self.view)
 
     async def hand_over(self, budget: float) -> None:
         """At stop, once the loop plans nothing more: one heartbeat saying this instance

@@ -443,6 +443,7 @@ class Scheduler(SyncControl):
         self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
+            self.fleet.divide()
             await self.registry.publish_at_start()
         self.life.running = True
         self.life.stopping = False

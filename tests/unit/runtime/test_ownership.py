@@ -107,7 +107,7 @@ async def test_only_the_owner_claims_a_jobs_slots(
     for s in fleet:
         await s.start()
         running.append(s)
-    await advance(clock, 1.5, *fleet, step=0.25)  # heartbeats: everyone knows the fleet
+    await advance(clock, TTL + 1, *fleet, step=0.25)  # steady heartbeats: all know the fleet
     assert all(s.ownership.peers == ids for s in fleet)
     seen = [claims_of(s) for s in fleet]
     start = clock.now()
