@@ -76,19 +76,27 @@ def first_mark(job: Job, state: JobState | None, now: float) -> float:
 
 
 class Due:
-    """The due heap, its buckets, each job's queued slot and watermark."""
+    """The due heap, its buckets, each job's queued slot and watermark, and the jobs
+    another instance plans (``parked``: never queued here, ``runtime/ownership.py``)."""
 
-    __slots__ = ("buckets", "heap", "next", "watermark")
+    __slots__ = ("buckets", "heap", "moved", "next", "parked", "watermark")
 
     def __init__(self) -> None:
         self.heap: list[float] = []
         self.buckets: dict[float, list[str]] = {}
         self.next: dict[str, float] = {}
         self.watermark: dict[str, float] = {}
+        self.parked: set[str] = set()
+        # a job was parked once: its stale heap entry may share a bucket with the one it
+        # got when queued again (same slot), so pop_due drops a job seen twice in a slot
+        self.moved = False
 
     def push(self, job: Job, slot: float) -> None:
         """Queue ``job`` for ``slot``; :data:`NEVER` (or any slot past the calendar's end)
-        leaves it without a slot (logged)."""
+        leaves it without a slot (logged). A parked job is not queued: whatever computed
+        its next slot (an instant fired before the job moved to another owner) is moot."""
+        if job.id in self.parked:
+            return
         if slot > LAST_SLOT:
             self.exhausted(job)
             return
@@ -141,6 +149,18 @@ class Due:
         self.next.pop(job_id, None)
         self.watermark.pop(job_id, None)
 
+    def park(self, job_id: str) -> None:
+        """Another instance plans ``job_id`` now: its queued slot is dropped (its heap
+        entry, stale, goes when popped) and nothing queues it until :meth:`unpark`."""
+        self.parked.add(job_id)
+        self.moved = True
+        self.forget(job_id)
+
+    def unpark(self, job_id: str) -> None:
+        """``job_id`` is planned here again; the caller queues it (:meth:`first`, from
+        the store's watermark: the one it kept here is stale)."""
+        self.parked.discard(job_id)
+
     def mark(self, job_id: str, slot: float) -> None:
         """``slot`` was handled: catch-up starts after it."""
         if self.watermark.get(job_id, 0.0) < slot:
@@ -160,7 +180,10 @@ class Due:
         heap, nexts, buckets = self.heap, self.next, self.buckets
         while heap and heap[0] <= now:
             slot = heapq.heappop(heap)
-            for job_id in buckets.pop(slot, ()):
+            bucket = buckets.pop(slot, ())
+            if self.moved:
+                bucket = list(dict.fromkeys(bucket))
+            for job_id in bucket:
                 job = jobs.get(job_id)
                 if job is not None and nexts.get(job_id) == slot:  # else removed or stale
                     due.append((job, slot))

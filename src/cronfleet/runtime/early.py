@@ -119,7 +119,6 @@ class EarlyClaims:
         take: list[Job] = []
         keep: list[str] = []
         seen: set[str] = set()
-        owns = self.fleet.owns  # spreading: only the job's owner claims it early
         for job_id in bucket:
             job = jobs.get(job_id)
             if job is None or nexts.get(job_id) != slot or job_id in seen:
@@ -127,7 +126,7 @@ class EarlyClaims:
             seen.add(job_id)
             st = states.get(job_id)
             enabled = job.enabled if st is None else st.enabled_at(job, at)
-            if enabled and self.may_claim(job) and owns(job_id):
+            if enabled and self.may_claim(job):
                 take.append(job)
             else:
                 keep.append(job_id)

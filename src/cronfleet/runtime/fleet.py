@@ -23,20 +23,18 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   so a zombie can never make a resolved slot claimable again. Its handlers still running
   report late: the store keeps their outcomes as late results on the interrupted rows
   (never a second outcome, ``store/ledger.py`` ``is_late``).
-- **Spreading**: each job belongs to one live instance by rendezvous hashing
-  (highest ``blake2b(job id, instance id)``). Only the owner claims a job's slot early
-  (``claim_ahead`` before the instant); the others try ``SPREAD_DELAY`` (100 ms) after
-  the instant (``Loop.claim_later``), so the owner's handlers start first and an owner
-  that is gone costs 100 ms of lateness until it is declared lost, never a slot.
+- **Ownership**: each heartbeat says which jobs this instance plans (a digest) and
+  reads the live set; ``runtime/ownership.py`` divides the jobs among the live instances
+  that plan the same ones (rendezvous hashing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -48,12 +46,12 @@ if TYPE_CHECKING:
     from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.due import Due
     from cronfleet.runtime.early import EarlyClaims
-    from cronfleet.runtime.parts import RegistryView, Settings
+    from cronfleet.runtime.parts import OwnershipView, RegistryView, Settings
     from cronfleet.runtime.stats import Stats
     from cronfleet.runtime.upkeep import Upkeep
     from cronfleet.store.base import Store
 
-__all__ = ["QUIET", "Fleet", "owner"]
+__all__ = ["QUIET", "Fleet"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
 STEADY_BEATS = 2
@@ -71,28 +69,14 @@ def _version() -> str:
         return "unknown"
 
 
-def _score(job_id: str, instance_id: str) -> bytes:
-    return hashlib.blake2b(
-        instance_id.encode() + b"\x00" + job_id.encode(), digest_size=8
-    ).digest()
-
-
-def owner(job_id: str, live: tuple[str, ...]) -> str | None:
-    """The live instance a job belongs to (rendezvous hashing): every process computes the
-    same answer from the same live set, and a change of the set moves only the jobs of
-    the instance that came or went."""
-    if not live:
-        return None
-    return max(live, key=lambda i: _score(job_id, i))
-
-
 class Fleet:
     """This process's membership (built afresh at each start). Built with the store, the
     clock, the settings, the stats, the activity counter, the due heap, the early claims
     (their lead) and the upkeep (recovery of a lost instance's runs); the assembler wires
-    ``registry`` (its periodic sync)."""
+    ``registry`` (its periodic sync) and ``ownership`` (told the live set at each beat)."""
 
     registry: RegistryView
+    ownership: OwnershipView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
                  activity: Activity, due: Due, early: EarlyClaims, upkeep: Upkeep) -> None:
@@ -117,8 +101,9 @@ class Fleet:
         self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
         self.failed = False  # a heartbeat failed since the last one that went through
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
-        self._mine: dict[str, bool] = {}
-        self._mine_for: tuple[str, ...] = ()
+        self.leaving = False  # stopping: its heartbeats say it plans nothing (hand_over)
+        # the live set and digests the last heartbeat read, for divide()
+        self.view: tuple[tuple[str, ...], Mapping[str, str]] = ((), {})
 
     @property
     def enabled(self) -> bool:
@@ -131,6 +116,7 @@ class Fleet:
         if self.store is None:
             return None
         asked = self.clock.now()
+        self.me.plans = "" if self.leaving else self.ownership.plans()
         try:
             beat = await self.store.heartbeat(self.me, ttl=self.ttl)
         except Exception as exc:
@@ -152,6 +138,7 @@ class Fleet:
                     "fleet: %d live instance(s): %s", len(beat.live), ", ".join(beat.live)
                 )
             self.live = beat.live
+        self.view = (beat.live, beat.plans)
         if beat.lost:
             self.epoch += 1  # claims made before belong to the survivors now
             log.warning(
@@ -232,10 +219,34 @@ class Fleet:
                 beat = await self.beat()
                 if beat is not None and self.steady():
                     await self.break_lost()
+                    # after break_lost: a lost instance's jobs are taken with its leases
+                    # broken, so their catch-up does not meet them
+                    self.divide()
                     await self.registry.sync()  # only on change, or the periodic touch
             finally:
                 self.activity.leave()
             await self.clock.sleep_until(self.clock.now() + self.interval)
+
+    def divide(self) -> None:
+        """Tell the ownership the live set of the last heartbeat: at start, then after each
+        heartbeat once steady (after a gap in this instance's heartbeats every other one
+        looks stale too: taking their jobs then would only make two owners)."""
+        if not self.leaving:
+            self.ownership.update(*self.view)
+
+    async def hand_over(self, budget: float) -> None:
+        """At stop, once the loop plans nothing more: one heartbeat saying this instance
+        plans no job, so that its peers take its share at their next heartbeat while it
+        finishes its runs (its row stays until :meth:`leave`: it is not lost)."""
+        if self.store is None or self.leaving:
+            return
+        self.leaving = True
+        try:
+            async with asyncio.timeout(budget):
+                await self.beat()
+        except TimeoutError:
+            log.warning("cronfleet %s: handing its jobs over took over %g s; the fleet takes "
+                        "them when its row goes", self.me.instance_id, budget)
 
     async def leave(self, budget: float) -> None:
         """Remove this instance's row (at stop), giving the store ``budget`` seconds."""
@@ -249,18 +260,3 @@ class Fleet:
                         "(it expires after instance_ttl)", self.me.instance_id, budget)
         except Exception as exc:
             log.warning("instance %s: could not remove its row (%s)", self.me.instance_id, exc)
-
-    # -- spreading -----------------------------------------------------------------------
-
-    def owns(self, job_id: str) -> bool:
-        """Does this instance claim ``job_id`` early (rendezvous hashing over the live
-        set)? With one live instance, or none known, every job is ours."""
-        live = self.live
-        if len(live) < 2 or self.me.instance_id not in live:
-            return True
-        if live != self._mine_for:
-            self._mine, self._mine_for = {}, live
-        mine = self._mine.get(job_id)
-        if mine is None:
-            mine = self._mine[job_id] = owner(job_id, live) == self.me.instance_id
-        return mine

@@ -50,11 +50,10 @@ if TYPE_CHECKING:
     from cronfleet.runtime.writer import Writer
     from cronfleet.store.base import Store
 
-__all__ = ["SPREAD_DELAY", "Loop", "Pipeline"]
+__all__ = ["Loop", "Pipeline"]
 
 SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot waits for
 SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
-SPREAD_DELAY = 0.1  # seconds: a slot another live instance owns is claimed this much later
 WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write left behind
 MISSED_WHY = "missed while no scheduler ran it"
 OVERTAKEN_WHY = "overtaken: a newer slot was already due before it could start"
@@ -240,11 +239,6 @@ class Loop:
         # large catch-up never delays the slot that is back on time
         records: list[Dispatch] = []
         sequencing = self.sequencing
-        # spreading: another live instance's jobs, which it claimed early, are claimed
-        # here a moment later, so its handlers start first (runtime/fleet.py)
-        fleet, early = self.fleet, self.early
-        spread = early.ahead > 0 and len(fleet.live) > 1
-        later: list[Dispatch] = []
         for pair in due:
             job, slot = pair
             if sequencing and job.id in sequencing:
@@ -257,12 +251,8 @@ class Loop:
                 # the common case: one slot, on time, no override; its next slot is
                 # provably ahead and is computed once the handlers are on their way
                 handled.append(pair)
-                item = scheduled(job, slot, now, queued=queued, running=running,
-                                 instance_id=instance_id)
-                if spread and not fleet.owns(job.id) and early.may_claim(job):
-                    later.append(item)
-                    continue
-                items.append(item)
+                items.append(scheduled(job, slot, now, queued=queued, running=running,
+                                       instance_id=instance_id))
             else:
                 self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences,
                               records)
@@ -277,8 +267,6 @@ class Loop:
         if handled:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
-        if later:
-            self.life.spawn(self.claim_later(later, now + SPREAD_DELAY))
         if skips:
             await self.writer.record_skips(skips)
         for job, runs in sequences:
@@ -472,16 +460,6 @@ class Loop:
                         "(%s)", self.settings.instance_id, len(left), exc)
             return len(left)
         return 0
-
-    async def claim_later(self, items: list[Dispatch], at: float) -> None:
-        """Claim other instances' slots after ``SPREAD_DELAY``: their owners claimed them
-        early and start them first; these claims only matter when an owner is gone."""
-        await self.clock.sleep_until(at)
-        self.activity.enter()
-        try:
-            await self.dispatch(items)
-        finally:
-            self.activity.leave()
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (catch-up, or the on-time slots found at a

@@ -252,11 +252,17 @@ class FleetView(Protocol):
     @property
     def failed(self) -> bool: ...
 
-    def owns(self, job_id: str) -> bool: ...
-
     def steady(self) -> bool: ...
 
     async def confirm(self, now: float, epoch: int) -> bool: ...
+
+
+class OwnershipView(Protocol):
+    """What the fleet's heartbeat tells and asks the ownership (``runtime/ownership.py``)."""
+
+    def plans(self) -> str: ...
+
+    def update(self, live: tuple[str, ...], plans: Mapping[str, str]) -> None: ...
 
 
 class RegistryView(Protocol):

@@ -71,6 +71,7 @@ from cronfleet.runtime.events import (
 from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.loop import Loop
 from cronfleet.runtime.outage import Outage
+from cronfleet.runtime.ownership import Ownership
 from cronfleet.runtime.parts import Life, RateLimitedLog, Settings
 from cronfleet.runtime.process import freeze_start_up, raise_if_failed, run_until_signal
 from cronfleet.runtime.reach import until_reachable
@@ -269,6 +270,9 @@ class Scheduler(SyncControl):
         loop.early, loop.outage, loop.fleet = early, outage, fleet
         early.fleet = upkeep.fleet = fleet
         fleet.registry = registry
+        fleet.ownership = self.ownership = Ownership(
+            store=store, clock=clock, instance_id=settings.instance_id, jobs=jobs, due=due,
+            life=life, wake=self.wake)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -360,6 +364,7 @@ class Scheduler(SyncControl):
             raise ValueError(f"job {job.id!r} has no handler")
         check_lanes(job, self.store)
         self._jobs[job.id] = job
+        self.ownership.changed()
         if self.running:
             self.life.spawn(self._add_running(job))
             self.registry.changed()
@@ -369,6 +374,7 @@ class Scheduler(SyncControl):
         if self._jobs.pop(job_id, None) is None:
             raise JobNotFound(job_id)
         self.due.forget(job_id)
+        self.ownership.changed()
         if self.running:
             self.registry.changed()
 
@@ -389,6 +395,8 @@ class Scheduler(SyncControl):
         return iter(self._jobs.values())
 
     async def _add_running(self, job: Job) -> None:
+        if not self.ownership.admit(job):
+            return  # another instance plans it
         states = await self.store.ensure_jobs([job.id])
         self.due.first(job, states.get(job.id), self.clock.now())
         self.wake()
@@ -435,6 +443,7 @@ class Scheduler(SyncControl):
         self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
+            self.fleet.divide()
             await self.registry.publish_at_start()
         self.life.running = True
         self.life.stopping = False
@@ -520,6 +529,7 @@ class Scheduler(SyncControl):
         self.wake()
         if self.loop.task is not None:
             await asyncio.gather(self.loop.task, return_exceptions=True)
+        await self.fleet.hand_over(STOP_WRITE_BUDGET)
         await self.early.fire_before_stop()
         await self.early.give_back()
         tasks = self.life.tasks

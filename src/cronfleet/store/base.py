@@ -804,6 +804,9 @@ class Instance:
     lost_at: datetime | None = None
     lost_by: str | None = None
     live: bool = True
+    plans: str = ""
+    """A digest of the set of jobs this instance plans (``runtime/ownership.py``): the
+    instances that plan the same set share its work; empty when unknown."""
 
 
 @dataclass(slots=True)
@@ -813,7 +816,9 @@ class Heartbeat:
     ``lost``: the row said this instance had been declared lost (``lost_at`` / ``lost_by``
     tell when and by whom); the call re-registered it (a fresh row: ``started_at`` now,
     the survivors broke its leases). ``live``: the ids of the live
-    instances, this one included, sorted (what work spreading hashes over).
+    instances, this one included, sorted. ``plans``: each live instance's
+    :attr:`Instance.plans` (what ownership hashes over: the live instances that plan the
+    same jobs as this one).
     """
 
     now: float
@@ -821,6 +826,7 @@ class Heartbeat:
     lost_at: datetime | None = None
     lost_by: str | None = None
     live: tuple[str, ...] = ()
+    plans: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

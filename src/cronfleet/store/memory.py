@@ -532,7 +532,9 @@ def _heartbeat(db: MemoryDatabase, now: int, me: Instance, ttl: float) -> Heartb
         row = Instance(me.instance_id, me.host, me.pid, me.role, me.version, dt(now))
         db.instances[me.instance_id] = row
     row.heartbeat_at = dt(now)
+    row.plans = me.plans
     beat.live = db.live_ids(now, ttl)
+    beat.plans = {i: db.instances[i].plans for i in beat.live}
     return beat
 
 

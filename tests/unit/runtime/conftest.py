@@ -57,11 +57,25 @@ def make(
 
         url = f"{request.getfixturevalue('redis_session').url}?prefix={new_prefix()}"
 
+    schema = None
+    if store_kind == "postgres":  # a fresh schema, dropped at the end of the test
+        from store.pg import drop_schema, new_schema, pg_url, require_pg
+
+        require_pg()
+        schema = new_schema()
+        request.addfinalizer(lambda: drop_schema(schema))
+        url = pg_url()
+
     def factory(**kw: Any) -> Scheduler:
         kw.setdefault("instance_id", "test-1")
         kw.setdefault("orphan_interval", 5)
         if store_kind == "memory":
             return Scheduler(store=MemoryStore(database, clock=clock), clock=clock, **kw)
+        if store_kind == "postgres":
+            from cronfleet.store import PostgresStore
+
+            return Scheduler(store=PostgresStore(url, schema=schema, clock=clock, pool_max=4),
+                             clock=clock, **kw)
         assert store_kind in ("sqlite", "redis"), store_kind
         return Scheduler(store=url, clock=clock, **kw)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cronfleet import FakeClock, RunStatus, Scheduler, TriggeredBy
-from cronfleet.runtime.fleet import owner
+from cronfleet.runtime.ownership import owner
 from cronfleet.store.base import Dispatch, Instance, InstanceStore
 
 from .conftest import STORE_KINDS, T0, Recorder, advance, settle

@@ -236,9 +236,11 @@ async def test_fail_open_runs_leave_one_final_row_per_slot(make: Make, clock: Fa
 
     fleet = []
     down = {"on": False}
-    for name in ("a", "b", "c"):
+    # one hour written three ways: three declarations, so each process plans the job
+    # itself (one declaration would give it one owner, the only process to fail open)
+    for name, hourly in (("a", "@hourly"), ("b", "0 * * * *"), ("c", "0 */1 * * *")):
         s = make(instance_id=name)
-        s.job("@hourly", id="j", locking="prefer_global")(handler)
+        s.job(hourly, id="j", locking="prefer_global")(handler)
         await s.start()
         real = s.store.dispatch
 

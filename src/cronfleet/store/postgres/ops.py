@@ -376,12 +376,15 @@ async def heartbeat(t: PostgresTransport, cur: Cursor, now: datetime, me: Instan
             beat.lost, beat.lost_at, beat.lost_by = True, row[0], row[1]
         await cur.execute(cur.q["instance_register"], {
             "id": me.instance_id, "host": me.host, "pid": me.pid, "role": me.role,
-            "version": me.version, "now": now,
+            "version": me.version, "now": now, "plans": me.plans,
         })  # fmt: skip
     else:
-        await cur.execute(cur.q["instance_beat"], {"id": me.instance_id, "now": now})
+        await cur.execute(cur.q["instance_beat"],
+                          {"id": me.instance_id, "now": now, "plans": me.plans})
     await cur.execute(cur.q["instances_live"], {"cut": now - timedelta(seconds=ttl)})
-    beat.live = tuple(r[0] for r in await cur.fetchall())
+    rows = await cur.fetchall()
+    beat.live = tuple(r[0] for r in rows)
+    beat.plans = {r[0]: r[1] or "" for r in rows}
     return beat
 
 

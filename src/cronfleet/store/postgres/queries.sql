@@ -465,18 +465,20 @@ UPDATE __S__.runs SET result = %(result)s::jsonb, logs = %(logs)s::jsonb WHERE i
 SELECT lost_at, lost_by FROM __S__.instances WHERE instance_id = %(id)s FOR UPDATE;
 
 -- name: instance_register
-INSERT INTO __S__.instances (instance_id, host, pid, role, version, started_at, heartbeat_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(role)s, %(version)s, %(now)s, %(now)s)
+INSERT INTO __S__.instances (instance_id, host, pid, role, version, started_at, heartbeat_at,
+  plans)
+VALUES (%(id)s, %(host)s, %(pid)s, %(role)s, %(version)s, %(now)s, %(now)s, %(plans)s)
 ON CONFLICT (instance_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
   role = EXCLUDED.role, version = EXCLUDED.version, started_at = EXCLUDED.started_at,
-  heartbeat_at = EXCLUDED.heartbeat_at, lost_at = NULL, lost_by = NULL;
+  heartbeat_at = EXCLUDED.heartbeat_at, lost_at = NULL, lost_by = NULL,
+  plans = EXCLUDED.plans;
 
 -- name: instance_beat
-UPDATE __S__.instances SET heartbeat_at = %(now)s
+UPDATE __S__.instances SET heartbeat_at = %(now)s, plans = %(plans)s
 WHERE instance_id = %(id)s AND lost_at IS NULL;
 
 -- name: instances_live
-SELECT instance_id FROM __S__.instances
+SELECT instance_id, plans FROM __S__.instances
 WHERE lost_at IS NULL AND heartbeat_at >= %(cut)s ORDER BY instance_id COLLATE "C";
 
 -- name: instances_declare_lost

@@ -206,10 +206,11 @@ async def set_override(t: RedisTransport, job_id: str, enabled: bool | None, by:
 async def heartbeat(t: RedisTransport, me: Instance, ttl: float) -> Heartbeat:
     raw = await t.run(
         "instances", "beat", me.instance_id, me.host, me.pid, me.role, me.version,
-        round(ttl * 1000),
+        round(ttl * 1000), me.plans,
     )  # fmt: skip
-    now, lost, lost_at, lost_by, live_ids = json.loads(raw)
-    beat = Heartbeat(now=int(now) / 1000.0, live=tuple(live_ids or ()))
+    now, lost, lost_at, lost_by, live_rows = json.loads(raw)
+    pairs = [(i, p or "") for i, p in live_rows or ()]
+    beat = Heartbeat(now=int(now) / 1000.0, live=tuple(i for i, _ in pairs), plans=dict(pairs))
     if lost:
         beat.lost, beat.lost_at, beat.lost_by = True, dt(_i(lost_at)), lost_by or None
     return beat

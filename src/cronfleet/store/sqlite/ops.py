@@ -372,10 +372,12 @@ def heartbeat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
         if row is not None:
             beat.lost, beat.lost_at, beat.lost_by = True, dt(row[0]), row[1]
         c.execute(Q["instance_register"],
-                  (me.instance_id, me.host, me.pid, me.role, me.version, now))
+                  (me.instance_id, me.host, me.pid, me.role, me.version, now, me.plans))
     else:
-        c.execute(Q["instance_beat"], (me.instance_id, now))
-    beat.live = tuple(r[0] for r in c.execute(Q["instances_live"], (now - ms(ttl),)))
+        c.execute(Q["instance_beat"], (me.instance_id, now, me.plans))
+    rows = c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall()
+    beat.live = tuple(r[0] for r in rows)
+    beat.plans = {r[0]: r[1] or "" for r in rows}
     return beat
 
 

@@ -312,18 +312,19 @@ UPDATE runs SET result = ?1, logs = ?2 WHERE id = ?3;
 SELECT lost_at, lost_by FROM instances WHERE instance_id = ?;
 
 -- name: instance_register
--- ?1 id, ?2 host, ?3 pid, ?4 role, ?5 version, ?6 now
-INSERT INTO instances (instance_id, host, pid, role, version, started_at, heartbeat_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+-- ?1 id, ?2 host, ?3 pid, ?4 role, ?5 version, ?6 now, ?7 plans
+INSERT INTO instances (instance_id, host, pid, role, version, started_at, heartbeat_at, plans)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)
 ON CONFLICT (instance_id) DO UPDATE SET host = ?2, pid = ?3, role = ?4, version = ?5,
-  started_at = ?6, heartbeat_at = ?6, lost_at = NULL, lost_by = NULL;
+  started_at = ?6, heartbeat_at = ?6, lost_at = NULL, lost_by = NULL, plans = ?7;
 
 -- name: instance_beat
-UPDATE instances SET heartbeat_at = ?2 WHERE instance_id = ?1 AND lost_at IS NULL;
+-- ?1 id, ?2 now, ?3 plans
+UPDATE instances SET heartbeat_at = ?2, plans = ?3 WHERE instance_id = ?1 AND lost_at IS NULL;
 
 -- name: instances_live
 -- ?1 cut-off: heartbeat at or after it, not declared lost
-SELECT instance_id FROM instances WHERE lost_at IS NULL AND heartbeat_at >= ?1
+SELECT instance_id, plans FROM instances WHERE lost_at IS NULL AND heartbeat_at >= ?1
 ORDER BY instance_id;
 
 -- name: instances_declare_lost

@@ -1,8 +1,8 @@
 -- The fleet's instances (InstanceStore), judged by the server's clock. Pinst: a hash,
 -- instance id -> JSON {h host, p pid, r role, v version, sa started, hb heartbeat,
--- la lost at, lb lost by} (times in ms). ARGV: P, now, what, ...
---   'beat', id, host, pid, role, version, ttl ms   register / refresh; reply JSON
---        {now, lost (0/1), lost at, lost by, [live ids]}
+-- la lost at, lb lost by, pl plans} (times in ms). ARGV: P, now, what, ...
+--   'beat', id, host, pid, role, version, ttl ms, plans   register / refresh; reply JSON
+--        {now, lost (0/1), lost at, lost by, [[live id, its plans]...]}
 --   'list', ttl ms                                  reply JSON {now, [[id, row]...]}
 --   'leave', id
 --   'break', me, ttl ms, reason, error before, error after, log before, log after
@@ -20,12 +20,12 @@ local function rows()
   return out
 end
 local function live(cut)
-  local ids = {}
+  local out = {}
   for _, r in ipairs(rows()) do
-    if not r[2].la and r[2].hb >= cut then ids[#ids + 1] = r[1] end
+    if not r[2].la and r[2].hb >= cut then out[#out + 1] = {r[1], r[2].pl or ''} end
   end
-  table.sort(ids)
-  return ids
+  table.sort(out, function(a, b) return a[1] < b[1] end)
+  return out
 end
 if what == 'beat' then
   local id, ttl = ARGV[4], tonumber(ARGV[9])
@@ -37,6 +37,7 @@ if what == 'beat' then
     row = {h = ARGV[5], p = tonumber(ARGV[6]), r = ARGV[7], v = ARGV[8], sa = NOW}
   end
   row.hb = NOW
+  row.pl = ARGV[10]
   redis.call('HSET', key, id, cjson.encode(row))
   local ids = live(NOW - ttl)
   return cjson.encode({NOW, lost, lat, lby, #ids > 0 and ids or cjson.decode('[]')})

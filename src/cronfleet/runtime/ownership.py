@@ -1,0 +1,200 @@
+"""Ownership: which jobs this process plans (docs/concepts.md, "One owner plans each job").
+
+The live instances that plan the same set of jobs (their heartbeats carry the same
+:attr:`~cronfleet.store.base.Instance.plans`, a digest of the jobs' ids and schedules)
+are **peers**.
+Each claimed job belongs to one peer by rendezvous hashing (:func:`owner`); only
+its owner keeps a timer for it, claims its slots and records its skips. The other peers
+hold it **parked** (:meth:`Due.park`: no timer, no store call). Node-local jobs are
+planned by every process (their runs take no claim).
+
+Handover, each side on its own view of the live set (read at every heartbeat):
+
+- a job that becomes this instance's is queued from the **store's** watermark (the
+  newest slot anybody claimed or skipped, read afresh): the slots the previous owner
+  did not decide are caught up by the job's ``missed`` policy, those it did are not
+  touched again;
+- a job that becomes another's is parked at once; the slots already claimed here run.
+
+Two views may disagree for up to a heartbeat interval (one instance has seen a change,
+another not yet). Then a job has two owners, or none. Two owners claim the same slot:
+the store keeps one claim (exactly once holds whatever the views). No owner: nobody
+claims for a moment; the owner to come starts from the watermark, so the slots due
+meanwhile are run late or recorded, never left without a row.
+
+Instances that plan another set of jobs (a rolling deploy that adds a job, two apps
+sharing a store, a process of an older version: no digest) are not peers: each group
+divides its own jobs, and a job declared in two groups is planned by one owner in each
+(their claims meet in the store). A change of this process's own jobs changes its
+digest, so it stands apart from its old peers until they have the same change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from cronfleet.model import Job, Locking
+
+if TYPE_CHECKING:
+    from cronfleet.clock import Clock
+    from cronfleet.runtime.due import Due
+    from cronfleet.runtime.parts import Jobs, Life
+    from cronfleet.store.base import Store
+
+__all__ = ["GAIN_CHUNK", "Ownership", "owner", "plan_key", "plans_digest"]
+
+log = logging.getLogger("cronfleet")
+
+GAIN_CHUNK = 5000  # jobs whose state one store call reads when they become this instance's
+GAIN_RETRY = (0.2, 2.0)  # seconds: first and longest wait between two reads that failed
+
+
+def _score(job_id: str, instance_id: str) -> bytes:
+    return hashlib.blake2b(
+        instance_id.encode() + b"\x00" + job_id.encode(), digest_size=8
+    ).digest()
+
+
+def owner(job_id: str, live: tuple[str, ...]) -> str | None:
+    """The live instance a job belongs to (rendezvous hashing): every process computes the
+    same answer from the same live set, and a change of the set moves only the jobs of
+    the instance that came or went."""
+    if not live:
+        return None
+    return max(live, key=lambda i: _score(job_id, i))
+
+
+def claimed(job: Job) -> bool:
+    """Does the job's slot go through a claim (and so through one owner)?"""
+    return job.locking is not Locking.NODE_LOCAL
+
+
+def plan_key(job: Job) -> str:
+    """What peers must agree on for a job: its id and its schedule (two processes that
+    declare one id with two schedules each plan their own, as the registry reports)."""
+    sched = job.schedule
+    return f"{job.id}\x00{getattr(sched, 'expr', sched)}\x00{getattr(sched, 'tz', '')}"
+
+
+def plans_digest(keys: list[str]) -> str:
+    """The digest of a set of :func:`plan_key` values (order does not matter)."""
+    h = hashlib.blake2b(digest_size=12)
+    for key in sorted(keys):
+        h.update(key.encode())
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+class Ownership:
+    """This process's share of the jobs. Built with the store (a gained job's state), the
+    clock, the instance id, the job table (read-only), the due heap (parks and queues),
+    the scheduler's life (the reads run in its tasks) and ``wake`` (the loop looks at
+    the heap again once gained jobs are queued)."""
+
+    def __init__(self, *, store: Store, clock: Clock, instance_id: str, jobs: Jobs, due: Due,
+                 life: Life, wake: Callable[[], None]) -> None:
+        self.store = store
+        self.clock = clock
+        self.me = instance_id
+        self.jobs = jobs
+        self.due = due
+        self.life = life
+        self.wake = wake
+        self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
+        self._digest: str | None = None  # of the claimed jobs' ids; None: to compute
+
+    # -- what this instance plans ----------------------------------------------------------
+
+    def plans(self) -> str:
+        """The digest this instance's heartbeat carries."""
+        if self._digest is None:
+            self._digest = plans_digest([plan_key(j) for j in self.jobs.values() if claimed(j)])
+        return self._digest
+
+    def changed(self) -> None:
+        """A job was added, replaced or removed: the digest is computed again."""
+        self._digest = None
+
+    def mine(self, job: Job) -> bool:
+        """Is ``job`` this instance's to plan? Every job is, alone or with no peer known."""
+        peers = self.peers
+        return len(peers) < 2 or not claimed(job) or owner(job.id, peers) == self.me
+
+    @property
+    def parked(self) -> int:
+        return len(self.due.parked)
+
+    # -- the live set changed ----------------------------------------------------------------
+
+    def update(self, live: tuple[str, ...], plans: Mapping[str, str]) -> None:
+        """After a heartbeat: the peers as ``live`` and their ``plans`` say; the jobs that
+        moved away are parked, those that moved here are queued from the store's
+        watermark (read in a task)."""
+        mine = self.plans()
+        peers = tuple(i for i in live if plans.get(i) == mine) if self.me in live else ()
+        if peers == self.peers:
+            return
+        self.peers = peers
+        due = self.due
+        gained: list[str] = []
+        parked = 0
+        for job in self.jobs.values():
+            if self.mine(job):
+                if job.id in due.parked:
+                    due.unpark(job.id)
+                    gained.append(job.id)
+            elif job.id not in due.parked:
+                due.park(job.id)
+                parked += 1
+        log.info(
+            "fleet: %d instance(s) plan the same jobs as %s; it plans %d of %d job(s) "
+            "(%d moved here, %d moved away)", max(1, len(peers)), self.me,
+            len(self.jobs) - len(due.parked), len(self.jobs), len(gained), parked,
+        )
+        if gained:
+            self.life.spawn(self.gain(gained))
+
+    def admit(self, job: Job) -> bool:
+        """A job added while running: True when it is this instance's (the caller queues
+        it), else it is parked."""
+        if self.mine(job):
+            self.due.unpark(job.id)
+            return True
+        self.due.park(job.id)
+        return False
+
+    async def gain(self, job_ids: list[str]) -> None:
+        """Queue jobs that became this instance's from the store's watermark (their state
+        rows, created if missing). A read that fails is tried again (the jobs stay
+        unqueued meanwhile: nobody else plans them either) until it succeeds or the jobs
+        moved away again."""
+        wait = GAIN_RETRY[0]
+        left = job_ids
+        while left:
+            part = [j for j in left[:GAIN_CHUNK]
+                    if j in self.jobs and j not in self.due.parked and j not in self.due.next]
+            rest = left[GAIN_CHUNK:]
+            if not part:
+                left = rest
+                continue
+            try:
+                states = await self.store.ensure_jobs(part)
+            except Exception as exc:
+                log.warning("fleet: cannot read the state of %d job(s) that moved to %s "
+                            "(%s); trying again in %.1f s", len(part), self.me, exc, wait)
+                await self.clock.sleep_until(self.clock.now() + wait)
+                wait = min(wait * 2, GAIN_RETRY[1])
+                continue
+            wait = GAIN_RETRY[0]
+            now = self.clock.now()
+            due = self.due
+            for job_id in part:
+                job = self.jobs.get(job_id)
+                # moved away again, removed, or queued meanwhile (added anew): left alone
+                if job is not None and job_id not in due.parked and job_id not in due.next:
+                    due.first(job, states.get(job_id), now)
+            left = rest
+            self.wake()

@@ -1,0 +1,209 @@
+"""One owner plans each job (runtime/ownership.py, docs/concepts.md "One owner plans each
+job"): a non-owner makes no store call for a job's slots, and when the live set changes
+(an instance joins, hands over at stop, is lost) every slot still ends with exactly one
+final row, run once on the handler side -- on every store."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cronfleet import FakeClock, RunStatus, Scheduler
+from cronfleet.runtime.ownership import owner, plan_key, plans_digest
+from cronfleet.store.memory import MemoryStore
+
+from .conftest import T0, advance, settle
+
+Make = Callable[..., Scheduler]
+TTL = 3.0
+KINDS = ["memory", "sqlite", "redis", "postgres"]
+JOBS = [f"job-{n:02d}" for n in range(24)]
+
+
+class Counted:
+    """Every handler call, by (job, slot), and which instance ran it."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[tuple[str, float]] = Counter()
+        self.by: dict[tuple[str, float], str] = {}
+
+    async def __call__(self, ctx: Any) -> None:
+        key = (ctx.job_id, ctx.slot.timestamp())
+        self.calls[key] += 1
+        self.by[key] = ctx.instance_id
+
+
+def declare(s: Scheduler, handler: Counted, every: str = "2s") -> Scheduler:
+    for job_id in JOBS:
+        s.job(every, id=job_id)(handler)
+    return s
+
+
+def claims_of(s: Scheduler) -> dict[str, set[str]]:
+    """Wrap ``s.store.dispatch``: the job ids each call of this instance asked for."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    real = s.store.dispatch
+
+    async def dispatch(items: Any, instance: str) -> Any:
+        for it in items:
+            seen[instance].add(it.job_id)
+        return await real(items, instance)
+
+    s.store.dispatch = dispatch  # type: ignore[method-assign]
+    return seen
+
+
+async def final_rows(s: Scheduler, lo: float, hi: float, every: float = 2.0
+                     ) -> dict[tuple[str, float], list[Any]]:
+    """The rows of every job's slots in [lo, hi], by (job, slot); each slot present."""
+    out: dict[tuple[str, float], list[Any]] = {}
+    for job_id in JOBS:
+        rows = await s.runs_async(job_id, limit=1000)
+        slot = lo
+        while slot <= hi:
+            out[(job_id, slot)] = [r for r in rows if r.slot.timestamp() == slot]
+            slot += every
+    return out
+
+
+def assert_each_slot_once(rows: dict[tuple[str, float], list[Any]], handler: Counted) -> None:
+    gaps = [k for k, v in rows.items() if not v]
+    twice = {k: v for k, v in rows.items() if len(v) > 1}
+    assert not gaps, f"{len(gaps)} slots without a row, e.g. {gaps[:3]}"
+    assert not twice, twice
+    for key, (row,) in rows.items():
+        ran = handler.calls[key]
+        assert ran <= 1, (key, ran)
+        if row.status is RunStatus.SUCCEEDED:
+            assert ran == 1, (key, row)
+        else:  # recorded, not run: missed while nobody planned it, or overtaken
+            assert ran == 0 and row.status is RunStatus.SKIPPED, (key, row)
+
+
+def test_the_digest_is_the_set_of_jobs_and_schedules() -> None:
+    s1, s2 = Scheduler(store=MemoryStore()), Scheduler(store=MemoryStore())
+    s1.job("1s", id="a")(print)
+    s1.job("* * * * *", id="b")(print)
+    s2.job("* * * * *", id="b")(print)
+    s2.job("1s", id="a")(print)
+    keys = [[plan_key(j) for j in s.iter_jobs()] for s in (s1, s2)]
+    assert plans_digest(keys[0]) == plans_digest(keys[1])  # order does not matter
+    s3 = Scheduler(store=MemoryStore())
+    s3.job("1s", id="a")(print)
+    s3.job("*/2 * * * *", id="b")(print)  # the same id, another schedule: not a peer
+    assert plans_digest([plan_key(j) for j in s3.iter_jobs()]) != plans_digest(keys[0])
+
+
+@pytest.mark.parametrize("store_kind", KINDS)
+async def test_only_the_owner_claims_a_jobs_slots(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    handler = Counted()
+    ids = ("a", "b", "c")
+    fleet = [declare(make(instance_id=i, instance_ttl=TTL), handler) for i in ids]
+    for s in fleet:
+        await s.start()
+        running.append(s)
+    await advance(clock, TTL + 1, *fleet, step=0.25)  # steady heartbeats: all know the fleet
+    assert all(s.ownership.peers == ids for s in fleet)
+    seen = [claims_of(s) for s in fleet]
+    start = clock.now()
+    await advance(clock, 10, *fleet, step=0.25)
+    for s, got in zip(fleet, seen, strict=True):
+        mine = {j for j in JOBS if owner(j, ids) == s.instance_id}
+        assert got[s.instance_id] == mine  # its own jobs, and no other
+        assert s.ownership.parked == len(JOBS) - len(mine)
+    lo = (start // 2 + 1) * 2
+    rows = await final_rows(fleet[0], lo, lo + 6)
+    assert_each_slot_once(rows, handler)
+    assert all(handler.by[k] == owner(k[0], ids) for k in rows)
+
+
+@pytest.mark.parametrize("store_kind", KINDS)
+async def test_a_joining_and_a_leaving_instance_leave_no_slot_behind(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """a runs alone; b joins (for a heartbeat interval both plan b's share: the store
+    keeps one claim); b stops (its share goes back to a). Every slot: one final row."""
+    handler = Counted()
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    await a.start()
+    running.append(a)
+    await advance(clock, 5, a, step=0.25)
+    start = clock.now()
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    await b.start()
+    await advance(clock, 10, a, b, step=0.25)
+    assert a.ownership.peers == b.ownership.peers == ("a", "b")
+    moved = {j for j in JOBS if owner(j, ("a", "b")) == "b"}
+    assert moved and all(handler.by[(j, s)] == "b" for (j, s) in handler.by
+                         if j in moved and s > start + 4)
+    await b.stop()
+    await advance(clock, 10, a, step=0.25)
+    assert a.ownership.peers == ("a",) and a.ownership.parked == 0
+    await settle(a)
+    lo = (start // 2 + 1) * 2
+    rows = await final_rows(a, lo, clock.now() - 3)
+    assert_each_slot_once(rows, handler)
+    late = [k for k, (r,) in rows.items() if r.status is not RunStatus.SUCCEEDED]
+    assert not late, late  # the handover at stop cost no slot
+
+
+@pytest.mark.parametrize("store_kind", KINDS)
+async def test_a_lost_instances_share_is_taken_from_the_watermark(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """b stops answering (no heartbeat, no loop): a takes its share once b's heartbeat
+    is older than the ttl; b's slots due meanwhile each get one final row."""
+    handler = Counted()
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    for s in (a, b):
+        await s.start()
+        running.append(s)
+    await advance(clock, 4, a, b, step=0.25)
+    assert a.ownership.peers == ("a", "b")
+    start = clock.now()
+    for t in list(b.life.tasks):
+        t.cancel()
+    b.life.stopping = True
+    b.wake()
+    await advance(clock, TTL + 8, a, step=0.25)
+    assert a.ownership.peers == ("a",) and a.ownership.parked == 0
+    lo = (start // 2 + 1) * 2
+    rows = await final_rows(a, lo, clock.now() - 3)
+    assert_each_slot_once(rows, handler)
+    theirs = {j for j in JOBS if owner(j, ("a", "b")) == "b"}
+    assert {handler.by[(j, x)] for (j, x) in rows if j in theirs and x > start + 1} == {"a"}
+    # back on time once taken over: within the ttl and a heartbeat interval
+    ontime = [(x, r) for (j, x), (r,) in rows.items() if j in theirs and x >= start + TTL + 2]
+    assert ontime and all(r.status is RunStatus.SUCCEEDED and r.started_at is not None
+                          and r.started_at.timestamp() - x <= 0.5 for x, r in ontime), ontime
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_jobs_added_while_running_go_to_their_owner(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    handler = Counted()
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    for s in (a, b):
+        await s.start()
+        running.append(s)
+    await advance(clock, 2, a, b, step=0.25)
+    for s in (a, b):
+        s.job("2s", id="late-comer")(handler)
+    await advance(clock, 8, a, b, step=0.25)  # the digests differ, then agree again
+    assert a.ownership.peers == b.ownership.peers == ("a", "b")
+    boss = owner("late-comer", ("a", "b"))
+    other = b if boss == "a" else a
+    assert "late-comer" in other.due.parked
+    ran = {k: v for k, v in handler.calls.items() if k[0] == "late-comer"}
+    assert ran and set(ran.values()) == {1}
+    last = max(s for _, s in ran)
+    assert handler.by[("late-comer", last)] == boss
+    assert last > T0
