@@ -57,9 +57,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 # -- the child ----------------------------------------------------------------------------
 
 
-def count_store_calls(store: Any, buckets: Counter[int]) -> None:
+def count_store_calls(store: Any, buckets: Counter[tuple[int, str]]) -> None:
     """Wrap each public coroutine method of ``store`` so that every call is counted in
-    the bucket of the second it was made."""
+    the bucket of the second it was made and its method's name."""
     for name in dir(type(store)):
         if name.startswith("_"):
             continue
@@ -67,15 +67,15 @@ def count_store_calls(store: Any, buckets: Counter[int]) -> None:
             continue  # (properties are not read: some raise before the store is open)
         method = getattr(store, name)
 
-        def wrap(fn: Any) -> Any:
+        def wrap(fn: Any, name: str) -> Any:
             @functools.wraps(fn)
             async def counted(*args: Any, **kw: Any) -> Any:
-                buckets[int(time.time())] += 1
+                buckets[(int(time.time()), name)] += 1
                 return await fn(*args, **kw)
 
             return counted
 
-        setattr(store, name, wrap(method))
+        setattr(store, name, wrap(method, name))
 
 
 def child(a: argparse.Namespace) -> None:
@@ -83,7 +83,7 @@ def child(a: argparse.Namespace) -> None:
     from cronfleet import RunContext, Scheduler
 
     recs: list[tuple[str, float, float]] = []
-    calls: Counter[int] = Counter()
+    calls: Counter[tuple[int, str]] = Counter()
     s = Scheduler(store=a.store, instance_id=f"scale{a.index}:{os.getpid()}")
     count_store_calls(s.store, calls)
 
@@ -100,7 +100,8 @@ def child(a: argparse.Namespace) -> None:
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
     asyncio.run(go())
-    Path(a.out).write_text(json.dumps({"recs": recs, "calls": dict(calls)}))
+    Path(a.out).write_text(json.dumps(
+        {"recs": recs, "calls": [[sec, name, n] for (sec, name), n in calls.items()]}))
 
 
 # -- the parent ---------------------------------------------------------------------------
@@ -147,13 +148,16 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
     finally:
         stop_children(procs, 120)
     recs: list[tuple[str, float, float]] = []
-    calls = 0
+    by_method: Counter[str] = Counter()
     for i in range(procs_n):
         f = tmp / f"{i}.json"
         if f.exists():
             data = json.loads(f.read_text())
             recs += [(j, s, t) for j, s, t in data["recs"]]
-            calls += sum(n for sec, n in data["calls"].items() if w0 <= int(sec) < w1)
+            for sec, name, n in data["calls"]:
+                if w0 <= int(sec) < w1:
+                    by_method[name] += n
+    calls = sum(by_method.values())
     shutil.rmtree(tmp, ignore_errors=True)
     if kind == "postgres":
         pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
@@ -169,6 +173,7 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
         "cpu_ms_per_slot": 1000 * (cpu1 - cpu0) / fired if fired else math.nan,
         "calls_per_slot": calls / fired if fired else math.nan,
         "cpu_s": cpu1 - cpu0, "calls": calls,
+        "calls_by_method": dict(by_method.most_common()),
     }  # fmt: skip
 
 
@@ -210,6 +215,8 @@ def main() -> None:
                     f"{r['cpu_ms_per_slot']:.3f} ms/slot ({cpu_x:.2f}x), store calls "
                     f"{r['calls_per_slot']:.4f}/slot ({calls_x:.2f}x)", flush=True,
                 )  # fmt: skip
+                per_s = {m: round(c / a.seconds, 2) for m, c in r["calls_by_method"].items()}
+                print(f"    store calls per second: {per_s}", flush=True)
     finally:
         if redis is not None:
             redis.close()

@@ -87,6 +87,9 @@ class Knobs:
     writer_frozen_for: float = 45.0  # writer_frozen: SIGSTOP while holding the write lock
     next_start: float = 20.0  # writer_frozen: the fleet started again after its stop, so long
     start_down: float = 20.0  # start_down: the store unreachable while the fleet starts
+    rolling_gap: float = 3.0  # rolling: after a restarted process is ready, before the next
+    starve_for: float = 60.0  # starve: CPU hogs (one per core) beside the fleet, so long
+    handover_target: float = 1.0  # join / leave / rolling: a slot's start after its time
     failover_target: float = 20.0
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
@@ -94,7 +97,8 @@ class Knobs:
     SCALED = (
         "warm", "after", "instance_ttl", "cut_short", "cut_long", "latency_for",
         "restart_down", "skew_for", "flaky_for", "lock_for", "down", "idle_tx_for", "hang",
-        "corrupt_for", "writer_frozen_for", "next_start", "start_down",
+        "corrupt_for", "writer_frozen_for", "next_start", "start_down", "rolling_gap",
+        "starve_for",
     )
 
     def scaled(self, factor: float) -> Knobs:
@@ -558,6 +562,8 @@ class Result:
     failover: float | None = None  # worst job's kill -> fires again (s); inf: never
     recovery: float | None = None  # store back -> every job on time again (s); inf: never
     rejoined: bool | None = None
+    handover: float | None = None  # join / leave / rolling: latest start of a slot (s)
+    false_losses: int | None = None  # starve: instances declared lost (none died)
     exits: list[str] = field(default_factory=list)
     hung_at_stop: list[str] = field(default_factory=list)
     window: tuple[int, int] = (0, 0)
@@ -593,7 +599,9 @@ class Result:
             f"recorded {rec:>5,}{f' ({why})' if why else ''}  gaps {self.gaps:,}  "
             f"dup {self.dup_handler:,}/{self.dup_ledger:,}  two-final {self.two_final:,}  "
             f"failover {secs(self.failover)}  back {secs(self.recovery)}  "
-            f"{self.verdict}{' (' + '; '.join(self.failures) + ')' if self.failures else ''}"
+            + (f"handover {secs(self.handover)}  " if self.handover is not None else "")
+            + (f"lost {self.false_losses}  " if self.false_losses is not None else "")
+            + f"{self.verdict}{' (' + '; '.join(self.failures) + ')' if self.failures else ''}"
         )
 
 
@@ -990,6 +998,72 @@ def f_writer_frozen(ctx: Ctx, fleet: Fleet) -> None:
     raise RuntimeError(f"no worker caught holding the write lock ({tries} tries)")
 
 
+def stop_one(ctx: Ctx, fleet: Fleet, w: Worker) -> None:
+    """SIGTERM ``w`` and wait for its graceful stop (a hang is named in the result)."""
+    fleet.signal(w, signal.SIGTERM)
+    try:
+        w.proc.communicate(timeout=ctx.knobs.stop_timeout)
+    except subprocess.TimeoutExpired:
+        ctx.result.hung_at_stop.append(w.name)
+        w.proc.kill()
+        w.proc.communicate()
+
+
+def f_join(ctx: Ctx, fleet: Fleet) -> None:
+    """One more process starts under load: it takes its share of the jobs."""
+    at = time.time()
+    fleet.wait_ready([fleet.spawn(f"p{ctx.knobs.processes}")])
+    ctx.events["handovers"] = [at]
+
+
+def f_leave(ctx: Ctx, fleet: Fleet) -> None:
+    """One process is stopped (SIGTERM) and not started again: the others take its share."""
+    w = [w for w in fleet.workers if w.proc.poll() is None][-1]
+    at = time.time()
+    stop_one(ctx, fleet, w)
+    ctx.events["handovers"] = [at]
+
+
+def f_rolling(ctx: Ctx, fleet: Fleet) -> None:
+    """Every process in turn: SIGTERM, wait for its stop, start it again, wait until it is
+    ready, ``rolling_gap`` seconds (a rolling restart under load)."""
+    ats = []
+    for w in [w for w in fleet.workers if w.proc.poll() is None]:
+        ats.append(time.time())
+        stop_one(ctx, fleet, w)
+        fleet.wait_ready([fleet.spawn(w.name.split("#")[0])])
+        time.sleep(ctx.knobs.rolling_gap)
+    ctx.events["handovers"] = ats
+
+
+def f_starve(ctx: Ctx, fleet: Fleet) -> None:
+    """One busy loop per core beside the fleet for ``starve_for`` seconds: every process's
+    loop is starved, none may be declared lost (none died)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(ctx.knobs.starve_for)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    ctx.events["starved"] = True
+
+
+def handover(runs: list[Run], ats: list[float], span: float = 10.0) -> float:
+    """The latest start (seconds after its slot) of a slot due within ``span`` seconds
+    after each of ``ats`` (a process joined, left, or was restarted)."""
+    late = [r.t - r.slot / 1000 for r in runs
+            if any(at <= r.slot / 1000 <= at + span for at in ats)]
+    return max(late, default=0.0)
+
+
+def declared_lost(fleet: Fleet) -> int:
+    """Instances declared lost, as the workers' logs say (``runtime/fleet.py``)."""
+    return sum(w.log.read_text(errors="replace").count(") is lost: no heartbeat")
+               for w in fleet.workers if w.log.exists())
+
+
 def f_start_down(ctx: Ctx, fleet: Fleet) -> None:
     """Every process started while the store refuses connections: each must wait for it
     (not exit), then run once it answers."""
@@ -1059,6 +1133,14 @@ SCENARIOS = [
              args=lambda k: ["--locking", "prefer_global"]),
     Scenario("start_down", "every process started while the store is unreachable 20 s",
              f_start_down, ("postgres", "redis"), proxy=True, at_start=True),
+    Scenario("join", "a 4th process started under load", f_join,
+             ("postgres", "sqlite", "redis")),
+    Scenario("leave", "1 of 3 processes stopped (SIGTERM), not started again", f_leave,
+             ("postgres", "sqlite", "redis")),
+    Scenario("rolling", "every process stopped (SIGTERM) and started again in turn",
+             f_rolling, ("postgres", "sqlite", "redis")),
+    Scenario("starve", "one busy loop per core beside the fleet for 60 s", f_starve,
+             ("postgres", "sqlite", "redis")),
 ]
 FAIL_OPEN = {"hang_prefer"}
 """Scenarios of the opt-in fail-open mode: runs beyond the first on the handler side are
@@ -1119,6 +1201,8 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
                 ledger = []
                 result.notes.append(f"ledger unreadable: {exc}")
             account(result, runs, ledger, ctx.jobs, lo, hi, knobs.every)
+            if "starved" in ctx.events:
+                result.false_losses = declared_lost(fleet)
             judge(ctx, runs, hi)
         except Exception as exc:
             result.error = f"{type(exc).__name__}: {exc}"
@@ -1143,6 +1227,8 @@ def judge(ctx: Ctx, runs: list[Run], hi: int) -> None:
                 r.exits.append(f"{victim.name} (exit {victim.proc.returncode})")
     if "back" in ev:
         r.recovery = recovery(runs, ctx.jobs, ev["back"], hi, k.every)
+    if "handovers" in ev:
+        r.handover = handover(runs, ev["handovers"])
     check_targets(r, k)
 
 
@@ -1168,6 +1254,11 @@ def check_targets(r: Result, k: Knobs) -> None:
         r.failures.append(f"failover {fmt(r.failover)} > {k.failover_target:.0f}s")
     if r.rejoined is False:
         r.failures.append("the woken process did not run anything again")
+    if r.handover is not None and r.handover > k.handover_target:
+        r.failures.append(f"a slot started {fmt(r.handover)} after its time during a "
+                          f"handover > {k.handover_target:g}s")
+    if r.false_losses:
+        r.failures.append(f"{r.false_losses} instances declared lost while none died")
     if (
         r.scenario in BACK_ON_TIME
         and r.recovery is not None
