@@ -108,7 +108,7 @@ def rejudge(saved: dict[str, Any], knobs: Knobs) -> dict[str, Any]:
     """A saved result judged by today's targets."""
     fields = {f.name for f in dataclasses.fields(Result)}
     r = Result(**{k: v for k, v in saved.items() if k in fields})
-    for k in ("failover", "recovery"):
+    for k in ("failover", "recovery", "handover"):
         if getattr(r, k) == "never":
             setattr(r, k, math.inf)
     if r.error is None:

@@ -580,7 +580,7 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["verdict"] = self.verdict
-        for k in ("failover", "recovery"):
+        for k in ("failover", "recovery", "handover"):
             if d[k] is not None and math.isinf(d[k]):
                 d[k] = "never"
         return d
@@ -1050,12 +1050,18 @@ def f_starve(ctx: Ctx, fleet: Fleet) -> None:
     ctx.events["starved"] = True
 
 
-def handover(runs: list[Run], ats: list[float], span: float = 10.0) -> float:
-    """The latest start (seconds after its slot) of a slot due within ``span`` seconds
-    after each of ``ats`` (a process joined, left, or was restarted)."""
-    late = [r.t - r.slot / 1000 for r in runs
-            if any(at <= r.slot / 1000 <= at + span for at in ats)]
-    return max(late, default=0.0)
+def handover(runs: list[Run], jobs: list[str], ats: list[float], hi: int, every: int,
+             span: float = 10.0) -> float:
+    """The latest start (seconds after its time) of the slots of every job due within
+    ``span`` seconds after each of ``ats`` (a process joined, left, or was restarted);
+    ``inf`` when one of them did not run at all (recorded missed, or a gap)."""
+    started: dict[tuple[str, int], float] = {}
+    for r in runs:
+        started[(r.job, r.slot)] = min(r.t, started.get((r.job, r.slot), math.inf))
+    slots = {s for at in ats for s in range(math.ceil(at), math.floor(at + span) + 1)
+             if s <= hi and s % every == 0}
+    return max((started.get((j, s * 1000), math.inf) - s for j in jobs for s in slots),
+               default=0.0)
 
 
 def declared_lost(fleet: Fleet) -> int:
@@ -1228,7 +1234,7 @@ def judge(ctx: Ctx, runs: list[Run], hi: int) -> None:
     if "back" in ev:
         r.recovery = recovery(runs, ctx.jobs, ev["back"], hi, k.every)
     if "handovers" in ev:
-        r.handover = handover(runs, ev["handovers"])
+        r.handover = handover(runs, ctx.jobs, ev["handovers"], hi, k.every)
     check_targets(r, k)
 
 

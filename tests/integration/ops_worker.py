@@ -1,7 +1,8 @@
 """A library-declared job in a process of its own, for the fleet-operations tests (#14):
 ``python ops_worker.py --store URL --name NAME --count FILE``.
 
-Declares ``tick`` (hourly by default, ``--schedule``: it only runs when triggered;
+Declares ``tick`` (by default at 03:17 on February 29th, ``--schedule``: it only runs
+when triggered -- an hourly default ran once more when a test spanned the hour;
 ``--overlap``) in code; its handler appends
 ``tick <instance> <params as JSON>`` to ``--count`` (runs counted on the handler side),
 (`` backfill SLOT`` added for a backfill's run), then sleeps ``params["sleep"]``
@@ -25,7 +26,7 @@ def main() -> None:
     p.add_argument("--store", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--count", required=True)
-    p.add_argument("--schedule", default="0 * * * *")
+    p.add_argument("--schedule", default="17 3 29 2 *")
     p.add_argument("--instance-ttl", default="3s")
     p.add_argument("--overlap", default="skip")
     args = p.parse_args()

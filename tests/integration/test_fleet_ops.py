@@ -47,6 +47,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_schema(schema)
 
 
+HOURLY = ("--schedule", "0 * * * *")  # a backfill needs slots in its range
+
+
 def spawn(url: str, name: str, count: Path, *extra: str) -> subprocess.Popen[str]:
     p = subprocess.Popen(
         [sys.executable, str(WORKER), "--store", url, "--name", name, "--count", str(count),
@@ -243,8 +246,8 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
     slot runs exactly once (counted on the handler side and in the ledger); an
     --only-missing backfill afterwards runs nothing; a slow one is cancelled midway."""
     count = tmp_path / "count.txt"
-    a = spawn(store_url, "a", count)
-    b = spawn(store_url, "b", count)
+    a = spawn(store_url, "a", count, *HOURLY)
+    b = spawn(store_url, "b", count, *HOURLY)
     slots = [f"2026-01-01T{h:02d}:00:00+00:00" for h in range(12)]
     try:
         env = {**os.environ, "CRONFLEET_STORE": store_url}
@@ -307,7 +310,7 @@ def test_a_backfill_whose_instance_is_killed_ends_with_the_reason(
     the instance ttl (3 s here) with INSTANCE_LOST, how many slots were done and how to
     finish, and exits 1; GET-like status (--json) says the same."""
     count = tmp_path / "count.txt"
-    worker = spawn(store_url, "doomed", count)
+    worker = spawn(store_url, "doomed", count, *HOURLY)
     env = {**os.environ, "CRONFLEET_STORE": store_url, "CRONFLEET_INSTANCE_TTL": "3s"}
     env.pop("CRONFLEET_CONFIG", None)
     follower: subprocess.Popen[str] | None = None

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["QUIET", "Fleet"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
+HANDOVER_MARGIN = 0.2  # seconds a stopping instance plans on after its peers' next beat
 STEADY_BEATS = 2
 """After a gap in its heartbeats (one failed, or none for longer than the ttl), an
 instance judges the others only after ``Fleet.steady_for``: this many intervals, at
@@ -235,18 +236,25 @@ class Fleet:
             self.ownership.update(*self.view)
 
     async def hand_over(self, budget: float) -> None:
-        """At stop, once the loop plans nothing more: one heartbeat saying this instance
-        plans no job, so that its peers take its share at their next heartbeat while it
-        finishes its runs (its row stays until :meth:`leave`: it is not lost)."""
+        """At stop, before the loop stops: one heartbeat saying this instance plans no
+        job; its peers take its share at their next heartbeat (within an interval), and
+        the loop goes on planning meanwhile (both plan those jobs for a moment: the store
+        keeps one claim of each slot), so that no slot waits for the handover. Its row
+        stays until :meth:`leave`: it is not lost while it finishes its runs."""
         if self.store is None or self.leaving:
             return
         self.leaving = True
+        if len(self.ownership.peers) < 2:
+            return  # nobody to hand over to
         try:
             async with asyncio.timeout(budget):
-                await self.beat()
+                if await self.beat() is None:
+                    return  # not said: the peers take the share when the row goes
         except TimeoutError:
             log.warning("cronfleet %s: handing its jobs over took over %g s; the fleet takes "
                         "them when its row goes", self.me.instance_id, budget)
+            return
+        await asyncio.sleep(self.interval + HANDOVER_MARGIN)
 
     async def leave(self, budget: float) -> None:
         """Remove this instance's row (at stop), giving the store ``budget`` seconds."""

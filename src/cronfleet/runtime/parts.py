@@ -260,6 +260,9 @@ class FleetView(Protocol):
 class OwnershipView(Protocol):
     """What the fleet's heartbeat tells and asks the ownership (``runtime/ownership.py``)."""
 
+    @property
+    def peers(self) -> tuple[str, ...]: ...
+
     def plans(self) -> str: ...
 
     def update(self, live: tuple[str, ...], plans: Mapping[str, str]) -> None: ...

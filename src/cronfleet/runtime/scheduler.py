@@ -525,11 +525,13 @@ class Scheduler(SyncControl):
         leases and record what was interrupted."""
         if not self.running:
             return
+        # peers take this instance's share at their next heartbeat; it goes on planning
+        # until then, so that no slot waits for the handover (runtime/fleet.py)
+        await self.fleet.hand_over(STOP_WRITE_BUDGET)
         self.life.stopping = True
         self.wake()
         if self.loop.task is not None:
             await asyncio.gather(self.loop.task, return_exceptions=True)
-        await self.fleet.hand_over(STOP_WRITE_BUDGET)
         await self.early.fire_before_stop()
         await self.early.give_back()
         tasks = self.life.tasks
