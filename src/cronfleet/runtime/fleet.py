@@ -55,6 +55,7 @@ __all__ = ["QUIET", "Fleet"]
 
 QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by heartbeats
 HANDOVER_MARGIN = 0.2  # seconds a stopping instance plans on after its peers' next beat
+HANDOVER_MAX = 2.0  # seconds a stop waits at most for the handover (a long ttl's interval)
 STEADY_BEATS = 2
 """After a gap in its heartbeats (one failed, or none for longer than the ttl), an
 instance judges the others only after ``Fleet.steady_for``: this many intervals, at
@@ -238,7 +239,8 @@ class Fleet:
     async def hand_over(self, budget: float) -> None:
         """At stop, before the loop stops: one heartbeat saying this instance plans no
         job; its peers take its share at their next heartbeat (within an interval), and
-        the loop goes on planning meanwhile (both plan those jobs for a moment: the store
+        the loop goes on planning meanwhile (an interval and a margin, ``HANDOVER_MAX`` at
+        most: real time, as the peers' heartbeats) (both plan those jobs for a moment: the store
         keeps one claim of each slot), so that no slot waits for the handover. Its row
         stays until :meth:`leave`: it is not lost while it finishes its runs."""
         if self.store is None or self.leaving:
@@ -254,7 +256,7 @@ class Fleet:
             log.warning("cronfleet %s: handing its jobs over took over %g s; the fleet takes "
                         "them when its row goes", self.me.instance_id, budget)
             return
-        await asyncio.sleep(self.interval + HANDOVER_MARGIN)
+        await asyncio.sleep(min(self.interval + HANDOVER_MARGIN, HANDOVER_MAX))
 
     async def leave(self, budget: float) -> None:
         """Remove this instance's row (at stop), giving the store ``budget`` seconds."""
