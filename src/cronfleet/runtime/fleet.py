@@ -175,7 +175,7 @@ class Fleet:
             self.stats.store_errors += 1
             self.failed = True
         log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id,
-                    exc or type(exc).__name__)
+                    str(exc) or type(exc).__name__)
 
     def record(self, asked: float, beat: Heartbeat) -> None:
         """What a heartbeat asked at ``asked`` (our clock) found (either thread)."""
@@ -262,14 +262,17 @@ class Fleet:
         loop's heartbeat work (a beat without a thread, ``break_lost``, the registry's
         sync) is store round trips on the loop, and a handler's lateness must not pay
         for it. The thread's beats need no such wait: another connection, another
-        thread, a few hundred microseconds of the GIL."""
+        thread, a few hundred microseconds of the GIL.
+
+        At most an interval: with a short ttl (2 s) and a long ``claim_ahead``, the
+        quiet window could otherwise hold a heartbeat past the ttl."""
         heap = self.due.heap
         if not heap:
             return
         now = self.clock.now()
         nxt = heap[0]
         if nxt - self.early.ahead - QUIET <= now < nxt + QUIET:
-            await self.clock.sleep_until(nxt + QUIET)
+            await self.clock.sleep_until(min(nxt + QUIET, now + self.interval))
 
     async def heartbeat_loop(self) -> None:
         """The heartbeats, for as long as this task runs: from a thread when the store

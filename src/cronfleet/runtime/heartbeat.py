@@ -33,20 +33,35 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cronfleet.runtime.parts import RateLimitedLog
 from cronfleet.store.base import InstanceStore
 
 if TYPE_CHECKING:
-    from cronfleet.runtime.fleet import Fleet
-    from cronfleet.store.base import Store
+    from cronfleet.clock import Clock
+    from cronfleet.store.base import Heartbeat, Instance, Store
 
-__all__ = ["BeatThread", "LoopProbe"]
+__all__ = ["BeatThread", "Beating", "LoopProbe"]
 
 log = logging.getLogger("cronfleet")
 
 LAG_WARN_EVERY = 60.0  # seconds between two warnings of a lagging loop
+
+
+class Beating(Protocol):
+    """What the thread reads and calls of the fleet (``Fleet``)."""
+
+    me: Instance
+    clock: Clock
+    ttl: float
+    interval: float
+    lag_warn: float
+    wedged_after: float
+
+    def record(self, asked: float, beat: Heartbeat) -> None: ...
+
+    def record_failure(self, asked: float, exc: BaseException) -> None: ...
 
 
 class LoopProbe:
@@ -91,7 +106,7 @@ class BeatThread(threading.Thread):
     """Beats for ``fleet`` every ``fleet.interval`` on a store opened by ``open_store``
     (opened in this thread's own event loop, closed at the end), until :meth:`stop`."""
 
-    def __init__(self, fleet: Fleet, open_store: Callable[[], Store], probe: LoopProbe) -> None:
+    def __init__(self, fleet: Beating, open_store: Callable[[], Store], probe: LoopProbe) -> None:
         super().__init__(name=f"cronfleet-heartbeat-{fleet.me.instance_id}", daemon=True)
         self.fleet = fleet
         self.open_store = open_store
