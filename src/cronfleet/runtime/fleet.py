@@ -1,12 +1,19 @@
 """The fleet as this process sees it: its own ``instances`` row, heartbeats by the
 store's clock, the live set, breaking a lost instance's leases, and work spreading.
 
-- **Heartbeat** every ``instance_ttl / 5`` (3 s by default): one transaction that
+- **Heartbeat** every ``instance_ttl / 5`` (0.4 s by default): one transaction that
   refreshes this instance's row and reads the live set. An instance whose heartbeat is
-  older than ``instance_ttl`` (15 s) is lost.
+  older than ``instance_ttl`` (2 s) is lost. The beats come from a daemon thread with a
+  store connection of its own (runtime/heartbeat.py), so a busy or starved event loop
+  does not stop them; the thread stops beating for a loop that ran nothing for
+  ``wedged_after`` (``max(10 s, 5 x ttl)``), so that a wedged process is declared lost.
+  What a beat found reaches the loop's state under one lock (``record``); the loop does
+  its part (``break_lost``, the registry's sync) after a beat that went through. Without
+  a second connection (the memory store, a store object given by the caller) or with a
+  test clock, the loop beats itself, as before.
 - **Lost instances**: after each heartbeat, this process declares lost any other
   instance past the ttl -- after a gap in its own heartbeats (one failed, or none for
-  longer than the ttl) only once they went through again for ``steady_for`` (6 s by
+  longer than the ttl) only once they went through again for ``steady_for`` (2 s by
   default; ``Fleet.steady``: after a store outage every
   heartbeat is stale, and the first process back must not declare the rest lost) -- and
   breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
@@ -33,6 +40,7 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -62,7 +70,7 @@ QUIET = 0.05  # seconds kept clear of an instant (and of its early claims) by he
 STEADY_BEATS = 2
 """After a gap in its heartbeats (one failed, or none for longer than the ttl), an
 instance judges the others only after ``Fleet.steady_for``: this many intervals, at
-least an interval + 2 s, at most the ttl (6 s by default)."""
+least an interval + 2 s, at most the ttl (2 s by default: the ttl)."""
 
 WEDGED_AFTER = 10.0
 WEDGED_TTLS = 5
@@ -287,7 +295,12 @@ class Fleet:
         try:
             judged: float | None = None
             while True:
-                await nudge.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(nudge.wait(), self.ttl)
+                if not thread.is_alive():  # a bug in the thread: logged there
+                    log.error("instance %s: the heartbeat thread ended; heartbeats go on "
+                              "from the event loop", self.me.instance_id)
+                    await self._beat_in_loop()
                 nudge.clear()
                 last = self.last_ok
                 if last == judged or not self.steady():

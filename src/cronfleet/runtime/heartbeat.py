@@ -126,7 +126,11 @@ class BeatThread(threading.Thread):
                 loop.call_soon_threadsafe(wake.set)
 
     def run(self) -> None:
-        asyncio.run(self._main())
+        try:
+            asyncio.run(self._main())
+        except Exception:
+            log.exception("instance %s: the heartbeat thread failed",
+                          self.fleet.me.instance_id)
 
     async def _main(self) -> None:
         self._wake = asyncio.Event()

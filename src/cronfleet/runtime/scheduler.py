@@ -152,9 +152,10 @@ class Scheduler(SyncControl):
     the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
     are claimed (with their leases), so that their handlers start at the instant without
     a store round trip; 0 claims every slot at its time (docs/internals.md, "Early
-    claims"). ``instance_ttl``: a timer process heartbeats by the store's clock every
-    fifth of it; one whose heartbeat is older is lost, and the others break its leases
-    and interrupt its runs (docs/concepts.md, "Instances, leases and fencing").
+    claims"). ``instance_ttl`` (2 s): a timer process heartbeats by the store's clock
+    every fifth of it, from a thread with its own connection when the store was given
+    as a URL; one whose heartbeat is older is lost, and the others break its leases and
+    interrupt its runs (docs/concepts.md, "Instances, leases and fencing").
     ``role`` is what the process's ``instances`` row says it is. ``timers=False`` runs
     no loop: a control-only process (an API replica) that
     can pause, trigger and read history.

@@ -197,3 +197,22 @@ async def test_the_thread_beats_while_the_loop_is_blocked_and_stops_when_wedged(
     await asyncio.sleep(0.5)  # the loop answers: the beats resume
     assert time.time() - (fleet.last_ok or 0.0) < 0.5
     assert "heartbeats resume" in caplog.text
+
+
+async def test_if_the_thread_dies_the_loop_beats(
+    tmp_path: Path, running: list[Scheduler], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(self: BeatThread) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(BeatThread, "_main", broken)
+    caplog.set_level(logging.WARNING, logger="cronfleet")
+    s = Scheduler(store=f"sqlite:///{tmp_path / 'cf.db'}", instance_id="me",
+                  instance_ttl=0.5)
+    await s.start()
+    running.append(s)
+    await asyncio.sleep(1.5)
+    assert "the heartbeat thread failed" in caplog.text
+    assert "the heartbeat thread ended; heartbeats go on from the event loop" in caplog.text
+    assert time.time() - (s.fleet.last_ok or 0.0) < 0.5  # the loop's own beats
