@@ -152,7 +152,6 @@ class Fleet:
         self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
         self.failed = False  # a heartbeat failed since the last one that went through
         self.epoch = 0  # +1 each time the store says this instance had been declared lost
-        self._nudge: asyncio.Event | None = None  # set on the loop by the thread's probe
         self._mine: dict[str, bool] = {}
         self._mine_for: tuple[str, ...] = ()
 
@@ -288,7 +287,7 @@ class Fleet:
         if self.open_beat_store is None:
             await self._beat_in_loop()
             return
-        nudge = self._nudge = asyncio.Event()
+        nudge = asyncio.Event()  # set on the loop by the thread's probe, after each beat
         probe = LoopProbe(asyncio.get_running_loop(), nudge.set)
         thread = BeatThread(self, self.open_beat_store, probe)
         thread.start()

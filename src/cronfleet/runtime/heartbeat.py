@@ -184,30 +184,33 @@ class BeatThread(threading.Thread):
         return True
 
     async def _open(self) -> InstanceStore | None:
+        """The thread's store, open; None when it could not be opened (a failed beat:
+        the next interval tries again)."""
         fleet = self.fleet
+        store = self.open_store()
+        if not isinstance(store, InstanceStore):
+            raise TypeError(f"{type(store).__name__} keeps no instances")
+        if hasattr(store, "open_timeout"):  # PostgreSQL: no minute of retries here
+            store.open_timeout = fleet.ttl
         try:
-            store = self.open_store()
-            if not isinstance(store, InstanceStore):
-                raise TypeError(f"{type(store).__name__} keeps no instances")
-            if hasattr(store, "open_timeout"):  # PostgreSQL: no minute of retries here
-                store.open_timeout = fleet.ttl
             await asyncio.wait_for(store.open(), fleet.ttl)
         except Exception as exc:
             fleet.record_failure(fleet.clock.now(), exc)
+            await _close(store)
             return None
         return store
 
-    async def _beat(self, store: InstanceStore) -> bool:
-        """One heartbeat, recorded in the fleet; False when it failed."""
+    async def _beat(self, store: InstanceStore) -> None:
+        """One heartbeat (at most a ttl: a later answer is no use), recorded in the
+        fleet."""
         fleet = self.fleet
         asked = fleet.clock.now()
         try:
             beat = await asyncio.wait_for(store.heartbeat(fleet.me, ttl=fleet.ttl), fleet.ttl)
         except Exception as exc:
             fleet.record_failure(asked, exc)
-            return False
+            return
         fleet.record(asked, beat)
-        return True
 
 
 async def _close(store: InstanceStore) -> None:

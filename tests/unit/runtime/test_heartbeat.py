@@ -17,7 +17,7 @@ import pytest
 from cronfleet import FakeClock, Scheduler
 from cronfleet.runtime.fleet import Fleet
 from cronfleet.runtime.heartbeat import BeatThread, LoopProbe
-from cronfleet.store.base import Heartbeat, InstanceStore
+from cronfleet.store.base import Heartbeat, InstanceStore, Store
 
 Make = Callable[..., Scheduler]
 TTL = 3.0
@@ -216,3 +216,34 @@ async def test_if_the_thread_dies_the_loop_beats(
     assert "the heartbeat thread failed" in caplog.text
     assert "the heartbeat thread ended; heartbeats go on from the event loop" in caplog.text
     assert time.time() - (s.fleet.last_ok or 0.0) < 0.5  # the loop's own beats
+
+
+async def test_a_thread_that_cannot_open_its_store_counts_failed_beats_and_retries(
+    tmp_path: Path, running: list[Scheduler], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cronfleet.errors import StoreUnavailable
+    from cronfleet.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'cf.db'}"
+    opened: list[bool] = []
+
+    def opener() -> Store:
+        store = open_store(url)
+        if not opened:  # the first connection cannot be made
+            async def refused() -> None:
+                raise StoreUnavailable("simulated: connection refused")
+
+            store.open = refused  # type: ignore[method-assign]
+        opened.append(True)
+        return store
+
+    monkeypatch.setattr(Scheduler, "_beat_store_opener", lambda self: opener)
+    caplog.set_level(logging.WARNING, logger="cronfleet")
+    s = Scheduler(store=url, instance_id="me", instance_ttl=0.5)
+    await s.start()
+    running.append(s)
+    await asyncio.sleep(1.0)
+    assert "instance me: heartbeat failed (simulated: connection refused)" in caplog.text
+    assert s.stats.store_errors >= 1 and len(opened) == 2  # opened again, once
+    assert time.time() - (s.fleet.last_ok or 0.0) < 0.5 and not s.fleet.failed
