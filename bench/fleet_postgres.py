@@ -291,6 +291,18 @@ def ledger_lost(url: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
+def ledger_outcomes(url: str, schema: str) -> dict[str, int]:
+    """Run rows by ``status/reason`` (what became of the slots that did not run)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT status, coalesce(reason, ''), count(*) FROM \"{schema}\".runs "  # type: ignore[arg-type]
+            "GROUP BY 1, 2 ORDER BY 3 DESC"
+        ).fetchall()
+    return {f"{st}/{why}".rstrip("/"): int(n) for st, why, n in rows}
+
+
 def hogs(n: int) -> list[subprocess.Popen[str]]:
     """``n`` processes spinning a CPU each (stopped with ``stop_hogs``)."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -398,10 +410,13 @@ def run_one(
     if system == "cronfleet":
         out["ledger_duplicates"] = ledger_duplicates(base_url, schema)
         out["lost_rows"] = ledger_lost(base_url, schema)
+        out["outcomes"] = ledger_outcomes(base_url, schema)
         logs = [tmp / f"{i}.json.log" for i in range(w.procs)]
         text = "".join(f.read_text() for f in logs if f.exists())
         out["declared_lost"] = text.count(" is lost: ")
         out["lag_warnings"] = text.count("the event loop is")
+        out["heartbeat_failures"] = text.count("heartbeat failed")
+        out["warnings"] = text.count(" WARNING ")
         out["missing"] = int(expected) - len(pairs)
     pg_exec(base_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     return out
