@@ -6,6 +6,8 @@
     .venv/bin/python bench/fleet_postgres.py --only minute100k   # opt-in, ~2 minutes
     .venv/bin/python bench/fleet_postgres.py --rev HEAD~3 --systems cronfleet  # committed src/
     .venv/bin/python bench/fleet_postgres.py --only share300 --systems cronfleet  # 3 processes
+    .venv/bin/python bench/fleet_postgres.py --only soak300 --systems cronfleet --hogs 2
+        # 3 minutes beside CPU hogs: instances declared lost (false losses), gaps, duplicates
 
 Database: ``CRONFLEET_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 each (workload, system) run gets its own schema, dropped afterwards.
@@ -24,7 +26,11 @@ statement, ``time.time()`` next to the slot the scheduler says it runs (cronflee
 minus the slot. Window: the slots in ``[W0, W0 + D)`` where W0 = 2 s after the last
 process is ready (both have scheduled everything); "fired" = distinct (job, slot) pairs run
 in the window / expected; duplicates = runs beyond the first of a pair. Percentiles are
-nearest-rank. For cronfleet the duplicates are also counted from its ledger.
+nearest-rank. For cronfleet the duplicates are also counted from its ledger, and so are
+the instances declared lost (``lost``: run rows ``interrupted / instance_lost``, and the
+children's ``is lost`` warnings, logged to a file each): with every process alive to the
+end, any of them is a false loss. ``--hogs N`` runs N busy-looping processes beside the
+fleet (both cores taken: a starved event loop); ``--instance-ttl`` sets the children's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import os
 import shutil
@@ -106,6 +113,16 @@ WORKLOADS = {
             target="100% fired, p99 <= 100 ms, start-up <= 5 s",
         ),
         Workload(
+            "soak300",
+            "3 processes, 300 schedules due every second for 3 minutes (with --hogs)",
+            300,
+            1,
+            180,
+            10,
+            target="100% fired, 0 duplicates, 0 instances declared lost",
+            procs=3,
+        ),
+        Workload(
             "share300",
             "3 processes, 300 schedules due every second: the share each runs",
             300,
@@ -134,7 +151,10 @@ def child_cronfleet(a: argparse.Namespace) -> None:
 
     started = time.time()
     recs: list[tuple[str, float, float]] = []
-    s = Scheduler(store=a.store, instance_id=f"bench{a.index}:{os.getpid()}")
+    logging.basicConfig(filename=f"{a.out}.log", level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    ttl = {} if a.instance_ttl is None else {"instance_ttl": a.instance_ttl}
+    s = Scheduler(store=a.store, instance_id=f"bench{a.index}:{os.getpid()}", **ttl)
 
     async def tick(ctx: RunContext) -> None:
         recs.append((ctx.job_id, ctx.slot.timestamp(), time.time()))
@@ -260,6 +280,40 @@ def ledger_duplicates(url: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
+def ledger_lost(url: str, schema: str) -> int:
+    """Run rows a survivor wrote for an instance it declared lost."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            f"SELECT count(*) FROM \"{schema}\".runs WHERE reason = 'instance_lost'"  # type: ignore[arg-type]
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def ledger_outcomes(url: str, schema: str) -> dict[str, int]:
+    """Run rows by ``status/reason`` (what became of the slots that did not run)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT status, coalesce(reason, ''), count(*) FROM \"{schema}\".runs "  # type: ignore[arg-type]
+            "GROUP BY 1, 2 ORDER BY 3 DESC"
+        ).fetchall()
+    return {f"{st}/{why}".rstrip("/"): int(n) for st, why, n in rows}
+
+
+def hogs(n: int) -> list[subprocess.Popen[str]]:
+    """``n`` processes spinning a CPU each (stopped with ``stop_hogs``)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop_hogs(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return math.nan
@@ -268,7 +322,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run_one(
-    w: Workload, system: str, base_url: str, quick: bool, src: str | None = None
+    w: Workload, system: str, base_url: str, quick: bool, src: str | None = None,
+    n_hogs: int = 0, instance_ttl: str | None = None,
 ) -> dict[str, Any]:
     schema = f"bench_{system}_{w.name}_{uuid.uuid4().hex[:6]}"
     window = w.quick_window if quick else w.window
@@ -295,14 +350,18 @@ def run_one(
             cmd.append("--spread")
         if src and system == "cronfleet":
             cmd += ["--src", src]
+        if instance_ttl and system == "cronfleet":
+            cmd += ["--instance-ttl", instance_ttl]
         procs.append(
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         )
         if i == 0 and system == "aps4":  # it creates its tables at start: one at a time
             ready(procs[0])
+    hogging: list[subprocess.Popen[str]] = []
     try:
         for p in procs[1:] if system == "aps4" else procs:
             ready(p)
+        hogging = hogs(n_hogs)
         ready_at = time.time()
         if w.every >= 30 and not w.spread:  # one instant: the next boundary after warm-up
             w0 = math.ceil((ready_at + 2) / w.every) * w.every
@@ -312,6 +371,7 @@ def run_one(
         # late runs still count if their slot is in the window: leave time for them
         time.sleep(max(w1 + (10 if w.every < 30 else 25) - time.time(), 0))
     finally:
+        stop_hogs(hogging)
         stop_children(procs)
     recs: list[tuple[str, float, float]] = []
     per_proc: list[list[tuple[str, float, float]]] = []
@@ -349,6 +409,15 @@ def run_one(
     }
     if system == "cronfleet":
         out["ledger_duplicates"] = ledger_duplicates(base_url, schema)
+        out["lost_rows"] = ledger_lost(base_url, schema)
+        out["outcomes"] = ledger_outcomes(base_url, schema)
+        logs = [tmp / f"{i}.json.log" for i in range(w.procs)]
+        text = "".join(f.read_text() for f in logs if f.exists())
+        out["declared_lost"] = text.count(" is lost: ")
+        out["lag_warnings"] = text.count("the event loop is")
+        out["heartbeat_failures"] = text.count("heartbeat failed")
+        out["warnings"] = text.count(" WARNING ")
+        out["missing"] = int(expected) - len(pairs)
     pg_exec(base_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     return out
 
@@ -377,6 +446,9 @@ def main() -> None:
         "--rev", help="benchmark cronfleet as committed at REV (git archive to a temp dir)"
     )
     p.add_argument("--src", help=argparse.SUPPRESS)
+    p.add_argument("--hogs", type=int, default=0,
+                   help="busy-looping processes beside the fleet while it runs")
+    p.add_argument("--instance-ttl", default=None, help="the children's (default: cronfleet's)")
     a = p.parse_args()
     if a.child == "cronfleet":
         child_cronfleet(a)
@@ -412,7 +484,7 @@ def _run_all(a: argparse.Namespace, base: str, systems: list[str]) -> None:
                 print("aps4 minute100k: not run (declaring 100,000 schedules takes too long)")
                 continue
             print(f"running {name} on {system} ...", flush=True)
-            res = run_one(w, system, base, a.quick, a.src)
+            res = run_one(w, system, base, a.quick, a.src, a.hogs, a.instance_ttl)
             results.append(res)
             print("   ", json.dumps({k: v for k, v in res.items() if k not in ("workload",)}))
     print()

@@ -1,7 +1,7 @@
 """One scheduler process of the chaos suite: ``python -m bench.chaos.worker --help``.
 
 Declares ``--jobs`` interval jobs with the scheduler's **default settings** (only the
-store and ``--instance-ttl``, the suite's ``instance_ttl`` knob -- 15 s like the default --
+store and ``--instance-ttl``, the suite's ``instance_ttl`` knob -- 2 s, the default --
 are given) and runs until SIGTERM / SIGINT, then stops gracefully. Every handler run
 appends one line ``job slot_ms pid started_at`` to ``--record`` (opened ``O_APPEND``, one
 ``write`` per line) as its first statement, then sleeps ``--sleep`` seconds: the runs are
@@ -37,8 +37,9 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.4, help="handler duration in seconds")
     p.add_argument("--record", required=True, help="file the handlers append their runs to")
     p.add_argument("--log-level", default="WARNING")
-    p.add_argument("--instance-ttl", default="15s",
-                   help="the scheduler's instance_ttl (its default: 15s; the short suite cuts it)")
+    p.add_argument("--instance-ttl", default="2s",
+                   help="the scheduler's instance_ttl (the suite's knob and the library's "
+                        "default: 2s; the short suite uses 4s)")
     p.add_argument("--jitter", default="",
                    help="comma-separated jitter delays (seconds) given to the jobs in turn "
                         "(stop_jitter: 0.9,1.5); none by default")

@@ -66,6 +66,7 @@ __all__ = [
     "BACKOFF_STRATEGIES",
     "COMMAND_KEYS",
     "DEFAULT_CATCH_UP_WINDOW",
+    "DEFAULT_INSTANCE_TTL",
     "DEFAULT_TEAM",
     "EVENTS",
     "FIELDS",
@@ -239,6 +240,10 @@ class Overlap(StrEnum):
 
 
 DEFAULT_CATCH_UP_WINDOW = 3600.0
+DEFAULT_INSTANCE_TTL = 2.0
+"""The scheduler's ``instance_ttl`` when none is given (``Scheduler``, ``[scheduler]
+instance_ttl``): heartbeats every 0.4 s, a dead instance's jobs move within about 2 s
+(docs/configuration.md)."""
 # Teams scope what an API token sees; jobs declared without one belong to this team.
 DEFAULT_TEAM = "default"
 _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -8,6 +8,7 @@ never from this process's output.
 
 ``--count FILE``: each handler appends ``job slot instance recovery`` to FILE when its
 work is done (runs counted on the handler side). ``--instance-ttl``, ``--recover``.
+``--block-loop SECONDS``: a node-local async job every 2 s holds the event loop that long.
 ``--max-instances N`` on every job; ``--spans FILE``: each handler appends ``job slot
 instance start end`` (wall-clock seconds, taken in the handler) when its work is done.
 
@@ -51,7 +52,10 @@ def main() -> None:
     p.add_argument("--command-log", default=None,
                    help="command jobs instead of handlers: each run appends "
                         "'<job> <slot> <token>' to this file (counted on the command side)")
-    p.add_argument("--instance-ttl", default="15s")
+    p.add_argument("--instance-ttl", default=None, help="default: the library's (2 s)")
+    p.add_argument("--block-loop", type=float, default=0.0,
+                   help="an async job every 2 s holds the event loop this many seconds "
+                        "(time.sleep on the loop thread: a sync call where it does not belong)")
     p.add_argument("--recover", action="store_true", help="recover=True on every job")
     p.add_argument(
         "--count", default=None,
@@ -73,7 +77,7 @@ def main() -> None:
         shutdown_grace="10s",
         clock=SystemClock(offset=args.clock_offset),
         timers=args.role != "api",
-        instance_ttl=args.instance_ttl,
+        **({} if args.instance_ttl is None else {"instance_ttl": args.instance_ttl}),
     )
 
     def count(ctx: RunContext) -> None:
@@ -118,6 +122,12 @@ def main() -> None:
             args.every, id=f"{args.prefix}-{i:04d}", timeout=args.timeout, recover=args.recover,
             **locking,
         )(handler)
+    if args.block_loop:
+
+        async def hold_the_loop(ctx: RunContext) -> None:
+            time.sleep(args.block_loop)  # noqa: ASYNC251 -- the point: the loop runs nothing
+
+        s.job("2s", id="hold-the-loop", locking=Locking.NODE_LOCAL)(hold_the_loop)
     for i in range(args.require_jobs):
         s.job(
             args.every,

@@ -127,7 +127,7 @@ def test_redis_kill_9_of_a_lane_holder_its_lane_is_broken_and_two_run_again(
     try:
         url = f"{server.url}?prefix={new_prefix()}"
         path = tmp_path / "spans.txt"
-        until = math.ceil(time.time()) + 60
+        until = math.ceil(time.time()) + 40
         args = ("--jobs", "1", "--every", "1s", "--sleep", "2.5", "--max-instances", "2",
                 "--prefix", "lane", "--spans", str(path))
         procs = [spawn(url, f"p{i}", until, *args) for i in range(3)]
@@ -148,7 +148,7 @@ def test_redis_kill_9_of_a_lane_holder_its_lane_is_broken_and_two_run_again(
         runs = spans(path)
         rows = ledger(url)
         name = holder.split(":")[0]
-        lo, hi = math.ceil(killed_at) + 25, until - 4  # lanes broken (ttl 15 s), none stopping
+        lo, hi = math.ceil(killed_at) + 8, until - 4  # lanes broken (ttl 2 s), none stopping
         share = two_share(runs, lo, hi)
         lost = [r for r in rows if r[2] == "interrupted"]
         print(f"killed {name}; {len(runs)} runs, peak {most_concurrent(runs)}, two running "

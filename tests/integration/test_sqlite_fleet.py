@@ -105,8 +105,8 @@ def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> No
 def test_kill_9_holder_is_declared_lost_and_next_slot_runs_elsewhere(tmp_path: Path) -> None:
     db = tmp_path / "kill.db"
     # one job every 5 s whose run lasts 4 s; timeout 5 s, so its lease is 35 s; the
-    # instance ttl is 15 s (the default): the survivors break the lease well before that
-    until = time.time() + 60
+    # instance ttl is 2 s (the default): the survivors break the lease well before that
+    until = time.time() + 45
     args = ("--jobs", "1", "--every", "5s", "--sleep", "4", "--timeout", "5s", "--prefix", "slow")
     procs = [spawn(db, f"k{i}", until, *args) for i in range(3)]
     try:
@@ -149,15 +149,15 @@ def test_kill_9_holder_is_declared_lost_and_next_slot_runs_elsewhere(tmp_path: P
     interrupted = [r for r in runs if r[1] == "interrupted"]
     assert len(interrupted) == 1 and interrupted[0][3] == holder
     assert interrupted[0][2] == "instance_lost" and "declared lost" in interrupted[0][4]
-    # the victim owned the job: until the survivors saw it gone (ttl 15 s + a heartbeat)
+    # the victim owned the job: until the survivors saw it gone (ttl 2 s + a heartbeat)
     # nobody planned it; its new owner caught up from the watermark (older slots
     # `missed`, or `already_executing` naming it while its lease was not yet broken);
-    # none after 20 s, long before its 35 s lease would have expired
+    # none after 8 s, long before its 35 s lease would have expired
     blocked = [r for r in runs if r[1] == "skipped"]
     assert all(r[2] == "missed" or (r[2] == "already_executing" and victim_name in r[4])
                for r in blocked), blocked
-    assert all(r[0] / 1000 < killed_at + 20 for r in blocked), blocked
-    after = [r for r in runs if killed_at + 20 < r[0] / 1000 < until - 6]
+    assert all(r[0] / 1000 < killed_at + 8 for r in blocked), blocked
+    after = [r for r in runs if killed_at + 8 < r[0] / 1000 < until - 6]
     assert after and all(r[1] == "succeeded" for r in after)
     assert after[0][0] / 1000 < lease_until  # the lease was broken, not waited out
     assert all(r[3].split(":")[0] != victim_name for r in after)

@@ -14,7 +14,7 @@ from cronfleet.config.env import timers_from_env
 from cronfleet.config.keys import DEFAULT_STORE
 from cronfleet.config.problems import ConfigError, Problem
 from cronfleet.plugins import BUILTIN_PROVIDER, EntryPointSpec, Task
-from cronfleet.spec import DEFAULT_CATCH_UP_WINDOW
+from cronfleet.spec import DEFAULT_CATCH_UP_WINDOW, DEFAULT_INSTANCE_TTL
 
 __all__ = ["Config", "Loaded", "LoadedPlugin", "PluginRef", "timers_from_env"]
 
@@ -55,7 +55,7 @@ class Config:
     entry_points: bool = True
     shutdown_grace: float = 30.0
     connect_timeout: float | None = None  # start-up waits for the store; None: forever
-    instance_ttl: float = 15.0
+    instance_ttl: float = DEFAULT_INSTANCE_TTL
     run_retention: float = 30 * 86400.0
     runs_per_job: int = 1000
     metrics_job_label: bool = True

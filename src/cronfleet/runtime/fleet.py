@@ -1,12 +1,19 @@
 """The fleet as this process sees it: its own ``instances`` row, heartbeats by the
 store's clock, the live set, breaking a lost instance's leases, and work spreading.
 
-- **Heartbeat** every ``instance_ttl / 5`` (3 s by default): one transaction that
+- **Heartbeat** every ``instance_ttl / 5`` (0.4 s by default): one transaction that
   refreshes this instance's row and reads the live set. An instance whose heartbeat is
-  older than ``instance_ttl`` (15 s) is lost.
+  older than ``instance_ttl`` (2 s) is lost. The beats come from a daemon thread with a
+  store connection of its own (runtime/heartbeat.py), so a busy or starved event loop
+  does not stop them; the thread stops beating for a loop that ran nothing for
+  ``wedged_after`` (``max(10 s, 5 x ttl)``), so that a wedged process is declared lost.
+  What a beat found reaches the loop's state under one lock (``record``); the loop does
+  its part (``break_lost``, the registry's sync) after a beat that went through. Without
+  a second connection (the memory store, a store object given by the caller) or with a
+  test clock, the loop beats itself, as before.
 - **Lost instances**: after each heartbeat, this process declares lost any other
   instance past the ttl -- after a gap in its own heartbeats (one failed, or none for
-  longer than the ttl) only once they went through again for ``steady_for`` (6 s by
+  longer than the ttl) only once they went through again for ``steady_for`` (2 s by
   default; ``Fleet.steady``: after a store outage every
   heartbeat is stale, and the first process back must not declare the rest lost) -- and
   breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
@@ -31,14 +38,17 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING
 
 from cronfleet.model import RunRecord
+from cronfleet.runtime.heartbeat import BeatThread, LoopProbe
 from cronfleet.store.base import Heartbeat, Instance, InstanceStore
 
 if TYPE_CHECKING:
@@ -59,7 +69,18 @@ HANDOVER_MAX = 2.0  # seconds a stop waits at most for the handover (a long ttl'
 STEADY_BEATS = 2
 """After a gap in its heartbeats (one failed, or none for longer than the ttl), an
 instance judges the others only after ``Fleet.steady_for``: this many intervals, at
-least an interval + 2 s, at most the ttl (6 s by default)."""
+least an interval + 2 s, at most the ttl (2 s by default: the ttl)."""
+
+WEDGED_AFTER = 10.0
+WEDGED_TTLS = 5
+"""The heartbeat thread stops beating once the event loop has run nothing for
+``max(WEDGED_AFTER, WEDGED_TTLS * instance_ttl)`` seconds (10 s by default): a wedged
+process (a deadlock, a handler that never yields) is declared lost and its jobs move,
+while a loop held a second or two by a sync handler, or starved of CPU, keeps beating.
+Ten seconds is well past what a healthy loop is held by (a sync handler run on it by
+mistake, a large instant, a starved CPU: a second or two) and less than the 15 s after
+which a frozen loop was declared lost before heartbeats had a thread (the old default
+ttl); a larger ttl, chosen to tolerate longer stalls, stretches it."""
 
 log = logging.getLogger("cronfleet")
 
@@ -81,7 +102,8 @@ class Fleet:
     ownership: OwnershipView
 
     def __init__(self, *, store: Store, clock: Clock, settings: Settings, stats: Stats,
-                 activity: Activity, due: Due, early: EarlyClaims, upkeep: Upkeep) -> None:
+                 activity: Activity, due: Due, early: EarlyClaims, upkeep: Upkeep,
+                 open_beat_store: Callable[[], Store] | None = None) -> None:
         self.clock = clock
         self.stats = stats
         self.activity = activity
@@ -98,6 +120,18 @@ class Fleet:
         self.steady_for = min(self.ttl, max(STEADY_BEATS * self.interval, self.interval + 2.0))
         self.me = Instance(settings.instance_id, socket.gethostname(), os.getpid(), settings.role,
                            _version())
+        # a loop lagging this long is logged; one that ran nothing for this long is wedged:
+        # the heartbeat thread stops beating for it (runtime/heartbeat.py)
+        self.lag_warn = self.ttl
+        self.wedged_after = max(WEDGED_AFTER, WEDGED_TTLS * self.ttl)
+        self.open_beat_store = open_beat_store if self.store is not None else None
+        # What the heartbeats found: written by the heartbeat thread (BeatThread) or by
+        # the loop's own beats (start, confirm), read by the loop. ``record`` changes them
+        # under ``_lock`` in one step, the epoch before last_ok; ``confirm`` reads last_ok
+        # and the epoch under the same lock: a fresh last_ok never comes with the epoch
+        # from before the store said this instance had been declared lost. The other
+        # readers (steady, the upkeep, owns) read single fields, each written whole.
+        self._lock = threading.Lock()
         self.live: tuple[str, ...] = ()
         self.last_ok: float | None = None  # our clock when the store last confirmed us
         self.steady_since: float | None = None  # heartbeats without a gap since (our clock)
@@ -114,35 +148,51 @@ class Fleet:
     # -- membership ----------------------------------------------------------------------
 
     async def beat(self) -> Heartbeat | None:
-        """One heartbeat; ``None`` when the store did not answer (logged)."""
+        """One heartbeat from the loop, on the scheduler's store (at start, in
+        ``confirm``, and every interval without a heartbeat thread); ``None`` when the
+        store did not answer (logged)."""
         if self.store is None:
             return None
         asked = self.clock.now()
-        self.me.plans = "" if self.leaving else self.ownership.plans()
+        self.refresh_plans()
         try:
             beat = await self.store.heartbeat(self.me, ttl=self.ttl)
         except Exception as exc:
+            self.record_failure(asked, exc)
+            return None
+        self.record(asked, beat)
+        return beat
+
+    def record_failure(self, asked: float, exc: BaseException) -> None:
+        """A heartbeat asked at ``asked`` failed (either thread)."""
+        with self._lock:
             self.stats.store_errors += 1
             self.failed = True
-            log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id, exc)
-            return None
-        prev, self.last_ok = self.last_ok, asked
-        if prev is None or self.failed or asked - prev > self.ttl:
-            # back after failed heartbeats (a store outage, a held SQLite lock) or a pause
-            # longer than the ttl: the others' heartbeats may be as stale as ours for the
-            # same reason; see steady(). A beat that is merely late (a loaded machine)
-            # is no gap.
-            self.steady_since = asked
-            self.failed = False
-        if beat.live != self.live:
-            if self.live:
-                log.info(
-                    "fleet: %d live instance(s): %s", len(beat.live), ", ".join(beat.live)
-                )
-            self.live = beat.live
-        self.view = (beat.live, beat.plans)
+        log.warning("instance %s: heartbeat failed (%s)", self.me.instance_id,
+                    str(exc) or type(exc).__name__)
+
+    def record(self, asked: float, beat: Heartbeat) -> None:
+        """What a heartbeat asked at ``asked`` (our clock) found (either thread)."""
+        with self._lock:
+            prev = self.last_ok
+            if prev is None or self.failed or asked - prev > self.ttl:
+                # back after failed heartbeats (a store outage, a held SQLite lock) or a
+                # pause longer than the ttl: the others' heartbeats may be as stale as ours
+                # for the same reason; see steady(). A beat that is merely late (a loaded
+                # machine) is no gap.
+                self.steady_since = asked
+                self.failed = False
+            changed = beat.live != self.live
+            if changed:
+                self.live = beat.live
+            self.view = (beat.live, beat.plans)  # for divide(), on the loop
+            if beat.lost:
+                self.epoch += 1  # claims made before belong to the survivors now
+            # the loop's beat and the thread's may answer out of order: keep the newest
+            self.last_ok = asked if prev is None else max(prev, asked)
+        if changed and prev is not None:
+            log.info("fleet: %d live instance(s): %s", len(beat.live), ", ".join(beat.live))
         if beat.lost:
-            self.epoch += 1  # claims made before belong to the survivors now
             log.warning(
                 "instance %s was declared lost by %s at %s (no heartbeat for more than "
                 "%gs); its runs in progress were interrupted and their results will be "
@@ -152,22 +202,22 @@ class Fleet:
                 beat.lost_at.isoformat() if beat.lost_at is not None else "?",
                 self.ttl,
             )
-        return beat
-
-    def suspect(self, now: float) -> bool:
-        """True when the store has not confirmed this instance for longer than half the
-        ttl: claims made before may have been broken by the survivors."""
-        return self.enabled and (self.last_ok is None or now - self.last_ok > self.ttl / 2)
 
     async def confirm(self, now: float, epoch: int) -> bool:
         """Before starting runs from claims made in ``epoch``: True when they are still
-        ours (the store confirms this instance was not declared lost since)."""
-        if self.suspect(now):
-            beat = await self.beat()
-            if beat is None:  # no answer: ours unless a survivor may have declared us lost
-                last = self.last_ok
-                return last is not None and now - last < self.ttl and epoch == self.epoch
-        return epoch == self.epoch
+        ours (the store confirms this instance was not declared lost since). Suspect --
+        a beat first -- when the store has not confirmed this instance for longer than
+        half the ttl: claims made before may have been broken by the survivors."""
+        with self._lock:  # last_ok and the epoch of one beat (see __init__)
+            last, current = self.last_ok, self.epoch
+        if not self.enabled or (last is not None and now - last <= self.ttl / 2):
+            return epoch == current
+        beat = await self.beat()
+        with self._lock:
+            last, current = self.last_ok, self.epoch
+        if beat is None:  # no answer: ours unless a survivor may have declared us lost
+            return last is not None and now - last < self.ttl and epoch == current
+        return epoch == current
 
     def steady(self) -> bool:
         """True once this instance's heartbeats have gone through without a gap (none
@@ -203,31 +253,85 @@ class Fleet:
         return got.runs
 
     async def quiet_moment(self) -> None:
-        """Wait until this is not the moment of an instant or of its early claims: a
-        heartbeat is a store write, and a handler's lateness must not pay for it."""
+        """Wait until this is not the moment of an instant or of its early claims: the
+        loop's heartbeat work (a beat without a thread, ``break_lost``, the registry's
+        sync) is store round trips on the loop, and a handler's lateness must not pay
+        for it. The thread's beats need no such wait: another connection, another
+        thread, a few hundred microseconds of the GIL.
+
+        At most an interval: with a short ttl (2 s) and a long ``claim_ahead``, the
+        quiet window could otherwise hold a heartbeat past the ttl."""
         heap = self.due.heap
         if not heap:
             return
         now = self.clock.now()
         nxt = heap[0]
         if nxt - self.early.ahead - QUIET <= now < nxt + QUIET:
-            await self.clock.sleep_until(nxt + QUIET)
+            await self.clock.sleep_until(min(nxt + QUIET, now + self.interval))
 
     async def heartbeat_loop(self) -> None:
+        """The heartbeats, for as long as this task runs: from a thread when the store
+        has a second connection (``open_beat_store``), else from this loop."""
+        if self.open_beat_store is None:
+            await self._beat_in_loop()
+            return
+        nudge = asyncio.Event()  # set on the loop by the thread's probe, after each beat
+        probe = LoopProbe(asyncio.get_running_loop(), nudge.set)
+        thread = BeatThread(self, self.open_beat_store, probe)
+        thread.start()
+        try:
+            judged: float | None = None
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(nudge.wait(), self.ttl)
+                if not thread.is_alive():  # a bug in the thread: logged there
+                    log.error("instance %s: the heartbeat thread ended; heartbeats go on "
+                              "from the event loop", self.me.instance_id)
+                    await self._beat_in_loop()
+                nudge.clear()
+                self.refresh_plans()
+                last = self.last_ok
+                if last == judged or not self.steady():
+                    continue  # no beat went through since the last pass, or not steady
+                judged = last
+                await self.quiet_moment()
+                self.activity.enter()
+                try:
+                    await self._after_beat()
+                finally:
+                    self.activity.leave()
+        finally:
+            thread.stop()
+            # the thread ends within its current beat (at most a ttl): wait for it off the
+            # loop, so that no beat re-registers this instance after leave()
+            await asyncio.shield(asyncio.to_thread(thread.join, self.ttl + 5.0))
+
+    async def _beat_in_loop(self) -> None:
+        """Without a second connection (the memory store, a store object given by the
+        caller, a test clock): beat from the loop, clear of the instants."""
         while True:
             await self.quiet_moment()
             self.activity.enter()
             try:
                 beat = await self.beat()
                 if beat is not None and self.steady():
-                    await self.break_lost()
-                    # after break_lost: a lost instance's jobs are taken with its leases
-                    # broken, so their catch-up does not meet them
-                    self.divide()
-                    await self.registry.sync()  # only on change, or the periodic touch
+                    await self._after_beat()
             finally:
                 self.activity.leave()
             await self.clock.sleep_until(self.clock.now() + self.interval)
+
+    async def _after_beat(self) -> None:
+        """The loop's work after a beat that went through, while steady: declare the
+        lost, divide the jobs (after break_lost: a lost instance's jobs are taken with
+        its leases broken, so their catch-up does not meet them), sync the registry."""
+        await self.break_lost()
+        self.divide()
+        await self.registry.sync()  # only on change, or the periodic touch
+
+    def refresh_plans(self) -> None:
+        """The digest the next heartbeats carry (the thread's included), on the loop:
+        the job table changes there."""
+        self.me.plans = "" if self.leaving else self.ownership.plans()
 
     def divide(self) -> None:
         """Tell the ownership the live set of the last heartbeat: at start, then after each
@@ -239,13 +343,15 @@ class Fleet:
     async def hand_over(self, budget: float) -> None:
         """At stop, before the loop stops: one heartbeat saying this instance plans no
         job; its peers take its share at their next heartbeat (within an interval), and
-        the loop goes on planning meanwhile (an interval and a margin, ``HANDOVER_MAX`` at
-        most: real time, as the peers' heartbeats) (both plan those jobs for a moment: the store
-        keeps one claim of each slot), so that no slot waits for the handover. Its row
-        stays until :meth:`leave`: it is not lost while it finishes its runs."""
+        the loop goes on planning meanwhile -- both plan those jobs for a moment, the
+        store keeps one claim of each slot -- so that no slot waits for the handover (an
+        interval and a margin, ``HANDOVER_MAX`` at most: real time, as the peers'
+        heartbeats). Its row stays until :meth:`leave`: it is not lost while it finishes
+        its runs."""
         if self.store is None or self.leaving:
             return
         self.leaving = True
+        self.refresh_plans()
         if len(self.ownership.peers) < 2:
             return  # nobody to hand over to
         try:

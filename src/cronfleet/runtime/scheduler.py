@@ -82,7 +82,7 @@ from cronfleet.runtime.sync import SyncControl
 from cronfleet.runtime.threads import DaemonThreadPool
 from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.runtime.writer import Writer
-from cronfleet.spec import default_job_id, pause_until
+from cronfleet.spec import DEFAULT_INSTANCE_TTL, default_job_id, pause_until
 from cronfleet.store import Store, open_store
 from cronfleet.store.base import has_lanes
 
@@ -153,9 +153,10 @@ class Scheduler(SyncControl):
     the job's catch-up policy. ``claim_ahead``: how long before an instant its plain slots
     are claimed (with their leases), so that their handlers start at the instant without
     a store round trip; 0 claims every slot at its time (docs/internals.md, "Early
-    claims"). ``instance_ttl``: a timer process heartbeats by the store's clock every
-    fifth of it; one whose heartbeat is older is lost, and the others break its leases
-    and interrupt its runs (docs/concepts.md, "Instances, leases and fencing").
+    claims"). ``instance_ttl`` (2 s): a timer process heartbeats by the store's clock
+    every fifth of it, from a thread with its own connection when the store was given
+    as a URL; one whose heartbeat is older is lost, and the others break its leases and
+    interrupt its runs (docs/concepts.md, "Instances, leases and fencing").
     ``role`` is what the process's ``instances`` row says it is. ``timers=False`` runs
     no loop: a control-only process (an API replica) that
     can pause, trigger and read history.
@@ -182,7 +183,7 @@ class Scheduler(SyncControl):
         claim_ahead: str | float | timedelta = 0.5,
         timers: bool = True,
         connect_timeout: str | float | timedelta | None = None,
-        instance_ttl: str | float | timedelta = 15.0,
+        instance_ttl: str | float | timedelta = DEFAULT_INSTANCE_TTL,
         role: str = "all",
         metrics_job_label: bool = True,
     ) -> None:
@@ -194,6 +195,9 @@ class Scheduler(SyncControl):
         """How long ``start()`` waits for an unreachable store (``None``: as long as it
         takes), retrying with backoff and full jitter."""
         self._own_store = store is None or isinstance(store, str)  # built here from a URL
+        # the URL it was built from: the heartbeat thread opens its own connection with it
+        target = store or DEFAULT_STORE
+        self._store_url = target if isinstance(target, str) else None
         self.instance_id = instance_id or new_instance_id()
         self.timezone = timezone
         self.catch_up_window = _secs(catch_up_window, "catch_up_window")
@@ -258,7 +262,7 @@ class Scheduler(SyncControl):
             runs=runs, writer=writer, loop=loop)
         self.fleet = fleet = Fleet(
             store=store, clock=clock, settings=settings, stats=stats, activity=activity,
-            due=due, early=early, upkeep=upkeep)
+            due=due, early=early, upkeep=upkeep, open_beat_store=self._beat_store_opener())
         self.registry = registry = Registry(
             store=store, clock=clock, settings=settings, life=life, stats=stats,
             activity=activity, jobs=jobs, fleet=fleet, runs=runs, control=self)
@@ -418,6 +422,17 @@ class Scheduler(SyncControl):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    def _beat_store_opener(self) -> Callable[[], Store] | None:
+        """How the heartbeat thread opens a connection of its own (runtime/heartbeat.py):
+        this scheduler's store URL again, through the store factory, in real time. None --
+        heartbeats from the loop -- for a store object given by the caller (the memory
+        store has no second connection; another's URL may hide its password and its
+        options are the caller's) and for a test clock, which a thread cannot follow."""
+        url, clock = self._store_url, self.clock
+        if url is None or not isinstance(clock, SystemClock):
+            return None
+        return lambda: open_store(url, clock=clock)
 
     @property
     def loop_task(self) -> asyncio.Task[None] | None:

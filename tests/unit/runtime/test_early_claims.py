@@ -208,7 +208,7 @@ async def test_stop_far_before_a_large_early_instant_gives_the_claims_back(
 async def test_instance_dying_after_an_early_claim_leaves_an_interrupted_run(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    s = make(instance_id="survivor")
+    s = make(instance_id="survivor", instance_ttl=15)  # the clock moves 10 s a step
     rec = Recorder()
     s.job("60s", id="j", timeout=60, recover=True)(rec)
     clock.set(SLOT - 0.3)

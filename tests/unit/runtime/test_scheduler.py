@@ -556,7 +556,7 @@ async def test_thread_timeout_is_abandoned(make: Make, clock: FakeClock, running
 async def test_crashed_holder_is_marked_interrupted_and_recovered(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    s = make(instance_id="survivor")
+    s = make(instance_id="survivor", instance_ttl=15)  # the clock moves 10 s a step
     rec = Recorder()
     s.job("@daily", id="r", timeout=60, recover=True)(rec)
     s.job("@daily", id="n", timeout=60)(Recorder())

@@ -194,7 +194,8 @@ async def test_a_finished_run_is_not_rerun_while_its_result_waits_to_be_written(
     fleet = []
     outage = Outage()
     for name in ("a", "b"):
-        s = make(instance_id=name, orphan_interval=1)
+        # the clock moves 3 s a step: heartbeats without a gap need a ttl above it
+        s = make(instance_id=name, orphan_interval=1, instance_ttl=15)
         s.job("@hourly", id="j", timeout="10s", recover=True)(handler)
         await s.start()
         outage.wrap(s)
@@ -282,7 +283,7 @@ async def test_the_reaper_waits_while_its_heartbeats_fail_or_lag(
     """A reap asked while the store is out of reach (its call may wait for the lock and run
     the moment it is free, before the holders wrote what they kept), or by a process that
     was frozen itself (its last heartbeat 45 s old), could re-run finished runs."""
-    s = make(instance_id="a")
+    s = make(instance_id="a", instance_ttl=15)  # steady after 6 s of beats
     await s.start()
     await advance(clock, 12, s, step=1)
     assert s.upkeep.may_reap()
