@@ -106,8 +106,8 @@ def test_three_processes_max_instances_2_never_more_than_two_runs(
         ran = {slot for slot, st in rows if st == "succeeded"}
         assert ran == {s for s in slots if s in ran}  # no succeeded row without its handler
         assert {s for s in slots if lo <= s <= hi} == {s for s in ran if lo <= s <= hi}
-        # (which process runs a slot is the claim race's: mostly the job's owner, which
-        # claims first; the others' claims follow SPREAD_DELAY later)
+        # (which process runs a slot is its job's owner's, or the claim race's while the
+        # processes start and divide the jobs)
         assert all("DONE" in o for o in outputs)
     finally:
         if schema is not None:

@@ -404,7 +404,7 @@ async def test_replace_cancels_the_run_of_another_process_and_runs_the_new_slot(
         assert held.id is not None
         await _running(a, "rep")
         clock.advance(60)  # b's slot is due: the lease is busy, b replaces a's run
-        for _ in range(5):  # (b claims it SPREAD_DELAY after the instant: not its owner)
+        for _ in range(5):  # (b plans its own declaration: a declares the job differently)
             await asyncio.sleep(0.02)
             clock.advance(0.1)
         cancelled = await _ended(a, held.id, timeout=20)
