@@ -325,7 +325,7 @@ class Fleet:
         lost, divide the jobs (after break_lost: a lost instance's jobs are taken with
         its leases broken, so their catch-up does not meet them), sync the registry."""
         await self.break_lost()
-        self.divide()
+        await self.divide()
         await self.registry.sync()  # only on change, or the periodic touch
 
     def refresh_plans(self) -> None:
@@ -333,12 +333,12 @@ class Fleet:
         the job table changes there."""
         self.me.plans = "" if self.leaving else self.ownership.plans()
 
-    def divide(self) -> None:
+    async def divide(self) -> None:
         """Tell the ownership the live set of the last heartbeat: at start, then after each
         heartbeat once steady (after a gap in this instance's heartbeats every other one
         looks stale too: taking their jobs then would only make two owners)."""
         if not self.leaving:
-            self.ownership.update(*self.view)
+            await self.ownership.update(*self.view)
 
     async def hand_over(self, budget: float) -> None:
         """At stop, before the loop stops: one heartbeat saying this instance plans no

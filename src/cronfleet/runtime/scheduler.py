@@ -368,25 +368,27 @@ class Scheduler(SyncControl):
             raise ValueError(f"job {job.id!r} has no handler")
         check_lanes(job, self.store)
         self._jobs[job.id] = job
-        self.ownership.changed()
+        self.ownership.changed(None, job)
         if self.running:
             self.life.spawn(self._add_running(job))
             self.registry.changed()
         return job
 
     def remove_job(self, job_id: str) -> None:
-        if self._jobs.pop(job_id, None) is None:
+        old = self._jobs.pop(job_id, None)
+        if old is None:
             raise JobNotFound(job_id)
         self.due.forget(job_id)
-        self.ownership.changed()
+        self.ownership.changed(old, None)
         if self.running:
             self.registry.changed()
 
     def replace_job(self, job: Job) -> Job:
         """Swap a job's definition (same id) for a new one; a running scheduler plans its
         next slot from the new schedule. Runs already started finish as they were."""
-        self._jobs.pop(job.id, None)
+        old = self._jobs.pop(job.id, None)
         self.due.forget(job.id)
+        self.ownership.changed(old, None)
         return self.add_job(job)
 
     def get_job(self, job_id: str) -> Job:
@@ -458,7 +460,7 @@ class Scheduler(SyncControl):
         self.due.first_all(self._jobs.values(), states, now)
         if self.fleet.enabled:  # registered before the first claim
             await self.fleet.beat()
-            self.fleet.divide()
+            await self.fleet.divide()
             await self.registry.publish_at_start()
         self.life.running = True
         self.life.stopping = False

@@ -97,6 +97,28 @@ def test_the_digest_is_the_set_of_jobs_and_schedules() -> None:
     assert plans_digest([plan_key(j) for j in s3.iter_jobs()]) != plans_digest(keys[0])
 
 
+def test_the_digest_follows_added_removed_and_replaced_jobs() -> None:
+    """Kept in O(1) per change (XOR of the jobs' key hashes): always the digest of the
+    table as it is; a node-local job is not in it (every process plans it)."""
+    s = Scheduler(store=MemoryStore())
+    for n in range(5):
+        s.job("1s", id=f"j{n}")(print)
+
+    def recomputed() -> str:
+        return plans_digest(plan_key(j) for j in s.iter_jobs() if j.locking.value != "node_local")
+
+    first = s.ownership.plans()
+    assert first == recomputed()
+    s.job("* * * * *", id="extra")(print)
+    assert s.ownership.plans() == recomputed() != first
+    s.replace_job(s.get_job("extra").__class__(**{**vars(s.get_job("extra"))}))
+    assert s.ownership.plans() == recomputed()
+    s.remove_job("extra")
+    assert s.ownership.plans() == first
+    s.job("1s", id="local", locking="node_local")(print)
+    assert s.ownership.plans() == first
+
+
 @pytest.mark.parametrize("store_kind", KINDS)
 async def test_only_the_owner_claims_a_jobs_slots(
     make: Make, clock: FakeClock, running: list
