@@ -282,8 +282,12 @@ class Fleet:
         try:
             judged: float | None = None
             while True:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow this
+                # task's cancellation when the event is set at the same moment, and a
+                # stop then waited for this loop for ever (one stop in ~30 on SQLite)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(nudge.wait(), self.ttl)
+                    async with asyncio.timeout(self.ttl):
+                        await nudge.wait()
                 if not thread.is_alive():  # a bug in the thread: logged there
                     log.error("instance %s: the heartbeat thread ended; heartbeats go on "
                               "from the event loop", self.me.instance_id)
