@@ -3,6 +3,7 @@
     .venv/bin/python bench/fleet_scale.py                        # every store, 1/2/4 processes
     .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --seconds 10
     .venv/bin/python bench/fleet_scale.py --json out.json
+    .venv/bin/python bench/fleet_scale.py --saturate --procs 1 3 --seconds 60   # ceiling
 
 The workload: ``--jobs`` (500) jobs every second, half of them an interval (``1s``) and
 half a cron expression with seconds (``* * * * * *``), each process running
@@ -177,6 +178,48 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
     }  # fmt: skip
 
 
+CEILING_P99 = 0.1  # seconds: #26's lateness bound for the throughput ceiling
+STEPS = [2500, 5000, 7500, 10000, 12500, 15000]
+
+
+def held(r: dict[str, Any]) -> bool:
+    return r["fired"] == r["expected"] and r["duplicates"] == 0 and r["p99"] <= CEILING_P99
+
+
+def saturate(a: argparse.Namespace) -> None:
+    """``--saturate``: each store, each process count, the job counts in order until one is
+    not held; the ceiling is the last one held (``--seconds`` windows; #26 asks 60 s)."""
+    pg = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
+    steps = sorted(a.saturate or STEPS)
+    redis = PrivateRedis() if "redis" in a.stores else None
+    results: list[dict[str, Any]] = []
+    print(f"throughput ceiling: every-second jobs {steps}, {a.seconds} s windows, processes "
+          f"{a.procs}; held = 100 % fired, 0 duplicates, p99 <= {CEILING_P99 * 1000:.0f} ms",
+          flush=True)
+    try:
+        for kind in a.stores:
+            for n in a.procs:
+                ceiling = 0
+                for jobs in steps:
+                    r = run_one(kind, n, jobs, a.seconds, redis, pg)
+                    r["held"] = held(r)
+                    results.append(r)
+                    print(f"  {kind:8s} {n} proc  {jobs:>6} jobs/s  fired {r['fired_pct']:.2f}%"
+                          f", dup {r['duplicates']}, p50 {r['p50'] * 1000:.1f} ms, p99 "
+                          f"{r['p99'] * 1000:.1f} ms  {'held' if r['held'] else 'NOT held'}",
+                          flush=True)  # fmt: skip
+                    if not r["held"]:
+                        break
+                    ceiling = jobs
+                print(f"  {kind:8s} {n} proc  ceiling: {ceiling or 'below ' + str(steps[0])} "
+                      "slots/s", flush=True)
+    finally:
+        if redis is not None:
+            redis.close()
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -189,9 +232,17 @@ def main() -> None:
     p.add_argument("--stores", nargs="*", choices=("postgres", "redis", "sqlite"),
                    default=["postgres", "redis", "sqlite"])
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--saturate", type=int, nargs="*", metavar="JOBS",
+                   help="the throughput ceiling: for each store and process count, the "
+                        "highest of these job counts (every second) held with p99 lateness "
+                        f"<= {CEILING_P99 * 1000:.0f} ms, 100 %% fired and 0 duplicates "
+                        "(default: 2500 5000 7500 10000 12500 15000)")
     a = p.parse_args()
     if a.child:
         child(a)
+        return
+    if a.saturate is not None:
+        saturate(a)
         return
     pg = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
     redis = PrivateRedis() if "redis" in a.stores else None
