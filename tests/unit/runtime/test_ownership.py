@@ -83,6 +83,16 @@ def assert_each_slot_once(rows: dict[tuple[str, float], list[Any]], handler: Cou
             assert ran == 0 and row.status is RunStatus.SKIPPED, (key, row)
 
 
+async def pair(make: Make, handler: Counted, running: list) -> tuple[Scheduler, Scheduler]:
+    """Two instances, a and b, declaring the same jobs, started."""
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    for s in (a, b):
+        await s.start()
+        running.append(s)
+    return a, b
+
+
 def test_the_digest_is_the_set_of_jobs_and_schedules() -> None:
     s1, s2 = Scheduler(store=MemoryStore()), Scheduler(store=MemoryStore())
     s1.job("1s", id="a")(print)
@@ -181,11 +191,7 @@ async def test_a_lost_instances_share_is_taken_from_the_watermark(
     """b stops answering (no heartbeat, no loop): a takes its share once b's heartbeat
     is older than the ttl; b's slots due meanwhile each get one final row."""
     handler = Counted()
-    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
-    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
-    for s in (a, b):
-        await s.start()
-        running.append(s)
+    a, b = await pair(make, handler, running)
     await advance(clock, 4, a, b, step=0.25)
     assert a.ownership.peers == ("a", "b")
     start = clock.now()
@@ -211,11 +217,7 @@ async def test_jobs_added_while_running_go_to_their_owner(
     make: Make, clock: FakeClock, running: list
 ) -> None:
     handler = Counted()
-    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
-    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
-    for s in (a, b):
-        await s.start()
-        running.append(s)
+    a, b = await pair(make, handler, running)
     await advance(clock, 2, a, b, step=0.25)
     for s in (a, b):
         s.job("2s", id="late-comer")(handler)
