@@ -132,12 +132,18 @@ def render(paths: list[str]) -> str:
     def secs(v: Any) -> str:
         return "–" if v is None else (v if isinstance(v, str) else f"{v:.1f} s")
 
+    def handover(r: dict[str, Any]) -> str:
+        if r.get("false_losses") is not None:
+            return f"lost {r['false_losses']}"
+        return secs(r.get("handover"))
+
     out = ["| store | scenario | expected | once | recorded (reason) | silent gaps | "
-           "dup handler / ledger | two final | failover | back on time | verdict |",
-           "|---|---|--:|--:|---|--:|--:|--:|--:|--:|---|"]
+           "dup handler / ledger | two final | failover | back on time | handover / lost "
+           "| verdict |",
+           "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|---|"]
     for (store, name), r in sorted(rows.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
         if r.get("error"):
-            out.append(f"| {store} | {name} | error: {r['error']} |||||||||")
+            out.append(f"| {store} | {name} | error: {r['error']} ||||||||||")
             continue
         rec = sum(r["recorded"].values())
         why = ", ".join(f"{k} {n:,}" for k, n in sorted(r["recorded"].items()))
@@ -146,7 +152,7 @@ def render(paths: list[str]) -> str:
             f"| {store} | {name} | {r['expected']:,} | {r['once']:,} | {rec:,}"
             f"{f' ({why})' if why else ''} | {r['gaps']:,} | {r['dup_handler']:,} / "
             f"{r['dup_ledger']:,} | {r['two_final']:,} | {secs(r['failover'])} | "
-            f"{secs(r['recovery'])} | {verdict} |"
+            f"{secs(r['recovery'])} | {handover(r)} | {verdict} |"
         )
     return "\n".join(["Runs: " + " / ".join(headers), "", *out])
 
