@@ -149,6 +149,15 @@ def pct(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
+def finish(redis: PrivateRedis | None, results: list[dict[str, Any]], path: str | None) -> None:
+    """End of a fleet benchmark: the private server stopped, the results written to
+    ``--json`` when asked (shared by fleet_redis.py and fleet_scale.py)."""
+    if redis is not None:
+        redis.close()
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2))
+
+
 def stop_children(procs: list[subprocess.Popen[str]], timeout: float = 300) -> None:
     """Tell every child to stop (``STOP`` on its stdin), then wait for each (killed past
     ``timeout`` seconds: 100,000 jobs take a while to stop)."""
@@ -269,10 +278,7 @@ def main() -> None:
                 print(f"  ratio postgres/redis: p99 {pq['p99'] / rd['p99']:.2f}x, "
                       f"start-up {pq['startup'] / rd['startup']:.2f}x")
     finally:
-        if redis is not None:
-            redis.close()
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
+        finish(redis, results, a.json)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, PrivateRedis, pct, pg_exec, stop_children  # noqa: E402
+from fleet_redis import DEFAULT_PG, PrivateRedis, finish, pct, pg_exec, stop_children  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -183,7 +183,7 @@ STEPS = [2500, 5000, 7500, 10000, 12500, 15000]
 
 
 def held(r: dict[str, Any]) -> bool:
-    return r["fired"] == r["expected"] and r["duplicates"] == 0 and r["p99"] <= CEILING_P99
+    return bool(r["fired"] == r["expected"] and r["duplicates"] == 0 and r["p99"] <= CEILING_P99)
 
 
 def saturate(a: argparse.Namespace) -> None:
@@ -214,10 +214,7 @@ def saturate(a: argparse.Namespace) -> None:
                 print(f"  {kind:8s} {n} proc  ceiling: {ceiling or 'below ' + str(steps[0])} "
                       "slots/s", flush=True)
     finally:
-        if redis is not None:
-            redis.close()
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
+        finish(redis, results, a.json)
 
 
 def main() -> None:
@@ -269,10 +266,7 @@ def main() -> None:
                 per_s = {m: round(c / a.seconds, 2) for m, c in r["calls_by_method"].items()}
                 print(f"    store calls per second: {per_s}", flush=True)
     finally:
-        if redis is not None:
-            redis.close()
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
+        finish(redis, results, a.json)
 
 
 if __name__ == "__main__":
