@@ -265,7 +265,13 @@ def test_connection_cut_and_restored_policies_hold(schema: str) -> None:
                 # or, right after the outage, the lease of the job's previous run whose
                 # release was not written yet: recorded with its holder (not lost)
                 overlap = [r for r in got if r[3] == "already_executing" and r[4]]
-                assert len(skips) <= 1 and (runs or skips or overlap), (job, s, got)
+                # or missed: the job changed owner as the heartbeats came back (a peer's
+                # first beat came later than the other's) and the new owner, starting
+                # from the watermark, recorded the slot it found past late_after
+                missed = [r for r in got if r[2] == "skipped" and r[3] == "missed"]
+                final = [r for r in got if r[2] not in ("pending", "running")]
+                assert len(final) == 1, (job, s, got)
+                assert len(skips) <= 1 and (runs or skips or overlap or missed), (job, s, got)
             else:
                 # fail open while the outage is confirmed (a fresh connection fails too):
                 # it ran, maybe on both processes; around the edges (the database answers
