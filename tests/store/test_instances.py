@@ -52,6 +52,31 @@ async def test_heartbeat_registers_and_lists_live_instances(
     assert [i.instance_id for i in await a.list_instances(ttl=TTL)] == ["one"]
 
 
+async def test_a_heartbeat_says_when_another_instance_is_stale_until_it_is_declared_lost(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    """``Heartbeat.stale`` tells whether break_lost has work: another instance silent past
+    the ttl and not declared lost (the fleet calls break_lost only then)."""
+    a, b = istore(store), istore(other)
+    assert not (await a.heartbeat(me("one"), ttl=TTL)).stale
+    clock.advance(5)
+    assert not (await b.heartbeat(me("two"), ttl=TTL)).stale  # "one" is 5 s old: live
+    clock.advance(11)  # "one" is 16 s old, "two" 11 s
+    beat = await b.heartbeat(me("two"), ttl=TTL)
+    assert beat.stale and beat.live == ("two",) and set(beat.plans) == {"two"}
+    # its own staleness is no one else's: "one" beats again, it is live and nobody stale
+    clock.advance(5)  # "two" is 5 s old
+    beat = await a.heartbeat(me("one"), ttl=TTL)
+    assert not beat.stale and beat.live == ("one", "two")
+    clock.advance(16)  # "two" is 21 s old
+    assert (await a.heartbeat(me("one"), ttl=TTL)).stale
+    assert [i.instance_id for i in (await a.break_lost("one", ttl=TTL)).instances] == ["two"]
+    beat = await a.heartbeat(me("one"), ttl=TTL)
+    assert not beat.stale and beat.live == ("one",)  # declared lost: nothing left to break
+    await b.leave("two")
+    assert not (await a.heartbeat(me("one"), ttl=TTL)).stale
+
+
 async def test_a_lost_instances_runs_are_interrupted_and_its_leases_broken_once(
     store: Store, other: Store, clock: FakeClock
 ) -> None:

@@ -11,10 +11,10 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   its part (``break_lost``, the registry's sync) after a beat that went through. Without
   a second connection (the memory store, a store object given by the caller) or with a
   test clock, the loop beats itself, as before.
-- **Lost instances**: after each heartbeat, this process declares lost any other
-  instance past the ttl -- after a gap in its own heartbeats (one failed, or none for
-  longer than the ttl) only once they went through again for ``steady_for`` (2 s by
-  default; ``Fleet.steady``: after a store outage every
+- **Lost instances**: after a heartbeat that saw one (``Heartbeat.stale``), this process
+  declares lost any other instance past the ttl -- after a gap in its own heartbeats
+  (one failed, or none for longer than the ttl) only once they went through again for
+  ``steady_for`` (2 s by default; ``Fleet.steady``: after a store outage every
   heartbeat is stale, and the first process back must not declare the rest lost) -- and
   breaks its leases (``InstanceStore.break_lost``, exactly one survivor acts on each):
   its open runs and its claimed-but-unwritten slots (early claims included) become
@@ -140,6 +140,8 @@ class Fleet:
         self.leaving = False  # stopping: its heartbeats say it plans nothing (hand_over)
         # the live set and digests the last heartbeat read, for divide()
         self.view: tuple[tuple[str, ...], Mapping[str, str]] = ((), {})
+        # the last heartbeat saw another instance silent past the ttl: break_lost has work
+        self.stale = False
 
     @property
     def enabled(self) -> bool:
@@ -186,6 +188,7 @@ class Fleet:
             if changed:
                 self.live = beat.live
             self.view = (beat.live, beat.plans)  # for divide(), on the loop
+            self.stale = beat.stale  # for _after_beat(), on the loop
             if beat.lost:
                 self.epoch += 1  # claims made before belong to the survivors now
             # the loop's beat and the thread's may answer out of order: keep the newest
@@ -327,8 +330,11 @@ class Fleet:
     async def _after_beat(self) -> None:
         """The loop's work after a beat that went through, while steady: declare the
         lost, divide the jobs (after break_lost: a lost instance's jobs are taken with
-        its leases broken, so their catch-up does not meet them), sync the registry."""
-        await self.break_lost()
+        its leases broken, so their catch-up does not meet them), sync the registry.
+        ``break_lost`` only when the beat saw a stale instance: a store round trip (and,
+        on PostgreSQL, a write) every beat of every process otherwise."""
+        if self.stale:
+            await self.break_lost()
         await self.divide()
         await self.registry.sync()  # only on change, or the periodic touch
 

@@ -5,7 +5,8 @@ look-up; the job catalog's first read).
 A step that raises :class:`~cronfleet.errors.StoreUnavailable` is tried again after a
 random wait (full jitter, so a fleet restarted together does not retry in lockstep) whose
 bound doubles from 0.5 s up to 5 s, for ever by default or until ``connect_timeout``
-seconds have passed; then the last error is raised with what was waited for. Any other
+seconds have passed (the last wait ends there, and the step is tried once more); then the
+last error is raised with what was waited for. Any other
 error (a bad path, a newer schema, a refused password) stops the start at once.
 """
 
@@ -48,9 +49,8 @@ async def until_reachable(
             result = await step()
         except StoreUnavailable as exc:
             tries += 1
-            wait = random.uniform(0, delay)
             now = monotonic()
-            if deadline is not None and now + wait > deadline:
+            if deadline is not None and now >= deadline:
                 raise StoreUnavailable(
                     f"{what}: the store is still unreachable after {now - started:.1f} s "
                     f"(connect_timeout {timeout:g} s; unset, start-up waits for ever): {exc}"
@@ -59,7 +59,9 @@ async def until_reachable(
                 warned = now
                 log.warning("%s: store unreachable (%s); waiting for it%s", what, exc,
                             "" if timeout is None else f" (up to {timeout:g} s)")
-            await asyncio.sleep(wait)
+            # the last wait ends at the deadline, and the step is tried once more there
+            wait = random.uniform(0, delay)
+            await asyncio.sleep(wait if deadline is None else min(wait, deadline - now))
             delay = min(delay * 2, MAX_DELAY)
         else:
             if tries:

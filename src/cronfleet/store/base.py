@@ -818,7 +818,9 @@ class Heartbeat:
     the survivors broke its leases). ``live``: the ids of the live
     instances, this one included, sorted. ``plans``: each live instance's
     :attr:`Instance.plans` (what ownership hashes over: the live instances that plan the
-    same jobs as this one).
+    same jobs as this one). ``stale``: another instance is silent past the ttl and not
+    declared lost yet -- :meth:`InstanceStore.break_lost` has work (a caller may skip it
+    otherwise).
     """
 
     now: float
@@ -827,6 +829,7 @@ class Heartbeat:
     lost_by: str | None = None
     live: tuple[str, ...] = ()
     plans: dict[str, str] = field(default_factory=dict)
+    stale: bool = False
 
 
 @dataclass(slots=True)

@@ -365,6 +365,17 @@ def live(lost_at: Any, heartbeat_at: Any, cut: Any) -> bool:
     return lost_at is None and heartbeat_at is not None and heartbeat_at >= cut
 
 
+def beat_rows(beat: Heartbeat, me: str, rows: Sequence[Sequence[Any]]) -> Heartbeat:
+    """A heartbeat's reading of the instances not declared lost, ``(id, plans, live)`` rows
+    in id order (``live``: beat within the ttl, :func:`live`): the live set and its
+    digests, and whether another one is stale (silent past the ttl: ``break_lost`` has
+    work)."""
+    beat.live = tuple(r[0] for r in rows if r[2])
+    beat.plans = {r[0]: r[1] or "" for r in rows if r[2]}
+    beat.stale = any(not r[2] and r[0] != me for r in rows)
+    return beat
+
+
 def registry_changes(
     had: Mapping[str, str], jobs: Iterable[Declared]
 ) -> tuple[list[str], list[Declared]]:

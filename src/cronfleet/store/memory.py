@@ -45,6 +45,7 @@ from cronfleet.store.driver import (
     Retention,
     RunRow,
     StoreDriver,
+    beat_rows,
     drive,
     live,
 )
@@ -533,9 +534,11 @@ def _heartbeat(db: MemoryDatabase, now: int, me: Instance, ttl: float) -> Heartb
         db.instances[me.instance_id] = row
     row.heartbeat_at = dt(now)
     row.plans = me.plans
-    beat.live = db.live_ids(now, ttl)
-    beat.plans = {i: db.instances[i].plans for i in beat.live}
-    return beat
+    cut = now - ms(ttl)
+    rows = [(i.instance_id, i.plans, live(i.lost_at, msd(i.heartbeat_at) or 0, cut))
+            for i in sorted(db.instances.values(), key=lambda i: i.instance_id)
+            if i.lost_at is None]  # fmt: skip
+    return beat_rows(beat, me.instance_id, rows)
 
 
 def _instances_all(db: MemoryDatabase, now: int, ttl: float) -> list[Instance]:

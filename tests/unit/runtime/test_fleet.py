@@ -206,6 +206,41 @@ async def test_work_is_spread_over_the_live_instances(
     assert {i: per[i] for i in ids} == {i: 3 * expected[i] for i in ids}
 
 
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_lost_instances_are_looked_for_only_when_a_heartbeat_saw_a_stale_one(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """break_lost is a store round trip (a write on PostgreSQL): it runs after a beat that
+    saw another instance silent past the ttl, not after every beat."""
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="n")(Recorder())
+    store = istore(s)
+    calls: list[float] = []
+    real = store.break_lost
+
+    async def counted(instance_id: str, *, ttl: float) -> Any:
+        calls.append(clock.now())
+        return await real(instance_id, ttl=ttl)
+
+    store.break_lost = counted  # type: ignore[method-assign]
+    await s.start()
+    running.append(s)
+    peer = Instance("peer:1:x", "h", 1, "all", "0")
+    for _ in range(int(4 * TTL / 0.25)):  # a live peer for four ttls: ~20 beats each
+        await store.heartbeat(peer, ttl=TTL)
+        await advance(clock, 0.25, s, step=0.25)
+    assert s.fleet.live == ("peer:1:x", "survivor") and s.fleet.steady()
+    assert calls == []
+    silent = clock.now()
+    await advance(clock, TTL + 2, s, step=0.25)  # the peer went silent
+    assert calls and all(t > silent + TTL for t in calls)
+    listed = {i.instance_id: i for i in await store.list_instances(ttl=TTL)}
+    assert listed["peer:1:x"].lost_by == "survivor"
+    seen = len(calls)
+    await advance(clock, 2 * TTL, s, step=0.25)  # declared lost: nothing left to look for
+    assert len(calls) == seen
+
+
 def test_rendezvous_moves_only_the_jobs_of_the_instance_that_left() -> None:
     jobs = [f"j{n}" for n in range(1000)]
     three = ("a", "b", "c")

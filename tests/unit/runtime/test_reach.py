@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cronfleet.errors import StoreError, StoreUnavailable
@@ -30,6 +32,25 @@ async def test_past_the_limit_the_error_names_the_step_and_the_wait() -> None:
     text = str(info.value)
     assert text.startswith("the secrets key check: the store is still unreachable after")
     assert "connect_timeout 0.2 s" in text and text.endswith("connection refused")
+
+
+async def test_the_wait_lasts_the_whole_connect_timeout_whatever_the_draw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A random wait that would end past the deadline is cut at it, and the step is tried
+    there once more: ``connect_timeout 3 s`` gave up after 1.3 s when a 2 s wait was drawn
+    at 1.3 s."""
+    monkeypatch.setattr("cronfleet.runtime.reach.random.uniform", lambda lo, hi: hi)
+    tries: list[float] = []
+
+    async def step() -> None:
+        tries.append(time.monotonic())
+        raise StoreUnavailable("connection refused")
+
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"still unreachable after 0\.3 s"):
+        await until_reachable(step, "store x", 0.3)
+    assert len(tries) == 2 and tries[1] - started >= 0.3
 
 
 async def test_any_other_error_stops_at_once() -> None:

@@ -19,7 +19,7 @@ from cronfleet.errors import StoreError
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.store import ledger
 from cronfleet.store.base import Declared, FleetRequest, Heartbeat, Instance, SlotRun, watermark
-from cronfleet.store.driver import live
+from cronfleet.store.driver import beat_rows, live
 from cronfleet.store.rows import dumps, ms, msd, registry_rows
 
 if TYPE_CHECKING:
@@ -382,10 +382,7 @@ async def heartbeat(t: PostgresTransport, cur: Cursor, now: datetime, me: Instan
         await cur.execute(cur.q["instance_beat"],
                           {"id": me.instance_id, "now": now, "plans": me.plans})
     await cur.execute(cur.q["instances_live"], {"cut": now - timedelta(seconds=ttl)})
-    rows = await cur.fetchall()
-    beat.live = tuple(r[0] for r in rows)
-    beat.plans = {r[0]: r[1] or "" for r in rows}
-    return beat
+    return beat_rows(beat, me.instance_id, await cur.fetchall())
 
 
 async def declare_lost(t: PostgresTransport, cur: Cursor, now: datetime, me: str,

@@ -478,8 +478,10 @@ UPDATE __S__.instances SET heartbeat_at = %(now)s, plans = %(plans)s
 WHERE instance_id = %(id)s AND lost_at IS NULL;
 
 -- name: instances_live
-SELECT instance_id, plans FROM __S__.instances
-WHERE lost_at IS NULL AND heartbeat_at >= %(cut)s ORDER BY instance_id COLLATE "C";
+-- every instance not declared lost, and whether it beat at or after the cut-off (live;
+-- else stale: break_lost has work)
+SELECT instance_id, plans, heartbeat_at >= %(cut)s FROM __S__.instances
+WHERE lost_at IS NULL ORDER BY instance_id COLLATE "C";
 
 -- name: instances_declare_lost
 -- exactly one survivor declares each (the row lock; the WHERE is re-checked after it)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.store.base import Declared, FleetRequest, Heartbeat, Instance, watermark
-from cronfleet.store.driver import live
+from cronfleet.store.driver import beat_rows, live
 from cronfleet.store.rows import dt, msd
 
 if TYPE_CHECKING:
@@ -208,9 +208,8 @@ async def heartbeat(t: RedisTransport, me: Instance, ttl: float) -> Heartbeat:
         "instances", "beat", me.instance_id, me.host, me.pid, me.role, me.version,
         round(ttl * 1000), me.plans,
     )  # fmt: skip
-    now, lost, lost_at, lost_by, live_rows = json.loads(raw)
-    pairs = [(i, p or "") for i, p in live_rows or ()]
-    beat = Heartbeat(now=int(now) / 1000.0, live=tuple(i for i, _ in pairs), plans=dict(pairs))
+    now, lost, lost_at, lost_by, rows = json.loads(raw)
+    beat = beat_rows(Heartbeat(now=int(now) / 1000.0), me.instance_id, rows or [])
     if lost:
         beat.lost, beat.lost_at, beat.lost_by = True, dt(_i(lost_at)), lost_by or None
     return beat

@@ -21,7 +21,7 @@ from cronfleet.errors import StoreError
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.store import ledger
 from cronfleet.store.base import Declared, FleetRequest, Heartbeat, Instance, SlotRun, watermark
-from cronfleet.store.driver import live
+from cronfleet.store.driver import beat_rows, live
 from cronfleet.store.queries import load_queries
 from cronfleet.store.rows import dt, ms, msd, registry_rows
 
@@ -375,10 +375,8 @@ def heartbeat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
                   (me.instance_id, me.host, me.pid, me.role, me.version, now, me.plans))
     else:
         c.execute(Q["instance_beat"], (me.instance_id, now, me.plans))
-    rows = c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall()
-    beat.live = tuple(r[0] for r in rows)
-    beat.plans = {r[0]: r[1] or "" for r in rows}
-    return beat
+    return beat_rows(beat, me.instance_id,
+                     c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall())
 
 
 def declare_lost(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: str,

@@ -323,8 +323,9 @@ ON CONFLICT (instance_id) DO UPDATE SET host = ?2, pid = ?3, role = ?4, version 
 UPDATE instances SET heartbeat_at = ?2, plans = ?3 WHERE instance_id = ?1 AND lost_at IS NULL;
 
 -- name: instances_live
--- ?1 cut-off: heartbeat at or after it, not declared lost
-SELECT instance_id, plans FROM instances WHERE lost_at IS NULL AND heartbeat_at >= ?1
+-- every instance not declared lost, and whether it beat at or after ?1, the cut-off
+-- (live; else stale: break_lost has work)
+SELECT instance_id, plans, heartbeat_at >= ?1 FROM instances WHERE lost_at IS NULL
 ORDER BY instance_id;
 
 -- name: instances_declare_lost

@@ -2,7 +2,8 @@
 -- instance id -> JSON {h host, p pid, r role, v version, sa started, hb heartbeat,
 -- la lost at, lb lost by, pl plans} (times in ms). ARGV: P, now, what, ...
 --   'beat', id, host, pid, role, version, ttl ms, plans   register / refresh; reply JSON
---        {now, lost (0/1), lost at, lost by, [[live id, its plans]...]}
+--        {now, lost (0/1), lost at, lost by, [[id, its plans, live 1/0]...]} (every
+--        instance not declared lost: live, or stale when its heartbeat is older than ttl)
 --   'list', ttl ms                                  reply JSON {now, [[id, row]...]}
 --   'leave', id
 --   'break', me, ttl ms, reason, error before, error after, log before, log after
@@ -19,10 +20,11 @@ local function rows()
   for i = 1, #all, 2 do out[#out + 1] = {all[i], cjson.decode(all[i + 1])} end
   return out
 end
-local function live(cut)
+-- the instances not declared lost: [id, plans, 1 when live (beat at or after cut) else 0]
+local function unlost(cut)
   local out = {}
   for _, r in ipairs(rows()) do
-    if not r[2].la and r[2].hb >= cut then out[#out + 1] = {r[1], r[2].pl or ''} end
+    if not r[2].la then out[#out + 1] = {r[1], r[2].pl or '', r[2].hb >= cut and 1 or 0} end
   end
   table.sort(out, function(a, b) return a[1] < b[1] end)
   return out
@@ -39,7 +41,7 @@ if what == 'beat' then
   row.hb = NOW
   row.pl = ARGV[10]
   redis.call('HSET', key, id, cjson.encode(row))
-  local ids = live(NOW - ttl)
+  local ids = unlost(NOW - ttl)
   return cjson.encode({NOW, lost, lat, lby, #ids > 0 and ids or cjson.decode('[]')})
 end
 if what == 'list' then
