@@ -127,7 +127,7 @@ def test_redis_kill_9_of_a_lane_holder_its_lane_is_broken_and_two_run_again(
     try:
         url = f"{server.url}?prefix={new_prefix()}"
         path = tmp_path / "spans.txt"
-        until = math.ceil(time.time()) + 40
+        until = math.ceil(time.time()) + 32
         args = ("--jobs", "1", "--every", "1s", "--sleep", "2.5", "--max-instances", "2",
                 "--prefix", "lane", "--spans", str(path))
         procs = [spawn(url, f"p{i}", until, *args) for i in range(3)]

@@ -106,7 +106,7 @@ def test_kill_9_holder_is_declared_lost_and_next_slot_runs_elsewhere(tmp_path: P
     db = tmp_path / "kill.db"
     # one job every 5 s whose run lasts 4 s; timeout 5 s, so its lease is 35 s; the
     # instance ttl is 2 s (the default): the survivors break the lease well before that
-    until = time.time() + 45
+    until = time.time() + 34
     args = ("--jobs", "1", "--every", "5s", "--sleep", "4", "--timeout", "5s", "--prefix", "slow")
     procs = [spawn(db, f"k{i}", until, *args) for i in range(3)]
     try:

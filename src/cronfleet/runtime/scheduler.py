@@ -379,6 +379,7 @@ class Scheduler(SyncControl):
         if old is None:
             raise JobNotFound(job_id)
         self.due.forget(job_id)
+        self.due.unpark(job_id)  # another's or not, it is nobody's now
         self.ownership.changed(old, None)
         if self.running:
             self.registry.changed()

@@ -28,6 +28,8 @@ def test_every_listed_place_exists() -> None:
 def test_groups_by_prefix_and_by_xdist_mark() -> None:
     assert group_of("tests/chaos/test_chaos_short.py::test_kill9_no_silent_gap[sqlite]") \
         == "chaos"
+    assert group_of("tests/chaos/test_chaos_short.py::test_start_down_every_process_waits") \
+        is None  # a scenario of its own: any worker
     assert group_of("tests/browser/test_dashboard_d.py::test_x") == "browser-d"
     assert group_of("tests/unit/test_clock.py::test_x") is None
     assert group_of("tests/unit/x.py::test_y[p]@lane") == "lane"

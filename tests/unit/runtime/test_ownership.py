@@ -5,13 +5,14 @@ final row, run once on the handler side -- on every store."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from cronfleet import FakeClock, RunStatus, Scheduler
+from cronfleet import FakeClock, Job, RunStatus, Scheduler
 from cronfleet.runtime.ownership import owner, plan_key, plans_digest
 from cronfleet.store.memory import MemoryStore
 
@@ -121,7 +122,10 @@ def test_the_digest_follows_added_removed_and_replaced_jobs() -> None:
     assert first == recomputed()
     s.job("* * * * *", id="extra")(print)
     assert s.ownership.plans() == recomputed() != first
-    s.replace_job(s.get_job("extra").__class__(**{**vars(s.get_job("extra"))}))
+    extra = s.ownership.plans()
+    s.replace_job(Job.create("* * * * *", print, id="extra", timezone="Europe/Paris"))
+    assert s.ownership.plans() == recomputed() not in (first, extra)  # its zone is planned
+    s.replace_job(dataclasses.replace(s.get_job("extra"), description="same plan"))
     assert s.ownership.plans() == recomputed()
     s.remove_job("extra")
     assert s.ownership.plans() == first
@@ -231,3 +235,8 @@ async def test_jobs_added_while_running_go_to_their_owner(
     last = max(s for _, s in ran)
     assert handler.by[("late-comer", last)] == boss
     assert last > T0
+    for s in (a, b):  # removed: parked nowhere (the count of the log line, .parked)
+        parked = s.ownership.parked
+        s.remove_job("late-comer")
+        assert "late-comer" not in s.due.parked
+        assert s.ownership.parked == parked - (s is other)
