@@ -31,7 +31,8 @@ class Activity:
 
     async def wait_idle(self, timeout: float) -> None:
         for _ in range(3):
-            await asyncio.wait_for(self.idle.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.idle.wait()
             await asyncio.sleep(0)
             if self.busy == 0 and not self.pending():
                 return

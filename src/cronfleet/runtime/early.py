@@ -364,7 +364,8 @@ class EarlyClaims:
         # jumps back must not hold the stop; unstarted claims are then given back
         wait = pending.slot - self.clock.now() + 1.0
         try:
-            await asyncio.wait_for(until_the_instant(), max(wait, 0.0))
+            async with asyncio.timeout(max(wait, 0.0)):
+                await until_the_instant()
         except TimeoutError:
             return
         self.activity.enter()

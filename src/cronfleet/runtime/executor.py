@@ -98,13 +98,15 @@ async def execute(
                 if inspect.isawaitable(result):
                     result = await result
             else:
-                result = await asyncio.wait_for(_call_async(handler, ctx), timeout)
+                async with asyncio.timeout(timeout):
+                    result = await _call_async(handler, ctx)
         else:
             loop = asyncio.get_running_loop()
             cv = contextvars.copy_context()
             fut = loop.run_in_executor(threads, cv.run, handler, ctx)
             try:
-                result = await asyncio.wait_for(asyncio.shield(fut), timeout)
+                async with asyncio.timeout(timeout):
+                    result = await asyncio.shield(fut)
             except TimeoutError:
                 ctx.log(
                     f"Timed out after {timeout:g}s: the thread was abandoned and may still "
@@ -113,7 +115,8 @@ async def execute(
                 fut.add_done_callback(_report_abandoned(ctx.job_id))
                 raise
             if inspect.isawaitable(result):
-                result = await asyncio.wait_for(result, timeout)
+                async with asyncio.timeout(timeout):
+                    result = await result
     except TimeoutError as exc:
         return _timed_out(timeout, started, now(), exc)
     except asyncio.CancelledError:
