@@ -8,6 +8,8 @@
     .venv/bin/python bench/fleet_postgres.py --only share300 --systems cronfleet  # 3 processes
     .venv/bin/python bench/fleet_postgres.py --only soak300 --systems cronfleet --hogs 2
         # 3 minutes beside CPU hogs: instances declared lost (false losses), gaps, duplicates
+    .venv/bin/python bench/fleet_postgres.py --only soak600 --systems cronfleet --hogs 2
+        # the same for 10 minutes (#26's soak), ~11 minutes
 
 Database: ``CRONFLEET_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 each (workload, system) run gets its own schema, dropped afterwards.
@@ -118,6 +120,16 @@ WORKLOADS = {
             300,
             1,
             180,
+            10,
+            target="100% fired, 0 duplicates, 0 instances declared lost",
+            procs=3,
+        ),
+        Workload(
+            "soak600",
+            "3 processes, 300 schedules due every second for 10 minutes (with --hogs)",
+            300,
+            1,
+            600,
             10,
             target="100% fired, 0 duplicates, 0 instances declared lost",
             procs=3,
