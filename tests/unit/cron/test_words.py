@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cronfleet.cron import CronSyntaxError, from_text, parse, parse_schedule
@@ -112,6 +112,8 @@ _VOCAB = [
     st.lists(st.sampled_from(_VOCAB), max_size=9).map(" ".join),
     st.lists(st.sampled_from(_VOCAB), max_size=9).map("".join),
 ), st.sampled_from([None, "en", "fr"]))
+@example("tomorrow at 1am", None).via("a one-off")
+@example("dans 2 heures", "fr").via("a relative one-off")
 def test_any_text_is_a_result_or_a_syntax_error(text: str, lang: str | None) -> None:
     try:
         s = from_text(text, lang=lang)
@@ -119,7 +121,12 @@ def test_any_text_is_a_result_or_a_syntax_error(text: str, lang: str | None) -> 
         assert exc.field == "sentence"
         assert exc.column is not None and 1 <= exc.column <= max(1, len(text))
         return
-    assert parse(s.expr) == s.schedule
+    if s.at is not None:  # a one-off ("tomorrow at 1am"): its instant, read at now
+        assert s.expr == f"at {s.at.isoformat()}" and s.schedule.at == s.at  # type: ignore[attr-defined]
+        if s.relative:  # "in 2 hours": read again, at another now
+            return
+    else:
+        assert parse(s.expr) == s.schedule
     assert compile_text(text, lang)[0] == s.expr
 
 

@@ -680,7 +680,10 @@ async def test_shutdown_interrupts_after_grace_and_releases(make: Make, clock: F
     s.job("60s", id="stuck")(h)
     await s.start()
     clock.advance(60)
-    await asyncio.sleep(0.05)
+    for _ in range(200):  # the slot claimed and its handler started (a loaded machine)
+        if h.started:
+            break
+        await asyncio.sleep(0.01)
     assert len(h.started) == 1
     await s.stop()
     [run] = await s.runs_async("stuck")
