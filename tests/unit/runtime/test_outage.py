@@ -104,7 +104,12 @@ async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
     await wait_for(lambda: len(rec.calls) == 1)
     assert rec.calls[0].slot.timestamp() == T0 + 3600
     assert rec.calls[0].fencing_token is not None  # under a claim
-    [run] = await s.runs_async("hourly")
+    for _ in range(500):  # its row goes through the group commit (write-behind)
+        runs = await s.runs_async("hourly")
+        if runs and runs[0].status is RunStatus.SUCCEEDED:
+            break
+        await asyncio.sleep(0.01)
+    [run] = runs
     assert run.is_catchup and run.status is RunStatus.SUCCEEDED
 
 
