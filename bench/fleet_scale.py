@@ -36,7 +36,9 @@ with no final row in the ledger once the process stopped: the check reads the ``
 table directly; the removed jobs are checked up to 2 s before their removal -- a job
 removed while its slot is due has no slot any more), slots with two rows, and how long
 after the drop the process is **back on time** (from then on every slot of every job
-left fired, p99 of each second <= 100 ms; #26: <= 2 s).
+left fired, p99 of each second <= 100 ms; #26: <= 2 s). ``--no-drop``: the process is
+stopped at the end of the window while still overloaded, and every slot due before its
+stop returned is checked.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ def child(a: argparse.Namespace) -> None:
         schedule = "1s" if i % 2 == 0 else "* * * * * *"
         s.job(schedule, id=f"j-{i}")(tick)
 
+    stop_at: list[float] = []
+
     async def go() -> None:
         async with s:
             print("READY", flush=True)
@@ -114,6 +118,7 @@ def child(a: argparse.Namespace) -> None:
                 line = await asyncio.get_running_loop().run_in_executor(None,
                                                                         sys.stdin.readline)
                 if line.strip() != "DROP":
+                    stop_at.append(time.time())
                     break
                 for i in range(a.jobs):  # --overload: the load drops to a quarter
                     if i % DROP_KEEP:
@@ -122,7 +127,7 @@ def child(a: argparse.Namespace) -> None:
     asyncio.run(go())
     Path(a.out).write_text(json.dumps(
         {"recs": recs, "calls": [[sec, name, n] for (sec, name), n in calls.items()],
-         "skips": s.stats.skips}))
+         "skips": s.stats.skips, "stop_at": stop_at[0] if stop_at else None}))
 
 
 # -- the parent ---------------------------------------------------------------------------
@@ -267,8 +272,10 @@ def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
             for j, ms, n, open_, shed in got}
 
 
-def run_overload(kind: str, ceiling: int, seconds: int, pg: str) -> dict[str, Any]:
-    """One process, 2 x ``ceiling`` every-second jobs for ``seconds``, then the drop."""
+def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool = True
+                 ) -> dict[str, Any]:
+    """One process, 2 x ``ceiling`` every-second jobs for ``seconds``, then the drop
+    (``drop=False``: stopped at the end of the window, still overloaded)."""
     jobs = 2 * ceiling
     run = f"overload_{kind}_{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="cf-overload-"))
@@ -282,24 +289,29 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str) -> dict[str, An
             raise RuntimeError(f"the child failed to start (exit {proc.wait()})")
         w0 = math.ceil(time.time()) + 2
         w1 = w0 + seconds
-        drop = w1 - 0.5
-        end = w1 + TAIL
+        drop_at = w1 - 0.5
+        end = w1 + TAIL if drop else w1
         load0 = os.getloadavg()[0]
-        sleep_until(drop)
-        proc.stdin.write("DROP\n")
-        proc.stdin.flush()
+        if drop:
+            sleep_until(drop_at)
+            proc.stdin.write("DROP\n")
+            proc.stdin.flush()
         sleep_until(end)
         load1 = os.getloadavg()[0]
     finally:
         stop_children([proc], 300)
+
     data = json.loads((tmp / "0.json").read_text())
+    stopped = data["stop_at"]  # every slot due when the stop was asked must have its row
+    if not drop:
+        end = math.floor(stopped) + 1
     rows = ledger_rows(kind, store, run, w0, end)
     shutil.rmtree(tmp, ignore_errors=True)
     if kind == "postgres":
         pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
-    kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0]
+    kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0 or not drop]
     due = [(f"j-{i}", sec) for i in range(jobs) for sec in range(w0, w1 - 2)]
-    due += [(j, sec) for j in kept for sec in range(w1 - 2, end)]
+    due += [(j, sec) for j in kept for sec in range(w1 - 2, end) if sec <= stopped]
     gaps = sum(1 for j, sec in due if (j, sec * 1000) not in rows)
     doubled = sum(1 for j, sec in due if rows.get((j, sec * 1000), (1,))[0] > 1)
     unfinished = sum(1 for j, sec in due if rows.get((j, sec * 1000), (0, 0))[1])
@@ -324,7 +336,8 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str) -> dict[str, An
         "shed_rows": shed_rows, "shed_counter": data["skips"].get("overloaded", 0),
         "skips": data["skips"], "due_checked": len(due), "silent_gaps": gaps,
         "two_rows": doubled, "not_final": unfinished,
-        "back_on_time_s": None if on_time_from is None else on_time_from - drop,
+        "back_on_time_s": None if on_time_from is None or not drop else on_time_from - drop_at,
+        "dropped": drop,
         "load": [round(load0, 2), round(load1, 2)],
     }  # fmt: skip
 
@@ -340,7 +353,7 @@ def overload(a: argparse.Namespace) -> None:
             if kind == "redis":
                 print("  redis: not measured (the ledger check reads SQL tables)")
                 continue
-            r = run_overload(kind, a.overload, a.seconds, pg)
+            r = run_overload(kind, a.overload, a.seconds, pg, drop=not a.no_drop)
             results.append(r)
             back = r["back_on_time_s"]
             print(f"  {kind:8s} {r['jobs']} jobs/s: fired {r['fired']}/{r['expected']}, "
@@ -374,6 +387,9 @@ def main() -> None:
     p.add_argument("--overload", type=int, metavar="CEILING",
                    help="2 x CEILING every-second jobs on one process for --seconds, then "
                         "the load drops: silent gaps, shed slots, lateness, recovery")
+    p.add_argument("--no-drop", action="store_true",
+                   help="with --overload: stop the process at the end of the window, still "
+                        "overloaded (every slot due before the stop must have its row)")
     a = p.parse_args()
     if a.child:
         child(a)

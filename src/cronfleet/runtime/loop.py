@@ -30,6 +30,7 @@ from cronfleet.model import (
     JobState,
     Locking,
     Overlap,
+    RunRecord,
     RunStatus,
     SkipReason,
     skip_reason,
@@ -37,8 +38,20 @@ from cronfleet.model import (
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import after, min_gap
 from cronfleet.runtime.planning import RECORD_CAP, jitter_delay, late, plan_slots
-from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Skip
-from cronfleet.store.ledger import missed_summary, overloaded_log, override_skip_log
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    EarlyClaimStore,
+    Finish,
+    Skip,
+)
+from cronfleet.store.ledger import (
+    missed_summary,
+    overloaded_log,
+    override_skip_log,
+    skip_result,
+)
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -73,6 +86,7 @@ log = logging.getLogger("cronfleet")
 _OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
 MISSED = SkipReason.MISSED.value
 OVERLOADED = SkipReason.OVERLOADED.value
+_SCHEDULED = DispatchKind.SCHEDULED
 STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
 
 
@@ -278,7 +292,7 @@ class Loop:
         # large catch-up never delays the slot that is back on time
         records: list[Dispatch] = []
         sequencing = self.sequencing
-        clock, shed = self.clock, 0
+        clock, shed_before = self.clock, self.stats.skips.get(OVERLOADED, 0)
         # ``judged``: when a slot planned now would start, about: the clock read again
         # every chunk plus how long this instant's last chunk took from its planning to
         # its handlers' start (``Pipeline.delay``)
@@ -304,7 +318,7 @@ class Loop:
                                                       late_after)):
                 # it came due while the loop was busy with earlier slots, or it was on
                 # time when this instant's planning began: late because of the load
-                shed += self.shed(job, slot, t, judged, items, skips)
+                self.shed(job, slot, t, judged, items, skips)
             else:
                 self.plan_job(job, slot, t, states.get(job.id), items, skips, sequences,
                               records)
@@ -317,8 +331,8 @@ class Loop:
             await pipe.submit(records[i : i + size])
         await pipe.drain()
         self.start_delay = pipe.delay if pipe.handled else 0.0
+        shed = self.stats.skips.get(OVERLOADED, 0) - shed_before
         if shed:
-            self.stats.skip(OVERLOADED, shed)
             self.warn.warning(
                 "overload", "cronfleet %s: overloaded: %d slot(s) could not start on time "
                 "(within late_after %gs, before their job's next slot) and are recorded "
@@ -352,6 +366,8 @@ class Loop:
             due.mark(job.id, x)
             shed += 1
             x, nxt = nxt, after(job, nxt)
+        if shed:
+            self.stats.skip(OVERLOADED, shed)
         if x > t or late(x, nxt, judged, late_after):  # not due yet, or over the cap
             due.push(job, x)
             return shed
@@ -452,8 +468,9 @@ class Loop:
             self.stats.store_errors += 1
             return self.dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
         got: list[Dispatched] = task.result()
+        now = self.clock.now()
         for res in got:
-            self.after_dispatch(res)
+            self.after_dispatch(res, now)
         if self.outage.pending:
             self.outage.answered(got)
         return got
@@ -462,7 +479,10 @@ class Loop:
         """The store did not take a chunk: ``runtime/outage.py`` decides each slot."""
         return self.outage.offline(items, exc, self.fired_mono)
 
-    def after_dispatch(self, res: Dispatched) -> None:
+    def after_dispatch(self, res: Dispatched, now: float | None = None) -> None:
+        """Start or queue what a claim gave this process. ``now``: the clock when the
+        answer came; a slot claimed at its time that is late by then (the store was
+        slower than judged: overload) is recorded ``skipped / overloaded``, not started."""
         job = self.jobs.get(res.request.job_id)
         run = res.run
         if not res.won:
@@ -472,6 +492,12 @@ class Loop:
             return
         runs = self.runs
         if run.status is RunStatus.RUNNING:
+            req = res.request
+            if now is not None and req.kind is _SCHEDULED and not req.is_catchup and (
+                now - req.slot >= min_gap(job) or now - req.slot > self.settings.late_after
+            ) and late(req.slot, after(job, req.slot), now, self.settings.late_after):
+                self.claimed_late(run, req, now)
+                return
             runs.launch(job, run, leased=res.request.lease)
         elif run.status is RunStatus.PENDING:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
@@ -496,6 +522,18 @@ class Loop:
                     run.slot.isoformat(),
                     run.logs[-1] if run.logs else run.reason,
                 )
+
+    def claimed_late(self, run: RunRecord, req: Dispatch, now: float) -> None:
+        """A slot claimed on time whose claim came back late: its row says ``skipped /
+        overloaded`` and its lease is released, through the group commit."""
+        run.status = RunStatus.SKIPPED
+        run.reason = OVERLOADED
+        run.started_at = None
+        run.finished_at = from_ts(now)
+        run.result = skip_result(OVERLOADED)
+        run.logs.append(overloaded_log(from_ts(req.slot).isoformat(), now - req.slot))
+        self.stats.skip(OVERLOADED)
+        self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
 
     async def settle_unhandled(self, budget: float) -> int:
         """At stop, after the background tasks were cancelled: the chunks whose caller was

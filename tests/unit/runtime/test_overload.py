@@ -26,7 +26,7 @@ from .conftest import STORE_KINDS, T0, advance
 Make = Callable[..., Scheduler]
 
 JOBS = 40  # every second
-BATCH = 5  # slots per store call: the loop looks at the clock between two
+BATCH = 2  # slots per store call: the loop looks at the clock between two
 
 
 class Costly:
@@ -106,7 +106,9 @@ async def test_overload_sheds_what_cannot_start_on_time_and_recovers(
     overload_end = T0 + 20
     s, _, started = await _overloaded(make, clock, 0.04, overload_end)
     running.append(s)
-    await advance(clock, 26, s, step=0.25)  # the loop's work moves the clock too
+    while clock.now() < overload_end:  # the loop's work moves the clock too
+        await advance(clock, 0.25, s)
+    await advance(clock, 6, s, step=0.05)
     end = clock.now()
     await s.stop()
     rows = await _rows(make, s)
@@ -133,7 +135,8 @@ async def test_a_stop_during_overload_leaves_no_due_slot_without_a_row(
     s, costly, _ = await _overloaded(make, clock, 0.04, T0 + 5.5)
     stopping: list[Any] = []
     costly.at_until = lambda: stopping.append(asyncio.ensure_future(s.stop()))
-    await advance(clock, 1, s)  # the loop, busy, takes the clock to +5.5 and is stopped
+    while not stopping:  # the loop, busy, takes the clock to +5.5 and is stopped there
+        await advance(clock, 0.25, s)
     await asyncio.gather(*stopping)
     assert not s.running
     stopped_at = clock.now()
@@ -152,3 +155,36 @@ async def test_an_idle_process_sheds_nothing(make: Make, clock: FakeClock, runni
     calls = [late for _, slot, late in started.calls if slot <= T0 + 10]
     assert len(calls) == JOBS * 10
     assert max(calls) < 0.5  # the test advances the clock in 0.25 s steps
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_claim_answered_after_the_next_slot_is_recorded_not_started(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """The store took 1.5 s to claim slot +2 of an every-second job: its run would start
+    after slot +3 was due. It is recorded ``skipped / overloaded`` under its claim (its
+    lease released), and the job runs again on time."""
+    s = make(claim_ahead=0)
+    started = Started(clock)
+    s.job("1s", id="j")(started)
+    await s.start()
+    running.append(s)
+    real = s.store.dispatch
+    slow = [T0 + 2]
+
+    async def dispatch(items: Any, instance_id: str) -> Any:
+        if slow and any(it.slot == slow[0] for it in items):
+            slow.clear()
+            clock.advance(1.5)
+        return await real(items, instance_id)
+
+    s.store.dispatch = dispatch  # type: ignore[method-assign]
+    await advance(clock, 6, s, step=0.25)
+    rows: dict[float, list[tuple[str, Any]]] = {}
+    for r in await s.runs_async("j", limit=100):
+        rows.setdefault(r.slot.timestamp() - T0, []).append((r.status.value, r.reason))
+    assert rows[2] == [("skipped", "overloaded")], rows
+    assert all(len(rows[x]) == 1 for x in range(1, 7)), rows
+    assert rows[6] == [("succeeded", None)], rows
+    assert T0 + 2 not in [slot for _, slot, _ in started.calls]
+    assert s.stats.skips["overloaded"] >= 1
