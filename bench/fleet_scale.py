@@ -338,6 +338,9 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
         "two_rows": doubled, "not_final": unfinished,
         "back_on_time_s": None if on_time_from is None or not drop else on_time_from - drop_at,
         "dropped": drop,
+        "tail": [[sec - w1, len(late_by_sec.get(sec, [])),
+                  round(pct(late_by_sec.get(sec, []), 99) * 1000, 1)]
+                 for sec in range(w1, end)],  # after the drop: second, fired, p99 ms
         "load": [round(load0, 2), round(load1, 2)],
     }  # fmt: skip
 
@@ -355,6 +358,10 @@ def overload(a: argparse.Namespace) -> None:
                 continue
             r = run_overload(kind, a.overload, a.seconds, pg, drop=not a.no_drop)
             results.append(r)
+            if r["dropped"]:
+                print(f"    after the drop (second, fired of {r['jobs'] // DROP_KEEP}, p99 ms): "
+                      f"{r['tail']}", flush=True)
+            print(f"    skips by reason: {r['skips']}", flush=True)
             back = r["back_on_time_s"]
             print(f"  {kind:8s} {r['jobs']} jobs/s: fired {r['fired']}/{r['expected']}, "
                   f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, shed "

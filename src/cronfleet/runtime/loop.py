@@ -105,6 +105,7 @@ class Pipeline:
         loop: Loop,
         handle: Callable[[list[Dispatch], asyncio.Future[Any]], list[Dispatched]] | None = None,
     ) -> None:
+        self.loop = loop
         self.store = loop.store
         self.clock = loop.clock
         self.instance_id = loop.settings.instance_id
@@ -145,8 +146,10 @@ class Pipeline:
     def _handle_first(self) -> None:
         chunk, task, since = self.inflight.popleft()
         self.unhandled.pop(task, None)
+        began = self.clock.now()
         self.results.extend(self.handle(chunk, task))
         self.delay = self.clock.now() - since
+        self.loop.launch_cost = self.delay - (began - since)
         self.handled += 1
 
 
@@ -198,6 +201,9 @@ class Loop:
         # the last instant's ``Pipeline.delay`` (0 after an instant that claimed nothing:
         # a stale estimate must not shed every slot for ever)
         self.start_delay = 0.0
+        # how long handling a chunk's answer took (launching its handlers): a handler
+        # starts about that much after its claim's answer is read
+        self.launch_cost = 0.0
 
     async def run(self) -> None:
         due, early, clock, activity = self.due, self.early, self.clock, self.activity
@@ -468,7 +474,7 @@ class Loop:
             self.stats.store_errors += 1
             return self.dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
         got: list[Dispatched] = task.result()
-        now = self.clock.now()
+        now = self.clock.now() + self.launch_cost  # when the last of them will start
         for res in got:
             self.after_dispatch(res, now)
         if self.outage.pending:
@@ -529,7 +535,7 @@ class Loop:
         run.status = RunStatus.SKIPPED
         run.reason = OVERLOADED
         run.started_at = None
-        run.finished_at = from_ts(now)
+        run.finished_at = from_ts(self.clock.now())
         run.result = skip_result(OVERLOADED)
         run.logs.append(overloaded_log(from_ts(req.slot).isoformat(), now - req.slot))
         self.stats.skip(OVERLOADED)
