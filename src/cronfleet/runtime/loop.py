@@ -348,7 +348,7 @@ class Loop:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
         if skips:
-            await self.writer.record_skips_behind(skips)  # the next instant goes on
+            await self.writer.record_skips(skips)
         for job, runs in sequences:
             if job.id in sequencing:  # already running one: the slots join it
                 sequencing[job.id].extend(runs)

@@ -91,7 +91,6 @@ class Writer:
         self._flush_done: asyncio.Event | None = None
         self.progress = 0  # chunks the store took (stop() waits while this moves)
         self.behind = False  # the last group commit failed: results (releases) wait
-        self.skips_task: asyncio.Future[None] | None = None  # record_skips_behind
 
     # -- what the other parts hand in ---------------------------------------------------
 
@@ -248,18 +247,6 @@ class Writer:
             )
             self.unsaved_skips.extend(skips)
 
-    async def record_skips_behind(self, skips: list[Skip]) -> None:
-        """:meth:`record_skips` without holding the caller (the loop's next instant):
-        one such write in flight at most -- the caller waits for the previous one -- so
-        an overloaded store is never handed more than it takes; the last is awaited at
-        stop (:meth:`last_writes`)."""
-        prev = self.skips_task
-        if prev is not None and not prev.done():
-            await asyncio.wait({prev})
-        self.activity.enter()  # busy for wait_idle until written
-        self.skips_task = asyncio.ensure_future(self.record_skips(skips))
-        self.skips_task.add_done_callback(lambda _: self.activity.leave())
-
     async def flush_skips(self) -> None:
         if self.unsaved_skips:
             batch = list(self.unsaved_skips)
@@ -273,8 +260,6 @@ class Writer:
         async def write() -> None:
             if flusher is not None:
                 await asyncio.gather(flusher, return_exceptions=True)
-            if self.skips_task is not None:
-                await asyncio.gather(self.skips_task, return_exceptions=True)
             await self.flush_once()
             await self.flush_skips()
 
