@@ -134,8 +134,10 @@ class Pipeline:
         # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        while self.inflight and self.inflight[0][1].done():
-            self._handle_first()
+        if self.inflight and self.inflight[0][1].done():
+            while self.inflight and self.inflight[0][1].done():
+                self._handle_first()
+            await asyncio.sleep(0)  # their handlers take their first step before we plan on
 
     async def drain(self) -> list[Dispatched]:
         while self.inflight:
