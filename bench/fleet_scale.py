@@ -349,8 +349,10 @@ def overload(a: argparse.Namespace) -> None:
     """``--overload CEILING``: see the module's docstring."""
     pg = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
     results: list[dict[str, Any]] = []
-    print(f"overload: 2 x {a.overload} every-second jobs for {a.seconds} s, one process, then "
-          f"{DROP_KEEP - 1} of {DROP_KEEP} jobs removed and {TAIL} s watched", flush=True)
+    then = ("stopped while overloaded" if a.no_drop else
+            f"then {DROP_KEEP - 1} of {DROP_KEEP} jobs removed and {TAIL} s watched")
+    print(f"overload: 2 x {a.overload} every-second jobs for {a.seconds} s, one process, {then}",
+          flush=True)
     try:
         for kind in a.stores:
             if kind == "redis":
@@ -363,12 +365,14 @@ def overload(a: argparse.Namespace) -> None:
                       f"{r['tail']}", flush=True)
             print(f"    skips by reason: {r['skips']}", flush=True)
             back = r["back_on_time_s"]
+            back_text = ("(stopped)" if not r["dropped"] else "never" if back is None
+                         else f"{back:.1f} s")
             print(f"  {kind:8s} {r['jobs']} jobs/s: fired {r['fired']}/{r['expected']}, "
                   f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, shed "
                   f"{r['shed_rows']} rows (counter {r['shed_counter']}), silent gaps "
                   f"{r['silent_gaps']} of {r['due_checked']} due, two rows {r['two_rows']}, "
                   f"not final {r['not_final']}, dup {r['duplicates']}, back on time "
-                  f"{'never' if back is None else f'{back:.1f} s'} after the drop; "
+                  f"{back_text} after the drop; "
                   f"load {r['load']}", flush=True)  # fmt: skip
     finally:
         finish(None, results, a.json)
