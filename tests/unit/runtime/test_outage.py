@@ -104,6 +104,7 @@ async def test_run_once_runs_the_newest_outage_slot_when_the_store_is_back(
     await wait_for(lambda: len(rec.calls) == 1)
     assert rec.calls[0].slot.timestamp() == T0 + 3600
     assert rec.calls[0].fencing_token is not None  # under a claim
+    await s.writer.flushed()  # a leased run's row comes with the group commit
     [run] = await s.runs_async("hourly")
     assert run.is_catchup and run.status is RunStatus.SUCCEEDED
 
