@@ -7,12 +7,14 @@ is planned (``Pipeline``), launch the handlers of each claimed chunk, record the
 The following slot of each fast-path job is computed after that (``Due.after_many``).
 
 Overload: the clock is read again before each chunk is planned. A slot that came due
-while the loop was busy firing earlier ones (its *streak*: no sleep since) and that can
-no longer start on time (``planning.late``, judged a chunk's duration ahead) is the
-process's own backlog: it is recorded ``skipped / overloaded`` at once with the records
-of the instant, never started late, and the job's first slot that is not late is queued.
-A slot already late when the streak began (a stall, a sleep, a start: nobody fired it)
-goes through the catch-up policy (``plan_job``) as before.
+while the loop was busy firing earlier ones (its *streak*: no sleep since), or that was
+on time when this instant's planning began, and that can no longer start on time
+(``planning.late``, judged at its expected start: ``Pipeline.delay`` ahead) is the
+process's own backlog: it is recorded ``skipped / overloaded`` at once (a claim-less row,
+written with the instant's skips), never started late, and the job's first slot that is
+not late runs or is queued (``shed``). A claim answered too late is recorded the same way
+(``claimed_late``). A slot already late when the instant began (a stall, a sleep, a
+start, a hung store: nobody fired it) goes through the catch-up policy (``plan_job``).
 """
 
 from __future__ import annotations
