@@ -100,7 +100,7 @@ def _check_every_slot(rows: dict[tuple[str, float], list[Any]], until: float) ->
 
 @pytest.mark.parametrize("store_kind", [*STORE_KINDS, "postgres"])
 async def test_overload_sheds_what_cannot_start_on_time_and_recovers(
-    make: Make, clock: FakeClock, running: list
+    make: Make, clock: FakeClock, running: list, caplog: pytest.LogCaptureFixture
 ) -> None:
     # 40 slots a second at 40 ms each: 1.6 s of work per second; then 40 ms a second
     overload_end = T0 + 20
@@ -116,6 +116,12 @@ async def test_overload_sheds_what_cannot_start_on_time_and_recovers(
     reasons = [r.reason for got in rows.values() for r in got if r.status is RunStatus.SKIPPED]
     assert reasons and set(reasons) == {"overloaded"}, set(reasons)
     assert s.stats.skips["overloaded"] == len(reasons)
+    from cronfleet.metrics import render
+
+    assert f'cronfleet_skips_total{{reason="overloaded"}} {len(reasons)}.0'.encode() in render(s)
+    # one warning line: rate-limited (10 s of real time), however many instants shed
+    warned = [r for r in caplog.records if "overloaded:" in r.getMessage()]
+    assert len(warned) == 1 and "recorded skipped / overloaded" in warned[0].getMessage()
     shed = [r for got in rows.values() for r in got if r.reason == "overloaded"]
     assert all("(overloaded)" in r.logs[0] for r in shed), shed[0].logs
     # what it started during the overload, it started before the job's next slot
