@@ -4,6 +4,7 @@
     .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --seconds 10
     .venv/bin/python bench/fleet_scale.py --json out.json
     .venv/bin/python bench/fleet_scale.py --saturate --procs 1 3 --seconds 60   # ceiling
+    .venv/bin/python bench/fleet_scale.py --overload 7500 --stores sqlite postgres --seconds 60
 
 The workload: ``--jobs`` (500) jobs every second, half of them an interval (``1s``) and
 half a cron expression with seconds (``* * * * * *``), each process running
@@ -25,6 +26,19 @@ Measured over the window, for the fleet as a whole:
 The ratios are against one process on the same store in the same run (#26's targets:
 4 processes <= 1.3x the CPU and <= 1.2x the store calls of one, 100 % fired, 0
 duplicates).
+
+``--overload CEILING`` (one process, SQLite and PostgreSQL): 2x ``CEILING`` every-second
+jobs for ``--seconds``, then 3 of every 4 jobs are removed (the load drops to half the
+ceiling) and 10 s more are watched. Measured: slots fired in the overload window and
+their lateness p99 (#26: <= 1 s), the slots shed (``skipped / overloaded`` rows, and the
+process's ``cronfleet_skips{reason="overloaded"}`` counter), **silent gaps** (a due slot
+with no final row in the ledger once the process stopped: the check reads the ``runs``
+table directly; the removed jobs are checked up to 2 s before their removal -- a job
+removed while its slot is due has no slot any more), slots with two rows, and how long
+after the drop the process is **back on time** (from then on every slot of every job
+left fired, p99 of each second <= 100 ms; #26: <= 2 s). ``--no-drop``: the process is
+stopped at the end of the window while still overloaded, and every slot due before its
+stop returned is checked.
 """
 
 from __future__ import annotations
@@ -95,14 +109,25 @@ def child(a: argparse.Namespace) -> None:
         schedule = "1s" if i % 2 == 0 else "* * * * * *"
         s.job(schedule, id=f"j-{i}")(tick)
 
+    stop_at: list[float] = []
+
     async def go() -> None:
         async with s:
             print("READY", flush=True)
-            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            while True:
+                line = await asyncio.get_running_loop().run_in_executor(None,
+                                                                        sys.stdin.readline)
+                if line.strip() != "DROP":
+                    stop_at.append(time.time())
+                    break
+                for i in range(a.jobs):  # --overload: the load drops to a quarter
+                    if i % DROP_KEEP:
+                        s.remove_job(f"j-{i}")
 
     asyncio.run(go())
     Path(a.out).write_text(json.dumps(
-        {"recs": recs, "calls": [[sec, name, n] for (sec, name), n in calls.items()]}))
+        {"recs": recs, "calls": [[sec, name, n] for (sec, name), n in calls.items()],
+         "skips": s.stats.skips, "stop_at": stop_at[0] if stop_at else None}))
 
 
 # -- the parent ---------------------------------------------------------------------------
@@ -178,6 +203,8 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
     }  # fmt: skip
 
 
+DROP_KEEP = 4  # --overload: one job of every DROP_KEEP is kept when the load drops
+TAIL = 10  # --overload: seconds watched after the drop
 CEILING_P99 = 0.1  # seconds: #26's lateness bound for the throughput ceiling
 STEPS = [2500, 5000, 7500, 10000, 12500, 15000]
 
@@ -217,6 +244,140 @@ def saturate(a: argparse.Namespace) -> None:
         finish(redis, results, a.json)
 
 
+def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
+                ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``(job, slot ms) -> (rows, rows not final, rows overloaded)`` of the scheduled
+    slots in ``[t0, t1)``, read from the ``runs`` table itself."""
+    if kind == "sqlite":
+        import sqlite3
+
+        con = sqlite3.connect(store.removeprefix("sqlite:///"))
+        got = con.execute(
+            "SELECT job_id, slot, count(*), sum(status IN ('running', 'pending')), "
+            "sum(coalesce(reason, '') = 'overloaded') FROM runs WHERE manual = 0 AND "
+            "slot >= ? AND slot < ? GROUP BY job_id, slot",
+            (int(t0 * 1000), int(t1 * 1000))).fetchall()
+        con.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(store.split("?")[0], autocommit=True) as conn:
+            got = conn.execute(  # type: ignore[call-overload]
+                f'SELECT job_id, (extract(epoch FROM slot) * 1000)::bigint, count(*), '
+                f"count(*) FILTER (WHERE status IN ('running', 'pending')), "
+                f"count(*) FILTER (WHERE reason = 'overloaded') FROM \"{schema}\".runs "
+                f"WHERE NOT manual AND slot >= to_timestamp(%s) AND slot < to_timestamp(%s) "
+                f"GROUP BY 1, 2", (t0, t1)).fetchall()
+    return {(j, int(ms)): (int(n), int(open_ or 0), int(shed or 0))
+            for j, ms, n, open_, shed in got}
+
+
+def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool = True
+                 ) -> dict[str, Any]:
+    """One process, 2 x ``ceiling`` every-second jobs for ``seconds``, then the drop
+    (``drop=False``: stopped at the end of the window, still overloaded)."""
+    jobs = 2 * ceiling
+    run = f"overload_{kind}_{uuid.uuid4().hex[:6]}"
+    tmp = Path(tempfile.mkdtemp(prefix="cf-overload-"))
+    store = f"sqlite:///{tmp / 'fleet.db'}" if kind == "sqlite" else f"{pg}?schema={run}"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--store", store,
+           "--jobs", str(jobs), "--out", str(tmp / "0.json")]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        if not proc.stdout.readline().startswith("READY"):
+            raise RuntimeError(f"the child failed to start (exit {proc.wait()})")
+        w0 = math.ceil(time.time()) + 2
+        w1 = w0 + seconds
+        drop_at = w1 - 0.5
+        end = w1 + TAIL if drop else w1
+        load0 = os.getloadavg()[0]
+        if drop:
+            sleep_until(drop_at)
+            proc.stdin.write("DROP\n")
+            proc.stdin.flush()
+        sleep_until(end)
+        load1 = os.getloadavg()[0]
+    finally:
+        stop_children([proc], 300)
+
+    data = json.loads((tmp / "0.json").read_text())
+    stopped = data["stop_at"]  # every slot due when the stop was asked must have its row
+    if not drop:
+        end = math.floor(stopped) + 1
+    rows = ledger_rows(kind, store, run, w0, end)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if kind == "postgres":
+        pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
+    kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0 or not drop]
+    due = [(f"j-{i}", sec) for i in range(jobs) for sec in range(w0, w1 - 2)]
+    due += [(j, sec) for j in kept for sec in range(w1 - 2, end) if sec <= stopped]
+    gaps = sum(1 for j, sec in due if (j, sec * 1000) not in rows)
+    doubled = sum(1 for j, sec in due if rows.get((j, sec * 1000), (1,))[0] > 1)
+    unfinished = sum(1 for j, sec in due if rows.get((j, sec * 1000), (0, 0))[1])
+    shed_rows = sum(v[2] for v in rows.values())
+    recs = [(j, s, t) for j, s, t in data["recs"] if w0 - 1e-6 <= s < end]
+    during = [t - s for _, s, t in recs if s < w1 - 1e-6]
+    pairs = {(j, round(s)) for j, s, _ in recs}
+    late_by_sec: dict[int, list[float]] = {}
+    for _, s, t in recs:
+        if s >= w1 - 1e-6:
+            late_by_sec.setdefault(round(s), []).append(t - s)
+    on_time_from = None
+    for sec in range(end - 1, w1 - 1, -1):  # the first second of the on-time tail
+        lat = late_by_sec.get(sec, [])
+        if len(lat) < len(kept) or pct(lat, 99) > CEILING_P99:
+            break
+        on_time_from = sec
+    return {
+        "store": kind, "jobs": jobs, "ceiling": ceiling, "seconds": seconds,
+        "expected": jobs * seconds, "fired": len({p for p in pairs if p[1] < w1}),
+        "duplicates": len(recs) - len(pairs), "p50": pct(during, 50), "p99": pct(during, 99),
+        "shed_rows": shed_rows, "shed_counter": data["skips"].get("overloaded", 0),
+        "skips": data["skips"], "due_checked": len(due), "silent_gaps": gaps,
+        "two_rows": doubled, "not_final": unfinished,
+        "back_on_time_s": None if on_time_from is None or not drop else on_time_from - drop_at,
+        "dropped": drop,
+        "tail": [[sec - w1, len(late_by_sec.get(sec, [])),
+                  round(pct(late_by_sec.get(sec, []), 99) * 1000, 1)]
+                 for sec in range(w1, end)],  # after the drop: second, fired, p99 ms
+        "load": [round(load0, 2), round(load1, 2)],
+    }  # fmt: skip
+
+
+def overload(a: argparse.Namespace) -> None:
+    """``--overload CEILING``: see the module's docstring."""
+    pg = os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG)
+    results: list[dict[str, Any]] = []
+    then = ("stopped while overloaded" if a.no_drop else
+            f"then {DROP_KEEP - 1} of {DROP_KEEP} jobs removed and {TAIL} s watched")
+    print(f"overload: 2 x {a.overload} every-second jobs for {a.seconds} s, one process, {then}",
+          flush=True)
+    try:
+        for kind in a.stores:
+            if kind == "redis":
+                print("  redis: not measured (the ledger check reads SQL tables)")
+                continue
+            r = run_overload(kind, a.overload, a.seconds, pg, drop=not a.no_drop)
+            results.append(r)
+            if r["dropped"]:
+                print(f"    after the drop (second, fired of {r['jobs'] // DROP_KEEP}, p99 ms): "
+                      f"{r['tail']}", flush=True)
+            print(f"    skips by reason: {r['skips']}", flush=True)
+            back = r["back_on_time_s"]
+            back_text = ("(stopped)" if not r["dropped"] else "never" if back is None
+                         else f"{back:.1f} s")
+            print(f"  {kind:8s} {r['jobs']} jobs/s: fired {r['fired']}/{r['expected']}, "
+                  f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, shed "
+                  f"{r['shed_rows']} rows (counter {r['shed_counter']}), silent gaps "
+                  f"{r['silent_gaps']} of {r['due_checked']} due, two rows {r['two_rows']}, "
+                  f"not final {r['not_final']}, dup {r['duplicates']}, back on time "
+                  f"{back_text} after the drop; "
+                  f"load {r['load']}", flush=True)  # fmt: skip
+    finally:
+        finish(None, results, a.json)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -234,9 +395,18 @@ def main() -> None:
                         "highest of these job counts (every second) held with p99 lateness "
                         f"<= {CEILING_P99 * 1000:.0f} ms, 100 %% fired and 0 duplicates "
                         "(default: 2500 5000 7500 10000 12500 15000)")
+    p.add_argument("--overload", type=int, metavar="CEILING",
+                   help="2 x CEILING every-second jobs on one process for --seconds, then "
+                        "the load drops: silent gaps, shed slots, lateness, recovery")
+    p.add_argument("--no-drop", action="store_true",
+                   help="with --overload: stop the process at the end of the window, still "
+                        "overloaded (every slot due before the stop must have its row)")
     a = p.parse_args()
     if a.child:
         child(a)
+        return
+    if a.overload is not None:
+        overload(a)
         return
     if a.saturate is not None:
         saturate(a)

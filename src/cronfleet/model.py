@@ -99,6 +99,8 @@ class SkipReason(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     SUPERSEDED = "superseded"  # a recovery that never got its job's lease in time, or a
     # REPLACE slot waiting without a claim (store away) that a newer slot replaced
+    OVERLOADED = "overloaded"  # came due while this process was busy with earlier slots
+    # and could not start on time (runtime/loop.py, docs/concepts.md "Overload")
 
 
 RunResult = Any

@@ -5,6 +5,16 @@ Firing an instant: pop its bucket, read the overrides of its jobs once, plan eac
 ``planning.plan_slots``), hand the requests to the store in chunks while the next chunk
 is planned (``Pipeline``), launch the handlers of each claimed chunk, record the skips.
 The following slot of each fast-path job is computed after that (``Due.after_many``).
+
+Overload: the clock is read again before each chunk is planned. A slot that came due
+while the loop was busy firing earlier ones (its *streak*: no sleep since), or that was
+on time when this instant's planning began, and that can no longer start on time
+(``planning.late``, judged at its expected start: ``Pipeline.delay`` ahead) is the
+process's own backlog: it is recorded ``skipped / overloaded`` at once (a claim-less row,
+written with the instant's skips), never started late, and the job's first slot that is
+not late runs or is queued (``shed``). A claim answered too late is recorded the same way
+(``claimed_late``). A slot already late when the instant began (a stall, a sleep, a
+start, a hung store: nobody fired it) goes through the catch-up policy (``plan_job``).
 """
 
 from __future__ import annotations
@@ -22,15 +32,28 @@ from cronfleet.model import (
     JobState,
     Locking,
     Overlap,
+    RunRecord,
     RunStatus,
     SkipReason,
     skip_reason,
 )
 from cronfleet.runtime import requests
-from cronfleet.runtime.due import CRON_GAP, after
-from cronfleet.runtime.planning import jitter_delay, plan_slots
-from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Skip
-from cronfleet.store.ledger import missed_summary, override_skip_log
+from cronfleet.runtime.due import after, min_gap
+from cronfleet.runtime.planning import RECORD_CAP, jitter_delay, late, plan_slots
+from cronfleet.store.base import (
+    Dispatch,
+    Dispatched,
+    DispatchKind,
+    EarlyClaimStore,
+    Finish,
+    Skip,
+)
+from cronfleet.store.ledger import (
+    missed_summary,
+    overloaded_log,
+    override_skip_log,
+    skip_result,
+)
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -55,13 +78,17 @@ __all__ = ["Loop", "Pipeline"]
 SEQUENCE_POLL = 0.05  # seconds between two looks at a lease a sequence's slot waits for
 SEQUENCE_LOOKS = 20  # looks (one read of every waiting job) before the slot is tried again
 WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write left behind
+PIPELINE_DEPTH = 2  # chunks of one burst in the store's hands at once (Pipeline)
 MISSED_WHY = "missed while no scheduler ran it"
+STOPPED_WHY = "was due when the scheduler stopped, before it fired it"
 OVERTAKEN_WHY = "overtaken: a newer slot was already due before it could start"
 
 log = logging.getLogger("cronfleet")
 
 _OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
 MISSED = SkipReason.MISSED.value
+OVERLOADED = SkipReason.OVERLOADED.value
+_SCHEDULED = DispatchKind.SCHEDULED
 STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
 
 
@@ -70,7 +97,8 @@ class Pipeline:
 
     A chunk is handed to the store's thread as soon as it is planned; while the store
     claims it, the loop plans the next chunk and starts the handlers of chunks already
-    claimed. The first handlers of a large burst start after one small transaction.
+    claimed (``PIPELINE_DEPTH`` chunks in flight at most). The first handlers of a large
+    burst start after one small transaction.
     Each chunk sits in ``loop.unhandled`` until its answer is handled.
     """
 
@@ -79,34 +107,54 @@ class Pipeline:
         loop: Loop,
         handle: Callable[[list[Dispatch], asyncio.Future[Any]], list[Dispatched]] | None = None,
     ) -> None:
+        self.loop = loop
         self.store = loop.store
+        self.clock = loop.clock
         self.instance_id = loop.settings.instance_id
         self.unhandled = loop.unhandled
         self.handle = handle or loop.handle_chunk
-        self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any]]] = deque()
+        self.inflight: deque[tuple[list[Dispatch], asyncio.Future[Any], float]] = deque()
         self.results: list[Dispatched] = []
+        # how long the last chunk handled took from its planning (``since``) to its
+        # handlers' start: how late a slot planned now will start, about (from the
+        # previous instant's last chunk until one of this instant is handled)
+        self.delay = loop.start_delay
+        self.handled = 0
 
-    async def submit(self, chunk: list[Dispatch]) -> None:
+    async def submit(self, chunk: list[Dispatch], since: float | None = None) -> None:
+        """Hand ``chunk`` to the store; ``since``: the clock reading it was planned at.
+        At most ``PIPELINE_DEPTH`` chunks are in flight: planning never runs further
+        ahead of the store than that, so the clock the loop reads between two chunks
+        says when a slot planned now will start (an overloaded store or host)."""
+        while len(self.inflight) >= PIPELINE_DEPTH:
+            await asyncio.wait({self.inflight[0][1]})
+            self._handle_first()
         task = asyncio.ensure_future(self.store.dispatch(chunk, self.instance_id))
-        self.inflight.append((chunk, task))
+        self.inflight.append((chunk, task, self.clock.now() if since is None else since))
         self.unhandled[task] = chunk  # until handled (a stop may cancel us first)
         # let the call reach the store's thread or socket before we go on: two hops, as a
         # store may run the call in a task of its own (PostgreSQL's deadline on 3.11)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        while self.inflight and self.inflight[0][1].done():
-            done_chunk, done = self.inflight.popleft()
-            self.unhandled.pop(done, None)
-            self.results.extend(self.handle(done_chunk, done))
+        if self.inflight and self.inflight[0][1].done():
+            while self.inflight and self.inflight[0][1].done():
+                self._handle_first()
+            await asyncio.sleep(0)  # their handlers take their first step before we plan on
 
     async def drain(self) -> list[Dispatched]:
         while self.inflight:
-            chunk, task = self.inflight[0]
-            await asyncio.wait({task})
-            self.inflight.popleft()
-            self.unhandled.pop(task, None)
-            self.results.extend(self.handle(chunk, task))
+            await asyncio.wait({self.inflight[0][1]})
+            self._handle_first()
         return self.results
+
+    def _handle_first(self) -> None:
+        chunk, task, since = self.inflight.popleft()
+        self.unhandled.pop(task, None)
+        began = self.clock.now()
+        self.results.extend(self.handle(chunk, task))
+        self.delay = self.clock.now() - since
+        self.loop.launch_cost = self.delay - (began - since)
+        self.handled += 1
 
 
 class Loop:
@@ -151,6 +199,15 @@ class Loop:
         self.unhandled: dict[asyncio.Future[Any], list[Dispatch]] = {}
         # slots of catch-up sequences the stop came before (run_sequence), for record_unrun
         self.unrun: list[tuple[Job, float]] = []
+        # when the loop's current busy streak began (the instant it woke for), None while
+        # it sleeps: a slot due after it came due while the loop was busy (overload)
+        self.streak: float | None = None
+        # the last instant's ``Pipeline.delay`` (0 after an instant that claimed nothing:
+        # a stale estimate must not shed every slot for ever)
+        self.start_delay = 0.0
+        # how long handling a chunk's answer took (launching its handlers): a handler
+        # starts about that much after its claim's answer is read
+        self.launch_cost = 0.0
 
     async def run(self) -> None:
         due, early, clock, activity = self.due, self.early, self.clock, self.activity
@@ -160,8 +217,12 @@ class Loop:
             now = clock.now()
             self.last_tick = now
             pending = early.pending
-            if self.writer.behind and heap and heap[0] - early.lead(now) <= now:
-                await self.writer.write_behind(WRITE_BEHIND_WAIT)  # releases before claims
+            if (self.writer.behind or self.streak is not None) and heap and (
+                heap[0] - early.lead(now) <= now
+            ):
+                # releases before claims: after a failed group commit, and between two
+                # instants of a busy streak (no pause for the writer to find)
+                await self.writer.write_behind(WRITE_BEHIND_WAIT)
                 now = clock.now()
             if (heap and heap[0] <= now) or (pending is not None and pending.slot <= now):
                 activity.enter()
@@ -186,6 +247,7 @@ class Loop:
                     activity.leave()
                 continue
             self.wake.clear()
+            self.streak = None  # caught up: what comes due from now on finds it idle
             if pending is not None:
                 deadline = min(pending.slot, heap[0]) if heap else pending.slot
             elif heap:
@@ -197,6 +259,7 @@ class Loop:
     async def fire_due(self, now: float) -> None:
         self.fired_at = now
         self.fired_mono = time.monotonic()
+        streak = self.streak = now if self.streak is None else self.streak
         pending = self.early.take(now)
         jobs, store_due = self.jobs, self.due
         due = store_due.pop_due(now, jobs)
@@ -239,31 +302,52 @@ class Loop:
         # large catch-up never delays the slot that is back on time
         records: list[Dispatch] = []
         sequencing = self.sequencing
-        for pair in due:
+        clock, shed_before = self.clock, self.stats.skips.get(OVERLOADED, 0)
+        # ``judged``: when a slot planned now would start, about: the clock read again
+        # every chunk plus how long this instant's last chunk took from its planning to
+        # its handlers' start (``Pipeline.delay``)
+        t = since = now
+        judged = now + pipe.delay
+        for n, pair in enumerate(due):
             job, slot = pair
+            if n and not n % size:
+                t = clock.now()
+                judged = t + pipe.delay
             if sequencing and job.id in sequencing:
-                sequencing[job.id].append((slot, now - slot > late_after))
+                sequencing[job.id].append((slot, judged - slot > late_after))
                 handled.append(pair)  # its next slot is queued as usual
                 continue
-            if now - slot < (job.period or CRON_GAP) and now - slot <= late_after and (
-                job.id not in states and job.enabled
-            ):
+            plain = job.id not in states and job.enabled
+            if plain and judged - slot < min_gap(job) and judged - slot <= late_after:
                 # the common case: one slot, on time, no override; its next slot is
                 # provably ahead and is computed once the handlers are on their way
                 handled.append(pair)
-                items.append(scheduled(job, slot, now, queued=queued, running=running,
+                items.append(scheduled(job, slot, t, queued=queued, running=running,
                                        instance_id=instance_id))
+            elif plain and (slot > streak or not late(slot, slot + min_gap(job), now,
+                                                      late_after)):
+                # it came due while the loop was busy with earlier slots, or it was on
+                # time when this instant's planning began: late because of the load
+                self.shed(job, slot, t, judged, items, skips)
             else:
-                self.plan_job(job, slot, now, states.get(job.id), items, skips, sequences,
+                self.plan_job(job, slot, t, states.get(job.id), items, skips, sequences,
                               records)
             if len(items) >= size:
-                await pipe.submit(items)
-                items = []
+                await pipe.submit(items, since)
+                items, since = [], t
         if items:
-            await pipe.submit(items)
+            await pipe.submit(items, since)
         for i in range(0, len(records), size):
             await pipe.submit(records[i : i + size])
         await pipe.drain()
+        self.start_delay = pipe.delay if pipe.handled else 0.0
+        shed = self.stats.skips.get(OVERLOADED, 0) - shed_before
+        if shed:
+            self.warn.warning(
+                "overload", "cronfleet %s: overloaded: %d slot(s) could not start on time "
+                "(within late_after %gs, before their job's next slot) and are recorded "
+                "skipped / overloaded; %d since start", instance_id, shed, late_after,
+                self.stats.skips[OVERLOADED])
         if handled:
             await asyncio.sleep(0)  # the last chunk's handlers take their first step first
             store_due.after_many(handled, jobs)
@@ -275,6 +359,34 @@ class Loop:
                 continue
             sequencing[job.id] = runs
             self.life.spawn(self.run_sequence(job, runs))
+
+    def shed(self, job: Job, slot: float, t: float, judged: float, items: list[Dispatch],
+             skips: list[Skip]) -> int:
+        """A slot of a plain job that came due while the loop was busy, at ``t`` (the
+        clock), its start judged at ``judged``: it and the job's later due slots that are
+        late too are recorded ``skipped / overloaded`` (``skips``: rows without a claim,
+        one insert each, written once the instant's runs are claimed); the first one not
+        late starts now if due, else is queued. At most ``RECORD_CAP`` slots a time (the
+        rest at the next instant). Returns how many slots were shed."""
+        late_after, due = self.settings.late_after, self.due
+        x, nxt, shed = slot, after(job, slot), 0
+        while x <= t and late(x, nxt, judged, late_after) and shed < RECORD_CAP:
+            skips.append(Skip(job.id, x, OVERLOADED, instance_id=self.settings.instance_id,
+                              logs=[overloaded_log(from_ts(x).isoformat(), t - x)]))
+            due.mark(job.id, x)
+            shed += 1
+            x, nxt = nxt, after(job, nxt)
+        if shed:
+            self.stats.skip(OVERLOADED, shed)
+        if x > t or late(x, nxt, judged, late_after):  # not due yet, or over the cap
+            due.push(job, x)
+            return shed
+        due.push(job, nxt)  # due and on time: it starts now
+        due.mark(job.id, x)
+        items.append(requests.scheduled(
+            job, x, t, queued=self.runs.queued, running=self.runs.running,
+            instance_id=self.settings.instance_id))
+        return shed
 
     def plan_job(
         self,
@@ -366,8 +478,9 @@ class Loop:
             self.stats.store_errors += 1
             return self.dispatch_offline(chunk, exc if isinstance(exc, Exception) else None)
         got: list[Dispatched] = task.result()
+        now = self.clock.now() + self.launch_cost  # when the last of them will start
         for res in got:
-            self.after_dispatch(res)
+            self.after_dispatch(res, now)
         if self.outage.pending:
             self.outage.answered(got)
         return got
@@ -376,7 +489,10 @@ class Loop:
         """The store did not take a chunk: ``runtime/outage.py`` decides each slot."""
         return self.outage.offline(items, exc, self.fired_mono)
 
-    def after_dispatch(self, res: Dispatched) -> None:
+    def after_dispatch(self, res: Dispatched, now: float | None = None) -> None:
+        """Start or queue what a claim gave this process. ``now``: the clock when the
+        answer came; a slot claimed at its time that is late by then (the store was
+        slower than judged: overload) is recorded ``skipped / overloaded``, not started."""
         job = self.jobs.get(res.request.job_id)
         run = res.run
         if not res.won:
@@ -386,6 +502,12 @@ class Loop:
             return
         runs = self.runs
         if run.status is RunStatus.RUNNING:
+            req = res.request
+            if now is not None and req.kind is _SCHEDULED and not req.is_catchup and (
+                now - req.slot >= min_gap(job) or now - req.slot > self.settings.late_after
+            ) and late(req.slot, after(job, req.slot), now, self.settings.late_after):
+                self.claimed_late(run, req, now)
+                return
             runs.launch(job, run, leased=res.request.lease)
         elif run.status is RunStatus.PENDING:
             if res.request.defer and res.holder is None and not runs.local_busy_defer(job):
@@ -411,6 +533,18 @@ class Loop:
                     run.logs[-1] if run.logs else run.reason,
                 )
 
+    def claimed_late(self, run: RunRecord, req: Dispatch, now: float) -> None:
+        """A slot claimed on time whose claim came back late: its row says ``skipped /
+        overloaded`` and its lease is released, through the group commit."""
+        run.status = RunStatus.SKIPPED
+        run.reason = OVERLOADED
+        run.started_at = None
+        run.finished_at = from_ts(self.clock.now())
+        run.result = skip_result(OVERLOADED)
+        run.logs.append(overloaded_log(from_ts(req.slot).isoformat(), now - req.slot))
+        self.stats.skip(OVERLOADED)
+        self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
+
     async def settle_unhandled(self, budget: float) -> int:
         """At stop, after the background tasks were cancelled: the chunks whose caller was
         cancelled while the store claimed them. Their answers are awaited (``budget``
@@ -432,16 +566,34 @@ class Loop:
                     self.runs.interrupt(run, res.request.lease, now, STOPPED_BEFORE_START)
         return len(pending)
 
+    def left_due(self, now: float) -> list[Dispatch]:
+        """At stop, once the loop ended: the slots already due that it did not reach (it
+        was behind: ``overloaded``; it had just woken: ``missed``), every one up to
+        ``now`` (``RECORD_CAP`` per job at most; a later start's catch-up finds the
+        rest)."""
+        streak, items = self.streak, []
+        for job, slot in self.due.pop_due(now, self.jobs):
+            x = slot
+            for _ in range(RECORD_CAP):
+                if x > now:
+                    break
+                if streak is not None and x > streak:
+                    items.append(requests.overloaded(job, x, now - x, stopping=True))
+                else:
+                    items.append(requests.missed(job, x, STOPPED_WHY))
+                x = after(job, x)
+        return items
+
     async def record_unrun(self, budget: float) -> int:
         """At stop: the slots of catch-up sequences (``missed=run_all``, a backlog's
-        replay) the stop came before are claimed and recorded ``skipped / missed`` (a slot
-        another process has is left to it): another process may already have claimed a
-        later slot, and a later start's catch-up would not find them. Returns how many
-        the store did not take within ``budget`` seconds."""
+        replay) the stop came before, and the slots already due that the loop did not
+        reach (``left_due``), are claimed and recorded ``skipped`` (a slot another process
+        has is left to it): another process may already have claimed a later slot, and a
+        later start's catch-up would not find them. Returns how many the store did not
+        take within ``budget`` seconds."""
         left, self.unrun = self.unrun, []
-        if not left:
-            return 0
-        now_iso = from_ts(self.clock.now()).isoformat()
+        now = self.clock.now()
+        now_iso = from_ts(now).isoformat()
         items = [
             Dispatch.missed(job.id, slot, reason=MISSED,
                             local=job.locking is Locking.NODE_LOCAL, logs=[
@@ -449,16 +601,20 @@ class Loop:
                 f"(missed={job.missed.value}) reached this slot"])
             for job, slot in left
         ]
-        size = self.settings.batch_size
+        items += self.left_due(now)
+        if not items:
+            return 0
+        size, done = self.settings.batch_size, 0
         try:
             async with asyncio.timeout(budget):
                 for i in range(0, len(items), size):
                     await self.store.dispatch(items[i : i + size], self.settings.instance_id)
-                    del left[:size]
+                    done = i + size
         except Exception as exc:  # the store is away: the next start or the reaper
-            log.warning("cronfleet %s: %d slot(s) of catch-up sequences not recorded at stop "
-                        "(%s)", self.settings.instance_id, len(left), exc)
-            return len(left)
+            left_n = len(items) - min(done, len(items))
+            log.warning("cronfleet %s: %d due slot(s) not recorded at stop (%s)",
+                        self.settings.instance_id, left_n, exc)
+            return left_n
         return 0
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:

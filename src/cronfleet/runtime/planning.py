@@ -8,13 +8,16 @@ the catch-up rules are tested without any I/O.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 from cronfleet.clock import from_ts
 from cronfleet.cron import AnySchedule, NoFireTimeError
 from cronfleet.model import Missed
 
-__all__ = ["RECORD_CAP", "RUN_ALL_CAP", "SlotPlan", "catchup_banner", "jitter_delay", "plan_slots"]
+__all__ = [
+    "RECORD_CAP", "RUN_ALL_CAP", "SlotPlan", "catchup_banner", "jitter_delay", "late", "plan_slots",
+]
 
 RUN_ALL_CAP = 100
 """``Missed.RUN_ALL`` runs at most this many missed slots (the most recent ones)."""
@@ -47,6 +50,14 @@ def catchup_banner(slot: float, started: float) -> str:
         from_ts(slot).strftime("%Y-%m-%dT%H:%M:%S.") + f"{from_ts(slot).microsecond // 1000:03d}Z"
     )
     return f"⏰ Catch-up run for missed slot {stamp} ({round(started - slot)}s late)"
+
+
+def late(slot: float, nxt: float, now: float, late_after: float) -> bool:
+    """The backlog rule for one slot whose job's next slot is ``nxt``: at ``now`` it is
+    **late** when it is more than ``late_after`` old or overtaken (``nxt`` is due too);
+    otherwise it can still start on time. :func:`plan_slots` applies it to a job's
+    backlog, the loop to each slot it is about to start (an overloaded process)."""
+    return nxt <= now or now - slot > late_after
 
 
 def plan_slots(
@@ -91,10 +102,11 @@ def plan_slots(
         cursor = prev
     slots = newest_first[::-1]
     # the backlog rule: only the newest slot may be on time (docs/concepts.md)
-    on_time = slots[-1:] if slots and now - slots[-1] <= late_after else []
-    late = slots[: len(slots) - len(on_time)]
-    in_window = [s for s in late if window > 0 and now - s <= window]
-    outside = [s for s in late if not (window > 0 and now - s <= window)]
+    # (the newest slot due: its next one is ahead by construction)
+    on_time = slots[-1:] if slots and not late(slots[-1], math.inf, now, late_after) else []
+    older = slots[: len(slots) - len(on_time)]
+    in_window = [s for s in older if window > 0 and now - s <= window]
+    outside = [s for s in older if not (window > 0 and now - s <= window)]
     to_miss = list(outside)
     catch: list[float] = []
     if missed is Missed.RUN_ONCE:

@@ -21,9 +21,17 @@ from cronfleet.clock import from_ts
 from cronfleet.model import Job, Locking, Overlap, RunRecord, SkipReason, TriggeredBy
 from cronfleet.runtime.planning import catchup_banner, jitter_delay
 from cronfleet.store.base import Dispatch
-from cronfleet.store.ledger import ALREADY_EXECUTING, busy_log, busy_result, missed_log
+from cronfleet.store.ledger import (
+    ALREADY_EXECUTING,
+    busy_log,
+    busy_result,
+    missed_log,
+    overloaded_log,
+)
 
-__all__ = ["backfill", "early", "manual", "missed", "recovery", "scheduled", "sequenced"]
+__all__ = [
+    "backfill", "early", "manual", "missed", "overloaded", "recovery", "scheduled", "sequenced",
+]
 
 _NODE_LOCAL = Locking.NODE_LOCAL
 _ALLOW = Overlap.ALLOW
@@ -31,6 +39,7 @@ _QUEUE_ONE = Overlap.QUEUE_ONE
 _WAITS = (Overlap.QUEUE_ONE, Overlap.REPLACE)  # a busy lease: wait for it (REPLACE: and
 # cancel the run holding it, Runs.replace_running)
 _MISSED = SkipReason.MISSED.value
+_OVERLOADED = SkipReason.OVERLOADED.value
 # bound once: a burst builds one request per slot
 _scheduled = Dispatch.scheduled
 _early_claim = Dispatch.early_claim
@@ -125,6 +134,19 @@ def missed(
         local=job.locking is _NODE_LOCAL,
         result=result,
         logs=[missed_log(from_ts(slot).isoformat(), why, job.missed.name, job.catch_up_window)],
+    )
+
+
+def overloaded(job: Job, slot: float, behind: float, *, stopping: bool = False) -> Dispatch:
+    """A slot this process could not start on time because it was busy with earlier ones
+    (``behind``: how far behind its slots it was), claimed and recorded ``skipped`` /
+    ``overloaded`` whatever the job's ``missed`` policy (docs/concepts.md, "Overload")."""
+    return Dispatch.missed(
+        job.id,
+        slot,
+        reason=_OVERLOADED,
+        local=job.locking is _NODE_LOCAL,
+        logs=[overloaded_log(from_ts(slot).isoformat(), behind, stopping=stopping)],
     )
 
 

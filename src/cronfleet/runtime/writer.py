@@ -215,7 +215,7 @@ class Writer:
         leases (each slot recorded ``already_executing``, run by nobody) until the next
         retry, up to a second later. Waits at most ``wait`` seconds: a store still away
         fails the write (fast) or keeps it, and the instant goes on."""
-        if not self.finishes and not self.writing:
+        if not self.finishes and not self.writing and not self.runs.ended:
             self.behind = False
             return
         done = self._flushed_event()

@@ -41,6 +41,7 @@ __all__ = [
     "lost_run",
     "missed_log",
     "missed_summary",
+    "overloaded_log",
     "override_skip_log",
     "removed_or_skipped_log",
     "replace_stopped_log",
@@ -160,6 +161,17 @@ def removed_or_skipped_log(reason: str, live: bool) -> str:
 def missed_log(slot_iso: str, why: str, policy: str, window: float) -> str:
     """A slot recorded ``missed`` by the catch-up policy."""
     return f"Skipped: slot {slot_iso} {why} (policy {policy}, window {window:g}s)"
+
+
+def overloaded_log(slot_iso: str, behind: float, *, stopping: bool = False) -> str:
+    """A slot recorded ``overloaded``: it came due while the process was busy with earlier
+    slots and could not start on time (within ``late_after``, before the job's next slot);
+    ``stopping``: the process stopped before it reached the slot."""
+    if stopping:
+        return (f"Skipped: slot {slot_iso} was due when the scheduler stopped {behind:.3f}s "
+                "behind its slots (overloaded); it never started")
+    return (f"Skipped: slot {slot_iso} could not start on time: the scheduler was "
+            f"{behind:.3f}s behind its slots (overloaded)")
 
 
 def missed_summary(count: int | None, first_iso: str, last_iso: str) -> tuple[str, dict[str, Any]]:
