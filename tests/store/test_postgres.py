@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -84,10 +85,15 @@ def test_a_url_without_a_host_keeps_its_slashes_and_a_broken_one_is_an_error() -
 
 
 SOCKET = Path("/var/run/postgresql/.s.PGSQL.5432")
+HAS_SOCKET = SOCKET.exists()
 
 
-@pytest.mark.skipif(not SOCKET.exists(), reason=f"no PostgreSQL socket at {SOCKET}")
 async def test_the_local_socket_url_opens(schema: str) -> None:
+    if not HAS_SOCKET:  # the machine's PostgreSQL listens there (CI: fail, not skip)
+        missing = f"no PostgreSQL socket at {SOCKET}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(missing, pytrace=False)
+        pytest.skip(missing)
     with psycopg.connect(pg_url()) as conn:
         info = conn.info
         db, user = info.dbname, info.user
