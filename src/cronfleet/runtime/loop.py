@@ -601,7 +601,8 @@ class Loop:
                 f"(missed={job.missed.value}) reached this slot"])
             for job, slot in left
         ]
-        items += self.left_due(now)
+        if self.settings.timers:  # without timers (an API replica) nothing was planned here
+            items += self.left_due(now)
         if not items:
             return 0
         size, done = self.settings.batch_size, 0

@@ -194,3 +194,20 @@ async def test_a_claim_answered_after_the_next_slot_is_recorded_not_started(
     assert rows[6] == [("succeeded", None)], rows
     assert T0 + 2 not in [slot for _, slot, _ in started.calls]
     assert s.stats.skips["overloaded"] >= 1
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_process_without_timers_records_nothing_at_stop(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """An API replica (``timers=False``) declares the jobs but plans none: at its stop the
+    slots due meanwhile are the timer processes' (a paused job's slots have claim-less
+    rows: a claim from the replica would have added a second row to each)."""
+    s = make(instance_id="api", timers=False)
+    started = Started(clock)
+    s.job("1s", id="j00")(started)
+    await s.start()
+    await advance(clock, 5, s, step=0.25)
+    await s.stop()
+    assert started.calls == []
+    assert await _rows(make, s) == {}
