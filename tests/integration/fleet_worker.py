@@ -140,8 +140,11 @@ def main() -> None:
         assert args.pause_at is not None
         await asyncio.sleep(max(args.pause_at - time.time(), 0))
         for job_id in args.pause_job:
+            asked = time.time()
             state = await s.pause_async(job_id, by=args.name, note="test", until=args.pause_for)
-            print(f"PAUSED {job_id} until {state.override_until}", flush=True)
+            # asked / written: the pause holds for the slots after it was written
+            print(f"PAUSED {job_id} asked {asked:.3f} written {time.time():.3f} until "
+                  f"{state.override_until}", flush=True)
 
     async def go() -> None:
         async with s:

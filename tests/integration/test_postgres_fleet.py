@@ -7,6 +7,7 @@ Each test gets its own schema (``?schema=`` in the store URL). Needs the server 
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import time
@@ -194,7 +195,9 @@ def test_a_pause_from_one_process_is_honoured_by_all(schema: str) -> None:
         wait_ready(procs)
     finally:
         outputs = finish(procs, 60)
-    assert any("PAUSED job-0000" in o for o in outputs)
+    marks = {m[0]: (float(m[1]), float(m[2])) for o in outputs for m in
+             re.findall(r"PAUSED (\S+) asked ([\d.]+) written ([\d.]+)", o)}
+    assert set(marks) == {"job-0000", "job-0001"}, outputs
     rows = ledger(schema)
     slots: dict[tuple[str, int], list[Row]] = defaultdict(list)
     for r in rows:
@@ -206,18 +209,27 @@ def test_a_pause_from_one_process_is_honoured_by_all(schema: str) -> None:
         assert len(got) == 1, (job, s, got)
         return got[0]
 
-    # job-0000: runs until the pause, one 'paused' record per slot for every process while
-    # it lasts (set at t0+2.5 until t0+7.5), then runs again by itself
-    for s in range(t0, t0 + 3):
-        assert only("job-0000", s)[2] == "succeeded"
-    for s in range(t0 + 3, t0 + 8):
+    # job-0000: runs until the pause, one 'paused' record per slot while it lasts (asked
+    # at t0+2.5 for 5 s), then runs again by itself. A slot due while the pause was being
+    # written (a loaded machine: its worker's loop late) may go either way, with one row.
+    asked, written = marks["job-0000"]
+    for s in range(t0, until - 1):
         r = only("job-0000", s)
-        assert (r[2], r[3]) == ("skipped", "paused") and "by p0" in r[6][-1], r
-    for s in range(t0 + 8, until - 1):
-        assert only("job-0000", s)[2] == "succeeded"
+        if s < asked or s > written + 5:  # before the pause, or after it ended by itself
+            assert r[2] == "succeeded", r
+        elif written + 0.5 <= s <= asked + 5 - 0.5:
+            assert (r[2], r[3]) == ("skipped", "paused") and "by p0" in r[6][-1], r
+        else:
+            assert r[2] == "succeeded" or (r[2], r[3]) == ("skipped", "paused"), r
+    assert written - asked < 2, marks  # the window of doubt is short
     # job-0001: paused from the API replica, skipped everywhere from the next slot on
-    for s in range(t0 + 3, until - 1):
-        assert (only("job-0001", s)[2], only("job-0001", s)[3]) == ("skipped", "paused")
+    asked, written = marks["job-0001"]
+    for s in range(t0, until - 1):
+        r = only("job-0001", s)
+        if s < asked:
+            assert r[2] == "succeeded", r
+        elif s >= written + 0.5:
+            assert (r[2], r[3]) == ("skipped", "paused"), r
     # the others were not touched
     for s in range(t0, until - 1):
         assert only("job-0019", s)[2] == "succeeded"
