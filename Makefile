@@ -38,7 +38,7 @@ $(AXE): tests/browser/package.json
 # `make test WORKERS=8` / `TIMING_WORKERS=4` to change the number of workers; PYTEST_ARGS
 # is passed to both phases (e.g. PYTEST_ARGS="-x").
 WORKERS ?= 6
-TIMING_WORKERS ?= 8
+TIMING_WORKERS ?= 6
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_ARGS)
 # where the timing tests live: the second phase collects only these (tests/phases.py, the
