@@ -361,13 +361,13 @@ class Loop:
             self.life.spawn(self.run_sequence(job, runs))
 
     def shed(self, job: Job, slot: float, t: float, judged: float, items: list[Dispatch],
-             skips: list[Skip]) -> int:
+             skips: list[Skip]) -> None:
         """A slot of a plain job that came due while the loop was busy, at ``t`` (the
         clock), its start judged at ``judged``: it and the job's later due slots that are
         late too are recorded ``skipped / overloaded`` (``skips``: rows without a claim,
         one insert each, written once the instant's runs are claimed); the first one not
         late starts now if due, else is queued. At most ``RECORD_CAP`` slots a time (the
-        rest at the next instant). Returns how many slots were shed."""
+        rest at the next instant); the count goes to ``stats`` (the instant's warning)."""
         late_after, due = self.settings.late_after, self.due
         x, nxt, shed = slot, after(job, slot), 0
         while x <= t and late(x, nxt, judged, late_after) and shed < RECORD_CAP:
@@ -380,13 +380,12 @@ class Loop:
             self.stats.skip(OVERLOADED, shed)
         if x > t or late(x, nxt, judged, late_after):  # not due yet, or over the cap
             due.push(job, x)
-            return shed
+            return
         due.push(job, nxt)  # due and on time: it starts now
         due.mark(job.id, x)
         items.append(requests.scheduled(
             job, x, t, queued=self.runs.queued, running=self.runs.running,
             instance_id=self.settings.instance_id))
-        return shed
 
     def plan_job(
         self,
@@ -503,6 +502,8 @@ class Loop:
         runs = self.runs
         if run.status is RunStatus.RUNNING:
             req = res.request
+            # ``late`` needs the job's next slot; ``min_gap`` (never more than the real gap)
+            # spares computing it for the claims that come back in time, nearly all
             if now is not None and req.kind is _SCHEDULED and not req.is_catchup and (
                 now - req.slot >= min_gap(job) or now - req.slot > self.settings.late_after
             ) and late(req.slot, after(job, req.slot), now, self.settings.late_after):
