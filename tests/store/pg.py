@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import uuid
 
 import psycopg
@@ -45,5 +46,16 @@ def new_schema(prefix: str = "t") -> str:
 
 
 def drop_schema(schema: str) -> None:
-    with psycopg.connect(pg_url(), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    """Drop a test's schema. A process of the test still finishing (an audit write, a
+    heartbeat) can take locks in another order than the DROP: PostgreSQL then picks one
+    side as the deadlock's victim, and the DROP is simply tried again."""
+    for attempt in range(5):
+        try:
+            with psycopg.connect(pg_url(), autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    sql.Identifier(schema)))
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == 4:
+                raise
+            time.sleep(0.2)
