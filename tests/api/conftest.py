@@ -149,12 +149,16 @@ class Api:
         """One request. A read the API turned away because the store did not answer within
         its interactive deadline (503 ``STORE_UNAVAILABLE`` with ``Retry-After``: a loaded
         machine) is asked again for up to :data:`READ_RETRY` seconds, as a client that
-        honours ``Retry-After`` would; a write never is (its 503 is what some tests check)."""
+        honours ``Retry-After`` would. So is any request turned away at its token check
+        (nothing was done yet); a write turned away later never is (its 503 is what some
+        tests check)."""
         headers = {**self.auth(who), **kw.pop("headers", {})}
         deadline = time.monotonic() + READ_RETRY
         while True:
             r = await self.client.request(method, path, headers=headers, **kw)
-            if method != "GET" or not store_too_slow(r) or time.monotonic() > deadline:
+            again = store_too_slow(r) and (
+                method == "GET" or r.json()["message"].startswith("cannot check the token"))
+            if not again or time.monotonic() > deadline:
                 return r
             await asyncio.sleep(min(float(r.headers["retry-after"]), 0.5))
 
