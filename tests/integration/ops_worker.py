@@ -6,8 +6,8 @@ when triggered -- an hourly default ran once more when a test spanned the hour;
 ``--overlap``) in code; its handler appends
 ``tick <instance> <params as JSON>`` to ``--count`` (runs counted on the handler side),
 (`` backfill SLOT`` added for a backfill's run), then sleeps ``params["sleep"]``
-seconds when given. Prints ``READY <instance>`` once started; stops gracefully on
-SIGTERM.
+seconds when given, or waits until the file ``params["until"]`` exists. Prints
+``READY <instance>`` once started; stops gracefully on SIGTERM.
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ def main() -> None:
             os.close(fd)
         if "sleep" in ctx.params:
             await asyncio.sleep(float(ctx.params["sleep"]))
+        if "until" in ctx.params:  # held until the test creates that file (60 s at most)
+            for _ in range(1200):
+                if os.path.exists(ctx.params["until"]):  # noqa: ASYNC240 (a stat)
+                    break
+                await asyncio.sleep(0.05)
 
     async def go() -> None:
         async with s:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,22 +254,28 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
         env = {**os.environ, "CRONFLEET_STORE": store_url}
         env.pop("CRONFLEET_CONFIG", None)
         args = [sys.executable, "-m", "cronfleet", "backfill", "tick", "--from",
-                "2026-01-01T00:00:00", "--to", "2026-01-01T11:00:00", "--rate", "100",
-                "--json"]
+                "2026-01-01T00:00:00", "--to", "2026-01-01T11:00:00", "--rate", "100"]
         cwd = str(tmp_path)
-        # a run holding the lease for 20 s: both backfills are asked for before either
-        # runs a slot (a backfill asked for after another finished a slot re-runs it).
-        # Their two CLI processes must start within it: 8 s was too short on a loaded
-        # machine (the suite runs on several workers)
-        held = cli_json(store_url, "trigger", "tick", "--param", "sleep=20", "--no-wait")
+        # a run holding the lease until both backfills were taken by an instance (each CLI
+        # says so on stderr): both are asked for before either runs a slot (a backfill
+        # asked for after another finished a slot re-runs it)
+        release = tmp_path / "release"
+        held = cli_json(store_url, "trigger", "tick", "--param", f"until={release}",
+                        "--no-wait")
         assert held["status"] == "running"
         both = [subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in both:
+            assert p.stderr is not None
+            first = p.stderr.readline()
+            assert " taken by instance " in first, (first, p.stderr.read())
+        release.touch()
         outs = [p.communicate(timeout=120) for p in both]
         assert [p.returncode for p in both] == [0, 0], outs
-        results = [json.loads(out) for out, _ in outs]
-        assert all(r["finished"] and r["error"] is None for r in results), results
-        assert sum(r["progress"]["ran"] for r in results) == 12, results
+        done = [re.fullmatch(r"backfill \d+ of 'tick': (\d+)/12 slots: (\d+) run, .*\n",
+                             out) for out, _ in outs]
+        assert all(m is not None and m[1] == "12" for m in done), outs  # both finished
+        assert sum(int(m[2]) for m in done if m is not None) == 12, outs
         ran = sorted(ln.split()[-1] for ln in handler_lines(count) if " backfill " in ln)
         assert ran == slots  # every slot once, whichever process ran it
 
@@ -276,7 +283,7 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
                          "--to", "2026-01-01T11:00:00", "--only-missing", "--rate", "100")
         p = again["progress"]
         assert (p["total"], p["present"], p["ran"]) == (12, 12, 0), again
-        assert len([ln for ln in handler_lines(count) if "backfill" in ln]) == 12
+        assert len([ln for ln in handler_lines(count) if " backfill " in ln]) == 12
 
         runs = cli_json(store_url, "history", "tick", "--limit", "100")
         filled = [r for r in runs if r["triggered_by"] == "backfill"]
@@ -286,7 +293,10 @@ def test_a_library_job_is_backfilled_from_the_cli_of_another_process(
 
         slow = cli_json(store_url, "backfill", "tick", "--from", "2026-02-01T00:00:00",
                         "--to", "2026-02-02T23:00:00", "--rate", "0.5", "--no-wait")
-        time.sleep(3)
+        deadline = time.time() + 30  # cancelled once its first slot ran
+        while not any("backfill 2026-02" in ln for ln in handler_lines(count)):
+            assert time.time() < deadline, "the slow backfill ran no slot"
+            time.sleep(0.1)
         stop = cli(store_url, "backfill-cancel", str(slow["id"]))
         assert stop.returncode == 0, stop.stderr
         again = cli(store_url, "backfill-cancel", str(slow["id"]))
