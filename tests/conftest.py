@@ -29,9 +29,10 @@ STORES = ("memory", "sqlite", "postgres", "redis")
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--stores", default=",".join(STORES),
-        help="the stores tests/store runs against, e.g. --stores memory (make check); a "
-             "store test is kept when its store (a parameter such as store_kind, or the "
-             "store its module is named after) is listed. Default: all.")
+        help="the stores the tests run against, e.g. --stores memory (make check): a test "
+             "that names a store (a parameter such as store_kind, or, in tests/store, the "
+             "store its module is named after) is kept when that store is listed. "
+             "Default: all.")
 
 
 def _store_of(item: pytest.Item) -> str | None:
@@ -40,6 +41,8 @@ def _store_of(item: pytest.Item) -> str | None:
     for value in params:  # store_kind, or another parameter naming a store (a dialect)
         if isinstance(value, str) and value in STORES:
             return value
+    if not item.nodeid.startswith("tests/store/"):
+        return None
     module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
     return next((kind for kind in STORES if module.startswith(f"test_{kind}")), None)
 
@@ -55,8 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     stores = {s.strip() for s in config.getoption("stores").split(",")}
     if stores >= set(STORES):
         return
-    dropped = [it for it in items if it.nodeid.startswith("tests/store/")
-               and _store_of(it) not in (None, *stores)]
+    dropped = [it for it in items if _store_of(it) not in (None, *stores)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         gone = set(map(id, dropped))
