@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
-from phases import TIMING, TIMING_DIRS, group_of
+from phases import TIMING, TIMING_DIRS, group_of, longest_first
 from properties import SCALE, examples
 from store.redis_server import RedisServer, require_redis
 
@@ -55,6 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("timing") and not item.nodeid.startswith(TIMING_DIRS):
             # make test's second phase collects only TIMING_DIRS: it would never run
             raise pytest.UsageError(f"{item.nodeid} is marked timing outside {TIMING_DIRS}")
+    items.sort(key=lambda it: longest_first(it.nodeid))  # stable: the rest keeps its order
     stores = {s.strip() for s in config.getoption("stores").split(",")}
     if stores >= set(STORES):
         return
@@ -78,6 +80,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid) or nodeid
+
+        def _reschedule(self, node: Any) -> None:
+            """xdist gives a worker more work once it has 2 tests left; with few tests
+            (phase 2: long real-process ones) a worker holds one beside the one it runs
+            (it needs the next to end the current), so that a 40 s test never waits behind
+            another while other workers are idle."""
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            prefetch = 1 if self.collection is not None and len(self.collection) < 500 else 2
+            if self._pending_of(self.assigned_work[node]) > prefetch:
+                return
+            self._assign_work_unit(node)
 
     return GroupScheduling(config, log)  # type: ignore[arg-type]
 
