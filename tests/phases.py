@@ -51,10 +51,11 @@ GROUPS = (
 )
 
 
-# node id prefix of the longest tests (about 35 s or more on the 2-core box), handed out
-# first in their phase so that none starts last; the rest keeps its collection order
+# node id prefix of phase 2's longest tests (about 35 s or more on the 2-core box), handed
+# out first so that none starts last; the rest keeps its collection order. (Phase 1's
+# longest, schemathesis and the browsers, are CPU-bound: started first beside the browser
+# groups they took longer, and phase 1 with them.)
 LONGEST = (
-    "tests/api/test_schemathesis.py",
     "tests/integration/test_outages.py::test_default_settings_keep_exactly_once_",
     "tests/integration/test_fleet_failover.py::test_sigstop_",
     "tests/integration/test_postgres_fleet.py::test_clocks_skewed_",
