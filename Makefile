@@ -43,7 +43,7 @@ $(AXE): tests/browser/package.json
 # Each phase prints its ten slowest tests.
 # `make test WORKERS=8` / `TIMING_WORKERS=4` to change the number of workers; PYTEST_ARGS
 # is passed to both phases (e.g. PYTEST_ARGS="-x").
-WORKERS ?= 5
+WORKERS ?= 6
 TIMING_WORKERS ?= 8
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_ARGS)
