@@ -10,7 +10,7 @@ AXE := tests/browser/node_modules/axe-core/axe.min.js
 # Python writes the bytecode of what it compiles (__pycache__/, ignored by git), whatever the
 # environment says: the tests start hundreds of Python processes (workers, `cronfleet run`,
 # CLI calls), and with PYTHONDONTWRITEBYTECODE set each one compiled cronfleet and
-# pytest rewrote every test module again in each worker (make check 77 s -> 50 s).
+# pytest rewrote every test module again in each worker (docs/development.md, "Bytecode").
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test check test-lowest lint bench chaos clean screenshots

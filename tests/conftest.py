@@ -83,18 +83,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
         def _reschedule(self, node: Any) -> None:
             """xdist gives a worker more work once it has 2 tests left; with few tests
-            (phase 2: long real-process ones) a worker holds one beside the one it runs
-            (it needs the next to end the current), so that a 40 s test never waits behind
-            another while other workers are idle."""
-            if node.shutting_down:
+            (phase 2: long real-process ones) only once it has 1 (the one it runs: it needs
+            the next to end it), so that a 40 s test never waits behind another on a busy
+            worker while others are idle."""
+            few = self.collection is not None and len(self.collection) < 500
+            if (few and self.workqueue and not node.shutting_down
+                    and self._pending_of(self.assigned_work[node]) > 1):
                 return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            prefetch = 1 if self.collection is not None and len(self.collection) < 500 else 2
-            if self._pending_of(self.assigned_work[node]) > prefetch:
-                return
-            self._assign_work_unit(node)
+            super()._reschedule(node)
 
     return GroupScheduling(config, log)  # type: ignore[arg-type]
 
