@@ -138,7 +138,7 @@ class Outage:
                 job.locking is not Locking.NODE_LOCAL
             ):
                 # a slot the catch-up recorded missed, under a claim: claimed again when
-                # the store is back (claim-less, it could sit beside another process's row)
+                # the store is back (the catch-up's own path, retried as it was planned)
                 self.keep_skip(it)
                 continue
             if it.skip_reason:

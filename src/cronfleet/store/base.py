@@ -689,7 +689,9 @@ class Store(Protocol):
         """Write run rows (new or updated) and release leases, one transaction."""
 
     async def record_skips(self, items: Sequence[Skip]) -> int:
-        """Write skip records (deduplicated per job, slot and reason); returns rows written."""
+        """Write skip records, each taking its slot's claim: a slot already claimed (a run,
+        an earlier skip of any reason or instance) gets no row, so a slot has one final
+        row; returns rows written."""
 
     async def renew_leases(self, items: Sequence[tuple[str, int, float]]) -> None:
         """Extend ``(job_id, token, seconds)`` leases still held (long runs without timeout)."""

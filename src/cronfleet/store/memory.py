@@ -426,8 +426,9 @@ def _record_skips(db: MemoryDatabase, now: int, rows: list[list[Any]]) -> int:
     at = dt(now)
     written = 0
     for job_id, slot, triggered_by, reason, instance, result, logs in rows:
-        if (job_id, slot, reason) in db.dedupe:
+        if (job_id, slot) in db.claims:  # a run's or an earlier skip's: the slot has its row
             continue
+        db.new_claim(job_id, slot, instance or "", now)
         rec = RunRecord(
             id=None, job_id=job_id, slot=_req(dt(slot)), triggered_by=TriggeredBy(triggered_by),
             status=RunStatus.SKIPPED, instance_id=instance, reason=reason, claimed_at=at,

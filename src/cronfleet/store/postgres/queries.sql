@@ -307,14 +307,28 @@ UPDATE __S__.runs SET status = 'skipped', reason = %(reason)s, finished_at = %(n
 FROM jsonb_array_elements(%(rows)s::jsonb) AS e WHERE runs.id = (e->>0)::bigint;
 
 -- name: record_skips
--- rows: [job, slot ms, triggered_by, reason, instance, result, logs]; once per
--- (job, slot, reason) across instances
+-- rows: [job, slot ms, triggered_by, reason, instance, result, logs]. Each skip takes its
+-- slot's claim first: a slot already claimed (a run, or an earlier skip, whatever its
+-- reason or instance) gets no row, so a slot never ends with two final rows; a repeat
+-- within the batch keeps its first row
+WITH e AS (
+  SELECT DISTINCT ON (v->>0, (v->>1)::bigint) v->>0 AS j,
+         to_timestamp((v->>1)::bigint / 1000.0) AS slot, v
+  FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS x(v, n)
+  ORDER BY v->>0, (v->>1)::bigint, n
+),
+won AS (
+  INSERT INTO __S__.claims (job_id, slot, instance_id, claimed_at)
+  SELECT e.j, e.slot, coalesce(e.v->>4, ''), %(now)s FROM e ORDER BY e.j COLLATE "C", 2
+  ON CONFLICT (job_id, slot) DO NOTHING
+  RETURNING job_id, slot
+)
 INSERT INTO __S__.runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
                         finished_at, result, logs, dedupe)
-SELECT e->>0, to_timestamp((e->>1)::bigint / 1000.0), e->>2, 'skipped', e->>3, e->>4,
-       %(now)s, %(now)s, e->5, e->6, e->>3
-FROM jsonb_array_elements(%(rows)s::jsonb) AS e
-ORDER BY (e->>0) COLLATE "C", 2, 5
+SELECT e.j, e.slot, e.v->>2, 'skipped', e.v->>3, e.v->>4, %(now)s, %(now)s, e.v->5, e.v->6,
+       e.v->>3
+FROM e JOIN won ON won.job_id = e.j AND won.slot = e.slot
+ORDER BY e.j COLLATE "C", 2
 ON CONFLICT (job_id, slot, dedupe) WHERE dedupe IS NOT NULL DO NOTHING;
 
 -- name: reap

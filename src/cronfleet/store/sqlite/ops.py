@@ -318,10 +318,20 @@ def finish_rows(t: SQLiteTransport, c: sqlite3.Connection, now: int, new: list[R
 
 def record_skips(t: SQLiteTransport, c: sqlite3.Connection, now: int,
                  rows: list[list[Any]]) -> int:
-    """``[[job, slot ms, triggered_by, reason, instance, result, logs], ...]``."""
+    """``[[job, slot ms, triggered_by, reason, instance, result, logs], ...]``: each skip
+    takes its slot's claim first; a slot claimed already (a run, an earlier skip) gets no
+    row, nor does a repeat within the batch."""
+    won = {(j, s) for j, s in c.execute(
+        Q["skip_claims"], (now, json.dumps([[r[0], r[1], r[4] or ""] for r in rows])))}
+    kept = []
     for r in rows:
-        r[5], r[6] = _json(r[5]), json.dumps(r[6])
-    return max(c.execute(Q["record_skips"], (now, json.dumps(rows))).rowcount, 0)
+        if (r[0], r[1]) in won:
+            won.discard((r[0], r[1]))
+            r[5], r[6] = _json(r[5]), json.dumps(r[6])
+            kept.append(r)
+    if not kept:
+        return 0
+    return max(c.execute(Q["record_skips"], (now, json.dumps(kept))).rowcount, 0)
 
 
 def reap(t: SQLiteTransport, c: sqlite3.Connection, now: int,

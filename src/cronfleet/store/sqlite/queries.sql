@@ -171,9 +171,17 @@ UPDATE runs SET status = 'skipped', reason = ?1, finished_at = ?2, deadline = NU
                 logs = json_insert(coalesce(runs.logs, '[]'), '$[#]', v.value->>2)
 FROM json_each(?3) AS v WHERE runs.id = v.value->>0;
 
+-- name: skip_claims
+-- ?1 now, ?2 [[job, slot, instance], ...]: the claim each claim-less skip takes first (a
+-- slot already claimed, by a run or an earlier skip, gets no skip row: ops.record_skips)
+INSERT INTO claims (job_id, slot, instance_id, claimed_at)
+SELECT value->>0, value->>1, value->>2, ?1 FROM json_each(?2) WHERE true
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING job_id, slot;
+
 -- name: record_skips
--- ?1 now, ?2 [[job, slot, triggered_by, reason, instance, result, logs], ...]: once per
--- (job, slot, reason)
+-- ?1 now, ?2 [[job, slot, triggered_by, reason, instance, result, logs], ...]: the skips
+-- whose claim was won (skip_claims)
 INSERT INTO runs (job_id, slot, triggered_by, status, reason, instance_id, claimed_at,
                   finished_at, result, logs, dedupe)
 SELECT value->>0, value->>1, value->>2, 'skipped', value->>3, value->>4, ?1, ?1,

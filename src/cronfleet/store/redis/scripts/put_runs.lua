@@ -1,6 +1,7 @@
 -- Write run rows and release leases, atomically. ARGV: P, now, a JSON array of rows
 -- (objects of strings; 'id' set: update; a token already written: update that row; 'dd'
--- set: a skip written once per (job, slot, reason)), then (job, token) pairs to release.
+-- set: a claim-less skip, which takes its slot's claim, and is not written when the slot
+-- is claimed already), then (job, token) pairs to release.
 -- Reply: one JSON array, per row id and how (1 inserted, 2 updated, 0 not written, 3 late:
 -- the row already holds another final outcome, nothing written). A row with 'la' = the
 -- stored status: only its result and logs are written (a late result attached).
@@ -38,9 +39,11 @@ for i = 1, #rows do
     if fenced then
       id = tonumber(fenced)
       how = update(id, row)
-    elseif dk and redis.call('HEXISTS', jk(j, 'd'), dk) == 1 then
-      id, how = 0, 0
+    elseif dk and (redis.call('HEXISTS', jk(j, 'd'), dk) == 1
+                   or redis.call('HEXISTS', jk(j, 'c'), row.sl) == 1) then
+      id, how = 0, 0  -- a skip whose slot is claimed (a run, an earlier skip): no row
     else
+      if dk then new_claim(j, row.sl, row['in'] or '') end  -- a skip takes the slot's claim
       id = insert_row(row, dk)
       how = 1
     end
