@@ -311,6 +311,11 @@ class Loop:
         for n, pair in enumerate(due):
             job, slot = pair
             if n and not n % size:
+                # a turn for the rest of the loop every ``size`` slots, whatever they
+                # became: an instant that mostly sheds submits few chunks, and the
+                # transactions in flight hold their job rows' locks until their next
+                # statement or COMMIT is sent from here
+                await asyncio.sleep(0)
                 t = clock.now()
                 judged = t + pipe.delay
             if sequencing and job.id in sequencing:

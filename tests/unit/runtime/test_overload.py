@@ -211,3 +211,45 @@ async def test_a_process_without_timers_records_nothing_at_stop(
     await s.stop()
     assert started.calls == []
     assert await _rows(make, s) == {}
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_an_instant_that_sheds_gives_the_event_loop_a_turn_every_batch(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """An instant that mostly sheds hands few chunks to the store, and the loop's other
+    tasks (the transactions in flight, which hold their job rows' locks until their next
+    statement or COMMIT is sent) must still get a turn every ``batch_size`` slots: on
+    PostgreSQL, an instant that shed thousands of slots in one stretch held the lease
+    statements of the others for a second and more (bench/results/
+    2026-12-03-skip-claims.md)."""
+    s, _, _ = await _overloaded(make, clock, 0.04, T0 + 10)
+    running.append(s)
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen: dict[float | None, list[int]] = {}  # instant -> the ticker's count at each shed
+    real = s.loop.shed
+
+    def shed(*args: Any) -> None:
+        seen.setdefault(s.loop.fired_at, []).append(turns)
+        real(*args)
+
+    s.loop.shed = shed  # type: ignore[method-assign]
+    tick = asyncio.create_task(ticker())
+    try:
+        while clock.now() < T0 + 10:
+            await advance(clock, 0.25, s)
+    finally:
+        tick.cancel()
+    busiest = max(seen.values(), key=len)
+    assert len(busiest) >= 4 * BATCH, len(busiest)  # the overload did shed
+    # the ticker ran between the sheds of one instant: at least once per batch of slots
+    # planned (a stretch of sheds without a turn is at most a batch long)
+    stretches = [b - a for a, b in zip(busiest, busiest[1:], strict=False)]
+    assert sum(1 for d in stretches if d > 0) >= len(busiest) // BATCH - 1, busiest
