@@ -312,7 +312,12 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
     kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0 or not drop]
     due = [(f"j-{i}", sec) for i in range(jobs) for sec in range(w0, w1 - 2)]
     due += [(j, sec) for j in kept for sec in range(w1 - 2, end) if sec <= stopped]
-    gaps = sum(1 for j, sec in due if (j, sec * 1000) not in rows)
+    missing = [(j, sec) for j, sec in due if (j, sec * 1000) not in rows]
+    gaps = len(missing)
+    # where the gaps are: how many per second, relative to the window's end (w1) and to
+    # the stop (seconds after the stop was asked are not checked)
+    gaps_by_sec = Counter(sec for _, sec in missing)
+    gap_seconds = [[sec - w1, n, round(stopped - sec, 3)] for sec, n in sorted(gaps_by_sec.items())]
     doubled = sum(1 for j, sec in due if rows.get((j, sec * 1000), (1,))[0] > 1)
     unfinished = sum(1 for j, sec in due if rows.get((j, sec * 1000), (0, 0))[1])
     shed_rows = sum(v[2] for v in rows.values())
@@ -335,6 +340,7 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
         "duplicates": len(recs) - len(pairs), "p50": pct(during, 50), "p99": pct(during, 99),
         "shed_rows": shed_rows, "shed_counter": data["skips"].get("overloaded", 0),
         "skips": data["skips"], "due_checked": len(due), "silent_gaps": gaps,
+        "gap_seconds": gap_seconds,  # [second - w1, gaps, stop - second]
         "two_rows": doubled, "not_final": unfinished,
         "back_on_time_s": None if on_time_from is None or not drop else on_time_from - drop_at,
         "dropped": drop,
@@ -364,6 +370,9 @@ def overload(a: argparse.Namespace) -> None:
                 print(f"    after the drop (second, fired of {r['jobs'] // DROP_KEEP}, p99 ms): "
                       f"{r['tail']}", flush=True)
             print(f"    skips by reason: {r['skips']}", flush=True)
+            if r["gap_seconds"]:
+                print(f"    silent gaps by second (second - window end, gaps, stop - second): "
+                      f"{r['gap_seconds']}", flush=True)
             back = r["back_on_time_s"]
             back_text = ("(stopped)" if not r["dropped"] else "never" if back is None
                          else f"{back:.1f} s")
