@@ -589,3 +589,54 @@ async def test_the_deadline_is_in_the_url_and_on_the_server(schema: str) -> None
     finally:
         await store.close()
     assert PostgresStore(f"{pg_url()}?call_timeout=0", schema=schema).call_timeout is None
+
+
+async def test_declaring_an_instance_lost_ends_its_sessions_and_their_locks(schema: str) -> None:
+    """A process frozen inside a transaction (SIGSTOP, a VM pause) holds that
+    transaction's claims and row locks; the survivor that declares it lost ends its
+    sessions (they carry the instance in ``application_name``), so the takeover does not
+    wait for the server's idle timeout (10 s by default)."""
+    from cronfleet.store.base import Instance
+    from cronfleet.store.postgres.ops import session_name
+
+    clock = FakeClock(1_800_000_000.0)
+    frozen = PostgresStore(pg_url(), schema=schema, clock=clock)
+    frozen.name_sessions("frozen-1")
+    survivor = PostgresStore(pg_url(), schema=schema, clock=clock)
+    survivor.name_sessions("survivor-1")
+    await frozen.open()
+    await survivor.open()
+    raw: psycopg.AsyncConnection[Any] | None = None
+    try:
+        async with frozen.transport.pool.connection() as conn:
+            got = await (await conn.execute("SHOW application_name")).fetchone()
+            assert got == (session_name("frozen-1"),)
+        await frozen.ensure_jobs(["a"])
+        for who, store in (("frozen-1", frozen), ("survivor-1", survivor)):
+            await store.heartbeat(Instance(who, host="h", pid=1, role="all", version="1"), ttl=2)
+        slot = clock.now() + 10
+        # the frozen process's open transaction: the slot's claim, the job's row locked
+        raw = await psycopg.AsyncConnection.connect(
+            pg_url(), application_name=session_name("frozen-1"))
+        await raw.execute(
+            sql.SQL("INSERT INTO {}.claims (job_id, slot, instance_id, claimed_at) "
+                    "VALUES ('a', to_timestamp(%s), 'frozen-1', now())").format(
+                sql.Identifier(schema)), (slot,))
+        await raw.execute(sql.SQL("SELECT 1 FROM {}.job_state WHERE job_id = 'a' FOR UPDATE")
+                          .format(sql.Identifier(schema)))
+        clock.advance(3)
+        await survivor.heartbeat(Instance("survivor-1", host="h", pid=2, role="all",
+                                          version="1"), ttl=2)
+        # without the sessions ended, both calls wait on the frozen transaction's locks
+        lost = await asyncio.wait_for(survivor.break_lost("survivor-1", ttl=2), 5)
+        assert [i.instance_id for i in lost.instances] == ["frozen-1"]
+        [res] = await asyncio.wait_for(
+            survivor.dispatch([item("a", slot, lease=True, hold=30)], "survivor-1"), 5)
+        assert res.won and res.started
+        with pytest.raises(psycopg.OperationalError):
+            await raw.execute("SELECT 1")
+    finally:
+        if raw is not None:
+            await raw.close()
+        await frozen.close()
+        await survivor.close()

@@ -84,7 +84,7 @@ from cronfleet.runtime.upkeep import Upkeep
 from cronfleet.runtime.writer import Writer
 from cronfleet.spec import DEFAULT_INSTANCE_TTL, default_job_id, pause_until
 from cronfleet.store import Store, open_store
-from cronfleet.store.base import has_lanes
+from cronfleet.store.base import SessionFencingStore, has_lanes
 
 __all__ = ["DEFAULT_STORE", "Scheduler", "new_instance_id"]
 
@@ -95,6 +95,14 @@ STOP_WRITE_BUDGET = 5.0
 the handlers' ``shutdown_grace``."""
 
 DEFAULT_STORE = "sqlite:///cronfleet.db"
+
+
+def name_sessions(store: Store, instance_id: str) -> Store:
+    """A store this scheduler built says which instance its server sessions serve (a
+    survivor that declares the instance lost ends them: ``SessionFencingStore``)."""
+    if isinstance(store, SessionFencingStore):
+        store.name_sessions(instance_id)
+    return store
 
 
 def new_instance_id() -> str:
@@ -199,6 +207,8 @@ class Scheduler(SyncControl):
         target = store or DEFAULT_STORE
         self._store_url = target if isinstance(target, str) else None
         self.instance_id = instance_id or new_instance_id()
+        if self._own_store:
+            name_sessions(self.store, self.instance_id)
         self.timezone = timezone
         self.catch_up_window = _secs(catch_up_window, "catch_up_window")
         self.late_after = _secs(late_after, "late_after")
@@ -432,10 +442,10 @@ class Scheduler(SyncControl):
         heartbeats from the loop -- for a store object given by the caller (the memory
         store has no second connection; another's URL may hide its password and its
         options are the caller's) and for a test clock, which a thread cannot follow."""
-        url, clock = self._store_url, self.clock
+        url, clock, me = self._store_url, self.clock, self.instance_id
         if url is None or not isinstance(clock, SystemClock):
             return None
-        return lambda: open_store(url, clock=clock)
+        return lambda: name_sessions(open_store(url, clock=clock), me)
 
     @property
     def loop_task(self) -> asyncio.Task[None] | None:

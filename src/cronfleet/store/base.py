@@ -32,6 +32,7 @@ __all__ = [
     "RunCursor",
     "RunFilter",
     "RunPage",
+    "SessionFencingStore",
     "Skip",
     "SlotRun",
     "SlotRunPage",
@@ -842,6 +843,19 @@ class LostInstances:
 
     instances: list[Instance] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)
+
+
+@runtime_checkable
+class SessionFencingStore(Store, Protocol):
+    """A store whose server sessions can carry the instance they serve, so that the
+    survivor that declares an instance lost ends its sessions too (PostgreSQL): a process
+    frozen inside a transaction (SIGSTOP, a VM pause) otherwise holds that transaction's
+    claims and row locks until the server's own idle timeout (10 s by default), and the
+    jobs whose rows it locked wait that long for their failover."""
+
+    def name_sessions(self, instance_id: str) -> None:
+        """Tag the connections opened from now on with ``instance_id`` (before
+        :meth:`Store.open`, so that every connection carries it)."""
 
 
 @runtime_checkable

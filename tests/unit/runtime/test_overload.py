@@ -13,6 +13,7 @@ time pass; after it, each slot costs ``Costly.low``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -251,5 +252,5 @@ async def test_an_instant_that_sheds_gives_the_event_loop_a_turn_every_batch(
     assert len(busiest) >= 4 * BATCH, len(busiest)  # the overload did shed
     # the ticker ran between the sheds of one instant: at least once per batch of slots
     # planned (a stretch of sheds without a turn is at most a batch long)
-    stretches = [b - a for a, b in zip(busiest, busiest[1:], strict=False)]
+    stretches = [b - a for a, b in itertools.pairwise(busiest)]
     assert sum(1 for d in stretches if d > 0) >= len(busiest) // BATCH - 1, busiest

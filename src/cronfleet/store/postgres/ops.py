@@ -11,9 +11,13 @@ time (the database's ``now()`` or the test clock).
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
 
 from cronfleet.errors import StoreError
 from cronfleet.model import JobState, RunRecord, RunStatus, TriggeredBy
@@ -25,7 +29,9 @@ from cronfleet.store.rows import dumps, ms, msd, registry_rows
 if TYPE_CHECKING:
     from cronfleet.store.postgres.transport import Cursor, PostgresTransport
 
-__all__ = ["OPS", "finish_row", "run_of", "run_rows", "state_of"]
+__all__ = ["OPS", "finish_row", "run_of", "run_rows", "session_name", "state_of"]
+
+log = logging.getLogger("cronfleet.store.postgres")
 
 _STATUS = {s.value: s for s in RunStatus}  # Enum lookup by value, without its call
 _dumps = dumps
@@ -389,7 +395,39 @@ async def declare_lost(t: PostgresTransport, cur: Cursor, now: datetime, me: str
                        ttl: float) -> list[Instance]:
     await cur.execute(cur.q["instances_declare_lost"],
                       {"now": now, "cut": now - timedelta(seconds=ttl), "me": me})
-    return [_instance(r, live=False) for r in await cur.fetchall()]
+    lost = [_instance(r, live=False) for r in await cur.fetchall()]
+    if lost:
+        await end_sessions(cur, [session_name(i.instance_id) for i in lost])
+    return lost
+
+
+def session_name(instance_id: str) -> str:
+    """The ``application_name`` of an instance's connections: readable in
+    ``pg_stat_activity`` and unique whatever the id's length (the server keeps 63 bytes:
+    the id's first 36 characters, then a hash of all of it)."""
+    digest = hashlib.blake2b(instance_id.encode(), digest_size=8).hexdigest()
+    return f"cronfleet {instance_id[:36]} {digest}"
+
+
+async def end_sessions(cur: Cursor, names: list[str]) -> None:
+    """End the server sessions of instances just declared lost (their connections carry
+    :func:`session_name`): a process frozen inside a transaction would otherwise hold its
+    claims and row locks -- the very leases this transaction goes on to break -- until
+    ``idle_in_transaction_session_timeout``. Best effort: a role that may not signal
+    those backends (not the same role, no ``pg_signal_backend``) leaves them to that
+    timeout, as before (logged once per call)."""
+    await cur.execute(b"SAVEPOINT end_sessions")
+    try:
+        await cur.execute(cur.q["end_sessions"], {"names": _dumps(names)})
+        ended = await cur.fetchall()
+    except psycopg.Error as exc:
+        await cur.execute(b"ROLLBACK TO SAVEPOINT end_sessions")
+        log.warning("cannot end the sessions of the instances declared lost (%s); their "
+                    "open transactions end at the server's idle timeout", exc)
+        return
+    await cur.execute(b"RELEASE SAVEPOINT end_sessions")
+    if ended:
+        log.info("ended %d server session(s) of the instance(s) declared lost", len(ended))
 
 
 async def leases_of(t: PostgresTransport, cur: Cursor, now: datetime,

@@ -503,6 +503,13 @@ UPDATE __S__.instances SET lost_at = %(now)s, lost_by = %(me)s
 WHERE lost_at IS NULL AND heartbeat_at < %(cut)s AND instance_id <> %(me)s
 RETURNING instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by;
 
+-- name: end_sessions
+-- the sessions of the instances just declared lost, by application_name (ops.session_name),
+-- in this database; ended at once (their open transactions roll back)
+SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+  AND a.application_name IN (SELECT jsonb_array_elements_text(%(names)s::jsonb));
+
 -- name: instances_all
 SELECT instance_id, host, pid, role, version, started_at, heartbeat_at, lost_at, lost_by
 FROM __S__.instances ORDER BY started_at, instance_id;

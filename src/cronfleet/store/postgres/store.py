@@ -48,6 +48,7 @@ from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus
 from cronfleet.store.base import Dispatched, DispatchKind, Started
 from cronfleet.store.driver import StoreDriver
+from cronfleet.store.postgres.ops import session_name
 from cronfleet.store.postgres.transport import (
     Cursor,
     PostgresTransport,
@@ -158,6 +159,12 @@ class PostgresStore(StoreDriver):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
+
+    def name_sessions(self, instance_id: str) -> None:
+        """The connections opened from now on say which instance they serve
+        (``application_name``, unless the URL sets one): the survivor that declares it
+        lost ends them (``ops.declare_lost``), and with them a transaction it left open."""
+        self.transport.session_name = session_name(instance_id)
 
     @property
     def available(self) -> bool:

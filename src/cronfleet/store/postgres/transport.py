@@ -179,6 +179,9 @@ class PostgresTransport:
         self._ambiguous: deque[tuple[str, int]] = deque(maxlen=100_000)
         self._ambiguous_early: list[tuple[str, int, int]] = []
         self._begin = b"BEGIN; SELECT now()" if time_source == "database" else b"BEGIN"
+        # application_name of the connections: the instance they serve (ops.session_name),
+        # so that the survivor declaring it lost can end them (ops.declare_lost)
+        self.session_name: str | None = None
 
     @property
     def pool(self) -> AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]]:
@@ -194,7 +197,7 @@ class PostgresTransport:
         if "keepalives" not in lowered:  # notice a silently dead peer within ~30 s
             kw.update(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         if "application_name" not in lowered:
-            kw["application_name"] = "cronfleet"
+            kw["application_name"] = self.session_name or "cronfleet"
         return kw
 
     async def configure(self, conn: AsyncConnection[Any]) -> None:
