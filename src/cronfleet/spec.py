@@ -240,7 +240,7 @@ class Overlap(StrEnum):
 
 
 DEFAULT_CATCH_UP_WINDOW = 3600.0
-DEFAULT_INSTANCE_TTL = 2.0
+DEFAULT_INSTANCE_TTL = 1.5
 """The scheduler's ``instance_ttl`` when none is given (``Scheduler``, ``[scheduler]
 instance_ttl``): heartbeats every 0.4 s, a dead instance's jobs move within about 2 s
 (docs/configuration.md)."""

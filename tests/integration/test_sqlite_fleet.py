@@ -105,7 +105,7 @@ def test_four_processes_200_jobs_every_second_exactly_once(tmp_path: Path) -> No
 def test_kill_9_holder_is_declared_lost_and_next_slot_runs_elsewhere(tmp_path: Path) -> None:
     db = tmp_path / "kill.db"
     # one job every 5 s whose run lasts 4 s; timeout 5 s, so its lease is 35 s; the
-    # instance ttl is 2 s (the default): the survivors break the lease well before that
+    # instance ttl is 1.5 s (the default): the survivors break the lease well before that
     until = time.time() + 34
     args = ("--jobs", "1", "--every", "5s", "--sleep", "4", "--timeout", "5s", "--prefix", "slow")
     procs = [spawn(db, f"k{i}", until, *args) for i in range(3)]

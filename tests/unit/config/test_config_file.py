@@ -359,7 +359,7 @@ def test_config_class_defaults_match_the_scheduler() -> None:
     from cronfleet import Scheduler
 
     default = inspect.signature(Scheduler).parameters["instance_ttl"].default
-    assert c.instance_ttl == default == 2.0
+    assert c.instance_ttl == default == 1.5
 
 
 def test_a_task_without_handler_waits_for_a_handlers_module(write: Callable[..., Path]) -> None:
