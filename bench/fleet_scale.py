@@ -272,6 +272,32 @@ def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
             for j, ms, n, open_, shed in got}
 
 
+def claimed_of(kind: str, store: str, schema: str, pairs: list[tuple[str, int]]
+               ) -> set[tuple[str, int]]:
+    """Which of these ``(job, slot s)`` have a claim row (a silent gap with a claim was
+    decided and its row lost; one without was never decided)."""
+    if not pairs:
+        return set()
+    if kind == "sqlite":
+        import sqlite3
+
+        con = sqlite3.connect(store.removeprefix("sqlite:///"))
+        got = con.execute(
+            "SELECT job_id, slot FROM claims WHERE slot IS NOT NULL AND slot >= ? AND slot <= ?",
+            (min(s for _, s in pairs) * 1000, max(s for _, s in pairs) * 1000)).fetchall()
+        con.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(store.split("?")[0], autocommit=True) as conn:
+            got = conn.execute(  # type: ignore[call-overload]
+                f'SELECT job_id, (extract(epoch FROM slot) * 1000)::bigint FROM "{schema}".claims '
+                f"WHERE slot >= to_timestamp(%s) AND slot <= to_timestamp(%s)",
+                (min(s for _, s in pairs), max(s for _, s in pairs))).fetchall()
+    have = {(j, int(ms)) for j, ms in got}
+    return {(j, s) for j, s in pairs if (j, s * 1000) in have}
+
+
 def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool = True
                  ) -> dict[str, Any]:
     """One process, 2 x ``ceiling`` every-second jobs for ``seconds``, then the drop
@@ -306,18 +332,25 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
     if not drop:
         end = math.floor(stopped) + 1
     rows = ledger_rows(kind, store, run, w0, end)
-    shutil.rmtree(tmp, ignore_errors=True)
-    if kind == "postgres":
-        pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
     kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0 or not drop]
     due = [(f"j-{i}", sec) for i in range(jobs) for sec in range(w0, w1 - 2)]
     due += [(j, sec) for j in kept for sec in range(w1 - 2, end) if sec <= stopped]
     missing = [(j, sec) for j, sec in due if (j, sec * 1000) not in rows]
+    gap_claimed = claimed_of(kind, store, run, missing)  # read before the store goes
+    shutil.rmtree(tmp, ignore_errors=True)
+    if kind == "postgres":
+        pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
     gaps = len(missing)
     # where the gaps are: how many per second, relative to the window's end (w1) and to
     # the stop (seconds after the stop was asked are not checked)
     gaps_by_sec = Counter(sec for _, sec in missing)
     gap_seconds = [[sec - w1, n, round(stopped - sec, 3)] for sec, n in sorted(gaps_by_sec.items())]
+    ran = {(j, round(sl)) for j, sl, _ in data["recs"]}
+    gap_detail = {
+        "claimed": len(gap_claimed), "ran": sum(1 for p in missing if p in ran),
+        "interval_jobs": sum(1 for j, _ in missing if int(j[2:]) % 2 == 0),
+        "sample": [j for j, _ in missing[:8]],
+    } if missing else {}
     doubled = sum(1 for j, sec in due if rows.get((j, sec * 1000), (1,))[0] > 1)
     unfinished = sum(1 for j, sec in due if rows.get((j, sec * 1000), (0, 0))[1])
     shed_rows = sum(v[2] for v in rows.values())
@@ -341,6 +374,7 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
         "shed_rows": shed_rows, "shed_counter": data["skips"].get("overloaded", 0),
         "skips": data["skips"], "due_checked": len(due), "silent_gaps": gaps,
         "gap_seconds": gap_seconds,  # [second - w1, gaps, stop - second]
+        "gap_detail": gap_detail,  # with a claim, run by a handler, of interval jobs, ids
         "two_rows": doubled, "not_final": unfinished,
         "back_on_time_s": None if on_time_from is None or not drop else on_time_from - drop_at,
         "dropped": drop,
@@ -372,7 +406,7 @@ def overload(a: argparse.Namespace) -> None:
             print(f"    skips by reason: {r['skips']}", flush=True)
             if r["gap_seconds"]:
                 print(f"    silent gaps by second (second - window end, gaps, stop - second): "
-                      f"{r['gap_seconds']}", flush=True)
+                      f"{r['gap_seconds']}; {r['gap_detail']}", flush=True)
             back = r["back_on_time_s"]
             back_text = ("(stopped)" if not r["dropped"] else "never" if back is None
                          else f"{back:.1f} s")

@@ -52,6 +52,7 @@ from cronfleet.store.ledger import (
     missed_summary,
     overloaded_log,
     override_skip_log,
+    removed_or_skipped_log,
     skip_result,
 )
 
@@ -81,12 +82,14 @@ WRITE_BEHIND_WAIT = 0.25  # seconds an instant waits for results a failed write 
 PIPELINE_DEPTH = 2  # chunks of one burst in the store's hands at once (Pipeline)
 MISSED_WHY = "missed while no scheduler ran it"
 STOPPED_WHY = "was due when the scheduler stopped, before it fired it"
+REMOVED_WHY = "was due when its job was removed, before the scheduler fired it"
 OVERTAKEN_WHY = "overtaken: a newer slot was already due before it could start"
 
 log = logging.getLogger("cronfleet")
 
 _OPEN = (RunStatus.RUNNING, RunStatus.PENDING)
 MISSED = SkipReason.MISSED.value
+DISABLED = SkipReason.DISABLED.value
 OVERLOADED = SkipReason.OVERLOADED.value
 _SCHEDULED = DispatchKind.SCHEDULED
 STOPPED_BEFORE_START = "the scheduler stopped before the claimed slot started"
@@ -502,7 +505,11 @@ class Loop:
         if not res.won:
             self.stats.claims_lost += 1
             return
-        if job is None or run is None:
+        if run is None:
+            return
+        if job is None:  # removed while its slot was being claimed
+            if not run.status.finished:
+                self.claimed_removed(run, res.request)
             return
         runs = self.runs
         if run.status is RunStatus.RUNNING:
@@ -551,6 +558,19 @@ class Loop:
         self.stats.skip(OVERLOADED)
         self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
 
+    def claimed_removed(self, run: RunRecord, req: Dispatch) -> None:
+        """A slot claimed for a job removed meanwhile: its row says ``skipped`` (as if
+        disabled: ``the job was removed``) and its lease is released, through the group
+        commit; nothing starts."""
+        run.status = RunStatus.SKIPPED
+        run.reason = DISABLED
+        run.started_at = None
+        run.finished_at = from_ts(self.clock.now())
+        run.result = skip_result(DISABLED)
+        run.logs.append(removed_or_skipped_log(DISABLED, False))
+        self.stats.skip(DISABLED)
+        self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
+
     async def settle_unhandled(self, budget: float) -> int:
         """At stop, after the background tasks were cancelled: the chunks whose caller was
         cancelled while the store claimed them. Their answers are awaited (``budget``
@@ -577,18 +597,41 @@ class Loop:
         was behind: ``overloaded``; it had just woken: ``missed``), every one up to
         ``now`` (``RECORD_CAP`` per job at most; a later start's catch-up finds the
         rest)."""
-        streak, items = self.streak, []
+        items: list[Dispatch] = []
         for job, slot in self.due.pop_due(now, self.jobs):
-            x = slot
-            for _ in range(RECORD_CAP):
-                if x > now:
-                    break
-                if streak is not None and x > streak:
-                    items.append(requests.overloaded(job, x, now - x, stopping=True))
-                else:
-                    items.append(requests.missed(job, x, STOPPED_WHY))
-                x = after(job, x)
+            items += self.unreached(job, slot, now, STOPPED_WHY, stopping=True)
         return items
+
+    def unreached(self, job: Job, slot: float, now: float, why: str, *,
+                  stopping: bool = False) -> list[Dispatch]:
+        """``job``'s slots from ``slot`` up to ``now`` that the loop did not reach, as
+        records: ``overloaded`` for one that came due while the loop was busy (its
+        streak), else ``missed`` (``why``); ``RECORD_CAP`` at most."""
+        streak, items, x = self.streak, [], slot
+        for _ in range(RECORD_CAP):
+            if x > now:
+                break
+            if streak is not None and x > streak:
+                items.append(requests.overloaded(job, x, now - x, stopping=stopping))
+            else:
+                items.append(requests.missed(job, x, why))
+            x = after(job, x)
+        return items
+
+    def record_removed(self, job: Job, now: float) -> None:
+        """``job`` is being removed while its queued slot is already due (the loop was
+        behind its slots, or about to fire it): that slot and its later due ones get
+        their rows through the writer's skips (retried while the store is away), so a
+        removal leaves no due slot without a row. A slot the loop is claiming at this
+        moment keeps the first of the two (a skip takes the slot's claim)."""
+        slot = self.due.next.get(job.id)
+        if slot is None or slot > now:
+            return
+        for d in self.unreached(job, slot, now, REMOVED_WHY):
+            self.writer.keep_skip(Skip(
+                d.job_id, d.slot, d.skip_reason or MISSED, triggered_by=d.triggered_by,
+                instance_id=self.settings.instance_id, logs=list(d.logs), result=d.result))
+        self.writer.wake()
 
     async def record_unrun(self, budget: float) -> int:
         """At stop: the slots of catch-up sequences (``missed=run_all``, a backlog's

@@ -388,6 +388,8 @@ class Scheduler(SyncControl):
         old = self._jobs.pop(job_id, None)
         if old is None:
             raise JobNotFound(job_id)
+        if self.running:  # a slot already due and not yet decided gets its row
+            self.loop.record_removed(old, self.clock.now())
         self.due.forget(job_id)
         self.due.unpark(job_id)  # another's or not, it is nobody's now
         self.ownership.changed(old, None)

@@ -480,10 +480,9 @@ class Finish:
 
 @dataclass(slots=True)
 class Skip:
-    """A slot deliberately not run without a claim (paused, disabled, store was down).
-
-    Written at most once per ``(job_id, slot, reason)`` across every instance.
-    """
+    """A slot deliberately not run (paused, disabled, overloaded, store was down, ...),
+    recorded without a run: it takes the slot's claim, so a slot claimed already (a run,
+    an earlier skip) gets no second row (:meth:`Store.record_skips`)."""
 
     job_id: str
     slot: float

@@ -254,3 +254,76 @@ async def test_an_instant_that_sheds_gives_the_event_loop_a_turn_every_batch(
     # planned (a stretch of sheds without a turn is at most a batch long)
     stretches = [b - a for a, b in itertools.pairwise(busiest)]
     assert sum(1 for d in stretches if d > 0) >= len(busiest) // BATCH - 1, busiest
+
+
+@pytest.mark.parametrize("store_kind", [*STORE_KINDS, "postgres"])
+async def test_a_job_removed_during_overload_leaves_no_due_slot_without_a_row(
+    make: Make, clock: FakeClock
+) -> None:
+    """Jobs removed while the loop is behind their due slots: those slots (due, not yet
+    decided) get their rows at the removal, and none after it (the overload benchmark
+    found a second of 6,000 removed jobs with no row at all)."""
+    s, costly, _ = await _overloaded(make, clock, 0.04, T0 + 5.5)
+    removed = [f"j{i:02d}" for i in range(0, JOBS, 2)]
+    at: list[float] = []
+
+    def remove() -> None:
+        at.append(clock.now())
+        for job_id in removed:
+            s.remove_job(job_id)
+
+    costly.at_until = remove
+    while not at:  # the loop, busy, takes the clock to +5.5; the jobs go mid-instant
+        await advance(clock, 0.25, s)
+    await advance(clock, 3, s, step=0.25)
+    end = clock.now()
+    await s.stop()
+    for job_id in removed:
+        got = await _rows_of(make, job_id)
+        for k in range(1, int(at[0] - T0) + 1):  # every slot due before the removal
+            rows = got.get(T0 + k, [])
+            assert len(rows) == 1, (job_id, k, [(r.status, r.reason) for r in rows])
+            assert rows[0].status not in (RunStatus.RUNNING, RunStatus.PENDING)
+        assert not [t for t in got if t > at[0]], (job_id, sorted(got))
+    # the jobs kept ran on after the removal
+    rows = await _rows(make, s)
+    assert rows.get(("j01", float(int(end))), []) or rows.get(("j01", float(int(end) - 1)), [])
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_job_removed_with_due_slots_the_loop_has_not_reached_records_them(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """The clock moves 3 s on before the loop gets a turn (a stalled loop) and the job is
+    removed then: its three due slots, never fired, are recorded ``missed`` at the
+    removal; nothing after it."""
+    s = make(claim_ahead=0)
+    started = Started(clock)
+    s.job("1s", id="gone")(started)
+    s.job("1s", id="kept")(started)
+    await s.start()
+    running.append(s)
+    await advance(clock, 2.5, s, step=0.25)
+    clock.advance(3)  # T0 + 5.5: slots +3, +4, +5 due, the loop has not run since +2.5
+    s.remove_job("gone")
+    await advance(clock, 2, s, step=0.25)
+    await s.stop()
+    rows = await _rows_of(make, "gone")
+    assert sorted(rows) == [T0 + k for k in range(1, 6)], sorted(rows)
+    assert all(len(v) == 1 for v in rows.values())
+    assert [(rows[T0 + k][0].status, rows[T0 + k][0].reason) for k in (3, 4, 5)] == [
+        (RunStatus.SKIPPED, "missed")] * 3
+    assert "was due when its job was removed" in rows[T0 + 3][0].logs[0]
+    assert [slot for job, slot, _ in started.calls if job == "gone"] == [T0 + 1, T0 + 2]
+
+
+async def _rows_of(make: Make, job_id: str) -> dict[float, list[Any]]:
+    store = make(instance_id="reader").store
+    await store.open()
+    try:
+        got: dict[float, list[Any]] = {}
+        for r in await store.list_runs(job_id, limit=1000):
+            got.setdefault(r.slot.timestamp(), []).append(r)
+        return got
+    finally:
+        await store.close()
