@@ -628,9 +628,11 @@ class Loop:
         if slot is None or slot > now:
             return
         for d in self.unreached(job, slot, now, REMOVED_WHY):
+            reason = d.skip_reason or MISSED
             self.writer.keep_skip(Skip(
-                d.job_id, d.slot, d.skip_reason or MISSED, triggered_by=d.triggered_by,
+                d.job_id, d.slot, reason, triggered_by=d.triggered_by,
                 instance_id=self.settings.instance_id, logs=list(d.logs), result=d.result))
+            self.stats.skip(reason)
         self.writer.wake()
 
     async def record_unrun(self, budget: float) -> int:
