@@ -10,11 +10,12 @@ Overload: the clock is read again before each chunk is planned. A slot that came
 while the loop was busy firing earlier ones (its *streak*: no sleep since), or that was
 on time when this instant's planning began, and that can no longer start on time
 (``planning.late``, judged at its expected start: ``Pipeline.delay`` ahead) is the
-process's own backlog: it is recorded ``skipped / overloaded`` at once (a claim-less row,
-written with the instant's skips), never started late, and the job's first slot that is
-not late runs or is queued (``shed``). A claim answered too late is recorded the same way
-(``claimed_late``). A slot already late when the instant began (a stall, a sleep, a
-start, a hung store: nobody fired it) goes through the catch-up policy (``plan_job``).
+process's own backlog: it is recorded ``skipped / overloaded`` at once (a skip row that
+takes the slot's claim, written with the instant's skips), never started late, and the
+job's first slot that is not late runs or is queued (``shed``). A claim answered too
+late is recorded the same way (``claimed_late``). A slot already late when the instant
+began (a stall, a sleep, a start, a hung store: nobody fired it) goes through the
+catch-up policy (``plan_job``).
 """
 
 from __future__ import annotations
