@@ -628,10 +628,11 @@ async def test_declaring_an_instance_lost_ends_its_sessions_and_their_locks(sche
         await survivor.heartbeat(Instance("survivor-1", host="h", pid=2, role="all",
                                           version="1"), ttl=2)
         # without the sessions ended, both calls wait on the frozen transaction's locks
-        lost = await asyncio.wait_for(survivor.break_lost("survivor-1", ttl=2), 5)
+        # for ever (the raw session has no idle timeout): the bound only ends the test
+        lost = await asyncio.wait_for(survivor.break_lost("survivor-1", ttl=2), 20)
         assert [i.instance_id for i in lost.instances] == ["frozen-1"]
         [res] = await asyncio.wait_for(
-            survivor.dispatch([item("a", slot, lease=True, hold=30)], "survivor-1"), 5)
+            survivor.dispatch([item("a", slot, lease=True, hold=30)], "survivor-1"), 20)
         assert res.won and res.started
         with pytest.raises(psycopg.OperationalError):
             await raw.execute("SELECT 1")
