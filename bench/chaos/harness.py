@@ -45,6 +45,7 @@ from bench.chaos.faults import (
     holds_write_lock,
     restore_sqlite,
 )
+from cronfleet.spec import DEFAULT_INSTANCE_TTL
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "bench.chaos.worker"
@@ -66,7 +67,7 @@ class Knobs:
     sleep: float = 0.4  # handler duration
     warm: float = 8.0  # after every process is ready, before the fault
     after: float = 30.0  # after the fault ends, before the fleet is stopped
-    instance_ttl: float = 1.5  # SIGSTOP lasts 3x this (the scheduler's default; 15 s before #26)
+    instance_ttl: float = DEFAULT_INSTANCE_TTL  # SIGSTOP lasts 3x this (15 s before #26)
     cut_short: float = 5.0
     cut_long: float = 60.0
     cut_replies: int = 8  # cut_reply: answers dropped (each followed by a cut of cut_short)

@@ -242,7 +242,7 @@ class Overlap(StrEnum):
 DEFAULT_CATCH_UP_WINDOW = 3600.0
 DEFAULT_INSTANCE_TTL = 1.5
 """The scheduler's ``instance_ttl`` when none is given (``Scheduler``, ``[scheduler]
-instance_ttl``): heartbeats every 0.4 s, a dead instance's jobs move within about 2 s
+instance_ttl``): heartbeats every 0.3 s, a dead instance's jobs move within 1.2-1.8 s
 (docs/configuration.md)."""
 # Teams scope what an API token sees; jobs declared without one belong to this team.
 DEFAULT_TEAM = "default"

@@ -52,7 +52,8 @@ def main() -> None:
     p.add_argument("--command-log", default=None,
                    help="command jobs instead of handlers: each run appends "
                         "'<job> <slot> <token>' to this file (counted on the command side)")
-    p.add_argument("--instance-ttl", default=None, help="default: the library's (1.5 s)")
+    p.add_argument("--instance-ttl", default=None,
+                   help="default: the library's (spec.DEFAULT_INSTANCE_TTL)")
     p.add_argument("--block-loop", type=float, default=0.0,
                    help="an async job every 2 s holds the event loop this many seconds "
                         "(time.sleep on the loop thread: a sync call where it does not belong)")

@@ -11,13 +11,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
-from cronfleet.model import Job, JobState, Locking, Overlap, RunStatus, SkipReason, skip_reason
+from cronfleet.model import Job, JobState, Locking, Overlap, SkipReason, skip_reason
 from cronfleet.runtime import requests
 from cronfleet.runtime.due import after, min_gap
 from cronfleet.runtime.loop import Loop, Pipeline
 from cronfleet.runtime.parts import Active, Pending
 from cronfleet.store.base import Dispatch, Dispatched, EarlyClaimStore, Finish
-from cronfleet.store.ledger import instance_lost_run, removed_or_skipped_log, skip_result
+from cronfleet.store.ledger import (
+    instance_lost_run,
+    removed_or_skipped_log,
+    skip_run,
+)
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -330,12 +334,7 @@ class EarlyClaims:
                     continue
             if reason is None:  # removed: recorded as if disabled
                 reason = SkipReason.DISABLED
-            run.status = RunStatus.SKIPPED
-            run.reason = reason.value
-            run.started_at = None
-            run.finished_at = now_dt
-            run.result = skip_result(reason.value)
-            run.logs.append(removed_or_skipped_log(reason.value, live))
+            skip_run(run, reason.value, removed_or_skipped_log(reason.value, live), now_dt)
             self.stats.skipped += 1
             self.writer.add(Finish(run, run.fencing_token))
         if kept:

@@ -54,7 +54,7 @@ from cronfleet.store.ledger import (
     overloaded_log,
     override_skip_log,
     removed_or_skipped_log,
-    skip_result,
+    skip_run,
 )
 
 if TYPE_CHECKING:
@@ -508,9 +508,10 @@ class Loop:
             return
         if run is None:
             return
-        if job is None:  # removed while its slot was being claimed
+        if job is None:  # removed while its slot was being claimed: as if disabled
             if not run.status.finished:
-                self.claimed_removed(run, res.request)
+                self.skip_claimed(run, res.request, DISABLED,
+                                  removed_or_skipped_log(DISABLED, False))
             return
         runs = self.runs
         if run.status is RunStatus.RUNNING:
@@ -550,26 +551,14 @@ class Loop:
     def claimed_late(self, run: RunRecord, req: Dispatch, now: float) -> None:
         """A slot claimed on time whose claim came back late: its row says ``skipped /
         overloaded`` and its lease is released, through the group commit."""
-        run.status = RunStatus.SKIPPED
-        run.reason = OVERLOADED
-        run.started_at = None
-        run.finished_at = from_ts(self.clock.now())
-        run.result = skip_result(OVERLOADED)
-        run.logs.append(overloaded_log(from_ts(req.slot).isoformat(), now - req.slot))
-        self.stats.skip(OVERLOADED)
-        self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
+        line = overloaded_log(from_ts(req.slot).isoformat(), now - req.slot)
+        self.skip_claimed(run, req, OVERLOADED, line)
 
-    def claimed_removed(self, run: RunRecord, req: Dispatch) -> None:
-        """A slot claimed for a job removed meanwhile: its row says ``skipped`` (as if
-        disabled: ``the job was removed``) and its lease is released, through the group
-        commit; nothing starts."""
-        run.status = RunStatus.SKIPPED
-        run.reason = DISABLED
-        run.started_at = None
-        run.finished_at = from_ts(self.clock.now())
-        run.result = skip_result(DISABLED)
-        run.logs.append(removed_or_skipped_log(DISABLED, False))
-        self.stats.skip(DISABLED)
+    def skip_claimed(self, run: RunRecord, req: Dispatch, reason: str, line: str) -> None:
+        """A claimed slot that will not start: its row says ``skipped`` for ``reason`` and
+        its lease is released, through the group commit."""
+        skip_run(run, reason, line, from_ts(self.clock.now()))
+        self.stats.skip(reason)
         self.writer.add(Finish(run, run.fencing_token if req.lease else None), now=True)
 
     async def settle_unhandled(self, budget: float) -> int:
@@ -629,11 +618,9 @@ class Loop:
         if slot is None or slot > now:
             return
         for d in self.unreached(job, slot, now, REMOVED_WHY):
-            reason = d.skip_reason or MISSED
-            self.writer.keep_skip(Skip(
-                d.job_id, d.slot, reason, triggered_by=d.triggered_by,
-                instance_id=self.settings.instance_id, logs=list(d.logs), result=d.result))
-            self.stats.skip(reason)
+            skip = Skip.of(d, self.settings.instance_id, MISSED)
+            self.writer.keep_skip(skip)
+            self.stats.skip(skip.reason)
         self.writer.wake()
 
     async def record_unrun(self, budget: float) -> int:

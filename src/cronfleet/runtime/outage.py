@@ -143,10 +143,7 @@ class Outage:
                 continue
             if it.skip_reason:
                 # a skip the store could not take: written (claim-less) once it is back
-                self.writer.keep_skip(
-                    Skip(job.id, it.slot, it.skip_reason, triggered_by=it.triggered_by,
-                         instance_id=self.instance_id, logs=list(it.logs), result=it.result)
-                )
+                self.writer.keep_skip(Skip.of(it, self.instance_id, it.skip_reason))
                 continue
             if it.kind is DispatchKind.RECOVERY:
                 self.warn.warning("recovery", "job %s: store unavailable (%s); the recovery "
@@ -433,11 +430,7 @@ class Outage:
                 )
         self.backlog.clear()
         for it in self.skips:  # last resort: claim-less (the store may be gone for good)
-            self.writer.keep_skip(
-                Skip(it.job_id, it.slot, it.skip_reason or _UNAVAILABLE,
-                     triggered_by=it.triggered_by, instance_id=self.instance_id,
-                     logs=list(it.logs), result=it.result)
-            )
+            self.writer.keep_skip(Skip.of(it, self.instance_id, _UNAVAILABLE))
         self.skips.clear()
 
     # -- the store is back -------------------------------------------------------------

@@ -492,6 +492,13 @@ class Skip:
     logs: list[str] = field(default_factory=list)
     result: Any = None
 
+    @classmethod
+    def of(cls, d: Dispatch, instance_id: str, reason: str) -> Skip:
+        """The skip of a planned record (``Dispatch.missed``): the same slot, reason
+        (``reason`` when it has none), log and result, through :meth:`Store.record_skips`."""
+        return cls(d.job_id, d.slot, d.skip_reason or reason, triggered_by=d.triggered_by,
+                   instance_id=instance_id, logs=list(d.logs), result=d.result)
+
 
 # -- the watermark rule and the retention rule (every store, identically) -------------------
 

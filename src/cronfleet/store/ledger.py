@@ -142,6 +142,18 @@ def skip_result(reason: str) -> dict[str, Any]:
     return {"skipped": True, "reason": reason}
 
 
+def skip_run(run: RunRecord, reason: str, line: str, at: datetime) -> RunRecord:
+    """A claimed run that will not start, recorded ``skipped`` for ``reason`` at ``at``
+    with the log ``line`` (its row goes through the group commit, its lease released)."""
+    run.status = RunStatus.SKIPPED
+    run.reason = reason
+    run.started_at = None
+    run.finished_at = at
+    run.result = skip_result(reason)
+    run.logs.append(line)
+    return run
+
+
 def busy_result() -> dict[str, Any]:
     return skip_result(ALREADY_EXECUTING)
 
