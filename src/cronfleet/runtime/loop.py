@@ -611,17 +611,18 @@ class Loop:
     def record_removed(self, job: Job, now: float) -> None:
         """``job`` is being removed while its queued slot is already due (the loop was
         behind its slots, or about to fire it): that slot and its later due ones get
-        their rows through the writer's skips (retried while the store is away), so a
-        removal leaves no due slot without a row. A slot the loop is claiming at this
-        moment keeps the first of the two (a skip takes the slot's claim)."""
+        their rows with the writer's next group commit (kept with the unsaved skips if
+        the store is away), so a removal leaves no due slot without a row. A slot the
+        loop is claiming at this moment keeps the first of the two (a skip takes the
+        slot's claim)."""
         slot = self.due.next.get(job.id)
         if slot is None or slot > now:
             return
-        for d in self.unreached(job, slot, now, REMOVED_WHY):
-            skip = Skip.of(d, self.settings.instance_id, MISSED)
-            self.writer.keep_skip(skip)
+        skips = [Skip.of(d, self.settings.instance_id, MISSED)
+                 for d in self.unreached(job, slot, now, REMOVED_WHY)]
+        for skip in skips:
             self.stats.skip(skip.reason)
-        self.writer.wake()
+        self.writer.queue_skips(skips)
 
     async def record_unrun(self, budget: float) -> int:
         """At stop: the slots of catch-up sequences (``missed=run_all``, a backlog's

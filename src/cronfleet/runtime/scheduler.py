@@ -584,7 +584,7 @@ class Scheduler(SyncControl):
         await self.writer.last_writes(self._flusher, STOP_WRITE_BUDGET)
         await self.events.drain(self.shutdown_grace)
         self.runner.close()
-        owed = len(self.writer.finishes) + len(self.writer.unsaved_skips) + unanswered
+        owed = len(self.writer.finishes) + self.writer.owed_skips() + unanswered
         if owed:
             # rows this process owes and could not write: its instance row stays, expires
             # after instance_ttl, and whoever declares it lost writes them (break_lost:

@@ -86,6 +86,9 @@ class Writer:
         self.finishes: list[Finish] = []
         self.writing = 0  # group commits under way (their batch has left finishes)
         self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
+        # skips handed in between two instants (a job removed with due slots): written
+        # with the next group commit; kept (bounded) with the others if that write fails
+        self.queued_skips: list[Skip] = []
         self.flush_event = asyncio.Event()
         self.record_event = asyncio.Event()
         self._flush_done: asyncio.Event | None = None
@@ -106,6 +109,16 @@ class Writer:
     def keep_skip(self, skip: Skip) -> None:
         """A skip the store could not take yet: written with the next skips (bounded)."""
         self.unsaved_skips.append(skip)
+
+    def queue_skips(self, skips: Iterable[Skip]) -> None:
+        """Skips to write with the next group commit, however many (each is a slot
+        already due: none is dropped unless the store refuses them)."""
+        self.queued_skips.extend(skips)
+        self.wake()
+
+    def owed_skips(self) -> int:
+        """Skips handed in and not written yet."""
+        return len(self.queued_skips) + len(self.unsaved_skips)
 
     def owes(self) -> bool:
         """Rows wait to be written (finished runs)."""
@@ -131,7 +144,7 @@ class Writer:
                 # a burst is being claimed: its claims go first, results are written after
                 await asyncio.wait({firing})
             await self.flush_once()
-            if self.unsaved_skips:
+            if self.queued_skips or self.unsaved_skips:
                 await self.flush_skips()
 
     async def record_started_loop(self) -> None:
@@ -248,8 +261,9 @@ class Writer:
             self.unsaved_skips.extend(skips)
 
     async def flush_skips(self) -> None:
-        if self.unsaved_skips:
-            batch = list(self.unsaved_skips)
+        if self.queued_skips or self.unsaved_skips:
+            batch = [*self.queued_skips, *self.unsaved_skips]
+            self.queued_skips = []
             self.unsaved_skips.clear()
             await self.record_skips(batch)
 
@@ -274,5 +288,5 @@ class Writer:
         log.warning(
             "cronfleet %s: the store took none of the last results for %g s; %d runs and "
             "%d skips are not recorded (their leases expire and the reaper records them)",
-            self.settings.instance_id, budget, len(self.finishes), len(self.unsaved_skips),
+            self.settings.instance_id, budget, len(self.finishes), self.owed_skips(),
         )

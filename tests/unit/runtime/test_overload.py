@@ -327,3 +327,31 @@ async def _rows_of(make: Make, job_id: str) -> dict[float, list[Any]]:
         return got
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_removed_jobs_due_slots_are_written_past_the_unsaved_skips_bound(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slots recorded at a removal do not go through the bounded buffer of skips the
+    store refused (``MAX_BUFFERED``, 10,000): removing thousands of jobs of a process
+    behind its slots hands in more than that at once, and none may be dropped."""
+    from cronfleet.runtime import writer
+
+    monkeypatch.setattr(writer, "MAX_BUFFERED", 4)
+    s = make(claim_ahead=0)
+    started = Started(clock)
+    gone = [f"g{i}" for i in range(10)]
+    for job_id in [*gone, "kept"]:
+        s.job("1s", id=job_id)(started)
+    await s.start()
+    running.append(s)
+    await advance(clock, 2.5, s, step=0.25)
+    clock.advance(3)  # slots +3, +4, +5 of every job due, the loop has not run since +2.5
+    for job_id in gone:
+        s.remove_job(job_id)
+    await advance(clock, 2, s, step=0.25)
+    await s.stop()
+    for job_id in gone:  # 30 skips handed in at once, 4 the bound
+        rows = await _rows_of(make, job_id)
+        assert sorted(rows) == [T0 + k for k in range(1, 6)], (job_id, sorted(rows))
