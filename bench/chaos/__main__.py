@@ -132,6 +132,11 @@ def render(paths: list[str]) -> str:
     def secs(v: Any) -> str:
         return "–" if v is None else (v if isinstance(v, str) else f"{v:.1f} s")
 
+    def failover(r: dict[str, Any]) -> str:
+        if r.get("blocked") is None:
+            return secs(r["failover"])
+        return f"{secs(r['failover'])}, {r['blocked']} blocked"
+
     def handover(r: dict[str, Any]) -> str:
         if r.get("false_losses") is not None:
             return f"lost {r['false_losses']}"
@@ -151,7 +156,7 @@ def render(paths: list[str]) -> str:
         out.append(
             f"| {store} | {name} | {r['expected']:,} | {r['once']:,} | {rec:,}"
             f"{f' ({why})' if why else ''} | {r['gaps']:,} | {r['dup_handler']:,} / "
-            f"{r['dup_ledger']:,} | {r['two_final']:,} | {secs(r['failover'])} | "
+            f"{r['dup_ledger']:,} | {r['two_final']:,} | {failover(r)} | "
             f"{secs(r['recovery'])} | {handover(r)} | {verdict} |"
         )
     return "\n".join(["Runs: " + " / ".join(headers), "", *out])

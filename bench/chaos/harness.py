@@ -91,7 +91,8 @@ class Knobs:
     rolling_gap: float = 3.0  # rolling: after a restarted process is ready, before the next
     starve_for: float = 60.0  # starve: CPU hogs (one per core) beside the fleet, so long
     handover_target: float = 1.0  # join / leave / rolling: a slot's start after its time
-    failover_target: float = 20.0
+    failover_target: float = 2.0  # #26: a struck process's jobs run again within 2 s
+    blocked_target: int = 2  # #26: already_executing rows per struck job after the strike
     recovery_target: float = 2.0
     stop_timeout: float = 60.0
 
@@ -561,6 +562,7 @@ class Result:
     dup_ledger: int = 0
     two_final: int = 0
     failover: float | None = None  # worst job's kill -> fires again (s); inf: never
+    blocked: int | None = None  # most already_executing rows of one struck job after it
     recovery: float | None = None  # store back -> every job on time again (s); inf: never
     rejoined: bool | None = None
     handover: float | None = None  # join / leave / rolling: latest start of a slot (s)
@@ -602,6 +604,7 @@ class Result:
             f"failover {secs(self.failover)}  back {secs(self.recovery)}  "
             + (f"handover {secs(self.handover)}  " if self.handover is not None else "")
             + (f"lost {self.false_losses}  " if self.false_losses is not None else "")
+            + (f"blocked {self.blocked}/job  " if self.blocked is not None else "")
             + f"{self.verdict}{' (' + '; '.join(self.failures) + ')' if self.failures else ''}"
         )
 
@@ -675,6 +678,19 @@ def failover(runs: list[Run], jobs: set[str], victim_pid: int, at: float) -> flo
     if not jobs:
         return 0.0
     return max(first.get(j, math.inf) - at for j in jobs)
+
+
+def blocked(ledger: list[LedgerRow], jobs: set[str], at: float, hi: int) -> int:
+    """The most ``skipped / already_executing`` rows of one of ``jobs`` for slots from
+    ``at`` (the strike) to ``hi``: slots a struck process's run in flight kept from
+    running on the survivors."""
+    per_job: Counter[str] = Counter(
+        j
+        for j, slot, st, reason, _, _ in ledger
+        if j in jobs and st == "skipped" and reason == "already_executing"
+        and at <= slot / 1000 <= hi
+    )
+    return max(per_job.values(), default=0)
 
 
 def recovery(runs: list[Run], jobs: list[str], back: float, hi: int, every: int) -> float:
@@ -1210,7 +1226,7 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
             account(result, runs, ledger, ctx.jobs, lo, hi, knobs.every)
             if "starved" in ctx.events:
                 result.false_losses = declared_lost(fleet)
-            judge(ctx, runs, hi)
+            judge(ctx, runs, ledger, hi)
         except Exception as exc:
             result.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -1221,12 +1237,13 @@ def run_scenario(sc: Scenario, backend: Backend, knobs: Knobs, root: Path) -> Re
     return result
 
 
-def judge(ctx: Ctx, runs: list[Run], hi: int) -> None:
+def judge(ctx: Ctx, runs: list[Run], ledger: list[LedgerRow], hi: int) -> None:
     """Measure the scenario's own figures and compare everything with the targets."""
     r, k, ev = ctx.result, ctx.knobs, ctx.events
     if "victim" in ev:
         victim: Worker = ev["victim"]
         r.failover = failover(runs, ev["lost"], victim.pid, ev["kill"])
+        r.blocked = blocked(ledger, ev["lost"], ev["kill"], hi)
         r.notes.append(f"struck {victim.name} holding {len(ev['lost'])} jobs")
         if "cont" in ev:
             r.rejoined = any(rn.pid == victim.pid and rn.t > ev["cont"] + 3 for rn in runs)
@@ -1259,6 +1276,9 @@ def check_targets(r: Result, k: Knobs) -> None:
         # kill -9, SIGSTOP, stopped inside a transaction: from the others' side the same
         # lost instance, whose jobs must move to the survivors
         r.failures.append(f"failover {fmt(r.failover)} > {k.failover_target:.0f}s")
+    if r.blocked is not None and r.blocked > k.blocked_target:
+        r.failures.append(f"{r.blocked} already_executing slots of one struck job "
+                          f"> {k.blocked_target}")
     if r.rejoined is False:
         r.failures.append("the woken process did not run anything again")
     if r.handover is not None and r.handover > k.handover_target:
