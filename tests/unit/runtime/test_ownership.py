@@ -5,6 +5,7 @@ final row, run once on the handler side -- on every store."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -240,3 +241,95 @@ async def test_jobs_added_while_running_go_to_their_owner(
         s.remove_job("late-comer")
         assert "late-comer" not in s.due.parked
         assert s.ownership.parked == parked - (s is other)
+
+
+def hold(s: Scheduler) -> asyncio.Event:
+    """Hold ``s``'s loop inside its next instant (at its first store call, reading the
+    overrides) until the returned event is set: a loop busy with a long instant, a
+    process descheduled. What comes due meanwhile came due while it was busy."""
+    gate = asyncio.Event()
+    real = s.store.read_overrides
+
+    async def read_overrides(ids: Any) -> Any:
+        await gate.wait()
+        return await real(ids)
+
+    s.store.read_overrides = read_overrides  # type: ignore[method-assign]
+    return gate
+
+
+ODD = [f"odd-{n:02d}" for n in range(12)]  # every 2 s too, at odd seconds
+
+
+@pytest.mark.parametrize("store_kind", KINDS)
+async def test_two_planners_one_late_one_on_time_leave_one_row_per_slot(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """Two instances that both plan the same jobs (here for the whole test: their job
+    tables differ, so they are not peers; while a joining instance's first heartbeat is
+    not yet seen, it is the same case, for an interval). One's loop is held inside an
+    instant while later slots come due, then records them: the slots of the held instant
+    ``missed`` (planned late), the other jobs' slots that came due meanwhile ``skipped /
+    overloaded`` (shed). The other instance:
+
+    1. ran them on time: the late one's records take no slot (the run holds its claim),
+       no slot gets a second row;
+    2. is held a little longer: the first one's records take the slots' claims, and the
+       other's own records find them taken.
+
+    Every slot: one final row, a run only where the handler ran, and once."""
+    handler = Counted()
+    # a claims nothing ahead, so its hold falls inside an instant (b's, in its claim
+    # ahead of one: b's late slots are planned, not shed)
+    a = declare(make(instance_id="a", instance_ttl=TTL, claim_ahead=0), handler)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    for s in (a, b):
+        for job_id in ODD:
+            s.job("1-59/2 * * * * *", id=job_id)(handler)
+    b.job("2s", id="b-only")(handler)  # another table: a and b each plan every job
+    for s in (a, b):
+        await s.start()
+        running.append(s)
+    await advance(clock, TTL + 1, a, b, step=0.25)
+    assert a.ownership.parked == b.ownership.parked == 0
+    start = clock.now()
+
+    # 1. a held for 6 s while b runs every slot on time
+    gate = hold(a)
+    await advance(clock, 6, b, step=0.25)
+    held_from, held_to = start, clock.now()
+    gate.set()
+    await advance(clock, 4, a, b, step=0.25)
+    assert a.stats.skips.get("overloaded", 0) >= len(ODD) // 2  # a did shed b's slots
+
+    # 2. both held; a goes on first and records; then b, which finds them taken
+    gate_a, gate_b = hold(a), hold(b)
+    both_from = clock.now()
+    await advance(clock, 6, step=0.25)
+    both_to = clock.now()
+    gate_a.set()
+    await advance(clock, 0.25, a)
+    lost_by_b = b.stats.claims_lost
+    gate_b.set()
+    await advance(clock, 6, a, b, step=0.25)
+    await settle(a, b)
+    assert b.stats.claims_lost > lost_by_b  # b planned them too: no row
+
+    hi = clock.now() - 3
+    rows = {}
+    for group, first in ((JOBS, (start // 2 + 1) * 2), (ODD, (start // 2) * 2 + 1)):
+        for job_id in group:
+            got = await a.runs_async(job_id, limit=1000)
+            x = first
+            while x <= hi:
+                rows[(job_id, x)] = [r for r in got if r.slot.timestamp() == x]
+                x += 2
+    assert_each_slot_once(rows, handler)
+    phase1 = {k: r for k, (r,) in rows.items() if held_from + 1 < k[1] < held_to - 1}
+    assert phase1 and all(r.status is RunStatus.SUCCEEDED and r.instance_id == "b"
+                          for r in phase1.values()), phase1
+    phase2 = {k: r for k, (r,) in rows.items() if both_from + 1 < k[1] < both_to - 1}
+    assert phase2 and all(r.status is RunStatus.SKIPPED and r.instance_id == "a"
+                          and handler.calls[k] == 0 for k, r in phase2.items()), phase2
+    reasons = Counter(r.reason for r in phase2.values())
+    assert reasons["overloaded"] and reasons["missed"], reasons  # both kinds of record
