@@ -115,6 +115,15 @@ class SystemClock:
             await asyncio.sleep(0)
 
 
+def judged_by_store(clock: Clock | None) -> bool:
+    """Whether a store given ``clock`` judges leases, claims and heartbeats by its own
+    clock (PostgreSQL's ``now()``, Redis's ``TIME``, SQLite's host clock): the real
+    clock, or none. A ``SystemClock``'s ``offset`` (a skewed host, in tests) then moves
+    only the scheduler's slot times. Any other clock (a test's ``FakeClock``) is used for
+    every timestamp instead."""
+    return clock is None or isinstance(clock, SystemClock)
+
+
 class FakeClock:
     """Manually advanced time for tests: nothing sleeps for real."""
 

@@ -43,7 +43,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, judged_by_store
 from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus
 from cronfleet.store.base import Dispatched, DispatchKind, Started
@@ -118,7 +118,7 @@ class PostgresStore(StoreDriver):
         host_clock: Clock = clock or SystemClock()
         source = time_source or opts.get("time_source")
         if source is None:
-            source = "database" if clock is None or isinstance(clock, SystemClock) else "clock"
+            source = "database" if judged_by_store(clock) else "clock"
         if source not in ("database", "clock"):
             raise StoreError(
                 f"PostgreSQL store: time_source must be database or clock, not {source!r}"

@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, judged_by_store
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.store.driver import Retention
 from cronfleet.store.redis.ops import OPS, _d
@@ -64,7 +64,7 @@ class RedisTransport:
         self.conninfo = conninfo
         self.prefix = prefix
         self.clock = clock
-        self._server_time = isinstance(clock, SystemClock)
+        self._server_time = judged_by_store(clock)
         self._max_connections = max_connections
         self._client: aioredis.Redis | None = None
         self._sources = _load_scripts()

@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from cronfleet.clock import Clock, SystemClock
+from cronfleet.clock import Clock, SystemClock, judged_by_store
 from cronfleet.model import JobState, SkipReason
 from cronfleet.store import ledger
 from cronfleet.store.base import Dispatch, FleetRequest
@@ -54,15 +54,11 @@ class SQLiteStore(StoreDriver):
     ) -> None:
         self.path = str(path)
         self.url = f"sqlite:///{self.path}"
-        self.clock: Clock = (
-            SystemClock() if clock is None or isinstance(clock, SystemClock) else clock
-        )
+        self.clock: Clock = SystemClock() if clock is None or judged_by_store(clock) else clock
         """What judges leases, claim times, deadlines and heartbeats: the **host's clock**,
-        the database clock of a file every process of the fleet shares on one host (as
-        PostgreSQL's transactions use the server's). A ``SystemClock``'s ``offset`` (a
-        test's skewed process) moves its scheduler's slot times, not these: processes
-        judging each other's heartbeats by clocks 5 s apart declared each other lost at
-        every beat. Any other clock (a test's ``FakeClock``) is used as given."""
+        the database clock of a file every process of the fleet shares on one host
+        (:func:`~cronfleet.clock.judged_by_store`): processes judging each other's
+        heartbeats by clocks 5 s apart declared each other lost at every beat."""
         self.busy_timeout = busy_timeout
         """Seconds a write waits for another process's write lock before the store counts
         as unavailable (a process stopped while holding the lock must not freeze the rest
