@@ -142,7 +142,7 @@ class Outage:
                 self.keep_skip(it)
                 continue
             if it.skip_reason:
-                # a skip the store could not take: written (claim-less) once it is back
+                # a skip the store could not take: written (taking its claim) once it is back
                 self.writer.keep_skip(Skip.of(it, self.instance_id, it.skip_reason))
                 continue
             if it.kind is DispatchKind.RECOVERY:
@@ -429,7 +429,7 @@ class Outage:
                          logs=[store_unavailable_log(why)])
                 )
         self.backlog.clear()
-        for it in self.skips:  # last resort: claim-less (the store may be gone for good)
+        for it in self.skips:  # last resort: kept as skips (the store may be gone for good)
             self.writer.keep_skip(Skip.of(it, self.instance_id, _UNAVAILABLE))
         self.skips.clear()
 

@@ -121,8 +121,9 @@ class Writer:
         return len(self.queued_skips) + len(self.unsaved_skips)
 
     def owes(self) -> bool:
-        """Rows wait to be written (finished runs)."""
-        return bool(self.finishes)
+        """Rows wait to be written: finished runs, skips handed in (the unsaved ones wait
+        for the store's return, not for this process)."""
+        return bool(self.finishes or self.queued_skips)
 
     def wake(self) -> None:
         if not self.flush_event.is_set():
@@ -144,8 +145,7 @@ class Writer:
                 # a burst is being claimed: its claims go first, results are written after
                 await asyncio.wait({firing})
             await self.flush_once()
-            if self.queued_skips or self.unsaved_skips:
-                await self.flush_skips()
+            await self.flush_skips()
 
     async def record_started_loop(self) -> None:
         """Write the rows of fast-path runs still running a moment after they started, so
@@ -261,7 +261,7 @@ class Writer:
             self.unsaved_skips.extend(skips)
 
     async def flush_skips(self) -> None:
-        if self.queued_skips or self.unsaved_skips:
+        if self.owed_skips():
             batch = [*self.queued_skips, *self.unsaved_skips]
             self.queued_skips = []
             self.unsaved_skips.clear()
