@@ -104,6 +104,21 @@ async def advance(
         await settle(*schedulers)
 
 
+def hold(s: Scheduler) -> asyncio.Event:
+    """Hold ``s``'s loop inside its next instant (at its first store call, reading the
+    overrides) until the returned event is set: a loop busy with a long instant, a
+    process descheduled. What comes due meanwhile came due while it was busy."""
+    gate = asyncio.Event()
+    real = s.store.read_overrides
+
+    async def read_overrides(ids: Any) -> Any:
+        await gate.wait()
+        return await real(ids)
+
+    s.store.read_overrides = read_overrides  # type: ignore[method-assign]
+    return gate
+
+
 class Recorder:
     """A handler that records every context it was called with."""
 

@@ -15,7 +15,7 @@ import pytest
 from cronfleet import FakeClock, Missed, RunContext, RunStatus, Scheduler
 from cronfleet.runtime.loop import OVERTAKEN_WHY
 
-from .conftest import STORE_KINDS, T0, advance, settle
+from .conftest import STORE_KINDS, T0, advance, hold, settle
 
 Make = Callable[..., Scheduler]
 
@@ -37,14 +37,8 @@ class Calls:
 async def _stall_then_return(s: Scheduler, clock: FakeClock, seconds: float) -> None:
     """The store stops answering at the next instant (the loop waits on its overrides
     read) for ``seconds`` of the clock, then answers again."""
-    gate = asyncio.Event()
     real = s.store.read_overrides
-
-    async def stalled(ids: Any) -> Any:
-        await gate.wait()
-        return await real(ids)
-
-    s.store.read_overrides = stalled  # type: ignore[method-assign]
+    gate = hold(s)
     clock.advance(1)  # the next slot comes due: the loop is stuck in the read
     for _ in range(50):
         await asyncio.sleep(0.001)

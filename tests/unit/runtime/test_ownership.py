@@ -5,7 +5,6 @@ final row, run once on the handler side -- on every store."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from cronfleet import FakeClock, Job, RunStatus, Scheduler
 from cronfleet.runtime.ownership import owner, plan_key, plans_digest
 from cronfleet.store.memory import MemoryStore
 
-from .conftest import T0, advance, settle
+from .conftest import T0, advance, hold, settle
 
 Make = Callable[..., Scheduler]
 TTL = 3.0
@@ -241,21 +240,6 @@ async def test_jobs_added_while_running_go_to_their_owner(
         s.remove_job("late-comer")
         assert "late-comer" not in s.due.parked
         assert s.ownership.parked == parked - (s is other)
-
-
-def hold(s: Scheduler) -> asyncio.Event:
-    """Hold ``s``'s loop inside its next instant (at its first store call, reading the
-    overrides) until the returned event is set: a loop busy with a long instant, a
-    process descheduled. What comes due meanwhile came due while it was busy."""
-    gate = asyncio.Event()
-    real = s.store.read_overrides
-
-    async def read_overrides(ids: Any) -> Any:
-        await gate.wait()
-        return await real(ids)
-
-    s.store.read_overrides = read_overrides  # type: ignore[method-assign]
-    return gate
 
 
 ODD = [f"odd-{n:02d}" for n in range(12)]  # every 2 s too, at odd seconds
