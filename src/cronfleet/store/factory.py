@@ -36,9 +36,10 @@ def open_store(target: str | Store, *, clock: Clock | None = None) -> Store:
     """A store from a SQLAlchemy-style URL (``sqlite:///file.db``, ``postgresql://…``,
     ``redis://host:6379/0?prefix=cf:``), or the given store object as is.
 
-    On PostgreSQL a ``SystemClock`` (the default) only measures this host's skew: the
-    database clock judges leases and claim times. Any other clock (a test's ``FakeClock``)
-    is used for every timestamp instead.
+    A ``SystemClock`` (the default) leaves leases, claim times and heartbeats to the
+    store's own clock (:func:`~cronfleet.clock.judged_by_store`: PostgreSQL's, Redis's
+    ``TIME``, SQLite's host clock); on PostgreSQL it also measures this host's skew. Any
+    other clock (a test's ``FakeClock``) is used for every timestamp instead.
     """
     from cronfleet.store.base import Store
 
