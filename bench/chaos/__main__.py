@@ -5,6 +5,8 @@
     .venv/bin/python -m bench.chaos --store redis           # a private redis-server, AOF
     .venv/bin/python -m bench.chaos --scale 0.3 --knob jobs=20   # shorter faults
     .venv/bin/python -m bench.chaos --json > chaos.json
+    .venv/bin/python -m bench.chaos --only kill9,sigstop --repeat 4 --json > f.json
+    .venv/bin/python -m bench.chaos --failover f.json      # p50 / p99 over every struck job
 
 PostgreSQL scenarios run on a private cluster (``initdb`` in a temporary directory on a
 free port, thrown away at the end); ``--pg-url`` uses another server instead (then the
@@ -21,6 +23,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from bench.chaos.harness import (
@@ -54,8 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", nargs="+", metavar="JSON",
                    help="print the Markdown table of saved --json outputs (a later file's "
                    "result replaces an earlier one of the same store and scenario) and exit")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each selected scenario N times in a row (a distribution of "
+                   "failover times, not one run's worst job)")
+    p.add_argument("--failover", nargs="+", metavar="JSON",
+                   help="print the failover distribution (p50, p99, worst over every struck "
+                   "job of every run) of saved --json outputs and exit")
     a = p.parse_args(argv)
 
+    if a.failover:
+        print(failover_table(a.failover))
+        return 0
     if a.render:
         print(render(a.render))
         return 0
@@ -91,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                     sc = BY_NAME[name]
                     if store not in sc.stores:
                         continue
-                    r = run_scenario(sc, backend, knobs, root)
-                    results.append(r)
-                    print(r.line(), file=out, flush=True)
+                    for _ in range(max(1, a.repeat)):
+                        r = run_scenario(sc, backend, knobs, root)
+                        results.append(r)
+                        print(r.line(), file=out, flush=True)
             finally:
                 backend.close()
     failed = [r for r in results if r.verdict != "PASS"]
@@ -104,9 +117,43 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def failover_table(paths: list[str]) -> str:
+    """The failover distribution of saved ``--json`` outputs: for each store and scenario
+    that strikes a process, over every struck job of every run (``--repeat``): the time
+    until another process ran it again at p50, p99 and worst, and the most
+    ``already_executing`` rows of one job."""
+    times: dict[tuple[str, str], list[float]] = {}
+    runs: Counter[tuple[str, str]] = Counter()
+    most_blocked: dict[tuple[str, str], int] = {}
+    for path in paths:
+        with open(path) as f:
+            for r in json.load(f)["results"]:
+                if r.get("error") or not r.get("failover_jobs"):
+                    continue
+                key = (r["store"], r["scenario"])
+                runs[key] += 1
+                times.setdefault(key, []).extend(
+                    math.inf if v == "never" else float(v) for v in r["failover_jobs"])
+                most_blocked[key] = max(most_blocked.get(key, 0), r.get("blocked") or 0)
+
+    def pct(xs: list[float], q: float) -> str:
+        v = xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)]
+        return "never" if math.isinf(v) else f"{v:.2f} s"
+
+    out = ["| store | scenario | runs | struck jobs | p50 | p99 | worst | blocked (most of one "
+           "job) |", "|---|---|--:|--:|--:|--:|--:|--:|"]
+    for key in sorted(times):
+        xs = sorted(times[key])
+        out.append(f"| {key[0]} | {key[1]} | {runs[key]} | {len(xs)} | {pct(xs, 0.5)} | "
+                   f"{pct(xs, 0.99)} | {pct(xs, 1.0)} | {most_blocked[key]} |")
+    return "\n".join(out)
+
+
 def rejudge(saved: dict[str, Any], knobs: Knobs) -> dict[str, Any]:
     """A saved result judged by today's targets."""
     fields = {f.name for f in dataclasses.fields(Result)}
+    saved = {**saved, "failover_jobs": [
+        math.inf if v == "never" else v for v in saved.get("failover_jobs", [])]}
     r = Result(**{k: v for k, v in saved.items() if k in fields})
     for k in ("failover", "recovery", "handover"):
         if getattr(r, k) == "never":

@@ -562,6 +562,7 @@ class Result:
     dup_ledger: int = 0
     two_final: int = 0
     failover: float | None = None  # worst job's kill -> fires again (s); inf: never
+    failover_jobs: list[float] = field(default_factory=list)  # every struck job's, sorted
     blocked: int | None = None  # most already_executing rows of one struck job after it
     recovery: float | None = None  # store back -> every job on time again (s); inf: never
     rejoined: bool | None = None
@@ -586,6 +587,8 @@ class Result:
         for k in ("failover", "recovery", "handover"):
             if d[k] is not None and math.isinf(d[k]):
                 d[k] = "never"
+        d["failover_jobs"] = [round(v, 3) if math.isfinite(v) else "never"
+                              for v in self.failover_jobs]
         return d
 
     def line(self) -> str:
@@ -669,15 +672,14 @@ def iso_ms(text: str) -> int:
     return round(datetime.fromisoformat(text).timestamp() * 1000)
 
 
-def failover(runs: list[Run], jobs: set[str], victim_pid: int, at: float) -> float:
-    """The worst job's time from ``at`` until another process ran it again (inf: never)."""
+def failover(runs: list[Run], jobs: set[str], victim_pid: int, at: float) -> list[float]:
+    """Each of ``jobs``' time from ``at`` until another process ran it again (inf: never),
+    sorted: the last is the worst job's."""
     first: dict[str, float] = {}
     for r in runs:
         if r.job in jobs and r.pid != victim_pid and r.t > at:
             first[r.job] = min(first.get(r.job, math.inf), r.t)
-    if not jobs:
-        return 0.0
-    return max(first.get(j, math.inf) - at for j in jobs)
+    return sorted(first.get(j, math.inf) - at for j in jobs)
 
 
 def blocked(ledger: list[LedgerRow], jobs: set[str], at: float, hi: int) -> int:
@@ -1242,7 +1244,8 @@ def judge(ctx: Ctx, runs: list[Run], ledger: list[LedgerRow], hi: int) -> None:
     r, k, ev = ctx.result, ctx.knobs, ctx.events
     if "victim" in ev:
         victim: Worker = ev["victim"]
-        r.failover = failover(runs, ev["lost"], victim.pid, ev["kill"])
+        r.failover_jobs = failover(runs, ev["lost"], victim.pid, ev["kill"])
+        r.failover = r.failover_jobs[-1] if r.failover_jobs else 0.0
         r.blocked = blocked(ledger, ev["lost"], ev["kill"], hi)
         r.notes.append(f"struck {victim.name} holding {len(ev['lost'])} jobs")
         if "cont" in ev:

@@ -346,7 +346,7 @@ class RedisTransport:
                 delay = min(delay * 2, 5.0)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
 
     async def prune(self, rule: Retention) -> tuple[int, int]:
         """The retention rule in bounded pieces: each script call examines at most
