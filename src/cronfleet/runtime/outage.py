@@ -53,6 +53,7 @@ from cronfleet.store.ledger import (
     attach_late_result,
     busy_log,
     busy_result,
+    missed_summary,
     replace_stopped_log,
     replaced_waiting_log,
     skip_result,
@@ -102,6 +103,9 @@ class Outage:
         self.runs = runs
         self.loop = loop
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
+        # job -> (count, first, last, the store's error) of the slots beyond the backlog's
+        # bound: one summary record each when the store is back (memory bounded by jobs)
+        self.spilled: dict[str, tuple[int, float, float, str]] = {}
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
         # REPLACE jobs: the unclaimed run that starts once the replaced ones ended
@@ -200,7 +204,7 @@ class Outage:
     @property
     def pending(self) -> bool:
         """Slots or records waiting for the store."""
-        return bool(self.backlog or self.skips)
+        return bool(self.backlog or self.skips or self.spilled)
 
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
         """A slot not run for want of the store: into the backlog (bounded per job); with
@@ -212,12 +216,12 @@ class Outage:
             self.journal.append((job.id, slot, str(exc)))
         slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:
+            # the oldest joins the job's spilled range: one summary record once the store
+            # is back (a row each, kept in a bounded buffer, lost the oldest silently)
             oldest = min(slots)
             why = slots.pop(oldest)
-            self.writer.keep_skip(
-                Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.instance_id,
-                     logs=[store_unavailable_log(why)])
-            )
+            count, first, last, _ = self.spilled.get(job.id, (0, oldest, oldest, why))
+            self.spilled[job.id] = (count + 1, min(first, oldest), max(last, oldest), why)
         if self.retrying is None and not self.life.stopping:
             self.retrying = self.life.spawn(self.retry_loop())
         self.warn.warning(
@@ -422,6 +426,12 @@ class Outage:
         """Stopping with a backlog: each slot becomes a ``store_unavailable`` skip for the
         last writes (if the store is still away, a later start's catch-up finds them:
         they were never claimed)."""
+        for job_id, (count, first, last, error) in self.spilled.items():
+            job = self.jobs.get(job_id)
+            if job is not None:
+                self.writer.keep_skip(Skip.of(self.summary(job, count, first, last, error),
+                                              self.instance_id, _UNAVAILABLE))
+        self.spilled.clear()
         for job_id, slots in self.backlog.items():
             for slot, why in sorted(slots.items()):
                 self.writer.keep_skip(
@@ -448,6 +458,16 @@ class Outage:
             self.replaying = True
             self.life.spawn(self.replay())
 
+    @staticmethod
+    def summary(job: Job, count: int, first: float, last: float, error: str) -> Dispatch:
+        """The one record, at ``first``, of ``count`` slots from ``first`` to ``last`` kept
+        from running by the store's absence beyond the backlog's bound (its count and
+        range in its result, as a catch-up's summary of missed slots)."""
+        why, result = missed_summary(count, from_ts(first).isoformat(),
+                                     from_ts(last).isoformat(), _UNAVAILABLE)
+        return requests.missed(job, first, f"{why}; the store was unavailable ({error})",
+                               result=result, reason=_UNAVAILABLE)
+
     async def retry_loop(self) -> None:
         """While a backlog waits, offer it to the store with backoff and full jitter (a
         daily job must not wait for its next slot to learn the store is back)."""
@@ -467,9 +487,14 @@ class Outage:
         try:
             backlog, self.backlog = self.backlog, {}
             superseded, self.superseded = self.superseded, {}
+            spilled, self.spilled = self.spilled, {}
             now = self.clock.now()
             items: list[Dispatch] = self.skips
             self.skips = []
+            for job_id, (count, first, last, error) in spilled.items():
+                job = self.jobs.get(job_id)
+                if job is not None:
+                    items.append(self.summary(job, count, first, last, error))
             for job_id, slots in backlog.items():
                 job = self.jobs.get(job_id)
                 if job is None:

@@ -17,9 +17,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from cronfleet.clock import wait_done
+from cronfleet.clock import from_ts, wait_done
 from cronfleet.model import RunStatus
 from cronfleet.store.base import Finish, Skip, Store
+from cronfleet.store.ledger import missed_summary
 
 if TYPE_CHECKING:
     from cronfleet.runtime.activity import Activity
@@ -31,6 +32,8 @@ __all__ = ["MAX_BUFFERED", "Writer"]
 log = logging.getLogger("cronfleet")
 
 MAX_BUFFERED = 10_000
+Summary = tuple[int, float, float, str | None, list[str]]
+"""Skips summarised in one record: count, first and last slot, instance, log line."""
 FINISH_CHUNK = 5_000
 log_runs = logging.getLogger("cronfleet")  # the one line per ended run
 
@@ -85,7 +88,9 @@ class Writer:
         self.warn = warn
         self.finishes: list[Finish] = []
         self.writing = 0  # group commits under way (their batch has left finishes)
-        self.unsaved_skips: deque[Skip] = deque(maxlen=MAX_BUFFERED)
+        self.unsaved_skips: deque[Skip] = deque()  # at most MAX_BUFFERED (keep_skip)
+        # (job, reason) -> (count, first, last, instance, log) of the skips beyond it
+        self.summaries: dict[tuple[str, str], Summary] = {}
         # skips handed in between two instants (a job removed with due slots): written
         # with the next group commit; kept (bounded) with the others if that write fails
         self.queued_skips: list[Skip] = []
@@ -107,8 +112,38 @@ class Writer:
         self.finishes.extend(finishes)
 
     def keep_skip(self, skip: Skip) -> None:
-        """A skip the store could not take yet: written with the next skips (bounded)."""
+        """A skip the store could not take yet: written with the next skips. Bounded
+        without losing a slot: beyond :data:`MAX_BUFFERED`, the oldest one joins its job's
+        and reason's summary (one record of their count and range, written with them)."""
+        if len(self.unsaved_skips) >= MAX_BUFFERED:
+            self._summarise(self.unsaved_skips.popleft())
         self.unsaved_skips.append(skip)
+
+    def _summarise(self, skip: Skip) -> None:
+        if not self.summaries:
+            log.warning("more than %d skipped slots wait for the store: the oldest are kept "
+                        "as one summary record per job and reason", MAX_BUFFERED)
+        self._merge((skip.job_id, skip.reason),
+                    (1, skip.slot, skip.slot, skip.instance_id, skip.logs[-1:]))
+
+    def _merge(self, key: tuple[str, str], add: Summary) -> None:
+        had = self.summaries.get(key)
+        if had is None:
+            self.summaries[key] = add
+            return
+        count, first, last, who, why = had
+        self.summaries[key] = (count + add[0], min(first, add[1]), max(last, add[2]), who,
+                               why if first <= add[1] else add[4])
+
+    @staticmethod
+    def _summary_rows(summaries: dict[tuple[str, str], Summary]) -> list[Skip]:
+        out = []
+        for (job_id, reason), (count, first, last, who, why) in summaries.items():
+            text, result = missed_summary(count, from_ts(first).isoformat(),
+                                          from_ts(last).isoformat(), reason)
+            out.append(Skip(job_id, first, reason, instance_id=who,
+                            logs=[f"Skipped: {text}", *why], result=result))
+        return out
 
     def queue_skips(self, skips: Iterable[Skip]) -> None:
         """Skips to write with the next group commit, however many (each is a slot
@@ -118,7 +153,7 @@ class Writer:
 
     def owed_skips(self) -> int:
         """Skips handed in and not written yet."""
-        return len(self.queued_skips) + len(self.unsaved_skips)
+        return len(self.queued_skips) + len(self.unsaved_skips) + len(self.summaries)
 
     def owes(self) -> bool:
         """Rows wait to be written: finished runs, skips handed in (the unsaved ones wait
@@ -249,23 +284,31 @@ class Writer:
         await asyncio.sleep(1.0)
         self.flush_event.set()
 
-    async def record_skips(self, skips: list[Skip]) -> None:
-        """Write skip records; keep them (bounded) for a later try if the store is down."""
+    async def record_skips(self, skips: list[Skip],
+                           summaries: dict[tuple[str, str], Summary] | None = None) -> None:
+        """Write skip records (and ``summaries``' records first); keep them for a later
+        try if the store is down (bounded: :meth:`keep_skip`)."""
+        rows = self._summary_rows(summaries) if summaries else []
         try:
-            await self.store.record_skips(skips)
+            await self.store.record_skips([*rows, *skips])
         except Exception as exc:
             self.stats.store_errors += 1
             self.warn.warning(
-                "skips", "cannot record %d skipped slots (%s); will retry", len(skips), exc
+                "skips", "cannot record %d skipped slots (%s); will retry",
+                len(skips) + sum(s[0] for s in (summaries or {}).values()), exc
             )
-            self.unsaved_skips.extend(skips)
+            for key, summary in (summaries or {}).items():
+                self._merge(key, summary)
+            for skip in skips:
+                self.keep_skip(skip)
 
     async def flush_skips(self) -> None:
         if self.owed_skips():
             batch = [*self.queued_skips, *self.unsaved_skips]
+            summaries, self.summaries = self.summaries, {}
             self.queued_skips = []
             self.unsaved_skips.clear()
-            await self.record_skips(batch)
+            await self.record_skips(batch, summaries)
 
     async def last_writes(self, flusher: asyncio.Task[None] | None, budget: float) -> None:
         """At stop: the last writes go on while the store takes them (100,000 results are

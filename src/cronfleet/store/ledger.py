@@ -186,14 +186,17 @@ def overloaded_log(slot_iso: str, behind: float, *, stopping: bool = False) -> s
             f"{behind:.3f}s behind its slots (overloaded)")
 
 
-def missed_summary(count: int | None, first_iso: str, last_iso: str) -> tuple[str, dict[str, Any]]:
-    """``(why, result)`` of the one record that summarises many missed slots."""
+def missed_summary(count: int | None, first_iso: str, last_iso: str,
+                   reason: str = SkipReason.MISSED.value) -> tuple[str, dict[str, Any]]:
+    """``(why, result)`` of the one record that summarises many slots not run (``reason``
+    ``missed``: a catch-up's oldest; ``store_unavailable``: an outage's oldest, beyond the
+    backlog kept per job)."""
+    what = "missed" if reason == SkipReason.MISSED.value else f"{reason}"
     why = (
-        f"{'many' if count is None else count} missed slots from {first_iso} to {last_iso} "
+        f"{'many' if count is None else count} {what} slots from {first_iso} to {last_iso} "
         "summarised in this record"
     )
-    result = {**skip_result(SkipReason.MISSED.value), "count": count, "first": first_iso,
-              "last": last_iso}
+    result = {**skip_result(reason), "count": count, "first": first_iso, "last": last_iso}
     return why, result
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -530,3 +531,101 @@ async def test_the_first_slot_after_the_store_returns_is_not_lost_to_an_unwritte
     assert runs[T0 + 10].status is RunStatus.SUCCEEDED
     assert runs[T0 + 20].status is RunStatus.SUCCEEDED
     assert not s.writer.behind
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_long_outage_leaves_no_slot_without_a_row(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage longer than the bounds kept in memory (each job's backlog, the writer's
+    unsaved skips; made small here) still ends with a row for every slot: what overflows
+    the backlog is kept as a range of the job's schedule, not as rows that a bounded buffer
+    drops (it dropped the oldest silently: 3 jobs x 300 slots left 544 without a row)."""
+    from cronfleet.runtime import outage, writer
+
+    monkeypatch.setattr(outage, "RUN_ALL_CAP", 2)  # a backlog of 102 slots per job
+    monkeypatch.setattr(writer, "MAX_BUFFERED", 50)
+    s = make()
+    recs = {f"j{i}": Recorder() for i in range(3)}
+    for jid, rec in recs.items():
+        s.job("10s", id=jid, missed=Missed.RUN_ONCE)(rec)
+    await s.start()
+    running.append(s)
+    flaky = Flaky(s)
+    real_skips = s.store.record_skips
+
+    async def record_skips(items: Any) -> int:
+        if flaky.down:
+            raise flaky.error
+        return await real_skips(items)
+
+    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    s.outage.retry_loop = _never  # type: ignore[method-assign]  # replayed below, once back
+    await advance(clock, 3000, s, step=10)  # 300 slots of each job during the outage
+    assert max(len(b) for b in s.outage.backlog.values()) <= 102  # memory stays bounded
+    flaky.down = False
+    await s.outage.replay()
+    await wait_for(lambda: all(len(r.calls) == 1 for r in recs.values()))
+    await s.stop()
+    for jid, rec in recs.items():
+        assert [c.slot.timestamp() for c in rec.calls] == [T0 + 3000]  # the newest, once
+        rows = await s.runs_async(jid, limit=1000)
+        covered: list[float] = []
+        for r in rows:  # a row for each slot, or a summary row for a range of them
+            if isinstance(r.result, dict) and "first" in r.result:
+                assert r.reason == "store_unavailable" and r.result["count"] == 198, jid
+                assert r.result["first"] == r.slot.isoformat() and "simulated outage" in \
+                    r.logs[-1]
+                covered += [T0 + 10 * k for k in range(1, 199)]
+                assert r.result["last"] == datetime.fromtimestamp(covered[-1], UTC).isoformat()
+            else:
+                covered.append(r.slot.timestamp())
+        assert sorted(covered) == [T0 + 10 * k for k in range(1, 301)], jid  # each once
+        assert len(rows) == 1 + 101 + 1  # the summary, the backlog's records, the run
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The skips the store could not take are kept up to ``MAX_BUFFERED`` (4 here); the
+    oldest beyond it join one summary record per job and reason (count and range), so a
+    long outage ends with every slot accounted for and memory bounded. A summary that
+    waits again merges its count."""
+    from cronfleet.runtime import writer
+    from cronfleet.store.base import Skip
+
+    monkeypatch.setattr(writer, "MAX_BUFFERED", 4)
+    s = make()
+    s.job("1s", id="a")(Recorder())
+    s.job("1s", id="b")(Recorder())
+    await s.start()
+    running.append(s)
+    real = s.store.record_skips
+    down = [True]
+
+    async def record_skips(items: Any) -> int:
+        if down[0]:
+            raise StoreUnavailable("simulated outage")
+        return await real(items)
+
+    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    w = s.writer
+    for k in range(1, 8):
+        for job in ("a", "b"):
+            w.keep_skip(Skip(job, T0 + 100 + k, "already_executing", instance_id="me",
+                             logs=[f"busy {k}"]))
+    assert len(w.unsaved_skips) == 4 and w.owed_skips() == 6  # 4 rows, 2 summaries
+    await w.flush_skips()  # refused: everything kept, the summaries' counts too
+    assert len(w.unsaved_skips) == 4 and w.owed_skips() == 6
+    down[0] = False
+    await w.flush_skips()
+    assert w.owed_skips() == 0
+    for job in ("a", "b"):
+        rows = sorted(await s.runs_async(job), key=lambda r: r.slot)
+        [summary] = [r for r in rows if isinstance(r.result, dict) and "count" in r.result]
+        singles = [r.slot.timestamp() for r in rows if r is not summary]
+        assert summary.result["count"] == 5 and summary.slot.timestamp() == T0 + 101
+        assert summary.result["last"] == datetime.fromtimestamp(T0 + 105, UTC).isoformat()
+        assert singles == [T0 + 106, T0 + 107]  # 5 + 2: every slot, once
+        assert summary.reason == "already_executing" and "busy 1" in summary.logs
