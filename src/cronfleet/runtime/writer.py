@@ -230,16 +230,29 @@ class Writer:
             self.warn.warning(
                 "finish", "cannot record %d finished runs (%s); will retry", len(batch), exc
             )
-            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]
+            self.finishes = self._bounded(batch + self.finishes)
             if self.life.running:
                 self.life.spawn(self._later_flush())
         except asyncio.CancelledError:
-            self.finishes = (batch + self.finishes)[-MAX_BUFFERED:]  # counted by stop()
+            self.finishes = self._bounded(batch + self.finishes)  # counted by stop()
             raise
         finally:
             self.writing -= 1
             activity.leave()
         self._flushed_event().set()
+
+    @staticmethod
+    def _bounded(finishes: list[Finish]) -> list[Finish]:
+        """The newest :data:`MAX_BUFFERED` rows waiting for the store; dropping older ones
+        is said (an error: those runs' outcomes are lost; a run that held a lease leaves
+        it to expire and the survivors' reaper records it ``interrupted``)."""
+        over = len(finishes) - MAX_BUFFERED
+        if over <= 0:
+            return finishes
+        log.error("the store has not taken the results of %d ended runs; at most %d wait in "
+                  "memory: the %d oldest are dropped (jobs %s)", len(finishes), MAX_BUFFERED,
+                  over, ", ".join(sorted({f.run.job_id for f in finishes[:over]})[:10]))
+        return finishes[over:]
 
     def _flushed_event(self) -> asyncio.Event:
         if self._flush_done is None:

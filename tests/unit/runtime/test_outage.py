@@ -629,3 +629,34 @@ async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
         assert summary.result["last"] == datetime.fromtimestamp(T0 + 105, UTC).isoformat()
         assert singles == [T0 + 106, T0 + 107]  # 5 + 2: every slot, once
         assert summary.reason == "already_executing" and "busy 1" in summary.logs
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_results_dropped_past_the_writers_bound_are_said(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """Results of ended runs the store keeps refusing wait up to ``MAX_BUFFERED`` (4
+    here); the oldest beyond it are dropped with an error naming how many and the jobs,
+    never silently."""
+    from cronfleet.runtime import writer
+
+    monkeypatch.setattr(writer, "MAX_BUFFERED", 4)
+    s = make()
+    recs = {f"r{i}": Recorder() for i in range(6)}
+    for jid, rec in recs.items():
+        s.job("1s", id=jid)(rec)
+    await s.start()
+    running.append(s)
+
+    async def finish(items: Any) -> Any:
+        raise StoreUnavailable("simulated outage")
+
+    s.store.finish = finish  # type: ignore[method-assign]
+    clock.advance(1)  # (not ``advance``: it waits for the writer, which never catches up)
+    await wait_for(lambda: all(len(r.calls) == 1 for r in recs.values()))
+    await wait_for(lambda: any("at most 4 wait in memory" in r.getMessage()
+                               for r in caplog.records))
+    [line] = {r.getMessage() for r in caplog.records if "wait in memory" in r.getMessage()}
+    assert "results of 6 ended runs" in line and "the 2 oldest are dropped" in line
+    assert len(s.writer.finishes) == 4
