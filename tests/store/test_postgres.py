@@ -562,6 +562,48 @@ async def test_a_stalled_database_is_unavailable_within_the_deadline(schema: str
             await store.close()
 
 
+async def test_an_instance_frozen_inside_its_heartbeat_is_declared_lost_at_once(
+    schema: str,
+) -> None:
+    """A process frozen (SIGSTOP) inside its heartbeat's transaction holds its own
+    instance row. Declaring it lost updates that row: the survivor waited on the lock
+    until the frozen session's idle timeout (the fault suite: ``idle_tx`` back after
+    10.0 s, ``sigstop`` after 4.5 s, the length of the stop). The survivor now ends the
+    stale instance's sessions before it takes the row."""
+    from cronfleet.store.base import Instance
+    from cronfleet.store.postgres.ops import session_name
+
+    clock = FakeClock(1_800_000_000.0)
+    survivor = PostgresStore(pg_url(), schema=schema, clock=clock)
+    survivor.name_sessions("survivor-1")
+    await survivor.open()
+    raw: psycopg.AsyncConnection[Any] | None = None
+    try:
+        for who in ("frozen-1", "survivor-1"):
+            await survivor.heartbeat(Instance(who, host="h", pid=1, role="all", version="1"),
+                                     ttl=2)
+        clock.advance(3)
+        # the frozen process's heartbeat, begun and never committed
+        raw = await psycopg.AsyncConnection.connect(
+            pg_url(), application_name=session_name("frozen-1"))
+        await raw.execute(sql.SQL("SELECT 1 FROM {}.instances WHERE instance_id = 'frozen-1' "
+                                  "FOR UPDATE").format(sql.Identifier(schema)))
+        await survivor.heartbeat(Instance("survivor-1", host="h", pid=2, role="all",
+                                          version="1"), ttl=2)
+        began = time.monotonic()
+        # the raw session has no idle timeout: without its session ended, this waits until
+        # the bound (the store's call deadline, 10 s), and fails
+        lost = await asyncio.wait_for(survivor.break_lost("survivor-1", ttl=2), 20)
+        assert [i.instance_id for i in lost.instances] == ["frozen-1"]
+        assert time.monotonic() - began < 5
+        with pytest.raises(psycopg.OperationalError):
+            await raw.execute("SELECT 1")
+    finally:
+        if raw is not None:
+            await raw.close()
+        await survivor.close()
+
+
 async def test_the_deadline_is_in_the_url_and_on_the_server(schema: str) -> None:
     store = PostgresStore(f"{pg_url()}?call_timeout=3", schema=schema)
     assert store.call_timeout == 3.0

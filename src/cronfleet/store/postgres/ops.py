@@ -393,12 +393,20 @@ async def heartbeat(t: PostgresTransport, cur: Cursor, now: datetime, me: Instan
 
 async def declare_lost(t: PostgresTransport, cur: Cursor, now: datetime, me: str,
                        ttl: float) -> list[Instance]:
-    await cur.execute(cur.q["instances_declare_lost"],
-                      {"now": now, "cut": now - timedelta(seconds=ttl), "me": me})
-    lost = [_instance(r, live=False) for r in await cur.fetchall()]
-    if lost:
-        await end_sessions(cur, [session_name(i.instance_id) for i in lost])
-    return lost
+    """Declare lost the instances whose last heartbeat is older than ``ttl``. Their
+    server sessions are ended *before* their rows are updated: a process frozen inside
+    its heartbeat's transaction holds its own row, and the update waited on it until the
+    server's idle timeout (10 s; the fault suite's ``sigstop`` and ``idle_tx`` each met
+    it). A heartbeat that commits between the read and the update keeps its instance
+    live (the update checks again); it only had its connections reset."""
+    args = {"now": now, "cut": now - timedelta(seconds=ttl), "me": me}
+    await cur.execute(cur.q["instances_stale"], args)
+    stale = [r[0] for r in await cur.fetchall()]
+    if not stale:
+        return []
+    await end_sessions(cur, [session_name(i) for i in stale])
+    await cur.execute(cur.q["instances_declare_lost"], args)
+    return [_instance(r, live=False) for r in await cur.fetchall()]
 
 
 def session_name(instance_id: str) -> str:
@@ -410,7 +418,7 @@ def session_name(instance_id: str) -> str:
 
 
 async def end_sessions(cur: Cursor, names: list[str]) -> None:
-    """End the server sessions of instances just declared lost (their connections carry
+    """End the server sessions of instances about to be declared lost (their connections carry
     :func:`session_name`): a process frozen inside a transaction would otherwise hold its
     claims and row locks -- the very leases this transaction goes on to break -- until
     ``idle_in_transaction_session_timeout``. Best effort: a role that may not signal

@@ -497,6 +497,12 @@ WHERE instance_id = %(id)s AND lost_at IS NULL;
 SELECT instance_id, plans, heartbeat_at >= %(cut)s FROM __S__.instances
 WHERE lost_at IS NULL ORDER BY instance_id COLLATE "C";
 
+-- name: instances_stale
+-- the instances the UPDATE below would declare lost, read without a lock (a process frozen
+-- inside its heartbeat holds its row: their sessions are ended first, ops.declare_lost)
+SELECT instance_id FROM __S__.instances
+WHERE lost_at IS NULL AND heartbeat_at < %(cut)s AND instance_id <> %(me)s;
+
 -- name: instances_declare_lost
 -- exactly one survivor declares each (the row lock; the WHERE is re-checked after it)
 UPDATE __S__.instances SET lost_at = %(now)s, lost_by = %(me)s
