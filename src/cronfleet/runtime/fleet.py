@@ -232,8 +232,9 @@ class Fleet:
         last, since = self.last_ok, self.steady_since
         return last is not None and since is not None and last - since >= self.steady_for
 
-    async def break_lost(self) -> list[RunRecord]:
-        """Declare lost the instances past the ttl and break their leases; recover."""
+    async def break_lost(self) -> list[RunRecord] | None:
+        """Declare lost the instances past the ttl and break their leases; recover.
+        ``None`` when the store call failed (nothing was declared)."""
         if self.store is None:
             return []
         try:
@@ -241,7 +242,7 @@ class Fleet:
         except Exception as exc:
             self.stats.store_errors += 1
             log.warning("checking for lost instances failed (%s)", exc)
-            return []
+            return None
         for inst in got.instances:
             log.warning(
                 "instance %s (host %s, pid %d) is lost: no heartbeat since %s; its leases "
@@ -301,7 +302,8 @@ class Fleet:
                 if last == judged or not self.steady():
                     continue  # no beat went through since the last pass, or not steady
                 judged = last
-                await self.quiet_moment()
+                if not self.stale:  # a takeover waits for no instant: its jobs wait
+                    await self.quiet_moment()
                 self.activity.enter()
                 try:
                     await self._after_beat()
@@ -333,9 +335,13 @@ class Fleet:
         its leases broken, so their catch-up does not meet them), sync the registry.
         ``break_lost`` only when the beat saw a stale instance: a store round trip (and,
         on PostgreSQL, a write) every beat of every process otherwise."""
-        if self.stale:
-            await self.break_lost()
-        await self.divide()
+        with self._lock:  # one beat's reading (the thread may record a newer one meanwhile)
+            stale, view = self.stale, self.view
+        if stale and await self.break_lost() is None:
+            # not declared: their jobs stay where they are until a break_lost goes
+            # through (moved now, each met its dead holder's lease: already_executing)
+            return
+        await self.divide(view)
         await self.registry.sync()  # only on change, or the periodic touch
 
     def refresh_plans(self) -> None:
@@ -343,12 +349,15 @@ class Fleet:
         the job table changes there."""
         self.me.plans = "" if self.leaving else self.ownership.plans()
 
-    async def divide(self) -> None:
-        """Tell the ownership the live set of the last heartbeat: at start, then after each
-        heartbeat once steady (after a gap in this instance's heartbeats every other one
-        looks stale too: taking their jobs then would only make two owners)."""
+    async def divide(
+        self, view: tuple[tuple[str, ...], Mapping[str, str]] | None = None
+    ) -> None:
+        """Tell the ownership the live set of the last heartbeat (or of ``view``): at
+        start, then after each heartbeat once steady (after a gap in this instance's
+        heartbeats every other one looks stale too: taking their jobs then would only
+        make two owners)."""
         if not self.leaving:
-            await self.ownership.update(*self.view)
+            await self.ownership.update(*(self.view if view is None else view))
 
     async def hand_over(self, budget: float) -> None:
         """At stop, before the loop stops: one heartbeat saying this instance plans no

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from cronfleet import FakeClock, RunStatus, Scheduler, TriggeredBy
+from cronfleet.errors import StoreUnavailable
 from cronfleet.runtime.ownership import owner
-from cronfleet.store.base import Dispatch, Instance, InstanceStore
+from cronfleet.store.base import Dispatch, Instance, InstanceStore, LostInstances
 
 from .conftest import STORE_KINDS, T0, Recorder, advance, settle
 
@@ -239,6 +240,40 @@ async def test_lost_instances_are_looked_for_only_when_a_heartbeat_saw_a_stale_o
     seen = len(calls)
     await advance(clock, 2 * TTL, s, step=0.25)  # declared lost: nothing left to look for
     assert len(calls) == seen
+
+
+async def test_jobs_of_a_stale_instance_move_only_once_it_is_declared_lost(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """A beat that saw a stale instance runs ``break_lost`` then ``divide``. When the
+    store call of ``break_lost`` fails, nothing was declared and the stale instance's
+    leases still hold: its jobs stay where they were (moved, each slot would meet its
+    lease: ``already_executing``) until a later pass declares it."""
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("10s", id="n")(Recorder())
+    await s.start()
+    running.append(s)
+    fleet = s.fleet
+    seen: list[tuple[str, ...]] = []
+    fails = [True]
+
+    async def update(live: tuple[str, ...], plans: Any) -> None:
+        seen.append(live)
+
+    async def break_lost(instance_id: str, *, ttl: float) -> Any:
+        if fails[0]:
+            raise StoreUnavailable("simulated outage")
+        return LostInstances()
+
+    fleet.ownership.update = update  # type: ignore[method-assign]
+    istore(s).break_lost = break_lost  # type: ignore[method-assign]
+    with fleet._lock:  # the beat: "peer" stale, so not in the live set
+        fleet.view, fleet.stale = (("survivor",), {}), True
+    await fleet._after_beat()
+    assert seen == []
+    fails[0] = False
+    await fleet._after_beat()
+    assert seen == [("survivor",)]
 
 
 def test_rendezvous_moves_only_the_jobs_of_the_instance_that_left() -> None:
