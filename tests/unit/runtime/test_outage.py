@@ -23,18 +23,20 @@ Make = Any
 
 
 class Flaky:
-    """The store's dispatch fails with ``error`` while ``down``."""
+    """The store's ``method`` (``dispatch`` unless told) fails with ``error`` while
+    ``down``."""
 
-    def __init__(self, s: Scheduler, error: Exception | None = None) -> None:
-        self.real = s.store.dispatch
+    def __init__(self, s: Scheduler, error: Exception | None = None,
+                 method: str = "dispatch") -> None:
+        self.real = getattr(s.store, method)
         self.down = True
         self.error = error or StoreUnavailable("simulated outage")
-        s.store.dispatch = self  # type: ignore[method-assign]
+        setattr(s.store, method, self)
 
-    async def __call__(self, items: Any, instance: str) -> Any:
+    async def __call__(self, *args: Any) -> Any:
         if self.down:
             raise self.error
-        return await self.real(items, instance)
+        return await self.real(*args)
 
 
 def confirm(
@@ -509,21 +511,13 @@ async def test_the_first_slot_after_the_store_returns_is_not_lost_to_an_unwritte
     s.job("10s", id="j")(rec)
     await s.start()
     running.append(s)
-    real_finish = s.store.finish
-    down = [True]
-
-    async def finish(batch: Any) -> Any:
-        if down[0]:
-            raise StoreUnavailable("simulated outage")
-        return await real_finish(batch)
-
-    s.store.finish = finish  # type: ignore[method-assign]
+    finish = Flaky(s, method="finish")
     # T0 + 10 runs; its result and release cannot be written (the scheduler is not idle
     # until they are: stepped by hand, within the group commit's 1 s retry)
     clock.advance(10)
     await wait_for(lambda: s.writer.behind)
     assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10]
-    down[0] = False  # back, before the next slot and before the group commit's retry
+    finish.down = False  # back, before the next slot and before the group commit's retry
     clock.advance(10)
     await settle(s)
     assert [c.slot.timestamp() for c in rec.calls] == [T0 + 10, T0 + 20]
@@ -551,19 +545,11 @@ async def test_a_long_outage_leaves_no_slot_without_a_row(
         s.job("10s", id=jid, missed=Missed.RUN_ONCE)(rec)
     await s.start()
     running.append(s)
-    flaky = Flaky(s)
-    real_skips = s.store.record_skips
-
-    async def record_skips(items: Any) -> int:
-        if flaky.down:
-            raise flaky.error
-        return await real_skips(items)
-
-    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    flaky, refusing = Flaky(s), Flaky(s, method="record_skips")
     s.outage.retry_loop = _never  # type: ignore[method-assign]  # replayed below, once back
     await advance(clock, 3000, s, step=10)  # 300 slots of each job during the outage
     assert max(len(b) for b in s.outage.backlog.values()) <= 102  # memory stays bounded
-    flaky.down = False
+    flaky.down = refusing.down = False
     await s.outage.replay()
     await wait_for(lambda: all(len(r.calls) == 1 for r in recs.values()))
     await s.stop()
@@ -601,15 +587,7 @@ async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
     s.job("1s", id="b")(Recorder())
     await s.start()
     running.append(s)
-    real = s.store.record_skips
-    down = [True]
-
-    async def record_skips(items: Any) -> int:
-        if down[0]:
-            raise StoreUnavailable("simulated outage")
-        return await real(items)
-
-    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    refusing = Flaky(s, method="record_skips")
     w = s.writer
     for k in range(1, 8):
         for job in ("a", "b"):
@@ -618,7 +596,7 @@ async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
     assert len(w.unsaved_skips) == 4 and w.owed_skips() == 6  # 4 rows, 2 summaries
     await w.flush_skips()  # refused: everything kept, the summaries' counts too
     assert len(w.unsaved_skips) == 4 and w.owed_skips() == 6
-    down[0] = False
+    refusing.down = False
     await w.flush_skips()
     assert w.owed_skips() == 0
     for job in ("a", "b"):
@@ -649,10 +627,7 @@ async def test_results_dropped_past_the_writers_bound_are_said(
     await s.start()
     running.append(s)
 
-    async def finish(items: Any) -> Any:
-        raise StoreUnavailable("simulated outage")
-
-    s.store.finish = finish  # type: ignore[method-assign]
+    Flaky(s, method="finish")  # down for good
     clock.advance(1)  # (not ``advance``: it waits for the writer, which never catches up)
     await wait_for(lambda: all(len(r.calls) == 1 for r in recs.values()))
     await wait_for(lambda: any("at most 4 wait in memory" in r.getMessage()
