@@ -426,12 +426,8 @@ class Outage:
         """Stopping with a backlog: each slot becomes a ``store_unavailable`` skip for the
         last writes (if the store is still away, a later start's catch-up finds them:
         they were never claimed)."""
-        for job_id, (count, first, last, error) in self.spilled.items():
-            job = self.jobs.get(job_id)
-            if job is not None:
-                self.writer.keep_skip(Skip.of(self.summary(job, count, first, last, error),
-                                              self.instance_id, _UNAVAILABLE))
-        self.spilled.clear()
+        for it in self.take_spilled():
+            self.writer.keep_skip(Skip.of(it, self.instance_id, _UNAVAILABLE))
         for job_id, slots in self.backlog.items():
             for slot, why in sorted(slots.items()):
                 self.writer.keep_skip(
@@ -458,15 +454,21 @@ class Outage:
             self.replaying = True
             self.life.spawn(self.replay())
 
-    @staticmethod
-    def summary(job: Job, count: int, first: float, last: float, error: str) -> Dispatch:
-        """The one record, at ``first``, of ``count`` slots from ``first`` to ``last`` kept
-        from running by the store's absence beyond the backlog's bound (its count and
-        range in its result, as a catch-up's summary of missed slots)."""
-        why, result = missed_summary(count, from_ts(first).isoformat(),
-                                     from_ts(last).isoformat(), _UNAVAILABLE)
-        return requests.missed(job, first, f"{why}; the store was unavailable ({error})",
-                               result=result, reason=_UNAVAILABLE)
+    def take_spilled(self) -> list[Dispatch]:
+        """The slots beyond the backlog's bound, taken: for each job, one record at the
+        first of them, their count and range in its result (as a catch-up's summary of
+        missed slots)."""
+        out = []
+        for job_id, (count, first, last, error) in self.spilled.items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                continue
+            why, result = missed_summary(count, from_ts(first).isoformat(),
+                                         from_ts(last).isoformat(), _UNAVAILABLE)
+            out.append(requests.missed(job, first, f"{why}; the store was unavailable "
+                                       f"({error})", result=result, reason=_UNAVAILABLE))
+        self.spilled.clear()
+        return out
 
     async def retry_loop(self) -> None:
         """While a backlog waits, offer it to the store with backoff and full jitter (a
@@ -487,14 +489,9 @@ class Outage:
         try:
             backlog, self.backlog = self.backlog, {}
             superseded, self.superseded = self.superseded, {}
-            spilled, self.spilled = self.spilled, {}
             now = self.clock.now()
-            items: list[Dispatch] = self.skips
+            items: list[Dispatch] = [*self.skips, *self.take_spilled()]
             self.skips = []
-            for job_id, (count, first, last, error) in spilled.items():
-                job = self.jobs.get(job_id)
-                if job is not None:
-                    items.append(self.summary(job, count, first, last, error))
             for job_id, slots in backlog.items():
                 job = self.jobs.get(job_id)
                 if job is None:

@@ -191,9 +191,8 @@ def missed_summary(count: int | None, first_iso: str, last_iso: str,
     """``(why, result)`` of the one record that summarises many slots not run (``reason``
     ``missed``: a catch-up's oldest; ``store_unavailable``: an outage's oldest, beyond the
     backlog kept per job)."""
-    what = "missed" if reason == SkipReason.MISSED.value else f"{reason}"
     why = (
-        f"{'many' if count is None else count} {what} slots from {first_iso} to {last_iso} "
+        f"{'many' if count is None else count} {reason} slots from {first_iso} to {last_iso} "
         "summarised in this record"
     )
     result = {**skip_result(reason), "count": count, "first": first_iso, "last": last_iso}
