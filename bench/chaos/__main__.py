@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                     sc = BY_NAME[name]
                     if store not in sc.stores:
                         continue
-                    for _ in range(max(1, a.repeat)):
-                        r = run_scenario(sc, backend, knobs, root)
+                    for k in range(max(1, a.repeat)):
+                        # each repeat keeps its own records and logs (--keep)
+                        where = root if a.repeat <= 1 else root / f"repeat-{k + 1}"
+                        r = run_scenario(sc, backend, knobs, where)
                         results.append(r)
                         print(r.line(), file=out, flush=True)
             finally:
