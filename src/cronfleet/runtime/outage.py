@@ -53,7 +53,6 @@ from cronfleet.store.ledger import (
     attach_late_result,
     busy_log,
     busy_result,
-    missed_summary,
     replace_stopped_log,
     replaced_waiting_log,
     skip_result,
@@ -103,9 +102,6 @@ class Outage:
         self.runs = runs
         self.loop = loop
         self.backlog: dict[str, dict[float, str]] = {}  # job -> slot -> the store's error
-        # job -> (count, first, last, the store's error) of the slots beyond the backlog's
-        # bound: one summary record each when the store is back (memory bounded by jobs)
-        self.spilled: dict[str, tuple[int, float, float, str]] = {}
         self.superseded: dict[str, float] = {}  # job -> newest slot run under a claim since
         self.waiting: set[str] = set()  # QUEUE_ONE jobs with an unclaimed run waiting here
         # REPLACE jobs: the unclaimed run that starts once the replaced ones ended
@@ -204,7 +200,7 @@ class Outage:
     @property
     def pending(self) -> bool:
         """Slots or records waiting for the store."""
-        return bool(self.backlog or self.skips or self.spilled)
+        return bool(self.backlog or self.skips)
 
     def keep(self, job: Job, slot: float, exc: BaseException | None) -> None:
         """A slot not run for want of the store: into the backlog (bounded per job); with
@@ -216,12 +212,14 @@ class Outage:
             self.journal.append((job.id, slot, str(exc)))
         slots[slot] = str(exc)
         if len(slots) > RUN_ALL_CAP + 100:
-            # the oldest joins the job's spilled range: one summary record once the store
-            # is back (a row each, kept in a bounded buffer, lost the oldest silently)
+            # the oldest goes to the writer's skips (past its bound: one summary record
+            # per job, Writer.keep_skip -- memory stays bounded, no slot is dropped)
             oldest = min(slots)
             why = slots.pop(oldest)
-            count, first, last, _ = self.spilled.get(job.id, (0, oldest, oldest, why))
-            self.spilled[job.id] = (count + 1, min(first, oldest), max(last, oldest), why)
+            self.writer.keep_skip(
+                Skip(job.id, oldest, _UNAVAILABLE, instance_id=self.instance_id,
+                     logs=[store_unavailable_log(why)])
+            )
         if self.retrying is None and not self.life.stopping:
             self.retrying = self.life.spawn(self.retry_loop())
         self.warn.warning(
@@ -426,8 +424,6 @@ class Outage:
         """Stopping with a backlog: each slot becomes a ``store_unavailable`` skip for the
         last writes (if the store is still away, a later start's catch-up finds them:
         they were never claimed)."""
-        for it in self.take_spilled():
-            self.writer.keep_skip(Skip.of(it, self.instance_id, _UNAVAILABLE))
         for job_id, slots in self.backlog.items():
             for slot, why in sorted(slots.items()):
                 self.writer.keep_skip(
@@ -454,22 +450,6 @@ class Outage:
             self.replaying = True
             self.life.spawn(self.replay())
 
-    def take_spilled(self) -> list[Dispatch]:
-        """The slots beyond the backlog's bound, taken: for each job, one record at the
-        first of them, their count and range in its result (as a catch-up's summary of
-        missed slots)."""
-        out = []
-        for job_id, (count, first, last, error) in self.spilled.items():
-            job = self.jobs.get(job_id)
-            if job is None:
-                continue
-            why, result = missed_summary(count, from_ts(first).isoformat(),
-                                         from_ts(last).isoformat(), _UNAVAILABLE)
-            out.append(requests.missed(job, first, f"{why}; the store was unavailable "
-                                       f"({error})", result=result, reason=_UNAVAILABLE))
-        self.spilled.clear()
-        return out
-
     async def retry_loop(self) -> None:
         """While a backlog waits, offer it to the store with backoff and full jitter (a
         daily job must not wait for its next slot to learn the store is back)."""
@@ -490,7 +470,7 @@ class Outage:
             backlog, self.backlog = self.backlog, {}
             superseded, self.superseded = self.superseded, {}
             now = self.clock.now()
-            items: list[Dispatch] = [*self.skips, *self.take_spilled()]
+            items: list[Dispatch] = self.skips
             self.skips = []
             for job_id, slots in backlog.items():
                 job = self.jobs.get(job_id)
