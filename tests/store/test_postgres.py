@@ -683,3 +683,81 @@ async def test_declaring_an_instance_lost_ends_its_sessions_and_their_locks(sche
             await raw.close()
         await frozen.close()
         await survivor.close()
+
+
+async def test_retention_prunes_in_bounded_pieces_with_the_one_rule(pg: PostgresStore) -> None:
+    """Retention walks the jobs a page at a time and deletes at most a batch of rows per
+    transaction: a large ledger takes many short pieces, not one long transaction, and
+    prunes exactly what the rule says (the old rows, then those beyond the cap)."""
+    from cronfleet.store.base import Skip
+
+    t0 = 1_780_000_000.0
+    jobs = [f"j{i:02d}" for i in range(12)]
+    await pg.ensure_jobs(jobs)
+    for k in range(4):  # old: 4 missed runs (each with its claim) and 3 claim-less skips
+        await pg.dispatch([Dispatch.missed(j, t0 + k, reason="missed") for j in jobs], "one")
+    await pg.record_skips([Skip(j, t0 + 100 + k, "paused") for j in jobs for k in range(3)])
+    await asyncio.sleep(0.05)
+    cut = db_now()
+    await asyncio.sleep(0.05)
+    for k in range(8):  # recent: 8 missed runs, then a claim-less skip (the newest)
+        await pg.dispatch([Dispatch.missed(j, t0 + 200 + k, reason="missed") for j in jobs],
+                          "one")
+    # the last job's newest claim-less skip is an old one: it stays, whatever its age
+    await pg.record_skips([Skip(j, t0 + 300, "paused") for j in jobs[:-1]])
+    t = pg.transport
+    t.prune_batch, t.prune_blocks, t.prune_jobs = 3, 1, 5
+    pieces: list[tuple[str, Any]] = []
+    real = t._prune
+
+    async def counted(name: str, *args: Any, tx: bool = True) -> Any:
+        out = await real(name, *args, tx=tx)
+        pieces.append((name, out))
+        return out
+
+    t._prune = counted  # type: ignore[method-assign]
+    claims, runs = await pg.prune(claims_older_than=cut, runs_older_than=cut, runs_per_job=5)
+    # every old claim goes (each job's newest slot is a recent one); per job the 7 old runs
+    # go, then 4 of the 9 recent ones are beyond the cap of 5; the last job keeps its old
+    # skip (6 old runs go) and 5 of its 8 recent runs
+    assert (claims, runs) == (12 * 7, 11 * 11 + 9)
+    for j in jobs[:-1]:
+        left = await pg.list_runs(j, limit=100)
+        assert [r.slot.timestamp() for r in left] == [t0 + 300] + [t0 + 200 + k
+                                                                   for k in (7, 6, 5, 4)]
+    left = await pg.list_runs(jobs[-1], limit=100)
+    assert [r.slot.timestamp() for r in left] == [t0 + 200 + k for k in (7, 6, 5, 4, 3)] + [
+        t0 + 102]
+
+    def out(name: str) -> list[Any]:
+        return [o for n, o in pieces if n == name]
+
+    # claims: one piece per table block (12 * 16 claims take more than one)
+    [blocks] = out("prune_claim_blocks")
+    assert blocks >= 2 and len(out("prune_claims_in")) == blocks
+    # old runs: a walk of the ids, 3 at a time (12 * 16 - 1 runs, 83 of them old, one kept)
+    assert len(out("prune_old_runs_in")) >= (12 * 16 - 1) // 3
+    assert max(out("prune_old_runs_in")) == 3 and sum(out("prune_old_runs_in")) == 12 * 7 - 1
+    # the cap: three pages of at most five jobs each, at most 3 rows per delete
+    assert [len(p) for p in out("prune_run_jobs")] == [5, 5, 2, 0]
+    assert max(out("prune_runs_beyond")) == 3 and sum(out("prune_runs_beyond")) == 11 * 4 + 3
+    # a second pass finds nothing more to delete
+    t._prune = real  # type: ignore[method-assign]
+    assert await pg.prune(claims_older_than=cut, runs_older_than=cut, runs_per_job=5) == (0, 0)
+
+
+async def test_a_server_older_than_the_floor_is_refused_at_open(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention needs PostgreSQL 14 (TID range scans): an older server is named at open,
+    before any migration touches the schema."""
+    from cronfleet.store.postgres import store as pg_store
+
+    monkeypatch.setattr(pg_store, "MIN_SERVER", 990000)
+    s = PostgresStore(pg_url(), schema=schema)
+    with pytest.raises(StoreError, match=r"PostgreSQL 1\d at .*: 99 or newer needed"):
+        await s.open()
+    with psycopg.connect(pg_url()) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s",
+                           (schema,)).fetchone()
+    assert row == (0,)

@@ -597,18 +597,67 @@ async def last_slot_runs(t: PostgresTransport, cur: Cursor, now: datetime,
             for r in await cur.fetchall()}  # fmt: skip
 
 
-async def prune(t: PostgresTransport, cur: Cursor, now: datetime, claims_before: float,
-                runs_before: float, runs_per_job: int) -> tuple[int, int]:
-    """The retention rule (driver.Retention) in one transaction; upkeep, off the critical
-    path: its own deadline."""
-    await cur.execute(b"SET LOCAL statement_timeout = '120s'")
-    await cur.execute(cur.q["prune_claims"], (datetime.fromtimestamp(claims_before, UTC),))
-    claims = cur.rowcount
-    await cur.execute(cur.q["prune_old_runs"], (datetime.fromtimestamp(runs_before, UTC),))
-    runs = cur.rowcount
-    await cur.execute(cur.q["prune_runs_per_job"], (runs_per_job,))
-    runs += cur.rowcount
-    return claims, runs
+# -- retention in bounded pieces (PostgresTransport.prune drives them, each its own call) --
+
+
+async def prune_claim_blocks(t: PostgresTransport, cur: Cursor, now: datetime) -> int:
+    await cur.execute(cur.q["prune_claim_blocks"])
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def prune_newest_claims(t: PostgresTransport, cur: Cursor, now: datetime, after: str,
+                              limit: int) -> list[tuple[str, str | None]]:
+    await cur.execute(cur.q["prune_newest_claims"], {"after": after, "limit": limit})
+    return [(r[0], r[1]) for r in await cur.fetchall()]
+
+
+async def prune_claims_in(t: PostgresTransport, cur: Cursor, now: datetime, lo: int, hi: int,
+                          before: float, keep: list[str]) -> int:
+    await cur.execute(cur.q["prune_claims_in"], {
+        "lo": f"({lo},0)", "hi": f"({hi},0)", "cut": datetime.fromtimestamp(before, UTC),
+        "keep": keep})
+    return max(cur.rowcount, 0)
+
+
+async def prune_kept_skips(t: PostgresTransport, cur: Cursor, now: datetime) -> dict[str, int]:
+    await cur.execute(cur.q["prune_kept_skips"])
+    return dict(await cur.fetchall())
+
+
+async def prune_run_bound(t: PostgresTransport, cur: Cursor, now: datetime, after: int,
+                          batch: int) -> int | None:
+    await cur.execute(cur.q["prune_run_bound"], (after, batch - 1))
+    row = await cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+async def prune_old_runs_in(t: PostgresTransport, cur: Cursor, now: datetime, lo: int, hi: int,
+                            before: float, keep: list[int]) -> int:
+    await cur.execute(cur.q["prune_old_runs_in"], {
+        "lo": lo, "hi": hi, "cut": datetime.fromtimestamp(before, UTC), "keep": keep})
+    return max(cur.rowcount, 0)
+
+
+async def prune_run_jobs(t: PostgresTransport, cur: Cursor, now: datetime, after: str,
+                         limit: int) -> list[str]:
+    await cur.execute(cur.q["prune_run_jobs"], {"after": after, "limit": limit})
+    return [r[0] for r in await cur.fetchall()]
+
+
+async def prune_cuts_of(t: PostgresTransport, cur: Cursor, now: datetime, jobs: list[str],
+                        per_job: int) -> dict[str, int]:
+    await cur.execute(cur.q["prune_cuts_of"], {"jobs": jobs, "n": per_job})
+    return {j: cut for j, cut in await cur.fetchall() if cut is not None}
+
+
+async def prune_runs_beyond(t: PostgresTransport, cur: Cursor, now: datetime,
+                            cuts: dict[str, int], keep: dict[str, int], batch: int) -> int:
+    jobs = list(cuts)
+    await cur.execute(cur.q["prune_runs_beyond"], {
+        "jobs": jobs, "cuts": list(cuts.values()), "keep": [keep.get(j) for j in jobs],
+        "batch": batch})
+    return max(cur.rowcount, 0)
 
 
 OPS: dict[str, Callable[..., Awaitable[Any]]] = {
@@ -657,7 +706,15 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "get_run": get_run,
     "last_runs": last_runs,
     "last_slot_runs": last_slot_runs,
-    "prune": prune,
+    "prune_claim_blocks": prune_claim_blocks,
+    "prune_newest_claims": prune_newest_claims,
+    "prune_claims_in": prune_claims_in,
+    "prune_kept_skips": prune_kept_skips,
+    "prune_run_bound": prune_run_bound,
+    "prune_old_runs_in": prune_old_runs_in,
+    "prune_run_jobs": prune_run_jobs,
+    "prune_cuts_of": prune_cuts_of,
+    "prune_runs_beyond": prune_runs_beyond,
 }
 """Every operation by name (the plans' vocabulary, :data:`cronfleet.store.driver.OPERATIONS`,
 and the single-statement calls of :class:`~cronfleet.store.driver.StoreDriver`)."""

@@ -416,24 +416,73 @@ CROSS JOIN LATERAL (
          result, error, logs, params, forced_by
   FROM __S__.runs WHERE job_id = v.j ORDER BY id DESC LIMIT 1) AS r;
 
--- name: prune_claims
--- the retention rule (store/driver.py Retention): each job's claim of its newest slot stays
-DELETE FROM __S__.claims WHERE claimed_at < %s AND (slot IS NULL OR (job_id, slot) NOT IN
-  (SELECT job_id, max(slot) FROM __S__.claims WHERE slot IS NOT NULL GROUP BY job_id));
+-- name: prune_claim_blocks
+-- retention in bounded pieces (store/driver.py Retention; transport.prune): claims are walked
+-- by their place in the table, a range of blocks per piece (a TID range scan)
+SELECT pg_relation_size('__S__.claims'::regclass) / current_setting('block_size')::int;
 
--- name: prune_old_runs
--- finished runs older than the cut-off, except each job's newest claim-less skip
-DELETE FROM __S__.runs WHERE finished_at < %s AND status NOT IN ('running', 'pending')
-  AND id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+-- name: prune_newest_claims
+-- the next job ids that have claims, after a given one, each with the place (ctid) of its
+-- claim of its newest slot (the watermark reads it: retention keeps it): a loose scan of
+-- claims_job_slot, two index probes per job
+WITH RECURSIVE j(job_id) AS (
+  (SELECT job_id FROM __S__.claims WHERE job_id > %(after)s ORDER BY job_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT c.job_id FROM __S__.claims c WHERE c.job_id > j.job_id
+          ORDER BY c.job_id LIMIT 1)
+  FROM j WHERE j.job_id IS NOT NULL)
+SELECT j.job_id, (SELECT c.ctid::text FROM __S__.claims c
+                  WHERE c.job_id = j.job_id AND c.slot IS NOT NULL
+                  ORDER BY c.slot DESC LIMIT 1)
+FROM j WHERE j.job_id IS NOT NULL LIMIT %(limit)s;
 
--- name: prune_runs_per_job
--- finished runs beyond each job's newest N, except each job's newest claim-less skip
-DELETE FROM __S__.runs WHERE id IN (
-    SELECT id FROM (SELECT id, status,
-                           row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
-                    FROM __S__.runs) AS ranked
-    WHERE n > %s AND status NOT IN ('running', 'pending'))
-  AND id NOT IN (SELECT max(id) FROM __S__.runs WHERE dedupe IS NOT NULL GROUP BY job_id);
+-- name: prune_claims_in
+-- the claims in a range of blocks older than the cut-off, except the kept ones; slot-less
+-- manual tokens are not kept
+DELETE FROM __S__.claims
+WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND claimed_at < %(cut)s
+  AND ctid <> ALL(%(keep)s::text[]::tid[]);
+
+-- name: prune_kept_skips
+-- each job's newest claim-less skip (the watermark reads it: retention keeps it)
+SELECT job_id, max(id) FROM __S__.runs WHERE dedupe IS NOT NULL GROUP BY job_id;
+
+-- name: prune_run_bound
+-- the id a batch of runs after a given one ends at (NULL: fewer are left)
+SELECT id FROM __S__.runs WHERE id > %s ORDER BY id OFFSET %s LIMIT 1;
+
+-- name: prune_old_runs_in
+-- the finished runs in an id range older than the cut-off, except the kept skips
+DELETE FROM __S__.runs
+WHERE id > %(lo)s AND id <= %(hi)s AND finished_at < %(cut)s
+  AND status NOT IN ('running', 'pending') AND id <> ALL(%(keep)s::bigint[]);
+
+-- name: prune_run_jobs
+-- the next job ids that have runs, after a given one: one index probe each (a loose scan
+-- of runs_job_id, not a pass over the table)
+WITH RECURSIVE j(job_id) AS (
+  (SELECT job_id FROM __S__.runs WHERE job_id > %(after)s ORDER BY job_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT r.job_id FROM __S__.runs r WHERE r.job_id > j.job_id
+          ORDER BY r.job_id LIMIT 1)
+  FROM j WHERE j.job_id IS NOT NULL)
+SELECT job_id FROM j WHERE job_id IS NOT NULL LIMIT %(limit)s;
+
+-- name: prune_cuts_of
+-- each of these jobs' newest run beyond its newest n (NULL: not more than that)
+SELECT v.j, (SELECT r.id FROM __S__.runs r WHERE r.job_id = v.j
+             ORDER BY r.id DESC LIMIT 1 OFFSET %(n)s)
+FROM unnest(%(jobs)s::text[]) AS v(j);
+
+-- name: prune_runs_beyond
+-- at most a batch of finished runs at or below each job's cut, except its kept skip: every
+-- row the scan meets is deleted but the few open ones and kept skips
+DELETE FROM __S__.runs WHERE id = ANY(ARRAY(
+  SELECT r.id FROM unnest(%(jobs)s::text[], %(cuts)s::bigint[], %(keep)s::bigint[])
+                   AS p(j, cut, keep)
+  JOIN __S__.runs r ON r.job_id = p.j AND r.id <= p.cut
+  WHERE r.status NOT IN ('running', 'pending') AND r.id IS DISTINCT FROM p.keep
+  LIMIT %(batch)s));
 
 -- name: clock
 SELECT extract(epoch FROM clock_timestamp())::float8;

@@ -66,6 +66,7 @@ __all__ = ["Cursor", "PostgresStore", "apply_migrations", "split_url"]
 
 log = logging.getLogger("cronfleet.store.postgres")
 
+MIN_SERVER = 140000  # PostgreSQL 14: TID range scans (retention); server_version_num
 _SKEW_WARN = 1.0
 DEFAULT_CALL_TIMEOUT = 10.0
 """A store call that takes longer makes the store unavailable (a hung server or pooler
@@ -278,6 +279,13 @@ class PostgresStore(StoreDriver):
             self._spawn(self._skew_loop(), "cronfleet-pg-skew")
 
     async def _migrate(self) -> None:
+        async with self.transport.pool.connection() as conn:
+            version = conn.info.server_version
+        if version < MIN_SERVER:
+            raise StoreError(
+                f"PostgreSQL {version // 10000} at {self.url}: "
+                f"{MIN_SERVER // 10000} or newer needed (retention walks claims by TID ranges)")
+
         async def go(cur: Cursor, now: datetime) -> None:
             await cur.execute(b"SET LOCAL statement_timeout = 0")  # a migration may be long
             await apply_migrations(cur, self.schema, self.url)

@@ -10,6 +10,7 @@ and in which order is decided by :mod:`cronfleet.store.driver`.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import logging
@@ -44,7 +45,17 @@ IDLE_TX_MIN = 5.0  # seconds: the shortest idle-in-transaction limit set on a se
 PROBE_MAX_BACKOFF = 1.0
 """Seconds at most between two reconnect probes while the database is down (full jitter
 below it): every process fires on time again within about a second of its return."""
-PRUNE_TIMEOUT = 120.0
+PRUNE_TIMEOUT = 120.0  # one piece of a retention pass (each is bounded: seconds at most)
+PRUNE_BATCH = 5000  # runs one retention piece considers at most
+PRUNE_BLOCKS = 50  # claims table blocks one retention piece considers (~5,000 claims)
+PRUNE_JOBS = 500  # jobs whose cap one retention piece applies
+MAX_ID = 2**63 - 1
+
+
+def _tid(text: str) -> tuple[int, int]:
+    """``(block, offset)`` of a ``ctid`` written ``(12,3)``."""
+    block, offset = text.strip("()").split(",")
+    return int(block), int(offset)
 
 
 def _call_timeout(value: float | None) -> float | None:
@@ -171,6 +182,8 @@ class PostgresTransport:
         self.connect_timeout = connect_timeout
         self.max_backoff = max_backoff
         self.channel = f"cronfleet_{schema}"
+        self.prune_batch, self.prune_blocks, self.prune_jobs = (
+            PRUNE_BATCH, PRUNE_BLOCKS, PRUNE_JOBS)
         self.on_back = on_back  # the database answers again (announcements may be missed)
         self.known: set[str] = set()  # job ids whose state row exists
         self.open_pool: AsyncConnectionPool[AsyncConnection[tuple[Any, ...]]] | None = None
@@ -456,11 +469,63 @@ class PostgresTransport:
         return await self.run(go, tx=tx)
 
     async def prune(self, rule: Retention) -> tuple[int, int]:
-        async def go(cur: Cursor, now: datetime) -> tuple[int, int]:
-            return await OPS["prune"](self, cur, now, rule.claims_before, rule.runs_before,  # type: ignore[no-any-return]
-                                      rule.runs_per_job)
+        """The retention rule in bounded pieces, each its own short transaction, so that
+        a pass over a ledger of any size holds no lock or snapshot for long and the
+        scheduler's calls run between the pieces (one transaction over 100 million runs
+        would outlast any deadline, and prune nothing):
 
-        return await self.run(go, deadline=PRUNE_TIMEOUT)
+        1. claims, a range of :attr:`prune_blocks` table blocks per piece (TID range
+           scans), except each job's claim of its newest slot (found before the walk, a
+           loose index scan, :attr:`prune_jobs` jobs per read);
+        2. the old runs, :attr:`prune_batch` ids per piece (a walk of the primary key),
+           except each job's newest claim-less skip (read once, before the walk);
+        3. the runs beyond each job's cap among those left, :attr:`prune_jobs` jobs at a
+           time (a loose index scan), at most :attr:`prune_batch` rows per delete.
+        """
+        claims = runs = 0
+        blocks = await self._prune("prune_claim_blocks", tx=False)
+        # the places of the claims kept (each job's newest slot), in table order
+        places: list[tuple[int, int]] = []
+        after = ""
+        while page := await self._prune("prune_newest_claims", after, self.prune_jobs,
+                                        tx=False):
+            after = page[-1][0]
+            places += [_tid(tid) for _, tid in page if tid is not None]
+        places.sort()
+        for lo in range(0, blocks, self.prune_blocks):
+            hi = lo + self.prune_blocks
+            here = places[bisect.bisect_left(places, (lo, 0)):bisect.bisect_left(places, (hi, 0))]
+            claims += await self._prune("prune_claims_in", lo, hi, rule.claims_before,
+                                        [f"({b},{o})" for b, o in here])
+        keep: dict[str, int] = await self._prune("prune_kept_skips", tx=False)
+        kept = sorted(keep.values())
+        lo = 0
+        while True:
+            hi = await self._prune("prune_run_bound", lo, self.prune_batch, tx=False)
+            top = MAX_ID if hi is None else hi
+            near = kept[bisect.bisect_right(kept, lo):bisect.bisect_right(kept, top)]
+            runs += await self._prune("prune_old_runs_in", lo, top, rule.runs_before, near)
+            if hi is None:
+                break
+            lo = hi
+        after = ""  # the jobs with runs, a page at a time
+        while jobs := await self._prune("prune_run_jobs", after, self.prune_jobs, tx=False):
+            after = jobs[-1]
+            cuts = await self._prune("prune_cuts_of", jobs, rule.runs_per_job, tx=False)
+            while cuts:
+                n = await self._prune("prune_runs_beyond", cuts, keep, self.prune_batch)
+                runs += n
+                if n < self.prune_batch:
+                    break
+        return claims, runs
+
+    async def _prune(self, name: str, *args: Any, tx: bool = True) -> Any:
+        op = OPS[name]
+
+        async def go(cur: Cursor, now: datetime) -> Any:
+            return await op(self, cur, now, *args)
+
+        return await self.run(go, tx=tx, deadline=PRUNE_TIMEOUT)
 
     async def announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
         """``NOTIFY`` the store's channel inside the transaction (sent at commit)."""
