@@ -94,17 +94,19 @@ def child(a: argparse.Namespace) -> None:
         async with s:
             await asyncio.sleep(IDLE + 3)
             t = s.store.transport  # type: ignore[attr-defined]
-            longest = 0.0
+            longest, longest_name = 0.0, ""
             pieces = 0
             real = t._prune
 
             async def timed(name: str, *args: Any, tx: bool = True) -> Any:
-                nonlocal longest, pieces
+                nonlocal longest, longest_name, pieces
                 t0 = time.perf_counter()
                 try:
                     return await real(name, *args, tx=tx)
                 finally:
-                    longest = max(longest, time.perf_counter() - t0)
+                    took = time.perf_counter() - t0
+                    if took > longest:
+                        longest, longest_name = took, name
                     pieces += 1
 
             t._prune = timed
@@ -123,9 +125,10 @@ def child(a: argparse.Namespace) -> None:
             ended = time.time()
             await asyncio.sleep(AFTER)
         if a.mode != "pieces":
-            longest, pieces = ended - began, 1
+            longest, longest_name, pieces = ended - began, "the transaction", 1
         return {"began": began, "ended": ended, "claims": claims, "runs": runs,
-                "longest": longest, "pieces": pieces, "error": error}
+                "longest": longest, "longest_name": longest_name, "pieces": pieces,
+                "error": error}
 
     out = asyncio.run(go())
     out["recs"] = recs
@@ -168,6 +171,7 @@ def run_mode(mode: str, a: argparse.Namespace) -> dict[str, Any]:
     return {"mode": mode, "runs": a.runs, "jobs": a.jobs, "fill_s": filled,
             "took_s": ended - began, "claims": data["claims"], "runs_deleted": data["runs"],
             "pieces": data["pieces"], "longest_piece_s": data["longest"],
+            "longest_piece": data["longest_name"],
             "error": data["error"], "idle_p50": pct(idle, 50), "idle_p99": pct(idle, 99),
             "during_p50": pct(during, 50), "during_p99": pct(during, 99),
             "fired_during": len(during), "due_during": expected_during,
@@ -198,7 +202,8 @@ def main() -> None:
         ms = 1000
         print(f"  {mode:16} pass {r['took_s']:.1f} s ({r['claims']:,} claims, "
               f"{r['runs_deleted']:,} runs, {r['pieces']} piece(s), longest "
-              f"{r['longest_piece_s'] * ms:.0f} ms){' ERROR ' + r['error'] if r['error'] else ''}"
+              f"{r['longest_piece_s'] * ms:.0f} ms: {r['longest_piece']})"
+              f"{' ERROR ' + r['error'] if r['error'] else ''}"
               f"; firing p50/p99 idle {r['idle_p50'] * ms:.1f}/{r['idle_p99'] * ms:.1f} ms, "
               f"during {r['during_p50'] * ms:.1f}/{r['during_p99'] * ms:.1f} ms "
               f"({r['fired_during']:,} of {r['due_during']:,} fired); fill {r['fill_s']:.0f} s")
