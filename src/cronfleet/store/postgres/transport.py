@@ -499,7 +499,7 @@ class PostgresTransport:
                                         [f"({b},{o})" for b, o in here])
         keep: dict[str, int] = await self._prune("prune_kept_skips", tx=False)
         kept = sorted(keep.values())
-        lo = 0
+        lo = -MAX_ID - 1
         while True:
             hi = await self._prune("prune_run_bound", lo, self.prune_batch, tx=False)
             top = MAX_ID if hi is None else hi
