@@ -112,6 +112,8 @@ class Ownership:
         self.wake = wake
         self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
         self._acc: int | None = None  # XOR of the claimed jobs' key hashes; None: to compute
+        self._added: list[str] = []  # jobs added while running, not yet queued
+        self._adding: asyncio.Task[None] | None = None  # the task queueing them
 
     # -- what this instance plans ----------------------------------------------------------
 
@@ -188,6 +190,23 @@ class Ownership:
             return True
         self.due.park(job.id)
         return False
+
+    def add(self, job: Job) -> None:
+        """A job added while running: parked if it is another instance's, else queued from
+        the store's watermark by :meth:`gain` together with every job added in the same
+        turn of the loop (a catalog applying a page of 1,000 definitions makes one store
+        call, not 1,000 concurrent ones waiting for a connection)."""
+        if not self.admit(job):
+            return
+        self._added.append(job.id)
+        if self._adding is None or self._adding.done():
+            self._adding = self.life.spawn(self._gain_added())
+
+    async def _gain_added(self) -> None:
+        while self._added:
+            await asyncio.sleep(0)  # the rest of a burst of adds joins this batch
+            ids, self._added = self._added, []
+            await self.gain(ids)
 
     async def gain(self, job_ids: list[str]) -> None:
         """Queue jobs that became this instance's from the store's watermark (their state

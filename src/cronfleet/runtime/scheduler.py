@@ -380,7 +380,7 @@ class Scheduler(SyncControl):
         self._jobs[job.id] = job
         self.ownership.changed(None, job)
         if self.running:
-            self.life.spawn(self._add_running(job))
+            self.ownership.add(job)
             self.registry.changed()
         return job
 
@@ -412,13 +412,6 @@ class Scheduler(SyncControl):
 
     def iter_jobs(self) -> Iterable[Job]:
         return iter(self._jobs.values())
-
-    async def _add_running(self, job: Job) -> None:
-        if not self.ownership.admit(job):
-            return  # another instance plans it
-        states = await self.store.ensure_jobs([job.id])
-        self.due.first(job, states.get(job.id), self.clock.now())
-        self.wake()
 
     # -- events -------------------------------------------------------------------------
 

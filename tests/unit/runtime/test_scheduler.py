@@ -973,3 +973,47 @@ async def test_processes_restarting_together_share_the_catch_up_without_skips(
     assert not [r for r in rows if r.reason == "already_executing"], [
         (r.job_id, r.slot, r.instance_id, r.logs) for r in rows if r.reason
     ]
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_jobs_added_while_running_are_queued_in_batches(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """A burst of jobs added while running (a catalog applying its definitions) reads
+    their state rows in a few store calls, not one concurrent call per job (10,000 tasks
+    waiting for a connection made the store look down); every one of them is queued."""
+    from cronfleet.runtime.ownership import GAIN_CHUNK
+
+    s = make()
+    rec = Recorder()
+    await s.start()
+    running.append(s)
+    calls: list[int] = []
+    ensure = s.store.ensure_jobs
+
+    async def counted(ids: Any) -> Any:
+        states = await ensure(ids)
+        calls.append(len(ids))
+        return states
+
+    s.store.ensure_jobs = counted  # type: ignore[method-assign]
+    n = 2 * GAIN_CHUNK + 10
+
+    async def read(total: int) -> None:  # the reads run in a task (SQLite: on its thread)
+        for _ in range(1000):
+            if sum(calls) >= total:
+                break
+            await asyncio.sleep(0.01)
+        await settle(s)
+
+    for i in range(n):
+        s.job("60s", id=f"j{i:05d}")(rec)
+    await read(n)
+    assert calls == [GAIN_CHUNK, GAIN_CHUNK, 10]
+    # a job added later, alone, is queued on its own
+    s.job("60s", id="late")(rec)
+    await read(n + 1)
+    assert calls[3:] == [1]
+    # every one is queued for its first slot
+    assert {j for j, at in s.due.next.items() if at == T0 + 60} == {
+        f"j{i:05d}" for i in range(n)} | {"late"}
