@@ -452,7 +452,7 @@ class RedisApiStore:
         cronfleet's) in it, once per store: chunks of ids, each indexed atomically from
         its current JSON (a score only rises), then the mark that it is done."""
         if await self._side.go(lambda c: c.exists(self._built)):
-            self._feed_ready = True
+            self._feed_ready = False
             return
 
         async def build(c: aioredis.Redis) -> None:
@@ -467,7 +467,7 @@ class RedisApiStore:
             await c.set(self._built, "1")
 
         await self._side.go(build)
-        self._feed_ready = True
+        self._feed_ready = False
 
     async def job_def(self, job_id: str) -> JobDef | None:
         raw = await self._side.go(lambda c: c.hget(self._defs, job_id))

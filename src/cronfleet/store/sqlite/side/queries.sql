@@ -98,7 +98,7 @@ FROM job_defs ORDER BY id;
 -- read through the index job_defs_change (migration 13)
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role
-FROM job_defs WHERE version > ?1 OR (version = ?1 AND id > ?2) ORDER BY version, id LIMIT ?3;
+FROM job_defs WHERE (version, id) > (?, ?) ORDER BY version, id LIMIT ?;
 
 -- name: def_get
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
