@@ -306,6 +306,8 @@ class Catalog:
                 log.warning("the job catalog's version went back (%d after %d); reading "
                             "it again", version, self._cursor[0])
                 self._cursor = (0, "")
+                # its versions say nothing of ours: apply each definition read again
+                self._versions = dict.fromkeys(self._versions, -1)
             while True:
                 defs = await self.api_store.job_defs_changed(self._cursor, self.page)
                 for d in defs:

@@ -223,3 +223,24 @@ async def test_a_write_missing_from_the_feed_is_read_in_full(
         assert (counted.feed_rows, counted.full_rows) == (0, 0)
     finally:
         await store.close()
+
+
+async def test_a_catalog_version_gone_back_restarts_the_feed(clock: FakeClock) -> None:
+    """The store now answers a lower version (another database, or one restored from a
+    backup): the catalog reads its feed from the beginning, not from its cursor."""
+    from cronfleet.store.memory import MemoryDatabase, MemoryStore
+
+    first = side_tables(MemoryStore(MemoryDatabase(), clock=clock), clock=clock).api
+    for i in range(3):
+        await first.create_job_def(f"j{i}", "t", spec(f"j{i}"), "me")
+    store = MemoryStore(MemoryDatabase(), clock=clock)
+    catalog, counted = follower(store, side_tables(store, clock=clock), clock, page=10)
+    counted.inner = first
+    await catalog.refresh()
+    restored = side_tables(MemoryStore(MemoryDatabase(), clock=clock), clock=clock).api
+    await restored.create_job_def("j0", "t", spec("j0", 11), "me")  # version 1 < 3
+    counted.inner = restored
+    counted.reset()
+    await catalog.refresh()
+    assert counted.feed_rows == 1
+    assert str(catalog.scheduler.jobs["j0"].schedule) == "11 * * * *"
