@@ -459,9 +459,14 @@ class Catalog:
 
     def _apply(self, d: JobDef) -> Job | None:
         sched = self.scheduler
+        # one lookup, not ``sched.jobs`` (a copy of the whole table: a start-up applying
+        # N definitions would copy it N times)
+        try:
+            existing: Job | None = sched.get_job(d.id)
+        except JobNotFound:
+            existing = None
         if self._versions.get(d.id) == d.version:
-            return sched.jobs.get(d.id)
-        existing = sched.jobs.get(d.id)
+            return existing
         if existing is not None and d.id not in self._versions:
             if d.deleted_at is None:
                 log.error("stored job %r ignored: a job declared in %s has this id",
