@@ -244,3 +244,43 @@ async def test_a_catalog_version_gone_back_restarts_the_feed(clock: FakeClock) -
     await catalog.refresh()
     assert counted.feed_rows == 1
     assert str(catalog.scheduler.jobs["j0"].schedule) == "11 * * * *"
+
+
+async def test_postgres_a_version_is_not_visible_before_the_lower_ones(
+        clock: FakeClock) -> None:
+    """PostgreSQL: a writer whose transaction holds version 1 uncommitted makes the next
+    writer wait (the catalog lock until commit), so no reader can see version 2 first and
+    move its cursor past 1."""
+    import psycopg
+    from psycopg import sql
+
+    from cronfleet.store import PostgresStore
+    from cronfleet.store.queries import load_queries
+
+    from .pg import drop_schema, new_schema, pg_url, require_pg
+
+    require_pg()
+    schema = new_schema()
+    store = PostgresStore(pg_url(), schema=schema, clock=clock, pool_max=4)
+    await store.open()
+    try:
+        api = side_tables(store, clock=clock).api
+        lock = load_queries("cronfleet.store.postgres.side", "x")["catalog_lock"]
+        with psycopg.connect(pg_url()) as slow:  # a transaction, not committed yet
+            slow.execute(lock)
+            slow.execute(sql.SQL(
+                "INSERT INTO {}.job_defs (id, team, spec, version, created_at, updated_at) "
+                "SELECT 'first', 't', '{{}}', coalesce(max(version), 0) + 1, 0, 0 "
+                "FROM {}.job_defs").format(sql.Identifier(schema), sql.Identifier(schema)))
+            second = asyncio.create_task(api.create_job_def("second", "t", spec("b"), "me"))
+            await asyncio.sleep(0.5)
+            assert not second.done()  # waits for the catalog lock
+            assert await api.job_defs_changed((0, ""), 10) == []
+            slow.commit()
+            made = await asyncio.wait_for(second, 10)
+        assert made is not None and made.version == 2
+        feed = await api.job_defs_changed((0, ""), 10)
+        assert [(d.id, d.version) for d in feed] == [("first", 1), ("second", 2)]
+    finally:
+        await store.close()
+        drop_schema(schema)

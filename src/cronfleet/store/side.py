@@ -247,8 +247,11 @@ class ApiStore(Protocol):
     """What the REST API keeps next to the run store: access tokens (SHA-256 digests; the
     plaintext is shown once), the audit log, and the definitions of jobs created over the
     API (the *catalog*). Catalog writes bump a store-wide ``version`` one writer at a time,
-    so a scheduler can tell with one read whether anything changed; deleted definitions
-    stay as tombstones, so the runs of a deleted job keep their team."""
+    so a scheduler can tell with one read whether anything changed and read only what did
+    (:meth:`job_defs_changed`); deleted definitions stay as tombstones, so the runs of a
+    deleted job keep their team. Every implementation writes definitions in one place that
+    gives each the next version under its writer lock (docs/internals.md, "The API and the
+    catalog")."""
 
     async def create_token(self, *, name: str, team: str, role: str,
                            created_by: str | None = None) -> tuple[str, TokenInfo]:
