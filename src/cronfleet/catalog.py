@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.runtime.scheduler import Scheduler
-    from cronfleet.store.side import ApiStore, JobDef
+    from cronfleet.store.side import ApiStore, ChangeKey, JobDef
 
 __all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
            "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
@@ -47,6 +47,7 @@ __all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJ
 log = logging.getLogger("cronfleet.catalog")
 
 SOURCE = "api"
+PAGE = 1000  # definitions per read of the change feed
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
 # inside "http" is read too: jobs stored before it moved next to "retry" keep working.
@@ -230,7 +231,7 @@ class Catalog:
     def __init__(self, scheduler: Scheduler, api_store: ApiStore, *,
                  runtime: HttpRuntime | None = None, poll: float = 2.0,
                  allow_commands: bool = False,
-                 command_runtime: CommandRuntime | None = None) -> None:
+                 command_runtime: CommandRuntime | None = None, page: int = PAGE) -> None:
         self.scheduler = scheduler
         self.api_store = api_store
         self.runtime = runtime
@@ -238,7 +239,9 @@ class Catalog:
         self._command_runtime = command_runtime
         self.poll = poll
         self._versions: dict[str, int] = {}
-        self._seen = -1
+        self._seen = -1  # the catalog version last read
+        self._cursor: ChangeKey = (0, "")  # the last definition applied from the feed
+        self.page = page
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._lock = asyncio.Lock()
@@ -289,15 +292,50 @@ class Catalog:
                             exc)
 
     async def refresh(self) -> None:
-        """Apply every definition changed since the last look (cheap when none did)."""
+        """Apply every definition changed since the last look (cheap when none did): the
+        change feed after the last one applied, in pages of :attr:`page` (at start, every
+        definition, page by page). Writers take turns, so a version is visible only once
+        every lower one is: nothing is skipped. A feed ending below the version read first
+        means a writer that does not record its changes (a process of an older cronfleet
+        during a rolling upgrade): every definition is then read again."""
         async with self._lock:
             version = await self.api_store.catalog_version()
             if version == self._seen:
                 return
-            defs = await self.api_store.job_defs(include_deleted=True)
-            for d in defs:
-                self._apply(d)
+            if version < self._cursor[0]:  # another database, or one restored from backup
+                log.warning("the job catalog's version went back (%d after %d); reading "
+                            "it again", version, self._cursor[0])
+                self._cursor = (0, "")
+                # its versions say nothing of ours: apply each definition read again
+                self._versions = dict.fromkeys(self._versions, -1)
+            while True:
+                defs = await self.api_store.job_defs_changed(self._cursor, self.page)
+                for d in defs:
+                    self._apply(d)
+                if defs:
+                    self._cursor = (defs[-1].version, defs[-1].id)
+                if len(defs) < self.page:
+                    break
+            if self._cursor[0] < version:
+                log.warning("the job catalog's change feed ends at version %d, below %d "
+                            "(a writer of an older cronfleet?): reading every definition",
+                            self._cursor[0], version)
+                await self._reload_all()
+                self._cursor = (version, "")
             self._seen = version
+
+    async def full_reload(self) -> int:
+        """Read and apply every definition in one read, as :meth:`refresh` did before the
+        change feed (kept for ``bench/catalog_refresh.py``, the baseline). Returns how
+        many were read."""
+        async with self._lock:
+            return await self._reload_all()
+
+    async def _reload_all(self) -> int:
+        defs = await self.api_store.job_defs(include_deleted=True)
+        for d in defs:
+            self._apply(d)
+        return len(defs)
 
     def apply(self, d: JobDef) -> Job | None:
         """Apply one definition now (this process wrote it)."""
@@ -421,9 +459,14 @@ class Catalog:
 
     def _apply(self, d: JobDef) -> Job | None:
         sched = self.scheduler
+        # one lookup, not ``sched.jobs`` (a copy of the whole table: a start-up applying
+        # N definitions would copy it N times)
+        try:
+            existing: Job | None = sched.get_job(d.id)
+        except JobNotFound:
+            existing = None
         if self._versions.get(d.id) == d.version:
-            return sched.jobs.get(d.id)
-        existing = sched.jobs.get(d.id)
+            return existing
         if existing is not None and d.id not in self._versions:
             if d.deleted_at is None:
                 log.error("stored job %r ignored: a job declared in %s has this id",

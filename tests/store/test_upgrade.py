@@ -203,3 +203,36 @@ async def test_one_jobs_runs_are_read_by_job_and_slot_after_the_upgrade(old_url:
         found = conn.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
                              "AND indexname = 'runs_job_slot'", (schema,)).fetchall()
     assert found and "(job_id, slot, id)" in found[0][0]
+
+
+async def test_the_catalog_feed_reads_an_older_database_through_its_index(
+        old_url: str) -> None:
+    """Migration 13 indexes job definitions by (version, id) in a database made before
+    it: the change feed (keyset pages) finds the old definition, through that index."""
+    api = open_api_store(old_url)
+    try:
+        [d] = await api.job_defs_changed((0, ""), 10)
+        assert (d.id, d.version) == ("stored-job", 1)
+        assert await api.job_defs_changed((1, "stored-job"), 10) == []
+    finally:
+        await api.close()
+    from cronfleet.store.queries import read_queries
+
+    if old_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(old_url.removeprefix("sqlite:///"))
+        try:
+            query = read_queries("cronfleet.store.sqlite.side")["defs_changed"]
+            plan = " ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {query}",
+                                                        (0, "", 10)))
+            assert "job_defs_change" in plan and "TEMP B-TREE" not in plan, plan
+            names = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE tbl_name = 'job_defs'")}
+        finally:
+            conn.close()
+    else:
+        base, _, schema = old_url.partition("?schema=")
+        with psycopg.connect(base) as conn:
+            names = {r[0] for r in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s "
+                "AND tablename = 'job_defs'", (schema,)).fetchall()}
+    assert "job_defs_change" in names and "job_defs_version" not in names

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.store.side import (
     AuditEntry,
+    ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
@@ -161,10 +162,18 @@ class MemoryApiStore:
         return sorted((d for d in self._rows.defs.values()
                        if include_deleted or d.deleted_at is None), key=lambda d: d.id)
 
+    async def job_defs_changed(self, after: ChangeKey, limit: int) -> list[JobDef]:
+        changed = sorted((d for d in self._rows.defs.values() if (d.version, d.id) > after),
+                         key=lambda d: (d.version, d.id))
+        return changed[:limit]
+
     async def job_def(self, job_id: str) -> JobDef | None:
         return self._rows.defs.get(job_id)
 
     def _bump(self, new: JobDef) -> JobDef:
+        """The one writer of a definition: ``new`` carries the next store-wide version
+        (``version + 1``), which puts it at the end of the change feed."""
+        assert new.version == self._rows.version + 1
         self._rows.version = new.version
         self._rows.defs[new.id] = new
         return new

@@ -26,6 +26,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "ApiStore",
     "AuditEntry",
+    "ChangeKey",
     "HealthStore",
     "JobDef",
     "JobHealth",
@@ -220,6 +221,12 @@ class JobDef:
     saved_role: str | None = None  # the role of the token that last saved it
 
 
+ChangeKey = tuple[int, str]
+"""A definition's place in the catalog's change feed: ``(version, id)``. Every write of a
+definition gives it the next store-wide version, so the feed in this order lists every
+change once, the latest last; ``(0, "")`` is before everything."""
+
+
 @dataclass(frozen=True)
 class AuditEntry:
     id: int
@@ -240,8 +247,11 @@ class ApiStore(Protocol):
     """What the REST API keeps next to the run store: access tokens (SHA-256 digests; the
     plaintext is shown once), the audit log, and the definitions of jobs created over the
     API (the *catalog*). Catalog writes bump a store-wide ``version`` one writer at a time,
-    so a scheduler can tell with one read whether anything changed; deleted definitions
-    stay as tombstones, so the runs of a deleted job keep their team."""
+    so a scheduler can tell with one read whether anything changed and read only what did
+    (:meth:`job_defs_changed`); deleted definitions stay as tombstones, so the runs of a
+    deleted job keep their team. Every implementation writes definitions in one place that
+    gives each the next version under its writer lock (docs/internals.md, "The API and the
+    catalog")."""
 
     async def create_token(self, *, name: str, team: str, role: str,
                            created_by: str | None = None) -> tuple[str, TokenInfo]:
@@ -267,6 +277,14 @@ class ApiStore(Protocol):
     async def catalog_version(self) -> int: ...
 
     async def job_defs(self, *, include_deleted: bool = False) -> list[JobDef]: ...
+
+    async def job_defs_changed(self, after: ChangeKey, limit: int) -> list[JobDef]:
+        """The change feed: at most ``limit`` definitions (tombstones included) whose
+        ``(version, id)`` comes after ``after``, in that order (keyset pages: pass the
+        last one's key to read the next page; an index answers each page). Every write of
+        a definition takes the next store-wide version, one writer at a time, in the
+        same transaction: a version is visible only once every lower one is."""
+        ...
 
     async def job_def(self, job_id: str) -> JobDef | None:
         """The definition, or its tombstone when deleted (``deleted_at`` set)."""

@@ -7,8 +7,11 @@ each dialect package runs its own named statements (``sqlite/side/queries.sql``,
 * Catalog writes bump a store-wide ``version`` (``max(version) + 1`` inside the writing
   statement, one writer at a time: SQLite's write lock, a transaction-scoped advisory lock
   on PostgreSQL), so a scheduler can tell with one ``max(version)`` read whether anything
-  changed. Deleted definitions stay as tombstones, so the runs of a deleted job keep their
-  team.
+  changed, and read what did in ``(version, id)`` keyset pages (``defs_changed``, index
+  ``job_defs_change``): writers take turns until commit, so a version becomes visible only
+  after every lower one. Deleted definitions stay as tombstones, so the runs of a deleted
+  job keep their team. Every statement that writes ``job_defs`` sets the version that way
+  and runs through :meth:`SqlApiStore._write_defs`.
 * A health record is one transaction with the job's row locked: exactly one process sees
   each transition.
 """
@@ -25,6 +28,7 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError
 from cronfleet.store.side import (
     AuditEntry,
+    ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
@@ -246,6 +250,10 @@ class SqlApiStore:
         rows = await self._db.query("defs_all" if include_deleted else "defs_live")
         return [_def(r) for r in rows]
 
+    async def job_defs_changed(self, after: ChangeKey, limit: int) -> list[JobDef]:
+        rows = await self._db.query("defs_changed", (after[0], after[1], limit))
+        return [_def(r) for r in rows]
+
     async def job_def(self, job_id: str) -> JobDef | None:
         rows = await self._db.query("def_get", (job_id,))
         return _def(rows[0]) if rows else None
@@ -253,33 +261,34 @@ class SqlApiStore:
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, role: str | None = None) -> JobDef | None:
         now = self._now_ms()
-        rows = await self._db.write(
+        rows = await self._write_defs(
             "def_create", (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by,
-                           role, job_id, team), catalog=True)
-        return await self._written(rows)
+                           role, job_id, team))
+        return _def(rows[0]) if rows else None
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, *, expect_version: int | None = None,
                              role: str | None = None) -> JobDef | None:
-        rows = await self._db.write(
+        rows = await self._write_defs(
             "def_update", (json.dumps(spec, sort_keys=True), self._now_ms(), by, role, job_id,
-                           team, expect_version, expect_version), catalog=True)
-        return await self._written(rows)
+                           team, expect_version, expect_version))
+        return _def(rows[0]) if rows else None
 
     async def delete_job_def(self, job_id: str, team: str, by: str | None) -> bool:
         now = self._now_ms()
-        rows = await self._db.write("def_delete", (now, now, by, job_id, team), catalog=True)
-        await self._announce(rows)
-        return bool(rows)
+        return bool(await self._write_defs("def_delete", (now, now, by, job_id, team)))
 
-    async def _written(self, rows: Rows) -> JobDef | None:
-        await self._announce(rows)
-        return _def(rows[0]) if rows else None
-
-    async def _announce(self, rows: Rows) -> None:
+    async def _write_defs(self, name: str, params: tuple[Any, ...]) -> Rows:
+        """The one way to write ``job_defs``: the statement ``name`` runs serialised
+        against every catalog writer (``catalog=True``) and sets each row it writes to the
+        next store-wide version (``(SELECT coalesce(max(version), 0) + 1 FROM job_defs)``;
+        a statement writing several rows: max + 1, max + 2, ... one per row), which puts
+        the row in the change feed; other schedulers are told when it wrote anything."""
+        rows = await self._db.write(name, params, catalog=True)
         if rows:  # the change is stored; other schedulers see it at their next look anyway
             with contextlib.suppress(StoreError):
                 await self._db.announce("catalog")
+        return rows
 
     async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
         if not jobs:

@@ -30,6 +30,7 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.store.side import (
     AuditEntry,
+    ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
@@ -55,7 +56,11 @@ __all__ = ["RedisApiStore", "RedisHealthStore", "RedisSecretStore", "RedisSide",
 T = TypeVar("T")
 _CALL_TIMEOUT = 60.0
 _TRIES = 100
-_CAS = (resources.files("cronfleet.store.redis") / "scripts" / "side_cas.lua").read_text("utf-8")
+_SCRIPTS = resources.files("cronfleet.store.redis") / "scripts"
+_CAS = (_SCRIPTS / "side_cas.lua").read_text("utf-8")
+_FEED = (_SCRIPTS / "side_feed.lua").read_text("utf-8")
+_FEED_BUILD = (_SCRIPTS / "side_feed_build.lua").read_text("utf-8")
+_FEED_CHUNK = 1000  # definitions indexed per script call when the feed is built
 
 
 def client_of(store: RedisStore) -> aioredis.Redis:
@@ -65,6 +70,8 @@ def client_of(store: RedisStore) -> aioredis.Redis:
 
 
 Check = tuple[str, str | None, Any]  # key, hash field (None: a string key), value read
+# key, hash field (None: a string key), value; or key, member, score, "zadd" (sorted set)
+Set = tuple[str, str | None, str] | tuple[str, str, str, str]
 
 
 class RedisSide:
@@ -76,6 +83,7 @@ class RedisSide:
         self.what = what
         self.prefix = handle.store.prefix
         self._sha: str | None = None
+        self._shas: dict[str, str] = {}
 
     def key(self, name: str) -> str:
         return f"{self.prefix}side:{name}"
@@ -93,7 +101,7 @@ class RedisSide:
             raise StoreError(f"{self.what}: {exc}") from exc
 
     async def _cas(self, c: aioredis.Redis, checks: list[Check],
-                   sets: list[tuple[str, str | None, str]],
+                   sets: list[Set],
                    publish: tuple[str, str] | None) -> bool:
         arg = json.dumps({"check": [[k, f, _text(v)] for k, f, v in checks],
                           "set": [list(s) for s in sets],
@@ -107,9 +115,20 @@ class RedisSide:
             done = await c.evalsha(self._sha, 0, arg)
         return bool(done)
 
+    async def script(self, c: aioredis.Redis, source: str, *args: Any) -> Any:
+        """Run a read-only or idempotent script (``args``: its ARGV), loaded on first use
+        and again when the server forgot it."""
+        sha = self._shas.get(source)
+        if sha is None:
+            sha = self._shas[source] = await c.script_load(source)
+        try:
+            return await c.evalsha(sha, 0, *args)
+        except rexc.NoScriptError:
+            self._shas[source] = await c.script_load(source)
+            return await c.evalsha(self._shas[source], 0, *args)
+
     async def step(self, body: Callable[[aioredis.Redis],
-                                        Awaitable[tuple[T, list[Check],
-                                                        list[tuple[str, str | None, str]],
+                                        Awaitable[tuple[T, list[Check], list[Set],
                                                         tuple[str, str] | None]]]) -> T:
         """``body(client)`` reads and answers ``(result, checks, sets, publish)``: the
         sets are written (and the message published) only if every value checked is
@@ -279,8 +298,11 @@ class RedisApiStore:
     Keys: ``side:tokens`` (id -> JSON with the SHA-256 digest), ``side:token_hash``
     (digest -> id), ``side:audit`` (id -> JSON) with ``side:audit:<team>`` (ids by id),
     ``side:defs`` (id -> JSON, tombstones kept), ``side:defs:version`` (the store-wide
-    catalog version) and ``side:job_ids`` (ids of config / code jobs reserved to their
-    team)."""
+    catalog version), ``side:defs:changes`` (the change feed: each id scored by its
+    version, written in the same compare-and-set step as the definition, by
+    :meth:`_write_def`), ``side:defs:changes:built`` (set once the definitions written
+    before the feed existed are in it) and ``side:job_ids`` (ids of config / code jobs
+    reserved to their team)."""
 
     def __init__(self, handle: StoreHandle[RedisStore], *, clock: Clock | None = None) -> None:
         self._side = RedisSide(handle, "API tables")
@@ -290,6 +312,8 @@ class RedisApiStore:
         self._tokens, self._hashes = k("tokens"), k("token_hash")
         self._audit, self._audit_id = k("audit"), k("audit:id")
         self._defs, self._version = k("defs"), k("defs:version")
+        self._changes, self._built = k("defs:changes"), k("defs:changes:built")
+        self._feed_ready = False
         self._reserved = k("job_ids")
 
     def __repr__(self) -> str:
@@ -414,6 +438,37 @@ class RedisApiStore:
             defs = [d for d in defs if d.deleted_at is None]
         return sorted(defs, key=lambda d: d.id)
 
+    async def job_defs_changed(self, after: ChangeKey, limit: int) -> list[JobDef]:
+        # versions are unique on Redis (the counter is compare-and-set), so the version
+        # alone places a definition in the feed
+        if not self._feed_ready:
+            await self._build_feed()
+        raw = await self._side.go(lambda c: self._side.script(
+            c, _FEED, self._changes, self._defs, after[0], limit))
+        return [_def(r) for r in raw if r is not None]
+
+    async def _build_feed(self) -> None:
+        """Put the definitions written before the change feed existed (an older
+        cronfleet's) in it, once per store: chunks of ids, each indexed atomically from
+        its current JSON (a score only rises), then the mark that it is done."""
+        if await self._side.go(lambda c: c.exists(self._built)):
+            self._feed_ready = False
+            return
+
+        async def build(c: aioredis.Redis) -> None:
+            cursor = 0
+            while True:
+                cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
+                if found:
+                    await self._side.script(c, _FEED_BUILD, self._changes, self._defs,
+                                            *[_s(k) for k in found])
+                if cursor == 0:
+                    break
+            await c.set(self._built, "1")
+
+        await self._side.go(build)
+        self._feed_ready = False
+
     async def job_def(self, job_id: str) -> JobDef | None:
         raw = await self._side.go(lambda c: c.hget(self._defs, job_id))
         return None if raw is None else _def(raw)
@@ -421,9 +476,10 @@ class RedisApiStore:
     async def _write_def(
         self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
     ) -> JobDef | None:
-        """Read the definition, the version and the id's reservation, ``decide(old, next
-        version, now, reserved team)`` the new JSON (None: no change), write both at once
-        if none of the three changed meanwhile, announce."""
+        """The one writer of a definition: read it, the version and the id's
+        reservation, ``decide(old, next version, now, reserved team)`` the new JSON (None:
+        no change), write it, the version and its place in the change feed at once if none
+        of the three changed meanwhile, announce."""
 
         async def body(c: aioredis.Redis) -> Any:
             raw = await c.hget(self._defs, job_id)
@@ -437,7 +493,8 @@ class RedisApiStore:
             checks: list[Check] = [(self._defs, job_id, raw), (self._version, None, current),
                                    (self._reserved, job_id, held)]
             return (_def(new), checks,
-                    [(self._defs, job_id, new), (self._version, None, str(version))],
+                    [(self._defs, job_id, new), (self._version, None, str(version)),
+                     (self._changes, job_id, str(version), "zadd")],
                     (f"{self._side.prefix}events", "catalog"))
 
         written: JobDef | None = await self._side.step(body)
@@ -490,7 +547,7 @@ class RedisApiStore:
             ids = [j for j, _, _ in jobs]
             old = dict(zip(ids, await c.hmget(self._reserved, ids), strict=True))
             checks: list[Check] = []
-            sets: list[tuple[str, str | None, str]] = []
+            sets: list[Set] = []
             for job_id, team, source in jobs:
                 cur = old.get(job_id)
                 d = None if cur is None else json.loads(cur)

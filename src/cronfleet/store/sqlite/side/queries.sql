@@ -93,6 +93,13 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM job_defs ORDER BY id;
 
+-- name: defs_changed
+-- the change feed: one keyset page of definitions (tombstones too) after (version, id),
+-- read through the index job_defs_change (migration 13)
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM job_defs WHERE (version, id) > (?, ?) ORDER BY version, id LIMIT ?;
+
 -- name: def_get
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role
