@@ -38,6 +38,7 @@ from .instants import day_start, parse_instant
 from .parser import resolve_tz
 from .parsing import parse
 from .sequence import FireTimes, floor_ts
+from .tables import Interner
 
 __all__ = [
     "MAX_SKIPPED",
@@ -551,7 +552,13 @@ def compose(
         return parts[0]
     if lo is not None and hi is not None and floor_ts(hi) < floor_ts(lo):
         raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
-    return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+    built = ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+    # equal compositions written alike share one object, as parse() shares expressions
+    return _COMPOSED.get((built.expr, built._key), lambda: built)
+
+
+_COMPOSED: Interner[tuple[str, tuple[object, ...]], ComposedSchedule] = Interner(
+    "compositions", 4096)
 
 
 def _one_expr(text: str, zone: ZoneInfo) -> CronExpr:

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cronfleet.cron import CronExpr, CronSyntaxError, NoFireTimeError, parse
+from cronfleet.cron import (
+    CronExpr,
+    CronSyntaxError,
+    NoFireTimeError,
+    from_text,
+    parse,
+    parse_composed,
+)
 from cronfleet.cron.parser import CronForm
 from cronfleet.cron.schedule import (
     _MONTH_SHAPE,
@@ -206,3 +214,24 @@ def test_wall_search_agrees_with_the_per_expression_engine_anywhere_in_the_calen
     hi, lo = min(y + 400, 9999), max(y - 400, 1)
     assert ours.next_wall(y, mo, d, h, mi, s, hi) == ref.next_wall(y, mo, d, h, mi, s, hi)
     assert ours.prev_wall(y, mo, d, h, mi, s, lo) == ref.prev_wall(y, mo, d, h, mi, s, lo)
+
+
+def test_sentences_of_the_same_schedule_share_its_expression() -> None:
+    en = from_text("every day at 09:15", "Europe/Paris")
+    fr = from_text("tous les jours à 9h15", "Europe/Paris")
+    assert en.schedule is fr.schedule is parse("15 9 * * *", "Europe/Paris")
+    assert from_text("every day at 09:15", "Asia/Tokyo").schedule is not en.schedule
+
+
+def test_equal_compositions_share_one_object_and_keep_their_own_text(tmp_path: Path
+                                                                      ) -> None:
+    a = parse_composed("5 9 * * 1-5 | 5 12 * * 6 | except 12-25", "Europe/Paris")
+    b = parse_composed("5 12 * * 6 |  5 9 * * 1-5 | except 12-25", "Europe/Paris")
+    assert a is b
+    assert parse_composed("5 9 * * 1-5 | 5 12 * * 6 | except 12-25", "UTC") is not a
+    # the same days written as a calendar file: an equal schedule, another text
+    (tmp_path / "days.txt").write_text("12-25\n", encoding="utf-8")
+    c = parse_composed(f"5 9 * * 1-5 | 5 12 * * 6 | except calendar:{tmp_path}/days.txt",
+                       "Europe/Paris")
+    assert c is not a and c == a
+    assert "calendar:" in c.expr and "calendar:" not in a.expr
