@@ -1,7 +1,7 @@
 """Memory and build time per schedule: cronfleet.cron against croniter and cronsim.
 
-    .venv/bin/python bench/cron_memory.py                          # 5,000 per family
-    .venv/bin/python bench/cron_memory.py --n 20000 --catalog-jobs 100000
+    .venv/bin/python bench/cron_memory.py            # 5,000 per family, 100,000 API jobs
+    .venv/bin/python bench/cron_memory.py --n 20000 --catalog-jobs 0
     .venv/bin/python bench/cron_memory.py --peer-src /tmp/before/src   # before/after
 
 Every figure comes from a fresh child process (so one family's tables do not serve the
@@ -20,8 +20,9 @@ Families: ``cron mix`` (distinct expressions of the shapes users write: daily, w
 weekly, monthly, ``L``, ``nW``, ``x#n``, hour ranges, steps, quarterly, 6 fields, in four
 zones), ``monthly`` (``m h D * *``, all distinct), ``hourly m:s`` (``s m * * * *``: the
 hourly "spread minute and second" set, 3,600 distinct texts), ``intervals``
-(``@every Ns``), ``sentences`` (English and French, ``from_text``), ``compositions``
-(``parse_composed`` of ``a | b | except 12-25``), and ``catalog`` (API jobs:
+(``@every Ns``), ``sentences`` (English and French, ``from_text``; the 24 x 60 times of
+four forms), ``compositions`` (``parse_composed`` of ``a | b | except MM-DD``, all
+distinct), and ``catalog`` (API jobs:
 ``catalog.build_job`` + ``Scheduler.add_job`` into a ``Scheduler(store=MemoryStore())``,
 per job, the schedules of the cron mix).
 
@@ -107,7 +108,8 @@ def texts(family: str, n: int) -> list[tuple[str, str]]:
                 for i in range(n)]
     if family == "compositions":
         return [(f"{i % 60} {(i // 60) % 24} * * 1-5 | {i % 60} {(i // 60 + 3) % 24} * * 6 "
-                 f"| except 12-25", ZONES[i % 4]) for i in range(n)]
+                 f"| except {1 + (i // 1440) % 12:02d}-{10 + (i // 17280) % 18}", ZONES[i % 4])
+                for i in range(n)]
     raise SystemExit(f"unknown family {family!r}")
 
 
@@ -274,7 +276,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--n", type=int, default=5000, help="schedules per family")
-    ap.add_argument("--catalog-jobs", type=int, default=20000, help="API jobs (0: skip)")
+    ap.add_argument("--catalog-jobs", type=int, default=100000, help="API jobs (0: skip)")
     ap.add_argument("--peer-catalog-jobs", type=int, default=20000,
                     help="API jobs for the --peer-src checkout")
     ap.add_argument("--peer-src", type=Path, help="another checkout's src: engine 'before'")

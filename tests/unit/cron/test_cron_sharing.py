@@ -8,7 +8,7 @@ with the per-expression engine it replaced (``reference_schedule.py``), in DST z
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -235,3 +235,17 @@ def test_equal_compositions_share_one_object_and_keep_their_own_text(tmp_path: P
                        "Europe/Paris")
     assert c is not a and c == a
     assert "calendar:" in c.expr and "calendar:" not in a.expr
+
+
+def test_compositions_share_their_day_exclusions_and_empty_sets() -> None:
+    a = parse_composed("0 9 * * 1-5 | except 12-25 | except 2026-12-24", "Europe/Paris")
+    b = parse_composed("30 7 * * 6 | except 12-25", "Asia/Tokyo")
+    xa = {x.text: x for x in a.exclusions}
+    assert xa["12-25"] is b.exclusions[0]
+    assert a._monthdays is b._monthdays == frozenset({(12, 25)})
+    assert a._dates == frozenset({date(2026, 12, 24)})
+    assert not b._dates and b._dates is parse_composed("0 1 * * * | except 01-01")._dates
+    c = parse_composed("0 9 * * 1-5 | except 12-25 | except 01-01")
+    assert c._monthdays == frozenset({(12, 25), (1, 1)})
+    assert c.excluded(datetime(2027, 1, 1, 9, tzinfo=UTC))
+    assert not c.excluded(datetime(2027, 1, 4, 9, tzinfo=UTC))
