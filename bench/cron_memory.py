@@ -23,8 +23,9 @@ hourly "spread minute and second" set, 3,600 distinct texts), ``intervals``
 (``@every Ns``), ``sentences`` (English and French, ``from_text``; the 24 x 60 times of
 four forms), ``compositions`` (``parse_composed`` of ``a | b | except MM-DD``, all
 distinct), and ``catalog`` (API jobs:
-``catalog.build_job`` + ``Scheduler.add_job`` into a ``Scheduler(store=MemoryStore())``,
-per job, the schedules of the cron mix).
+``catalog.build_job`` with the ``HttpRuntime`` a service passes + ``Scheduler.add_job`` into
+a ``Scheduler(store=MemoryStore())``, per job: the schedule, the HTTP handler, the job's
+fields; the schedules of the cron mix, all distinct).
 
 Peers, in the same run, on the same expressions (each spelled the way it accepts them;
 one it refuses is left out and the count says so): ``croniter`` (an iterator from the
@@ -224,14 +225,16 @@ def child(engine: str, family: str, n: int, trace: bool) -> dict[str, Any]:
 
 def catalog_child(n: int, trace: bool) -> dict[str, Any]:
     from cronfleet.catalog import build_job
+    from cronfleet.jobs.http import HttpRuntime
     from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store import MemoryStore
 
     items = cron_mix(n)
     sched = Scheduler(store=MemoryStore())
+    runtime = HttpRuntime(store=sched.store)  # as the service's catalog passes it
     for i, (text, zone) in enumerate(items[:20]):  # warm up
         build_job({"id": f"warm-{i}", "schedule": text, "timezone": zone,
-                   "http": {"url": "https://example.com/hook"}})
+                   "http": {"url": "https://example.com/hook"}}, runtime=runtime)
     if trace:
         tracemalloc.start()
     m0 = _memory(trace)
@@ -240,7 +243,7 @@ def catalog_child(n: int, trace: bool) -> dict[str, Any]:
     for i, (text, zone) in enumerate(items):
         job = build_job({"id": f"job-{i:07d}", "schedule": text, "timezone": zone,
                          "http": {"url": f"https://example.com/hook/{i}", "method": "post"},
-                         "description": f"customer job {i}"})
+                         "description": f"customer job {i}"}, runtime=runtime)
         job.schedule.next(START)
         sched.add_job(job)
     dt = time.perf_counter() - t0
