@@ -249,3 +249,36 @@ def test_compositions_share_their_day_exclusions_and_empty_sets() -> None:
     assert c._monthdays == frozenset({(12, 25), (1, 1)})
     assert c.excluded(datetime(2027, 1, 1, 9, tzinfo=UTC))
     assert not c.excluded(datetime(2027, 1, 4, 9, tzinfo=UTC))
+
+
+def test_threads_parsing_at_once_get_shared_tables_and_the_same_answers() -> None:
+    from cronfleet.cron import fields, parsing, schedule
+
+    texts = [f"{i % 60} {i % 24} * * {('*', '1-5', '0,6', '5L')[i % 4]}" for i in range(400)]
+    start = datetime(2026, 3, 28, tzinfo=UTC)
+    want = {t: CronExpr(t, "Europe/Paris").next(start) for t in texts}
+    for interner in (fields._SPECS, schedule._FIELD_TABLES, schedule._BY_RULE,
+                     schedule._BY_SIGNATURE):
+        interner.clear()  # every thread builds pieces at once
+    parsing._parse_cached.cache_clear()
+    got: dict[int, list[CronExpr]] = {}
+    barrier = threading.Barrier(4, timeout=10)
+
+    def worker(k: int) -> None:
+        barrier.wait()
+        order = texts[k::4] + texts[:k:4] + texts  # some texts first here, later elsewhere
+        got[k] = [CronExpr(t, "Europe/Paris") for t in order]
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    exprs = [e for k in range(4) for e in got[k]]
+    assert len(exprs) == 4 * 400 + sum(len(texts[k::4]) + len(texts[:k:4]) for k in range(4))
+    for e in exprs:
+        assert e.next(start) == want[e.expr], e.expr
+    rules: dict[str, set[int]] = {}
+    for e in exprs:  # one DayTables per day rule, whichever thread built it first
+        rules.setdefault(e.expr.split(" ", 4)[4], set()).add(id(sched(e).days))
+    assert all(len(ids) == 1 for ids in rules.values()), rules
