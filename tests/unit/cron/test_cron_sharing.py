@@ -7,6 +7,7 @@ with the per-expression engine it replaced (``reference_schedule.py``), in DST z
 
 from __future__ import annotations
 
+import importlib
 import threading
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -51,6 +52,23 @@ def form(expr: CronExpr) -> CronForm:
 
 
 # -- sharing -------------------------------------------------------------------------------
+
+def _clear_maps() -> None:
+    from cronfleet.cron import fields, parsing, schedule
+
+    compose = importlib.import_module("cronfleet.cron.compose")  # not the function
+    for interner in (fields._SPECS, schedule._FIELD_TABLES, schedule._BY_RULE,
+                     schedule._BY_SIGNATURE, compose._COMPOSED, compose._DAY_EXCLUSIONS):
+        interner.clear()
+    parsing._parse_cached.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_maps() -> None:
+    """Start each test with empty sharing maps: one that filled up and started afresh in
+    the middle of a test would break an identity the test expects."""
+    _clear_maps()
+
 
 def test_distinct_expressions_with_equal_day_rules_share_one_set_of_day_tables() -> None:
     a = sched(parse("5 9 * * 1-5"))
@@ -252,15 +270,10 @@ def test_compositions_share_their_day_exclusions_and_empty_sets() -> None:
 
 
 def test_threads_parsing_at_once_get_shared_tables_and_the_same_answers() -> None:
-    from cronfleet.cron import fields, parsing, schedule
-
     texts = [f"{i % 60} {i % 24} * * {('*', '1-5', '0,6', '5L')[i % 4]}" for i in range(400)]
     start = datetime(2026, 3, 28, tzinfo=UTC)
     want = {t: CronExpr(t, "Europe/Paris").next(start) for t in texts}
-    for interner in (fields._SPECS, schedule._FIELD_TABLES, schedule._BY_RULE,
-                     schedule._BY_SIGNATURE):
-        interner.clear()  # every thread builds pieces at once
-    parsing._parse_cached.cache_clear()
+    _clear_maps()  # every thread builds the pieces at once
     got: dict[int, list[CronExpr]] = {}
     barrier = threading.Barrier(4, timeout=10)
 
