@@ -38,6 +38,7 @@ from .instants import day_start, parse_instant
 from .parser import resolve_tz
 from .parsing import parse
 from .sequence import FireTimes, floor_ts
+from .tables import Interner
 
 __all__ = [
     "MAX_SKIPPED",
@@ -164,9 +165,14 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
             and "/" not in stripped and "," not in stripped:
         d, md = _day_entry(stripped, field, text, text.index(stripped[0]) + 1)
         if d is not None:
-            return Exclusion(d.isoformat(), dates=frozenset((d,)))
+            day = d
+            return _DAY_EXCLUSIONS.get(day.isoformat(), lambda: Exclusion(
+                day.isoformat(), dates=frozenset((day,))))
         assert md is not None
-        return Exclusion(f"{md[0]:02d}-{md[1]:02d}", monthdays=frozenset((md,)))
+        month_day = md
+        canonical = f"{md[0]:02d}-{md[1]:02d}"
+        return _DAY_EXCLUSIONS.get(canonical, lambda: Exclusion(
+            canonical, monthdays=frozenset((month_day,))))
     expr, _ = parse_schedule(" ".join(stripped.split()), tz)  # a sentence too
     if isinstance(expr, ComposedSchedule):
         raise CronSyntaxError(field, text, 1, text, "a one-off cannot be an exclusion (give "
@@ -175,6 +181,19 @@ def parse_exclusion(text: str, tz: str | ZoneInfo = "UTC", *, base: str | Path |
         raise CronSyntaxError(field, text, 1, text, "an interval cannot be an exclusion "
                               "(use a cron expression, MM-DD or YYYY-MM-DD)")
     return Exclusion(expr.expr, cron=expr)
+
+
+# a day exclusion depends on its text only: one object per text ('12-25' of every job)
+_DAY_EXCLUSIONS: Interner[str, Exclusion] = Interner("day exclusions", 4096)
+_NONE: frozenset[Any] = frozenset()  # one empty set for every composition without one
+
+
+def _union(sets: list[frozenset[Any]]) -> frozenset[Any]:
+    """The union, sharing an operand's set when it is the only non-empty one."""
+    full = [x for x in sets if x]
+    if not full:
+        return _NONE
+    return full[0] if len(full) == 1 else frozenset().union(*full)
 
 
 # -- instants -------------------------------------------------------------------------------
@@ -243,13 +262,8 @@ class ComposedSchedule(FireTimes):
         setter(self, "start", None if start is None else start.astimezone(zone))
         setter(self, "end", None if end is None else end.astimezone(zone))
         setter(self, "exclusions", xs)
-        dates: set[date] = set()
-        monthdays: set[tuple[int, int]] = set()
-        for x in xs:
-            dates |= x.dates
-            monthdays |= x.monthdays
-        setter(self, "_dates", frozenset(dates))
-        setter(self, "_monthdays", frozenset(monthdays))
+        setter(self, "_dates", _union([x.dates for x in xs]))
+        setter(self, "_monthdays", _union([x.monthdays for x in xs]))
         setter(self, "_xcrons", tuple(x.cron for x in xs if x.cron is not None))
         words = [p.expr for p in ordered]
         if self.at is not None:
@@ -266,7 +280,8 @@ class ComposedSchedule(FireTimes):
             None if self.at is None else floor_ts(self.at),
             None if self.start is None else floor_ts(self.start),
             None if self.end is None else floor_ts(self.end),
-            self._dates, self._monthdays, frozenset(self._xcrons), tz_key))
+            self._dates, self._monthdays, frozenset(self._xcrons) if self._xcrons else _NONE,
+            tz_key))
 
     # -- value semantics ---------------------------------------------------------------------
 
@@ -551,7 +566,13 @@ def compose(
         return parts[0]
     if lo is not None and hi is not None and floor_ts(hi) < floor_ts(lo):
         raise ValueError(f"end {_iso(hi)} is before start {_iso(lo)}")
-    return ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+    built = ComposedSchedule(parts, tz=zone, at=when, start=lo, end=hi, exclusions=xs)
+    # equal compositions written alike share one object, as parse() shares expressions
+    return _COMPOSED.get((built.expr, built._key), lambda: built)
+
+
+_COMPOSED: Interner[tuple[str, tuple[object, ...]], ComposedSchedule] = Interner(
+    "compositions", 4096)
 
 
 def _one_expr(text: str, zone: ZoneInfo) -> CronExpr:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import CronSyntaxError
+from .tables import Interner
 
 __all__ = [
     "DOM",
@@ -31,6 +32,7 @@ __all__ = [
     "SECOND",
     "FieldDef",
     "FieldSpec",
+    "field_spec",
     "parse_field",
 ]
 
@@ -201,6 +203,15 @@ def parse_field(fd: FieldDef, text: str, expr: str, col: int) -> FieldSpec:
         nth=frozenset(nth),
         last_dow=frozenset(last_dow),
     )
+
+
+_SPECS: Interner[tuple[str, str], FieldSpec] = Interner("fields", 16384)
+
+
+def field_spec(fd: FieldDef, text: str, expr: str, col: int) -> FieldSpec:
+    """:func:`parse_field`, one shared :class:`FieldSpec` per (field, text as written): a
+    spec depends on nothing else (the expression and column only place an error)."""
+    return _SPECS.get((fd.name, text), lambda: parse_field(fd, text, expr, col))
 
 
 def _item(ctx: _Ctx, item: str, offset: int, values: set[int]) -> tuple[str, int, int] | None:

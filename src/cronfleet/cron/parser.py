@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from .duration import DurationError, parse_duration
 from .errors import CronSyntaxError
-from .fields import DOM, DOW, HOUR, MINUTE, MONTH, SECOND, FieldSpec, parse_field
+from .fields import DOM, DOW, HOUR, MINUTE, MONTH, SECOND, FieldSpec, field_spec
 from .schedule import WallSchedule
 
 __all__ = ["MACROS", "CronForm", "IntervalForm", "parse_text", "resolve_tz"]
@@ -147,9 +147,9 @@ def _cron(expr: str, text: str, macro_col: int | None = None) -> CronForm:
             f"(with a leading seconds field), got {n}",
         )
     defs = _FIELDS5 if n == 5 else _FIELDS6
-    specs = [parse_field(fd, tok, expr, tcol) for fd, (tok, tcol) in zip(defs, parts, strict=True)]
+    specs = [field_spec(fd, tok, expr, tcol) for fd, (tok, tcol) in zip(defs, parts, strict=True)]
     if n == 5:
-        specs.insert(0, parse_field(SECOND, "0", expr, 1))
+        specs.insert(0, field_spec(SECOND, "0", expr, 1))
     sec, minute, hour, dom, month, dow = specs
     schedule = WallSchedule(sec, minute, hour, dom, month, dow)
     if not schedule.satisfiable():
@@ -169,5 +169,7 @@ def _cron(expr: str, text: str, macro_col: int | None = None) -> CronForm:
     # with '*' is a fixed-time job and follows the wall clock across DST changes.
     wallclock = n == 5 and not minute.text.startswith("*") and not hour.text.startswith("*")
     canonical = " ".join(t for t, _ in parts)
+    if canonical == text:
+        canonical = text  # one string, not two equal ones (a million schedules)
     return CronForm(canonical, tuple(specs), n, wallclock, schedule)
 

@@ -6,8 +6,14 @@ hour -> minute -> second) using precomputed "next allowed value >= i" tables, so
 never steps through minutes one at a time.
 
 Days depend on the month's *shape* only -- the weekday of its 1st and its length -- so the
-day tables are computed once per shape (at most 7 x 4 = 28 of them) and looked up per
-(year, month) through a small cache.
+day tables of a day rule are 28 shapes (7 weekdays x 4 lengths), and a module-level table
+gives the shape of every (year, month) (the calendar repeats every 400 years).
+
+Every table is shared by content (:mod:`.tables`): the tables of a field's values (the
+minutes ``{0}``, the hours ``9-17``...) and the :class:`DayTables` of a day rule (``* *
+*``, ``* * 1-5``, ``L * *``...) exist once per process, whatever the number of expressions
+holding them; a :class:`WallSchedule` is a handful of references. Nothing here is changed
+after it is built.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from __future__ import annotations
 from datetime import date
 
 from .fields import FieldSpec
+from .tables import Interner
 
-__all__ = ["MonthShape", "WallSchedule", "days_in_month", "first_weekday"]
+__all__ = ["DayTables", "MonthShape", "WallSchedule", "days_in_month", "first_weekday"]
 
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
-# (next-day table, previous-day table, matching days)
-MonthShape = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+# (next-day table, previous-day table, matching days); the tables hold 0 for "none"
+MonthShape = tuple[bytes, bytes, tuple[int, ...]]
 
 Wall = tuple[int, int, int, int, int, int]
 
@@ -35,6 +42,26 @@ def days_in_month(year: int, month: int) -> int:
 def first_weekday(year: int, month: int) -> int:
     """Cron weekday (0 = Sunday) of the 1st of the month."""
     return (date(year, month, 1).weekday() + 1) % 7
+
+
+def _shape_index(fw: int, n: int) -> int:
+    """Index of the month shape (weekday of the 1st ``fw``, ``n`` days) in a rule's 28."""
+    return (n - 28) * 7 + fw
+
+
+def _month_shapes() -> bytes:
+    """``t[(year % 400) * 12 + month]``: the shape index of that month (400-year cycle)."""
+    out = bytearray(400 * 12 + 13)
+    fw = first_weekday(2000, 1)  # 2000 % 400 == 0
+    for i in range(400 * 12):
+        y, m = 2000 + i // 12, i % 12 + 1
+        n = days_in_month(y, m)
+        out[(y % 400) * 12 + m] = _shape_index(fw, n)
+        fw = (fw + n) % 7
+    return bytes(out)
+
+
+_MONTH_SHAPE = _month_shapes()
 
 
 def _next_table(allowed: frozenset[int] | set[int], size: int) -> tuple[int, ...]:
@@ -59,15 +86,115 @@ def _prev_table(allowed: frozenset[int] | set[int], size: int) -> tuple[int, ...
     return tuple(out)
 
 
+# (sorted values, next table, previous table) of one field's values
+FieldTables = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+_FIELD_TABLES: Interner[tuple[int, frozenset[int]], FieldTables] = Interner("field tables",
+                                                                           16384)
+
+
+def _field_tables(values: frozenset[int], size: int) -> FieldTables:
+    """The shared tables of a second/minute (size 60), hour (24) or month (13) field.
+
+    Months: the previous table is indexed by the month itself (``t[m]``: largest allowed
+    <= m, or -1), the others by value + 1."""
+
+    def build() -> FieldTables:
+        prv = _prev_table(values, size)
+        return (tuple(sorted(values)), _next_table(values, size),
+                prv[1:] if size == 13 else prv)
+
+    return _FIELD_TABLES.get((size, values), build)
+
+
+class DayTables:
+    """The day tables of one day rule, shared by every expression with that rule.
+
+    ``shapes[(n - 28) * 7 + fw]`` is the :data:`MonthShape` of a month whose 1st is cron
+    weekday ``fw`` and which has ``n`` days; ``signature`` the matching days of all 28
+    (equal signatures mean equal day rules: one object serves both).
+    """
+
+    __slots__ = ("shapes", "signature")
+
+    shapes: tuple[MonthShape, ...]
+    signature: tuple[tuple[int, ...], ...]
+
+    def __init__(self, signature: tuple[tuple[int, ...], ...]) -> None:
+        self.signature = signature
+        self.shapes = tuple(_month_shape(days) for days in signature)
+
+
+def _month_shape(days: tuple[int, ...]) -> MonthShape:
+    nd = bytearray(33)  # nd[d] = first matching day >= d (0: none); d in 0..32
+    nxt = 0
+    for d in range(32, -1, -1):
+        if d in days:
+            nxt = d
+        nd[d] = nxt
+    pd = bytearray(32)  # pd[d] = last matching day <= d (0: none); d in 0..31
+    prv = 0
+    for d in range(32):
+        if d in days:
+            prv = d
+        pd[d] = prv
+    return (bytes(nd), bytes(pd), days)
+
+
+# day rule (what the day fields say) -> signature -> tables: two rules written
+# differently but matching the same days ('*' and '1-31' in day-of-month) share tables
+_DayRule = tuple[object, ...]
+_BY_RULE: Interner[_DayRule, DayTables] = Interner("day rules", 4096)
+_BY_SIGNATURE: Interner[tuple[tuple[int, ...], ...], DayTables] = Interner("day tables", 4096)
+
+
+def day_tables(dom: FieldSpec, dow: FieldSpec, day_and: bool) -> DayTables:
+    """The shared :class:`DayTables` of the day fields ``dom`` and ``dow``."""
+    key = (dom.values, dom.last, dom.last_weekday, dom.nearest,
+           dow.values, dow.nth, dow.last_dow, day_and)
+
+    def build() -> DayTables:
+        sig = tuple(_days_for_shape(dom, dow, day_and, fw, n)
+                    for n in (28, 29, 30, 31) for fw in range(7))
+        return _BY_SIGNATURE.get(sig, lambda: DayTables(sig))
+
+    return _BY_RULE.get(key, build)
+
+
+def _days_for_shape(dom: FieldSpec, dow: FieldSpec, day_and: bool, fw: int, n: int
+                    ) -> tuple[int, ...]:
+    """Matching days of a month whose 1st is cron weekday ``fw`` and which has ``n`` days."""
+    dom_days: set[int] = {v for v in dom.values if v <= n}
+    for k in dom.last:
+        if n - k >= 1:
+            dom_days.add(n - k)
+    if dom.last_weekday:
+        dom_days.add(_nearest_weekday(n, n, fw))
+    for k in dom.nearest:
+        dom_days.add(_nearest_weekday(min(k, n), n, fw))
+
+    dow_days: set[int] = set()
+    if dow.values:
+        dow_days.update(d for d in range(1, n + 1) if (fw + d - 1) % 7 in dow.values)
+    for wd, k in dow.nth:
+        d = 1 + (wd - fw) % 7 + 7 * (k - 1)
+        if d <= n:
+            dow_days.add(d)
+    for wd in dow.last_dow:
+        first = 1 + (wd - fw) % 7
+        dow_days.add(first + 7 * ((n - first) // 7))
+
+    days = dom_days & dow_days if day_and else dom_days | dow_days
+    return tuple(sorted(days))
+
+
 class WallSchedule:
-    """Matching rules for one expression, in wall-clock terms."""
+    """Matching rules for one expression, in wall-clock terms: references to shared
+    tables (:func:`_field_tables`, :func:`day_tables`), nothing of its own."""
 
     __slots__ = (
-        "_dom",
-        "_dow",
         "_first_month",
         "_last_month",
-        "_mcache",
         "_nhour",
         "_nmin",
         "_nmon",
@@ -78,6 +205,7 @@ class WallSchedule:
         "_psec",
         "_shapes",
         "day_and",
+        "days",
         "hours",
         "minutes",
         "months",
@@ -93,94 +221,29 @@ class WallSchedule:
         months: FieldSpec,
         dow: FieldSpec,
     ) -> None:
-        self.seconds = tuple(sorted(seconds.values))
-        self.minutes = tuple(sorted(minutes.values))
-        self.hours = tuple(sorted(hours.values))
-        self.months = tuple(sorted(months.values))
-        self._dom = dom
-        self._dow = dow
+        self.seconds, self._nsec, self._psec = _field_tables(seconds.values, 60)
+        self.minutes, self._nmin, self._pmin = _field_tables(minutes.values, 60)
+        self.hours, self._nhour, self._phour = _field_tables(hours.values, 24)
+        self.months, self._nmon, self._pmon = _field_tables(months.values, 13)
         # Vixie/cronie: AND when either day field starts with '*' (or '?'), else OR.
         self.day_and = dom.star or dow.star
-        self._nsec = _next_table(seconds.values, 60)
-        self._nmin = _next_table(minutes.values, 60)
-        self._nhour = _next_table(hours.values, 24)
-        self._nmon = _next_table(months.values, 13)
-        self._psec = _prev_table(seconds.values, 60)
-        self._pmin = _prev_table(minutes.values, 60)
-        self._phour = _prev_table(hours.values, 24)
-        self._pmon = tuple(self._prev_month(m) for m in range(13))
+        self.days = day_tables(dom, dow, self.day_and)
+        self._shapes = self.days.shapes
         self._first_month = self.months[0]
         self._last_month = self.months[-1]
-        self._shapes: dict[int, MonthShape] = {}
-        self._mcache: dict[int, MonthShape] = {}
-
-    def _prev_month(self, m: int) -> int:
-        for v in range(m, 0, -1):
-            if v in self.months:
-                return v
-        return -1
 
     # -- days ------------------------------------------------------------------------------
 
-    def days_for_shape(self, fw: int, n: int) -> tuple[int, ...]:
-        """Matching days of a month whose 1st is cron weekday ``fw`` and which has ``n`` days."""
-        dom, dow = self._dom, self._dow
-        dom_days: set[int] = {v for v in dom.values if v <= n}
-        for k in dom.last:
-            if n - k >= 1:
-                dom_days.add(n - k)
-        if dom.last_weekday:
-            dom_days.add(_nearest_weekday(n, n, fw))
-        for k in dom.nearest:
-            dom_days.add(_nearest_weekday(min(k, n), n, fw))
-
-        dow_days: set[int] = set()
-        if dow.values:
-            dow_days.update(d for d in range(1, n + 1) if (fw + d - 1) % 7 in dow.values)
-        for wd, k in dow.nth:
-            d = 1 + (wd - fw) % 7 + 7 * (k - 1)
-            if d <= n:
-                dow_days.add(d)
-        for wd in dow.last_dow:
-            first = 1 + (wd - fw) % 7
-            dow_days.add(first + 7 * ((n - first) // 7))
-
-        days = dom_days & dow_days if self.day_and else dom_days | dow_days
-        return tuple(sorted(days))
-
     def shape(self, fw: int, n: int) -> MonthShape:
-        key = fw * 32 + n
-        shp = self._shapes.get(key)
-        if shp is None:
-            days = self.days_for_shape(fw, n)
-            allowed = set(days)
-            nd = _next_table(allowed, 32)  # indices 0..32; 32 -> -1
-            nd = tuple(0 if v < 0 else v for v in nd)
-            pd = tuple(self._prev_day(allowed, d) for d in range(32))
-            shp = (nd, pd, days)
-            self._shapes[key] = shp
-        return shp
-
-    @staticmethod
-    def _prev_day(allowed: set[int], d: int) -> int:
-        for v in range(d, 0, -1):
-            if v in allowed:
-                return v
-        return 0
+        """The tables of a month whose 1st is cron weekday ``fw`` and which has ``n`` days."""
+        return self._shapes[_shape_index(fw, n)]
 
     def month(self, y: int, m: int) -> MonthShape:
-        key = y * 16 + m
-        shp = self._mcache.get(key)
-        if shp is None:
-            if len(self._mcache) > 4096:
-                self._mcache.clear()
-            shp = self.shape(first_weekday(y, m), days_in_month(y, m))
-            self._mcache[key] = shp
-        return shp
+        return self._shapes[_MONTH_SHAPE[(y % 400) * 12 + m]]
 
     def days_signature(self) -> tuple[tuple[int, ...], ...]:
         """The matching days of every month shape: equal signatures mean equal day rules."""
-        return tuple(self.shape(fw, n)[2] for n in (28, 29, 30, 31) for fw in range(7))
+        return self.days.signature
 
     def satisfiable(self) -> bool:
         """Does any (month, weekday of the 1st, length) that the calendar produces match?"""
@@ -205,7 +268,8 @@ class WallSchedule:
         nhour = self._nhour
         nmin = self._nmin
         nsec = self._nsec
-        mcache = self._mcache
+        shapes = self._shapes
+        mshape = _MONTH_SHAPE
         while True:
             m2 = nmon[mo]
             if m2 != mo:
@@ -218,9 +282,7 @@ class WallSchedule:
                     mo = m2
                 d = 1
                 h = mi = s = 0
-            shp = mcache.get(y * 16 + mo)
-            if shp is None:
-                shp = self.month(y, mo)
+            shp = shapes[mshape[(y % 400) * 12 + mo]]
             d2 = shp[0][d]
             if d2 == 0:
                 mo += 1
@@ -264,7 +326,8 @@ class WallSchedule:
         phour = self._phour
         pmin = self._pmin
         psec = self._psec
-        mcache = self._mcache
+        shapes = self._shapes
+        mshape = _MONTH_SHAPE
         while True:
             m2 = pmon[mo] if mo > 0 else -1
             if m2 != mo:
@@ -278,9 +341,7 @@ class WallSchedule:
                 d = 31
                 h = 23
                 mi = s = 59
-            shp = mcache.get(y * 16 + mo)
-            if shp is None:
-                shp = self.month(y, mo)
+            shp = shapes[mshape[(y % 400) * 12 + mo]]
             d2 = shp[1][d] if d > 0 else 0
             if d2 == 0:
                 mo -= 1
