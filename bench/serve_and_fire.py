@@ -16,7 +16,7 @@ keep-alive connection, loop over ``GET /api/jobs?limit=100``, ``GET /api/runs?li
 and ``GET /api/jobs/<job>/runs?limit=100`` (an admin token) as fast as they are answered.
 Measured: firing lateness p50 / p99 of the slots of each phase (nearest rank), the ratio
 loaded / idle (#27: p99 <= 2x), API requests/s over the loaded phase and latency p50 /
-p99, the size of each page, and the CPU of the ``cronfleet run`` process per request.
+p99, the size of each page, and the CPU of the ``cronfleet run`` process (and its API workers) per request.
 
 ``--peer-src``: the same workload on another checkout's ``src`` (e.g. the code before the
 change), in the same run, after this one. The box's load averages are printed with the
@@ -65,6 +65,21 @@ def pct(xs: list[float], p: float) -> float:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of ``pid`` and its living descendants (the API worker processes)."""
+    total = cpu_seconds(pid)
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return total
+    for kid in kids:
+        try:
+            total += tree_cpu_seconds(int(kid))
+        except OSError:
+            pass
+    return total
 
 
 def free_port() -> int:
@@ -139,8 +154,6 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
     (tmp / "tasks.py").write_text(TASKS_PY)
     toml = [f'[scheduler]\nstore = "{store}"\ntimezone = "UTC"\nprovider = "cron"\n',
             f'[api]\nhost = "127.0.0.1"\nport = {port}\n']
-    if a.api_workers is not None:
-        toml[-1] += f"workers = {a.api_workers}\n"
     for i in range(a.jobs):
         toml.append(f'[[tasks]]\nid = "job-{i:04d}"\ncron = "* * * * * *"\n'
                     'handler = "tasks:tick"\n')
@@ -156,7 +169,8 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
          "-c", str(cfg), "--json"], env=env, check=True, capture_output=True,
         text=True).stdout)["token"]
     log = open(tmp / "service.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([*cli, "run", "-c", str(cfg), "--log-level", "warning"],
+    extra = ["--api-workers", str(a.api_workers)] if a.api_workers is not None else []
+    proc = subprocess.Popen([*cli, "run", "-c", str(cfg), "--log-level", "warning", *extra],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60
@@ -172,14 +186,14 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
         i0 = math.ceil(time.time() + WARM)
         i1 = i0 + a.idle_seconds
         time.sleep(max(i1 - time.time(), 0))
-        cpu0 = cpu_seconds(proc.pid)
+        cpu0 = tree_cpu_seconds(proc.pid)
         l0 = time.time()
         res = subprocess.run(
             [sys.executable, __file__, "--clients-child", "--port", str(port), "--token", token,
              "--seconds", str(a.seconds), "--clients", str(a.clients)],
             check=True, capture_output=True, text=True)
         l1 = time.time()
-        cpu1 = cpu_seconds(proc.pid)
+        cpu1 = tree_cpu_seconds(proc.pid)
         load = loadavg()
         api = json.loads(res.stdout)
         time.sleep(2)
@@ -253,7 +267,8 @@ def main() -> int:
     ap.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     ap.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL (--store postgres)")
     ap.add_argument("--api-workers", type=int, default=None,
-                    help="[api] workers for this checkout (default: the config's default)")
+                    help="cronfleet run --api-workers N for this checkout (default: not "
+                         "passed, the command's default)")
     ap.add_argument("--peer-src", default=None, help="another checkout's src (the peer)")
     ap.add_argument("--json", default=None, help="write the figures to this file")
     ap.add_argument("--clients-child", action="store_true", help=argparse.SUPPRESS)
