@@ -16,7 +16,8 @@ keep-alive connection, loop over ``GET /api/jobs?limit=100``, ``GET /api/runs?li
 and ``GET /api/jobs/<job>/runs?limit=100`` (an admin token) as fast as they are answered.
 Measured: firing lateness p50 / p99 of the slots of each phase (nearest rank), the ratio
 loaded / idle (#27: p99 <= 2x), API requests/s over the loaded phase and latency p50 /
-p99, the size of each page, and the CPU of the ``cronfleet run`` process (and its API workers) per request.
+p99, the size of each page, and the CPU of the ``cronfleet run`` process (and its API
+workers) per request.
 
 ``--peer-src``: the same workload on another checkout's ``src`` (e.g. the code before the
 change), in the same run, after this one. The box's load averages are printed with the
@@ -26,6 +27,7 @@ figures: on a shared machine they say how much the other users took.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -75,10 +77,8 @@ def tree_cpu_seconds(pid: int) -> float:
     except OSError:
         return total
     for kid in kids:
-        try:
+        with contextlib.suppress(OSError):
             total += tree_cpu_seconds(int(kid))
-        except OSError:
-            pass
     return total
 
 
@@ -286,9 +286,12 @@ def main() -> int:
         results.append(run_service(Path(a.peer_src).resolve(), peer_args, "peer"))
         show(results[1])
         this, peer = results
-        print(f"\nthis/peer: loaded firing p99 {this['loaded']['p99_ms'] / peer['loaded']['p99_ms']:.2f}x, "
-              f"API requests/s {this['api']['rps'] / peer['api']['rps']:.2f}x, server CPU per "
-              f"request {this['api']['server_cpu_ms_per_request'] / peer['api']['server_cpu_ms_per_request']:.2f}x")
+        p99 = this["loaded"]["p99_ms"] / peer["loaded"]["p99_ms"]
+        rps = this["api"]["rps"] / peer["api"]["rps"]
+        cpu = (this["api"]["server_cpu_ms_per_request"]
+               / peer["api"]["server_cpu_ms_per_request"])
+        print(f"\nthis/peer: loaded firing p99 {p99:.2f}x, API requests/s {rps:.2f}x, "
+              f"server CPU per request {cpu:.2f}x")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     return 0
