@@ -17,7 +17,8 @@ and ``GET /api/jobs/<job>/runs?limit=100`` (an admin token) as fast as they are 
 Measured: firing lateness p50 / p99 of the slots of each phase (nearest rank), the ratio
 loaded / idle (#27: p99 <= 2x), API requests/s over the loaded phase and latency p50 /
 p99, the size of each page, and the CPU of the ``cronfleet run`` process (and its API
-workers) per request.
+workers) per request: all of it, and less what the process spent at the idle phase's
+rate (the API's own share).
 
 ``--peer-src``: the same workload on another checkout's ``src`` (e.g. the code before the
 change), in the same run, after this one. The box's load averages are printed with the
@@ -185,8 +186,11 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
                 time.sleep(0.2)
         i0 = math.ceil(time.time() + WARM)
         i1 = i0 + a.idle_seconds
+        time.sleep(max(i0 - time.time(), 0))
+        idle_cpu0, idle_t0 = tree_cpu_seconds(proc.pid), time.time()
         time.sleep(max(i1 - time.time(), 0))
         cpu0 = tree_cpu_seconds(proc.pid)
+        idle_rate = (cpu0 - idle_cpu0) / (time.time() - idle_t0)  # the scheduler's own
         l0 = time.time()
         res = subprocess.run(
             [sys.executable, __file__, "--clients-child", "--port", str(port), "--token", token,
@@ -232,7 +236,11 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
                           for p, sz, xs in zip(api["paths"], api["sizes"], api["lat"],
                                                strict=True)},
                 "server_cpu_ms_per_request": 1000 * (cpu1 - cpu0) / n_req if n_req else
-                math.nan},
+                math.nan,
+                # less the CPU the process spent while idle (firing), at the idle rate
+                "api_cpu_ms_per_request": 1000 * (cpu1 - cpu0 - idle_rate * (l1 - l0)) / n_req
+                if n_req else math.nan},
+        "idle_cpu_cores": idle_rate,
         "load": load,
         "service_errors": [ln for ln in service_log.splitlines() if "ERROR" in ln][:5],
     }
@@ -247,8 +255,10 @@ def show(r: dict[str, Any]) -> None:
     print(f"  firing loaded  p50 {lo['p50_ms']:7.1f} ms  p99 {lo['p99_ms']:7.1f} ms  "
           f"({lo['fired']}/{lo['expected']} slots)   loaded/idle p99 {ratio:.2f}x")
     print(f"  API {api['rps']:.0f} requests/s, p50 {api['p50_ms']:.1f} ms, p99 "
-          f"{api['p99_ms']:.1f} ms, {api['errors']} errors; server CPU "
-          f"{api['server_cpu_ms_per_request']:.2f} ms/request")
+          f"{api['p99_ms']:.1f} ms, {api['errors']} errors; service CPU "
+          f"{api['server_cpu_ms_per_request']:.2f} ms/request, of which the API "
+          f"{api['api_cpu_ms_per_request']:.2f} ms (idle firing: {r['idle_cpu_cores']:.2f} "
+          "cores)")
     for p, v in api["pages"].items():
         print(f"    {p:40s} {v['kb']:6.1f} KB  {v['n']:6d} requests  p50 {v['p50_ms']} ms")
     if api["error_samples"]:
@@ -288,8 +298,8 @@ def main() -> int:
         this, peer = results
         p99 = this["loaded"]["p99_ms"] / peer["loaded"]["p99_ms"]
         rps = this["api"]["rps"] / peer["api"]["rps"]
-        cpu = (this["api"]["server_cpu_ms_per_request"]
-               / peer["api"]["server_cpu_ms_per_request"])
+        cpu = (this["api"]["api_cpu_ms_per_request"]
+               / peer["api"]["api_cpu_ms_per_request"])
         print(f"\nthis/peer: loaded firing p99 {p99:.2f}x, API requests/s {rps:.2f}x, "
               f"server CPU per request {cpu:.2f}x")
     if a.json:

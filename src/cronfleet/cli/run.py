@@ -139,6 +139,9 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
     if api_fd is not None:  # an API worker of a parent's --api-workers: the probes are the
         probe_port = None  # parent's
         api_workers = 0
+        from cronfleet.api.workers import lower_priority
+
+        lower_priority()
     elif api_workers and (role != "all" or not api_on):
         loaded.cleanup()
         _fail("--api-workers serves the REST API of role all from worker processes; "
