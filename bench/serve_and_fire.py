@@ -18,7 +18,8 @@ Measured: firing lateness p50 / p99 of the slots of each phase (nearest rank), t
 loaded / idle (#27: p99 <= 2x), API requests/s over the loaded phase and latency p50 /
 p99, the size of each page, and the CPU of the ``cronfleet run`` process (and its API
 workers) per request: all of it, and less what the process spent at the idle phase's
-rate (the API's own share).
+rate (the API's own share); then ``--serial`` (200) requests of each page in a row by
+one client: the CPU per request of each page.
 
 ``--peer-src``: the same workload on another checkout's ``src`` (e.g. the code before the
 change), in the same run, after this one. The box's load averages are printed with the
@@ -47,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PG = os.environ.get("CRONFLEET_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TICK = os.sysconf("SC_CLK_TCK")
 WARM = 5.0
+PATHS = ["/api/jobs?limit=100", "/api/runs?limit=100", "/api/jobs/job-0007/runs?limit=100"]
 
 TASKS_PY = '''
 import atexit, os, time
@@ -99,7 +101,7 @@ def loadavg() -> str:
 def clients(a: argparse.Namespace) -> None:
     import http.client
 
-    paths = ["/api/jobs?limit=100", "/api/runs?limit=100", "/api/jobs/job-0007/runs?limit=100"]
+    paths = PATHS
     until = time.time() + a.seconds
     lat: list[list[float]] = [[] for _ in paths]
     sizes = [0] * len(paths)
@@ -141,6 +143,28 @@ def clients(a: argparse.Namespace) -> None:
     elapsed = time.time() - t0
     print(json.dumps({"paths": paths, "lat": lat, "sizes": sizes, "elapsed": elapsed,
                       "errors": errors[:20], "n_errors": len(errors)}))
+
+
+def serial_cpu(pid: int, port: int, token: str, n: int, idle_rate: float
+               ) -> dict[str, float]:
+    """One client, ``n`` requests of each page in a row: the service's CPU per request
+    (the process and its workers, less the idle rate), page by page."""
+    import http.client
+
+    out = {}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"}
+    for path in PATHS:
+        cpu0, t0 = tree_cpu_seconds(pid), time.time()
+        for _ in range(n):
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200, resp.status
+        cpu = tree_cpu_seconds(pid) - cpu0 - idle_rate * (time.time() - t0)
+        out[path] = 1000 * cpu / n
+    conn.close()
+    return out
 
 
 # -- one run of the service ---------------------------------------------------------------
@@ -200,7 +224,7 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
         cpu1 = tree_cpu_seconds(proc.pid)
         load = loadavg()
         api = json.loads(res.stdout)
-        time.sleep(2)
+        serial = serial_cpu(proc.pid, port, token, a.serial, idle_rate)
     finally:
         proc.terminate()
         try:
@@ -241,6 +265,7 @@ def run_service(src: Path, a: argparse.Namespace, label: str) -> dict[str, Any]:
                 "api_cpu_ms_per_request": 1000 * (cpu1 - cpu0 - idle_rate * (l1 - l0)) / n_req
                 if n_req else math.nan},
         "idle_cpu_cores": idle_rate,
+        "serial_cpu_ms": serial,
         "load": load,
         "service_errors": [ln for ln in service_log.splitlines() if "ERROR" in ln][:5],
     }
@@ -260,7 +285,8 @@ def show(r: dict[str, Any]) -> None:
           f"{api['api_cpu_ms_per_request']:.2f} ms (idle firing: {r['idle_cpu_cores']:.2f} "
           "cores)")
     for p, v in api["pages"].items():
-        print(f"    {p:40s} {v['kb']:6.1f} KB  {v['n']:6d} requests  p50 {v['p50_ms']} ms")
+        print(f"    {p:40s} {v['kb']:6.1f} KB  {v['n']:6d} requests  p50 {v['p50_ms']} ms"
+              f"  CPU {r['serial_cpu_ms'][p]:.2f} ms/request (one client, in a row)")
     if api["error_samples"]:
         print("    errors:", api["error_samples"])
     if r["service_errors"]:
@@ -274,6 +300,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=60, help="loaded phase (clients on)")
     ap.add_argument("--idle-seconds", type=int, default=20, help="idle phase (no client)")
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--serial", type=int, default=200,
+                    help="requests of each page in a row by one client, after the loaded "
+                         "phase: the CPU per request page by page")
     ap.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     ap.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL URL (--store postgres)")
     ap.add_argument("--api-workers", type=int, default=None,
