@@ -26,7 +26,6 @@ from cronfleet.api.deps import (
     visible,
     who,
 )
-from cronfleet.api.encode import page
 from cronfleet.api.errors import responses
 from cronfleet.model import Job, RunStatus
 from cronfleet.views import JobView, find_jobs, job_view, next_fires, run_stats
@@ -83,7 +82,7 @@ async def list_jobs(
                                       description="Substring of id or description.")] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Limit = 50,
-) -> Response:
+) -> dict[str, Any]:
     t = now(ctx)
     found = await fleet(ctx)
     jobs = [*ctx.scheduler.jobs.values(), *remote_jobs(ctx, found).values()]
@@ -92,7 +91,7 @@ async def list_jobs(
             ctx.scheduler.store, jobs, t, team=token.team,
             after_id=cursor, text=text, paused=paused, status=status, limit=limit)
     items = [summary(ctx, v, t, found) for v in views]
-    return page(S.JobPage, {"items": items, "next_cursor": items[-1]["id"] if more else None})
+    return {"items": items, "next_cursor": items[-1]["id"] if more else None}
 
 
 @router.post("/api/jobs", response_model=S.JobDetail, status_code=201,

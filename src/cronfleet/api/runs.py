@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Query
 
 from cronfleet.api import control
 from cronfleet.api import schemas as S
@@ -28,7 +28,6 @@ from cronfleet.api.deps import (
     visible_run,
     who,
 )
-from cronfleet.api.encode import page
 from cronfleet.api.errors import ApiError, responses
 from cronfleet.model import RunStatus
 from cronfleet.spec import FieldError, time_bound
@@ -48,15 +47,15 @@ async def job_runs(
     cursor: Annotated[int | None, Query(ge=1, le=2**63 - 1,
                                         description="Runs older than this run id.")] = None,
     limit: Limit = 50,
-) -> Response:
+) -> dict[str, Any]:
     job = await visible(ctx, token, job_id)
     with store_errors("cannot read the run history"):
         runs = await ctx.scheduler.store.list_runs(job.id, limit=limit + 1, status=status,
                                                    before_id=cursor)
     more = len(runs) > limit
     runs = runs[:limit]
-    return page(S.RunPage, {"items": [r.to_dict() for r in runs],
-                            "next_cursor": str(runs[-1].id) if more and runs else None})
+    return {"items": [r.to_dict() for r in runs],
+            "next_cursor": str(runs[-1].id) if more and runs else None}
 
 
 router.add_api_route("/api/jobs/{job_id:path}/runs", not_allowed("GET"),
@@ -92,7 +91,7 @@ async def find_runs(
     cursor: Annotated[str | None, Query(max_length=64,
                                         description="`next_cursor` of the page before.")] = None,
     limit: Limit = 50,
-) -> Response:
+) -> dict[str, Any]:
     """Runs of every job of the token's team, newest first by (slot, id); one store
     query per page."""
     at = now(ctx)
@@ -109,10 +108,10 @@ async def find_runs(
     where = RunFilter(status=status, instance_id=instance, since=since_at, until=until_at,
                       **scope)
     with store_errors("cannot read the runs"):
-        found = await ctx.scheduler.store.find_runs(where, limit=limit, after=after)
-    nxt = found.next_cursor
-    return page(S.RunPage, {"items": [r.to_dict() for r in found.runs],
-                            "next_cursor": None if nxt is None else nxt.encode()})
+        page = await ctx.scheduler.store.find_runs(where, limit=limit, after=after)
+    nxt = page.next_cursor
+    return {"items": [r.to_dict() for r in page.runs],
+            "next_cursor": None if nxt is None else nxt.encode()}
 
 
 @router.get("/api/runs/running", response_model=S.RunningPage,
