@@ -133,10 +133,11 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         )
     api_host, host_origin = pick(host, "--host", config, "api_host")
     api_port, port_origin = pick(port, "--port", config, "api_port")
+    probe_port: int | None
     probe_port, _ = pick(metrics_port, "--metrics-port", config, "metrics_port")
     worker_argv: list[str] | None = None
-    if api_fd is not None:  # an API worker of a parent's --api-workers: the probes are its
-        probe_port = None
+    if api_fd is not None:  # an API worker of a parent's --api-workers: the probes are the
+        probe_port = None  # parent's
         api_workers = 0
         from cronfleet.api.workers import lower_priority
 
