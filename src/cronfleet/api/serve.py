@@ -160,8 +160,12 @@ async def serve(
     probes: ProbeServer | None = None
     workers: Workers | None = None
     try:
-        if api and api_fd is not None:
-            sock = socket.socket(fileno=api_fd)  # a worker: the parent's listening socket
+        if api and api_fd is not None:  # a worker: the parent's listening socket
+            try:
+                sock = socket.socket(fileno=api_fd)
+            except OSError as bad:
+                raise ServeError(f"--api-fd {api_fd}: not a socket this process holds "
+                                 f"({bad.strerror or bad})") from None
         elif api:
             sock = _bind(host, port)
         if metrics_port is not None:
