@@ -13,6 +13,7 @@ from typing import Any
 
 from cronfleet import alerts, tracing
 from cronfleet.api.app import ApiSettings, create_app
+from cronfleet.api.workers import Workers
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
@@ -122,12 +123,19 @@ async def serve(
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
     preflight: Callable[[], Awaitable[None]] | None = None,
+    api_workers: int = 0,
+    worker_argv: list[str] | None = None,
+    api_fd: int | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM (or until ``stop`` is set). ``metrics_port``: also serve
     ``/healthz``, ``/readyz`` and ``/metrics`` there (:class:`~cronfleet.health.ProbeServer`),
     whatever the role. ``preflight``: checks awaited once the port is bound and the probes
     listen, before the scheduler starts (``cronfleet run``'s secrets key check, which may
-    wait for the store); what it raises stops the start."""
+    wait for the store); what it raises stops the start. ``api_workers`` > 0: this
+    process binds the port but serves nothing itself; that many ``cronfleet
+    <worker_argv>`` processes (api/workers.py) serve the API on its socket, so that no
+    request holds this scheduler's loop. ``api_fd``: the socket such a parent handed
+    this process (a worker)."""
     import uvicorn
 
     stop = stop or asyncio.Event()
@@ -150,8 +158,15 @@ async def serve(
     # slot (a supervisor's restart loop would otherwise run jobs without an API)
     sock: socket.socket | None = None
     probes: ProbeServer | None = None
+    workers: Workers | None = None
     try:
-        if api:
+        if api and api_fd is not None:  # a worker: the parent's listening socket
+            try:
+                sock = socket.socket(fileno=api_fd)
+            except OSError as bad:
+                raise ServeError(f"--api-fd {api_fd}: not a socket this process holds "
+                                 f"({bad.strerror or bad})") from None
+        elif api:
             sock = _bind(host, port)
         if metrics_port is not None:
             # before the scheduler starts: /readyz says "not ready" (503) while start-up
@@ -168,7 +183,14 @@ async def serve(
             await until_reachable(catalog.start, "the job catalog", scheduler.connect_timeout)
             watched: set[asyncio.Future[Any]] = set()
             server_task: asyncio.Task[Any] | None = None
-            if sock is not None:
+            if sock is not None and api_workers > 0:
+                workers = Workers(worker_argv or ["run", "--role", "api"], sock, api_workers)
+                workers.start()
+                watched.add(asyncio.ensure_future(workers.first_exit()))
+                name = sock.getsockname()
+                log.info("API listening on http://%s:%s (dashboard at /, docs at /docs)",
+                         _url_host(name[0]), name[1])
+            elif sock is not None:
                 codes = await _first_start_codes(api_store, host, settings)
                 app = create_app(scheduler, settings=settings, http_runtime=http_runtime,
                                  catalog=catalog, signin_codes=codes)
@@ -207,9 +229,15 @@ async def serve(
                 server.should_exit = True
                 with contextlib.suppress(BaseException):
                     await server_task
+            if workers is not None:
+                await workers.stop()
             await catalog.stop()
             raise_if_failed(loop_task)
+            if workers is not None and workers.failed:
+                raise ServeError("an API worker process exited (see the log above)")
     finally:
+        if workers is not None:
+            await workers.stop()
         if probes is not None:
             await probes.stop()
         if sock is not None:

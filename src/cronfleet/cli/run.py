@@ -63,11 +63,18 @@ _ROLES = {
          "whatever the role; separate from the API. Default: $CRONFLEET_METRICS_PORT, "
          "else [scheduler] metrics_port, else off.",
 )
-
-
+@click.option(
+    "--api-workers", type=click.IntRange(0, 64), default=0, show_default=True,
+    help="Serve the REST API from N worker processes (role api, on the same port) instead "
+         "of the scheduler's own event loop, so that API load never delays firing "
+         "(role all). 0: the API shares the scheduler's loop.",
+)
+@click.option("--api-fd", type=int, default=None, hidden=True,
+              help="(internal) an API worker: serve on this inherited socket.")
 def run_cmd(config_path: str | None, role: str | None, host: str | None, port: int | None,
             no_api: bool, connect_timeout: str | None, log_level: str | None,
-            log_format: str | None, metrics_port: int | None) -> None:
+            log_format: str | None, metrics_port: int | None, api_workers: int,
+            api_fd: int | None) -> None:
     """Run the declared jobs (and those created over the API) until SIGINT or SIGTERM,
     then stop gracefully.
 
@@ -126,7 +133,26 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         )
     api_host, host_origin = pick(host, "--host", config, "api_host")
     api_port, port_origin = pick(port, "--port", config, "api_port")
+    probe_port: int | None
     probe_port, _ = pick(metrics_port, "--metrics-port", config, "metrics_port")
+    worker_argv: list[str] | None = None
+    if api_fd is not None:  # an API worker of a parent's --api-workers: the probes are the
+        probe_port = None  # parent's
+        api_workers = 0
+        from cronfleet.api.workers import lower_priority
+
+        lower_priority()
+    elif api_workers and (role != "all" or not api_on):
+        loaded.cleanup()
+        _fail("--api-workers serves the REST API of role all from worker processes; "
+              f"here the role is {role}" + ("" if api_on else " and the API is off"),
+              EXIT_BAD_INPUT)
+    elif api_workers:
+        worker_argv = ["run", "--role", "api", "--log-level", level, "--log-format", fmt]
+        if config_path is not None:
+            worker_argv += ["--config", config_path]
+        if connect_timeout is not None:
+            worker_argv += ["--connect-timeout", connect_timeout]
     log = logging.getLogger("cronfleet.cli")
     log.info("config %s; store %s (from %s)", config.display, config.store, config.store_origin)
     if api_on:
@@ -159,7 +185,8 @@ def run_cmd(config_path: str | None, role: str | None, host: str | None, port: i
         asyncio.run(serve(scheduler, api=api_on, host=api_host, port=api_port, settings=settings,
                           http_runtime=config.http_runtime(), metrics_port=probe_port,
                           command_runtime=config.command_runtime(),
-                          preflight=lambda: _check_vault(loaded, wait_for_store)))
+                          preflight=lambda: _check_vault(loaded, wait_for_store),
+                          api_workers=api_workers, worker_argv=worker_argv, api_fd=api_fd))
     except CronfleetError as exc:
         log.error("cronfleet cannot run: %s", exc)
         code = EXIT_FAILED
