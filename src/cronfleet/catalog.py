@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store.side import ApiStore, JobDef
 
-__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
-           "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanwhile",
+           "CommandJobsDisabled", "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -62,6 +62,17 @@ class IdTaken(CronfleetError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job id {job_id!r} is already taken")
         self.job_id = job_id
+
+
+class BatchInvalid(CronfleetError):
+    """Some items of a batch of new jobs are bad, so none was stored: every problem of
+    every bad item as ``(index in the batch, problem)``."""
+
+    def __init__(self, problems: list[tuple[int, FieldProblem]]) -> None:
+        first = problems[0]
+        super().__init__(f"item {first[0]}: {first[1]}"
+                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        self.problems = problems
 
 
 class CommandJobsDisabled(CronfleetError):
@@ -390,6 +401,51 @@ class Catalog:
         if d is None:
             raise IdTaken(job_id)
         return self.apply(d)
+
+    async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]], team: str,
+                          by: str, role: str | None = "admin", *, dry_run: bool = False
+                          ) -> list[tuple[JobDef, Job | None]]:
+        """Validate every ``(id, spec)`` as :meth:`create` does, then store them all in
+        one transaction and apply them: all or nothing. Raises :class:`BatchInvalid`
+        naming every problem of every bad item (its spec, an id repeated in the batch or
+        already taken) when any is bad; then nothing is stored. ``dry_run``: the same
+        checks, including the store's, and nothing is stored or applied. Answers each
+        definition stored (or that would be) with the job applied (``None``: a job
+        declared in code or config took the id meanwhile, or a dry run)."""
+        problems: list[tuple[int, FieldProblem]] = []
+        first: dict[str, int] = {}
+        specs: list[tuple[str, dict[str, Any]]] = []
+        for i, (job_id, raw) in enumerate(items):
+            if job_id in first:
+                problems.append((i, FieldProblem(
+                    "id", f"job id {job_id!r} is already in this batch (item {first[job_id]})")))
+                continue
+            first[job_id] = i
+            if job_id in self.scheduler.jobs:
+                problems.append((i, FieldProblem("id", str(IdTaken(job_id)))))
+                continue
+            spec = _spec.canonical_spec(raw)
+            try:
+                job = self.validate(spec, team, role)
+                await self.check_secrets(job, team, role)
+            except SpecInvalid as exc:
+                problems += [(i, p) for p in exc.problems]
+                spec = {}  # its id is still checked below
+            except CommandJobsDisabled as exc:
+                problems.append((i, FieldProblem("command", str(exc))))
+                spec = {}
+            else:
+                spec = pinned(spec, job)
+            specs.append((job_id, spec))
+        defs, taken = await self.api_store.create_job_defs(
+            specs, team, by, role, dry_run=dry_run or bool(problems))
+        problems += [(first[job_id], FieldProblem("id", str(IdTaken(job_id))))
+                     for job_id in taken]
+        if problems:
+            raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
+        if dry_run:
+            return [(d, None) for d in defs]
+        return [(d, self.apply(d)) for d in defs]
 
     async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str,
                      role: str | None = "admin") -> Job:
