@@ -310,9 +310,10 @@ class Catalog:
                 self._apply(d)
             self._seen = version
 
-    def apply(self, d: JobDef) -> Job | None:
-        """Apply one definition now (this process wrote it)."""
-        return self._apply(d)
+    def apply(self, d: JobDef, built: Job | None = None) -> Job | None:
+        """Apply one definition now (this process wrote it); ``built``: the job its spec
+        describes, already built when it was validated (not built again)."""
+        return self._apply(d, built)
 
     # -- changes (what the API and the CLI call) ---------------------------------------
 
@@ -415,6 +416,7 @@ class Catalog:
         problems: list[tuple[int, FieldProblem]] = []
         first: dict[str, int] = {}
         specs: list[tuple[str, dict[str, Any]]] = []
+        built: dict[str, Job] = {}
         for i, (job_id, raw) in enumerate(items):
             if job_id in first:
                 problems.append((i, FieldProblem(
@@ -436,6 +438,7 @@ class Catalog:
                 spec = {}
             else:
                 spec = pinned(spec, job)
+                built[job_id] = job
             specs.append((job_id, spec))
         defs, taken = await self.api_store.create_job_defs(
             specs, team, by, role, dry_run=dry_run or bool(problems))
@@ -443,9 +446,15 @@ class Catalog:
                      for job_id in taken]
         if problems:
             raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
-        if dry_run:
+        if dry_run or not defs:
             return [(d, None) for d in defs]
-        return [(d, self.apply(d)) for d in defs]
+        made = [(d, self.apply(d, built[d.id])) for d in defs]
+        async with self._lock:
+            # the batch's versions follow each other: when this process had seen every
+            # change before it, it has seen every change up to the batch's last one too
+            if self._seen == defs[0].version - 1:
+                self._seen = defs[-1].version
+        return made
 
     async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str,
                      role: str | None = "admin") -> Job:
@@ -475,7 +484,7 @@ class Catalog:
         if tomb is not None:
             self.apply(tomb)
 
-    def _apply(self, d: JobDef) -> Job | None:
+    def _apply(self, d: JobDef, built: Job | None = None) -> Job | None:
         sched = self.scheduler
         if self._versions.get(d.id) == d.version:
             return sched.jobs.get(d.id)
@@ -493,9 +502,9 @@ class Catalog:
                 log.info("job %s removed (deleted over the API)", d.id)
             return None
         try:
-            job = build_job(d.spec, team=d.team, runtime=self.runtime,
-                            saved_role=d.saved_role, allow_commands=self.allow_commands,
-                            command_runtime=self.command_runtime)
+            job = built if built is not None else build_job(
+                d.spec, team=d.team, runtime=self.runtime, saved_role=d.saved_role,
+                allow_commands=self.allow_commands, command_runtime=self.command_runtime)
         except (SpecInvalid, CommandJobsDisabled) as exc:
             log.error("stored job %r ignored: %s", d.id, exc)
             return None

@@ -144,3 +144,16 @@ async def test_a_body_that_is_not_a_batch(api: Api) -> None:
     expect(await api.post("/api/jobs:batch", "alpha-editor", json=[spec("x")]), 422,
            "VALIDATION_ERROR")
     expect(await api.post("/api/jobs:batch", "alpha-editor", json={"jobs": []}), 201)
+
+
+async def test_other_processes_follow_a_batch(make_api: MakeApi) -> None:
+    one = await make_api(instance_id="api-1")
+    two = await make_api(instance_id="api-2")
+    expect(await one.post("/api/jobs:batch", "alpha-editor",
+                          json={"jobs": [spec("f0"), spec("f1")]}), 201)
+    await two.catalog.refresh()
+    assert {"f0", "f1"} <= set(two.scheduler.jobs)
+    # the writer, up to date after its own batch, still sees the next change elsewhere
+    await two.create_job("f2", HOOK)
+    await one.catalog.refresh()
+    assert "f2" in one.scheduler.jobs and one.scheduler.jobs["f1"].team == "alpha"
