@@ -310,10 +310,12 @@ class Catalog:
                 self._apply(d)
             self._seen = version
 
-    def apply(self, d: JobDef, built: Job | None = None) -> Job | None:
+    def apply(self, d: JobDef, built: Job | None = None,
+              adding: list[Job] | None = None) -> Job | None:
         """Apply one definition now (this process wrote it); ``built``: the job its spec
-        describes, already built when it was validated (not built again)."""
-        return self._apply(d, built)
+        describes, already built when it was validated (not built again); ``adding``: a
+        new job goes in this list, which the caller adds to the scheduler at once."""
+        return self._apply(d, built, adding)
 
     # -- changes (what the API and the CLI call) ---------------------------------------
 
@@ -423,7 +425,7 @@ class Catalog:
                     "id", f"job id {job_id!r} is already in this batch (item {first[job_id]})")))
                 continue
             first[job_id] = i
-            if job_id in self.scheduler.jobs:
+            if self._current(job_id) is not None:
                 problems.append((i, FieldProblem("id", str(IdTaken(job_id)))))
                 continue
             spec = _spec.canonical_spec(raw)
@@ -448,7 +450,11 @@ class Catalog:
             raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
         if dry_run or not defs:
             return [(d, None) for d in defs]
-        made = [(d, self.apply(d, built[d.id])) for d in defs]
+        adding: list[Job] = []
+        made = [(d, self.apply(d, built[d.id], adding)) for d in defs]
+        self.scheduler.add_jobs(adding)
+        log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
+                 defs[0].id, defs[-1].id)
         async with self._lock:
             # the batch's versions follow each other: when this process had seen every
             # change before it, it has seen every change up to the batch's last one too
@@ -484,11 +490,20 @@ class Catalog:
         if tomb is not None:
             self.apply(tomb)
 
-    def _apply(self, d: JobDef, built: Job | None = None) -> Job | None:
+    def _current(self, job_id: str) -> Job | None:
+        """The scheduler's job with this id (without copying its whole job list, as
+        ``scheduler.jobs`` does: this runs once per definition)."""
+        try:
+            return self.scheduler.get_job(job_id)
+        except JobNotFound:
+            return None
+
+    def _apply(self, d: JobDef, built: Job | None = None,
+               adding: list[Job] | None = None) -> Job | None:
         sched = self.scheduler
         if self._versions.get(d.id) == d.version:
-            return sched.jobs.get(d.id)
-        existing = sched.jobs.get(d.id)
+            return self._current(d.id)
+        existing = self._current(d.id)
         if existing is not None and d.id not in self._versions:
             if d.deleted_at is None:
                 log.error("stored job %r ignored: a job declared in %s has this id",
@@ -511,6 +526,9 @@ class Catalog:
         if d.id in self._versions:
             sched.replace_job(job)
             log.info("job %s updated (version %d)", d.id, d.version)
+        elif adding is not None:
+            adding.append(job)
+            log.debug("job %s added from the catalog", d.id)
         else:
             sched.add_job(job)
             log.info("job %s added from the catalog", d.id)

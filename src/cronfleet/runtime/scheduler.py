@@ -372,6 +372,22 @@ class Scheduler(SyncControl):
         return register
 
     def add_job(self, job: Job) -> Job:
+        self._take(job)
+        if self.running:
+            self.life.spawn(self._add_running([job]))
+            self.registry.changed()
+        return job
+
+    def add_jobs(self, jobs: Sequence[Job]) -> None:
+        """Add many jobs as :meth:`add_job` adds each; a running scheduler reads their
+        states in one store call (a batch of jobs created over the API)."""
+        for job in jobs:
+            self._take(job)
+        if self.running and jobs:
+            self.life.spawn(self._add_running(list(jobs)))
+            self.registry.changed()
+
+    def _take(self, job: Job) -> None:
         if job.id in self._jobs:
             raise DuplicateJob(f"job id {job.id!r} is declared twice")
         if job.handler is None:
@@ -379,10 +395,6 @@ class Scheduler(SyncControl):
         check_lanes(job, self.store)
         self._jobs[job.id] = job
         self.ownership.changed(None, job)
-        if self.running:
-            self.life.spawn(self._add_running(job))
-            self.registry.changed()
-        return job
 
     def remove_job(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)
@@ -413,11 +425,14 @@ class Scheduler(SyncControl):
     def iter_jobs(self) -> Iterable[Job]:
         return iter(self._jobs.values())
 
-    async def _add_running(self, job: Job) -> None:
-        if not self.ownership.admit(job):
-            return  # another instance plans it
-        states = await self.store.ensure_jobs([job.id])
-        self.due.first(job, states.get(job.id), self.clock.now())
+    async def _add_running(self, jobs: list[Job]) -> None:
+        mine = [job for job in jobs if self.ownership.admit(job)]  # others: another plans
+        if not mine:
+            return
+        states = await self.store.ensure_jobs([job.id for job in mine])
+        now = self.clock.now()
+        for job in mine:
+            self.due.first(job, states.get(job.id), now)
         self.wake()
 
     # -- events -------------------------------------------------------------------------
