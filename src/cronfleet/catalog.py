@@ -452,7 +452,8 @@ class Catalog:
             return [(d, None) for d in defs]
         adding: list[Job] = []
         made = [(d, self.apply(d, built[d.id], adding)) for d in defs]
-        self.scheduler.add_jobs(adding)
+        if adding:
+            self.scheduler.add_job(*adding)
         log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
                  defs[0].id, defs[-1].id)
         async with self._lock:

@@ -371,30 +371,25 @@ class Scheduler(SyncControl):
 
         return register
 
-    def add_job(self, job: Job) -> Job:
-        self._take(job)
+    def add_job(self, job: Job, *more: Job) -> Job:
+        """Add ``job`` (and ``more`` jobs at once: a running scheduler reads all their
+        states in one store call, as for a batch created over the API); returns ``job``."""
+        jobs = [job, *more]
+        seen: set[str] = set()
+        for j in jobs:  # every check first: all are added, or none
+            if j.id in self._jobs or j.id in seen:
+                raise DuplicateJob(f"job id {j.id!r} is declared twice")
+            if j.handler is None:
+                raise ValueError(f"job {j.id!r} has no handler")
+            check_lanes(j, self.store)
+            seen.add(j.id)
+        for j in jobs:
+            self._jobs[j.id] = j
+            self.ownership.changed(None, j)
         if self.running:
-            self.life.spawn(self._add_running([job]))
+            self.life.spawn(self._add_running(jobs))
             self.registry.changed()
         return job
-
-    def add_jobs(self, jobs: Sequence[Job]) -> None:
-        """Add many jobs as :meth:`add_job` adds each; a running scheduler reads their
-        states in one store call (a batch of jobs created over the API)."""
-        for job in jobs:
-            self._take(job)
-        if self.running and jobs:
-            self.life.spawn(self._add_running(list(jobs)))
-            self.registry.changed()
-
-    def _take(self, job: Job) -> None:
-        if job.id in self._jobs:
-            raise DuplicateJob(f"job id {job.id!r} is declared twice")
-        if job.handler is None:
-            raise ValueError(f"job {job.id!r} has no handler")
-        check_lanes(job, self.store)
-        self._jobs[job.id] = job
-        self.ownership.changed(None, job)
 
     def remove_job(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)
