@@ -108,7 +108,9 @@ async def create_job(body: S.JobCreate, ctx: Ctx, token: Editor) -> dict[str, An
 
 
 @router.post("/api/jobs:batch", response_model=S.BatchCreated, status_code=201,
-             responses=responses(401, 403, 413, 422, 503))
+             responses={200: {"model": S.BatchCreated,
+                              "description": "dry_run: what would be created; nothing was"},
+                        **responses(401, 403, 413, 422, 503)})
 async def create_jobs(
     body: S.JobBatch, ctx: Ctx, token: Editor,
     dry_run: Annotated[bool, Query(description="Check everything, store nothing: answers "
