@@ -442,21 +442,23 @@ class Catalog:
                 spec = pinned(spec, job)
                 built[job_id] = job
             specs.append((job_id, spec))
-        defs, taken = await self.api_store.create_job_defs(
-            specs, team, by, role, dry_run=dry_run or bool(problems))
-        problems += [(first[job_id], FieldProblem("id", str(IdTaken(job_id))))
-                     for job_id in taken]
-        if problems:
-            raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
-        if dry_run or not defs:
-            return [(d, None) for d in defs]
-        adding: list[Job] = []
-        made = [(d, self.apply(d, built[d.id], adding)) for d in defs]
-        if adding:
-            self.scheduler.add_job(*adding)
-        log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
-                 defs[0].id, defs[-1].id)
+        # under the catalog's lock: the store's own announcement of this write must not
+        # start a full reload (refresh) before the batch is applied and counted as seen
         async with self._lock:
+            defs, taken = await self.api_store.create_job_defs(
+                specs, team, by, role, dry_run=dry_run or bool(problems))
+            problems += [(first[job_id], FieldProblem("id", str(IdTaken(job_id))))
+                         for job_id in taken]
+            if problems:
+                raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
+            if dry_run or not defs:
+                return [(d, None) for d in defs]
+            adding: list[Job] = []
+            made = [(d, self.apply(d, built[d.id], adding)) for d in defs]
+            if adding:
+                self.scheduler.add_job(*adding)
+            log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
+                     defs[0].id, defs[-1].id)
             # the batch's versions follow each other: when this process had seen every
             # change before it, it has seen every change up to the batch's last one too
             if self._seen == defs[0].version - 1:
