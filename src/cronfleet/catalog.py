@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from cronfleet.runtime.scheduler import Scheduler
     from cronfleet.store.side import ApiStore, ChangeKey, JobDef
 
-__all__ = ["API_HTTP_KEYS", "API_KEYS", "Catalog", "ChangedMeanwhile", "CommandJobsDisabled",
-           "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
+__all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanwhile",
+           "CommandJobsDisabled", "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -63,6 +63,17 @@ class IdTaken(CronfleetError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job id {job_id!r} is already taken")
         self.job_id = job_id
+
+
+class BatchInvalid(CronfleetError):
+    """Some items of a batch of new jobs are bad, so none was stored: every problem of
+    every bad item as ``(index in the batch, problem)``."""
+
+    def __init__(self, problems: list[tuple[int, FieldProblem]]) -> None:
+        first = problems[0]
+        super().__init__(f"item {first[0]}: {first[1]}"
+                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        self.problems = problems
 
 
 class CommandJobsDisabled(CronfleetError):
@@ -337,9 +348,12 @@ class Catalog:
             self._apply(d)
         return len(defs)
 
-    def apply(self, d: JobDef) -> Job | None:
-        """Apply one definition now (this process wrote it)."""
-        return self._apply(d)
+    def apply(self, d: JobDef, built: Job | None = None,
+              adding: list[Job] | None = None) -> Job | None:
+        """Apply one definition now (this process wrote it); ``built``: the job its spec
+        describes, already built when it was validated (not built again); ``adding``: a
+        new job goes in this list, which the caller adds to the scheduler at once."""
+        return self._apply(d, built, adding)
 
     # -- changes (what the API and the CLI call) ---------------------------------------
 
@@ -429,6 +443,69 @@ class Catalog:
             raise IdTaken(job_id)
         return self.apply(d)
 
+    async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]], team: str,
+                          by: str, role: str | None = "admin", *, dry_run: bool = False
+                          ) -> list[tuple[JobDef, Job | None]]:
+        """Validate every ``(id, spec)`` as :meth:`create` does, then store them all in
+        one transaction and apply them: all or nothing. Raises :class:`BatchInvalid`
+        naming every problem of every bad item (its spec, an id repeated in the batch or
+        already taken) when any is bad; then nothing is stored. ``dry_run``: the same
+        checks, including the store's, and nothing is stored or applied. Answers each
+        definition stored (or that would be) with the job applied (``None``: a job
+        declared in code or config took the id meanwhile, or a dry run)."""
+        problems: list[tuple[int, FieldProblem]] = []
+        first: dict[str, int] = {}
+        specs: list[tuple[str, dict[str, Any]]] = []
+        built: dict[str, Job] = {}
+        for i, (job_id, raw) in enumerate(items):
+            if job_id in first:
+                problems.append((i, FieldProblem(
+                    "id", f"job id {job_id!r} is already in this batch (item {first[job_id]})")))
+                continue
+            first[job_id] = i
+            if self._current(job_id) is not None:
+                problems.append((i, FieldProblem("id", str(IdTaken(job_id)))))
+                continue
+            spec = _spec.canonical_spec(raw)
+            try:
+                job = self.validate(spec, team, role)
+                await self.check_secrets(job, team, role)
+            except SpecInvalid as exc:
+                problems += [(i, p) for p in exc.problems]
+                spec = {}  # its id is still checked below
+            except CommandJobsDisabled as exc:
+                problems.append((i, FieldProblem("command", str(exc))))
+                spec = {}
+            else:
+                spec = pinned(spec, job)
+                built[job_id] = job
+            specs.append((job_id, spec))
+        # under the catalog's lock: the store's own announcement of this write must not
+        # start a full reload (refresh) before the batch is applied and counted as seen
+        async with self._lock:
+            defs, taken = await self.api_store.create_job_defs(
+                specs, team, by, role, dry_run=dry_run or bool(problems))
+            problems += [(first[job_id], FieldProblem("id", str(IdTaken(job_id))))
+                         for job_id in taken]
+            if problems:
+                raise BatchInvalid(sorted(problems, key=lambda p: p[0]))
+            if dry_run or not defs:
+                return [(d, None) for d in defs]
+            adding: list[Job] = []
+            made = [(d, self.apply(d, built[d.id], adding)) for d in defs]
+            if adding:
+                self.scheduler.add_job(*adding)
+            log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
+                     defs[0].id, defs[-1].id)
+            # the batch's versions follow each other: when this process had seen every
+            # change before it, it has seen every change up to the batch's last one too
+            # (the feed's cursor likewise: nothing to read again)
+            if self._seen == defs[0].version - 1:
+                self._seen = defs[-1].version
+            if self._cursor[0] == defs[0].version - 1:
+                self._cursor = (defs[-1].version, defs[-1].id)
+        return made
+
     async def update(self, job: Job, changes: Mapping[str, Any], team: str, by: str,
                      role: str | None = "admin") -> Job:
         """Apply ``changes`` (:func:`merge_changes`) to the stored spec, validate the
@@ -457,14 +534,20 @@ class Catalog:
         if tomb is not None:
             self.apply(tomb)
 
-    def _apply(self, d: JobDef) -> Job | None:
+    def _current(self, job_id: str) -> Job | None:
+        """The scheduler's job with this id (without copying its whole job list, as
+        ``scheduler.jobs`` does: this runs once per definition)."""
+        try:
+            return self.scheduler.get_job(job_id)
+        except JobNotFound:
+            return None
+
+    def _apply(self, d: JobDef, built: Job | None = None,
+               adding: list[Job] | None = None) -> Job | None:
         sched = self.scheduler
         # one lookup, not ``sched.jobs`` (a copy of the whole table: a start-up applying
         # N definitions would copy it N times)
-        try:
-            existing: Job | None = sched.get_job(d.id)
-        except JobNotFound:
-            existing = None
+        existing = self._current(d.id)
         if self._versions.get(d.id) == d.version:
             return existing
         if existing is not None and d.id not in self._versions:
@@ -480,15 +563,18 @@ class Catalog:
                 log.info("job %s removed (deleted over the API)", d.id)
             return None
         try:
-            job = build_job(d.spec, team=d.team, runtime=self.runtime,
-                            saved_role=d.saved_role, allow_commands=self.allow_commands,
-                            command_runtime=self.command_runtime)
+            job = built if built is not None else build_job(
+                d.spec, team=d.team, runtime=self.runtime, saved_role=d.saved_role,
+                allow_commands=self.allow_commands, command_runtime=self.command_runtime)
         except (SpecInvalid, CommandJobsDisabled) as exc:
             log.error("stored job %r ignored: %s", d.id, exc)
             return None
         if d.id in self._versions:
             sched.replace_job(job)
             log.info("job %s updated (version %d)", d.id, d.version)
+        elif adding is not None:
+            adding.append(job)
+            log.debug("job %s added from the catalog", d.id)
         else:
             sched.add_job(job)
             log.info("job %s added from the catalog", d.id)

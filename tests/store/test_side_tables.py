@@ -175,6 +175,41 @@ async def test_reserved_ids(side: SideTables, side2: SideTables) -> None:
     assert len(await side2.api.reserved_ids("c")) == 1200
 
 
+async def test_create_job_defs_all_or_nothing(side: SideTables, side2: SideTables,
+                                              clock: FakeClock) -> None:
+    api, api2 = side.api, side2.api
+    await api.create_job_def("live", "a", {"cron": "0 * * * *"}, "me")
+    await api.create_job_def("gone", "b", {}, "me")
+    await api.delete_job_def("gone", "b", "me")  # another team's tombstone keeps the id
+    await api.reserve_ids([("cfg", "b", "config")])
+    version = await api.catalog_version()
+    good = [(f"n{i}", {"cron": f"{i} * * * *"}) for i in range(3)]
+    # every taken id is named, and none of the good ones is written
+    assert await api.create_job_defs([*good, ("live", {}), ("gone", {}), ("cfg", {})],
+                                     "a", "me") == ([], ["live", "gone", "cfg"])
+    assert await api.create_job_defs([*good, ("n1", {})], "a", "me") == ([], ["n1"])
+    assert await api2.catalog_version() == version
+    assert [d.id for d in await api2.job_defs()] == ["live"]
+    # a dry run decides the same and writes nothing
+    would, taken = await api.create_job_defs(good, "a", "me", "editor", dry_run=True)
+    assert taken == [] and [d.id for d in would] == ["n0", "n1", "n2"]
+    assert await api2.catalog_version() == version and len(await api2.job_defs()) == 1
+    clock.advance(1)
+    made, taken = await api.create_job_defs(good, "a", "me", "editor")
+    assert taken == []
+    assert [(d.id, d.version, d.team, d.saved_role, d.spec) for d in made] == [
+        (f"n{i}", version + 1 + i, "a", "editor", {"cron": f"{i} * * * *"}) for i in range(3)]
+    assert made[0].created_at == NOW + timedelta(seconds=1)
+    assert await api2.catalog_version() == version + 3
+    assert [await api2.job_def(f"n{i}") for i in range(3)] == made
+    assert await api.create_job_defs([], "a", "me") == ([], [])
+    # its own tombstone is revived in a batch, as one at a time
+    await api.delete_job_def("n0", "a", "me")
+    again, taken = await api2.create_job_defs([("n0", {"cron": "9 * * * *"})], "a", "me")
+    assert taken == [] and again[0].deleted_at is None and again[0].spec == {
+        "cron": "9 * * * *"}
+
+
 async def test_concurrent_catalog_writes_take_turns(side: SideTables,
                                                     side2: SideTables) -> None:
     made = await asyncio.gather(*(

@@ -7,13 +7,19 @@ answers (422, 404, 409, 503).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from cronfleet.api.deps import Context, in_time, store_errors
+from cronfleet.api.deps import BATCH_DEADLINE, Context, in_time, store_errors
 from cronfleet.api.errors import ApiError
-from cronfleet.catalog import ChangedMeanwhile, CommandJobsDisabled, IdTaken, SpecInvalid
+from cronfleet.catalog import (
+    BatchInvalid,
+    ChangedMeanwhile,
+    CommandJobsDisabled,
+    IdTaken,
+    SpecInvalid,
+)
 from cronfleet.clock import from_ts
 from cronfleet.errors import (
     CronfleetError,
@@ -24,11 +30,12 @@ from cronfleet.errors import (
     StoreError,
 )
 from cronfleet.model import Job, JobState, RunRecord
-from cronfleet.spec import FieldError, pause_until
+from cronfleet.spec import FieldError, FieldProblem, pause_until
 from cronfleet.store.base import FleetRequest
+from cronfleet.store.side import JobDef
 
-__all__ = ["backfill", "cancel_backfill", "cancel_run", "create_job", "delete_job", "invalid",
-           "set_override", "taken", "until_time", "update_job"]
+__all__ = ["backfill", "cancel_backfill", "cancel_run", "create_job", "create_jobs",
+           "delete_job", "invalid", "set_override", "taken", "until_time", "update_job"]
 
 REMOTE_TIMEOUT = 30.0  # seconds to wait for a live instance to take a request
 
@@ -132,6 +139,22 @@ async def create_job(ctx: Context, job_id: str, spec: dict[str, Any], team: str,
     async with in_time("cannot store the job"):
         with _catalog_errors(job_id, "cannot store the job"):
             return await ctx.catalog.create(job_id, spec, team, by, role)
+
+
+async def create_jobs(ctx: Context, items: Sequence[tuple[int, str, dict[str, Any]]],
+                      team: str, by: str, role: str = "admin", *, dry_run: bool = False
+                      ) -> tuple[list[tuple[JobDef, Job | None]], list[tuple[int, FieldProblem]]]:
+    """Many new stored jobs, all or none (:meth:`Catalog.create_many`): ``items`` are
+    ``(index in the request, id, spec)``. Answers what was stored (or would be), or, when
+    any item is bad, nothing stored and every problem by its request index."""
+    async with in_time("cannot store the jobs", BATCH_DEADLINE):
+        with store_errors("cannot store the jobs"):
+            try:
+                made = await ctx.catalog.create_many([(j, s) for _, j, s in items], team,
+                                                     by, role, dry_run=dry_run)
+            except BatchInvalid as exc:
+                return [], [(items[i][0], p) for i, p in exc.problems]
+    return made, []
 
 
 async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: str,

@@ -26,6 +26,7 @@ log = logging.getLogger("cronfleet.api")
 
 __all__ = [
     "ALL_METHODS",
+    "BATCH_DEADLINE",
     "MAX_PAGE",
     "Admin",
     "ApiSettings",
@@ -175,6 +176,8 @@ INTERACTIVE_DEADLINE = 2.0
 """Seconds a store call of an API request may take (token check, a change and its audit
 entry each): past it the request answers 503 with ``Retry-After``, never a client's own
 timeout."""
+BATCH_DEADLINE = 30.0
+"""Seconds a batch of up to 1,000 new jobs may take (validation and its one transaction)."""
 RETRY_AFTER = "5"  # seconds, the 503's Retry-After: a store that hangs may be failing over
 
 
@@ -193,17 +196,19 @@ def store_errors(what: str) -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def in_time(what: str) -> AsyncIterator[None]:
-    """The block's store calls get :data:`INTERACTIVE_DEADLINE` seconds: a store that
+async def in_time(what: str, deadline: float = INTERACTIVE_DEADLINE
+                  ) -> AsyncIterator[None]:
+    """The block's store calls get ``deadline`` seconds (:data:`INTERACTIVE_DEADLINE`
+    unless said, :data:`BATCH_DEADLINE` for a batch of jobs): a store that
     does not answer (a stalled connection, a pool with no connection to give) answers 503
     with ``Retry-After`` instead of holding the request. A change that timed out may still
     be recorded when the store comes back: every change the API makes can be sent again."""
     try:
-        async with asyncio.timeout(INTERACTIVE_DEADLINE):
+        async with asyncio.timeout(deadline):
             yield
     except TimeoutError:
         raise unavailable(f"{what}: the store did not answer within "
-                          f"{INTERACTIVE_DEADLINE:g}s; the change may or may not be "
+                          f"{deadline:g}s; the change may or may not be "
                           "recorded: send it again when the store answers") from None
 
 

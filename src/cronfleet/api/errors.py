@@ -92,6 +92,18 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+def field_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
+    """Pydantic's errors as ``{"field", "message"}``, the field a dotted path."""
+    out = []
+    for e in errors:
+        loc = tuple(e.get("loc", ()))
+        # drop pydantic's union-branch names (e.g. "float") from the field path
+        loc = tuple(p for p in loc if p not in ("str", "float", "int", "datetime",
+                                                "function-after[...]"))
+        out.append({"field": _field(loc), "message": str(e.get("msg", "invalid"))})
+    return out
+
+
 def _allowed_methods(request: Request) -> list[str]:
     """Every documented method of every route matching the path (Starlette's own 405
     names only the first route's)."""
@@ -129,13 +141,7 @@ def install(app: FastAPI) -> None:
         bad_body = _not_json(exc.errors())
         if bad_body is not None:  # docs/api.md: a body that is not JSON is a 400
             return problem(400, "BAD_REQUEST", f"the body is not JSON: {bad_body}")
-        errors = []
-        for e in exc.errors():
-            loc = tuple(e.get("loc", ()))
-            # drop pydantic's union-branch names (e.g. "float") from the field path
-            loc = tuple(p for p in loc if p not in ("str", "float", "int", "datetime",
-                                                    "function-after[...]"))
-            errors.append({"field": _field(loc), "message": str(e.get("msg", "invalid"))})
+        errors = field_errors(exc.errors())
         first = errors[0] if errors else {"field": "?", "message": "invalid"}
         message = f"{first['field']}: {first['message']}"
         if len(errors) > 1:
@@ -165,4 +171,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, unexpected)
 
 
-__all__ += ["PROBLEM_JSON", "ErrorBody", "body", "problem"]
+__all__ += ["PROBLEM_JSON", "ErrorBody", "body", "field_errors", "problem"]

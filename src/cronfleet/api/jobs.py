@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from cronfleet.api import control
 from cronfleet.api import schemas as S
@@ -26,7 +28,7 @@ from cronfleet.api.deps import (
     visible,
     who,
 )
-from cronfleet.api.errors import responses
+from cronfleet.api.errors import ApiError, field_errors, responses
 from cronfleet.model import Job, RunStatus
 from cronfleet.views import JobView, find_jobs, job_view, next_fires, run_stats
 
@@ -103,6 +105,60 @@ async def create_job(body: S.JobCreate, ctx: Ctx, token: Editor) -> dict[str, An
     if job is None:
         raise control.taken(body.id)
     return await detail(ctx, job)
+
+
+@router.post("/api/jobs:batch", response_model=S.BatchCreated, status_code=201,
+             responses={200: {"model": S.BatchCreated,
+                              "description": "dry_run: what would be created; nothing was"},
+                        **responses(401, 403, 413, 422, 503)})
+async def create_jobs(
+    body: S.JobBatch, ctx: Ctx, token: Editor,
+    dry_run: Annotated[bool, Query(description="Check everything, store nothing: answers "
+                                               "what would be created (200).")] = False,
+) -> Any:
+    """Up to 1,000 new jobs at once, all or none: each item is judged as ``POST
+    /api/jobs`` judges its body; one bad item stores none and the 422 names every problem
+    of every bad item as ``jobs[index].field``."""
+    if len(body.jobs) > S.MAX_BATCH:
+        raise ApiError(413, "TOO_LARGE",
+                       f"jobs: {len(body.jobs)} jobs; a batch holds at most {S.MAX_BATCH}",
+                       {"field": "jobs", "limit": S.MAX_BATCH, "count": len(body.jobs)})
+    problems: list[dict[str, Any]] = []
+    items: list[tuple[int, str, dict[str, Any]]] = []
+    for i, raw in enumerate(body.jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(raw, dict):
+            problems.append({"field": where, "index": i,
+                             "message": f"expected a job (an object), got "
+                                        f"{type(raw).__name__}"})
+            continue
+        try:
+            one = S.JobCreate.model_validate(raw)
+        except ValidationError as exc:
+            problems += [{**e, "field": f"{where}.{e['field']}", "index": i}
+                         for e in field_errors(exc.errors(include_url=False))]
+            continue
+        if one.id is None:
+            problems.append({"field": f"{where}.id", "index": i, "message": "Field required"})
+            continue
+        items.append((i, one.id, one.model_dump(mode="json", exclude_none=True,
+                                                by_alias=True)))
+    made, bad = await control.create_jobs(ctx, items, token.team, who(token), token.role,
+                                          dry_run=dry_run or bool(problems))
+    problems += [{**p.under(f"jobs[{i}]").to_dict(), "index": i} for i, p in bad]
+    if problems:
+        problems.sort(key=lambda p: int(p["index"]))
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ApiError(422, "VALIDATION_ERROR",
+                       f"{first['field']}: {first['message']}{more}; no job was created",
+                       {"errors": problems})
+    if not dry_run:
+        await audit(ctx, token, "job.create_batch", f"{len(made)} jobs",
+                    {"ids": [d.id for d, _ in made]})
+    out = {"dry_run": dry_run, "count": len(made),
+           "jobs": [{"id": d.id, "version": d.version} for d, _ in made]}
+    return JSONResponse(out, status_code=200 if dry_run else 201)
 
 
 # the ``/api/jobs/{job_id:path}`` routes: the app includes this router after the runs and

@@ -456,6 +456,27 @@ class JobDetail(JobSummary):
     updated_by: str | None = None
 
 
+MAX_BATCH = 1000  # jobs in one POST /api/jobs:batch
+
+
+class JobBatch(BaseModel):
+    __doc__ = (f"Up to {MAX_BATCH} jobs to store at once, all or none; each item is what "
+               "POST /api/jobs takes (a JobCreate).")
+    jobs: list[Any] = Field(description=f"The jobs (JobCreate objects), at most {MAX_BATCH}; "
+                                        "more answer 413.")
+
+
+class BatchJob(BaseModel):
+    id: str
+    version: int = Field(description="The definition's catalog version.")
+
+
+class BatchCreated(BaseModel):
+    dry_run: bool = Field(description="true: nothing was stored; these would be.")
+    count: int
+    jobs: list[BatchJob]
+
+
 # -- overrides, triggers --------------------------------------------------------------------
 
 

@@ -189,6 +189,132 @@ def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | Non
     click.echo(f"created job {job_id!r} (team {team}) in {loaded.config.store}")
 
 
+_MAX_BATCH = 1000  # the API's batch limit (POST /api/jobs:batch)
+
+
+def _read_jsonl(path: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """Every job of a JSON Lines file (``-``: standard input) as ``(line, id, spec)``;
+    blank lines are skipped. Exit 2 at the first line that cannot be read (invalid JSON,
+    with its column; not an object; no valid id), before anything is stored."""
+    import json
+    from pathlib import Path
+
+    from cronfleet.spec import check_job_id
+
+    try:
+        text = (sys.stdin.read() if path == "-"
+                else Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}",
+              EXIT_BAD_INPUT)
+    name = "<stdin>" if path == "-" else path
+    out: list[tuple[int, str, dict[str, Any]]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            _fail(f"{name}:{n}:{exc.colno}: invalid JSON: {exc.msg}; nothing was created",
+                  EXIT_BAD_INPUT)
+        if not isinstance(value, dict):
+            _fail(f"{name}:{n}: expected a JSON object (a job), got {type(value).__name__}; "
+                  "nothing was created", EXIT_BAD_INPUT)
+        job_id = value.get("id")
+        if job_id is None:
+            _fail(f"{name}:{n}: id: is missing; nothing was created", EXIT_BAD_INPUT)
+        if (problem := check_job_id(job_id)) is not None:
+            _fail(f"{name}:{n}: id: {problem}; nothing was created", EXIT_BAD_INPUT)
+        out.append((n, job_id, value))
+    return out
+
+
+@jobs_cmd.command("import", epilog=_EXIT_CODES)
+@click.argument("path", metavar="FILE.jsonl")
+@click.option("--dry-run", is_flag=True,
+              help="Check every job (as the store would) and create none.")
+@click.option("--batch-size", type=click.IntRange(1, _MAX_BATCH), default=_MAX_BATCH,
+              show_default=True, help="Jobs per transaction.")
+@_TEAM
+@_BY
+@_CONFIG
+@_JSON
+def jobs_import_cmd(path: str, dry_run: bool, batch_size: int, team: str, by: str | None,
+                    config_path: str | None, as_json: bool) -> None:
+    """Create many jobs from FILE.jsonl (`-`: standard input): one job per line, each what
+    `POST /api/jobs` takes. The whole file is read first; then every batch is checked
+    (spec, ids repeated in the file or already taken) and only when every job is valid
+    are they created, one transaction per batch, as `POST /api/jobs:batch` does. Every
+    problem is reported by line; a file with one bad job creates nothing."""
+    import time
+
+    from cronfleet.catalog import BatchInvalid, Catalog
+    from cronfleet.store.factory import open_api_store
+
+    name = "<stdin>" if path == "-" else path
+    jobs = _read_jsonl(path)
+    problems: list[tuple[int, str]] = []
+    first: dict[str, int] = {}
+    for n, job_id, _ in jobs:
+        if job_id in first:
+            problems.append((n, f"id: job id {job_id!r} is already on line {first[job_id]}"))
+        first.setdefault(job_id, n)
+    batches = [jobs[i:i + batch_size] for i in range(0, len(jobs), batch_size)]
+    loaded = _load(config_path, strict=False)
+    who = by or _who()
+    started = time.monotonic()
+    created: list[int] = []  # jobs created, per batch
+    with loaded:
+        scheduler = loaded.scheduler(timers=False)
+
+        async def go(store: Any) -> None:
+            api_store = open_api_store(loaded.config.store)
+            try:
+                catalog = Catalog(scheduler, api_store)
+                for batch in batches:  # check every batch first: nothing made yet
+                    try:
+                        await catalog.create_many([(j, s) for _, j, s in batch], team, who,
+                                                  dry_run=True)
+                    except BatchInvalid as exc:
+                        problems.extend((batch[i][0], str(p)) for i, p in exc.problems)
+                if problems or dry_run:
+                    return
+                for batch in batches:
+                    made = await catalog.create_many([(j, s) for _, j, s in batch], team,
+                                                     who)
+                    created.append(len(made))
+                    await api_store.audit(
+                        team=team, actor=who, action="job.create_batch",
+                        target=f"{len(made)} jobs",
+                        details={"ids": [d.id for d, _ in made], "via": "cli"})
+            finally:
+                await api_store.close()
+
+        try:
+            _control(lambda: _session(loaded, go), loaded.config.store)
+        except BatchInvalid as exc:  # taken meanwhile, after the check
+            line = batches[len(created)][exc.problems[0][0]][0]
+            _fail(f"{name}:{line}: {exc}; created {sum(created)} jobs in {len(created)} "
+                  f"batches before it (lines up to "
+                  f"{batches[len(created) - 1][-1][0] if created else 0})", EXIT_FAILED)
+    seconds = time.monotonic() - started
+    if problems:
+        for n, message in sorted(problems):
+            click.echo(f"{name}:{n}: {message}", err=True)
+        _fail(f"{len(problems)} problem(s) in {len({n for n, _ in problems})} job(s); "
+              "nothing was created", EXIT_BAD_INPUT)
+    summary = {"dry_run": dry_run, "jobs": len(jobs), "created": sum(created),
+               "batches": len(batches), "seconds": round(seconds, 3), "team": team}
+    if as_json:
+        _echo_json(summary)
+    elif dry_run:
+        click.echo(f"dry run: {len(jobs)} jobs valid in {len(batches)} batches "
+                   f"({seconds:.2f}s); nothing was created")
+    else:
+        click.echo(f"created {sum(created)} jobs (team {team}) in {len(batches)} batches in "
+                   f"{seconds:.2f}s in {loaded.config.store}")
+
+
 @jobs_cmd.command("delete", epilog=_EXIT_CODES)
 @click.argument("job_id", metavar="ID")
 @_BY

@@ -371,16 +371,25 @@ class Scheduler(SyncControl):
 
         return register
 
-    def add_job(self, job: Job) -> Job:
-        if job.id in self._jobs:
-            raise DuplicateJob(f"job id {job.id!r} is declared twice")
-        if job.handler is None:
-            raise ValueError(f"job {job.id!r} has no handler")
-        check_lanes(job, self.store)
-        self._jobs[job.id] = job
-        self.ownership.changed(None, job)
+    def add_job(self, job: Job, *more: Job) -> Job:
+        """Add ``job`` (and ``more``: all are checked first, then all are added, or none);
+        returns ``job``. A running scheduler reads the states of every job added in one
+        turn of the loop together (:meth:`Ownership.add`)."""
+        jobs = [job, *more]
+        seen: set[str] = set()
+        for j in jobs:  # every check first: all are added, or none
+            if j.id in self._jobs or j.id in seen:
+                raise DuplicateJob(f"job id {j.id!r} is declared twice")
+            if j.handler is None:
+                raise ValueError(f"job {j.id!r} has no handler")
+            check_lanes(j, self.store)
+            seen.add(j.id)
+        for j in jobs:
+            self._jobs[j.id] = j
+            self.ownership.changed(None, j)
         if self.running:
-            self.ownership.add(job)
+            for j in jobs:
+                self.ownership.add(j)
             self.registry.changed()
         return job
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from cronfleet.store.side import (
     check_role,
     hash_token,
     new_token,
+    repeated,
     req_dt,
 )
 
@@ -178,17 +180,38 @@ class MemoryApiStore:
         self._rows.defs[new.id] = new
         return new
 
-    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None, role: str | None = None) -> JobDef | None:
+    def _new_def(self, job_id: str, team: str, spec: dict[str, Any], by: str | None,
+                 role: str | None, version: int, now: datetime) -> JobDef | None:
+        """The definition :meth:`create_job_def` writes at ``version`` (None: refused)."""
         old = self._rows.defs.get(job_id)
         if old is not None and (old.deleted_at is None or old.team != team):
             return None
         held = self._rows.reserved.get(job_id)
         if held is not None and held[0] != team:
             return None
+        return JobDef(job_id, team, _spec(spec), version, now, now, by, by, None, role)
+
+    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None, role: str | None = None) -> JobDef | None:
+        new = self._new_def(job_id, team, spec, by, role, self._rows.version + 1,
+                            req_dt(_ms(self.clock)))
+        return None if new is None else self._bump(new)
+
+    async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
+                              by: str | None, role: str | None = None, *,
+                              dry_run: bool = False) -> tuple[list[JobDef], list[str]]:
         now = req_dt(_ms(self.clock))
-        return self._bump(JobDef(job_id, team, _spec(spec), self._rows.version + 1, now, now,
-                                 by, by, None, role))
+        news = [self._new_def(job_id, team, spec, by, role, self._rows.version + 1 + i, now)
+                for i, (job_id, spec) in enumerate(items)]
+        taken = [job_id for (job_id, _), new in zip(items, news, strict=True) if new is None]
+        taken += [i for i in repeated([j for j, _ in items]) if i not in taken]
+        if taken:
+            return [], taken
+        written = [n for n in news if n is not None]
+        if not dry_run:
+            for new in written:
+                self._bump(new)
+        return written, []
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, *, expect_version: int | None = None,

@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -39,6 +40,7 @@ __all__ = [
     "check_role",
     "hash_token",
     "new_token",
+    "repeated",
 ]
 
 ROLES = ("viewer", "editor", "admin")
@@ -69,6 +71,18 @@ def ms(dt: datetime) -> int:
 
 def dt(value: int | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value / 1000, UTC)
+
+
+def repeated(ids: Sequence[str]) -> list[str]:
+    """The ids that occur more than once in ``ids`` (each once, in order of first
+    repeat): a batch of definitions with one of them is refused whole."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for i in ids:
+        if i in seen and i not in out:
+            out.append(i)
+        seen.add(i)
+    return out
 
 
 def req_dt(value: int) -> datetime:
@@ -295,6 +309,16 @@ class ApiStore(Protocol):
         """Insert (or revive a tombstone of the same team); None when a live definition
         has this id, another team's deleted one (its runs keep that team), or the id is
         reserved to another team by a config or code job (:meth:`reserve_ids`)."""
+        ...
+
+    async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
+                              by: str | None, role: str | None = None, *,
+                              dry_run: bool = False) -> tuple[list[JobDef], list[str]]:
+        """Every ``(id, spec)`` as :meth:`create_job_def` would insert it, in one
+        transaction, all or nothing: answers ``(definitions, [])`` when every one was
+        written, or ``([], taken ids)`` -- the ids :meth:`create_job_def` would refuse
+        (or repeated in ``items``) -- when none was. ``dry_run``: the same decision, and
+        nothing is ever written (the definitions answered are what would be stored)."""
         ...
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],

@@ -38,6 +38,7 @@ from cronfleet.store.side import (
     dt,
     hash_token,
     new_token,
+    repeated,
     req_dt,
 )
 
@@ -61,6 +62,15 @@ class SideSQL(Protocol):
     async def write(self, name: str, params: tuple[Any, ...] = (), *, catalog: bool = False
                     ) -> Rows:
         """One named statement; ``catalog``: serialised against every catalog writer."""
+        ...
+
+    async def write_each(self, name: str, params: Sequence[tuple[Any, ...]], *,
+                         catalog: bool = False,
+                         keep: Callable[[list[Rows]], bool] = lambda rows: True
+                         ) -> list[Rows]:
+        """One transaction: the named statement once per parameter tuple, in order; it
+        commits when ``keep(the rows of each)`` is true, and is rolled back otherwise.
+        ``catalog``: serialised against every catalog writer."""
         ...
 
     async def atomic(self, first: Sequence[Step], read: Step,
@@ -258,13 +268,39 @@ class SqlApiStore:
         rows = await self._db.query("def_get", (job_id,))
         return _def(rows[0]) if rows else None
 
+    @staticmethod
+    def _create_params(job_id: str, team: str, spec: dict[str, Any], by: str | None,
+                       role: str | None, now: int) -> tuple[Any, ...]:
+        """``def_create``'s parameters (one definition, alone or in a batch)."""
+        return (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by, role,
+                job_id, team)
+
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, role: str | None = None) -> JobDef | None:
-        now = self._now_ms()
         rows = await self._write_defs(
-            "def_create", (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by,
-                           role, job_id, team))
+            "def_create", self._create_params(job_id, team, spec, by, role, self._now_ms()))
         return _def(rows[0]) if rows else None
+
+    async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
+                              by: str | None, role: str | None = None, *,
+                              dry_run: bool = False) -> tuple[list[JobDef], list[str]]:
+        dupes = repeated([job_id for job_id, _ in items])
+        if dupes:
+            return [], dupes
+        if not items:
+            return [], []
+        now = self._now_ms()
+        # the one insert statement of a definition, once per item, in one transaction
+        results = await self._db.write_each(
+            "def_create", [self._create_params(job_id, team, spec, by, role, now)
+                           for job_id, spec in items],
+            catalog=True, keep=lambda each: not dry_run and all(each))
+        taken = [job_id for (job_id, _), rows in zip(items, results, strict=True) if not rows]
+        if taken:
+            return [], taken
+        if not dry_run:
+            await self._announce()
+        return [_def(rows[0]) for rows in results], []
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, *, expect_version: int | None = None,
@@ -285,10 +321,16 @@ class SqlApiStore:
         a statement writing several rows: max + 1, max + 2, ... one per row), which puts
         the row in the change feed; other schedulers are told when it wrote anything."""
         rows = await self._db.write(name, params, catalog=True)
-        if rows:  # the change is stored; other schedulers see it at their next look anyway
-            with contextlib.suppress(StoreError):
-                await self._db.announce("catalog")
+        if rows:
+            await self._announce()
         return rows
+
+    async def _announce(self) -> None:
+        """Tell other schedulers the catalog changed (the change is stored: they see it
+        at their next look anyway). A batch (``create_job_defs``, ``def_create`` once per
+        item in one transaction under the same lock) announces once."""
+        with contextlib.suppress(StoreError):
+            await self._db.announce("catalog")
 
     async def reserve_ids(self, jobs: list[tuple[str, str, str]]) -> None:
         if not jobs:

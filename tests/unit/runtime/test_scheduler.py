@@ -1017,3 +1017,22 @@ async def test_jobs_added_while_running_are_queued_in_batches(
     # every one is queued for its first slot
     assert {j for j, at in s.due.next.items() if at == T0 + 60} == {
         f"j{i:05d}" for i in range(n)} | {"late"}
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_add_job_adds_several_at_once_or_none(make: Make, clock: FakeClock,
+                                                   running: list) -> None:
+    from cronfleet import Job
+    from cronfleet.errors import DuplicateJob
+
+    s = make()
+    rec = Recorder()
+    await s.start()
+    running.append(s)
+    a, b = Job.create("60s", rec, id="a"), Job.create("60s", rec, id="b")
+    with pytest.raises(DuplicateJob):
+        s.add_job(a, Job.create("60s", rec, id="c"), Job.create("60s", rec, id="a"))
+    assert set(s.jobs) == set()  # a repeat among them: none was added
+    assert s.add_job(a, b) is a
+    await advance(clock, 60, s, step=30)
+    assert sorted(c.job_id for c in rec.calls) == ["a", "b"]  # both planned while running

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from importlib import resources
@@ -42,6 +42,7 @@ from cronfleet.store.side import (
     hash_token,
     ms,
     new_token,
+    repeated,
     req_dt,
 )
 from cronfleet.store.url import redact_url
@@ -313,7 +314,6 @@ class RedisApiStore:
         self._audit, self._audit_id = k("audit"), k("audit:id")
         self._defs, self._version = k("defs"), k("defs:version")
         self._changes, self._built = k("defs:changes"), k("defs:changes:built")
-        self._feed_ready = False
         self._reserved = k("job_ids")
 
     def __repr__(self) -> str:
@@ -441,8 +441,7 @@ class RedisApiStore:
     async def job_defs_changed(self, after: ChangeKey, limit: int) -> list[JobDef]:
         # versions are unique on Redis (the counter is compare-and-set), so the version
         # alone places a definition in the feed
-        if not self._feed_ready:
-            await self._build_feed()
+        await self._build_feed()
         raw = await self._side.go(lambda c: self._side.script(
             c, _FEED, self._changes, self._defs, after[0], limit))
         return [_def(r) for r in raw if r is not None]
@@ -450,9 +449,10 @@ class RedisApiStore:
     async def _build_feed(self) -> None:
         """Put the definitions written before the change feed existed (an older
         cronfleet's) in it, once per store: chunks of ids, each indexed atomically from
-        its current JSON (a score only rises), then the mark that it is done."""
+        its current JSON (a score only rises), then the mark that it is done. The mark
+        is looked at before every read of the feed (one ``EXISTS``): a store emptied or
+        restored from an older backup meanwhile is indexed again."""
         if await self._side.go(lambda c: c.exists(self._built)):
-            self._feed_ready = False
             return
 
         async def build(c: aioredis.Redis) -> None:
@@ -467,7 +467,6 @@ class RedisApiStore:
             await c.set(self._built, "1")
 
         await self._side.go(build)
-        self._feed_ready = False
 
     async def job_def(self, job_id: str) -> JobDef | None:
         raw = await self._side.go(lambda c: c.hget(self._defs, job_id))
@@ -485,23 +484,37 @@ class RedisApiStore:
             raw = await c.hget(self._defs, job_id)
             current = await c.get(self._version)
             held = await c.hget(self._reserved, job_id)
-            reserved = None if held is None else json.loads(held)["team"]
             version = int(current or 0) + 1
-            new = decide(None if raw is None else _def(raw), version, self._now_ms(), reserved)
+            new, checks, sets = self._decided(job_id, raw, held, version, self._now_ms(),
+                                              decide)
             if new is None:
                 return None, [], [], None
-            checks: list[Check] = [(self._defs, job_id, raw), (self._version, None, current),
-                                   (self._reserved, job_id, held)]
-            return (_def(new), checks,
-                    [(self._defs, job_id, new), (self._version, None, str(version)),
-                     (self._changes, job_id, str(version), "zadd")],
+            return (new, [*checks, (self._version, None, current)],
+                    [*sets, (self._version, None, str(version))],
                     (f"{self._side.prefix}events", "catalog"))
 
         written: JobDef | None = await self._side.step(body)
         return written
 
-    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
-                             by: str | None, role: str | None = None) -> JobDef | None:
+    def _decided(self, job_id: str, raw: Any, held: Any, version: int, now: int,
+                 decide: Callable[[JobDef | None, int, int, str | None], str | None]
+                 ) -> tuple[JobDef | None, list[Check], list[Set]]:
+        """One definition's write: ``decide`` on what was read (its stored JSON ``raw``,
+        its reservation ``held``), the values to check, and what to set: the hash field
+        and its place in the change feed (every writer of a definition goes through
+        here, alone or in a batch)."""
+        reserved = None if held is None else json.loads(held)["team"]
+        new = decide(None if raw is None else _def(raw), version, now, reserved)
+        if new is None:
+            return None, [], []
+        return (_def(new), [(self._defs, job_id, raw), (self._reserved, job_id, held)],
+                [(self._defs, job_id, new), (self._changes, job_id, str(version), "zadd")])
+
+    @staticmethod
+    def _creating(job_id: str, team: str, spec: dict[str, Any], by: str | None,
+                  role: str | None
+                  ) -> Callable[[JobDef | None, int, int, str | None], str | None]:
+        """:meth:`create_job_def`'s decision for one definition (alone or in a batch)."""
         def decide(old: JobDef | None, version: int, now: int, reserved: str | None
                    ) -> str | None:
             # a live definition keeps its id; only its own team revives a tombstone; an id
@@ -512,7 +525,53 @@ class RedisApiStore:
                 return None
             return _def_json(job_id, team, spec, version, now, now, by, by, None, role)
 
-        return await self._write_def(job_id, decide)
+        return decide
+
+    async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
+                             by: str | None, role: str | None = None) -> JobDef | None:
+        return await self._write_def(job_id, self._creating(job_id, team, spec, by, role))
+
+    async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
+                              by: str | None, role: str | None = None, *,
+                              dry_run: bool = False) -> tuple[list[JobDef], list[str]]:
+        dupes = repeated([job_id for job_id, _ in items])
+        if dupes:
+            return [], dupes
+        if not items:
+            return [], []
+        ids = [job_id for job_id, _ in items]
+
+        async def body(c: aioredis.Redis) -> Any:
+            # every definition's own decision (the single create's), then one compare-and-
+            # set script for all of them: all written, or none
+            raws = await c.hmget(self._defs, ids)
+            current = await c.get(self._version)
+            helds = await c.hmget(self._reserved, ids)
+            now = self._now_ms()
+            base = int(current or 0)
+            written: list[JobDef] = []
+            taken: list[str] = []
+            checks: list[Check] = [(self._version, None, current)]
+            sets: list[Set] = []
+            for i, ((job_id, spec), raw, held) in enumerate(
+                    zip(items, raws, helds, strict=True)):
+                new, check, put = self._decided(
+                    job_id, raw, held, base + 1 + i, now,
+                    self._creating(job_id, team, spec, by, role))
+                if new is None:
+                    taken.append(job_id)
+                else:
+                    written.append(new)
+                    checks += check
+                    sets += put
+            if taken or dry_run:
+                return ([] if taken else written, taken), [], [], None
+            return ((written, []), checks,
+                    [*sets, (self._version, None, str(base + len(items)))],
+                    (f"{self._side.prefix}events", "catalog"))
+
+        out: tuple[list[JobDef], list[str]] = await self._side.step(body)
+        return out
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, *, expect_version: int | None = None,

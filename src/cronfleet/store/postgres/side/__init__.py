@@ -68,6 +68,21 @@ class PostgresSide:
 
         return await in_store_call(await self._handle.get(), go, tx=True)
 
+    async def write_each(self, name: str, params: Sequence[tuple[Any, ...]], *,
+                         catalog: bool = False,
+                         keep: Callable[[list[Rows]], bool] = lambda rows: True
+                         ) -> list[Rows]:
+        async def go(cur: Cursor) -> list[Rows]:
+            if catalog:
+                await self._exec(cur, "catalog_lock", ())
+            await cur.execute("SAVEPOINT write_each")
+            out = [await self._exec(cur, name, p) for p in params]
+            if not keep(out):
+                await cur.execute("ROLLBACK TO SAVEPOINT write_each")
+            return out
+
+        return await in_store_call(await self._handle.get(), go, tx=True)
+
     async def atomic(self, first: Sequence[Step], read: Step,
                      then: Callable[[Rows], Sequence[Step]]) -> Rows:
         async def go(cur: Cursor) -> Rows:

@@ -59,6 +59,25 @@ class SQLiteSide:
         # SQLite runs one writer at a time: a single statement is already serialised
         return await self.query(name, params)
 
+    async def write_each(self, name: str, params: Sequence[tuple[Any, ...]], *,
+                         catalog: bool = False,
+                         keep: Callable[[list[Rows]], bool] = lambda rows: True
+                         ) -> list[Rows]:
+        text = self._q[name]
+
+        def go(c: sqlite3.Connection) -> list[Rows]:
+            c.execute("BEGIN IMMEDIATE")  # one writer at a time
+            try:
+                out = [c.execute(text, p).fetchall() for p in params]
+                c.execute("COMMIT" if keep(out) else "ROLLBACK")
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+            return out
+
+        return await self._go(go)
+
     async def atomic(self, first: Sequence[Step], read: Step,
                      then: Callable[[Rows], Sequence[Step]]) -> Rows:
         q = self._q
