@@ -284,3 +284,21 @@ async def test_postgres_a_version_is_not_visible_before_the_lower_ones(
     finally:
         await store.close()
         drop_schema(schema)
+
+
+async def test_a_batch_enters_the_feed_in_order(side: SideTables, side2: SideTables) -> None:
+    """``create_job_defs`` (one transaction for many) gives each definition its own
+    consecutive version, so another process reads the batch from the feed like single
+    writes; a dry run or a refused batch writes nothing there."""
+    await side.api.create_job_def("first", "t", spec("first"), "me")
+    items = [(f"b{i}", spec(f"b{i}", i)) for i in range(5)]
+    assert await side.api.create_job_defs(items, "t", "me", dry_run=True) != ([], [])
+    assert [d.id for d in await side2.api.job_defs_changed((0, ""), 100)] == ["first"]
+    defs, taken = await side.api.create_job_defs(items, "t", "me")
+    assert taken == [] and [d.version for d in defs] == [2, 3, 4, 5, 6]
+    feed = await side2.api.job_defs_changed((1, "first"), 100)
+    assert [(d.id, d.version) for d in feed] == [(f"b{i}", 2 + i) for i in range(5)]
+    # an id already taken refuses the whole batch: the feed does not move
+    assert await side.api.create_job_defs([("new", spec("new")), ("b0", spec("b0"))], "t",
+                                          "me") == ([], ["b0"])
+    assert await side2.api.job_defs_changed((6, "b4"), 100) == []
