@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -256,6 +257,7 @@ class Catalog:
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._lock = asyncio.Lock()
+        self._loading = False  # the first load, at start
 
     @property
     def started(self) -> bool:
@@ -268,7 +270,14 @@ class Catalog:
         if self._task is not None:
             return
         await self.reserve_declared()
-        await self.refresh()
+        began = time.monotonic()
+        self._loading = True  # one line for the whole first load, not one per job
+        try:
+            await self.refresh()
+        finally:
+            self._loading = False
+        log.info("%d job(s) loaded from the catalog in %.1f s", len(self._versions),
+                 time.monotonic() - began)
         self._changed = asyncio.Event()
         subscribe = getattr(self.scheduler.store, "subscribe", None)
         if subscribe is not None:
@@ -577,7 +586,7 @@ class Catalog:
             log.debug("job %s added from the catalog", d.id)
         else:
             sched.add_job(job)
-            log.info("job %s added from the catalog", d.id)
+            (log.debug if self._loading else log.info)("job %s added from the catalog", d.id)
         self._versions[d.id] = d.version
         return job
 

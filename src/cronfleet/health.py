@@ -23,10 +23,12 @@ __all__ = ["ProbeServer", "readiness"]
 STORE_TIMEOUT = 5.0
 
 
-async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str, Any]]:
-    """Ready: the scheduler runs, the store answers within 5 s and is not damaged, and
-    (with timers) the loop
-    is alive and at most ``max_overdue`` seconds behind its earliest due slot."""
+async def readiness(scheduler: Any, max_overdue: float, *, catalog: Any = None
+                    ) -> tuple[bool, dict[str, Any]]:
+    """Ready: the scheduler runs, the store answers within 5 s and is not damaged, (with
+    timers) the loop is alive and at most ``max_overdue`` seconds behind its earliest due
+    slot, and the ``catalog`` (the jobs created over the API), when there is one, has
+    loaded them: a process still reading a large catalog plans none of its jobs yet."""
     health: dict[str, Any] = scheduler.health()
     checks: dict[str, Any] = {"scheduler": health}
     ok = bool(scheduler.running)
@@ -54,6 +56,12 @@ async def readiness(scheduler: Any, max_overdue: float) -> tuple[bool, dict[str,
                               f"slot (limit {max_overdue:g}s)")
         else:
             checks["loop"] = "ok"
+    if catalog is not None:
+        if catalog.started:
+            checks["catalog"] = "ok"
+        else:
+            ok = False
+            checks["catalog"] = "loading the jobs created over the API"
     return ok, checks
 
 
@@ -66,8 +74,9 @@ class ProbeServer:
     (port 0 picks a free one: read :attr:`port` after :meth:`start`)."""
 
     def __init__(self, scheduler: Any, host: str = "0.0.0.0", port: int = 9090, *,
-                 ready_max_overdue: float = 30.0) -> None:
+                 ready_max_overdue: float = 30.0, catalog: Any = None) -> None:
         self.scheduler = scheduler
+        self.catalog = catalog
         self.host = host
         self.port = port
         self.ready_max_overdue = ready_max_overdue
@@ -111,7 +120,8 @@ class ProbeServer:
         if path == "/healthz":
             return 200, "application/json", b'{"status": "ok"}'
         if path == "/readyz":
-            ok, checks = await readiness(self.scheduler, self.ready_max_overdue)
+            ok, checks = await readiness(self.scheduler, self.ready_max_overdue,
+                                         catalog=self.catalog)
             body = {"status": "ready" if ok else "not ready", "checks": checks}
             return (200 if ok else 503), "application/json", json.dumps(body).encode()
         from cronfleet.extras import MissingExtra

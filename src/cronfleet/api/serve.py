@@ -173,7 +173,7 @@ async def serve(
             # waits for the store, /healthz that the process lives
             probes = ProbeServer(scheduler, metrics_host, metrics_port,
                                  ready_max_overdue=(settings or ApiSettings())
-                                 .ready_max_overdue)
+                                 .ready_max_overdue, catalog=catalog)
             await probes.start()
         if preflight is not None and not await _unless_stopped(preflight(), stop):
             return  # SIGTERM while it waited for the store: nothing started

@@ -69,3 +69,36 @@ async def test_a_damaged_sqlite_file_is_not_ready(tmp_path: Path) -> None:
         s.store.damaged = True  # type: ignore[attr-defined]  # as StoreDamaged sets it
         status, body = await _request(probes.port, b"GET /readyz HTTP/1.1\r\n\r\n")
         assert status == 503 and b"damaged: stop every process and restore" in body
+
+
+async def test_not_ready_while_the_catalog_loads(tmp_path: Path) -> None:
+    """A process still reading the jobs created over the API plans none of them: its
+    probe says so (503) until the catalog's first load is done."""
+    from cronfleet.catalog import Catalog
+    from cronfleet.store.factory import open_api_store
+
+    s = Scheduler(f"sqlite:///{tmp_path / 'p.db'}")
+    async with s:
+        api = open_api_store(s.store)
+        await api.create_job_def("stored", "default", {
+            "id": "stored", "schedule": "1h", "http": {"url": "https://example.com/x"}}, "me")
+        catalog = Catalog(s, api)
+        gate = asyncio.Event()
+        refresh = catalog.refresh
+
+        async def slow() -> None:  # the first load takes a while
+            await gate.wait()
+            await refresh()
+
+        catalog.refresh = slow  # type: ignore[method-assign]
+        async with ProbeServer(s, "127.0.0.1", 0, catalog=catalog) as probes:
+            loading = asyncio.ensure_future(catalog.start())
+            status, body = await _request(probes.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+            assert status == 503
+            assert b'"catalog": "loading the jobs created over the API"' in body
+            gate.set()
+            await loading
+            status, body = await _request(probes.port, b"GET /readyz HTTP/1.1\r\n\r\n")
+            assert status == 200 and b'"catalog": "ok"' in body
+            assert "stored" in s.jobs
+            await catalog.stop()
