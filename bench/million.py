@@ -8,8 +8,8 @@ one PostgreSQL or Redis store.
     .venv/bin/python bench/million.py --jobs 100000 --kill             # kill -9 one midway
 
 The definitions are written straight into a fresh schema (PostgreSQL: ``COPY``) or prefix
-(Redis: the store's ``create_job_def``), each spec built as the API stores it. Every
-request lands on a sink in this process (a small asyncio HTTP server on 127.0.0.1, allowed
+(Redis: the store's ``create_job_defs``, 1,000 per call), each spec as the API stores it.
+Every request lands on a sink in this process (a small asyncio HTTP server on 127.0.0.1, allowed
 by ``[api] private_targets``), which counts runs on the handler's side: job (from the
 path), slot (``X-Cronfleet-Slot``), time received. Printed for each process: the time
 until ``/readyz`` answers 200 and the largest RSS; for the fleet: slots due in the window,
@@ -151,13 +151,14 @@ def load_redis(url: str, n: int, sink: int) -> None:
         st: Any = open_store(url)
         await st.open()
         api: Any = open_api_store(st)
-        batch: list[Any] = []
+        batch: list[tuple[str, dict[str, Any]]] = []
         for job_id, spec in specs(n, sink):
-            batch.append(api.create_job_def(job_id, "default", json.loads(spec), "bench"))
-            if len(batch) == 500:
-                await asyncio.gather(*batch)
+            batch.append((job_id, json.loads(spec)))
+            if len(batch) == 1000:  # one transaction per 1,000, as POST /api/jobs:batch
+                await api.create_job_defs(batch, "default", "bench")
                 batch.clear()
-        await asyncio.gather(*batch)
+        if batch:
+            await api.create_job_defs(batch, "default", "bench")
         await st.close()
 
     asyncio.run(go())
@@ -260,7 +261,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         if redis is not None:
-            redis.stop()
+            redis.close()
         elif a.store == "postgres":
             with contextlib.suppress(Exception):
                 pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
