@@ -121,7 +121,7 @@ def test_api_replica_and_worker_share_stored_jobs_and_pauses(tmp_path: Path) -> 
             assert r.status_code == 201, r.text
             # the worker starts after the job exists: it finds it in the catalog at start
             worker, worker_log = spawn(tmp_path, "worker", "--role", "worker")
-            wait_for(worker_log, r"job hook added from the catalog", worker)
+            wait_for(worker_log, r"1 job\(s\) loaded from the catalog", worker)
 
             def runs(status: str) -> list[dict[str, object]]:
                 r = client.get("/api/jobs/hook/runs", params={"status": status, "limit": 200})
