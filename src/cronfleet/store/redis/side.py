@@ -83,8 +83,7 @@ class RedisSide:
         self._handle = handle
         self.what = what
         self.prefix = handle.store.prefix
-        self._sha: str | None = None
-        self._shas: dict[str, str] = {}
+        self._shas: dict[str, str] = {}  # each script's SHA, once loaded
 
     def key(self, name: str) -> str:
         return f"{self.prefix}side:{name}"
@@ -107,18 +106,11 @@ class RedisSide:
         arg = json.dumps({"check": [[k, f, _text(v)] for k, f, v in checks],
                           "set": [list(s) for s in sets],
                           "publish": None if publish is None else list(publish)})
-        if self._sha is None:
-            self._sha = await c.script_load(_CAS)
-        try:
-            done = await c.evalsha(self._sha, 0, arg)
-        except rexc.NoScriptError:  # the server restarted (or SCRIPT FLUSH)
-            self._sha = await c.script_load(_CAS)
-            done = await c.evalsha(self._sha, 0, arg)
-        return bool(done)
+        return bool(await self.script(c, _CAS, arg))
 
     async def script(self, c: aioredis.Redis, source: str, *args: Any) -> Any:
-        """Run a read-only or idempotent script (``args``: its ARGV), loaded on first use
-        and again when the server forgot it."""
+        """Run a script (``args``: its ARGV), loaded on first use and again when the
+        server forgot it (a restart, ``SCRIPT FLUSH``)."""
         sha = self._shas.get(source)
         if sha is None:
             sha = self._shas[source] = await c.script_load(source)
