@@ -251,8 +251,9 @@ class Catalog:
         self._command_runtime = command_runtime
         self.poll = poll
         self._versions: dict[str, int] = {}
-        self._seen = -1  # the catalog version last read
-        self._cursor: ChangeKey = (0, "")  # the last definition applied from the feed
+        # the last definition applied from the feed: its version is the catalog's version
+        # this process is up to date with
+        self._cursor: ChangeKey = (0, "")
         self.page = page
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
@@ -320,7 +321,7 @@ class Catalog:
         during a rolling upgrade): every definition is then read again."""
         async with self._lock:
             version = await self.api_store.catalog_version()
-            if version == self._seen:
+            if version == self._cursor[0]:
                 return
             if version < self._cursor[0]:  # another database, or one restored from backup
                 log.warning("the job catalog's version went back (%d after %d); reading "
@@ -342,7 +343,6 @@ class Catalog:
                             self._cursor[0], version)
                 await self._reload_all()
                 self._cursor = (version, "")
-            self._seen = version
 
     async def full_reload(self) -> int:
         """Read and apply every definition in one read, as :meth:`refresh` did before the
@@ -506,11 +506,8 @@ class Catalog:
                 self.scheduler.add_job(*adding)
             log.info("%d jobs added from the catalog (one batch: %s ... %s)", len(adding),
                      defs[0].id, defs[-1].id)
-            # the batch's versions follow each other: when this process had seen every
-            # change before it, it has seen every change up to the batch's last one too
-            # (the feed's cursor likewise: nothing to read again)
-            if self._seen == defs[0].version - 1:
-                self._seen = defs[-1].version
+            # the batch's versions follow each other: when this process had applied every
+            # change before it, it has applied every change up to the batch's last one
             if self._cursor[0] == defs[0].version - 1:
                 self._cursor = (defs[-1].version, defs[-1].id)
         return made
@@ -554,8 +551,6 @@ class Catalog:
     def _apply(self, d: JobDef, built: Job | None = None,
                adding: list[Job] | None = None) -> Job | None:
         sched = self.scheduler
-        # one lookup, not ``sched.jobs`` (a copy of the whole table: a start-up applying
-        # N definitions would copy it N times)
         existing = self._current(d.id)
         if self._versions.get(d.id) == d.version:
             return existing

@@ -64,7 +64,7 @@ async def test_a_process_with_command_jobs_off_ignores_a_stored_one(make_api: Ma
     expect(await on.post("/api/jobs", "alpha-editor", json=spec()), 201)
     off = await make_api(instance_id="api-2", jobs=False)
     await off.catalog.refresh()
-    await eventually(lambda: off.catalog._seen >= 0, what="the catalog read")
+    await eventually(lambda: off.catalog._cursor[0] >= 1, what="the catalog read")
     assert "sh.echo" not in off.scheduler.jobs
     assert "sh.echo" in on.scheduler.jobs
 
