@@ -116,3 +116,35 @@ def test_api_workers_need_role_all_with_the_api(tmp_path: Path, args: list[str])
     text = log.read_text()
     assert code == 2, text
     assert "--api-workers serves the REST API of role all" in text, text
+
+
+async def test_watching_the_workers_keeps_no_thread_of_the_default_executor() -> None:
+    """The parent waits for a worker to exit without holding a thread of the loop's
+    default executor per worker (that pool also resolves the HTTP jobs' host names):
+    with a pool of one thread and three live workers, other work still gets it."""
+    import asyncio
+    import socket
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cronfleet.api.workers import Workers
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    a, b = socket.socketpair()
+    workers = Workers([], a, 0)
+    workers.procs = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    try:
+        watching = asyncio.ensure_future(workers.first_exit())
+        await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(loop.run_in_executor(None, lambda: 42), 2) == 42
+        assert not watching.done()
+        workers.procs[1].kill()
+        assert await asyncio.wait_for(watching, 5) == -signal.SIGKILL
+        assert workers.failed
+    finally:
+        for p in workers.procs:
+            p.kill()
+            p.wait()
+        a.close()
+        b.close()

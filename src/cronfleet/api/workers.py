@@ -30,6 +30,7 @@ WORKER_FD_OPTION = "--api-fd"  # the hidden option that hands a worker the paren
 # a worker's CPU priority below the scheduler's: when both want a core, the kernel gives
 # it to the scheduler (bench/serve_and_fire.py), and a busy API waits instead of the jobs
 WORKER_NICE = 10
+WATCH_EVERY = 0.5  # seconds between two looks at the workers (one that exits stops all)
 
 
 def lower_priority() -> None:
@@ -59,16 +60,18 @@ class Workers:
                  ", ".join(str(p.pid) for p in self.procs))
 
     async def first_exit(self) -> int | None:
-        """Wait until one worker exits; returns its exit code (None: there is none)."""
+        """Wait until one worker exits; returns its exit code (None: there is none).
+        It looks every :data:`WATCH_EVERY` seconds rather than blocking a thread per
+        worker in the loop's default executor for the service's whole life (that pool
+        also resolves the HTTP jobs' host names: a few workers would have filled it)."""
         if not self.procs:
             return None
-        waits = [asyncio.ensure_future(asyncio.to_thread(p.wait)) for p in self.procs]
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-        code: int = next(iter(done)).result()
+        while True:
+            codes = [c for c in (p.poll() for p in self.procs) if c is not None]
+            if codes:
+                break
+            await asyncio.sleep(WATCH_EVERY)
+        code = codes[0]
         if not self._stopping:
             self.failed = True
             log.error("an API worker process exited (code %s): stopping", code)
