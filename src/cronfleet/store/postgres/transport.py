@@ -459,14 +459,16 @@ class PostgresTransport:
 
         return await self.run(go, ambiguous=ambiguous)
 
-    async def call(self, name: str, *args: Any, tx: bool = True) -> Any:
-        """One named operation, in a transaction of its own (``tx=False``: a plain read)."""
+    async def call(self, name: str, *args: Any, tx: bool = True,
+                   deadline: float | Literal["default"] | None = "default") -> Any:
+        """One named operation, in a transaction of its own (``tx=False``: a plain read;
+        ``deadline``: as :meth:`run`)."""
         op = OPS[name]
 
         async def go(cur: Cursor, now: datetime) -> Any:
             return await op(self, cur, now, *args)
 
-        return await self.run(go, tx=tx)
+        return await self.run(go, tx=tx, deadline=deadline)
 
     async def prune(self, rule: Retention) -> tuple[int, int]:
         """The retention rule in bounded pieces, each its own short transaction, so that
@@ -520,12 +522,8 @@ class PostgresTransport:
         return claims, runs
 
     async def _prune(self, name: str, *args: Any, tx: bool = True) -> Any:
-        op = OPS[name]
-
-        async def go(cur: Cursor, now: datetime) -> Any:
-            return await op(self, cur, now, *args)
-
-        return await self.run(go, tx=tx, deadline=PRUNE_TIMEOUT)
+        """One piece of a retention pass: :meth:`call` with the piece's deadline."""
+        return await self.call(name, *args, tx=tx, deadline=PRUNE_TIMEOUT)
 
     async def announce(self, cur: Cursor, kind: str, job_ids: Sequence[str]) -> None:
         """``NOTIFY`` the store's channel inside the transaction (sent at commit)."""
