@@ -133,7 +133,8 @@ async def test_watching_the_workers_keeps_no_thread_of_the_default_executor() ->
     loop.set_default_executor(ThreadPoolExecutor(1))
     a, b = socket.socketpair()
     workers = Workers([], a, 0)
-    workers.procs = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    # Popen objects, as Workers.start makes them (a test stand-in for three workers)
+    workers.procs = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]  # noqa: ASYNC220
     try:
         watching = asyncio.ensure_future(workers.first_exit())
         await asyncio.sleep(0.1)
