@@ -41,6 +41,7 @@ from cronfleet.model import Job, Locking
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
+    from cronfleet.runtime.activity import Activity
     from cronfleet.runtime.due import Due
     from cronfleet.runtime.parts import Jobs, Life
     from cronfleet.store.base import Store
@@ -102,13 +103,14 @@ class Ownership:
     the heap again once gained jobs are queued)."""
 
     def __init__(self, *, store: Store, clock: Clock, instance_id: str, jobs: Jobs, due: Due,
-                 life: Life, wake: Callable[[], None]) -> None:
+                 life: Life, activity: Activity, wake: Callable[[], None]) -> None:
         self.store = store
         self.clock = clock
         self.me = instance_id
         self.jobs = jobs
         self.due = due
         self.life = life
+        self.activity = activity
         self.wake = wake
         self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
         self._acc: int | None = None  # XOR of the claimed jobs' key hashes; None: to compute
@@ -200,13 +202,17 @@ class Ownership:
             return
         self._added.append(job.id)
         if self._adding is None or self._adding.done():
+            self.activity.enter()  # busy until they are queued (``wait_idle`` waits for it)
             self._adding = self.life.spawn(self._gain_added())
 
     async def _gain_added(self) -> None:
-        while self._added:
-            await asyncio.sleep(0)  # the rest of a burst of adds joins this batch
-            ids, self._added = self._added, []
-            await self.gain(ids)
+        try:
+            while self._added:
+                await asyncio.sleep(0)  # the rest of a burst of adds joins this batch
+                ids, self._added = self._added, []
+                await self.gain(ids)
+        finally:
+            self.activity.leave()
 
     async def gain(self, job_ids: list[str]) -> None:
         """Queue jobs that became this instance's from the store's watermark (their state

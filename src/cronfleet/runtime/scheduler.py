@@ -286,7 +286,7 @@ class Scheduler(SyncControl):
         fleet.registry = registry
         fleet.ownership = self.ownership = Ownership(
             store=store, clock=clock, instance_id=settings.instance_id, jobs=jobs, due=due,
-            life=life, wake=self.wake)
+            life=life, activity=activity, wake=self.wake)
 
     # -- declaring jobs -----------------------------------------------------------------
 
