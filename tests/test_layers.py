@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cron", ("cronfleet.cron",)),
     ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec",
               "cronfleet.attempts",
-              "cronfleet.extras", "cronfleet.signing")),
+              "cronfleet.extras", "cronfleet.signing", "cronfleet.shares")),
     ("store", ("cronfleet.store",)),
     ("runtime", ("cronfleet.runtime",)),
     ("features", ("cronfleet.alerts", "cronfleet.alerting", "cronfleet.jobs", "cronfleet.notify",

@@ -34,6 +34,7 @@ from cronfleet import spec as _spec
 from cronfleet.clock import wait_event
 from cronfleet.errors import CronfleetError, JobNotFound
 from cronfleet.model import DEFAULT_TEAM, Job
+from cronfleet.shares import API_SOURCE, BUCKETS, bucket_of
 from cronfleet.spec import FieldProblem, SpecInvalid
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ __all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanw
 
 log = logging.getLogger("cronfleet.catalog")
 
-SOURCE = "api"
+SOURCE = API_SOURCE
 PAGE = 1000  # definitions per read of the change feed
+UNLOAD_CHUNK = 2000  # jobs let go between two turns of the loop when the share shrinks
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
 # inside "http" is read too: jobs stored before it moved next to "retry" keep working.
@@ -238,12 +240,19 @@ class Catalog:
 
     Only jobs it added are ever replaced or removed: a definition whose id is taken by a
     job declared in code or config is reported and ignored.
+
+    ``shares``: the scheduler holds only its share of the definitions -- those of the
+    buckets (:mod:`cronfleet.shares`) its instance owns among its peers -- read at start
+    in ``(bucket, id)`` keyset pages, planned as they are read; when the peers change, the
+    buckets that moved here are read and those that moved away are let go (their jobs
+    leave the scheduler). Without it (or alone), every definition is held.
     """
 
     def __init__(self, scheduler: Scheduler, api_store: ApiStore, *,
                  runtime: HttpRuntime | None = None, poll: float = 2.0,
                  allow_commands: bool = False,
-                 command_runtime: CommandRuntime | None = None, page: int = PAGE) -> None:
+                 command_runtime: CommandRuntime | None = None, page: int = PAGE,
+                 shares: bool = False) -> None:
         self.scheduler = scheduler
         self.api_store = api_store
         self.runtime = runtime
@@ -259,13 +268,25 @@ class Catalog:
         self._changed: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._loading = False  # the first load, at start
+        self.shares = shares
+        # the buckets whose definitions are held here (None: every one)
+        self._buckets: frozenset[int] | None = None
+        self._reshare = False  # the peers changed: the share is to be read again
+        if shares:
+            scheduler.share_api_jobs()
 
     @property
     def started(self) -> bool:
         return self._task is not None
 
     def is_stored(self, job_id: str) -> bool:
+        """Is this job's definition held here (applied to this scheduler)?"""
         return job_id in self._versions
+
+    @property
+    def held(self) -> int:
+        """How many definitions this process holds (its share)."""
+        return len(self._versions)
 
     async def start(self) -> None:
         if self._task is not None:
@@ -274,12 +295,19 @@ class Catalog:
         began = time.monotonic()
         self._loading = True  # one line for the whole first load, not one per job
         try:
+            if self.shares:
+                await self._load_share()
             await self.refresh()
         finally:
             self._loading = False
-        log.info("%d job(s) loaded from the catalog in %.1f s", len(self._versions),
-                 time.monotonic() - began)
+        share = ("" if self._buckets is None
+                 else f" (the share of {self.scheduler.instance_id}: {len(self._buckets)} "
+                      f"of {BUCKETS} buckets)")
+        log.info("%d job(s) loaded from the catalog in %.1f s%s", len(self._versions),
+                 time.monotonic() - began, share)
         self._changed = asyncio.Event()
+        if self.shares:
+            self.scheduler.ownership.on_peers = self._peers_changed
         subscribe = getattr(self.scheduler.store, "subscribe", None)
         if subscribe is not None:
             await subscribe(self._changed.set)
@@ -307,6 +335,9 @@ class Catalog:
             await wait_event(self._changed, self.poll)
             self._changed.clear()
             try:
+                if self._reshare:
+                    self._reshare = False
+                    await self.reshare()
                 await self.refresh()
             except Exception as exc:
                 log.warning("cannot read the job catalog (%s); keeping the jobs as they are",
@@ -343,6 +374,94 @@ class Catalog:
                             self._cursor[0], version)
                 await self._reload_all()
                 self._cursor = (version, "")
+
+    # -- shares ---------------------------------------------------------------------------
+
+    def _target(self) -> frozenset[int] | None:
+        """The buckets this process is to hold now (None: every one)."""
+        return self.scheduler.ownership.buckets() if self.shares else None
+
+    def _wanted(self, job_id: str) -> bool:
+        return self._buckets is None or bucket_of(job_id) in self._buckets
+
+    def _peers_changed(self) -> None:
+        """The ownership's new peers (on the loop): the watch reads the share again."""
+        self._reshare = True
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _load_share(self) -> None:
+        """The first load with shares: the catalog's version, then the definitions of
+        this process's buckets (the feed from that version catches what changed
+        meanwhile)."""
+        async with self._lock:
+            version = await self.api_store.catalog_version()
+            self._buckets = frozenset()
+            await self._gain(self._target())
+            self._cursor = (version, "")
+
+    async def reshare(self) -> None:
+        """Hold the buckets the peers now give this process: let go of the jobs of those
+        that moved away (parked already by the ownership: no slot of theirs is planned
+        here), read those that moved here."""
+        async with self._lock:
+            target = self._target()
+            if target == self._buckets:
+                return
+            if target is not None:
+                held = self._buckets
+                self._buckets = target if held is None else held & target
+                gone = [i for i in self._versions if bucket_of(i) not in target]
+                for k, job_id in enumerate(gone):
+                    if k and not k % UNLOAD_CHUNK:
+                        await asyncio.sleep(0)
+                    self._unload(job_id)
+                if gone:
+                    log.info("%d job(s) of the catalog moved to other instances", len(gone))
+            before = len(self._versions)
+            await self._gain(target)
+            if len(self._versions) > before:
+                log.info("%d job(s) of the catalog moved to %s", len(self._versions) - before,
+                         self.scheduler.instance_id)
+
+    async def _gain(self, target: frozenset[int] | None) -> None:
+        """Read and apply the definitions of the buckets of ``target`` not held yet, in
+        keyset pages, each page's jobs planned at once; a newer share (the peers changed
+        again) stops the reading: what was read stays, the watch goes on from there."""
+        every = frozenset(range(BUCKETS))
+        held = every if self._buckets is None else self._buckets
+        todo = sorted((every if target is None else target) - held)
+        if not todo:
+            self._buckets = target
+            return
+        after: tuple[int, str] = (-1, "")
+        done = set(held)
+        while True:
+            defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
+            # every bucket before the page's last one is read whole; that one is held
+            # while its page is applied, whole only once a later page leaves it
+            last = nxt[0] if nxt is not None else BUCKETS
+            done.update(b for b in todo if b < last)
+            self._buckets = frozenset(done) | {last}
+            adding: list[Job] = []
+            for d in defs:
+                self._apply(d, adding=adding)
+            if adding:
+                self.scheduler.add_job(*adding)
+            if nxt is None:
+                self._buckets = None if len(done) == BUCKETS else frozenset(done)
+                return
+            self._buckets = frozenset(done)
+            after = nxt
+            await asyncio.sleep(0)
+            if self._target() != target:
+                return  # the peers changed again: the next reshare goes on from here
+
+    def _unload(self, job_id: str) -> None:
+        """Let go of a job whose bucket moved to another instance."""
+        self._versions.pop(job_id, None)
+        with contextlib.suppress(JobNotFound):
+            self.scheduler.remove_job(job_id)
 
     async def full_reload(self) -> int:
         """Read and apply every definition in one read, as :meth:`refresh` did before the
@@ -450,7 +569,7 @@ class Catalog:
         d = await self.api_store.create_job_def(job_id, team, pinned(spec, job), by, role)
         if d is None:
             raise IdTaken(job_id)
-        return self.apply(d)
+        return self.apply(d, job)
 
     async def create_many(self, items: Sequence[tuple[str, Mapping[str, Any]]], team: str,
                           by: str, role: str | None = "admin", *, dry_run: bool = False
@@ -529,7 +648,7 @@ class Catalog:
                                                   expect_version=d.version, role=role)
         if new is None:
             raise ChangedMeanwhile(job.id)
-        return self.apply(new) or job
+        return self.apply(new, built) or job
 
     async def delete(self, job: Job, team: str, by: str) -> None:
         """Delete a stored job (a tombstone keeps its id with its team)."""
@@ -552,13 +671,17 @@ class Catalog:
                adding: list[Job] | None = None) -> Job | None:
         sched = self.scheduler
         existing = self._current(d.id)
-        if self._versions.get(d.id) == d.version:
+        if self._versions.get(d.id, -1) >= d.version:
             return existing
         if existing is not None and d.id not in self._versions:
             if d.deleted_at is None:
                 log.error("stored job %r ignored: a job declared in %s has this id",
                           d.id, existing.source)
             return None
+        if not self._wanted(d.id):  # another instance's share
+            if d.id in self._versions:
+                self._unload(d.id)
+            return built if d.deleted_at is None else None
         if d.deleted_at is not None:
             if d.id in self._versions:
                 del self._versions[d.id]

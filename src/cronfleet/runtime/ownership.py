@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cronfleet.model import Job, Locking
+from cronfleet.shares import API_SOURCE, BUCKETS, bucket_of
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -68,6 +69,15 @@ def owner(job_id: str, live: tuple[str, ...]) -> str | None:
     if not live:
         return None
     return max(live, key=lambda i: _score(job_id, i))
+
+
+SHARED_KEY = "\x00api jobs by bucket"  # in the digest of processes dividing the API's jobs
+
+
+def bucket_key(bucket: int) -> str:
+    """The key a bucket of API jobs is placed by (:func:`owner`), apart from every job id
+    (ids have no NUL)."""
+    return f"\x00bucket {bucket}"
 
 
 def claimed(job: Job) -> bool:
@@ -103,7 +113,8 @@ class Ownership:
     the heap again once gained jobs are queued)."""
 
     def __init__(self, *, store: Store, clock: Clock, instance_id: str, jobs: Jobs, due: Due,
-                 life: Life, activity: Activity, wake: Callable[[], None]) -> None:
+                 life: Life, activity: Activity, wake: Callable[[], None],
+                 shared: bool = False) -> None:
         self.store = store
         self.clock = clock
         self.me = instance_id
@@ -112,6 +123,10 @@ class Ownership:
         self.life = life
         self.activity = activity
         self.wake = wake
+        # the API's jobs are divided by bucket (a catalog that loads only this process's
+        # share of them: catalog.py); ``on_peers`` is told each new set of peers
+        self.shared = shared
+        self.on_peers: Callable[[], None] | None = None
         self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
         self._acc: int | None = None  # XOR of the claimed jobs' key hashes; None: to compute
         self._added: list[str] = []  # jobs added while running, not yet queued
@@ -124,21 +139,51 @@ class Ownership:
         claimed jobs, computed once, then kept by :meth:`changed`)."""
         if self._acc is None:
             self._acc = int(plans_digest(plan_key(j) for j in self.jobs.values()
-                                         if claimed(j)), 16)
+                                         if self._digested(j)), 16)
+            if self.shared:  # the API's jobs: the same for every process sharing them
+                self._acc ^= key_hash(SHARED_KEY)
         return f"{self._acc:024x}"
+
+    def share(self) -> None:
+        """Divide the API's jobs by bucket from now on (the digest changes with it)."""
+        self.shared = True
+        self._acc = None
+
+    def _digested(self, job: Job) -> bool:
+        """Is the job part of the digest? Claimed jobs, except the API's when they are
+        divided by bucket (each process holds another part of them: the store's
+        definitions are what the peers agree on)."""
+        return claimed(job) and not (self.shared and job.source == API_SOURCE)
 
     def changed(self, old: Job | None, new: Job | None) -> None:
         """The job table changed: ``old`` left it, ``new`` came in (a replace: both)."""
         if self._acc is None:
             return  # computed from the table when first asked
         for job in (old, new):
-            if job is not None and claimed(job):
+            if job is not None and self._digested(job):
                 self._acc ^= key_hash(plan_key(job))
 
     def mine(self, job: Job) -> bool:
-        """Is ``job`` this instance's to plan? Every job is, alone or with no peer known."""
+        """Is ``job`` this instance's to plan? Every job is, alone or with no peer known;
+        an API job divided by bucket is its bucket's owner's (:meth:`owns`)."""
         peers = self.peers
-        return len(peers) < 2 or not claimed(job) or owner(job.id, peers) == self.me
+        if len(peers) < 2 or not claimed(job):
+            return True
+        if self.shared and job.source == API_SOURCE:
+            return self.owns(bucket_of(job.id))
+        return owner(job.id, peers) == self.me
+
+    def owns(self, bucket: int) -> bool:
+        """Is this bucket of API jobs this instance's (alone or with no peer known: every
+        bucket is)?"""
+        peers = self.peers
+        return len(peers) < 2 or owner(bucket_key(bucket), peers) == self.me
+
+    def buckets(self) -> frozenset[int] | None:
+        """The buckets of API jobs this instance owns; ``None``: every one (alone)."""
+        if len(self.peers) < 2:
+            return None
+        return frozenset(b for b in range(BUCKETS) if self.owns(b))
 
     @property
     def parked(self) -> int:
@@ -183,6 +228,8 @@ class Ownership:
         )
         if gained:
             self.life.spawn(self.gain(gained))
+        if self.on_peers is not None:
+            self.on_peers()
 
     def admit(self, job: Job) -> bool:
         """A job added while running: True when it is this instance's (the caller queues

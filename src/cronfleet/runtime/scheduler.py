@@ -240,6 +240,8 @@ class Scheduler(SyncControl):
         self._jobs_view: Mapping[str, Job] = self._jobs
         self._flusher: asyncio.Task[None] | None = None
         self._background: Background[Scheduler] | None = None
+        # the API's jobs are divided by bucket among the peers (share_api_jobs)
+        self.api_shares = False
         self._build()
 
     def _build(self) -> None:
@@ -286,7 +288,7 @@ class Scheduler(SyncControl):
         fleet.registry = registry
         fleet.ownership = self.ownership = Ownership(
             store=store, clock=clock, instance_id=settings.instance_id, jobs=jobs, due=due,
-            life=life, activity=activity, wake=self.wake)
+            life=life, activity=activity, wake=self.wake, shared=self.api_shares)
 
     # -- declaring jobs -----------------------------------------------------------------
 
@@ -392,6 +394,13 @@ class Scheduler(SyncControl):
                 self.ownership.add(j)
             self.registry.changed()
         return job
+
+    def share_api_jobs(self) -> None:
+        """Divide the jobs created over the API among the peers by bucket
+        (:mod:`cronfleet.shares`) rather than job by job: the catalog that loads only
+        this process's share of them turns it on, before the scheduler starts."""
+        self.api_shares = True
+        self.ownership.share()
 
     def remove_job(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)

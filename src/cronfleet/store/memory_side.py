@@ -16,12 +16,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import Clock, SystemClock
+from cronfleet.shares import bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
+    ShareKey,
     TokenInfo,
     TokenTouches,
     check_role,
@@ -171,6 +173,15 @@ class MemoryApiStore:
 
     async def job_def(self, job_id: str) -> JobDef | None:
         return self._rows.defs.get(job_id)
+
+    async def job_defs_in(self, buckets: Sequence[int], after: ShareKey, limit: int
+                          ) -> tuple[list[JobDef], ShareKey | None]:
+        wanted = set(buckets)
+        keyed = sorted(((bucket_of(d.id), d.id), d) for d in self._rows.defs.values()
+                       if d.deleted_at is None and bucket_of(d.id) in wanted)
+        page = [(k, d) for k, d in keyed if k > after][:limit]
+        more = len(page) == limit and page[-1][0] != keyed[-1][0]
+        return [d for _, d in page], (page[-1][0] if more else None)
 
     def _bump(self, new: JobDef) -> JobDef:
         """The one writer of a definition: ``new`` carries the next store-wide version

@@ -34,6 +34,7 @@ __all__ = [
     "Opener",
     "SecretRow",
     "SecretStore",
+    "ShareKey",
     "StoreHandle",
     "TokenInfo",
     "TokenTouches",
@@ -240,6 +241,10 @@ ChangeKey = tuple[int, str]
 definition gives it the next store-wide version, so the feed in this order lists every
 change once, the latest last; ``(0, "")`` is before everything."""
 
+ShareKey = tuple[int, str]
+"""A live definition's place in a read of buckets (:meth:`ApiStore.job_defs_in`):
+``(bucket, id)`` (:func:`cronfleet.shares.bucket_of`); ``(-1, "")`` is before everything."""
+
 
 @dataclass(frozen=True)
 class AuditEntry:
@@ -302,6 +307,14 @@ class ApiStore(Protocol):
 
     async def job_def(self, job_id: str) -> JobDef | None:
         """The definition, or its tombstone when deleted (``deleted_at`` set)."""
+        ...
+
+    async def job_defs_in(self, buckets: Sequence[int], after: ShareKey, limit: int
+                          ) -> tuple[list[JobDef], ShareKey | None]:
+        """A process's share: at most ``limit`` live definitions whose bucket is one of
+        ``buckets``, after ``after`` in ``(bucket, id)`` order, read through the index
+        on ``(bucket, id)`` (nothing outside ``buckets`` is read), and the key to pass
+        for the next page (``None``: there is none)."""
         ...
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],

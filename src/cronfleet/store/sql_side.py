@@ -26,12 +26,14 @@ from typing import Any, Protocol
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError
+from cronfleet.shares import BUCKETS, bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
+    ShareKey,
     TokenInfo,
     TokenTouches,
     check_role,
@@ -268,12 +270,39 @@ class SqlApiStore:
         rows = await self._db.query("def_get", (job_id,))
         return _def(rows[0]) if rows else None
 
+    async def job_defs_in(self, buckets: Sequence[int], after: ShareKey, limit: int
+                          ) -> tuple[list[JobDef], ShareKey | None]:
+        out: list[JobDef] = []
+        wanted = sorted(set(buckets))
+        first, last = after
+        for b in wanted:
+            if b < first:
+                continue
+            rows = await self._db.query("defs_of_bucket",
+                                        (b, last if b == first else "", limit - len(out)))
+            out += [_def(r) for r in rows]
+            if len(out) >= limit:
+                return out, (b, out[-1].id)
+        # written without a bucket (an older cronfleet, during a rolling upgrade): last,
+        # the bucket of each judged here
+        if first > BUCKETS:
+            return out, None
+        seen, mine = last if first == BUCKETS else "", set(wanted)
+        while True:
+            rows = await self._db.query("defs_unbucketed", (seen, limit - len(out)))
+            if not rows:
+                return out, None
+            seen = rows[-1][0]
+            out += [d for d in map(_def, rows) if bucket_of(d.id) in mine]
+            if len(out) >= limit:
+                return out, (BUCKETS, seen)
+
     @staticmethod
     def _create_params(job_id: str, team: str, spec: dict[str, Any], by: str | None,
                        role: str | None, now: int) -> tuple[Any, ...]:
         """``def_create``'s parameters (one definition, alone or in a batch)."""
         return (job_id, team, json.dumps(spec, sort_keys=True), now, now, by, by, role,
-                job_id, team)
+                bucket_of(job_id), job_id, team)
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, role: str | None = None) -> JobDef | None:

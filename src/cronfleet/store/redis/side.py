@@ -28,12 +28,14 @@ from redis import exceptions as rexc
 
 from cronfleet.clock import Clock, SystemClock
 from cronfleet.errors import StoreError, StoreUnavailable
+from cronfleet.shares import bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
     JobDef,
     JobHealth,
     SecretRow,
+    ShareKey,
     StoreHandle,
     TokenInfo,
     TokenTouches,
@@ -62,6 +64,12 @@ _CAS = (_SCRIPTS / "side_cas.lua").read_text("utf-8")
 _FEED = (_SCRIPTS / "side_feed.lua").read_text("utf-8")
 _FEED_BUILD = (_SCRIPTS / "side_feed_build.lua").read_text("utf-8")
 _FEED_CHUNK = 1000  # definitions indexed per script call when the feed is built
+
+
+def share_member(job_id: str) -> str:
+    """A definition's member in the index of buckets: ``bucket:id``, the bucket written
+    with four digits so that members sort by bucket, then id."""
+    return f"{bucket_of(job_id):04d}:{job_id}"
 
 
 def client_of(store: RedisStore) -> aioredis.Redis:
@@ -306,6 +314,7 @@ class RedisApiStore:
         self._audit, self._audit_id = k("audit"), k("audit:id")
         self._defs, self._version = k("defs"), k("defs:version")
         self._changes, self._built = k("defs:changes"), k("defs:changes:built")
+        self._shares, self._shares_built = k("defs:shares"), k("defs:shares:built")
         self._reserved = k("job_ids")
 
     def __repr__(self) -> str:
@@ -464,6 +473,54 @@ class RedisApiStore:
         raw = await self._side.go(lambda c: c.hget(self._defs, job_id))
         return None if raw is None else _def(raw)
 
+    async def job_defs_in(self, buckets: Sequence[int], after: ShareKey, limit: int
+                          ) -> tuple[list[JobDef], ShareKey | None]:
+        # the index: one sorted set of "bucket:id" members (score 0: ordered by member),
+        # read by lexical range; tombstones stay in it and are skipped here
+        await self._build_shares()
+        first, last = after
+
+        async def read(c: aioredis.Redis) -> tuple[list[JobDef], ShareKey | None]:
+            out: list[JobDef] = []
+            for b in sorted(set(buckets)):
+                if b < first:
+                    continue
+                low = f"({b:04d}:{last}" if b == first and last else f"[{b:04d}:"
+                while True:
+                    members = await c.zrangebylex(self._shares, low, f"({b:04d};",
+                                                  start=0, num=limit - len(out))
+                    if not members:
+                        break
+                    ids = [_s(m).split(":", 1)[1] for m in members]
+                    out += [d for d in map(_def, filter(None, await c.hmget(self._defs, ids)))
+                            if d.deleted_at is None]
+                    if len(out) >= limit:
+                        return out, (b, ids[-1])
+                    low = f"({_s(members[-1])}"
+            return out, None
+
+        found: tuple[list[JobDef], ShareKey | None] = await self._side.go(read)
+        return found
+
+    async def _build_shares(self) -> None:
+        """Put the definitions written before buckets existed (an older cronfleet's) in
+        the index, once per store, then mark it done (looked at before every read of a
+        share: one ``EXISTS``). Writers add their own meanwhile (adding twice is one)."""
+        if await self._side.go(lambda c: c.exists(self._shares_built)):
+            return
+
+        async def build(c: aioredis.Redis) -> None:
+            cursor = 0
+            while True:
+                cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
+                if found:
+                    await c.zadd(self._shares, {share_member(_s(k)): 0 for k in found})
+                if cursor == 0:
+                    break
+            await c.set(self._shares_built, "1")
+
+        await self._side.go(build)
+
     async def _write_def(
         self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
     ) -> JobDef | None:
@@ -500,7 +557,8 @@ class RedisApiStore:
         if new is None:
             return None, [], []
         return (_def(new), [(self._defs, job_id, raw), (self._reserved, job_id, held)],
-                [(self._defs, job_id, new), (self._changes, job_id, str(version), "zadd")])
+                [(self._defs, job_id, new), (self._changes, job_id, str(version), "zadd"),
+                 (self._shares, share_member(job_id), "0", "zadd")])
 
     @staticmethod
     def _creating(job_id: str, team: str, spec: dict[str, Any], by: str | None,

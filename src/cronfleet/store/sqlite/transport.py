@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from cronfleet.clock import Clock, wait_done
 from cronfleet.errors import StoreDamaged, StoreError, StoreUnavailable
+from cronfleet.shares import bucket_of
 from cronfleet.store.driver import Plan, Retention, drive
 from cronfleet.store.queries import migrations
 from cronfleet.store.rows import dt, ms
@@ -61,6 +62,8 @@ def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]
     and by the side-table connections. Returns the files applied."""
     known = migrations("cronfleet.store.sqlite")
     latest = known[-1][0] if known else 0
+    # migration 14 gives stored definitions their bucket with the one hash of them
+    c.create_function("cronfleet_bucket", 1, bucket_of, deterministic=True)
     c.execute(Q["schema_migrations"])
     row = c.execute(Q["schema_version"]).fetchone()
     current = row[0] or 0

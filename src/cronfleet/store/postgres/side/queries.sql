@@ -101,6 +101,20 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM __S__.job_defs WHERE (version, id) > (%s, %s) ORDER BY version, id LIMIT %s;
 
+-- name: defs_of_bucket
+-- a share's read: one keyset page of the live definitions of one bucket (cronfleet/shares.py),
+-- through the index job_defs_share (migration 14)
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs WHERE bucket = %s AND id > %s AND deleted_at IS NULL ORDER BY id LIMIT %s;
+
+-- name: defs_unbucketed
+-- live definitions written without a bucket (by a cronfleet older than migration 14, during a
+-- rolling upgrade): a share's read goes through them last, judging each id's bucket itself
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs WHERE bucket IS NULL AND id > %s AND deleted_at IS NULL ORDER BY id LIMIT %s;
+
 -- name: def_get
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role
@@ -111,8 +125,8 @@ FROM __S__.job_defs WHERE id = %s;
 -- nothing when the id is reserved to another team by a config or code job. The version
 -- is the store-wide max + 1 (catalog writers take turns: catalog_lock first)
 INSERT INTO __S__.job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
-    updated_by, saved_role)
-SELECT %s, %s, %s, (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs), %s, %s, %s, %s, %s
+    updated_by, saved_role, bucket)
+SELECT %s, %s, %s, (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs), %s, %s, %s, %s, %s, %s
 WHERE NOT EXISTS (SELECT 1 FROM __S__.job_ids r WHERE r.id = %s AND r.team <> %s)
 ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec,
     version = excluded.version, created_at = excluded.created_at,

@@ -100,6 +100,20 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM job_defs WHERE (version, id) > (?, ?) ORDER BY version, id LIMIT ?;
 
+-- name: defs_of_bucket
+-- a share's read: one keyset page of the live definitions of one bucket (cronfleet/shares.py),
+-- through the index job_defs_share (migration 14)
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM job_defs WHERE bucket = ? AND id > ? AND deleted_at IS NULL ORDER BY id LIMIT ?;
+
+-- name: defs_unbucketed
+-- live definitions written without a bucket (by a cronfleet older than migration 14, during a
+-- rolling upgrade): a share's read goes through them last, judging each id's bucket itself
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM job_defs WHERE bucket IS NULL AND id > ? AND deleted_at IS NULL ORDER BY id LIMIT ?;
+
 -- name: def_get
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role
@@ -110,8 +124,8 @@ FROM job_defs WHERE id = ?;
 -- nothing when the id is reserved to another team by a config or code job. The version
 -- is the store-wide max + 1 (SQLite's write lock: one writer at a time)
 INSERT INTO job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
-    updated_by, saved_role)
-SELECT ?, ?, ?, (SELECT coalesce(max(version), 0) + 1 FROM job_defs), ?, ?, ?, ?, ?
+    updated_by, saved_role, bucket)
+SELECT ?, ?, ?, (SELECT coalesce(max(version), 0) + 1 FROM job_defs), ?, ?, ?, ?, ?, ?
 WHERE NOT EXISTS (SELECT 1 FROM job_ids r WHERE r.id = ? AND r.team <> ?)
 ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec,
     version = excluded.version, created_at = excluded.created_at,

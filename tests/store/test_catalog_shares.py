@@ -1,0 +1,221 @@
+"""A process's share of the API's jobs (cronfleet/shares.py): the store reads the live
+definitions of some buckets only, in ``(bucket, id)`` keyset pages (``job_defs_in``), on
+every store; a :class:`Catalog` with ``shares`` holds the definitions of the buckets its
+instance owns among its peers, reads those that move to it and lets go of those that
+move away."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cronfleet import Scheduler
+from cronfleet.catalog import Catalog
+from cronfleet.clock import FakeClock
+from cronfleet.runtime.ownership import bucket_key, owner
+from cronfleet.shares import BUCKETS, bucket_of
+from cronfleet.store import Store
+from cronfleet.store.factory import SideTables, side_tables
+from cronfleet.store.side import ApiStore, JobDef, ShareKey
+
+IDS = [f"job-{i:03d}" for i in range(90)]
+
+
+def spec(job_id: str, minute: int = 0) -> dict[str, Any]:
+    return {"id": job_id, "schedule": f"{minute} * * * *",
+            "http": {"url": f"https://example.com/{job_id}"}}
+
+
+class Counting:
+    """An :class:`ApiStore` counting the definitions its share reads answered."""
+
+    def __init__(self, inner: ApiStore) -> None:
+        self.inner = inner
+        self.share_rows = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def job_defs_in(self, buckets: Any, after: ShareKey, limit: int
+                          ) -> tuple[list[JobDef], ShareKey | None]:
+        defs, nxt = await self.inner.job_defs_in(buckets, after, limit)
+        self.share_rows += len(defs)
+        return defs, nxt
+
+
+async def read_all(api: ApiStore, buckets: list[int], page: int) -> list[str]:
+    out: list[str] = []
+    after: ShareKey = (-1, "")
+    while True:
+        defs, nxt = await api.job_defs_in(buckets, after, page)
+        assert len(defs) <= page
+        out += [d.id for d in defs]
+        if nxt is None:
+            return out
+        assert defs, "a page that says there is more has rows"
+        after = nxt
+
+
+@pytest.fixture
+def side(store: Store, clock: FakeClock) -> SideTables:
+    return side_tables(store, clock=clock)
+
+
+async def test_a_share_reads_the_live_definitions_of_its_buckets_in_key_order(
+        side: SideTables) -> None:
+    api = side.api
+    for job_id in IDS:
+        assert await api.create_job_def(job_id, "t", spec(job_id), "me") is not None
+    for job_id in IDS[::9]:
+        assert await api.delete_job_def(job_id, "t", "me")
+    live = [j for j in IDS if j not in IDS[::9]]
+    buckets = sorted({bucket_of(j) for j in IDS})
+    half = buckets[::2]
+    expected = sorted((j for j in live if bucket_of(j) in half), key=lambda j: (bucket_of(j), j))
+    for page in (1, 4, 1000):  # pages cut inside buckets, between them, or none
+        assert await read_all(api, half, page) == expected
+    assert await read_all(api, [b for b in range(BUCKETS) if b not in buckets], 10) == []
+    everything = await read_all(api, list(range(BUCKETS)), 7)
+    assert sorted(everything) == sorted(live) and len(everything) == len(live)
+
+
+async def test_definitions_written_without_a_bucket_are_read_last(
+        store_kind: str, store: Store, side: SideTables) -> None:
+    """A definition written by a cronfleet before buckets (rolling upgrade: no bucket,
+    or, on Redis, not in the index yet) is still in its share."""
+    api = side.api
+    for job_id in IDS[:30]:
+        await api.create_job_def(job_id, "t", spec(job_id), "me")
+    old = IDS[:10]
+    if store_kind == "sqlite":
+        conn = store.transport.connection()  # type: ignore[attr-defined]
+        await store.transport.call_fn(  # type: ignore[attr-defined]
+            lambda: conn.execute("UPDATE job_defs SET bucket = NULL WHERE id < 'job-010'"))
+    elif store_kind == "postgres":
+        from store.pg import pg_url
+
+        import psycopg
+
+        with psycopg.connect(pg_url(), autocommit=True) as c:
+            c.execute(f"UPDATE {store.schema}.job_defs SET bucket = NULL "  # type: ignore[attr-defined]
+                      "WHERE id < 'job-010'")
+    elif store_kind == "redis":
+        from cronfleet.store.redis.side import client_of, share_member
+
+        c = client_of(store)  # type: ignore[arg-type]
+        prefix = store.prefix  # type: ignore[attr-defined]
+        await c.zrem(f"{prefix}side:defs:shares", *[share_member(j) for j in old])
+        await c.delete(f"{prefix}side:defs:shares:built")
+    else:
+        pytest.skip("the memory store judges every bucket itself")
+    buckets = sorted({bucket_of(j) for j in IDS[:30]})
+    some = buckets[1::2]
+    got = await read_all(api, some, 3)
+    assert sorted(got) == sorted(j for j in IDS[:30] if bucket_of(j) in some)
+    assert len(got) == len(set(got))
+
+
+async def test_the_bucket_of_sql_is_the_bucket_of_python(store_kind: str, store: Store,
+                                                         side: SideTables) -> None:
+    """Migration 14 computes the bucket of definitions stored before it in SQL: the same
+    value as :func:`bucket_of` (ids with non-ASCII characters too)."""
+    if store_kind != "postgres":
+        pytest.skip("the expression is PostgreSQL's (SQLite calls bucket_of itself)")
+    import psycopg
+    from store.pg import pg_url
+
+    ids = ["a", "invoice-run", "été/日本語", "x" * 200, *IDS[:40]]
+    with psycopg.connect(pg_url()) as c:
+        for job_id in ids:
+            (b,) = c.execute("SELECT (('x' || substr(md5(%s), 1, 8))::bit(32)::integer "
+                             "& 1023)", (job_id,)).fetchone()  # type: ignore[misc]
+            assert b == bucket_of(job_id), job_id
+
+
+# -- the catalog -----------------------------------------------------------------------------
+
+
+def instance(store: Store, clock: FakeClock, name: str, peers: tuple[str, ...]
+             ) -> tuple[Catalog, Counting, Scheduler]:
+    sched = Scheduler(store, clock=clock, instance_id=name)
+    counted = Counting(side_tables(store, clock=clock).api)
+    catalog = Catalog(sched, counted, page=7, shares=True)  # type: ignore[arg-type]
+    sched.ownership.peers = peers
+    return catalog, counted, sched
+
+
+def owned_by(name: str, peers: tuple[str, ...], ids: list[str]) -> set[str]:
+    return {j for j in ids if owner(bucket_key(bucket_of(j)), peers) == name}
+
+
+async def test_each_peer_holds_its_buckets_and_the_share_follows_the_peers(
+        store: Store, other: Store, side: SideTables, clock: FakeClock) -> None:
+    for job_id in IDS:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    peers = ("p1", "p2")
+    c1, n1, s1 = instance(store, clock, "p1", peers)
+    c2, n2, s2 = instance(other, clock, "p2", peers)
+    try:
+        await c1.start()
+        await c2.start()
+        mine1, mine2 = owned_by("p1", peers, IDS), owned_by("p2", peers, IDS)
+        assert mine1 and mine2 and mine1 | mine2 == set(IDS)
+        assert set(s1.jobs) == mine1 and set(s2.jobs) == mine2
+        assert n1.share_rows == len(mine1)  # read only its own share
+        # a new definition in p2's bucket: p1's feed passes it by
+        new = next(f"new-{i}" for i in range(1000)
+                   if owned_by("p2", peers, [f"new-{i}"]))
+        await side.api.create_job_def(new, "t", spec(new), "me")
+        await c1.refresh()
+        await c2.refresh()
+        assert new not in s1.jobs and new in s2.jobs
+        # p2 is gone: p1 reads p2's share, and only it
+        n1.share_rows = 0
+        s1.ownership.peers = ("p1",)
+        await c1.reshare()
+        assert set(s1.jobs) == set(IDS) | {new}
+        assert n1.share_rows == len(mine2) + 1
+        # p2 is back: p1 lets go of p2's share (no row read)
+        n1.share_rows = 0
+        s1.ownership.peers = peers
+        await c1.reshare()
+        assert set(s1.jobs) == mine1 and n1.share_rows == 0
+        assert c1.held == len(mine1)
+        # a job created through p1 in p2's bucket is answered, not held by p1
+        other_id = next(f"made-{i}" for i in range(1000)
+                        if owned_by("p2", peers, [f"made-{i}"]))
+        made = await c1.create(other_id, spec(other_id), "t", "me")
+        assert made is not None and made.id == other_id and other_id not in s1.jobs
+    finally:
+        await c1.stop()
+        await c2.stop()
+
+
+async def test_a_newer_share_stops_the_reading_and_the_next_goes_on(
+        store: Store, side: SideTables, clock: FakeClock) -> None:
+    """The peers change while a share is being read: what was read stays, only the
+    bucket the change cut is read again (at most a page), and the next reading ends with
+    exactly the new share."""
+    for job_id in IDS:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    c1, n1, s1 = instance(store, clock, "p1", ("p1", "p2", "p3"))
+    real = n1.job_defs_in
+    calls = 0
+
+    async def one_page_then_change(buckets: Any, after: ShareKey, limit: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            s1.ownership.peers = ("p1", "p2")  # p3 went away during the first page
+        return await real(buckets, after, limit)
+
+    n1.job_defs_in = one_page_then_change  # type: ignore[method-assign]
+    try:
+        await c1.start()
+        assert calls == 1 and len(s1.jobs) <= 7  # stopped after its first page
+        await c1.reshare()
+        assert set(s1.jobs) == owned_by("p1", ("p1", "p2"), IDS)
+        assert len(s1.jobs) <= n1.share_rows <= len(s1.jobs) + 7
+    finally:
+        await c1.stop()
