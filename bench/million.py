@@ -124,6 +124,7 @@ def specs(n: int, sink: int) -> Any:
 def load_postgres(url: str, schema: str, n: int, sink: int) -> None:
     import psycopg
 
+    from cronfleet.shares import bucket_of
     from cronfleet.store import PostgresStore
 
     async def migrate() -> None:
@@ -136,10 +137,11 @@ def load_postgres(url: str, schema: str, n: int, sink: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor().copy(
             f'COPY "{schema}".job_defs (id, team, spec, version, created_at, updated_at, '
-            "created_by, updated_by) FROM STDIN"
+            "created_by, updated_by, bucket) FROM STDIN"
         ) as copy:
             for v, (job_id, spec) in enumerate(specs(n, sink), 1):
-                copy.write_row((job_id, "default", spec, v, now, now, "bench", "bench"))
+                copy.write_row((job_id, "default", spec, v, now, now, "bench", "bench",
+                                bucket_of(job_id)))
         conn.execute(f'ANALYZE "{schema}".job_defs')  # type: ignore[arg-type]
 
 

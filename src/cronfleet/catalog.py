@@ -293,6 +293,9 @@ class Catalog:
             return
         await self.reserve_declared()
         began = time.monotonic()
+        self._changed = asyncio.Event()
+        if self.shares:  # the peers may change while the share is first read
+            self.scheduler.ownership.on_peers = self._peers_changed
         self._loading = True  # one line for the whole first load, not one per job
         try:
             if self.shares:
@@ -305,9 +308,8 @@ class Catalog:
                       f"of {BUCKETS} buckets)")
         log.info("%d job(s) loaded from the catalog in %.1f s%s", len(self._versions),
                  time.monotonic() - began, share)
-        self._changed = asyncio.Event()
-        if self.shares:
-            self.scheduler.ownership.on_peers = self._peers_changed
+        if self.shares and self._target() != self._buckets:
+            self._peers_changed()  # they did: the watch reads the share again at once
         subscribe = getattr(self.scheduler.store, "subscribe", None)
         if subscribe is not None:
             await subscribe(self._changed.set)
