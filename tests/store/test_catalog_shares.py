@@ -219,3 +219,46 @@ async def test_a_newer_share_stops_the_reading_and_the_next_goes_on(
         assert len(s1.jobs) <= n1.share_rows <= len(s1.jobs) + 7
     finally:
         await c1.stop()
+
+
+async def test_start_up_plans_each_page_before_the_share_is_read(
+        store: Store, side: SideTables, clock: FakeClock) -> None:
+    """#27 item 3: the first page's jobs are queued for their slots while the rest of the
+    share is still being read (the second read held)."""
+    import asyncio
+
+    for job_id in IDS[:30]:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    sched = Scheduler(store, clock=clock, instance_id="p1")
+    counted = Counting(side_tables(store, clock=clock).api)
+    catalog = Catalog(sched, counted, page=10, shares=True)  # type: ignore[arg-type]
+    real = counted.job_defs_in
+    gate, second = asyncio.Event(), asyncio.Event()
+    calls = 0
+
+    async def held(buckets: Any, after: ShareKey, limit: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            second.set()
+            await gate.wait()
+        return await real(buckets, after, limit)
+
+    counted.job_defs_in = held  # type: ignore[method-assign]
+    await sched.start()
+    try:
+        loading = asyncio.create_task(catalog.start())
+        await asyncio.wait_for(second.wait(), 10)
+        await sched.wait_idle()
+        first = set(sched.jobs)
+        assert len(first) == 10
+        assert first <= set(sched.due.next)  # planned: each has its next slot queued
+        assert not loading.done()
+        gate.set()
+        await asyncio.wait_for(loading, 10)
+        await sched.wait_idle()
+        assert set(sched.jobs) == set(IDS[:30]) <= set(sched.due.next)
+    finally:
+        gate.set()
+        await catalog.stop()
+        await sched.stop()
