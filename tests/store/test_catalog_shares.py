@@ -93,9 +93,9 @@ async def test_definitions_written_without_a_bucket_are_read_last(
         await store.transport.call_fn(  # type: ignore[attr-defined]
             lambda: conn.execute("UPDATE job_defs SET bucket = NULL WHERE id < 'job-010'"))
     elif store_kind == "postgres":
-        from store.pg import pg_url
-
         import psycopg
+
+        from store.pg import pg_url
 
         with psycopg.connect(pg_url(), autocommit=True) as c:
             c.execute(f"UPDATE {store.schema}.job_defs SET bucket = NULL "  # type: ignore[attr-defined]
@@ -123,6 +123,7 @@ async def test_the_bucket_of_sql_is_the_bucket_of_python(store_kind: str, store:
     if store_kind != "postgres":
         pytest.skip("the expression is PostgreSQL's (SQLite calls bucket_of itself)")
     import psycopg
+
     from store.pg import pg_url
 
     ids = ["a", "invoice-run", "été/日本語", "x" * 200, *IDS[:40]]
@@ -155,7 +156,7 @@ async def test_each_peer_holds_its_buckets_and_the_share_follows_the_peers(
         await side.api.create_job_def(job_id, "t", spec(job_id), "me")
     peers = ("p1", "p2")
     c1, n1, s1 = instance(store, clock, "p1", peers)
-    c2, n2, s2 = instance(other, clock, "p2", peers)
+    c2, _, s2 = instance(other, clock, "p2", peers)
     try:
         await c1.start()
         await c2.start()
