@@ -11,7 +11,7 @@ even (each of 4 processes gets 25 % ± 3 %) while one bucket stays small to move
 
 The hash is the first 32 bits of the MD5 of the id's UTF-8 bytes, low 10 bits: MD5
 because PostgreSQL computes the same in SQL (``md5(id)``), which fills the column of
-definitions stored before it existed (migration 14). It spreads ids; it protects nothing.
+definitions stored before it existed (migration 15). It spreads ids; it protects nothing.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def apply_migrations(c: sqlite3.Connection, path: str, now_ms: int) -> list[str]
     and by the side-table connections. Returns the files applied."""
     known = migrations("cronfleet.store.sqlite")
     latest = known[-1][0] if known else 0
-    # migration 14 gives stored definitions their bucket with the one hash of them
+    # migration 15 gives stored definitions their bucket with the one hash of them
     c.create_function("cronfleet_bucket", 1, bucket_of, deterministic=True)
     c.execute(Q["schema_migrations"])
     row = c.execute(Q["schema_version"]).fetchone()

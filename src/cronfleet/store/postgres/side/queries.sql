@@ -103,13 +103,13 @@ FROM __S__.job_defs WHERE (version, id) > (%s, %s) ORDER BY version, id LIMIT %s
 
 -- name: defs_of_bucket
 -- a share's read: one keyset page of the live definitions of one bucket (cronfleet/shares.py),
--- through the index job_defs_share (migration 14)
+-- through the index job_defs_share (migration 15)
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role
 FROM __S__.job_defs WHERE bucket = %s AND id > %s AND deleted_at IS NULL ORDER BY id LIMIT %s;
 
 -- name: defs_unbucketed
--- live definitions written without a bucket (by a cronfleet older than migration 14, during a
+-- live definitions written without a bucket (by a cronfleet older than migration 15, during a
 -- rolling upgrade): a share's read goes through them last, judging each id's bucket itself
 SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
     saved_role

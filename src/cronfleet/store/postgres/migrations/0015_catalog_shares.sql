@@ -1,4 +1,4 @@
--- cronfleet schema v14 for PostgreSQL: the catalog's buckets (cronfleet/shares.py). Each
+-- cronfleet schema v15 for PostgreSQL: the catalog's buckets (cronfleet/shares.py). Each
 -- definition keeps its bucket, a hash of its id, so that a process reads only the
 -- definitions of the buckets it owns, in (bucket, id) keyset pages through job_defs_share.
 -- Writers set it; the definitions stored before are given theirs here, with the same hash
