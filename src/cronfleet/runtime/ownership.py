@@ -6,7 +6,10 @@ are **peers**.
 Each claimed job belongs to one peer by rendezvous hashing (:func:`owner`); only
 its owner keeps a timer for it, claims its slots and records its skips. The other peers
 hold it **parked** (:meth:`Due.park`: no timer, no store call). Node-local jobs are
-planned by every process (their runs take no claim).
+planned by every process (their runs take no claim). With :attr:`Ownership.shared`, the
+API's jobs are placed by their bucket (:mod:`cronfleet.shares`, :func:`bucket_key`)
+rather than one by one, left out of the digest (each process holds another part of
+them), and :attr:`Ownership.on_peers` tells the catalog to read its new share.
 
 Handover, each side on its own view of the live set (read at every heartbeat):
 
