@@ -380,8 +380,14 @@ class Catalog:
     # -- shares ---------------------------------------------------------------------------
 
     def _target(self) -> frozenset[int] | None:
-        """The buckets this process is to hold now (None: every one)."""
-        return self.scheduler.ownership.buckets() if self.shares else None
+        """The buckets this process is to hold now (None: every one). A process without
+        timers (``--role api``, an API worker) runs no job: it holds none (the API reads
+        the definitions from the store)."""
+        if not self.shares:
+            return None
+        if not self.scheduler.timers:
+            return frozenset()
+        return self.scheduler.ownership.buckets()
 
     def _wanted(self, job_id: str) -> bool:
         return self._buckets is None or bucket_of(job_id) in self._buckets
