@@ -265,7 +265,12 @@ class Catalog:
         return self._task is not None
 
     def is_stored(self, job_id: str) -> bool:
+        """This process holds (runs) the stored job ``job_id``."""
         return job_id in self._versions
+
+    def held_version(self, job_id: str) -> int | None:
+        """The version of the definition this process holds for ``job_id``, or None."""
+        return self._versions.get(job_id)
 
     async def start(self) -> None:
         if self._task is not None:
@@ -356,6 +361,20 @@ class Catalog:
         for d in defs:
             self._apply(d)
         return len(defs)
+
+    def build(self, d: JobDef) -> Job | None:
+        """The :class:`Job` a stored definition describes, built on demand (whether or
+        not this process holds it): what the API shows of a job it does not run. None
+        for a tombstone, or a definition this process cannot build (a command job while
+        they are off here, a spec an older version accepted)."""
+        if d.deleted_at is not None:
+            return None
+        try:
+            return build_job(d.spec, team=d.team, runtime=self.runtime,
+                             saved_role=d.saved_role, allow_commands=self.allow_commands,
+                             command_runtime=self.command_runtime)
+        except (SpecInvalid, CommandJobsDisabled):
+            return None
 
     def apply(self, d: JobDef, built: Job | None = None,
               adding: list[Job] | None = None) -> Job | None:

@@ -33,6 +33,7 @@ from cronfleet.api.deps import (
     now,
     ready_context,
     team_jobs,
+    team_runs,
     visible,
     visible_run,
     who,
@@ -51,6 +52,7 @@ from cronfleet.dashboard.auth import (
 from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
 from cronfleet.model import Job, RunRecord, RunStatus, TriggeredBy
 from cronfleet.spec import FieldError, time_bound
+from cronfleet.store.base import RunCursor, RunFilter
 from cronfleet.store.ledger import LATE_RESULT_KEY
 from cronfleet.store.side import TokenInfo
 from cronfleet.views import job_view, run_stats
@@ -761,15 +763,25 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
     spans = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
     since = (datetime.fromtimestamp(t.timestamp() - spans[since_key], UTC)
              if since_key in spans else None)
+    scope: frozenset[str] | None
     if job_id is not None:
         await visible(ctx, s.info, job_id)  # another team's job: 404
         scope = frozenset((job_id,))  # one job's runs: not the team's ids (as GET /api/runs)
     else:
         scope = await team_jobs(ctx, s.info)
-    runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
-                                     job_id=job_id, status=st, instance=instance,
-                                     since=since, cursor=p.get("cursor"),
-                                     all_ids=len(ctx.scheduler.jobs))
+    if scope is None:  # a team with many stored jobs: its runs kept page by page
+        try:
+            after = RunCursor.decode(p["cursor"]) if p.get("cursor") else None
+        except ValueError:
+            after = None
+        found, at = await team_runs(ctx, s.info.team, RunFilter(
+            status=st, instance_id=instance, since=since), 50, after)
+        runs, nxt = found, None if at is None else at.encode()
+    else:
+        runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
+                                         job_id=job_id, status=st, instance=instance,
+                                         since=since, cursor=p.get("cursor"),
+                                         all_ids=len(ctx.scheduler.jobs))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
     jobs = ctx.scheduler.jobs

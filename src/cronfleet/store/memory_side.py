@@ -19,6 +19,7 @@ from cronfleet.clock import Clock, SystemClock
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
+    DefCount,
     JobDef,
     JobHealth,
     SecretRow,
@@ -171,6 +172,22 @@ class MemoryApiStore:
 
     async def job_def(self, job_id: str) -> JobDef | None:
         return self._rows.defs.get(job_id)
+
+    async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
+                            limit: int, include_deleted: bool = False) -> list[JobDef]:
+        found = sorted((d for d in self._rows.defs.values()
+                        if d.team == team and (include_deleted or d.deleted_at is None)
+                        and d.id > after
+                        and d.id.startswith(prefix)), key=lambda d: d.id)
+        return found[:limit]
+
+    async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:
+        defs = self._rows.defs
+        return {i: defs[i].team for i in ids if i in defs}
+
+    async def count_job_defs(self, team: str) -> DefCount:
+        return DefCount(sum(1 for d in self._rows.defs.values()
+                            if d.team == team and d.deleted_at is None))
 
     def _bump(self, new: JobDef) -> JobDef:
         """The one writer of a definition: ``new`` carries the next store-wide version
