@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,9 +31,9 @@ __all__ = [
     "JobView",
     "find_jobs",
     "fire_times",
-    "job_page",
     "job_view",
     "job_views",
+    "jobs_by_key",
     "last_runs",
     "lease_holders",
     "next_fires",
@@ -314,7 +314,7 @@ async def find_jobs(
 
 SCAN_MAX = 2000
 """Jobs one filtered page (``text``, ``paused``, ``status``) looks at, at most: past it the
-page ends with what matched and a cursor to go on from (:func:`job_page`)."""
+page ends with what matched and a cursor to go on from (:func:`jobs_by_key`)."""
 CHUNK = 200  # candidates a filtered page takes at a time (one state read each)
 
 
@@ -326,7 +326,7 @@ class _Candidate:
     stored: JobDef | None  # a definition, built when it is shown
 
 
-async def job_page(
+async def jobs_by_key(
     store: Store,
     declared: Sequence[Job],
     api_store: ApiStore | None,
@@ -339,7 +339,8 @@ async def job_page(
     prefix: str = "",
     text: str | None = None,
     paused: bool | None = None,
-    status: RunStatus | None = None,
+    statuses: Collection[RunStatus] | None = None,
+    where: Callable[[Job], bool] | None = None,
     scan: int = SCAN_MAX,
 ) -> tuple[list[JobView], str | None]:
     """One keyset page of ``team``'s jobs in id order, after the id ``after``: the
@@ -347,15 +348,18 @@ async def job_page(
     ``api_store``, read in ``(team, id)`` pages (``ApiStore.job_defs_page``) and built
     (``build``) only when shown; a declared job wins an id a definition also has. Filters:
     ``prefix`` (ids starting with it: the index's range), ``text`` (in the id or
-    description, any case), ``paused``, ``status`` of the last run (the state rows and
-    last runs of the candidates, :data:`CHUNK` at a time). A filtered page looks at no more
+    description, any case), ``paused``, ``statuses`` of the last run (the state rows and
+    last runs of the candidates, :data:`CHUNK` at a time), ``where(job)`` (a stored job
+    is then built to be judged). A filtered page looks at no more
     than ``scan`` jobs: it may end with fewer than ``limit`` and a cursor. Answers the
     views and the cursor of the next page (None: no more)."""
     decl = sorted((j for j in declared if j.team == team and j.id > after
                    and j.id.startswith(prefix)), key=lambda j: j.id)
     taken = {j.id for j in declared}
     needle = text.lower() if text else None
-    filtered = needle is not None or paused is not None or status is not None
+    status = frozenset(statuses) if statuses else None
+    filtered = needle is not None or paused is not None or status is not None \
+        or where is not None
     chunk = max(limit + 1, CHUNK) if filtered else limit + 1
     di = 0
     buf: list[JobDef] = []
@@ -399,6 +403,11 @@ async def job_page(
             if needle is not None and needle not in c.id.lower() \
                     and needle not in c.description.lower():
                 continue
+            if where is not None:
+                if c.job is None and c.stored is not None:
+                    c.job = build(c.stored)
+                if c.job is None or not where(c.job):
+                    continue
             cands.append(c)
         if cands and (paused is not None or status is not None):
             ids = [c.id for c in cands]
@@ -409,7 +418,7 @@ async def job_page(
                 st, last = states.get(c.id), lasts.get(c.id)
                 if paused is not None and _paused(st, now) != paused:
                     continue
-                if status is not None and (last is None or last.status is not status):
+                if status is not None and (last is None or last.status not in status):
                     continue
                 views_of[c.id] = (st, last)
                 keep.append(c)

@@ -34,7 +34,7 @@ from cronfleet.api.deps import (
 from cronfleet.api.errors import ApiError, field_errors, responses
 from cronfleet.catalog import SOURCE
 from cronfleet.model import Job, RunStatus
-from cronfleet.views import SCAN_MAX, JobView, job_page, job_view, next_fires, run_stats
+from cronfleet.views import SCAN_MAX, JobView, job_view, jobs_by_key, next_fires, run_stats
 
 __all__ = ["detail", "item_router", "router", "summary"]
 
@@ -117,10 +117,11 @@ async def list_jobs(
     t = now(ctx)
     found = await fleet(ctx)
     with store_errors("cannot read the jobs"):
-        views, nxt = await job_page(
+        views, nxt = await jobs_by_key(
             ctx.scheduler.store, declared_jobs(ctx, found), ctx.api_store,
             lambda d: stored_job(ctx, d), t, team=token.team, limit=limit, after=after,
-            prefix=start, text=text, paused=paused, status=status)
+            prefix=start, text=text, paused=paused,
+            statuses=None if status is None else (status,))
     return {"items": [summary(ctx, v, t, found) for v in views], "next_cursor": nxt}
 
 
