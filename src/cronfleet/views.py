@@ -29,7 +29,6 @@ __all__ = [
     "RECENT_RUNS",
     "SCAN_MAX",
     "JobView",
-    "find_jobs",
     "fire_times",
     "job_view",
     "job_views",
@@ -272,44 +271,6 @@ async def job_views(store: Store, jobs: Sequence[Job], now: datetime,
         states = await store.read_states(ids) if ids else {}
     last = await last_runs(store, ids)
     return [job_view(job, states.get(job.id), last.get(job.id), now) for job in jobs]
-
-
-async def find_jobs(
-    store: Store,
-    jobs: Sequence[Job],
-    now: datetime,
-    *,
-    team: str | None = None,
-    after_id: str | None = None,
-    text: str | None = None,
-    paused: bool | None = None,
-    status: RunStatus | None = None,
-    limit: int | None = None,
-) -> tuple[list[JobView], bool]:
-    """The views of ``jobs`` in id order: of ``team``, with ids after ``after_id``, with
-    ``text`` in the id or description (any case), ``paused`` (or not), whose last run has
-    ``status``; at most ``limit``, and whether more matched. The newest runs are read (in
-    one call) only for the jobs that can be shown."""
-    jobs = sorted((j for j in jobs if team is None or j.team == team), key=lambda j: j.id)
-    if after_id:
-        jobs = [j for j in jobs if j.id > after_id]
-    if text:
-        needle = text.lower()
-        jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
-    if paused is None and status is None and limit is not None:
-        jobs = jobs[:limit + 1]  # one more tells whether there is more: only the page's
-        # states are read
-    states = await store.read_states([j.id for j in jobs]) if jobs else {}
-    if paused is not None:
-        jobs = [j for j in jobs if _paused(states.get(j.id), now) == paused]
-    if status is None and limit is not None:
-        jobs = jobs[:limit + 1]
-    views = await job_views(store, jobs, now, states)
-    if status is not None:
-        views = [v for v in views if v.last is not None and v.last.status is status]
-    if limit is None:
-        return views, False
-    return views[:limit], len(views) > limit
 
 
 SCAN_MAX = 2000
