@@ -555,7 +555,7 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                                      since=None if st is None else st.created_at)
     counts = Counter(cells.states)
     spec = None
-    if ctx.catalog.is_stored(job.id):
+    if job.source == SOURCE:
         d = await ctx.api_store.job_def(job.id)
         spec = None if d is None else d.spec
     tz = _zone(job, s)
@@ -569,7 +569,7 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                   daily=read.daily_percentiles(recent, tz),
                   stats=run_stats(recent), recent=recent[:15],
                   config=config_rows(spec if spec is not None else _declared(job)),
-                  stored=spec is not None, editable=ctx.catalog.is_stored(job.id),
+                  stored=spec is not None, editable=job.source == SOURCE,
                   lease=view.lease_holder(t), paused=view.paused(t),
                   status_word=read.job_status(view, t), next_run=view.next_run(t),
                   enabled=view.enabled(t),
@@ -1063,7 +1063,7 @@ _EDIT_FIELDS = ("schedule", "timezone", "description", "timeout")
 async def edit_page(request: Request, s: Session, ctx: Context) -> Response:
     job = await visible(ctx, s.info, request.query_params.get("job", ""))
     need(s, "editor")
-    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    d = await ctx.api_store.job_def(job.id) if job.source == SOURCE else None
     if d is None:
         raise Refused(409, f"job {job.id!r} is declared in {job.source} and is read-only "
                            "here; change its declaration")
@@ -1087,7 +1087,7 @@ async def edit_post(request: Request, s: Session, ctx: Context) -> Response:
     form = await form_of(request, s)
     need(s, "editor")
     job = await visible(ctx, s.info, str(form.get("job_id", "")))
-    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    d = await ctx.api_store.job_def(job.id) if job.source == SOURCE else None
     if d is None:
         raise Refused(409, f"job {job.id!r} is read-only here")
     values = {k: str(form.get(k, "")).strip() for k in (*_EDIT_FIELDS, "http.url",
