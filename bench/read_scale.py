@@ -18,9 +18,11 @@ size. Targets: list p99 <= 50 ms, a job's runs p99 <= 50 ms, dashboard jobs list
 <= 300 ms and <= 200 KB.
 
 Peer (``--peer-src``): the same requests served by another checkout's ``src`` (main's:
-the catalog loads every definition into the scheduler, then lists from memory), run first
-on the same data (its schema version, before this checkout's migration 14 adds its index);
-``--peer-n`` requests per case (its requests take seconds at this size).
+the catalog loads every definition into the scheduler, then lists from memory), run after
+this checkout on the same data (it applies its own migrations then; a checkout whose
+schema is newer than this one's must not run first: this one would refuse it);
+``--peer-n`` requests per case after one warm-up (its requests take seconds at this size),
+and not the overview (minutes a request at a million jobs on main).
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ async def migrate(src: str, url: str) -> float:
 
 
 async def measure(url: str, n: int, defs: int, peer: bool) -> dict[str, Any]:
+    warm = 1 if peer else 3
     import httpx
 
     from cronfleet import Scheduler
@@ -171,6 +174,8 @@ async def measure(url: str, n: int, defs: int, peer: bool) -> dict[str, Any]:
         f"dashboard /jobs?after={mid}": f"/jobs?after={mid}",
         "dashboard / (overview)": "/",
     }
+    if peer:
+        del cases["dashboard / (overview)"]
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://bench", timeout=600) as c:
@@ -179,11 +184,11 @@ async def measure(url: str, n: int, defs: int, peer: bool) -> dict[str, Any]:
             for name, path in cases.items():
                 times = []
                 r = None
-                for i in range(n + 3):
+                for i in range(n + warm):
                     t = time.perf_counter()
                     r = await c.get(path, headers=headers)
                     dt = (time.perf_counter() - t) * 1000
-                    if i >= 3:
+                    if i >= warm:
                         times.append(dt)
                 assert r is not None
                 if r.status_code != 200:
@@ -241,28 +246,29 @@ def main() -> None:
     this_src = str(ROOT / "src")
     results: dict[str, Any] = {"defs": a.defs, "runs": a.runs, "n": a.n}
     try:
-        # the schema as the oldest code of the run makes it (the peer's, if any)
-        first = a.peer_src or this_src
+        # the schema as this checkout makes it (the peer applies its own migrations after)
         subprocess.run([sys.executable, "-c", "import asyncio, sys; sys.path.insert(0, "
-                        f"{first!r}); from cronfleet.store import open_store\n"
+                        f"{this_src!r}); from cronfleet.store import open_store\n"
                         "async def m():\n s = open_store(sys.argv[1]); await s.open(); "
                         "await s.close()\nasyncio.run(m())", url],
-                       check=True, env={**os.environ, "PYTHONPATH": first})
+                       check=True, env={**os.environ, "PYTHONPATH": this_src})
         took = fill(pg, schema, a.defs, a.runs)
         results["fill"] = {k: round(v, 1) for k, v in took.items()}
         print(f"filled {a.defs:,} definitions in {took['defs_s']:.1f} s, {a.runs:,} runs in "
               f"{took['runs_s']:.1f} s, indexes + VACUUM ANALYZE {took['indexes_s']:.1f} s",
               flush=True)
+        results["this"] = run_child(this_src, url, a.n, a.defs, peer=False)
+        print(f"this: {json.dumps(results['this'])}", flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=1))
         if a.peer_src:
             results["peer"] = run_child(a.peer_src, url, a.peer_n, a.defs, peer=True)
-            print(f"peer done ({a.peer_src})", flush=True)
-        results["this"] = run_child(this_src, url, a.n, a.defs, peer=False)
+            print(f"peer ({a.peer_src}): {json.dumps(results['peer'])}", flush=True)
     finally:
         sql(pg, [f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'])
-    this = results["this"]
-    print(f"this: migrate + start {this.pop('migrate_and_start_s')} s (migration 14 builds "
-          "job_defs_team when the peer made the schema)")
-    peer = results.get("peer", {})
+    this = dict(results["this"])
+    print(f"this: migrate + start {this.pop('migrate_and_start_s')} s")
+    peer = dict(results.get("peer", {}))
     if peer:
         print(f"peer: migrate + start {peer.pop('migrate_and_start_s')} s, catalog load "
               f"{peer.pop('catalog_load_s')} s")
