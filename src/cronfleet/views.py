@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -23,14 +23,16 @@ if TYPE_CHECKING:
     from cronfleet.cron import AnySchedule
     from cronfleet.model import Job, JobState, RunRecord, RunStatus
     from cronfleet.store.base import Store
+    from cronfleet.store.side import ApiStore, JobDef
 
 __all__ = [
     "RECENT_RUNS",
+    "SCAN_MAX",
     "JobView",
-    "find_jobs",
     "fire_times",
     "job_view",
     "job_views",
+    "jobs_by_key",
     "last_runs",
     "lease_holders",
     "next_fires",
@@ -271,42 +273,145 @@ async def job_views(store: Store, jobs: Sequence[Job], now: datetime,
     return [job_view(job, states.get(job.id), last.get(job.id), now) for job in jobs]
 
 
-async def find_jobs(
+SCAN_MAX = 2000
+"""Jobs one filtered page (``text``, ``paused``, ``status``) looks at, at most: past it the
+page ends with what matched and a cursor to go on from (:func:`jobs_by_key`)."""
+CHUNK = 200  # candidates a filtered page takes at a time (one state read each)
+
+
+@dataclass
+class _Candidate:
+    id: str
+    description: str
+    job: Job | None  # declared (or built)
+    stored: JobDef | None  # a definition, built when it is shown
+
+
+async def jobs_by_key(
     store: Store,
-    jobs: Sequence[Job],
+    declared: Sequence[Job],
+    api_store: ApiStore | None,
+    build: Callable[[JobDef], Job | None],
     now: datetime,
     *,
-    team: str | None = None,
-    after_id: str | None = None,
+    team: str,
+    limit: int,
+    after: str = "",
+    prefix: str = "",
     text: str | None = None,
     paused: bool | None = None,
-    status: RunStatus | None = None,
-    limit: int | None = None,
-) -> tuple[list[JobView], bool]:
-    """The views of ``jobs`` in id order: of ``team``, with ids after ``after_id``, with
-    ``text`` in the id or description (any case), ``paused`` (or not), whose last run has
-    ``status``; at most ``limit``, and whether more matched. The newest runs are read (in
-    one call) only for the jobs that can be shown."""
-    jobs = sorted((j for j in jobs if team is None or j.team == team), key=lambda j: j.id)
-    if after_id:
-        jobs = [j for j in jobs if j.id > after_id]
-    if text:
-        needle = text.lower()
-        jobs = [j for j in jobs if needle in j.id.lower() or needle in j.description.lower()]
-    if paused is None and status is None and limit is not None:
-        jobs = jobs[:limit + 1]  # one more tells whether there is more: only the page's
-        # states are read
-    states = await store.read_states([j.id for j in jobs]) if jobs else {}
-    if paused is not None:
-        jobs = [j for j in jobs if _paused(states.get(j.id), now) == paused]
-    if status is None and limit is not None:
-        jobs = jobs[:limit + 1]
-    views = await job_views(store, jobs, now, states)
-    if status is not None:
-        views = [v for v in views if v.last is not None and v.last.status is status]
-    if limit is None:
-        return views, False
-    return views[:limit], len(views) > limit
+    statuses: Collection[RunStatus] | None = None,
+    where: Callable[[Job], bool] | None = None,
+    scan: int = SCAN_MAX,
+) -> tuple[list[JobView], str | None]:
+    """One keyset page of ``team``'s jobs in id order, after the id ``after``: the
+    ``declared`` jobs (code and config, in memory) merged with the stored definitions of
+    ``api_store``, read in ``(team, id)`` pages (``ApiStore.job_defs_page``) and built
+    (``build``) only when shown; a declared job wins an id a definition also has. Filters:
+    ``prefix`` (ids starting with it: the index's range), ``text`` (in the id or
+    description, any case), ``paused``, ``statuses`` of the last run (the state rows and
+    last runs of the candidates, :data:`CHUNK` at a time), ``where(job)`` (a stored job
+    is then built to be judged). A filtered page looks at no more
+    than ``scan`` jobs: it may end with fewer than ``limit`` and a cursor. Answers the
+    views and the cursor of the next page (None: no more)."""
+    decl = sorted((j for j in declared if j.team == team and j.id > after
+                   and j.id.startswith(prefix)), key=lambda j: j.id)
+    taken = {j.id for j in declared}
+    needle = text.lower() if text else None
+    status = frozenset(statuses) if statuses else None
+    filtered = needle is not None or paused is not None or status is not None \
+        or where is not None
+    chunk = max(limit + 1, CHUNK) if filtered else limit + 1
+    di = 0
+    buf: list[JobDef] = []
+    more_stored = api_store is not None
+    stored_after = after
+    last_seen = after
+    scanned = 0
+    matched: list[_Candidate] = []
+    views_of: dict[str, tuple[JobState | None, RunRecord | None]] = {}
+    while True:
+        cands: list[_Candidate] = []
+        exhausted = False
+        while len(cands) < chunk and not (filtered and scanned >= scan):
+            if not buf and more_stored and api_store is not None:
+                buf = await api_store.job_defs_page(team, after=stored_after, prefix=prefix,
+                                                    limit=chunk)
+                buf.reverse()  # popped from the end
+                more_stored = len(buf) == chunk
+                if buf:
+                    stored_after = buf[0].id
+            d = decl[di] if di < len(decl) else None
+            sd = buf[-1] if buf else None
+            if d is None and sd is None:
+                exhausted = True
+                break
+            scanned += 1
+            c: _Candidate
+            if sd is None or (d is not None and d.id <= sd.id):
+                di += 1
+                if sd is not None and sd.id == d.id:  # type: ignore[union-attr]
+                    buf.pop()
+                assert d is not None
+                c = _Candidate(d.id, d.description, d, None)
+            else:
+                buf.pop()
+                if sd.id in taken:
+                    last_seen = sd.id
+                    continue
+                c = _Candidate(sd.id, str(sd.spec.get("description") or ""), None, sd)
+            last_seen = c.id
+            if needle is not None and needle not in c.id.lower() \
+                    and needle not in c.description.lower():
+                continue
+            if where is not None:
+                if c.job is None and c.stored is not None:
+                    c.job = build(c.stored)
+                if c.job is None or not where(c.job):
+                    continue
+            cands.append(c)
+        if cands and (paused is not None or status is not None):
+            ids = [c.id for c in cands]
+            states = await store.read_states(ids)
+            lasts = await last_runs(store, ids) if status is not None else {}
+            keep = []
+            for c in cands:
+                st, last = states.get(c.id), lasts.get(c.id)
+                if paused is not None and _paused(st, now) != paused:
+                    continue
+                if status is not None and (last is None or last.status not in status):
+                    continue
+                views_of[c.id] = (st, last)
+                keep.append(c)
+            cands = keep
+        for c in cands:
+            if c.job is None and c.stored is not None:
+                c.job = build(c.stored)
+            if c.job is not None:
+                matched.append(c)
+            if len(matched) > limit:
+                break
+        if len(matched) > limit:
+            matched = matched[:limit]
+            nxt: str | None = matched[-1].id
+            break
+        if exhausted:
+            nxt = None
+            break
+        if filtered and scanned >= scan:
+            nxt = last_seen  # looked at enough: go on from there
+            break
+    jobs = [c.job for c in matched if c.job is not None]
+    if views_of:
+        views = [job_view(j, *views_of[j.id], now) for j in jobs]
+        missing = [v for v in views if v.last is None]
+        if missing and status is None:  # paused only: the last runs of the page
+            got = await last_runs(store, [v.job.id for v in missing])
+            for v in missing:
+                v.last = got.get(v.job.id)
+    else:
+        views = await job_views(store, jobs, now)
+    return views, nxt
 
 
 # -- runs ---------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import pytest
 from cronfleet.cron import parse
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, TriggeredBy
 from cronfleet.views import (
-    find_jobs,
     fire_times,
     job_view,
     job_views,
+    jobs_by_key,
     last_runs,
     next_fires,
     period_of,
@@ -127,24 +127,82 @@ def test_run_stats() -> None:
     assert run_stats([])["success_rate"] is None
 
 
-def test_find_jobs_filters_and_pages() -> None:
+def test_jobs_by_key_filters_and_pages() -> None:
     jobs = [job("c", team="t"), job("a", team="t"), job("b", team="u"),
             job("d", team="t", description="Nightly export")]
     store = BatchedStore([run("a", 1, RunStatus.FAILED), run("c", 2)])
 
-    def find(**kw: Any) -> tuple[list[str], bool]:
-        views, more = asyncio.run(find_jobs(store, jobs, NOW, team="t", **kw))
-        return [v.job.id for v in views], more
+    def find(limit: int = 50, **kw: Any) -> tuple[list[str], str | None]:
+        views, nxt = asyncio.run(jobs_by_key(store, jobs, None, lambda d: None, NOW,
+                                             team="t", limit=limit, **kw))
+        return [v.job.id for v in views], nxt
 
-    assert find() == (["a", "c", "d"], False)
-    assert find(limit=2) == (["a", "c"], True)
-    assert find(after_id="a", limit=2) == (["c", "d"], False)
-    assert find(text="NIGHTLY") == (["d"], False)
-    assert find(status=RunStatus.FAILED) == (["a"], False)
-    assert find(paused=True) == ([], False)
+    assert find() == (["a", "c", "d"], None)
+    assert find(limit=2) == (["a", "c"], "c")
+    assert find(after="a", limit=2) == (["c", "d"], None)
+    assert find(prefix="c") == (["c"], None)
+    assert find(text="NIGHTLY") == (["d"], None)
+    assert find(statuses=[RunStatus.FAILED]) == (["a"], None)
+    assert find(paused=True) == ([], None)
+    assert find(where=lambda j: j.id != "c") == (["a", "d"], None)
     store.calls.clear()
     find(limit=1)
-    assert store.calls[-1] == ("last_runs", ["a", "c"])  # only what can be shown, plus one
+    assert store.calls[-1] == ("last_runs", ["a"])  # only what is shown
+
+
+def stored(job_id: str, team: str = "t", description: str = "") -> Any:
+    from cronfleet.store.side import JobDef
+
+    return JobDef(job_id, team, {"id": job_id, "description": description}, 1, NOW, NOW,
+                  None, None)
+
+
+def test_jobs_by_key_merges_stored_definitions_and_bounds_a_scan() -> None:
+    """Declared jobs merged with stored definitions read by key, in id order, each once
+    (a declared job wins an id a definition also has), built only when shown; a filtered
+    page looks at ``scan`` jobs at most and says where to go on."""
+    from cronfleet.store.memory_side import MemoryApiStore, _ApiRows
+
+    rows = _ApiRows()
+    for d in (stored("b1"), stored("c", description="nightly"), stored("e"),
+              stored("a0", team="u"), stored("z", description="NIGHTLY too")):
+        rows.defs[d.id] = d
+    api = MemoryApiStore(rows)
+    declared = [job("a", team="t"), job("c", team="t"), job("d", team="t",
+                                                            description="nightly")]
+    built: list[str] = []
+
+    def build(d: Any) -> Job:
+        built.append(d.id)
+        return job(d.id, team=d.team, description=d.spec["description"])
+
+    store = BatchedStore([])
+
+    def walk(limit: int, **kw: Any) -> tuple[list[str], int]:
+        out: list[str] = []
+        after, pages = "", 0
+        while True:
+            views, nxt = asyncio.run(jobs_by_key(store, declared, api, build, NOW,
+                                                 team="t", limit=limit, after=after, **kw))
+            out += [v.job.id for v in views]
+            pages += 1
+            if nxt is None:
+                return out, pages
+            after = nxt
+
+    for limit in (1, 2, 3, 10):
+        assert walk(limit)[0] == ["a", "b1", "c", "d", "e", "z"], limit
+    declared_c = next(j for j in declared if j.id == "c")
+    views, _ = asyncio.run(jobs_by_key(store, declared, api, build, NOW, team="t",
+                                       limit=10, prefix="c"))
+    assert [v.job for v in views] == [declared_c]  # the declared one, not the definition
+    built.clear()
+    asyncio.run(jobs_by_key(store, declared, api, build, NOW, team="t", limit=2))
+    assert built == ["b1"]  # a, b1: only the page's stored jobs are built
+    # a scan of 2 jobs a request: pages (some empty) with a cursor, every match once
+    found, pages = walk(10, text="nightly", scan=2)
+    assert found == ["d", "z"] and pages == 4  # a b1 | c d | e z | (the end)
+    assert walk(10, text="nightly")[0] == ["d", "z"]
 
 
 def test_composed_schedules_in_views() -> None:

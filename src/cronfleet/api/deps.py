@@ -7,20 +7,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from cronfleet.api.errors import ApiError
-from cronfleet.catalog import Catalog
+from cronfleet.catalog import SOURCE, Catalog
 from cronfleet.clock import from_ts
 from cronfleet.errors import StoreError
 from cronfleet.model import Job, RunRecord
-from cronfleet.store.side import ApiStore, TokenInfo
+from cronfleet.store.side import ApiStore, JobDef, TokenInfo
+
+if TYPE_CHECKING:
+    from cronfleet.store.base import RunCursor, RunFilter
 
 log = logging.getLogger("cronfleet.api")
 
@@ -46,6 +49,7 @@ __all__ = [
     "store_errors",
     "stored",
     "team_jobs",
+    "team_runs",
     "token",
     "visible",
     "visible_run",
@@ -267,22 +271,41 @@ async def fleet(ctx: Context) -> dict[str, Any]:
     return found
 
 
+def local(ctx: Context, job_id: str) -> Job | None:
+    """The job this process holds with this id (no copy of the job table: it may hold
+    many), or None."""
+    from cronfleet.errors import JobNotFound
+
+    try:
+        job: Job = ctx.scheduler.get_job(job_id)
+    except JobNotFound:
+        return None
+    return job
+
+
+def declared_here(ctx: Context) -> list[Job]:
+    """The jobs this process declares in code or config (its API jobs, whichever it
+    holds, are read from ``job_defs``)."""
+    return [j for j in ctx.scheduler.iter_jobs() if isinstance(j, Job) and j.source != SOURCE]
+
+
 def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
     """The jobs of the registry this process does not declare, as handler-less jobs
-    (their team from the registry: team scoping holds for them too); API jobs are the
-    catalog's. Each spec is read once per digest (``ctx.remote_cache``): the registry is
-    still read at every call, only the parsing is kept."""
+    (their team from the registry: team scoping holds for them too); API jobs are read
+    from ``job_defs`` only, whatever the registry says. Each spec is read once per digest
+    (``ctx.remote_cache``): the registry is still read at every call, only the parsing
+    is kept."""
     from cronfleet.runtime.registry import job_from_spec
 
-    local = ctx.scheduler.jobs
     cache = ctx.remote_cache
     out: dict[str, Job] = {}
     for job_id, fj in found.items():
-        if job_id in local:
-            continue
         cur = fj.current
-        if cur.source == "api":  # the catalog is the truth of API jobs here (a deleted
+        if cur.source == SOURCE:  # job_defs is the truth of API jobs (a deleted
             continue  # one may linger in other processes' rows until their next refresh)
+        here = local(ctx, job_id)
+        if here is not None and here.source != SOURCE:
+            continue
         key = (cur.digest, cur.team, cur.source)
         hit = cache.get(job_id)
         if hit is None or hit[0] != key:
@@ -298,19 +321,49 @@ def remote_jobs(ctx: Context, found: Mapping[str, Any]) -> dict[str, Job]:
     return out
 
 
+def declared_jobs(ctx: Context, found: Mapping[str, Any]) -> list[Job]:
+    """Every declared job of the fleet: this process's and the registry's others (never
+    an API job: those are read from ``job_defs``)."""
+    return [*declared_here(ctx), *remote_jobs(ctx, found).values()]
+
+
 def is_remote(ctx: Context, job: Job) -> bool:
-    """A job another process declares (from the registry), not this one."""
-    return ctx.scheduler.jobs.get(job.id) is not job
+    """A job another process declares (from the registry), or an API job this process
+    does not hold: not one of this process's jobs."""
+    return local(ctx, job.id) is not job
+
+
+def stored_job(ctx: Context, d: JobDef) -> Job | None:
+    """The job of a live stored definition: the one this process holds when it holds
+    it (at this version), else built from the definition on demand."""
+    here = local(ctx, d.id)
+    if here is not None and here.source == SOURCE and ctx.catalog.held_version(d.id) == d.version:
+        return here
+    return ctx.catalog.build(d)
+
+
+async def stored_def(ctx: Context, job_id: str) -> JobDef | None:
+    """The live stored definition with this id (one read by key), or None."""
+    with store_errors("cannot read the job's definition"):
+        d = await ctx.api_store.job_def(job_id)
+    return d if d is not None and d.deleted_at is None else None
 
 
 async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
-    """The job if the token's team owns it -- declared here, or by another process of the
-    fleet (the job registry); otherwise 404 (whoever owns it)."""
-    job = ctx.scheduler.jobs.get(job_id)
+    """The job if the token's team owns it -- declared here, stored over the API (read
+    from ``job_defs`` by its id, whether this process holds it or not), or declared by
+    another process of the fleet (the job registry); otherwise 404 (whoever owns it). A
+    declared job wins an id a stored definition also has (the catalog ignores that
+    definition)."""
+    job = local(ctx, job_id)
+    if job is not None and job.source == SOURCE:
+        job = None
     if job is None:
-        with contextlib.suppress(StoreError):
-            await ctx.catalog.refresh()  # created by another process a moment ago?
-        job = ctx.scheduler.jobs.get(job_id)
+        d = await stored_def(ctx, job_id)
+        if d is not None:
+            job = stored_job(ctx, d) if d.team == tok.team else None
+            if job is None:
+                raise ApiError(404, "JOB_NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
     if job is None:
         job = remote_jobs(ctx, {k: v for k, v in (await fleet(ctx)).items()
                                 if k == job_id}).get(job_id)
@@ -319,22 +372,86 @@ async def visible(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
     return job
 
 
-async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str]:
+SCOPE_IDS = 1000
+"""A team with at most this many stored jobs has its runs read by the list of its ids;
+a larger one by reading runs in order and keeping its own (:func:`run_teams`)."""
+
+
+async def team_jobs(ctx: Context, tok: TokenInfo) -> frozenset[str] | None:
     """The ids whose runs the token's team sees: its jobs here, its jobs created over the
     API and deleted since, and its declared jobs gone from the config (their runs keep the
-    team, as in :func:`visible_run`)."""
-    jobs = ctx.scheduler.jobs
-    ids = {j.id for j in jobs.values() if isinstance(j, Job) and j.team == tok.team}
+    team, as in :func:`visible_run`); None when the team has more than
+    :data:`SCOPE_IDS` stored jobs (then the caller keeps a page's runs by
+    :func:`run_teams`). Reads at most :data:`SCOPE_IDS` + 1 definitions, never all."""
     with store_errors("cannot read the job definitions"):
-        defs = await ctx.api_store.job_defs(include_deleted=True)
+        defs = await ctx.api_store.job_defs_page(tok.team, limit=SCOPE_IDS + 1,
+                                                 include_deleted=True)
+        if len(defs) > SCOPE_IDS:
+            return None
         reserved = await ctx.api_store.reserved_ids(tok.team)
-    ids.update(d.id for d in defs if d.team == tok.team and d.id not in jobs)
-    stored = {d.id for d in defs}
-    ids.update(set(reserved).difference(jobs, stored))
+    ids = {j.id for j in declared_here(ctx) if j.team == tok.team}
+    ids.update(d.id for d in defs)
+    ids.update(reserved)
     # the jobs other processes declare (the registry rows carry the team)
     ids.update(j for j, fj in (await fleet(ctx)).items()
-               if j not in jobs and fj.current.team == tok.team)
+               if fj.current.source != SOURCE and fj.current.team == tok.team)
     return frozenset(ids)
+
+
+async def run_teams(ctx: Context, job_ids: Sequence[str]) -> dict[str, str]:
+    """The team of each job id that has one (the runs of a page): declared here, a stored
+    definition or its tombstone, a reserved id of a config job, the registry. One read of
+    the definitions for the page, then only for ids none of those name."""
+    out: dict[str, str] = {}
+    rest = []
+    for job_id in dict.fromkeys(job_ids):
+        here = local(ctx, job_id)
+        if here is not None and here.source != SOURCE:
+            out[job_id] = here.team
+        else:
+            rest.append(job_id)
+    with store_errors("cannot read the job definitions"):
+        out.update(await ctx.api_store.job_def_teams(rest))
+        found = None
+        for job_id in rest:
+            if job_id in out:
+                continue
+            team = await ctx.api_store.reserved_team(job_id)
+            if team is None:
+                found = await fleet(ctx) if found is None else found
+                fj = found.get(job_id)
+                team = None if fj is None else fj.current.team
+            if team is not None:
+                out[job_id] = team
+    return out
+
+
+WIDE_READS = 20
+"""Store reads one page of ``GET /api/runs`` of a team with many stored jobs may take."""
+
+
+async def team_runs(ctx: Context, team: str, where: RunFilter, limit: int,
+                     after: RunCursor | None
+                    ) -> tuple[list[RunRecord], RunCursor | None]:
+    """Up to ``limit`` runs of ``team`` matching ``where`` (which names no job), newest
+    first: pages of every job's runs, the team's kept (:func:`run_teams`, one read of the
+    definitions per page), until the page is full or :data:`WIDE_READS` reads."""
+    from cronfleet.store.base import RunCursor
+
+    runs: list[RunRecord] = []
+    for _ in range(WIDE_READS):
+        with store_errors("cannot read the runs"):
+            page = await ctx.scheduler.store.find_runs(where, limit=limit, after=after)
+        teams = await run_teams(ctx, [r.job_id for r in page.runs])
+        for r in page.runs:
+            if teams.get(r.job_id) == team:
+                runs.append(r)
+                if len(runs) == limit:
+                    return runs, RunCursor.after(r)
+        if page.next_cursor is None:
+            return runs, None
+        after = page.next_cursor
+    return runs, after
 
 
 async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
@@ -342,18 +459,7 @@ async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
     tombstone, a job gone from the config in ``job_ids``); otherwise 404."""
     with store_errors("cannot read the run"):
         run: RunRecord | None = await ctx.scheduler.store.get_run(run_id)
-        team = None
-        if run is not None:
-            job = ctx.scheduler.jobs.get(run.job_id)
-            if job is not None:
-                team = job.team
-            else:
-                d = await ctx.api_store.job_def(run.job_id)
-                team = (d.team if d is not None
-                        else await ctx.api_store.reserved_team(run.job_id))
-                if team is None:  # declared by another process of the fleet?
-                    fj = (await fleet(ctx)).get(run.job_id)
-                    team = None if fj is None else fj.current.team
+    team = None if run is None else (await run_teams(ctx, [run.job_id])).get(run.job_id)
     if run is None or team != tok.team:
         raise ApiError(404, "RUN_NOT_FOUND", f"no run {run_id}", {"run_id": run_id})
     return run
@@ -362,7 +468,7 @@ async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:
 async def stored(ctx: Context, tok: TokenInfo, job_id: str) -> Job:
     """A visible job created over the API; 409 for a job declared in code or config."""
     job = await visible(ctx, tok, job_id)
-    if not ctx.catalog.is_stored(job.id):
+    if job.source != SOURCE:
         raise ApiError(
             409, "JOB_READ_ONLY",
             f"job {job.id!r} is declared in {job.source} and is read-only over the API; "

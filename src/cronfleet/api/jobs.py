@@ -3,6 +3,7 @@ created over the API)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -20,17 +21,20 @@ from cronfleet.api.deps import (
     Limit,
     Viewer,
     audit,
+    declared_jobs,
     fleet,
+    local,
     now,
-    remote_jobs,
     store_errors,
     stored,
+    stored_job,
     visible,
     who,
 )
 from cronfleet.api.errors import ApiError, field_errors, responses
+from cronfleet.catalog import SOURCE
 from cronfleet.model import Job, RunStatus
-from cronfleet.views import JobView, find_jobs, job_view, next_fires, run_stats
+from cronfleet.views import SCAN_MAX, JobView, job_view, jobs_by_key, next_fires, run_stats
 
 __all__ = ["detail", "item_router", "router", "summary"]
 
@@ -42,15 +46,16 @@ STATS_OVER = 100  # runs its statistics cover
 
 def summary(ctx: Context, view: JobView, now_: Any,
             found: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One job in a list: the shared view plus the API's team, editable and paused, and
-    what the fleet's registry says of it (``found``: ``FleetJob`` by id)."""
-    out = {**view.to_dict(now_), "team": view.job.team,
-           "editable": ctx.catalog.is_stored(view.job.id)}
+    """One job in a list: the shared view plus the API's team, editable (a stored
+    definition: created over the API, whichever process runs it) and paused, and what the
+    fleet's registry says of it (``found``: ``FleetJob`` by id)."""
+    stored_job = view.job.source == SOURCE
+    out = {**view.to_dict(now_), "team": view.job.team, "editable": stored_job}
     fj = None if found is None else found.get(view.job.id)
     if fj is not None:
         d = fj.to_dict()
         out.update(kind=d["kind"], declared=d["declared"], declared_by=d["declared_by"],
-                   conflict=d["conflict"], remote=view.job.id not in ctx.scheduler.jobs)
+                   conflict=d["conflict"], remote=local(ctx, view.job.id) is not view.job)
     return out
 
 
@@ -66,7 +71,7 @@ async def detail(ctx: Context, job: Job) -> dict[str, Any]:
     out["recent_runs"] = [r.to_dict() for r in runs[:RECENT]]
     out["stats"] = run_stats(runs)
     out["spec"] = out["version"] = None
-    if ctx.catalog.is_stored(job.id):
+    if job.source == SOURCE:
         with store_errors("cannot read the job's definition"):
             d = await ctx.api_store.job_def(job.id)
         if d is not None:
@@ -75,25 +80,49 @@ async def detail(ctx: Context, job: Job) -> dict[str, Any]:
     return out
 
 
-@router.get("/api/jobs", response_model=S.JobPage, responses=responses(401, 403, 503))
+def _id_part(name: str, value: str | None) -> str:
+    """A ``cursor`` or ``prefix``: characters a job id may hold, or a 422 naming it."""
+    if not value:
+        return ""
+    if not ID_CHARS.fullmatch(value):
+        message = (f"{value!r} is not part of a job id (letters, digits and ._:@+-/ "
+                   "only)")
+        raise ApiError(422, "VALIDATION_ERROR", f"{name}: {message}",
+                       {"errors": [{"field": name, "message": message}]})
+    return value
+
+
+ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")
+
+
+@router.get("/api/jobs", response_model=S.JobPage, responses=responses(401, 403, 422, 503))
 async def list_jobs(
     ctx: Ctx, token: Viewer,
     paused: bool | None = None,
     status: Annotated[RunStatus | None, Query(description="Status of the last run.")] = None,
-    text: Annotated[str | None, Query(max_length=200,
-                                      description="Substring of id or description.")] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    prefix: Annotated[str | None, Query(max_length=200, description=(
+        "Ids starting with this (an index range: fast at any size)."))] = None,
+    text: Annotated[str | None, Query(max_length=200, description=(
+        f"Substring of id or description (any case): a scan of at most {SCAN_MAX:,} "
+        "jobs per request, which may answer fewer than `limit` items with a "
+        "`next_cursor` to go on from."))] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description=(
+        "`next_cursor` of the page before (the id the page starts after)."))] = None,
     limit: Limit = 50,
 ) -> dict[str, Any]:
+    """The token's team's jobs in id order, declared (code, config) and created over the
+    API, in keyset pages: each page reads the stored definitions after the cursor through
+    the index ``(team, id)``, never every job."""
+    after, start = _id_part("cursor", cursor), _id_part("prefix", prefix)
     t = now(ctx)
     found = await fleet(ctx)
-    jobs = [*ctx.scheduler.jobs.values(), *remote_jobs(ctx, found).values()]
-    with store_errors("cannot read job states"):
-        views, more = await find_jobs(
-            ctx.scheduler.store, jobs, t, team=token.team,
-            after_id=cursor, text=text, paused=paused, status=status, limit=limit)
-    items = [summary(ctx, v, t, found) for v in views]
-    return {"items": items, "next_cursor": items[-1]["id"] if more else None}
+    with store_errors("cannot read the jobs"):
+        views, nxt = await jobs_by_key(
+            ctx.scheduler.store, declared_jobs(ctx, found), ctx.api_store,
+            lambda d: stored_job(ctx, d), t, team=token.team, limit=limit, after=after,
+            prefix=start, text=text, paused=paused,
+            statuses=None if status is None else (status,))
+    return {"items": [summary(ctx, v, t, found) for v in views], "next_cursor": nxt}
 
 
 @router.post("/api/jobs", response_model=S.JobDetail, status_code=201,

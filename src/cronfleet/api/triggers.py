@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
@@ -14,11 +15,13 @@ from cronfleet.api.deps import (
     JobIdPath,
     audit,
     is_remote,
+    local,
     not_allowed,
     visible,
     who,
 )
 from cronfleet.api.errors import ApiError, responses
+from cronfleet.catalog import SOURCE
 from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
 from cronfleet.model import TriggeredBy
 
@@ -33,6 +36,10 @@ async def trigger(job_id: JobIdPath, ctx: Ctx, token: Editor,
                   body: Annotated[S.TriggerBody | None, Body()] = None) -> dict[str, Any]:
     job = await visible(ctx, token, job_id)
     params, force = (None, False) if body is None else (body.params, body.force)
+    if job.source == SOURCE and is_remote(ctx, job):  # created elsewhere a moment ago?
+        with contextlib.suppress(StoreError):  # then this process may hold it now
+            await ctx.catalog.refresh()
+        job = local(ctx, job.id) or job
     if is_remote(ctx, job):
         return await _remote(ctx, token, job.id, params, force)
     try:

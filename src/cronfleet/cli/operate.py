@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -44,7 +45,7 @@ from cronfleet.cli.render import (
 )
 from cronfleet.errors import AlreadyExecuting, JobPaused
 from cronfleet.model import RunStatus
-from cronfleet.views import JobView, job_views, lease_holders, running_now, state_view
+from cronfleet.views import JobView, lease_holders, running_now, state_view
 
 if TYPE_CHECKING:
     from cronfleet.model import Job, JobState
@@ -62,31 +63,85 @@ _WIDE = click.option("--wide", is_flag=True,
 @_CONFIG
 @_JSON
 @_WIDE
+@click.option("--team", "team", default="default", show_default=True,
+              help="Whose jobs created over the API are listed (declared jobs: every team's).")
+@click.option("--prefix", default="", help="Only the jobs whose id starts with this.")
+@click.option("--after", default="", help="Start after this id (the `--after` the last page "
+                                          "printed).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=200, show_default=True,
+              help="Jobs per page.")
 @click.pass_context
-def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: bool) -> None:
+def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: bool,
+             team: str, prefix: str, after: str, limit: int) -> None:
     """List the jobs: schedule, next run, last outcome, override and lease holder; `jobs
-    create FILE` / `jobs delete ID` manage the jobs created over the API."""
+    create FILE` / `jobs delete ID` manage the jobs created over the API.
+
+    One page in id order: the declared jobs (config, code, the fleet's registry) and the
+    team's jobs created over the API, read from the store by key (never all of them); a
+    page that is not the last ends with the command printing the next one."""
     if ctx.invoked_subcommand is not None:
         return
+    from cronfleet.catalog import SOURCE, Catalog
+    from cronfleet.store.factory import open_api_store
+    from cronfleet.views import jobs_by_key
+
+    for name, value in (("--prefix", prefix), ("--after", after)):
+        if value and not _ID_CHARS.fullmatch(value):
+            _fail(f"{name}: {value!r} is not part of a job id (letters, digits and "
+                  "._:@+-/ only)", EXIT_BAD_INPUT)
     loaded = _load(config_path, strict=False, fleet=True)
     now = _now()
-    async def read(store: Any) -> tuple[list[JobView], dict[str, str]]:
-        ids = frozenset(j.id for j in loaded.jobs)
-        return (await job_views(store, loaded.jobs, now),
-                lease_holders(await running_now(store, ids, limit=1000)))
+    declared = [j for j in loaded.jobs if j.source != SOURCE]
+    teams = sorted({j.team for j in declared} | {team})
+    scheduler = loaded.scheduler(timers=False)
+
+    async def read(store: Any) -> tuple[list[JobView], str | None, dict[str, str]]:
+        api_store = open_api_store(loaded.config.store)
+        catalog = Catalog(scheduler, api_store, allow_commands=True)  # shown, never run
+        try:
+            views: list[JobView] = []
+            nxt: str | None = None
+            for t in teams:  # id order across teams: each team's page, then merged
+                page, more = await jobs_by_key(
+                    store, declared, api_store if t == team else None, catalog.build, now,
+                    team=t, limit=limit, after=after, prefix=prefix)
+                views += page
+                if more is not None:
+                    nxt = more if nxt is None else min(nxt, more)
+        finally:
+            await api_store.close()
+        views.sort(key=lambda v: v.job.id)
+        if nxt is not None:
+            views = [v for v in views if v.job.id <= nxt]
+        if len(views) > limit:
+            views = views[:limit]
+            nxt = views[-1].job.id
+        ids = frozenset(v.job.id for v in views)
+        return views, nxt, lease_holders(await running_now(store, ids, limit=1000))
 
     with loaded:
-        views, holders = _session(loaded, read)
+        views, nxt, holders = _session(loaded, read)
     if as_json:
-        _echo_json([{**v.to_dict(now), **_fleet_dict(loaded, v.job.id)} for v in views])
+        _echo_json([{**v.to_dict(now), "team": v.job.team, **_fleet_dict(loaded, v.job.id)}
+                    for v in views])
+        if nxt is not None:
+            click.echo(f"more: cronfleet jobs --after {nxt}", err=True)
         return
     if not views:
         click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
-                   "the fleet (the store's job registry is empty)")
+                   f"the fleet, nor created over the API for team {team}"
+                   + (f" with ids after {after!r}" if after else "")
+                   + (f" starting with {prefix!r}" if prefix else ""))
         return
     console = _console()
     console.print(_jobs_table(views, now, fleet=loaded.fleet, holders=holders,
                               narrow=_narrow(console, wide), width=console.width))
+    if nxt is not None:
+        more = f" --prefix {prefix}" if prefix else ""
+        click.echo(f"more: cronfleet jobs --team {team}{more} --after {nxt}")
+
+
+_ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")
 
 
 def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import re
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -491,6 +492,7 @@ class JobsQuery:
     sort: str = "id"
     page: int = 1
     size: int = 50
+    after: str = ""  # a large team's list: the id the page starts after (keyset)
 
     @classmethod
     def from_params(cls, p: Mapping[str, str]) -> JobsQuery:
@@ -512,12 +514,14 @@ class JobsQuery:
             sort=p.get("sort", "id") if p.get("sort") in SORTS else "id",
             page=num("page", 1),
             size=size if size in PAGE_SIZES else 50,
+            after=after if ID_CHARS.fullmatch(after := p.get("after", "")[:200]) else "",
         )
 
     def params(self, **changes: Any) -> dict[str, Any]:
         d = {"q": self.q, "status": self.status, "paused": self.paused,
              "failing": "1" if self.failing else "", "kind": self.kind,
-             "source": self.source, "sort": self.sort, "page": self.page, "size": self.size}
+             "source": self.source, "sort": self.sort, "page": self.page, "size": self.size,
+             "after": self.after}
         d.update(changes)
         return {k: v for k, v in d.items() if v not in ("", None) and not
                 (k == "page" and v == 1) and not (k == "sort" and v == "id") and not
@@ -525,6 +529,7 @@ class JobsQuery:
 
 
 _BY_ID = attrgetter("id")
+ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")  # what a job id (and so a cursor) holds
 _SOURCES: dict[tuple[str, int], list[str]] = {}
 
 
@@ -543,10 +548,17 @@ class JobRow:
 
 @dataclass
 class JobsPage:
+    """One page of the jobs list. Numbered pages (``pages``) for a small team; for a large
+    one (``after`` set or ``keyset``) pages by id with ``next_after``, the next page's
+    cursor, and ``count``, the team's total as text (``~`` marks an estimate)."""
+
     rows: list[JobRow]
     total: int
     pages: int
     sources: list[str]
+    keyset: bool = False
+    next_after: str | None = None
+    count: str = ""
 
 
 async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQuery,
@@ -609,6 +621,15 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
     total = len(mine)
     pages = max(1, math.ceil(total / query.size))
     page = mine[(min(query.page, pages) - 1) * query.size:][:query.size]
+    return JobsPage(await job_rows(store, page, now, lasts), total, pages, sources,
+                    count=f"{total:,}")
+
+
+async def job_rows(store: Store, page: Sequence[Job], now: datetime,
+                   lasts: Mapping[str, RunRecord] | None = None) -> list[JobRow]:
+    """The rows of one page of the jobs list: each job's state, last run, status and
+    strip of its last slots (one read of the states, one of the last runs unless given,
+    one of the recent runs per job)."""
     ids = [j.id for j in page]
     states = await store.read_states(ids) if ids else {}
     if lasts is None:
@@ -624,7 +645,7 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
         rows.append(JobRow(j, st, view.last, view.next_fire, view.paused(now), job_kind(j),
                            slot_cells(slots, runs), job_status(view, now),
                            view.next_run(now)))
-    return JobsPage(rows, total, pages, sources)
+    return rows
 
 
 # -- runs across jobs -----------------------------------------------------------------

@@ -30,15 +30,19 @@ from cronfleet.api import control
 from cronfleet.api.deps import (
     Context,
     audit,
+    declared_here,
     now,
     ready_context,
+    store_errors,
+    stored_job,
     team_jobs,
+    team_runs,
     visible,
     visible_run,
     who,
 )
 from cronfleet.api.errors import ApiError
-from cronfleet.catalog import SpecInvalid
+from cronfleet.catalog import SOURCE, SpecInvalid
 from cronfleet.dashboard import charts, read
 from cronfleet.dashboard.auth import (
     COOKIE,
@@ -51,9 +55,10 @@ from cronfleet.dashboard.auth import (
 from cronfleet.errors import AlreadyExecuting, JobPaused, StoreError
 from cronfleet.model import Job, RunRecord, RunStatus, TriggeredBy
 from cronfleet.spec import FieldError, time_bound
+from cronfleet.store.base import RunCursor, RunFilter
 from cronfleet.store.ledger import LATE_RESULT_KEY
-from cronfleet.store.side import TokenInfo
-from cronfleet.views import job_view, run_stats
+from cronfleet.store.side import DefCount, TokenInfo
+from cronfleet.views import JobView, job_view, jobs_by_key, run_stats
 
 log = logging.getLogger("cronfleet.dashboard")
 
@@ -417,8 +422,12 @@ def page(fn: Page) -> Callable[[Request], Awaitable[Response]]:
 
 async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
     t = now(ctx)
-    jobs = [j for j in ctx.scheduler.jobs.values() if j.team == s.info.team]
+    jobs = [j for j in ctx.scheduler.iter_jobs() if j.team == s.info.team]
     data = await read.overview(ctx.scheduler.store, jobs, t)
+    with store_errors("cannot count the jobs"):  # every stored job, held here or not
+        count = await ctx.api_store.count_job_defs(s.info.team)
+    total = sum(1 for j in jobs if j.source != SOURCE) + count.n
+    data["jobs"] = ("~" if count.estimated else "") + f"{total:,}"
     health = ctx.scheduler.health()
     store_ok = True
     store_error = None
@@ -469,10 +478,57 @@ async def jobs_page(request: Request, s: Session, ctx: Context) -> Response:
     queued = getattr(due, "next", None) if due is not None else None
     if isinstance(queued, dict):
         next_of = queued.get
-    result = await read.jobs_page(sched.store, sched.jobs.values(), s.info.team, query, t,
-                                  next_of=next_of)
+    team = s.info.team
+    declared = [j for j in declared_here(ctx) if j.team == team]
+    with store_errors("cannot read the jobs"):
+        count = await ctx.api_store.count_job_defs(team)
+        small = not count.estimated and count.n + len(declared) <= SMALL_TEAM
+        if small and not query.after:  # every job at hand: any sort, numbered pages
+            ids = {j.id for j in declared}
+            defs = await ctx.api_store.job_defs_page(team, limit=SMALL_TEAM)
+            jobs = declared + [j for d in defs if d.id not in ids
+                               and (j := stored_job(ctx, d)) is not None]
+            result = await read.jobs_page(sched.store, jobs, team, query, t,
+                                          next_of=next_of)
+        else:
+            result = await _jobs_by_key(ctx, team, declared, query, t, count)
     return render(request, "jobs.html", s, t=t, query=query, result=result,
                   tz=table_zone([r.job for r in result.rows], s))
+
+
+SMALL_TEAM = 1000
+"""A team with at most this many jobs gets every sort and numbered pages on the jobs list
+(its stored jobs are all built for it); a larger one pages by id (:func:`_jobs_by_key`)."""
+
+
+async def _jobs_by_key(ctx: Context, team: str, declared: list[Job], query: read.JobsQuery,
+                       t: datetime, count: DefCount) -> read.JobsPage:
+    """A large team's jobs list: one keyset page in id order after ``query.after``
+    (declared jobs merged with the stored definitions read by ``(team, id)``), filtered
+    by a bounded scan (``views.jobs_by_key``); sorted by id only, counted by the store's
+    estimate."""
+    statuses: set[RunStatus] | None = set(read.FAILED_STATUSES) if query.failing else None
+    if query.status:
+        statuses = {RunStatus(query.status)} & (statuses or {RunStatus(query.status)})
+
+    def where(j: Job) -> bool:
+        return ((not query.kind or read.job_kind(j) == query.kind) and
+                (not query.source or j.source == query.source
+                 or read.source_file(j.source) == query.source))
+
+    views: list[JobView] = []
+    nxt = None
+    if statuses is None or statuses:  # (a status that is not failing, with failing: none)
+        views, nxt = await jobs_by_key(
+            ctx.scheduler.store, declared, ctx.api_store, lambda d: stored_job(ctx, d), t,
+            team=team, limit=query.size, after=query.after, text=query.q or None,
+            paused=None if not query.paused else query.paused == "yes",
+            statuses=statuses, where=where if query.kind or query.source else None)
+    rows = await read.job_rows(ctx.scheduler.store, [v.job for v in views], t)
+    sources = sorted({read.source_file(j.source) for j in declared} | {SOURCE})
+    total = len(declared) + count.n
+    return read.JobsPage(rows, total, 1, sources, keyset=True, next_after=nxt,
+                         count=("~" if count.estimated else "") + f"{total:,}")
 
 
 async def job_page(request: Request, s: Session, ctx: Context) -> Response:
@@ -499,7 +555,7 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                                      since=None if st is None else st.created_at)
     counts = Counter(cells.states)
     spec = None
-    if ctx.catalog.is_stored(job.id):
+    if job.source == SOURCE:
         d = await ctx.api_store.job_def(job.id)
         spec = None if d is None else d.spec
     tz = _zone(job, s)
@@ -513,7 +569,7 @@ async def _job_page(request: Request, s: Session, ctx: Context, job: Job, status
                   daily=read.daily_percentiles(recent, tz),
                   stats=run_stats(recent), recent=recent[:15],
                   config=config_rows(spec if spec is not None else _declared(job)),
-                  stored=spec is not None, editable=ctx.catalog.is_stored(job.id),
+                  stored=spec is not None, editable=job.source == SOURCE,
                   lease=view.lease_holder(t), paused=view.paused(t),
                   status_word=read.job_status(view, t), next_run=view.next_run(t),
                   enabled=view.enabled(t),
@@ -761,15 +817,25 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
     spans = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
     since = (datetime.fromtimestamp(t.timestamp() - spans[since_key], UTC)
              if since_key in spans else None)
+    scope: frozenset[str] | None
     if job_id is not None:
         await visible(ctx, s.info, job_id)  # another team's job: 404
         scope = frozenset((job_id,))  # one job's runs: not the team's ids (as GET /api/runs)
     else:
         scope = await team_jobs(ctx, s.info)
-    runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
-                                     job_id=job_id, status=st, instance=instance,
-                                     since=since, cursor=p.get("cursor"),
-                                     all_ids=len(ctx.scheduler.jobs))
+    if scope is None:  # a team with many stored jobs: its runs kept page by page
+        try:
+            after = RunCursor.decode(p["cursor"]) if p.get("cursor") else None
+        except ValueError:
+            after = None
+        found, at = await team_runs(ctx, s.info.team, RunFilter(
+            status=st, instance_id=instance, since=since), 50, after)
+        runs, nxt = found, None if at is None else at.encode()
+    else:
+        runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
+                                         job_id=job_id, status=st, instance=instance,
+                                         since=since, cursor=p.get("cursor"),
+                                         all_ids=len(ctx.scheduler.jobs))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
     jobs = ctx.scheduler.jobs
@@ -997,7 +1063,7 @@ _EDIT_FIELDS = ("schedule", "timezone", "description", "timeout")
 async def edit_page(request: Request, s: Session, ctx: Context) -> Response:
     job = await visible(ctx, s.info, request.query_params.get("job", ""))
     need(s, "editor")
-    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    d = await ctx.api_store.job_def(job.id) if job.source == SOURCE else None
     if d is None:
         raise Refused(409, f"job {job.id!r} is declared in {job.source} and is read-only "
                            "here; change its declaration")
@@ -1021,7 +1087,7 @@ async def edit_post(request: Request, s: Session, ctx: Context) -> Response:
     form = await form_of(request, s)
     need(s, "editor")
     job = await visible(ctx, s.info, str(form.get("job_id", "")))
-    d = await ctx.api_store.job_def(job.id) if ctx.catalog.is_stored(job.id) else None
+    d = await ctx.api_store.job_def(job.id) if job.source == SOURCE else None
     if d is None:
         raise Refused(409, f"job {job.id!r} is read-only here")
     values = {k: str(form.get(k, "")).strip() for k in (*_EDIT_FIELDS, "http.url",

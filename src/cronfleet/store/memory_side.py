@@ -20,6 +20,7 @@ from cronfleet.shares import bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
+    DefCount,
     JobDef,
     JobHealth,
     SecretRow,
@@ -182,6 +183,22 @@ class MemoryApiStore:
         page = [(k, d) for k, d in keyed if k > after][:limit]
         more = len(page) == limit and page[-1][0] != keyed[-1][0]
         return [d for _, d in page], (page[-1][0] if more else None)
+
+    async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
+                            limit: int, include_deleted: bool = False) -> list[JobDef]:
+        found = sorted((d for d in self._rows.defs.values()
+                        if d.team == team and (include_deleted or d.deleted_at is None)
+                        and d.id > after
+                        and d.id.startswith(prefix)), key=lambda d: d.id)
+        return found[:limit]
+
+    async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:
+        defs = self._rows.defs
+        return {i: defs[i].team for i in ids if i in defs}
+
+    async def count_job_defs(self, team: str) -> DefCount:
+        return DefCount(sum(1 for d in self._rows.defs.values()
+                            if d.team == team and d.deleted_at is None))
 
     def _bump(self, new: JobDef) -> JobDef:
         """The one writer of a definition: ``new`` carries the next store-wide version

@@ -28,6 +28,7 @@ __all__ = [
     "ApiStore",
     "AuditEntry",
     "ChangeKey",
+    "DefCount",
     "HealthStore",
     "JobDef",
     "JobHealth",
@@ -41,6 +42,7 @@ __all__ = [
     "check_role",
     "hash_token",
     "new_token",
+    "prefix_end",
     "repeated",
 ]
 
@@ -246,6 +248,30 @@ ShareKey = tuple[int, str]
 ``(bucket, id)`` (:func:`cronfleet.shares.bucket_of`); ``(-1, "")`` is before everything."""
 
 
+def prefix_end(prefix: str) -> str:
+    """The first string after every string that starts with ``prefix`` (a job id prefix,
+    ASCII, not empty): ids starting with it are those in ``[prefix, prefix_end(prefix))``,
+    a range an index on ``id`` answers (code point order: SQLite's BINARY, PostgreSQL's
+    ``COLLATE "C"``, Python's ``str``)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+@dataclass(frozen=True)
+class DefCount:
+    """How many live definitions a team has: ``n`` exactly, or an estimate
+    (``estimated``: a store that would have to scan to count them says about how many,
+    never fewer than it counted)."""
+
+    n: int
+    estimated: bool = False
+
+    def text(self) -> str:
+        return f"~{self.n:,}" if self.estimated else f"{self.n:,}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.n, "estimated": self.estimated}
+
+
 @dataclass(frozen=True)
 class AuditEntry:
     id: int
@@ -315,6 +341,26 @@ class ApiStore(Protocol):
         ``buckets``, after ``after`` in ``(bucket, id)`` order, read through the index
         on ``(bucket, id)`` (nothing outside ``buckets`` is read), and the key to pass
         for the next page (``None``: there is none)."""
+        ...
+
+    async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
+                            limit: int, include_deleted: bool = False) -> list[JobDef]:
+        """One keyset page of ``team``'s live definitions (``include_deleted``: and its
+        tombstones): at most ``limit``, ids after
+        ``after`` and starting with ``prefix`` (an id prefix: ASCII, as job ids are), in
+        id order (code points, as Python orders ``str``). An index on ``(team, id)``
+        answers it without reading the other definitions (docs/internals.md, "Indexes
+        the reads use")."""
+        ...
+
+    async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:
+        """The team of each of ``ids`` that has a definition (tombstones included: a
+        deleted job's runs keep its team), in one read."""
+        ...
+
+    async def count_job_defs(self, team: str) -> DefCount:
+        """How many live definitions ``team`` has: exact where counting is cheap, else an
+        estimate (:class:`DefCount`), so a page that shows a total never scans."""
         ...
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],

@@ -30,6 +30,7 @@ from cronfleet.shares import BUCKETS, bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
+    DefCount,
     JobDef,
     JobHealth,
     SecretRow,
@@ -40,6 +41,7 @@ from cronfleet.store.side import (
     dt,
     hash_token,
     new_token,
+    prefix_end,
     repeated,
     req_dt,
 )
@@ -47,11 +49,17 @@ from cronfleet.store.side import (
 __all__ = ["Rows", "SideSQL", "SqlApiStore", "SqlHealthStore", "SqlSecretStore", "Step"]
 
 Rows = list[tuple[Any, ...]]
+COUNT_CAP = 10_000
+"""A team's definitions are counted up to this many (an index scan); past it the count is
+the database's estimate (PostgreSQL's statistics; SQLite counts them all)."""
 Step = tuple[str, tuple[Any, ...]]  # (statement name, parameters)
 
 
 class SideSQL(Protocol):
     """A dialect's side-table statements on its store's connection."""
+
+    estimates: bool
+    """``defs_estimate`` answers an estimate (PostgreSQL's statistics), not a count."""
 
     def time(self, at: datetime) -> Any:
         """A ``TIMESTAMPTZ``-or-integer column's value (SQLite: integer ms)."""
@@ -296,6 +304,33 @@ class SqlApiStore:
             out += [d for d in map(_def, rows) if bucket_of(d.id) in mine]
             if len(out) >= limit:
                 return out, (BUCKETS, seen)
+
+    async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
+                            limit: int, include_deleted: bool = False) -> list[JobDef]:
+        if prefix:
+            rows = await self._db.query("defs_page_below", (
+                team, include_deleted, after, prefix, prefix_end(prefix), limit))
+        else:
+            rows = await self._db.query("defs_page", (team, include_deleted, after, "",
+                                                      limit))
+        return [_def(r) for r in rows]
+
+    async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:
+        if not ids:
+            return {}
+        rows = await self._db.query("defs_teams", (json.dumps(list(ids)),))
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    async def count_job_defs(self, team: str) -> DefCount:
+        rows = await self._db.query("defs_count_capped", (team, COUNT_CAP + 1))
+        counted = int(rows[0][0])
+        if counted <= COUNT_CAP:
+            return DefCount(counted)
+        rows = await self._db.query("defs_estimate", (team,))
+        if self._db.estimates:
+            n = int(rows[0][0]) if rows and rows[0][0] is not None else counted
+            return DefCount(max(n, counted), estimated=True)
+        return DefCount(int(rows[0][0]))
 
     @staticmethod
     def _create_params(job_id: str, team: str, spec: dict[str, Any], by: str | None,

@@ -51,7 +51,9 @@ def test_jobs_json_shows_last_run_override_and_lease(cli: Callable[..., Result],
     hold_lease(tmp_path / "ops.db", "quiet", "other-host:42:abc")
     r = cli("jobs", "--json")
     assert r.exit_code == 0
-    tick, boom, quiet = json.loads(r.stdout)
+    listed = {j["id"]: j for j in json.loads(r.stdout)}  # in id order
+    assert list(listed) == sorted(listed)
+    tick, boom, quiet = listed["tick"], listed["boom"], listed["quiet"]
     assert tick["id"] == "tick" and tick["schedule"] == "1h" and tick["timezone"] == "UTC"
     assert tick["description"] == "a task that works" and tick["when"].startswith("Every 1h")
     assert tick["last_run"]["status"] == "succeeded" and tick["override"] is None
@@ -72,7 +74,8 @@ def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
     project.write_text(project.read_text().replace(
         'description = "a task that works"',
         'description = "a task that works"\nconfig_json = \'{"region": "eu", "n": 3}\''))
-    tick, boom, _ = json.loads(cli("jobs", "--json").stdout)
+    listed = {j["id"]: j for j in json.loads(cli("jobs", "--json").stdout)}
+    tick, boom = listed["tick"], listed["boom"]
     assert tick["config"] == {"region": "eu", "n": 3} and boom["config"] == {}
     assert tick["paused"] is False and tick["next_run"] == tick["next_fire"] is not None
     checked = json.loads(cli("check", "--json").stdout)["jobs"]
@@ -80,12 +83,12 @@ def test_config_json_is_shown_and_a_paused_job_does_not_look_due(
     assert 'config: {"n": 3, "region": "eu"}' in cli("check").stdout
     # paused for good: no next run (the schedule's next fire stays visible as next_fire)
     assert cli("pause", "tick").exit_code == 0
-    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    tick = {j["id"]: j for j in json.loads(cli("jobs", "--json").stdout)}["tick"]
     assert tick["paused"] is True and tick["next_run"] is None and tick["next_fire"]
     assert "paused" in cli("jobs").stdout.split("tick", 1)[1].split("\n")[0]
     # paused for 2h30m of an hourly job: the next run is the first slot at or after the end
     assert cli("pause", "tick", "--until", "2h30m").exit_code == 0
-    tick = json.loads(cli("jobs", "--json").stdout)[0]
+    tick = {j["id"]: j for j in json.loads(cli("jobs", "--json").stdout)}["tick"]
     until = datetime.fromisoformat(tick["override"]["until"])
     nxt = datetime.fromisoformat(tick["next_run"])
     assert until <= nxt < until + timedelta(hours=1) and nxt.minute == 0 and nxt.second == 0
@@ -538,3 +541,34 @@ def test_jobs_on_an_80_column_terminal(project: Path, tmp_path: Path) -> None:
     _rows_fit(narrow, 80, 3)
     assert "lease holder" not in narrow
     assert "lease holder" in on_tty(160)
+
+
+def test_jobs_pages_by_id_over_declared_and_stored_jobs(
+        cli: Callable[..., Result], project: Path, tmp_path: Path) -> None:
+    """`cronfleet jobs` reads the team's API jobs from the store by key: a page of
+    ``--limit`` in id order with the declared ones, then the command of the next page;
+    ``--prefix`` their range; a bad ``--after`` is refused naming it."""
+    lines = [json.dumps({"id": f"api-{i}", "schedule": "0 4 * * *",
+                         "http": {"url": "https://example.com/x"}}) for i in range(5)]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert cli("jobs", "import", str(path)).exit_code == 0
+    every = sorted(["api-0", "api-1", "api-2", "api-3", "api-4", "boom", "quiet", "tick"])
+    seen: list[str] = []
+    after: list[str] = []
+    for _ in range(5):
+        r = cli("jobs", "--json", "--limit", "3", *after)
+        assert r.exit_code == 0, r.stderr
+        seen += [j["id"] for j in json.loads(r.stdout)]
+        if "more: " not in r.stderr:
+            break
+        after = ["--after", r.stderr.split("--after ", 1)[1].split()[0]]
+    assert seen == every
+    r = cli("jobs", "--json", "--prefix", "api-")
+    assert [j["id"] for j in json.loads(r.stdout)] == every[:5]
+    r = cli("jobs", "--limit", "2")
+    assert "more: cronfleet jobs --team default --after api-1" in r.stdout
+    r = cli("jobs", "--json", "--team", "other")
+    assert [j["id"] for j in json.loads(r.stdout)] == ["boom", "quiet", "tick"]
+    r = cli("jobs", "--after", "a b")
+    assert r.exit_code == 2 and "--after: 'a b' is not part of a job id" in r.stderr

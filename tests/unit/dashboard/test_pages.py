@@ -320,3 +320,46 @@ async def test_runs_page_of_one_job_reads_its_runs_without_the_teams_ids(
     assert (await dash.client.get("/runs?job=nobody")).status_code == 404
     across = await dash.client.get("/runs")
     assert across.status_code == 200 and asked == ["default"]
+
+
+async def test_a_large_teams_jobs_list_pages_by_id_over_stored_jobs(
+        dash: Dash, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``SMALL_TEAM`` jobs the list pages by id (``after=``, a Next link) over the
+    declared jobs and the stored definitions (none held by this process: built to be
+    shown), says its count, and offers the id sort only; filters still apply."""
+    def spec(job_id: str, i: int) -> dict[str, Any]:
+        return {"id": job_id, "schedule": f"{i} 5 * * *",
+                "description": "nightly" if i % 3 == 0 else "",
+                "http": {"url": "https://example.com/x"}}
+
+    api = open_api_store(f"sqlite:///{dash.db}")
+    try:
+        specs = [(f"api-{i:02d}", spec(f"api-{i:02d}", i)) for i in range(30)]
+        made, taken = await api.create_job_defs(specs, "default", "ada", "admin")
+        assert len(made) == 30 and not taken
+        await api.create_job_defs([("api-00b", spec("api-00b", 0))], "other", "ada",
+                                  "admin")
+    finally:
+        await api.close()
+    monkeypatch.setattr(routes, "SMALL_TEAM", 5)
+    every = sorted([*(i for i, _ in specs), "every5s", "newyork", "paris"])
+    seen: list[str] = []
+    path = "/jobs?size=25"
+    pages: list[str] = []
+    while path:
+        r = await dash.client.get(path.replace("&amp;", "&"))
+        assert r.status_code == 200, r.text[:500]
+        pages.append(r.text)
+        seen += re.findall(r'<a href="/jobs/([^"?]+)">', r.text)
+        nxt = re.search(r'<a href="(/jobs\?[^"]*)" rel="next">', r.text)
+        path = nxt.group(1) if nxt else ""
+        assert len(pages) < 10
+    assert (seen, len(pages)) == (every, 2)  # id order, no duplicate, no gap
+    assert "33 jobs" in pages[0] and "by id" in pages[0]
+    assert "after api-" in pages[1] and "« First" in pages[1]
+    assert 'value="next"' not in pages[0]  # sorting by next run needs every job at hand
+    found = await dash.client.get("/jobs?q=nightly")
+    assert re.findall(r'<a href="/jobs/([^"?]+)">', found.text) == [
+        f"api-{i:02d}" for i in range(0, 30, 3)]
+    one = await dash.client.get("/jobs/api-04")
+    assert one.status_code == 200 and "api-04" in one.text

@@ -32,6 +32,7 @@ from cronfleet.shares import bucket_of
 from cronfleet.store.side import (
     AuditEntry,
     ChangeKey,
+    DefCount,
     JobDef,
     JobHealth,
     SecretRow,
@@ -44,6 +45,7 @@ from cronfleet.store.side import (
     hash_token,
     ms,
     new_token,
+    prefix_end,
     repeated,
     req_dt,
 )
@@ -79,7 +81,8 @@ def client_of(store: RedisStore) -> aioredis.Redis:
 
 
 Check = tuple[str, str | None, Any]  # key, hash field (None: a string key), value read
-# key, hash field (None: a string key), value; or key, member, score, "zadd" (sorted set)
+# key, hash field (None: a string key), value; or key, member, score, "zadd" / "zrem"
+# (sorted set)
 Set = tuple[str, str | None, str] | tuple[str, str, str, str]
 
 
@@ -302,8 +305,12 @@ class RedisApiStore:
     catalog version), ``side:defs:changes`` (the change feed: each id scored by its
     version, written in the same compare-and-set step as the definition, by
     :meth:`_write_def`), ``side:defs:changes:built`` (set once the definitions written
-    before the feed existed are in it) and ``side:job_ids`` (ids of config / code jobs
-    reserved to their team)."""
+    before the feed existed are in it), ``side:defs:live:<team>`` (a team's live ids, score
+    0: in id order for ``ZRANGEBYLEX``, kept by :meth:`_decided`; may hold an id deleted
+    while it was built, which a read skips), ``side:defs:team:<team>`` (the same with its
+    tombstones), ``side:defs:teams:built`` (set once the
+    definitions written before those sets existed are in them) and ``side:job_ids`` (ids
+    of config / code jobs reserved to their team)."""
 
     def __init__(self, handle: StoreHandle[RedisStore], *, clock: Clock | None = None) -> None:
         self._side = RedisSide(handle, "API tables")
@@ -316,6 +323,8 @@ class RedisApiStore:
         self._changes, self._built = k("defs:changes"), k("defs:changes:built")
         self._shares, self._shares_built = k("defs:shares"), k("defs:shares:built")
         self._reserved = k("job_ids")
+        self._team_key, self._live_key = k("defs:team:"), k("defs:live:")
+        self._teams_built = k("defs:teams:built")
 
     def __repr__(self) -> str:
         return f"RedisApiStore(prefix={self._side.prefix!r})"
@@ -521,6 +530,67 @@ class RedisApiStore:
 
         await self._side.go(build)
 
+    async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
+                            limit: int, include_deleted: bool = False) -> list[JobDef]:
+        await self._build_teams()
+        key = (self._team_key if include_deleted else self._live_key) + team
+        top = "(" + prefix_end(prefix) if prefix else "+"
+        out: list[JobDef] = []
+        while len(out) < limit:
+            low = "(" + after if after and after >= prefix else "[" + prefix if prefix \
+                else "-"
+            want = limit - len(out)
+
+            async def read(c: aioredis.Redis, low: str = low, want: int = want) -> Any:
+                ids = [_s(i) for i in await c.zrangebylex(key, low, top, 0, want)]
+                return ids, (await c.hmget(self._defs, ids) if ids else [])
+
+            ids, raws = await self._side.go(read)
+            out += [d for raw in raws if raw is not None and (d := _def(raw)).team == team
+                    and (include_deleted or d.deleted_at is None)]
+            if len(ids) < want:
+                break
+            after = ids[-1]  # an id deleted meanwhile was skipped: read on
+        return out
+
+    async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:
+        if not ids:
+            return {}
+        raws = await self._side.go(lambda c: c.hmget(self._defs, list(ids)))
+        return {i: _def(raw).team for i, raw in zip(ids, raws, strict=True)
+                if raw is not None}
+
+    async def count_job_defs(self, team: str) -> DefCount:
+        await self._build_teams()
+        return DefCount(int(await self._side.go(
+            lambda c: c.zcard(self._live_key + team))))
+
+    async def _build_teams(self) -> None:
+        """Put the live definitions written before the teams' sets existed in them, once
+        per store (as :meth:`_build_feed` does for the change feed): chunks of the hash,
+        then the mark. A definition deleted meanwhile may stay in its set: reads skip it."""
+        if await self._side.go(lambda c: c.exists(self._teams_built)):
+            return
+
+        async def build(c: aioredis.Redis) -> None:
+            cursor = 0
+            while True:
+                cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
+                by_key: dict[str, dict[str, int]] = {}
+                assert isinstance(found, dict)
+                for job_id, raw in found.items():
+                    d = _def(raw)
+                    by_key.setdefault(self._team_key + d.team, {})[_s(job_id)] = 0
+                    if d.deleted_at is None:
+                        by_key.setdefault(self._live_key + d.team, {})[_s(job_id)] = 0
+                for key, members in by_key.items():
+                    await c.zadd(key, members)
+                if cursor == 0:
+                    break
+            await c.set(self._teams_built, "1")
+
+        await self._side.go(build)
+
     async def _write_def(
         self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
     ) -> JobDef | None:
@@ -556,9 +626,14 @@ class RedisApiStore:
         new = decide(None if raw is None else _def(raw), version, now, reserved)
         if new is None:
             return None, [], []
-        return (_def(new), [(self._defs, job_id, raw), (self._reserved, job_id, held)],
-                [(self._defs, job_id, new), (self._changes, job_id, str(version), "zadd"),
-                 (self._shares, share_member(job_id), "0", "zadd")])
+        made = _def(new)
+        sets: list[Set] = [(self._defs, job_id, new),
+                           (self._changes, job_id, str(version), "zadd"),
+                           (self._team_key + made.team, job_id, "0", "zadd"),
+                           (self._live_key + made.team, job_id, "0",
+                            "zadd" if made.deleted_at is None else "zrem"),
+                           (self._shares, share_member(job_id), "0", "zadd")]
+        return made, [(self._defs, job_id, raw), (self._reserved, job_id, held)], sets
 
     @staticmethod
     def _creating(job_id: str, team: str, spec: dict[str, Any], by: str | None,

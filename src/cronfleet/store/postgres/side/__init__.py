@@ -35,6 +35,8 @@ async def in_store_call(store: PostgresStore, fn: Callable[[Cursor], Awaitable[T
 class PostgresSide:
     """:class:`~cronfleet.store.sql_side.SideSQL` on a :class:`PostgresStore`."""
 
+    estimates = True
+
     def __init__(self, handle: StoreHandle[PostgresStore]) -> None:
         self._handle = handle
         store = handle.store

@@ -120,6 +120,48 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM __S__.job_defs WHERE id = %s;
 
+-- name: defs_page
+-- one keyset page of a team's definitions in id order (code points: COLLATE "C"),
+-- through the index job_defs_team (migration 14): team, with tombstones (true / false),
+-- after, prefix, limit
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs
+WHERE team = %s AND (deleted_at IS NULL OR %s) AND id COLLATE "C" > %s AND id COLLATE "C" >= %s
+ORDER BY id COLLATE "C" LIMIT %s;
+
+-- name: defs_page_below
+-- defs_page with an upper bound (an id prefix's range): team, with tombstones, after,
+-- prefix, end, limit
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM __S__.job_defs
+WHERE team = %s AND (deleted_at IS NULL OR %s) AND id COLLATE "C" > %s AND id COLLATE "C" >= %s
+    AND id COLLATE "C" < %s
+ORDER BY id COLLATE "C" LIMIT %s;
+
+-- name: defs_teams
+-- the team of each id (a JSON list) that has a definition, tombstones included
+SELECT id, team FROM __S__.job_defs
+WHERE id IN (SELECT jsonb_array_elements_text(%s::jsonb));
+
+-- name: defs_count_capped
+-- a team's live definitions, counted up to a cap (an index-only scan of job_defs_team)
+SELECT count(*) FROM (SELECT 1 FROM __S__.job_defs WHERE team = %s AND deleted_at IS NULL
+    LIMIT %s) s;
+
+-- name: defs_estimate
+-- about how many live definitions a team has, without a scan: the table's row estimate
+-- (pg_class.reltuples, kept by ANALYZE / autovacuum) times the team's share among the
+-- most common values of job_defs.team (pg_stats); NULL when the statistics do not say
+-- (never analysed, or a team too rare to be listed). Tombstones are counted too.
+SELECT (c.reltuples * m.f)::bigint
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'team'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS m(v, f)
+WHERE c.oid = to_regclass('__S__.job_defs') AND c.reltuples > 0 AND m.v = %s;
+
 -- name: def_create
 -- insert, or revive a tombstone of the same team (its old runs keep the id and the team);
 -- nothing when the id is reserved to another team by a config or code job. The version

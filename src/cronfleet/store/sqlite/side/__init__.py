@@ -37,6 +37,8 @@ async def on_store_thread(store: SQLiteStore, fn: Callable[[sqlite3.Connection],
 class SQLiteSide:
     """:class:`~cronfleet.store.sql_side.SideSQL` on a :class:`SQLiteStore`."""
 
+    estimates = False
+
     def __init__(self, handle: StoreHandle[SQLiteStore]) -> None:
         self._handle = handle
         self._q = read_queries("cronfleet.store.sqlite.side")

@@ -119,6 +119,38 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM job_defs WHERE id = ?;
 
+-- name: defs_page
+-- one keyset page of a team's definitions in id order (BINARY: code points),
+-- through the index job_defs_team (migration 14): team, with tombstones (true / false),
+-- after, prefix, limit
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM job_defs
+WHERE team = ? AND (deleted_at IS NULL OR ?) AND id > ? AND id >= ?
+ORDER BY id LIMIT ?;
+
+-- name: defs_page_below
+-- defs_page with an upper bound (an id prefix's range): team, with tombstones, after,
+-- prefix, end, limit
+SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, deleted_at,
+    saved_role
+FROM job_defs
+WHERE team = ? AND (deleted_at IS NULL OR ?) AND id > ? AND id >= ? AND id < ?
+ORDER BY id LIMIT ?;
+
+-- name: defs_teams
+-- the team of each id (a JSON list) that has a definition, tombstones included
+SELECT id, team FROM job_defs WHERE id IN (SELECT value FROM json_each(?));
+
+-- name: defs_count_capped
+-- a team's live definitions, counted up to a cap (a scan of job_defs_team)
+SELECT count(*) FROM (SELECT 1 FROM job_defs WHERE team = ? AND deleted_at IS NULL
+    LIMIT ?);
+
+-- name: defs_estimate
+-- SQLite keeps no row estimate: the exact count (the covering index job_defs_team)
+SELECT count(*) FROM job_defs WHERE team = ? AND deleted_at IS NULL;
+
 -- name: def_create
 -- insert, or revive a tombstone of the same team (its old runs keep the id and the team);
 -- nothing when the id is reserved to another team by a config or code job. The version
