@@ -62,6 +62,7 @@ from cronfleet.cron.compose import CALENDAR_PREFIX
 from cronfleet.cron.duration import DurationError, to_timedelta
 
 __all__ = [
+    "API_SOURCE",
     "AUTO_PAUSE_MAX",
     "BACKOFF_STRATEGIES",
     "COMMAND_KEYS",
@@ -246,6 +247,10 @@ instance_ttl``): heartbeats every 0.3 s, a dead instance's jobs move within 1.2-
 (docs/configuration.md)."""
 # Teams scope what an API token sees; jobs declared without one belong to this team.
 DEFAULT_TEAM = "default"
+API_SOURCE = "api"
+"""The ``source`` of a job created over the API (its definition is a row of ``job_defs``,
+the catalog's): such jobs are not in the job registry, which holds the jobs declared in
+code or config (``runtime/registry.py``)."""
 _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 

@@ -390,7 +390,7 @@ class Scheduler(SyncControl):
         if self.running:
             for j in jobs:
                 self.ownership.add(j)
-            self.registry.changed()
+            self.registry.changed(jobs)
         return job
 
     def remove_job(self, job_id: str) -> None:
@@ -403,7 +403,7 @@ class Scheduler(SyncControl):
         self.due.unpark(job_id)  # another's or not, it is nobody's now
         self.ownership.changed(old, None)
         if self.running:
-            self.registry.changed()
+            self.registry.changed((old,))
 
     def replace_job(self, job: Job) -> Job:
         """Swap a job's definition (same id) for a new one; a running scheduler plans its
