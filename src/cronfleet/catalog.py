@@ -412,6 +412,13 @@ class Catalog:
         handler = job.handler
         if role == "admin" or not isinstance(handler, HttpJob) or self.runtime is None:
             return
+        notify = handler.notify
+        if not references(handler.url, handler.body, handler.signing_secret,
+                          *handler.headers.values(),
+                          *(() if notify is None else (
+                              notify.webhook, notify.slack,
+                              None if notify.email is None else notify.email.password))):
+            return  # no secret: nothing to judge (nor URLs to parse)
         # (field, where it is sent, the texts that may reference secrets)
         uses: list[tuple[str, str | None, list[str | None]]] = [
             ("http", _url_host(handler.url), [handler.url, handler.body,

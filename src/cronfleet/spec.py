@@ -743,14 +743,34 @@ def default_job_id(fn: Callable[..., Any]) -> str:
     return clean[:JOB_ID_MAX]
 
 
+# A URL that is plainly valid: http(s), a host name of letters, digits and hyphens whose
+# last label starts with a letter (never an address literal, which httpx checks), an
+# optional port 1-99999 without a leading zero (the range is checked below), then path,
+# query and fragment of URL characters only. httpx accepts every such URL with this host
+# and port; anything else is judged by httpx itself (its errors are the messages).
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_PLAIN_URL = re.compile(
+    rf"(?:https?|HTTPS?)://(?:{_LABEL}\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
+    r"(?::([1-9][0-9]{0,4}))?(?:[/?#][A-Za-z0-9._~!$&'()*+,;=:@%/?#-]*)?")
+
+
 def _url_problem(url: str) -> str | None:
     """What is wrong with a job's URL before it ever runs (parts written as
     ``${secrets.NAME}`` are judged when the request is built), or None."""
-    import httpx
-
     if url.startswith("${secrets."):
         return None
-    probe = re.sub(r"\$\{secrets\.[^}]*\}", "x", url)
+    probe = re.sub(r"\$\{secrets\.[^}]*\}", "x", url) if "${" in url else url
+    plain = _PLAIN_URL.fullmatch(probe)
+    if plain is not None and (plain.group(1) is None or int(plain.group(1)) <= 65535):
+        return None  # ~2 us, not httpx's ~60 us: a batch checks 1,000 URLs
+    return _parsed_url_problem(url, probe)
+
+
+def _parsed_url_problem(url: str, probe: str) -> str | None:
+    """:func:`_url_problem` by httpx's parser (``probe``: ``url`` with its secrets
+    replaced)."""
+    import httpx
+
     if any(c in probe for c in "\r\n\t\0 ") or any(ord(c) < 0x20 for c in probe):
         return "contains white space or a control character (percent-encode it)"
     try:

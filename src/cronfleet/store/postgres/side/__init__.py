@@ -76,7 +76,9 @@ class PostgresSide:
             if catalog:
                 await self._exec(cur, "catalog_lock", ())
             await cur.execute("SAVEPOINT write_each")
-            out = [await self._exec(cur, name, p) for p in params]
+            # sent together: one round trip for the batch (1,000 definitions: ~0.2 s
+            # one by one)
+            out = await cur.executemany_rows(self._q[name], params, name in self._rows)
             if not keep(out):
                 await cur.execute("ROLLBACK TO SAVEPOINT write_each")
             return out
