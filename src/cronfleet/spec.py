@@ -210,6 +210,8 @@ LIMITS = {
     "config": 64 * 1024,  # characters of the config object as JSON
 }
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
+_HEADER_BREAK = re.compile("[\r\n\0]")
+_HEADER_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")  # below 0x20 but the tab, DEL
 
 
 # -- the types of a job's fields ---------------------------------------------------------
@@ -796,9 +798,9 @@ def header_problem(name: object, value: object) -> str | None:
         return "expected text"
     if len(value) > LIMITS["header_value"]:
         return f"the value is longer than {LIMITS['header_value']} characters"
-    if any(c in value for c in "\r\n\0"):
+    if _HEADER_BREAK.search(value):
         return "the value contains a line break or NUL"
-    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
+    if _HEADER_CONTROL.search(value):
         return "the value contains a control character"
     if value != value.strip(" \t"):
         return "the value starts or ends with white space"
