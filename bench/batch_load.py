@@ -20,6 +20,12 @@ process reload the whole catalog, so it slows down as the store fills -- then th
 load ``--jobs`` more; both rates are printed with the
 ratio and the projected time for 1,000,000 jobs (the issue's target: 5 minutes through the
 batch endpoint). The count in the store is checked at the end.
+
+The service's own CPU time during the batches is printed too (``server CPU per 1,000``:
+user + system seconds of the service process, from ``psutil``), with the rate one core of
+it would sustain: on a shared machine the wall-clock rate moves with the load, the CPU
+per job much less. ``--src DIR`` runs the service (and this client's imports) from
+another checkout's ``src`` (the peer of a before/after comparison, same run).
 """
 
 from __future__ import annotations
@@ -67,17 +73,24 @@ async def _count(url: str) -> int:
     from cronfleet.store.factory import open_api_store
 
     store = open_api_store(url)
-    try:
-        return len(await store.job_defs())
+    try:  # page by page through the change feed: 1,000,000 definitions at once are GBs
+        n, after = 0, (0, "")
+        while page := await store.job_defs_changed(after, 10_000):
+            n += sum(1 for d in page if d.deleted_at is None)
+            after = (page[-1].version, page[-1].id)
+        return n
     finally:
         await store.close()
 
 
-def serve(workdir: Path, url: str, role: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def serve(workdir: Path, url: str, role: str, src: str | None = None
+          ) -> tuple[subprocess.Popen[bytes], str, Path]:
     (workdir / "cronfleet.toml").write_text(
         f'[scheduler]\nstore = "{url}"\n\n[api]\nhost = "127.0.0.1"\n', encoding="utf-8")
     log = workdir / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONFLEET_")}
+    if src is not None:
+        env["PYTHONPATH"] = src
     proc = subprocess.Popen([sys.executable, "-m", "cronfleet.cli", "run", "--role", role,
                              "--port", "0"], cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=log.open("wb"))
@@ -91,7 +104,16 @@ def serve(workdir: Path, url: str, role: str) -> tuple[subprocess.Popen[bytes], 
     raise SystemExit(f"the service did not start:\n{log.read_text()}")
 
 
-def load(base: str, tok: str, n_batch: int, n_single: int, size: int) -> dict[str, Any]:
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def load(base: str, tok: str, n_batch: int, n_single: int, size: int,
+         server: int) -> dict[str, Any]:
     import httpx
 
     headers = {"Authorization": f"Bearer {tok}"}
@@ -109,6 +131,7 @@ def load(base: str, tok: str, n_batch: int, n_single: int, size: int) -> dict[st
         print(f"  one by one: {n_single:>8,} jobs in {secs:7.1f} s = "
               f"{n_single / secs:8,.0f} jobs/s", flush=True)
         t = time.perf_counter()
+        cpu = _cpu(server)
         slowest = 0.0
         for start in range(0, n_batch, size):
             items = [job(i, "b") for i in range(start, min(start + size, n_batch))]
@@ -118,12 +141,18 @@ def load(base: str, tok: str, n_batch: int, n_single: int, size: int) -> dict[st
             if r.status_code != 201:
                 raise SystemExit(f"batch at {start}: {r.status_code} {r.text[:500]}")
         secs = time.perf_counter() - t
+        cpu = _cpu(server) - cpu
         out["batch"] = {"jobs": n_batch, "batch_size": size, "seconds": round(secs, 2),
                         "jobs_per_s": round(n_batch / secs), "slowest_request_s":
                         round(slowest, 3),
-                        "projected_1M_s": round(TARGET / (n_batch / secs))}
+                        "projected_1M_s": round(TARGET / (n_batch / secs)),
+                        "server_cpu_s": round(cpu, 2),
+                        "server_cpu_per_1000_s": round(cpu / n_batch * 1000, 3),
+                        "jobs_per_server_cpu_s": round(n_batch / cpu)}
         print(f"  batch:      {n_batch:>8,} jobs in {secs:7.1f} s = "
               f"{n_batch / secs:8,.0f} jobs/s (slowest request {slowest:.2f} s)", flush=True)
+        print(f"  server CPU: {cpu:7.1f} s = {cpu / n_batch * 1000:.3f} s per 1,000 jobs "
+              f"= {n_batch / cpu:,.0f} jobs per CPU second", flush=True)
     return out
 
 
@@ -137,10 +166,11 @@ def run_one(kind: str, a: argparse.Namespace) -> dict[str, Any]:
         else:
             url = f"sqlite:///{workdir / 'bench.db'}"
         tok = asyncio.run(_token(url))
-        proc, base, log = serve(workdir, url, a.role)
-        print(f"{kind}: service at {base} (role {a.role})", flush=True)
+        proc, base, log = serve(workdir, url, a.role, a.src)
+        print(f"{kind}: service at {base} (role {a.role}, src {a.src or 'this checkout'})",
+              flush=True)
         try:
-            out = load(base, tok, a.jobs, a.single, a.batch_size)
+            out = load(base, tok, a.jobs, a.single, a.batch_size, proc.pid)
         finally:
             proc.terminate()
             try:
@@ -172,7 +202,11 @@ def main() -> None:
     p.add_argument("--role", choices=["api", "all"], default="api")
     p.add_argument("--pg", default=os.environ.get("CRONFLEET_BENCH_PG", DEFAULT_PG))
     p.add_argument("--json", dest="json_out", default=None, help="write the figures here")
+    p.add_argument("--src", default=None,
+                   help="run the service from this checkout's src (the peer, e.g. main's)")
     a = p.parse_args()
+    if a.src is not None:
+        sys.path.insert(0, a.src)  # this client's store calls (token, count) too
     print(f"load before: {os.getloadavg()}", flush=True)
     results = {kind: run_one(kind, a) for kind in a.stores.split(",")}
     load_after = os.getloadavg()

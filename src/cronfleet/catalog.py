@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from cronfleet.store.side import ApiStore, ChangeKey, JobDef
 
 __all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanwhile",
-           "CommandJobsDisabled", "IdTaken", "SpecInvalid", "SpecProblem", "build_job"]
+           "CommandJobsDisabled", "IdTaken", "SpecInvalid", "SpecProblem", "build_job",
+           "job_elsewhere"]
 
 log = logging.getLogger("cronfleet.catalog")
 
@@ -211,6 +212,21 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
                 "jitter", f"{job.jitter:g}s is longer than the schedule's period "
                           f"({period:g}s{what}): a run would start after the next slot")])
     return job
+
+
+def job_elsewhere(d: JobDef) -> Job:
+    """The job a live stored definition describes, as a process that does not run it
+    shows and operates it (the CLI: views, pause, a trigger sent through the store): its
+    handler a :class:`~cronfleet.runtime.registry.DeclaredElsewhere`. API jobs are not in
+    the job registry; this is what the registry's ``job_from_spec`` is for declared jobs.
+    Raises :class:`SpecInvalid` for a definition that no longer validates."""
+    from cronfleet.runtime.registry import DeclaredElsewhere
+
+    result, problems = validate_spec(d.spec, team=d.team)
+    if result is None:
+        raise SpecInvalid(problems)
+    return Job(handler=DeclaredElsewhere(d.id), source=SOURCE,
+               **{**result.job_fields(), "id": d.id})
 
 
 def _command_job(result: _spec.JobSpec, team: str, saved_role: str | None,
@@ -556,6 +572,13 @@ class Catalog:
         handler = job.handler
         if role == "admin" or not isinstance(handler, HttpJob) or self.runtime is None:
             return
+        notify = handler.notify
+        if not references(handler.url, handler.body, handler.signing_secret,
+                          *handler.headers.values(),
+                          *(() if notify is None else (
+                              notify.webhook, notify.slack,
+                              None if notify.email is None else notify.email.password))):
+            return  # no secret: nothing to judge (nor URLs to parse)
         # (field, where it is sent, the texts that may reference secrets)
         uses: list[tuple[str, str | None, list[str | None]]] = [
             ("http", _url_host(handler.url), [handler.url, handler.body,

@@ -106,15 +106,20 @@ class StoreDamaged(StoreError):
 
 class NotDeclared(CronfleetError):
     """No live instance of the fleet declares the job a request is meant for (the job
-    registry); ``gone``: the instances that declared it before, no longer live."""
+    registry); ``gone``: the instances that declared it before, no longer live.
+    ``stored``: a job created over the API, and no instance of the fleet is live."""
 
     code = "JOB_NOT_DECLARED"
 
-    def __init__(self, job_id: str, gone: list[str] | None = None) -> None:
+    def __init__(self, job_id: str, gone: list[str] | None = None, *,
+                 stored: bool = False) -> None:
         self.job_id = job_id
         self.gone = list(gone or [])
         msg = f"no live instance declares job {job_id!r}"
-        if self.gone:
+        if stored:
+            msg = (f"no live instance can run job {job_id!r}: it is stored over the API, "
+                   "and no process with timers of the fleet is live")
+        elif self.gone:
             msg += f" (declared before by {', '.join(self.gone)}, no longer live)"
         else:
             msg += " (no instance of the fleet ever declared it)"

@@ -424,7 +424,7 @@ def references(*texts: str | None) -> list[str]:
     """The secret names referenced as ``${secrets.NAME}`` in ``texts``, in order."""
     out: list[str] = []
     for text in texts:
-        if text:
+        if text and "${" in text:  # most texts reference none: no regex scan
             out.extend(m.group(1) for m in _REF.finditer(text))
     return list(dict.fromkeys(out))
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import hashlib
 
+from cronfleet.spec import API_SOURCE
+
 __all__ = ["API_SOURCE", "BUCKETS", "bucket_of"]
 
 BUCKETS = 1024
-API_SOURCE = "api"  # the ``source`` of a job created over the API (catalog.py)
 
 
 def bucket_of(job_id: str) -> int:

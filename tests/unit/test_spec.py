@@ -3,6 +3,7 @@ the default id, the pause ``until`` rule."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -497,3 +498,29 @@ def test_max_instances_error_names_job_id_in_code_and_plugins() -> None:
     assert job is None
     assert [(e.key, e.message) for e in errors] == [
         ("max_instances", "expected a whole number from 1 to 100, got 0")]
+
+
+URLS = [
+    "https://hooks.example.com/tenants/42/sync", "http://a.b", "HTTPS://Example.COM/x?y=1#f",
+    "https://example.com:8443/p", "https://example.com:65535", "https://example.com:65536",
+    "https://example.com:99999/", "https://example.com:0/", "https://example.com:080/",
+    "https://999.1.1.1/", "https://10.0.0.1/x", "https://1.2.3.4:80/", "https://[::1]/",
+    "https://ex_ample.com/", "https://-bad.com/", "https://bad-.com/", "https://a..b/",
+    "https://example.com./", "https://xn--bcher-kva.example/", "https://bücher.example/",
+    "https://example.com/a b", "https://example.com/%zz", "https://example.com/p?q=%20&r=[1]",
+    "https://user:pw@example.com/", "https://example.com/${secrets.TOKEN}/x",
+    "https://${secrets.HOST}/x", "https://example.com/\u00e9", "https://example.com/a|b",
+    "https://" + "a" * 64 + ".com/", "https://example.123/", "https://example.com:/x",
+    "https://localhost:8080/health", "http://x/" + "p" * 3000,
+]
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_the_plain_url_shortcut_judges_as_httpx_does(url: str) -> None:
+    """The URL check answers a plainly valid URL without httpx (a batch checks 1,000):
+    for every URL, the answer is the one httpx's parser gives."""
+    from cronfleet.spec import _parsed_url_problem, _url_problem
+
+    probe = re.sub(r"\$\{secrets\.[^}]*\}", "x", url)
+    assert _url_problem(url) == (None if url.startswith("${secrets.")
+                                 else _parsed_url_problem(url, probe))

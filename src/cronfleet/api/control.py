@@ -222,7 +222,7 @@ async def backfill(ctx: Context, job: Job, start: datetime, end: datetime, *, by
         got = await remote_backfill(ctx.scheduler.store, job.id, start, end, by=by,
                                     ttl=ctx.scheduler.instance_ttl,
                                     only_missing=only_missing, rate=rate,
-                                    timeout=REMOTE_TIMEOUT)
+                                    timeout=REMOTE_TIMEOUT, api_store=ctx.api_store)
     except NotDeclared as exc:
         raise ApiError(409, exc.code, str(exc), {"job_id": job.id, "gone": exc.gone}) from None
     except RemoteRefused as exc:

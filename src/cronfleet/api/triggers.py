@@ -82,7 +82,8 @@ async def _remote(ctx: Any, token: Any, job_id: str, params: dict[str, Any] | No
     try:
         got = await remote_trigger(ctx.scheduler.store, job_id, by=who(token),
                                    ttl=ctx.scheduler.instance_ttl, params=params,
-                                   force=force, timeout=REMOTE_TIMEOUT)
+                                   force=force, timeout=REMOTE_TIMEOUT,
+                                   api_store=ctx.api_store)
     except NotDeclared as exc:
         await audit(ctx, token, "job.trigger", job_id, {"refused": "not_declared"})
         raise ApiError(409, exc.code, str(exc), {"job_id": job_id, "gone": exc.gone}) from None

@@ -77,6 +77,7 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
         remote_backfill,
         remote_cancel_backfill,
     )
+    from cronfleet.store.factory import open_api_store
 
     now = _now()
     first, last = _bound("from", start, now), _bound("to", end, now)
@@ -93,7 +94,7 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
         async def go(store: Any) -> Any:
             req = await remote_backfill(store, job_id, first, last, by=who, ttl=ttl,
                                         only_missing=only_missing, rate=rate,
-                                        timeout=timeout)
+                                        timeout=timeout, api_store=open_api_store(store))
             assert req.id is not None
             if no_wait:
                 return req

@@ -114,12 +114,38 @@ def _load(config_path: str | None, *, strict: bool, fleet: bool = False) -> Load
 
 
 def _add_fleet(loaded: Loaded) -> None:
-    """Read the store's job registry into ``loaded`` (see :func:`_load`)."""
+    """Read the store's job registry and the live definitions of the jobs created over
+    the API (``job_defs``: they are not in the registry) into ``loaded`` (see
+    :func:`_load`)."""
+    from cronfleet.catalog import SpecInvalid, job_elsewhere
     from cronfleet.runtime.registry import fleet_jobs, job_from_spec
+    from cronfleet.store.base import RegistryStore
+    from cronfleet.store.factory import open_api_store
 
     ttl = loaded.config.instance_ttl
-    loaded.fleet = dict(_session(loaded, lambda store: fleet_jobs(store, ttl=ttl)))
+
+    async def read(store: Store) -> tuple[dict[str, Any], list[Any]]:
+        if not isinstance(store, RegistryStore):  # no registry: no side tables either
+            return {}, []
+        api = open_api_store(store)
+        try:
+            return await fleet_jobs(store, ttl=ttl), await api.job_defs()
+        finally:
+            await api.close()
+
+    found, defs = _session(loaded, read)
+    loaded.fleet = dict(found)
     local = set(loaded.job_ids())
+    for d in defs:
+        if d.id in local or d.id in loaded.fleet:
+            continue
+        try:
+            job = job_elsewhere(d)
+        except SpecInvalid as exc:
+            click.echo(f"warning: stored job {d.id!r} is left out: {exc}", err=True)
+            continue
+        loaded.jobs.append(job)
+        loaded.remote.add(d.id)
     for job_id, fj in sorted(loaded.fleet.items()):
         if job_id in local:
             continue

@@ -148,8 +148,9 @@ def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
     """What the registry says of ``job_id`` (``jobs --json``): its kind and policies as
     declared, who declares it, whether a live instance does, conflicts."""
     fj = loaded.fleet.get(job_id)
-    if fj is None:
-        return {"declared": None, "declared_by": [], "conflict": None}
+    if fj is None:  # not in the registry: a job of this config, or created over the API
+        return {"declared": None, "declared_by": [], "conflict": None,
+                "remote": job_id in loaded.remote}
     d = fj.to_dict()
     return {"kind": d["kind"], "policies": {k: d.get(k) for k in (
         "missed", "catch_up_window", "locking", "overlap", "timeout", "jitter", "recover",
@@ -681,12 +682,13 @@ def _trigger_remote(loaded: Any, job_id: str, values: dict[str, str] | None, *, 
 
     from cronfleet.errors import NotDeclared, RemoteRefused, RemoteTimeout
     from cronfleet.runtime.registry import remote_trigger
+    from cronfleet.store.factory import open_api_store
 
     ttl = loaded.config.instance_ttl
 
     async def go(store: Any) -> Any:
         got = await remote_trigger(store, job_id, by=by, ttl=ttl, params=values, force=force,
-                                   timeout=timeout)
+                                   timeout=timeout, api_store=open_api_store(store))
         assert got.run_id is not None
         if not as_json:
             click.echo(f"run {got.run_id} of {job_id!r} started on instance {got.taken_by}",

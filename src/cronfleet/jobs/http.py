@@ -313,6 +313,8 @@ class TargetPolicy:
             return None
         if host == "localhost" or host.endswith(".localhost"):
             return None if self.allows(host, "127.0.0.1") else f"{host} is a loopback name"
+        if host[-1].isalpha() and ":" not in host:
+            return None  # a name: an address literal ends with a digit (v4) or has a colon
         try:
             ipaddress.ip_address(host.split("%", 1)[0])
         except ValueError:

@@ -1,20 +1,25 @@
 """The job registry and the requests between processes (#14).
 
 - **Publishing** (:class:`Registry`, a part of the scheduler built at each start): every
-  process with timers writes the jobs it declares to the store's ``job_registry`` -- id,
-  team, source, and a spec (kind, schedule, zone, policies, description, config as
-  written) with its SHA-256 digest. It is written at start and after each heartbeat
-  when the set changed (a job added, replaced or removed: only the changed rows), and
-  touched (``seen_at``) every :data:`TOUCH` seconds otherwise. Rows are never deleted
-  when an instance stops: a job no live instance declares is shown as such, its history
-  kept. When another live instance declares one of our ids with another spec, this
-  process logs which instance and which fields (:func:`conflicts`).
+  process with timers writes the jobs it declares in code or config to the store's
+  ``job_registry`` -- id, team, source, and a spec (kind, schedule, zone, policies,
+  description, config as written) with its SHA-256 digest. Jobs created over the API
+  (source ``api``) are not published: their definitions are in ``job_defs`` already, and
+  a process holds only its share of them; rows of API jobs written by an earlier release
+  are ignored by every reader (:func:`fleet_jobs`, :func:`remote_trigger`). It is
+  written at start and after each heartbeat when the set changed (a job added, replaced
+  or removed: only the changed rows), and touched (``seen_at``) every :data:`TOUCH`
+  seconds otherwise. Rows are never deleted when an instance stops: a job no live
+  instance declares is shown as such, its history kept. When another live instance
+  declares one of our ids with another spec, this process logs which instance and which
+  fields (:func:`conflicts`).
 - **Requests**: another process (CLI, API) leaves a ``trigger`` request in the store
-  (:func:`remote_trigger`); a live instance that declares the job takes it (exactly one
-  does), runs the job as a manual trigger (params, force) and answers with the run id,
-  or with the refusal's code and message. PostgreSQL announces a request with
-  ``NOTIFY`` and Redis with ``PUBLISH`` (the instances take it at once); other stores
-  are polled every :data:`POLL` seconds.
+  (:func:`remote_trigger`; for an API job: once its definition is live in ``job_defs``);
+  a live instance that holds the job (in its job table, whatever the registry says)
+  takes it (exactly one does), runs the job as a manual trigger (params, force) and
+  answers with the run id, or with the refusal's code and message. PostgreSQL announces
+  a request with ``NOTIFY`` and Redis with ``PUBLISH`` (the instances take it at once);
+  other stores are polled every :data:`POLL` seconds.
 - **A lost taker**: a taken request names its taker; a caller waiting for it (and any
   reader of a backfill's state) answers it ``INSTANCE_LOST`` once that instance is no
   longer live (:func:`settle_lost_taker`), so nobody waits forever for a dead process.
@@ -41,7 +46,7 @@ from cronfleet.errors import (
     RemoteTimeout,
 )
 from cronfleet.model import Job, Locking, Missed, Overlap
-from cronfleet.spec import Unkeyable, value_key
+from cronfleet.spec import API_SOURCE, Unkeyable, value_key
 from cronfleet.store.base import Declared, FleetRequest, RegistryStore
 
 if TYPE_CHECKING:
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     from cronfleet.runtime.runs import Runs
     from cronfleet.runtime.stats import Stats
     from cronfleet.store.base import Store
+    from cronfleet.store.side import ApiStore
 
 __all__ = [
     "INSTANCE_LOST",
@@ -325,12 +331,24 @@ def _iso(value: Any) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def published(jobs: Iterable[Job]) -> list[Job]:
+    """The jobs of ``jobs`` the registry holds: those declared in code or config, not the
+    API's (:data:`~cronfleet.spec.API_SOURCE`)."""
+    return [j for j in jobs if j.source != API_SOURCE]
+
+
+def _declared_rows(rows: Iterable[Declared]) -> list[Declared]:
+    """``rows`` without those of API jobs (written by an earlier release: ignored)."""
+    return [d for d in rows if d.source != API_SOURCE]
+
+
 async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
-    """Every job of the registry, by id (one store call); ``{}`` on a store without one."""
+    """Every job of the registry, by id (one store call); ``{}`` on a store without one.
+    API jobs are not in it (their definitions are ``job_defs``)."""
     if not isinstance(store, RegistryStore):
         return {}
     out: dict[str, FleetJob] = {}
-    for d in await store.list_declared(ttl=ttl):
+    for d in _declared_rows(await store.list_declared(ttl=ttl)):
         out.setdefault(d.job_id, FleetJob(d.job_id)).rows.append(d)
     return out
 
@@ -345,6 +363,23 @@ def _registry(store: Store) -> RegistryStore:
     return store
 
 
+async def check_taker(reg: RegistryStore, job_id: str, *, ttl: float,
+                      api_store: ApiStore | None = None) -> None:
+    """Raise :class:`NotDeclared` unless a live instance can take a request for
+    ``job_id``: one that declares it in the registry, or, for a job created over the API
+    (a live definition in ``api_store``'s ``job_defs``; API jobs are not in the
+    registry), any live instance: the one that holds the job takes it."""
+    rows = [d for d in _declared_rows(await reg.list_declared(ttl=ttl)) if d.job_id == job_id]
+    if any(d.live for d in rows):
+        return
+    gone = sorted({d.instance_id for d in rows})
+    d = None if api_store is None or rows else await api_store.job_def(job_id)
+    if d is None or d.deleted_at is not None:
+        raise NotDeclared(job_id, gone)
+    if not any(i.live for i in await reg.list_instances(ttl=ttl)):
+        raise NotDeclared(job_id, stored=True)
+
+
 async def remote_trigger(
     store: Store,
     job_id: str,
@@ -355,18 +390,18 @@ async def remote_trigger(
     force: bool = False,
     timeout: float = 30.0,
     poll: float = 0.1,
+    api_store: ApiStore | None = None,
 ) -> FleetRequest:
-    """Ask a live instance that declares ``job_id`` to run it now and wait for its
-    answer: the answered request (``run_id``: the run started). Raises
+    """Ask a live instance that declares ``job_id`` (or, for a job created over the API,
+    holds it: ``api_store`` has its definition, :func:`check_taker`) to run it now and
+    wait for its answer: the answered request (``run_id``: the run started). Raises
     :class:`NotDeclared` when no live instance declares it, :class:`RemoteRefused` when
     the instance refused (paused without ``force``: ``JOB_PAUSED``; lease held:
     ``CRON_JOB_ALREADY_EXECUTING``, with the skip's run id), :class:`RemoteTimeout` when
     nobody answered within ``timeout`` seconds (an untaken request is withdrawn then,
     so it never runs late)."""
     reg = _registry(store)
-    rows = [d for d in await reg.list_declared(ttl=ttl) if d.job_id == job_id]
-    if not any(d.live for d in rows):
-        raise NotDeclared(job_id, sorted({d.instance_id for d in rows}))
+    await check_taker(reg, job_id, ttl=ttl, api_store=api_store)
     payload: dict[str, Any] = {"force": bool(force)}
     if params:
         payload["params"] = dict(params)
@@ -459,15 +494,15 @@ async def remote_backfill(
     rate: float | None = None,
     timeout: float = 30.0,
     poll: float = 0.1,
+    api_store: ApiStore | None = None,
 ) -> FleetRequest:
-    """Ask a live instance that declares ``job_id`` to backfill ``[start, end]``
+    """Ask a live instance that declares ``job_id`` (an API job: that holds it, as
+    :func:`remote_trigger`) to backfill ``[start, end]``
     (:meth:`Scheduler.backfill_async`) and wait until one took it: the request, whose id
     names the backfill (:func:`backfill_status`, :func:`remote_cancel_backfill`). Raises
     :class:`NotDeclared` / :class:`RemoteTimeout` as :func:`remote_trigger`."""
     reg = _registry(store)
-    rows = [d for d in await reg.list_declared(ttl=ttl) if d.job_id == job_id]
-    if not any(d.live for d in rows):
-        raise NotDeclared(job_id, sorted({d.instance_id for d in rows}))
+    await check_taker(reg, job_id, ttl=ttl, api_store=api_store)
     payload: dict[str, Any] = {"from": start.isoformat(), "to": end.isoformat(),
                                "only_missing": bool(only_missing), "rate": rate}
     sent = await reg.submit_request(FleetRequest("backfill", job_id, by, payload))
@@ -607,10 +642,10 @@ class Registry:
         return [declared(j) for j in jobs]
 
     async def _entries_yielding(self) -> list[Declared]:
-        """:meth:`entries` of every job, giving the loop a turn every :data:`BUILD_CHUNK`
-        jobs (~30 us a job: 100,000 jobs in one go held the loop for seconds, late
-        instants and missed heartbeats)."""
-        jobs = list(self.jobs.values())
+        """:meth:`entries` of every published job (:func:`published`), giving the loop a
+        turn every :data:`BUILD_CHUNK` jobs (~30 us a job: 100,000 jobs in one go held the
+        loop for seconds, late instants and missed heartbeats)."""
+        jobs = published(self.jobs.values())
         out: list[Declared] = []
         for k in range(0, len(jobs), BUILD_CHUNK):
             out.extend(self.entries(jobs[k:k + BUILD_CHUNK]))
@@ -626,7 +661,7 @@ class Registry:
         its own timers never depend on the registry)."""
         if self.store is None:
             return
-        if len(self.jobs) <= LARGE:
+        if len(self.jobs) <= LARGE or len(published(self.jobs.values())) <= LARGE:
             await self.sync()
         else:
             self.life.spawn(self._sync_counted())
@@ -675,9 +710,13 @@ class Registry:
             self.stats.store_errors += 1
             log.warning("instance %s: could not publish its jobs (%s)", me, exc)
 
-    def changed(self) -> None:
-        """A job was added, replaced or removed while running: publish soon (once for a
-        batch of changes, e.g. a catalog refresh), not only at the next heartbeat."""
+    def changed(self, jobs: Iterable[Job] | None = None) -> None:
+        """``jobs`` (``None``: any) were added, replaced or removed while running: publish
+        soon (once for a batch of changes), not only at the next heartbeat. Nothing to do
+        when they are all API jobs (not published: a batch of 1,000 new API jobs no longer
+        rebuilds and compares every job's row)."""
+        if jobs is not None and not published(jobs):
+            return
         self.dirty = True
         if self.store is None or self._soon:
             return

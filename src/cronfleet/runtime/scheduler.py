@@ -392,7 +392,7 @@ class Scheduler(SyncControl):
         if self.running:
             for j in jobs:
                 self.ownership.add(j)
-            self.registry.changed()
+            self.registry.changed(jobs)
         return job
 
     def share_api_jobs(self) -> None:
@@ -412,7 +412,7 @@ class Scheduler(SyncControl):
         self.due.unpark(job_id)  # another's or not, it is nobody's now
         self.ownership.changed(old, None)
         if self.running:
-            self.registry.changed()
+            self.registry.changed((old,))
 
     def replace_job(self, job: Job) -> Job:
         """Swap a job's definition (same id) for a new one; a running scheduler plans its

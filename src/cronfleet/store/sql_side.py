@@ -196,9 +196,10 @@ def _token(r: tuple[Any, ...]) -> TokenInfo:
     return TokenInfo(r[0], r[1], r[2], r[3], req_dt(r[4]), r[5], dt(r[6]), dt(r[7]))
 
 
-def _def(r: tuple[Any, ...]) -> JobDef:
-    return JobDef(r[0], r[1], json.loads(r[2]), int(r[3]), req_dt(r[4]), req_dt(r[5]), r[6],
-                  r[7], dt(r[8]), r[9])
+def _def(r: tuple[Any, ...], spec: dict[str, Any] | None = None) -> JobDef:
+    """A definition from its row; ``spec``: the one just written (not parsed back)."""
+    return JobDef(r[0], r[1], json.loads(r[2]) if spec is None else spec, int(r[3]),
+                  req_dt(r[4]), req_dt(r[5]), r[6], r[7], dt(r[8]), r[9])
 
 
 class SqlApiStore:
@@ -364,7 +365,7 @@ class SqlApiStore:
             return [], taken
         if not dry_run:
             await self._announce()
-        return [_def(rows[0]) for rows in results], []
+        return [_def(rows[0], spec) for (_, spec), rows in zip(items, results, strict=True)], []
 
     async def update_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, *, expect_version: int | None = None,

@@ -458,3 +458,67 @@ async def test_cancel_stops_a_command_jobs_process_group(make: Make, tmp_path: A
         assert run.status.value == "cancelled" and run.error == "cancelled by bob: wrong dump"
         with pytest.raises(ProcessLookupError):  # SIGTERM to its group, and reaped
             os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_api_jobs_stay_out_of_the_registry_and_are_triggered_by_their_definition(
+    make: Make, clock: FakeClock
+) -> None:
+    """A job created over the API (source ``api``) is not published: the registry holds
+    the code job only, and rows of API jobs an earlier release wrote are ignored. Another
+    process triggers the API job through the store once its definition is live in
+    ``job_defs``; the instance holding it takes the request and runs it once."""
+    from cronfleet.model import Job
+    from cronfleet.spec import API_SOURCE
+    from cronfleet.store.base import Declared
+    from cronfleet.store.factory import open_api_store
+
+    seen: list[str] = []
+    a = make(instance_id="a")
+    a.job("0 * * * *", id="tick")(lambda: None)
+    a.add_job(Job.create("0 3 * * *", lambda ctx: seen.append(ctx.job_id), id="hook",
+                         source=API_SOURCE))
+    ops = make(instance_id="ops", timers=False)
+    async with a, ops:
+        api = open_api_store(ops.store)
+        # an earlier release published its API jobs: a stale row of another instance
+        await reg(ops).publish_jobs("old", [Declared("stale", "", team="default",
+                                                     source=API_SOURCE, digest="d", spec={})])
+        a.add_job(Job.create("@daily", lambda: None, id="hook2", source=API_SOURCE))
+        await a.registry.sync()
+        assert list(await fleet_jobs(ops.store, ttl=TTL)) == ["tick"]
+        rows = await reg(ops).list_declared(ttl=TTL)
+        assert {d.job_id for d in rows if d.instance_id == "a"} == {"tick"}
+
+        # not in the registry, no definition: nobody is asked
+        with pytest.raises(NotDeclared, match="no instance of the fleet ever declared"):
+            await remote_trigger(ops.store, "hook", by="alice", ttl=TTL, api_store=api)
+        await api.create_job_def("hook", "default", {"id": "hook", "schedule": "0 3 * * *",
+                                                     "http": {"url": "https://x.example"}},
+                                 "alice")
+        with pytest.raises(NotDeclared):  # the definition is read only when asked to
+            await remote_trigger(ops.store, "hook", by="alice", ttl=TTL)
+        got = await remote_trigger(ops.store, "hook", by="alice", ttl=TTL, timeout=20,
+                                   api_store=api)
+        assert got.taken_by == "a" and got.error is None and got.run_id is not None
+        await settle(a)
+        run = await ops.get_run_async(got.run_id)
+        assert run is not None and run.status.value == "succeeded" and run.instance_id == "a"
+        assert seen == ["hook"]
+
+        # deleted: its tombstone is not a live definition
+        assert await api.delete_job_def("hook", "default", "alice")
+        with pytest.raises(NotDeclared):
+            await remote_trigger(ops.store, "hook", by="alice", ttl=TTL, api_store=api)
+        assert seen == ["hook"]
+    # no live instance: an API job's request is not sent, and the error says why
+    await ops.store.open()
+    try:
+        api = open_api_store(ops.store)
+        await api.create_job_def("hook3", "default", {"id": "hook3", "schedule": "@daily",
+                                                      "http": {"url": "https://x.example"}},
+                                 "alice")
+        with pytest.raises(NotDeclared, match="stored over the API, and no process with"):
+            await remote_trigger(ops.store, "hook3", by="alice", ttl=TTL, api_store=api)
+    finally:
+        await ops.store.close()

@@ -74,11 +74,23 @@ class PostgresSide:
                          catalog: bool = False,
                          keep: Callable[[list[Rows]], bool] = lambda rows: True
                          ) -> list[Rows]:
+        """(``SideSQL.write_each``.) A statement with a batch form (``NAME_batch`` in
+        queries.sql: every item's parameters as one JSON array, a row back per item
+        written with the item's first parameter first) runs once for all items; any
+        other is sent once per item in one pipeline."""
         async def go(cur: Cursor) -> list[Rows]:
             if catalog:
                 await self._exec(cur, "catalog_lock", ())
             await cur.execute("SAVEPOINT write_each")
-            out = [await self._exec(cur, name, p) for p in params]
+            batch = self._q.get(f"{name}_batch")
+            if batch is not None:  # one statement for every item (1,000 definitions:
+                # ~0.2 s one statement each, ~0.06 s in one pipeline)
+                await cur.execute(batch, (json.dumps([list(p) for p in params],
+                                                     default=str),))
+                rows = {r[0]: [r] for r in await cur.fetchall()}
+                out = [rows.get(p[0], []) for p in params]
+            else:  # sent together: one round trip
+                out = await cur.executemany_rows(self._q[name], params, name in self._rows)
             if not keep(out):
                 await cur.execute("ROLLBACK TO SAVEPOINT write_each")
             return out

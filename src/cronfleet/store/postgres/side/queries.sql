@@ -178,6 +178,29 @@ WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team
 RETURNING id, team, spec, version, created_at, updated_at, created_by, updated_by,
     deleted_at, saved_role;
 
+-- name: def_create_batch
+-- def_create for many items in one statement (SideSQL.write_each of "def_create"): %s is
+-- a JSON array with each item's def_create parameters, in order. The same decision for
+-- each (insert, or revive a tombstone of the same team; nothing for an id reserved to
+-- another team); the versions are the store-wide max + 1, + 2, ... in the items' order
+-- (catalog_lock first). A row comes back per item written, its id first: the item's
+-- first parameter
+INSERT INTO __S__.job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
+    updated_by, saved_role, bucket)
+SELECT i.p->>0, i.p->>1, i.p->>2,
+    (SELECT coalesce(max(version), 0) FROM __S__.job_defs) + i.n,
+    (i.p->>3)::bigint, (i.p->>4)::bigint, i.p->>5, i.p->>6, i.p->>7, (i.p->>8)::integer
+FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS i(p, n)
+WHERE NOT EXISTS (SELECT 1 FROM __S__.job_ids r WHERE r.id = i.p->>9 AND r.team <> i.p->>10)
+ORDER BY i.n
+ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec,
+    version = excluded.version, created_at = excluded.created_at,
+    updated_at = excluded.updated_at, created_by = excluded.created_by,
+    updated_by = excluded.updated_by, deleted_at = NULL, saved_role = excluded.saved_role
+WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team
+RETURNING id, team, spec, version, created_at, updated_at, created_by, updated_by,
+    deleted_at, saved_role;
+
 -- name: def_update
 -- a live definition of the team; the last pair: the expected version (NULL: any)
 UPDATE __S__.job_defs SET spec = %s, version = (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs),
