@@ -291,12 +291,19 @@ class Catalog:
         # the buckets whose definitions are held here (None: every one)
         self._buckets: frozenset[int] | None = None
         self._reshare = False  # the peers changed: the share is to be read again
+        self._settled = not shares  # the whole share was read once
         if shares:
             scheduler.share_api_jobs()
 
     @property
     def started(self) -> bool:
         return self._task is not None
+
+    @property
+    def ready(self) -> bool:
+        """Started, and its whole share read once (the peers changed during the first
+        reading: the rest is read by the watch; /readyz waits for it)."""
+        return self._task is not None and self._settled
 
     def is_stored(self, job_id: str) -> bool:
         """This process holds (runs) the stored job ``job_id``."""
@@ -333,6 +340,8 @@ class Catalog:
                  time.monotonic() - began, share)
         if self.shares and self._target() != self._buckets:
             self._peers_changed()  # they did: the watch reads the share again at once
+        else:
+            self._settled = True
         subscribe = getattr(self.scheduler.store, "subscribe", None)
         if subscribe is not None:
             await subscribe(self._changed.set)
@@ -438,6 +447,7 @@ class Catalog:
         async with self._lock:
             target = self._target()
             if target == self._buckets:
+                self._settled = True
                 return
             if target is not None:
                 held = self._buckets
@@ -451,6 +461,8 @@ class Catalog:
                     log.info("%d job(s) of the catalog moved to other instances", len(gone))
             before = len(self._versions)
             await self._gain(target)
+            if self._buckets == self._target():
+                self._settled = True
             if len(self._versions) > before:
                 log.info("%d job(s) of the catalog moved to %s", len(self._versions) - before,
                          self.scheduler.instance_id)

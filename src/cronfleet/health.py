@@ -57,11 +57,13 @@ async def readiness(scheduler: Any, max_overdue: float, *, catalog: Any = None
         else:
             checks["loop"] = "ok"
     if catalog is not None:
-        if catalog.started:
+        if catalog.ready:
             checks["catalog"] = "ok"
         else:
             ok = False
-            checks["catalog"] = "loading the jobs created over the API"
+            checks["catalog"] = ("loading the jobs created over the API" if not catalog.started
+                                 else "reading this process's share of the jobs created over "
+                                      "the API (the fleet changed while it started)")
     return ok, checks
 
 

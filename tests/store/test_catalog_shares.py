@@ -217,7 +217,9 @@ async def test_a_newer_share_stops_the_reading_and_the_next_goes_on(
     try:
         await c1.start()
         assert calls == 1 and len(s1.jobs) <= 7  # stopped after its first page
+        assert c1.started and not c1.ready  # /readyz waits for the rest of the share
         await c1.reshare()
+        assert c1.ready
         assert set(s1.jobs) == owned_by("p1", ("p1", "p2"), IDS)
         assert len(s1.jobs) <= n1.share_rows <= len(s1.jobs) + 7
     finally:
