@@ -53,6 +53,7 @@ log = logging.getLogger("cronfleet.catalog")
 SOURCE = API_SOURCE
 PAGE = 1000  # definitions per read of the change feed
 UNLOAD_CHUNK = 2000  # jobs let go between two turns of the loop when the share shrinks
+LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it is let go
 BUILT = 10_000  # jobs built on demand kept (Catalog.build), the least recently used dropped
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
@@ -292,6 +293,7 @@ class Catalog:
         self._buckets: frozenset[int] | None = None
         self._reshare = False  # the peers changed: the share is to be read again
         self._settled = not shares  # the whole share was read once
+        self._leaving: dict[int, float] = {}  # buckets that moved away -> since when
         if shares:
             scheduler.share_api_jobs()
 
@@ -338,7 +340,7 @@ class Catalog:
                       f"of {BUCKETS} buckets)")
         log.info("%d job(s) loaded from the catalog in %.1f s%s", len(self._versions),
                  time.monotonic() - began, share)
-        if self.shares and self._target() != self._buckets:
+        if self.shares and not self._holds(self._target()):
             self._peers_changed()  # they did: the watch reads the share again at once
         else:
             self._settled = True
@@ -373,6 +375,7 @@ class Catalog:
                     self._reshare = False
                     await self.reshare()
                 await self.refresh()
+                await self.let_go()
             except Exception as exc:
                 log.warning("cannot read the job catalog (%s); keeping the jobs as they are",
                             exc)
@@ -421,6 +424,12 @@ class Catalog:
             return frozenset()
         return self.scheduler.ownership.buckets()
 
+    def _holds(self, target: frozenset[int] | None) -> bool:
+        """Are the buckets of ``target`` (None: every one) all held here?"""
+        if self._buckets is None:
+            return True
+        return target is not None and target <= self._buckets
+
     def _wanted(self, job_id: str) -> bool:
         return self._buckets is None or bucket_of(job_id) in self._buckets
 
@@ -441,31 +450,51 @@ class Catalog:
             self._cursor = (version, "")
 
     async def reshare(self) -> None:
-        """Hold the buckets the peers now give this process: let go of the jobs of those
-        that moved away (parked already by the ownership: no slot of theirs is planned
-        here), read those that moved here."""
+        """Hold the buckets the peers now give this process: read those that moved here;
+        those that moved away are let go :data:`LET_GO` seconds later (:meth:`let_go`),
+        their jobs parked meanwhile by the ownership (no slot of theirs is planned here):
+        a peer missing for a moment -- a process starved of CPU past ``instance_ttl`` --
+        gives its buckets back without anyone reading them twice."""
         async with self._lock:
             target = self._target()
-            if target == self._buckets:
+            every = frozenset(range(BUCKETS))
+            wanted = every if target is None else target
+            held = every if self._buckets is None else self._buckets
+            now = self.scheduler.clock.now()
+            for b in held - wanted:
+                self._leaving.setdefault(b, now)
+            for b in [b for b in self._leaving if b in wanted]:
+                del self._leaving[b]
+            if wanted <= held:
                 self._settled = True
                 return
-            if target is not None:
-                held = self._buckets
-                self._buckets = target if held is None else held & target
-                gone = [i for i in self._versions if bucket_of(i) not in target]
-                for k, job_id in enumerate(gone):
-                    if k and not k % UNLOAD_CHUNK:
-                        await asyncio.sleep(0)
-                    self._unload(job_id)
-                if gone:
-                    log.info("%d job(s) of the catalog moved to other instances", len(gone))
             before = len(self._versions)
             await self._gain(target)
-            if self._buckets == self._target():
+            if self._holds(target):
                 self._settled = True
             if len(self._versions) > before:
                 log.info("%d job(s) of the catalog moved to %s", len(self._versions) - before,
                          self.scheduler.instance_id)
+
+    async def let_go(self) -> None:
+        """Let go of the jobs of the buckets that moved away :data:`LET_GO` seconds ago or
+        more (they leave the scheduler: memory follows the share)."""
+        now = self.scheduler.clock.now()
+        old = {b for b, since in self._leaving.items() if now - since >= LET_GO}
+        if not old:
+            return
+        async with self._lock:
+            for b in old:
+                self._leaving.pop(b, None)
+            self._buckets = frozenset(range(BUCKETS) if self._buckets is None
+                                      else self._buckets) - old
+            gone = [i for i in self._versions if bucket_of(i) in old]
+            for k, job_id in enumerate(gone):
+                if k and not k % UNLOAD_CHUNK:
+                    await asyncio.sleep(0)
+                self._unload(job_id)
+            if gone:
+                log.info("%d job(s) of the catalog moved to other instances", len(gone))
 
     async def _gain(self, target: frozenset[int] | None) -> None:
         """Read and apply the definitions of the buckets of ``target`` not held yet, in
@@ -475,7 +504,6 @@ class Catalog:
         held = every if self._buckets is None else self._buckets
         todo = sorted((every if target is None else target) - held)
         if not todo:
-            self._buckets = target
             return
         after: tuple[int, str] = (-1, "")
         done = set(held)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cronfleet import Scheduler
-from cronfleet.catalog import Catalog
+from cronfleet.catalog import LET_GO, Catalog
 from cronfleet.clock import FakeClock
 from cronfleet.runtime.ownership import bucket_key, owner
 from cronfleet.shares import BUCKETS, bucket_of
@@ -179,10 +179,20 @@ async def test_each_peer_holds_its_buckets_and_the_share_follows_the_peers(
         await c1.reshare()
         assert set(s1.jobs) == set(IDS) | {new}
         assert n1.share_rows == len(mine2) + 1
-        # p2 is back: p1 lets go of p2's share (no row read)
+        # p2 is back: p1 holds p2's share parked for LET_GO seconds (a peer back within
+        # them costs no read), then lets go of it; no row is read either way
         n1.share_rows = 0
         s1.ownership.peers = peers
         await c1.reshare()
+        await c1.let_go()
+        assert set(s1.jobs) == set(IDS) | {new} and n1.share_rows == 0
+        s1.ownership.peers = ("p1",)  # p2 missing again for a moment: nothing to read
+        await c1.reshare()
+        s1.ownership.peers = peers
+        await c1.reshare()
+        assert n1.share_rows == 0
+        clock.advance(LET_GO)
+        await c1.let_go()
         assert set(s1.jobs) == mine1 and n1.share_rows == 0
         assert c1.held == len(mine1)
         # a job created through p1 in p2's bucket is answered, not held by p1
