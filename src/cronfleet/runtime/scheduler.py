@@ -644,6 +644,8 @@ class Scheduler(SyncControl):
             "last_tick": None if last_tick is None else from_ts(last_tick).isoformat(),
             "overdue": round(overdue, 3),
             "jobs": len(self._jobs),
+            # held but another instance's to plan (its owner's share: docs/concepts.md)
+            "parked": self.ownership.parked,
             "active_runs": len(self.runner.active),
             # the live instances this one knows of (heartbeats), and how many times it
             # was declared lost by the others and re-joined
