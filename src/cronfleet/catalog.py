@@ -35,7 +35,7 @@ from cronfleet import spec as _spec
 from cronfleet.clock import wait_event
 from cronfleet.errors import CronfleetError, JobNotFound
 from cronfleet.model import DEFAULT_TEAM, Job
-from cronfleet.shares import API_SOURCE, BUCKETS, bucket_of
+from cronfleet.shares import ALL_BUCKETS, BUCKETS, bucket_of
 from cronfleet.spec import FieldProblem, SpecInvalid
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ __all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanw
 
 log = logging.getLogger("cronfleet.catalog")
 
-SOURCE = API_SOURCE
+SOURCE = _spec.API_SOURCE
 PAGE = 1000  # definitions per read of the change feed
 UNLOAD_CHUNK = 2000  # jobs let go between two turns of the loop when the share shrinks
 LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it is let go
@@ -289,8 +289,9 @@ class Catalog:
         self._loading = False  # the first load, at start
         self._built: OrderedDict[tuple[str, int], Job | None] = OrderedDict()  # build()
         self.shares = shares
-        # the buckets whose definitions are held here (None: every one)
-        self._buckets: frozenset[int] | None = None
+        # the buckets whose definitions are held here: every one without shares, none
+        # until the first reading with them
+        self._buckets = frozenset() if shares else ALL_BUCKETS
         self._reshare = False  # the peers changed: the share is to be read again
         self._settled = not shares  # the whole share was read once
         self._leaving: dict[int, float] = {}  # buckets that moved away -> since when
@@ -315,10 +316,6 @@ class Catalog:
         """The version of the definition this process holds for ``job_id``, or None."""
         return self._versions.get(job_id)
 
-    @property
-    def held(self) -> int:
-        """How many definitions this process holds (its share)."""
-        return len(self._versions)
 
     async def start(self) -> None:
         if self._task is not None:
@@ -335,12 +332,12 @@ class Catalog:
             await self.refresh()
         finally:
             self._loading = False
-        share = ("" if self._buckets is None
+        share = ("" if len(self._buckets) == BUCKETS
                  else f" (the share of {self.scheduler.instance_id}: {len(self._buckets)} "
                       f"of {BUCKETS} buckets)")
         log.info("%d job(s) loaded from the catalog in %.1f s%s", len(self._versions),
                  time.monotonic() - began, share)
-        if self.shares and not self._holds(self._target()):
+        if self.shares and not self._target() <= self._buckets:
             self._peers_changed()  # they did: the watch reads the share again at once
         else:
             self._settled = True
@@ -414,24 +411,19 @@ class Catalog:
 
     # -- shares ---------------------------------------------------------------------------
 
-    def _target(self) -> frozenset[int] | None:
-        """The buckets this process is to hold now (None: every one). A process without
-        timers (``--role api``, an API worker) runs no job: it holds none (the API reads
-        the definitions from the store)."""
+    def _target(self) -> frozenset[int]:
+        """The buckets this process is to hold now. A process without timers (``--role
+        api``, an API worker) runs no job: it holds none (the API reads the definitions
+        from the store)."""
         if not self.shares:
-            return None
+            return ALL_BUCKETS
         if not self.scheduler.timers:
             return frozenset()
         return self.scheduler.ownership.buckets()
 
-    def _holds(self, target: frozenset[int] | None) -> bool:
-        """Are the buckets of ``target`` (None: every one) all held here?"""
-        if self._buckets is None:
-            return True
-        return target is not None and target <= self._buckets
-
     def _wanted(self, job_id: str) -> bool:
-        return self._buckets is None or bucket_of(job_id) in self._buckets
+        held = self._buckets
+        return len(held) == BUCKETS or bucket_of(job_id) in held
 
     def _peers_changed(self) -> None:
         """The ownership's new peers (on the loop): the watch reads the share again."""
@@ -445,7 +437,6 @@ class Catalog:
         meanwhile)."""
         async with self._lock:
             version = await self.api_store.catalog_version()
-            self._buckets = frozenset()
             await self._gain(self._target())
             self._cursor = (version, "")
 
@@ -457,20 +448,14 @@ class Catalog:
         gives its buckets back without anyone reading them twice."""
         async with self._lock:
             target = self._target()
-            every = frozenset(range(BUCKETS))
-            wanted = every if target is None else target
-            held = every if self._buckets is None else self._buckets
             now = self.scheduler.clock.now()
-            for b in held - wanted:
+            for b in self._buckets - target:
                 self._leaving.setdefault(b, now)
-            for b in [b for b in self._leaving if b in wanted]:
+            for b in [b for b in self._leaving if b in target]:
                 del self._leaving[b]
-            if wanted <= held:
-                self._settled = True
-                return
             before = len(self._versions)
             await self._gain(target)
-            if self._holds(target):
+            if target <= self._buckets:
                 self._settled = True
             if len(self._versions) > before:
                 log.info("%d job(s) of the catalog moved to %s", len(self._versions) - before,
@@ -486,8 +471,7 @@ class Catalog:
         async with self._lock:
             for b in old:
                 self._leaving.pop(b, None)
-            self._buckets = frozenset(range(BUCKETS) if self._buckets is None
-                                      else self._buckets) - old
+            self._buckets -= old
             gone = [i for i in self._versions if bucket_of(i) in old]
             for k, job_id in enumerate(gone):
                 if k and not k % UNLOAD_CHUNK:
@@ -496,33 +480,30 @@ class Catalog:
             if gone:
                 log.info("%d job(s) of the catalog moved to other instances", len(gone))
 
-    async def _gain(self, target: frozenset[int] | None) -> None:
+    async def _gain(self, target: frozenset[int]) -> None:
         """Read and apply the definitions of the buckets of ``target`` not held yet, in
         keyset pages, each page's jobs planned at once; a newer share (the peers changed
         again) stops the reading: what was read stays, the watch goes on from there."""
-        every = frozenset(range(BUCKETS))
-        held = every if self._buckets is None else self._buckets
-        todo = sorted((every if target is None else target) - held)
+        todo = sorted(target - self._buckets)
         if not todo:
             return
         after: tuple[int, str] = (-1, "")
-        done = set(held)
+        done = set(self._buckets)
         while True:
             defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
             # every bucket before the page's last one is read whole; that one is held
             # while its page is applied, whole only once a later page leaves it
             last = nxt[0] if nxt is not None else BUCKETS
             done.update(b for b in todo if b < last)
-            self._buckets = frozenset(done) | {last}
+            self._buckets = frozenset(done) if nxt is None else frozenset(done) | {last}
             adding: list[Job] = []
             for d in defs:
                 self._apply(d, adding=adding)
             if adding:
                 self.scheduler.add_job(*adding)
-            if nxt is None:
-                self._buckets = None if len(done) == BUCKETS else frozenset(done)
-                return
             self._buckets = frozenset(done)
+            if nxt is None:
+                return
             after = nxt
             await asyncio.sleep(0)
             if self._target() != target:

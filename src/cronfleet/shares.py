@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 
-from cronfleet.spec import API_SOURCE
-
-__all__ = ["API_SOURCE", "BUCKETS", "bucket_of"]
+__all__ = ["ALL_BUCKETS", "BUCKETS", "bucket_of"]
 
 BUCKETS = 1024
+ALL_BUCKETS = frozenset(range(BUCKETS))
 
 
 def bucket_of(job_id: str) -> int:

@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cronfleet.model import Job, Locking
-from cronfleet.shares import API_SOURCE, BUCKETS, bucket_of
+from cronfleet.shares import ALL_BUCKETS, bucket_of
+from cronfleet.spec import API_SOURCE
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -132,6 +133,8 @@ class Ownership:
         self.on_peers: Callable[[], None] | None = None
         self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
         self._acc: int | None = None  # XOR of the claimed jobs' key hashes; None: to compute
+        # the buckets of API jobs this instance owns, and the peers they were computed for
+        self._owned: tuple[tuple[str, ...], frozenset[int]] = ((), ALL_BUCKETS)
         self._added: list[str] = []  # jobs added while running, not yet queued
         self._adding: asyncio.Task[None] | None = None  # the task queueing them
 
@@ -173,20 +176,18 @@ class Ownership:
         if len(peers) < 2 or not claimed(job):
             return True
         if self.shared and job.source == API_SOURCE:
-            return self.owns(bucket_of(job.id))
+            return bucket_of(job.id) in self.buckets()
         return owner(job.id, peers) == self.me
 
-    def owns(self, bucket: int) -> bool:
-        """Is this bucket of API jobs this instance's (alone or with no peer known: every
-        bucket is)?"""
+    def buckets(self) -> frozenset[int]:
+        """The buckets of API jobs this instance owns (every one alone or with no peer
+        known), placed once per set of peers."""
         peers = self.peers
-        return len(peers) < 2 or owner(bucket_key(bucket), peers) == self.me
-
-    def buckets(self) -> frozenset[int] | None:
-        """The buckets of API jobs this instance owns; ``None``: every one (alone)."""
-        if len(self.peers) < 2:
-            return None
-        return frozenset(b for b in range(BUCKETS) if self.owns(b))
+        if self._owned[0] != peers:
+            owned = ALL_BUCKETS if len(peers) < 2 else frozenset(
+                b for b in ALL_BUCKETS if owner(bucket_key(b), peers) == self.me)
+            self._owned = (peers, owned)
+        return self._owned[1]
 
     @property
     def parked(self) -> int:
