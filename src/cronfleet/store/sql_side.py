@@ -18,6 +18,7 @@ each dialect package runs its own named statements (``sqlite/side/queries.sql``,
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 from collections.abc import Callable, Sequence
@@ -284,14 +285,23 @@ class SqlApiStore:
         out: list[JobDef] = []
         wanted = sorted(set(buckets))
         first, last = after
-        for b in wanted:
-            if b < first:
-                continue
+        i = bisect.bisect_left(wanted, first)
+        while i < len(wanted):
+            b = wanted[i]
             rows = await self._db.query("defs_of_bucket",
                                         (b, last if b == first else "", limit - len(out)))
             out += [_def(r) for r in rows]
             if len(out) >= limit:
                 return out, (b, out[-1].id)
+            if rows:
+                i += 1
+                continue
+            # nothing there: skip to the next bucket holding anything (a small catalog
+            # costs two reads, not one per bucket)
+            [(present,)] = await self._db.query("defs_next_bucket", (b + 1,))
+            if present is None:
+                break
+            i = bisect.bisect_left(wanted, int(present))
         # written without a bucket (an older cronfleet, during a rolling upgrade): last,
         # the bucket of each judged here
         if first > BUCKETS:

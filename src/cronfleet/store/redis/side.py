@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
@@ -491,21 +492,33 @@ class RedisApiStore:
 
         async def read(c: aioredis.Redis) -> tuple[list[JobDef], ShareKey | None]:
             out: list[JobDef] = []
-            for b in sorted(set(buckets)):
-                if b < first:
-                    continue
+            wanted = sorted(set(buckets))
+            i = bisect.bisect_left(wanted, first)
+            while i < len(wanted):
+                b = wanted[i]
                 low = f"({b:04d}:{last}" if b == first and last else f"[{b:04d}:"
+                seen = False
                 while True:
                     members = await c.zrangebylex(self._shares, low, f"({b:04d};",
                                                   start=0, num=limit - len(out))
                     if not members:
                         break
+                    seen = True
                     ids = [_s(m).split(":", 1)[1] for m in members]
                     out += [d for d in map(_def, filter(None, await c.hmget(self._defs, ids)))
                             if d.deleted_at is None]
                     if len(out) >= limit:
                         return out, (b, ids[-1])
                     low = f"({_s(members[-1])}"
+                if seen:
+                    i += 1
+                    continue
+                # nothing there: skip to the next bucket holding anything
+                following = await c.zrangebylex(self._shares, f"[{b + 1:04d}:", "+",
+                                                start=0, num=1)
+                if not following:
+                    break
+                i = bisect.bisect_left(wanted, int(_s(following[0]).split(":", 1)[0]))
             return out, None
 
         found: tuple[list[JobDef], ShareKey | None] = await self._side.go(read)

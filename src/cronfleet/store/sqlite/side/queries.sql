@@ -107,6 +107,11 @@ SELECT id, team, spec, version, created_at, updated_at, created_by, updated_by, 
     saved_role
 FROM job_defs WHERE bucket = ? AND id > ? AND deleted_at IS NULL ORDER BY id LIMIT ?;
 
+-- name: defs_next_bucket
+-- the first bucket from this one on that holds a live definition (one probe of job_defs_share):
+-- a share's read skips the empty buckets between
+SELECT min(bucket) FROM job_defs WHERE bucket >= ? AND deleted_at IS NULL;
+
 -- name: defs_unbucketed
 -- live definitions written without a bucket (by a cronfleet older than migration 15, during a
 -- rolling upgrade): a share's read goes through them last, judging each id's bucket itself
