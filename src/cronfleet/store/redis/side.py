@@ -459,23 +459,36 @@ class RedisApiStore:
 
     async def _build_feed(self) -> None:
         """Put the definitions written before the change feed existed (an older
-        cronfleet's) in it, once per store: chunks of ids, each indexed atomically from
-        its current JSON (a score only rises), then the mark that it is done. The mark
-        is looked at before every read of the feed (one ``EXISTS``): a store emptied or
-        restored from an older backup meanwhile is indexed again."""
-        if await self._side.go(lambda c: c.exists(self._built)):
+        cronfleet's) in it, once per store (:meth:`_index_once`): each chunk indexed
+        atomically from its current JSON (a score only rises)."""
+
+        async def index(c: aioredis.Redis, found: dict[Any, Any]) -> None:
+            await self._side.script(c, _FEED_BUILD, self._changes, self._defs,
+                                    *[_s(k) for k in found])
+
+        await self._index_once(self._built, index)
+
+    async def _index_once(self, mark: str,
+                          index: Callable[[aioredis.Redis, dict[Any, Any]], Awaitable[None]]
+                          ) -> None:
+        """Index the definitions written before an index existed (an older cronfleet's),
+        once per store: ``index`` each chunk of the definitions' hash (``{id: JSON}``),
+        then set ``mark``. The mark is looked at before every read of that index (one
+        ``EXISTS``): a store emptied or restored from an older backup meanwhile is
+        indexed again. Writers index their own definitions meanwhile (twice is once)."""
+        if await self._side.go(lambda c: c.exists(mark)):
             return
 
         async def build(c: aioredis.Redis) -> None:
             cursor = 0
             while True:
                 cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
+                assert isinstance(found, dict)
                 if found:
-                    await self._side.script(c, _FEED_BUILD, self._changes, self._defs,
-                                            *[_s(k) for k in found])
+                    await index(c, found)
                 if cursor == 0:
                     break
-            await c.set(self._built, "1")
+            await c.set(mark, "1")
 
         await self._side.go(build)
 
@@ -525,23 +538,13 @@ class RedisApiStore:
         return found
 
     async def _build_shares(self) -> None:
-        """Put the definitions written before buckets existed (an older cronfleet's) in
-        the index, once per store, then mark it done (looked at before every read of a
-        share: one ``EXISTS``). Writers add their own meanwhile (adding twice is one)."""
-        if await self._side.go(lambda c: c.exists(self._shares_built)):
-            return
+        """Put the definitions written before buckets existed in the index of buckets,
+        once per store (:meth:`_index_once`)."""
 
-        async def build(c: aioredis.Redis) -> None:
-            cursor = 0
-            while True:
-                cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
-                if found:
-                    await c.zadd(self._shares, {share_member(_s(k)): 0 for k in found})
-                if cursor == 0:
-                    break
-            await c.set(self._shares_built, "1")
+        async def index(c: aioredis.Redis, found: dict[Any, Any]) -> None:
+            await c.zadd(self._shares, {share_member(_s(k)): 0 for k in found})
 
-        await self._side.go(build)
+        await self._index_once(self._shares_built, index)
 
     async def job_defs_page(self, team: str, *, after: str = "", prefix: str = "",
                             limit: int, include_deleted: bool = False) -> list[JobDef]:
@@ -579,30 +582,21 @@ class RedisApiStore:
             lambda c: c.zcard(self._live_key + team))))
 
     async def _build_teams(self) -> None:
-        """Put the live definitions written before the teams' sets existed in them, once
-        per store (as :meth:`_build_feed` does for the change feed): chunks of the hash,
-        then the mark. A definition deleted meanwhile may stay in its set: reads skip it."""
-        if await self._side.go(lambda c: c.exists(self._teams_built)):
-            return
+        """Put the definitions written before the teams' sets existed in them, once per
+        store (:meth:`_index_once`). A definition deleted meanwhile may stay in its live
+        set: reads skip it."""
 
-        async def build(c: aioredis.Redis) -> None:
-            cursor = 0
-            while True:
-                cursor, found = await c.hscan(self._defs, cursor, count=_FEED_CHUNK)
-                by_key: dict[str, dict[str, int]] = {}
-                assert isinstance(found, dict)
-                for job_id, raw in found.items():
-                    d = _def(raw)
-                    by_key.setdefault(self._team_key + d.team, {})[_s(job_id)] = 0
-                    if d.deleted_at is None:
-                        by_key.setdefault(self._live_key + d.team, {})[_s(job_id)] = 0
-                for key, members in by_key.items():
-                    await c.zadd(key, members)
-                if cursor == 0:
-                    break
-            await c.set(self._teams_built, "1")
+        async def index(c: aioredis.Redis, found: dict[Any, Any]) -> None:
+            by_key: dict[str, dict[str, int]] = {}
+            for job_id, raw in found.items():
+                d = _def(raw)
+                by_key.setdefault(self._team_key + d.team, {})[_s(job_id)] = 0
+                if d.deleted_at is None:
+                    by_key.setdefault(self._live_key + d.team, {})[_s(job_id)] = 0
+            for key, members in by_key.items():
+                await c.zadd(key, members)
 
-        await self._side.go(build)
+        await self._index_once(self._teams_built, index)
 
     async def _write_def(
         self, job_id: str, decide: Callable[[JobDef | None, int, int, str | None], str | None]
