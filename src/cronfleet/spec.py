@@ -73,6 +73,7 @@ __all__ = [
     "FIELDS",
     "HTTP_KEYS",
     "HTTP_METHODS",
+    "ID_CHARS",
     "JOB_ID_MAX",
     "SPEC_KEYS",
     "CommandSpec",
@@ -118,6 +119,8 @@ JOB_ID_MAX = 200
 _NAME_PART = r"[A-Za-z0-9][A-Za-z0-9._:@+-]*"
 _NAME = re.compile(rf"^{_NAME_PART}$")
 _JOB_ID = re.compile(rf"^{_NAME_PART}(?:/{_NAME_PART})*$")
+# the characters of a job id: what a part of one (a cursor, an id prefix) may hold
+ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")
 NAME_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- starting with "
              "a letter or digit")
 JOB_ID_RULE = (f"use 1-{JOB_ID_MAX} characters from letters, digits and ._:@+- starting "

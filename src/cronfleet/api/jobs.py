@@ -3,7 +3,6 @@ created over the API)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -34,6 +33,7 @@ from cronfleet.api.deps import (
 from cronfleet.api.errors import ApiError, field_errors, responses
 from cronfleet.catalog import SOURCE
 from cronfleet.model import Job, RunStatus
+from cronfleet.spec import ID_CHARS
 from cronfleet.views import SCAN_MAX, JobView, job_view, jobs_by_key, next_fires, run_stats
 
 __all__ = ["detail", "item_router", "router", "summary"]
@@ -92,7 +92,6 @@ def _id_part(name: str, value: str | None) -> str:
     return value
 
 
-ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")
 
 
 @router.get("/api/jobs", response_model=S.JobPage, responses=responses(401, 403, 422, 503))

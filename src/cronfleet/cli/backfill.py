@@ -82,7 +82,7 @@ def backfill_cmd(job_id: str, start: str, end: str, only_missing: bool, rate: fl
     now = _now()
     first, last = _bound("from", start, now), _bound("to", end, now)
     assert first is not None and last is not None
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=job_id)
     who = by or _who()
     ttl = loaded.config.instance_ttl
     with loaded:

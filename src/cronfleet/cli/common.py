@@ -89,11 +89,14 @@ def _config_name(config_path: str | None) -> str:
     return config_path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
 
 
-def _load(config_path: str | None, *, strict: bool, fleet: bool = False) -> Loaded:
+def _load(config_path: str | None, *, strict: bool, fleet: bool = False,
+          stored: str | bool = False) -> Loaded:
     """The declared jobs, or exit 1 with every problem. ``strict=False`` (operator
     commands): a plugin that fails to load is left out with a warning. ``fleet``: the
     jobs other processes declare in the store's registry join ``loaded.jobs`` too
-    (handler-less, listed in ``loaded.remote``; ``loaded.fleet`` holds the registry)."""
+    (handler-less, listed in ``loaded.remote``; ``loaded.fleet`` holds the registry), and
+    the jobs created over the API that ``stored`` names: a job id (the one a command acts
+    on, read by its id), or ``True`` for every one (a view of the whole fleet)."""
     from cronfleet.config import ConfigError, load_config
 
     try:
@@ -109,14 +112,14 @@ def _load(config_path: str | None, *, strict: bool, fleet: bool = False) -> Load
         for p in loaded.problems:
             click.echo(f"  {p}", err=True)
     if fleet:
-        _add_fleet(loaded)
+        _add_fleet(loaded, stored)
     return loaded
 
 
-def _add_fleet(loaded: Loaded) -> None:
+def _add_fleet(loaded: Loaded, stored: str | bool) -> None:
     """Read the store's job registry and the live definitions of the jobs created over
-    the API (``job_defs``: they are not in the registry) into ``loaded`` (see
-    :func:`_load`)."""
+    the API that ``stored`` names (``job_defs``: they are not in the registry) into
+    ``loaded`` (see :func:`_load`)."""
     from cronfleet.catalog import SpecInvalid, job_elsewhere
     from cronfleet.runtime.registry import fleet_jobs, job_from_spec
     from cronfleet.store.base import RegistryStore
@@ -127,9 +130,16 @@ def _add_fleet(loaded: Loaded) -> None:
     async def read(store: Store) -> tuple[dict[str, Any], list[Any]]:
         if not isinstance(store, RegistryStore):  # no registry: no side tables either
             return {}, []
+        if stored is False:
+            return await fleet_jobs(store, ttl=ttl), []
         api = open_api_store(store)
         try:
-            return await fleet_jobs(store, ttl=ttl), await api.job_defs()
+            if stored is True:
+                defs = await api.job_defs()
+            else:
+                one = await api.job_def(stored)
+                defs = [] if one is None or one.deleted_at is not None else [one]
+            return await fleet_jobs(store, ttl=ttl), defs
         finally:
             await api.close()
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -45,6 +44,7 @@ from cronfleet.cli.render import (
 )
 from cronfleet.errors import AlreadyExecuting, JobPaused
 from cronfleet.model import RunStatus
+from cronfleet.spec import ID_CHARS
 from cronfleet.views import JobView, lease_holders, running_now, state_view
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
     from cronfleet.views import jobs_by_key
 
     for name, value in (("--prefix", prefix), ("--after", after)):
-        if value and not _ID_CHARS.fullmatch(value):
+        if value and not ID_CHARS.fullmatch(value):
             _fail(f"{name}: {value!r} is not part of a job id (letters, digits and "
                   "._:@+-/ only)", EXIT_BAD_INPUT)
     loaded = _load(config_path, strict=False, fleet=True)
@@ -121,11 +121,13 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
 
     with loaded:
         views, nxt, holders = _session(loaded, read)
+    more = (None if nxt is None else f"more: cronfleet jobs --team {team}"
+            + (f" --prefix {prefix}" if prefix else "") + f" --after {nxt}")
     if as_json:
         _echo_json([{**v.to_dict(now), "team": v.job.team, **_fleet_dict(loaded, v.job.id)}
                     for v in views])
-        if nxt is not None:
-            click.echo(f"more: cronfleet jobs --after {nxt}", err=True)
+        if more is not None:
+            click.echo(more, err=True)
         return
     if not views:
         click.echo(f"no jobs declared in {loaded.config.display} nor by any process of "
@@ -136,12 +138,10 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
     console = _console()
     console.print(_jobs_table(views, now, fleet=loaded.fleet, holders=holders,
                               narrow=_narrow(console, wide), width=console.width))
-    if nxt is not None:
-        more = f" --prefix {prefix}" if prefix else ""
-        click.echo(f"more: cronfleet jobs --team {team}{more} --after {nxt}")
+    if more is not None:
+        click.echo(more)
 
 
-_ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")
 
 
 def _fleet_dict(loaded: Any, job_id: str) -> dict[str, Any]:
@@ -636,7 +636,7 @@ def trigger_cmd(job_id: str, params: tuple[str, ...], force: bool, remote: bool,
     succeed.
     """
     values = _params(params)
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=job_id)
     with loaded:
         _job(loaded, job_id)
         if remote or job_id in loaded.remote:
@@ -834,7 +834,7 @@ def pause_cmd(job_id: str, until: str | None, note: str | None, by: str | None,
 
     Paused slots are recorded as skipped (reason paused); a run in progress is not stopped.
     """
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=job_id)
     with loaded:
         job = _job(loaded, job_id)
         until_dt = None if until is None else _until(until, job, _now())
@@ -862,7 +862,7 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
 
     'cronfleet clear-override JOB' returns it to its declared setting instead.
     """
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=job_id)
     with loaded:
         job = _job(loaded, job_id)
         before = _state_before(loaded, job)
@@ -883,7 +883,7 @@ def resume_cmd(job_id: str, note: str | None, by: str | None, config_path: str |
 def clear_override_cmd(job_id: str, by: str | None, config_path: str | None,
                        as_json: bool) -> None:
     """Remove JOB's pause or force-on: back to its declared enabled setting."""
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=job_id)
     with loaded:
         job = _job(loaded, job_id)
         before = _state_before(loaded, job)

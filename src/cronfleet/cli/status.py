@@ -54,7 +54,7 @@ def status_cmd(config_path: str | None, once: bool, interval: float, n_runs: int
 
     Ctrl-C leaves. --once (or --json) prints a single frame.
     """
-    loaded = _load(config_path, strict=False, fleet=True)
+    loaded = _load(config_path, strict=False, fleet=True, stored=True)
     with loaded:
         if as_json:
             snap = _session(loaded, lambda store: _snapshot(store, loaded, n_runs))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import re
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 
 from cronfleet.jobs.http import HttpJob
 from cronfleet.model import Job, JobState, RunRecord, RunStatus, SkipReason
+from cronfleet.spec import ID_CHARS
 from cronfleet.store.base import (
     Instance,
     InstanceStore,
@@ -529,7 +529,6 @@ class JobsQuery:
 
 
 _BY_ID = attrgetter("id")
-ID_CHARS = re.compile(r"[A-Za-z0-9._:@+/-]+")  # what a job id (and so a cursor) holds
 _SOURCES: dict[tuple[str, int], list[str]] = {}
 
 

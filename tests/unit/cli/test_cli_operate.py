@@ -568,6 +568,8 @@ def test_jobs_pages_by_id_over_declared_and_stored_jobs(
     assert [j["id"] for j in json.loads(r.stdout)] == every[:5]
     r = cli("jobs", "--limit", "2")
     assert "more: cronfleet jobs --team default --after api-1" in r.stdout
+    r = cli("jobs", "--json", "--limit", "1", "--prefix", "api-")  # the same hint in JSON
+    assert "more: cronfleet jobs --team default --prefix api- --after api-0" in r.stderr
     r = cli("jobs", "--json", "--team", "other")
     assert [j["id"] for j in json.loads(r.stdout)] == ["boom", "quiet", "tick"]
     r = cli("jobs", "--after", "a b")
