@@ -238,9 +238,6 @@ class WallSchedule:
         """The tables of a month whose 1st is cron weekday ``fw`` and which has ``n`` days."""
         return self._shapes[_shape_index(fw, n)]
 
-    def month(self, y: int, m: int) -> MonthShape:
-        return self._shapes[_MONTH_SHAPE[(y % 400) * 12 + m]]
-
     def days_signature(self) -> tuple[tuple[int, ...], ...]:
         """The matching days of every month shape: equal signatures mean equal day rules."""
         return self.days.signature

@@ -228,11 +228,13 @@ class MemoryApiStore:
     async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
                               by: str | None, role: str | None = None, *,
                               dry_run: bool = False) -> tuple[list[JobDef], list[str]]:
+        dupes = repeated([job_id for job_id, _ in items])
+        if dupes:  # as every store answers: the repeated ids alone
+            return [], dupes
         now = req_dt(_ms(self.clock))
         news = [self._new_def(job_id, team, spec, by, role, self._rows.version + 1 + i, now)
                 for i, (job_id, spec) in enumerate(items)]
         taken = [job_id for (job_id, _), new in zip(items, news, strict=True) if new is None]
-        taken += [i for i in repeated([j for j, _ in items]) if i not in taken]
         if taken:
             return [], taken
         written = [n for n in news if n is not None]

@@ -152,18 +152,6 @@ class Cursor:
     async def fetchall(self) -> list[tuple[Any, ...]]:
         return await self._cur.fetchall()
 
-    async def executemany_rows(self, query: Query, params: Sequence[Any],
-                               returning: bool) -> list[list[tuple[Any, ...]]]:
-        """``query`` once per item of ``params``, sent together (psycopg's pipeline: one
-        round trip, not one per item); with ``returning``, each one's rows, in order."""
-        await self._cur.executemany(query, params, returning=returning)
-        if not returning:
-            return [[] for _ in params]
-        out = [list(await self._cur.fetchall())]
-        while self._cur.nextset():
-            out.append(list(await self._cur.fetchall()))
-        return out
-
     @property
     def rowcount(self) -> int:
         return self._cur.rowcount

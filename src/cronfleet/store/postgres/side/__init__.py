@@ -74,23 +74,19 @@ class PostgresSide:
                          catalog: bool = False,
                          keep: Callable[[list[Rows]], bool] = lambda rows: True
                          ) -> list[Rows]:
-        """(``SideSQL.write_each``.) A statement with a batch form (``NAME_batch`` in
+        """(``SideSQL.write_each``.) The statement's batch form (``NAME_batch`` in
         queries.sql: every item's parameters as one JSON array, a row back per item
-        written with the item's first parameter first) runs once for all items; any
-        other is sent once per item in one pipeline."""
+        written with the item's first parameter first) runs once for all items (1,000
+        definitions: 0.21–0.26 s one statement each, 0.03–0.06 s in one)."""
+        batch = self._q[f"{name}_batch"]
+
         async def go(cur: Cursor) -> list[Rows]:
             if catalog:
                 await self._exec(cur, "catalog_lock", ())
             await cur.execute("SAVEPOINT write_each")
-            batch = self._q.get(f"{name}_batch")
-            if batch is not None:  # one statement for every item (1,000 definitions:
-                # ~0.2 s one statement each, ~0.06 s in one pipeline)
-                await cur.execute(batch, (json.dumps([list(p) for p in params],
-                                                     default=str),))
-                rows = {r[0]: [r] for r in await cur.fetchall()}
-                out = [rows.get(p[0], []) for p in params]
-            else:  # sent together: one round trip
-                out = await cur.executemany_rows(self._q[name], params, name in self._rows)
+            await cur.execute(batch, (json.dumps([list(p) for p in params], default=str),))
+            rows = {r[0]: [r] for r in await cur.fetchall()}
+            out = [rows.get(p[0], []) for p in params]
             if not keep(out):
                 await cur.execute("ROLLBACK TO SAVEPOINT write_each")
             return out
