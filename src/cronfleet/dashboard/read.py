@@ -625,12 +625,14 @@ async def jobs_page(store: Store, jobs: Iterable[Job], team: str, query: JobsQue
 
 
 async def job_rows(store: Store, page: Sequence[Job], now: datetime,
-                   lasts: Mapping[str, RunRecord] | None = None) -> list[JobRow]:
+                   lasts: Mapping[str, RunRecord] | None = None,
+                   states: Mapping[str, JobState] | None = None) -> list[JobRow]:
     """The rows of one page of the jobs list: each job's state, last run, status and
-    strip of its last slots (one read of the states, one of the last runs unless given,
-    one of the recent runs per job)."""
+    strip of its last slots (one read of the states and one of the last runs unless
+    given, one of the recent runs per job)."""
     ids = [j.id for j in page]
-    states = await store.read_states(ids) if ids else {}
+    if states is None:
+        states = await store.read_states(ids) if ids else {}
     if lasts is None:
         lasts = await store.last_runs(ids) if ids else {}
     rows = []

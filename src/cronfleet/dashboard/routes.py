@@ -524,7 +524,11 @@ async def _jobs_by_key(ctx: Context, team: str, declared: list[Job], query: read
             team=team, limit=query.size, after=query.after, text=query.q or None,
             paused=None if not query.paused else query.paused == "yes",
             statuses=statuses, where=where if query.kind or query.source else None)
-    rows = await read.job_rows(ctx.scheduler.store, [v.job for v in views], t)
+    # the views read each job's state and last run already: not read again
+    rows = await read.job_rows(
+        ctx.scheduler.store, [v.job for v in views], t,
+        lasts={v.job.id: v.last for v in views if v.last is not None},
+        states={v.job.id: v.state for v in views if v.state is not None})
     sources = sorted({read.source_file(j.source) for j in declared} | {SOURCE})
     total = len(declared) + count.n
     return read.JobsPage(rows, total, 1, sources, keyset=True, next_after=nxt,
