@@ -308,10 +308,6 @@ class Catalog:
         reading: the rest is read by the watch; /readyz waits for it)."""
         return self._task is not None and self._settled
 
-    def is_stored(self, job_id: str) -> bool:
-        """This process holds (runs) the stored job ``job_id``."""
-        return job_id in self._versions
-
     def held_version(self, job_id: str) -> int | None:
         """The version of the definition this process holds for ``job_id``, or None."""
         return self._versions.get(job_id)

@@ -150,7 +150,7 @@ async def test_a_process_started_later_loads_stored_jobs(make_api: MakeApi) -> N
     later = await make_api(instance_id="p2")
     await later.catalog.refresh()
     assert later.scheduler.jobs["alpha.kept"].schedule.expr == "10m"
-    assert later.catalog.is_stored("alpha.kept")
+    assert later.catalog.held_version("alpha.kept") is not None
 
 
 async def test_the_apps_lifespan_starts_the_catalog(store_url: str, clock: FakeClock) -> None:
