@@ -333,15 +333,16 @@ class SqlApiStore:
         return {str(r[0]): str(r[1]) for r in rows}
 
     async def count_job_defs(self, team: str) -> DefCount:
+        if not self._db.estimates:  # SQLite: no estimate kept, the exact count at once
+            rows = await self._db.query("defs_estimate", (team,))
+            return DefCount(int(rows[0][0]))
         rows = await self._db.query("defs_count_capped", (team, COUNT_CAP + 1))
         counted = int(rows[0][0])
         if counted <= COUNT_CAP:
             return DefCount(counted)
         rows = await self._db.query("defs_estimate", (team,))
-        if self._db.estimates:
-            n = int(rows[0][0]) if rows and rows[0][0] is not None else counted
-            return DefCount(max(n, counted), estimated=True)
-        return DefCount(int(rows[0][0]))
+        n = int(rows[0][0]) if rows and rows[0][0] is not None else counted
+        return DefCount(max(n, counted), estimated=True)
 
     @staticmethod
     def _create_params(job_id: str, team: str, spec: dict[str, Any], by: str | None,

@@ -147,11 +147,6 @@ ORDER BY id LIMIT ?;
 -- the team of each id (a JSON list) that has a definition, tombstones included
 SELECT id, team FROM job_defs WHERE id IN (SELECT value FROM json_each(?));
 
--- name: defs_count_capped
--- a team's live definitions, counted up to a cap (a scan of job_defs_team)
-SELECT count(*) FROM (SELECT 1 FROM job_defs WHERE team = ? AND deleted_at IS NULL
-    LIMIT ?);
-
 -- name: defs_estimate
 -- SQLite keeps no row estimate: the exact count (the covering index job_defs_team)
 SELECT count(*) FROM job_defs WHERE team = ? AND deleted_at IS NULL;
