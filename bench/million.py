@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,15 +42,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, PrivateRedis, pct, pg_exec  # noqa: E402
+from fleet_redis import DEFAULT_PG, PrivateRedis, free_port, pct, pg_exec  # noqa: E402
 
 TARGETS = {"ready_s": 20.0, "rss_mb": 400.0, "p99_ms": 200.0, "failover_s": 2.0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the sink: runs counted where they land ------------------------------------------------

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,18 +25,13 @@ from pathlib import Path
 import pytest
 
 from store.pg import drop_schema, new_schema, pg_url, require_pg
+from store.redis_server import free_port
 
 from .test_postgres_fleet import ledger, store_url
 
 pytestmark = pytest.mark.slow
 
 N_JOBS, EVERY = 240, 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Sink:

@@ -19,12 +19,9 @@ from cronfleet.store import Store
 from cronfleet.store.factory import SideTables, side_tables
 from cronfleet.store.side import ApiStore, JobDef, ShareKey
 
+from .test_catalog_feed import spec
+
 IDS = [f"job-{i:03d}" for i in range(90)]
-
-
-def spec(job_id: str, minute: int = 0) -> dict[str, Any]:
-    return {"id": job_id, "schedule": f"{minute} * * * *",
-            "http": {"url": f"https://example.com/{job_id}"}}
 
 
 class Counting:
