@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from cronfleet.api.deps import BATCH_DEADLINE, Context, in_time, store_errors
+from cronfleet.api.deps import BATCH_DEADLINE, Context, in_time, local, store_errors
 from cronfleet.api.errors import ApiError
 from cronfleet.catalog import (
     BatchInvalid,
@@ -65,7 +65,7 @@ async def set_override(ctx: Context, job: Job, enabled: bool | None, *, by: str,
                        note: str | None, until: datetime | None) -> JobState:
     """Pause (``False``), force on (``True``) or clear (``None``) for every process."""
     scheduler = ctx.scheduler
-    if scheduler.jobs.get(job.id) is not job:  # another process's job (the registry)
+    if local(ctx, job.id) is not job:  # another process's job (the registry)
         async with in_time("cannot record the change"):
             with store_errors("cannot record the change"):
                 remote: JobState = await scheduler.store.set_override(

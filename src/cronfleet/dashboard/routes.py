@@ -31,6 +31,7 @@ from cronfleet.api.deps import (
     Context,
     audit,
     declared_here,
+    local,
     now,
     ready_context,
     store_errors,
@@ -637,7 +638,7 @@ def config_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 async def run_page(request: Request, s: Session, ctx: Context) -> Response:
     run = await _run_of(request, s, ctx)
-    job = ctx.scheduler.jobs.get(run.job_id)
+    job = local(ctx, run.job_id)
     from cronfleet.attempts import attempts_of
 
     return render(request, "run.html", s, run=run, job=job, tz=_zone(job, s), t=now(ctx),
@@ -685,7 +686,7 @@ async def cancel_page(request: Request, s: Session, ctx: Context) -> Response:
     """The confirmation of a cancel (editor): what will be stopped, a reason, one button."""
     run = await _run_of(request, s, ctx)
     need(s, "editor")
-    job = ctx.scheduler.jobs.get(run.job_id)
+    job = local(ctx, run.job_id)
     return render(request, "cancel.html", s, run=run, tz=_zone(job, s))
 
 
@@ -786,7 +787,7 @@ async def backfill_page(request: Request, s: Session, ctx: Context) -> Response:
     from cronfleet.api.backfills import backfill_out
 
     req = await _backfill_of(request, s, ctx)
-    job = ctx.scheduler.jobs.get(req.job_id)
+    job = local(ctx, req.job_id)
     return render(request, "backfill.html", s, b=backfill_out(req), tz=_zone(job, s),
                   t=now(ctx))
 
@@ -842,11 +843,10 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
                                          all_ids=len(ctx.scheduler.jobs))
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
-    jobs = ctx.scheduler.jobs
     return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,
                   job_id=job_id or "", instance=instance or "", since=since_key,
                   next_cursor=nxt, params=params,
-                  tz=table_zone({jobs.get(r.job_id) for r in runs} - {None}, s))
+                  tz=table_zone({local(ctx, r.job_id) for r in runs} - {None}, s))
 
 
 AUDIT_ACTIONS = ("job.pause", "job.resume", "job.clear_override", "job.trigger",
