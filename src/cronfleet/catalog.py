@@ -731,12 +731,12 @@ class Catalog:
             raise ChangedMeanwhile(job.id)
         return self.apply(new, built) or job
 
-    async def delete(self, job: Job, team: str, by: str) -> None:
+    async def delete(self, job_id: str, team: str, by: str) -> None:
         """Delete a stored job (a tombstone keeps its id with its team)."""
-        deleted = await self.api_store.delete_job_def(job.id, team, by)
-        tomb = await self.api_store.job_def(job.id)
+        deleted = await self.api_store.delete_job_def(job_id, team, by)
+        tomb = await self.api_store.job_def(job_id)
         if not deleted:
-            raise JobNotFound(job.id)
+            raise JobNotFound(job_id)
         if tomb is not None:
             self.apply(tomb)
 

@@ -167,7 +167,7 @@ async def update_job(ctx: Context, job: Job, changes: Mapping[str, Any], team: s
 async def delete_job(ctx: Context, job: Job, team: str, by: str) -> None:
     async with in_time("cannot delete the job"):
         with _catalog_errors(job.id, "cannot delete the job"):
-            await ctx.catalog.delete(job, team, by)
+            await ctx.catalog.delete(job.id, team, by)
 
 
 async def cancel_run(ctx: Context, run: RunRecord, *, by: str, why: str) -> str:

@@ -396,12 +396,9 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
                 d = await api_store.job_def(job_id)
                 if d is None or d.deleted_at is not None:
                     return None
-                catalog = Catalog(scheduler, api_store)
-                await catalog.refresh()
-                job = scheduler.jobs.get(job_id)
-                if job is None:
-                    raise JobNotFound(job_id)
-                await catalog.delete(job, d.team, who)
+                # the definition is enough: nothing to read or build first (the catalog
+                # would read every definition to hold them all)
+                await Catalog(scheduler, api_store).delete(job_id, d.team, who)
                 await api_store.audit(team=d.team, actor=who, action="job.delete",
                                       target=job_id, details={"via": "cli"})
                 return d.team
