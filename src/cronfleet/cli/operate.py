@@ -121,6 +121,8 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
 
     with loaded:
         views, nxt, holders = _session(loaded, read)
+    # a job created over the API runs on the process holding it, never here
+    loaded.remote.update(v.job.id for v in views if v.job.source == SOURCE)
     more = (None if nxt is None else f"more: cronfleet jobs --team {team}"
             + (f" --prefix {prefix}" if prefix else "") + f" --after {nxt}")
     if as_json:
