@@ -94,6 +94,9 @@ __all__ = [
 log = logging.getLogger("cronfleet.jobs.http")
 
 MAX_BODY = 1024 * 1024
+POOLS = 8
+"""How many pooled clients an :class:`HttpRuntime` spreads its requests over (see
+:meth:`HttpRuntime.client`)."""
 MAX_REDIRECTS = 10
 DEFAULT_TIMEOUT = 30.0
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -499,7 +502,8 @@ class HttpRuntime:
         self.sleep: Sleep = sleep or asyncio.sleep
         self.resolve: Resolver = resolve or _system_resolve
         self.max_connections = max_connections
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
+        self._turn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._health = health
         self._notifier = notifier
@@ -575,23 +579,34 @@ class HttpRuntime:
         return self._vault
 
     def client(self) -> httpx.AsyncClient:
-        """The pooled client of the running loop (a new loop gets a new client)."""
+        """A pooled client of the running loop (a new loop gets new clients): the next of
+        :data:`POOLS` clients, in turn, that share ``max_connections`` between them.
+        httpcore's pool looks at each of its connections (a ``poll`` of each idle socket)
+        for every request it assigns, so one pool of 50 busy connections costs ~3x the
+        CPU per request of a pool of 5 (``bench/http_cpu.py``); smaller pools keep that
+        look short."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=self.max_connections)
-            )
-            pool = getattr(transport, "_pool", None)
-            if pool is not None and hasattr(pool, "_network_backend"):
-                pool._network_backend = _GuardedBackend(pool._network_backend, self.resolve)
-            self._client = httpx.AsyncClient(
-                transport=transport,
-                trust_env=False,  # a proxy would hide the real target from the guard
-                max_redirects=MAX_REDIRECTS,
-                event_hooks={"request": [self._check_request]},
-            )
+        if not self._clients or self._loop is not loop:
+            n = max(1, min(POOLS, self.max_connections))
+            share, extra = divmod(self.max_connections, n)
+            self._clients = [self._new_client(share + (k < extra)) for k in range(n)]
             self._loop = loop
-        return self._client
+        self._turn = (self._turn + 1) % len(self._clients)
+        return self._clients[self._turn]
+
+    def _new_client(self, max_connections: int) -> httpx.AsyncClient:
+        transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=max_connections)
+        )
+        pool = getattr(transport, "_pool", None)
+        if pool is not None and hasattr(pool, "_network_backend"):
+            pool._network_backend = _GuardedBackend(pool._network_backend, self.resolve)
+        return httpx.AsyncClient(
+            transport=transport,
+            trust_env=False,  # a proxy would hide the real target from the guard
+            max_redirects=MAX_REDIRECTS,
+            event_hooks={"request": [self._check_request]},
+        )
 
     async def _check_request(self, request: httpx.Request) -> None:
         # runs for the first request and for every redirect it follows, before it is sent
@@ -605,8 +620,8 @@ class HttpRuntime:
                                  self.resolve)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        clients, self._clients = self._clients, []
+        for client in clients:
             await client.aclose()
         if self._matcher is not None:
             self._matcher.close()
