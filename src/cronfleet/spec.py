@@ -749,13 +749,16 @@ def default_job_id(fn: Callable[..., Any]) -> str:
 
 
 # A URL that is plainly valid: http(s), a host name of letters, digits and hyphens whose
-# last label starts with a letter (never an address literal, which httpx checks), an
-# optional port 1-99999 without a leading zero (the range is checked below), then path,
-# query and fragment of URL characters only. httpx accepts every such URL with this host
-# and port; anything else is judged by httpx itself (its errors are the messages).
+# last label starts with a letter, or a dotted IPv4 address of four numbers 0-255 without
+# leading zeros (other address literals are httpx's to check), an optional port 1-99999
+# without a leading zero (the range is checked below), then path, query and fragment of
+# URL characters only. httpx accepts every such URL with this host and port; anything
+# else is judged by httpx itself (its errors are the messages).
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _PLAIN_URL = re.compile(
-    rf"(?:https?|HTTPS?)://(?:{_LABEL}\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
+    rf"(?:https?|HTTPS?)://(?:(?:{_LABEL}\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
+    rf"|{_OCTET}(?:\.{_OCTET}){{3}})"
     r"(?::([1-9][0-9]{0,4}))?(?:[/?#][A-Za-z0-9._~!$&'()*+,;=:@%/?#-]*)?")
 
 

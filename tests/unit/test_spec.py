@@ -512,6 +512,9 @@ URLS = [
     "https://${secrets.HOST}/x", "https://example.com/\u00e9", "https://example.com/a|b",
     "https://" + "a" * 64 + ".com/", "https://example.123/", "https://example.com:/x",
     "https://localhost:8080/health", "http://x/" + "p" * 3000,
+    "http://127.0.0.1:8080/hook/job-1", "https://255.255.255.255/", "https://256.1.1.1/",
+    "https://01.2.3.4/", "https://1.2.3/", "https://1.2.3.4.5/", "http://0.0.0.0:1/",
+    "https://1.2.3.4:0/", "https://192.168.001.1/", "http://10.1.2.3.example.com/",
 ]
 
 
