@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from cronfleet.clock import FakeClock
 from cronfleet.store import Store
@@ -108,6 +109,44 @@ async def test_requests_are_taken_once_by_a_declarer_or_their_target(
     withdrawn = await b.get_request(late.id)
     assert withdrawn is not None and withdrawn.error == "no answer" and withdrawn.taken_by is None
     assert await a.get_request(10_000) is None
+
+
+class OnlyIn:
+    """A job table asked only ``in``: ``take_requests`` must never walk (or copy and
+    send) a process's jobs -- it may hold 250,000 of them."""
+
+    def __init__(self, ids: set[str]) -> None:
+        self.ids = ids
+        self.asked: list[str] = []
+
+    def __contains__(self, job_id: object) -> bool:
+        self.asked.append(str(job_id))
+        return job_id in self.ids
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the job table was walked")
+
+    def __len__(self) -> int:
+        raise AssertionError("the job table was sized")
+
+
+async def test_taking_requests_asks_the_job_table_only_about_open_requests(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    a, b = rstore(store), rstore(other)
+    held = OnlyIn({f"job-{i}" for i in range(1000)})
+    assert await a.take_requests("one", held) == [] and held.asked == []  # none open
+    for_me = await a.submit_request(FleetRequest("trigger", "job-7", "ops"))
+    elsewhere = await a.submit_request(FleetRequest("trigger", "gone", "ops"))
+    aimed = await a.submit_request(FleetRequest("trigger", "job-8", "ops", target="two"))
+    got = await a.take_requests("one", held)
+    assert [r.id for r in got] == [for_me.id] and got[0].taken_by == "one"
+    assert sorted(held.asked) == ["gone", "job-7"]  # never the one aimed at "two"
+    # the request of a job "one" does not hold stays open for whoever holds it
+    theirs = await b.take_requests("two", OnlyIn({"gone"}))
+    assert [r.id for r in theirs] == [elsewhere.id, aimed.id]
+    assert {r.taken_by for r in theirs} == {"two"}
+    assert await a.take_requests("one", held) == []
 
 
 async def test_a_request_whose_taker_is_lost_is_answered_failed_with_its_progress(

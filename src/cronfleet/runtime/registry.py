@@ -764,7 +764,7 @@ class Registry:
         while True:
             self.wakeup.clear()
             try:
-                taken = await self.store.take_requests(self.instance_id, list(self.jobs))
+                taken = await self.store.take_requests(self.instance_id, self.jobs)
             except Exception as exc:
                 self.stats.store_errors += 1
                 log.warning("instance %s: could not read requests (%s)", self.instance_id, exc)

@@ -8,7 +8,7 @@ Every store (SQLite, PostgreSQL, ...) passes the same conformance suite in ``tes
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -965,11 +965,13 @@ class RegistryStore(InstanceStore, Protocol):
         store can: PostgreSQL ``NOTIFY``); returns it with its ``id``."""
 
     async def take_requests(
-        self, instance_id: str, job_ids: Sequence[str]
+        self, instance_id: str, job_ids: Container[str]
     ) -> list[FleetRequest]:
         """Take every request nobody took yet that is meant for ``instance_id`` or for
-        any declarer of one of ``job_ids``, oldest first, one transaction (each request
-        is taken by exactly one caller)."""
+        any declarer of a job in ``job_ids``, oldest first (each request is taken by
+        exactly one caller). ``job_ids`` is only asked ``in``: a process passes its job
+        table itself, never a copy of it (it may hold 250,000 jobs, and the requests
+        open at a time are few)."""
 
     async def answer_request(
         self, request_id: int, *, run_id: int | None = None, error: str | None = None,

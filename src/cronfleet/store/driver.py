@@ -29,7 +29,16 @@ row mapper.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Container,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -646,9 +655,17 @@ class StoreDriver:
     async def submit_request(self, request: FleetRequest) -> FleetRequest:
         return await self.transport.call("request_add", request)  # type: ignore[no-any-return]
 
-    async def take_requests(self, instance_id: str, job_ids: Sequence[str]
+    async def take_requests(self, instance_id: str, job_ids: Container[str]
                             ) -> list[FleetRequest]:
-        return await self.transport.call("requests_take", instance_id, list(job_ids))  # type: ignore[no-any-return]
+        # a read of the open requests (few: usually none), then a take of those meant
+        # here; the take checks again that each is still untaken (another caller may
+        # have taken it in between)
+        open_ = await self.transport.call("requests_open", instance_id, tx=False)
+        ids = [rid for rid, job_id, target in open_
+               if target == instance_id or (target is None and job_id in job_ids)]
+        if not ids:
+            return []
+        return await self.transport.call("requests_take", instance_id, ids)  # type: ignore[no-any-return]
 
     async def answer_request(
         self, request_id: int, *, run_id: int | None = None, error: str | None = None,

@@ -590,16 +590,22 @@ def _request_add(db: MemoryDatabase, now: int, request: FleetRequest) -> FleetRe
     return dataclasses.replace(row)
 
 
+def _requests_open(db: MemoryDatabase, now: int, instance: str
+                   ) -> list[tuple[int, str, str | None]]:
+    return [(rid, req.job_id, req.target) for rid, req in db.requests.items()
+            if req.taken_by is None and req.answered_at is None
+            and req.target in (None, instance)]  # insertion order: oldest first
+
+
 def _requests_take(db: MemoryDatabase, now: int, instance: str,
-                   job_ids: list[str]) -> list[FleetRequest]:
-    ids = set(job_ids)
+                   ids: list[int]) -> list[FleetRequest]:
     out = []
-    for req in db.requests.values():  # insertion order: oldest first
-        if req.taken_by is not None or req.answered_at is not None:
+    for rid in ids:
+        req = db.requests.get(rid)
+        if req is None or req.taken_by is not None or req.answered_at is not None:
             continue
-        if req.target == instance or (req.target is None and req.job_id in ids):
-            req.taken_by, req.taken_at = instance, dt(now)
-            out.append(dataclasses.replace(req, payload=dict(req.payload)))
+        req.taken_by, req.taken_at = instance, dt(now)
+        out.append(dataclasses.replace(req, payload=dict(req.payload)))
     return out
 
 
@@ -686,6 +692,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "registry_touch": _registry_touch,
     "registry_all": _registry_all,
     "request_add": _request_add,
+    "requests_open": _requests_open,
     "requests_take": _requests_take,
     "request_answer": _request_answer,
     "request_note": _request_note,

@@ -518,10 +518,15 @@ async def request_add(t: PostgresTransport, cur: Cursor, now: datetime,
                         requested_at=row[1])
 
 
+async def requests_open(t: PostgresTransport, cur: Cursor, now: datetime,
+                        instance: str) -> list[tuple[int, str, str | None]]:
+    await cur.execute(cur.q["requests_open"], {"id": instance})
+    return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+
 async def requests_take(t: PostgresTransport, cur: Cursor, now: datetime, instance: str,
-                        job_ids: list[str]) -> list[FleetRequest]:
-    await cur.execute(cur.q["requests_take"], {"id": instance, "now": now,
-                                                "jobs": _dumps(job_ids)})
+                        ids: list[int]) -> list[FleetRequest]:
+    await cur.execute(cur.q["requests_take"], {"id": instance, "now": now, "ids": ids})
     return sorted((_request(r) for r in await cur.fetchall()), key=lambda q: q.id or 0)
 
 
@@ -696,6 +701,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "registry_touch": registry_touch,
     "registry_all": registry_all,
     "request_add": request_add,
+    "requests_open": requests_open,
     "requests_take": requests_take,
     "request_answer": request_answer,
     "request_note": request_note,

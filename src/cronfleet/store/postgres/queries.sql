@@ -637,16 +637,18 @@ INSERT INTO __S__.requests (kind, job_id, target, payload, requested_by, request
 VALUES (%(kind)s, %(job)s, %(target)s, %(payload)s::jsonb, %(by)s, %(now)s)
 RETURNING id, requested_at;
 
+-- name: requests_open
+-- the untaken requests meant for the instance or for no instance in particular (the
+-- partial index requests_open): the caller keeps those of the jobs it holds
+SELECT id, job_id, target FROM __S__.requests
+WHERE taken_by IS NULL AND answered_at IS NULL AND (target = %(id)s OR target IS NULL)
+ORDER BY id;
+
 -- name: requests_take
--- untaken requests meant for the instance (or for any declarer of its jobs); SKIP LOCKED:
--- two instances polling together take disjoint sets
+-- take these requests if still untaken; two instances taking one together: the second
+-- UPDATE waits for the first's row lock, then finds it taken
 UPDATE __S__.requests SET taken_by = %(id)s, taken_at = %(now)s
-WHERE id IN (
-  SELECT id FROM __S__.requests
-  WHERE taken_by IS NULL AND answered_at IS NULL
-    AND (target = %(id)s OR (target IS NULL AND job_id IN (
-      SELECT jsonb_array_elements_text(%(jobs)s::jsonb))))
-  ORDER BY id FOR UPDATE SKIP LOCKED)
+WHERE id = ANY(%(ids)s) AND taken_by IS NULL AND answered_at IS NULL
 RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
           answered_at, run_id, error;
 

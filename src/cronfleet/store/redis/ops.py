@@ -255,9 +255,15 @@ async def request_add(t: RedisTransport, r: FleetRequest) -> FleetRequest:
                         requested_at=dt(int(now)))
 
 
+async def requests_open(t: RedisTransport, instance_id: str
+                        ) -> list[tuple[int, str, str | None]]:
+    flat = [_d(v) for v in await t.run("registry", "open", instance_id)]
+    return [(int(flat[k]), flat[k + 1], flat[k + 2] or None) for k in range(0, len(flat), 3)]
+
+
 async def requests_take(t: RedisTransport, instance_id: str,
-                        job_ids: list[str]) -> list[FleetRequest]:
-    raw = await t.run("registry", "take", instance_id, json.dumps(job_ids))
+                        ids: list[int]) -> list[FleetRequest]:
+    raw = await t.run("registry", "take", instance_id, json.dumps([str(i) for i in ids]))
     return sorted(map(_request, raw), key=lambda q: q.id or 0)
 
 
@@ -306,6 +312,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "instance_leave": instance_leave,
     "registry_all": registry_all,
     "request_add": request_add,
+    "requests_open": requests_open,
     "requests_take": requests_take,
     "request_answer": request_answer,
     "request_note": request_note,

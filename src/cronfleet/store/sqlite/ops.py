@@ -458,13 +458,14 @@ def request_add(t: SQLiteTransport, c: sqlite3.Connection, now: int,
                         payload=dict(r.payload), target=r.target, id=rid, requested_at=dt(at))
 
 
-def requests_any(t: SQLiteTransport, c: sqlite3.Connection, now: int) -> bool:
-    return c.execute(Q["requests_any"]).fetchone() is not None
+def requests_open(t: SQLiteTransport, c: sqlite3.Connection, now: int,
+                  instance: str) -> list[tuple[int, str, str | None]]:
+    return [(r[0], r[1], r[2]) for r in c.execute(Q["requests_open"], (instance,))]
 
 
 def requests_take(t: SQLiteTransport, c: sqlite3.Connection, now: int, instance: str,
-                  job_ids: list[str]) -> list[FleetRequest]:
-    rows = c.execute(Q["requests_take"], (instance, now, json.dumps(job_ids))).fetchall()
+                  ids: list[int]) -> list[FleetRequest]:
+    rows = c.execute(Q["requests_take"], (instance, now, json.dumps(ids))).fetchall()
     return sorted((_request(r) for r in rows), key=lambda q: q.id or 0)
 
 
@@ -570,7 +571,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "registry_touch": registry_touch,
     "registry_all": registry_all,
     "request_add": request_add,
-    "requests_any": requests_any,
+    "requests_open": requests_open,
     "requests_take": requests_take,
     "request_answer": request_answer,
     "request_note": request_note,

@@ -407,16 +407,18 @@ ORDER BY r.job_id, r.instance_id;
 INSERT INTO requests (kind, job_id, target, payload, requested_by, requested_at)
 VALUES (?, ?, ?, ?, ?, ?) RETURNING id, requested_at;
 
+-- name: requests_open
+-- ?1 instance: the untaken requests meant for it or for no instance in particular
+SELECT id, job_id, target FROM requests
+WHERE taken_by IS NULL AND answered_at IS NULL AND (target = ?1 OR target IS NULL)
+ORDER BY id;
+
 -- name: requests_take
--- ?1 instance, ?2 now, ?3 job ids (JSON array): untaken requests meant for it, oldest first
+-- ?1 instance, ?2 now, ?3 request ids (JSON array): those still untaken
 UPDATE requests SET taken_by = ?1, taken_at = ?2
-WHERE taken_by IS NULL AND answered_at IS NULL
-  AND (target = ?1 OR (target IS NULL AND job_id IN (SELECT value FROM json_each(?3))))
+WHERE id IN (SELECT value FROM json_each(?3)) AND taken_by IS NULL AND answered_at IS NULL
 RETURNING id, kind, job_id, target, payload, requested_by, requested_at, taken_by, taken_at,
           answered_at, run_id, error;
-
--- name: requests_any
-SELECT 1 FROM requests WHERE taken_by IS NULL AND answered_at IS NULL LIMIT 1;
 
 -- name: request_answer
 -- ?1 id, ?2 now, ?3 run id, ?4 error, ?5 1: only if nobody took it

@@ -24,7 +24,7 @@ from pathlib import Path
 from cronfleet.clock import Clock, SystemClock, judged_by_store
 from cronfleet.model import JobState, SkipReason
 from cronfleet.store import ledger
-from cronfleet.store.base import Dispatch, FleetRequest
+from cronfleet.store.base import Dispatch
 from cronfleet.store.driver import StoreDriver, dispatch_plan
 from cronfleet.store.rows import ms
 from cronfleet.store.sqlite.ops import insert_runs
@@ -198,17 +198,3 @@ class SQLiteStore(StoreDriver):
             wanted = set(job_ids)
             return {k: v for k, v in found.items() if k in wanted}
         return await super().read_overrides(job_ids)
-
-    async def take_requests(self, instance_id: str, job_ids: Sequence[str]
-                            ) -> list[FleetRequest]:
-        # polled every second by every process: look (a read, the partial index) before
-        # taking the file's write lock
-        t = self.transport
-        ids = list(job_ids)
-
-        def take() -> list[FleetRequest]:
-            if not t.op_now("requests_any", (), False):
-                return []
-            return t.op_now("requests_take", (instance_id, ids), True)  # type: ignore[no-any-return]
-
-        return await t.call_fn(take)

@@ -16,7 +16,9 @@
 --   'ids', inst                      the job ids of its rows
 --   'list'                          reply JSON {now, [[inst, seen, {job: row}]...], instance rows}
 --   'submit', kind, job, by, payload JSON, target ('' none)        reply {id, now}
---   'take', inst, jobs JSON          the requests taken, each as its flat hash with its id
+--   'open', inst                     [id, job, target ('' none), ...] of the untaken requests
+--                                   meant for inst or for no instance in particular
+--   'take', inst, ids JSON           take these if still untaken: each as its flat hash with its id
 --   'answer', id, run id, error ('' none), only untaken (1/0)    reply 1 answered / 0
 --   'note', id, payload JSON         reply 1 written / 0
 --   'get', id                        the request's flat hash (empty: none)
@@ -92,16 +94,30 @@ if what == 'submit' then
   return {id, NOW}
 end
 
-if what == 'take' then
+if what == 'open' then
+  -- the caller keeps those of the jobs it holds and takes them ('take'); rows taken or
+  -- answered meanwhile leave the open set here
   local inst = ARGV[4]
-  local mine = {}
-  for _, j in ipairs(cjson.decode(ARGV[5])) do mine[j] = true end
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', OPEN, 0, -1)) do
     local v = redis.call('HMGET', rk(id), 'j', 'tg', 'tb', 'aa')
     if not v[1] or v[3] or v[4] then
       redis.call('ZREM', OPEN, id)
-    elseif v[2] == inst or (not v[2] and mine[v[1]]) then
+    elseif not v[2] or v[2] == inst then
+      out[#out + 1] = id
+      out[#out + 1] = v[1]
+      out[#out + 1] = v[2] or ''
+    end
+  end
+  return out
+end
+
+if what == 'take' then
+  local inst = ARGV[4]
+  local out = {}
+  for _, id in ipairs(cjson.decode(ARGV[5])) do
+    local v = redis.call('HMGET', rk(id), 'j', 'tb', 'aa')
+    if v[1] and not v[2] and not v[3] then
       redis.call('HSET', rk(id), 'tb', inst, 'ta', NOW)
       redis.call('ZREM', OPEN, id)
       local flat = redis.call('HGETALL', rk(id))
