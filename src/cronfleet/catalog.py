@@ -347,7 +347,7 @@ class Catalog:
         """Record the ids of the jobs declared in code or config with their teams
         (``job_ids``): such an id stays its team's after the job leaves the config, so no
         other team can create a job with it and read the runs left under it."""
-        declared = [(j.id, j.team, j.source) for j in list(self.scheduler.jobs.values())
+        declared = [(j.id, j.team, j.source) for j in self.scheduler.iter_jobs()
                     if isinstance(j, Job) and j.id not in self._versions and j.source != SOURCE]
         await self.api_store.reserve_ids(declared)
 
@@ -642,7 +642,7 @@ class Catalog:
         used (also by a config or code job of another team, present or past); returns
         ``None`` when it was stored but a job declared in code or config took the id
         meanwhile (in another process): the declared job wins."""
-        if job_id in self.scheduler.jobs:
+        if self._current(job_id) is not None:
             raise IdTaken(job_id)
         spec = _spec.canonical_spec(spec)
         job = self.validate(spec, team, role)

@@ -81,12 +81,13 @@ class SchedulerCollector:
             hist.add_metric([], _buckets(h), h.total)
             yield hist
         yield from _per_job(st)
+        health = s.health()  # the job count without a copy of the job table
         for name, doc, gauge_value in (
             ("cronfleet_leases_held", "Runs of this process holding their job's lease.",
              float(s.leases_held())),
-            ("cronfleet_jobs", "Jobs known to this process.", float(len(s.jobs))),
+            ("cronfleet_jobs", "Jobs known to this process.", float(health["jobs"])),
             ("cronfleet_loop_overdue_seconds",
-             "How far the loop is behind its earliest due slot.", float(s.health()["overdue"])),
+             "How far the loop is behind its earliest due slot.", float(health["overdue"])),
         ):
             gauge = GaugeMetricFamily(name, doc)
             gauge.add_metric([], gauge_value)

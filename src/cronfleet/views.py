@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Container,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,17 +30,19 @@ from cronfleet.cron.duration import format_duration
 if TYPE_CHECKING:
     from cronfleet.cron import AnySchedule
     from cronfleet.model import Job, JobState, RunRecord, RunStatus
-    from cronfleet.store.base import Store
+    from cronfleet.store.base import RunCursor, RunFilter, Store
     from cronfleet.store.side import ApiStore, JobDef
 
 __all__ = [
     "RECENT_RUNS",
     "SCAN_MAX",
+    "WIDE_READS",
     "JobView",
     "fire_times",
     "job_view",
     "job_views",
     "jobs_by_key",
+    "kept_runs",
     "last_runs",
     "lease_holders",
     "next_fires",
@@ -445,6 +455,41 @@ async def running_now(store: Store, job_ids: frozenset[str] | None = None,
             "triggered_by": r.triggered_by.value,
         })
     return out
+
+
+WIDE_READS = 20
+"""Store reads one page of :func:`kept_runs` may take."""
+
+
+async def kept_runs(store: Store, where: RunFilter,
+                    keep: Callable[[Sequence[str]], Awaitable[Container[str]]], *,
+                    limit: int, after: RunCursor | None
+                    ) -> tuple[list[RunRecord], RunCursor | None]:
+    """Up to ``limit`` runs matching ``where``, newest first by ``(slot, id)``, of the jobs
+    ``keep`` keeps (given the job ids of one page of the store's runs, those to keep): how
+    the runs of a set of jobs too large to name in the statement are paged (``where``
+    names no job; the API's and the dashboard's runs of a large team).
+
+    Reads pages of ``2 * limit`` runs until one more than a page is kept or
+    :data:`WIDE_READS` reads. The cursor of the next page: after the page's last run when
+    a kept run follows it; where the reads stopped when the page could not be filled
+    within them (the page then holds fewer than ``limit`` runs); None at the end, as
+    ``Store.find_runs`` says."""
+    from cronfleet.store.base import RunCursor
+
+    runs: list[RunRecord] = []
+    for _ in range(WIDE_READS):
+        page = await store.find_runs(where, limit=limit * 2, after=after)
+        kept = await keep([r.job_id for r in page.runs])
+        for r in page.runs:
+            if r.job_id in kept:
+                runs.append(r)
+                if len(runs) > limit:  # one more than a page: there is a next page
+                    return runs[:limit], RunCursor.after(runs[limit - 1])
+        if page.next_cursor is None:
+            return runs, None
+        after = page.next_cursor
+    return runs, after
 
 
 def lease_holders(running: Sequence[Mapping[str, Any]]) -> dict[str, str]:

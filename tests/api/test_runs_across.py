@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from cronfleet import FakeClock
+from cronfleet.api import deps
 
 from .conftest import T0, Api, eventually, expect
 
@@ -54,6 +57,47 @@ async def test_runs_across_jobs_filter_page_and_stay_in_the_team(api: Api,
     assert bad["details"]["errors"][0]["field"] == "cursor"
     expect(await api.get("/api/runs?status=exploded", "alpha-viewer"), 422, "VALIDATION_ERROR")
     expect(await api.get("/api/runs", None), 401)
+
+
+async def _pages(api: Api, limit: int, who: str) -> list[tuple[list[int], bool]]:
+    """Every page of ``GET /api/runs?limit=``: its run ids, and whether it has a next."""
+    pages: list[tuple[list[int], bool]] = []
+    cursor = ""
+    while True:
+        body = expect(await api.get(f"/api/runs?limit={limit}{cursor}", who), 200)
+        pages.append(([r["id"] for r in body["items"]], body["next_cursor"] is not None))
+        if body["next_cursor"] is None:
+            return pages
+        cursor = f"&cursor={body['next_cursor']}"
+
+
+async def test_a_large_team_pages_its_runs_as_a_small_one(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A team with more than ``SCOPE_IDS`` stored jobs has its runs read in order and its
+    own kept (``deps.team_runs``): the same pages as by the list of its ids, and no empty
+    page after a full last one."""
+    for who in ("alpha-editor", "beta-editor"):  # one stored job each, never due here
+        team = who.split("-")[0]
+        await api.create_job(f"{team}.hook", "http://127.0.0.1:9/hook", who,
+                             schedule="0 0 1 1 *")
+    alpha: list[int] = []
+    beta: list[int] = []
+    for k in range(5):  # interleaved: beta's runs sit between alpha's
+        alpha.append((await api.trigger_done("alpha.report"))["id"])
+        if k % 2:
+            accepted = expect(await api.post("/api/jobs/beta.report/trigger",
+                                             "beta-editor"), 202)
+            beta.append((await api.run_done(accepted["run_id"], "beta-viewer"))["id"])
+    for limit in (1, 2, 3, 5, 6):
+        by_ids = await _pages(api, limit, "alpha-viewer")
+        monkeypatch.setattr(deps, "SCOPE_IDS", 0)  # both teams now "large"
+        kept = await _pages(api, limit, "alpha-viewer")
+        theirs = await _pages(api, limit, "beta-viewer")
+        monkeypatch.undo()
+        assert kept == by_ids, limit
+        assert [i for ids, _ in kept for i in ids] == alpha[::-1], limit
+        assert all(ids for ids, _ in kept), limit  # never an empty page
+        assert [i for ids, _ in theirs for i in ids] == beta[::-1], limit
 
 
 async def test_running_now_shows_run_job_instance_start_and_lease(api: Api) -> None:

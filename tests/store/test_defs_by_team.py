@@ -124,6 +124,46 @@ async def test_redis_definitions_written_before_the_team_sets_are_found(
         await store.close()
 
 
+async def test_redis_pages_read_on_past_tombstones_left_in_the_live_set(
+        redis_session: RedisServer, clock: FakeClock) -> None:
+    """A definition deleted while the team sets were built may stay in its live set
+    (``_build_teams``): a page skips it and reads on from the last id it read, full and
+    in order, with ``after`` and ``prefix`` too."""
+    from cronfleet.store.redis import RedisStore
+    from cronfleet.store.redis.side import client_of
+
+    prefix = new_prefix()
+    store = RedisStore(f"{redis_session.url}?prefix={prefix}", clock=clock)
+    await store.open()
+    try:
+        api = side_tables(store, clock=clock).api
+        ids = [f"j{i}" for i in range(8)]
+        for job_id in ids:
+            assert await api.create_job_def(job_id, "t", spec(job_id), "me") is not None
+        for job_id in ("j1", "j2", "j3", "j6"):
+            assert await api.delete_job_def(job_id, "t", "me")
+        # as if deleted while the sets were built: still a live member
+        await client_of(store).zadd(f"{prefix}side:defs:live:t", {"j1": 0, "j2": 0,
+                                                                   "j3": 0, "j6": 0})
+        live = ["j0", "j4", "j5", "j7"]
+        for limit in (1, 2, 3, 10):
+            got: list[str] = []
+            after = ""
+            while True:
+                page = [d.id for d in await api.job_defs_page("t", after=after, limit=limit)]
+                got += page
+                if len(page) < limit:
+                    break
+                after = page[-1]
+            assert got == live, limit
+        assert [d.id for d in await api.job_defs_page("t", prefix="j", after="j0",
+                                                      limit=2)] == ["j4", "j5"]
+        assert [d.id for d in await api.job_defs_page("t", limit=10,
+                                                      include_deleted=True)] == ids
+    finally:
+        await store.close()
+
+
 async def test_a_large_team_is_counted_up_to_the_cap_then_estimated(
         side: SideTables, store: Store, store_kind: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from cronfleet.clock import from_ts
 from cronfleet.errors import StoreError
 from cronfleet.model import Job, RunRecord
 from cronfleet.store.side import ApiStore, JobDef, TokenInfo
+from cronfleet.views import kept_runs
 
 if TYPE_CHECKING:
     from cronfleet.store.base import RunCursor, RunFilter
@@ -426,32 +427,18 @@ async def run_teams(ctx: Context, job_ids: Sequence[str]) -> dict[str, str]:
     return out
 
 
-WIDE_READS = 20
-"""Store reads one page of ``GET /api/runs`` of a team with many stored jobs may take."""
-
-
 async def team_runs(ctx: Context, team: str, where: RunFilter, limit: int,
-                     after: RunCursor | None
+                    after: RunCursor | None
                     ) -> tuple[list[RunRecord], RunCursor | None]:
     """Up to ``limit`` runs of ``team`` matching ``where`` (which names no job), newest
     first: pages of every job's runs, the team's kept (:func:`run_teams`, one read of the
-    definitions per page), until the page is full or :data:`WIDE_READS` reads."""
-    from cronfleet.store.base import RunCursor
+    definitions per page), paged by :func:`cronfleet.views.kept_runs`."""
 
-    runs: list[RunRecord] = []
-    for _ in range(WIDE_READS):
-        with store_errors("cannot read the runs"):
-            page = await ctx.scheduler.store.find_runs(where, limit=limit, after=after)
-        teams = await run_teams(ctx, [r.job_id for r in page.runs])
-        for r in page.runs:
-            if teams.get(r.job_id) == team:
-                runs.append(r)
-                if len(runs) == limit:
-                    return runs, RunCursor.after(r)
-        if page.next_cursor is None:
-            return runs, None
-        after = page.next_cursor
-    return runs, after
+    async def theirs(job_ids: Sequence[str]) -> set[str]:
+        return {j for j, t in (await run_teams(ctx, job_ids)).items() if t == team}
+
+    with store_errors("cannot read the runs"):
+        return await kept_runs(ctx.scheduler.store, where, theirs, limit=limit, after=after)
 
 
 async def visible_run(ctx: Context, tok: TokenInfo, run_id: int) -> RunRecord:

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +49,27 @@ from cronfleet.spec import ID_CHARS
 from cronfleet.views import JobView, lease_holders, running_now, state_view
 
 if TYPE_CHECKING:
+    from cronfleet.catalog import Catalog
     from cronfleet.model import Job, JobState
+    from cronfleet.runtime.scheduler import Scheduler
 
 
 # -- jobs, history, show-run ------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _catalog(loaded: Any, scheduler: Scheduler, *,
+                   allow_commands: bool = False) -> AsyncIterator[Catalog]:
+    """A :class:`~cronfleet.catalog.Catalog` of ``scheduler`` over the side tables of the
+    configured store (``catalog.api_store``), closed after the block."""
+    from cronfleet.catalog import Catalog
+    from cronfleet.store.factory import open_api_store
+
+    api_store = open_api_store(loaded.config.store)
+    try:
+        yield Catalog(scheduler, api_store, allow_commands=allow_commands)
+    finally:
+        await api_store.close()
 
 
 _WIDE = click.option("--wide", is_flag=True,
@@ -81,8 +99,7 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
     page that is not the last ends with the command printing the next one."""
     if ctx.invoked_subcommand is not None:
         return
-    from cronfleet.catalog import SOURCE, Catalog
-    from cronfleet.store.factory import open_api_store
+    from cronfleet.catalog import SOURCE
     from cronfleet.views import jobs_by_key
 
     for name, value in (("--prefix", prefix), ("--after", after)):
@@ -96,20 +113,16 @@ def jobs_cmd(ctx: click.Context, config_path: str | None, as_json: bool, wide: b
     scheduler = loaded.scheduler(timers=False)
 
     async def read(store: Any) -> tuple[list[JobView], str | None, dict[str, str]]:
-        api_store = open_api_store(loaded.config.store)
-        catalog = Catalog(scheduler, api_store, allow_commands=True)  # shown, never run
-        try:
-            views: list[JobView] = []
-            nxt: str | None = None
+        views: list[JobView] = []
+        nxt: str | None = None
+        async with _catalog(loaded, scheduler, allow_commands=True) as catalog:  # shown only
             for t in teams:  # id order across teams: each team's page, then merged
                 page, more = await jobs_by_key(
-                    store, declared, api_store if t == team else None, catalog.build, now,
-                    team=t, limit=limit, after=after, prefix=prefix)
+                    store, declared, catalog.api_store if t == team else None, catalog.build,
+                    now, team=t, limit=limit, after=after, prefix=prefix)
                 views += page
                 if more is not None:
                     nxt = more if nxt is None else min(nxt, more)
-        finally:
-            await api_store.close()
         views.sort(key=lambda v: v.job.id)
         if nxt is not None:
             views = [v for v in views if v.job.id <= nxt]
@@ -205,9 +218,8 @@ def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | Non
     """Create a job as `POST /api/jobs` does, from FILE: a JSON body or a TOML snippet
     (`id`, `schedule`, `[http]`, ...). Every problem is reported at once, by field; nothing
     is stored unless the whole job is valid. Running processes pick it up within seconds."""
-    from cronfleet.catalog import Catalog, IdTaken
+    from cronfleet.catalog import IdTaken
     from cronfleet.spec import SpecInvalid, check_job_id
-    from cronfleet.store.factory import open_api_store
 
     spec = _read_spec(path)
     job_id = spec.get("id")
@@ -221,15 +233,12 @@ def jobs_create_cmd(path: str, team: str, by: str | None, config_path: str | Non
         scheduler = loaded.scheduler(timers=False)
 
         async def go(store: Any) -> Any:
-            api_store = open_api_store(loaded.config.store)
-            try:
-                catalog = Catalog(scheduler, api_store)
+            async with _catalog(loaded, scheduler) as catalog:
                 job = await catalog.create(job_id, spec, team, who)
-                await api_store.audit(team=team, actor=who, action="job.create",
-                                      target=job_id, details={"spec": spec, "via": "cli"})
+                await catalog.api_store.audit(
+                    team=team, actor=who, action="job.create", target=job_id,
+                    details={"spec": spec, "via": "cli"})
                 return job
-            finally:
-                await api_store.close()
 
         try:
             _control(lambda: _session(loaded, go), loaded.config.store)
@@ -306,8 +315,7 @@ def jobs_import_cmd(path: str, dry_run: bool, batch_size: int, team: str, by: st
     problem is reported by line; a file with one bad job creates nothing."""
     import time
 
-    from cronfleet.catalog import BatchInvalid, Catalog
-    from cronfleet.store.factory import open_api_store
+    from cronfleet.catalog import BatchInvalid
 
     name = "<stdin>" if path == "-" else path
     jobs = _read_jsonl(path)
@@ -326,9 +334,7 @@ def jobs_import_cmd(path: str, dry_run: bool, batch_size: int, team: str, by: st
         scheduler = loaded.scheduler(timers=False)
 
         async def go(store: Any) -> None:
-            api_store = open_api_store(loaded.config.store)
-            try:
-                catalog = Catalog(scheduler, api_store)
+            async with _catalog(loaded, scheduler) as catalog:
                 for batch in batches:  # check every batch first: nothing made yet
                     try:
                         await catalog.create_many([(j, s) for _, j, s in batch], team, who,
@@ -341,12 +347,10 @@ def jobs_import_cmd(path: str, dry_run: bool, batch_size: int, team: str, by: st
                     made = await catalog.create_many([(j, s) for _, j, s in batch], team,
                                                      who)
                     created.append(len(made))
-                    await api_store.audit(
+                    await catalog.api_store.audit(
                         team=team, actor=who, action="job.create_batch",
                         target=f"{len(made)} jobs",
                         details={"ids": [d.id for d, _ in made], "via": "cli"})
-            finally:
-                await api_store.close()
 
         try:
             _control(lambda: _session(loaded, go), loaded.config.store)
@@ -380,9 +384,7 @@ def jobs_import_cmd(path: str, dry_run: bool, batch_size: int, team: str, by: st
 def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> None:
     """Delete a job created over the API (or with `jobs create`), as `DELETE /api/jobs/ID`
     does: its runs stay in the history. A job declared in code or config is refused."""
-    from cronfleet.catalog import Catalog
     from cronfleet.errors import JobNotFound
-    from cronfleet.store.factory import open_api_store
 
     loaded = _load(config_path, strict=False)
     who = by or _who()
@@ -393,19 +395,16 @@ def jobs_delete_cmd(job_id: str, by: str | None, config_path: str | None) -> Non
         scheduler = loaded.scheduler(timers=False)
 
         async def go(store: Any) -> str | None:
-            api_store = open_api_store(loaded.config.store)
-            try:
-                d = await api_store.job_def(job_id)
+            async with _catalog(loaded, scheduler) as catalog:
+                d = await catalog.api_store.job_def(job_id)
                 if d is None or d.deleted_at is not None:
                     return None
                 # the definition is enough: nothing to read or build first (the catalog
                 # would read every definition to hold them all)
-                await Catalog(scheduler, api_store).delete(job_id, d.team, who)
-                await api_store.audit(team=d.team, actor=who, action="job.delete",
-                                      target=job_id, details={"via": "cli"})
+                await catalog.delete(job_id, d.team, who)
+                await catalog.api_store.audit(team=d.team, actor=who, action="job.delete",
+                                              target=job_id, details={"via": "cli"})
                 return d.team
-            finally:
-                await api_store.close()
 
         try:
             team = _control(lambda: _session(loaded, go), loaded.config.store)

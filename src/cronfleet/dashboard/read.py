@@ -36,7 +36,7 @@ from cronfleet.store.base import (
     newest_of_note,
     slot_runs_of,
 )
-from cronfleet.views import dst_marks, fire_times, job_view
+from cronfleet.views import dst_marks, fire_times, job_view, kept_runs
 
 __all__ = [
     "CELL_CODES",
@@ -664,7 +664,7 @@ async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None
     ``all_ids``: how many jobs the registry has. When the team has at least half of
     them, the store is read without the list of ids (100,000 ids in the statement made
     SQLite scan: 7 s a page at 10,000,000 runs) and the rows of other jobs are left out
-    here, reading on until the page is full (at most 20 reads)."""
+    here (:func:`~cronfleet.views.kept_runs`)."""
     try:
         after = None if not cursor else RunCursor.decode(cursor)
     except ValueError:
@@ -678,19 +678,12 @@ async def find_runs(store: Store, job_ids: frozenset[str], *, job_id: str | None
         page = await store.find_runs(where, limit=limit, after=after)
         nxt = page.next_cursor
         return page.runs, None if nxt is None else nxt.encode()
-    runs: list[RunRecord] = []
-    for _ in range(20):
-        page = await store.find_runs(where, limit=limit * 2, after=after)
-        for r in page.runs:
-            if r.job_id in job_ids:
-                runs.append(r)
-                if len(runs) > limit:  # one more than a page: there is a next page
-                    return runs[:limit], RunCursor.after(runs[limit - 1]).encode()
-        if page.next_cursor is None:
-            return runs, None
-        after = page.next_cursor
-    # 20 reads without filling the page: what was found, and where to go on from
-    return runs, None if after is None else after.encode()
+
+    async def mine(_: Sequence[str]) -> frozenset[str]:
+        return job_ids
+
+    runs, nxt = await kept_runs(store, where, mine, limit=limit, after=after)
+    return runs, None if nxt is None else nxt.encode()
 
 
 # -- overview -------------------------------------------------------------------------

@@ -450,7 +450,7 @@ async def overview_page(request: Request, s: Session, ctx: Context) -> Response:
         hm_page = max(1, int(p.get("hm", "1")))
     except ValueError:
         hm_page = 1
-    act_ = await read.activity(sched.store, jobs, len(sched.jobs), t, data["lasts"],
+    act_ = await read.activity(sched.store, jobs, health["jobs"], t, data["lasts"],
                                window=window, page=hm_page)
     tz = table_zone(jobs, s) if len(jobs) < 1000 else UTC
     return render(request, "overview.html", s, t=t, data=data, health=health,
@@ -840,7 +840,8 @@ async def runs_page(request: Request, s: Session, ctx: Context) -> Response:
         runs, nxt = await read.find_runs(ctx.scheduler.store, scope,
                                          job_id=job_id, status=st, instance=instance,
                                          since=since, cursor=p.get("cursor"),
-                                         all_ids=len(ctx.scheduler.jobs))
+                                         # the count, not a copy of the job table
+                                         all_ids=ctx.scheduler.health()["jobs"])
     params = {k: v for k, v in (("status", status), ("job", job_id or ""),
                                 ("instance", instance or ""), ("since", since_key)) if v}
     return render(request, "runs.html", s, t=t, runs=runs, status_filter=status,

@@ -363,3 +363,26 @@ async def test_a_large_teams_jobs_list_pages_by_id_over_stored_jobs(
         f"api-{i:02d}" for i in range(0, 30, 3)]
     one = await dash.client.get("/jobs/api-04")
     assert one.status_code == 200 and "api-04" in one.text
+
+
+async def test_requests_count_the_job_table_without_copying_it(
+        dash: Dash, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overview, the runs page, /metrics and a job created over the API read the job
+    table by count or by id, never through ``Scheduler.jobs`` (a copy of the whole table:
+    a process may hold 250,000 jobs)."""
+    def copied(self: Scheduler) -> None:
+        raise AssertionError("a request copied the job table (Scheduler.jobs)")
+
+    monkeypatch.setattr(Scheduler, "jobs", property(copied))
+    for path in ("/", "/runs", "/metrics"):
+        r = await dash.client.get(path)
+        assert r.status_code == 200, (path, r.text[:500])
+    assert "cronfleet_jobs 3.0" in (await dash.client.get("/metrics")).text
+    created = await dash.client.post(
+        "/api/jobs", headers={"Authorization": f"Bearer {dash.token}"},
+        json={"id": "hook", "schedule": "0 0 1 1 *", "http": {"url": "https://hooks.example.com/x"}})
+    assert created.status_code == 201, created.text
+    again = await dash.client.post(
+        "/api/jobs", headers={"Authorization": f"Bearer {dash.token}"},
+        json={"id": "paris", "schedule": "0 0 1 1 *", "http": {"url": "https://hooks.example.com/x"}})
+    assert again.status_code == 409, again.text  # a declared job's id, found by key

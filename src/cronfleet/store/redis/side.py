@@ -551,10 +551,9 @@ class RedisApiStore:
         await self._build_teams()
         key = (self._team_key if include_deleted else self._live_key) + team
         top = "(" + prefix_end(prefix) if prefix else "+"
+        low = "(" + after if after and after >= prefix else "[" + prefix if prefix else "-"
         out: list[JobDef] = []
         while len(out) < limit:
-            low = "(" + after if after and after >= prefix else "[" + prefix if prefix \
-                else "-"
             want = limit - len(out)
 
             async def read(c: aioredis.Redis, low: str = low, want: int = want) -> Any:
@@ -562,11 +561,13 @@ class RedisApiStore:
                 return ids, (await c.hmget(self._defs, ids) if ids else [])
 
             ids, raws = await self._side.go(read)
-            out += [d for raw in raws if raw is not None and (d := _def(raw)).team == team
-                    and (include_deleted or d.deleted_at is None)]
+            # a team's sets hold its definitions only (a definition never changes team)
+            out += [d for d in map(_def, filter(None, raws))
+                    if include_deleted or d.deleted_at is None]
             if len(ids) < want:
                 break
-            after = ids[-1]  # an id deleted meanwhile was skipped: read on
+            # a tombstone left in the live set (``_build_teams``) was skipped: read on
+            low = "(" + ids[-1]
         return out
 
     async def job_def_teams(self, ids: Sequence[str]) -> dict[str, str]:

@@ -27,11 +27,30 @@ __all__ = ["SQLiteSide", "on_store_thread"]
 T = TypeVar("T")
 
 
-async def on_store_thread(store: SQLiteStore, fn: Callable[[sqlite3.Connection], T]) -> T:
+async def on_store_thread(store: SQLiteStore, fn: Callable[[sqlite3.Connection], T], *,
+                          tx: bool = False) -> T:
     """``fn(connection)`` on the store's thread, alone on its connection, with the store's
-    deadline and error translation (the one accessor of the store's connection)."""
+    deadline and error translation (the one accessor of the store's connection); ``tx``:
+    in one transaction (``SQLiteTransport.tx``: committed when ``fn`` returns, rolled
+    back when it raises)."""
     transport = store.transport
-    return await transport.call_fn(lambda: fn(transport.connection()))
+
+    def go() -> T:
+        if not tx:
+            return fn(transport.connection())
+        with transport.tx() as c:
+            return fn(c)
+
+    return await transport.call_fn(go)
+
+
+class _Undo(Exception):
+    """Raised in a transaction to roll it back (``write_each``'s ``keep`` said no), with
+    the rows its statements answered."""
+
+    def __init__(self, rows: list[Rows]) -> None:
+        super().__init__("rolled back")
+        self.rows = rows
 
 
 class SQLiteSide:
@@ -49,8 +68,8 @@ class SQLiteSide:
     def time(self, at: datetime) -> Any:
         return int(at.timestamp() * 1000)
 
-    async def _go(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await on_store_thread(await self._handle.get(), fn)
+    async def _go(self, fn: Callable[[sqlite3.Connection], T], *, tx: bool = False) -> T:
+        return await on_store_thread(await self._handle.get(), fn, tx=tx)
 
     async def query(self, name: str, params: tuple[Any, ...] = ()) -> Rows:
         text = self._q[name]
@@ -68,38 +87,30 @@ class SQLiteSide:
         text = self._q[name]
 
         def go(c: sqlite3.Connection) -> list[Rows]:
-            c.execute("BEGIN IMMEDIATE")  # one writer at a time
-            try:
-                out = [c.execute(text, p).fetchall() for p in params]
-                c.execute("COMMIT" if keep(out) else "ROLLBACK")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+            out = [c.execute(text, p).fetchall() for p in params]
+            if not keep(out):
+                raise _Undo(out)
             return out
 
-        return await self._go(go)
+        try:
+            return await self._go(go, tx=True)  # BEGIN IMMEDIATE: one writer at a time
+        except _Undo as undone:
+            return undone.rows
 
     async def atomic(self, first: Sequence[Step], read: Step,
                      then: Callable[[Rows], Sequence[Step]]) -> Rows:
         q = self._q
 
         def go(c: sqlite3.Connection) -> Rows:
-            c.execute("BEGIN IMMEDIATE")  # one writer at a time: what is read stays true
-            try:
-                for name, params in first:
-                    c.execute(q[name], params)
-                rows = c.execute(q[read[0]], read[1]).fetchall()
-                for name, params in then(rows):
-                    c.execute(q[name], params)
-                c.execute("COMMIT")
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+            for name, params in first:
+                c.execute(q[name], params)
+            rows = c.execute(q[read[0]], read[1]).fetchall()
+            for name, params in then(rows):
+                c.execute(q[name], params)
             return rows
 
-        return await self._go(go)
+        # BEGIN IMMEDIATE: one writer at a time, so what is read stays true
+        return await self._go(go, tx=True)
 
     async def announce(self, kind: str) -> None:
         return None  # other processes notice the change when they next look
