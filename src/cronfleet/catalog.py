@@ -55,6 +55,8 @@ PAGE = 1000  # definitions per read of the change feed
 UNLOAD_CHUNK = 2000  # jobs let go between two turns of the loop when the share shrinks
 LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it is let go
 BUILT = 10_000  # jobs built on demand kept (Catalog.build), the least recently used dropped
+GAIN_CHUNK = 500  # jobs built and handed to the scheduler at a time when buckets move here
+GAIN_READ = 50_000  # definitions read before they are sorted and built (~50 MB at most)
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
 # inside "http" is read too: jobs stored before it moved next to "retry" keep working.
@@ -254,6 +256,26 @@ def _command_job(result: _spec.JobSpec, team: str, saved_role: str | None,
     return command
 
 
+def soonest(d: JobDef, since: float) -> float:
+    """The first fire time after ``since`` of a stored definition's schedule, read without
+    building the job (its expression is parsed once per distinct text): the order in which
+    jobs that move here are built. A schedule it cannot read this way (a list, a one-off,
+    bounds, a bad one) comes first: building it says what it is."""
+    from cronfleet.cron.compose import parse_schedule
+    from cronfleet.runtime.due import next_slot
+
+    spec = d.spec
+    text, tz = spec.get("schedule"), spec.get("timezone") or "UTC"
+    if not isinstance(text, str) or not isinstance(tz, str) or any(
+            spec.get(k) is not None for k in ("at", "start", "end", "except")):
+        return float("-inf")
+    try:
+        expr, _ = parse_schedule(text, tz, relative=False)
+    except (CronfleetError, ValueError):
+        return float("-inf")
+    return next_slot(expr, since)
+
+
 class Catalog:
     """Keeps ``scheduler``'s jobs in step with the definitions in ``api_store``.
 
@@ -450,7 +472,9 @@ class Catalog:
             for b in [b for b in self._leaving if b in target]:
                 del self._leaving[b]
             before = len(self._versions)
-            await self._gain(target)
+            # after the first reading (a peer lost or gone): soonest first; before it (the
+            # peers changed during the start-up's reading), page by page, as at start
+            await self._gain(target, soonest_first=self._settled)
             if target <= self._buckets:
                 self._settled = True
             if len(self._versions) > before:
@@ -476,34 +500,69 @@ class Catalog:
             if gone:
                 log.info("%d job(s) of the catalog moved to other instances", len(gone))
 
-    async def _gain(self, target: frozenset[int]) -> None:
+    async def _gain(self, target: frozenset[int], *, soonest_first: bool = False) -> None:
         """Read and apply the definitions of the buckets of ``target`` not held yet, in
-        keyset pages, each page's jobs planned at once; a newer share (the peers changed
-        again) stops the reading: what was read stays, the watch goes on from there."""
+        keyset pages; a newer share (the peers changed again) stops the reading: what was
+        read stays, the watch goes on from there.
+
+        At start, each page's jobs are planned as it is read (the first slots fire before
+        the whole share is read). ``soonest_first`` (buckets that moved here from a peer
+        lost or gone): the definitions are read first (:data:`GAIN_READ` at most at a
+        time), then the jobs are built and handed to the scheduler :data:`GAIN_CHUNK` at
+        a time, those with the nearest slot first (:func:`soonest`): the slots a dead peer
+        left undone wait for the read and a few hundred builds, not for the build of its
+        whole share."""
         todo = sorted(target - self._buckets)
         if not todo:
             return
         after: tuple[int, str] = (-1, "")
         done = set(self._buckets)
+        read: list[JobDef] = []
         while True:
             defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
             # every bucket before the page's last one is read whole; that one is held
             # while its page is applied, whole only once a later page leaves it
             last = nxt[0] if nxt is not None else BUCKETS
             done.update(b for b in todo if b < last)
-            self._buckets = frozenset(done) if nxt is None else frozenset(done) | {last}
-            adding: list[Job] = []
-            for d in defs:
-                self._apply(d, adding=adding)
-            if adding:
-                self.scheduler.add_job(*adding)
-            self._buckets = frozenset(done)
+            if soonest_first:
+                read += defs
+                if len(read) >= GAIN_READ and nxt is not None:  # memory stays bounded
+                    self._buckets = frozenset(done)
+                    await self._apply_soonest_first(
+                        [d for d in read if bucket_of(d.id) in done])
+                    read = [d for d in read if bucket_of(d.id) not in done]
+            else:
+                self._buckets = frozenset(done) if nxt is None else frozenset(done) | {last}
+                self._apply_many(defs)
+                self._buckets = frozenset(done)
             if nxt is None:
-                return
+                break
             after = nxt
             await asyncio.sleep(0)
             if self._target() != target:
-                return  # the peers changed again: the next reshare goes on from here
+                break  # the peers changed again: the next reshare goes on from here
+        if soonest_first:  # a bucket cut by a change of peers is read again by the next
+            self._buckets = frozenset(done)
+            await self._apply_soonest_first([d for d in read if bucket_of(d.id) in done])
+
+    async def _apply_soonest_first(self, defs: list[JobDef]) -> None:
+        """Build and hand ``defs`` to the scheduler :data:`GAIN_CHUNK` at a time, the
+        nearest slot first (from a little before now: slots just missed come first)."""
+        since = self.scheduler.clock.now() - 2 * self.scheduler.instance_ttl
+        defs.sort(key=lambda d: soonest(d, since))
+        for k in range(0, len(defs), GAIN_CHUNK):
+            if k:
+                await asyncio.sleep(0)
+            self._apply_many(defs[k:k + GAIN_CHUNK])
+
+    def _apply_many(self, defs: Sequence[JobDef]) -> None:
+        """Apply ``defs``, the new jobs among them added to the scheduler together (one
+        read of their states)."""
+        adding: list[Job] = []
+        for d in defs:
+            self._apply(d, adding=adding)
+        if adding:
+            self.scheduler.add_job(*adding)
 
     def _unload(self, job_id: str) -> None:
         """Let go of a job whose bucket moved to another instance."""

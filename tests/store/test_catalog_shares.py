@@ -6,13 +6,15 @@ move away."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from cronfleet import Scheduler
 from cronfleet.catalog import LET_GO, Catalog
-from cronfleet.clock import FakeClock
+from cronfleet.clock import FakeClock, from_ts
+from cronfleet.cron import CronExpr
 from cronfleet.runtime.ownership import bucket_key, owner
 from cronfleet.shares import BUCKETS, bucket_of
 from cronfleet.store import Store
@@ -301,3 +303,54 @@ async def test_a_small_catalog_is_read_without_a_query_per_bucket(
     got = await read_all(api, list(range(BUCKETS)), 100)
     assert sorted(got) == IDS[:3]
     assert names.count("defs_of_bucket") + names.count("defs_next_bucket") <= 2 + 3 * 3
+
+
+@pytest.mark.parametrize("read_cap", [10_000, 10])
+async def test_buckets_that_move_here_are_built_soonest_slot_first(
+        store: Store, other: Store, side: SideTables, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch, read_cap: int) -> None:
+    """A peer is lost: its buckets' definitions are read whole, then built and handed to
+    the scheduler a chunk at a time, the jobs with the nearest slot first (the slots the
+    dead peer left undone wait for a few hundred builds, not for its whole share).
+    ``read_cap`` 10: read 10 or so at a time (memory stays bounded), each round in order."""
+    import cronfleet.catalog as catalog_mod
+
+    monkeypatch.setattr(catalog_mod, "GAIN_CHUNK", 4)
+    monkeypatch.setattr(catalog_mod, "GAIN_READ", read_cap)
+    # now is 20:26:40; job i fires at minute (i * 7) % 60, so the order is known
+    minute = {j: (k * 7) % 60 for k, j in enumerate(IDS)}
+    for job_id in IDS:
+        await side.api.create_job_def(job_id, "t", spec(job_id, minute[job_id]), "me")
+    peers = ("p1", "p2")
+    c1, _, s1 = instance(store, clock, "p1", peers)
+    added: list[list[str]] = []
+    real_add = s1.add_job
+
+    def record(job: Any, *more: Any) -> Any:
+        added.append([j.id for j in (job, *more)])
+        return real_add(job, *more)
+
+    s1.add_job = record  # type: ignore[method-assign]
+    try:
+        await c1.start()
+        assert set(s1.jobs) == owned_by("p1", peers, IDS)
+        added.clear()
+        s1.ownership.peers = ("p1",)  # p2 is lost
+        await c1.reshare()
+        moved = owned_by("p2", peers, IDS)
+        order = [j for call in added for j in call]
+        assert sorted(order) == sorted(moved) and set(s1.jobs) == set(IDS)
+        assert all(len(call) <= 4 for call in added) and len(added) >= len(moved) // 4
+        since = from_ts(clock.now() - 2 * s1.instance_ttl)  # the slots just missed too
+
+        def next_fire(job_id: str) -> float:
+            return CronExpr(f"{minute[job_id]} * * * *").next(since).timestamp()
+
+        fires = [next_fire(j) for j in order]
+        if read_cap > len(IDS):
+            assert fires == sorted(fires) and len(set(fires)) > 1
+        else:  # several rounds, each sorted: the order starts again at most per round
+            drops = sum(1 for a, b in pairwise(fires) if b < a)
+            assert 1 <= drops <= len(moved) // read_cap
+    finally:
+        await c1.stop()
