@@ -266,6 +266,7 @@ def main() -> None:
     got: Counter[tuple[str, int]] = Counter()
     late: list[float] = []
     after_kill: list[float] = []
+    by_due: list[tuple[float, float]] = []  # (slot - kill, lateness) of the 10 s after
     for job, slot, at in list(sink.hits):
         s = int(datetime.fromisoformat(slot).timestamp())
         if (job, s) in want:
@@ -274,11 +275,18 @@ def main() -> None:
                 late.append(at - s)
                 if killed_at is not None and killed_at <= s < killed_at + 10:
                     after_kill.append(at - s)
+                    by_due.append((s - killed_at, at - s))
     fired = len(got)
     dups = sum(n - 1 for n in got.values())
     fleet = {"due": len(want), "fired": fired, "duplicates": dups,
              "p50_ms": pct(late, 50) * 1000, "p99_ms": pct(late, 99) * 1000,
-             "after_kill_worst_s": max(after_kill) if after_kill else None}
+             "after_kill_worst_s": max(after_kill) if after_kill else None,
+             "after_kill_p50_s": pct(after_kill, 50) if after_kill else None,
+             "after_kill_over_2s": sum(1 for x in after_kill if x > 2),
+             "after_kill_slots": len(after_kill),
+             # per second after the kill: the worst lateness of the slots due in it
+             "after_kill_by_second": {k: max((x for d, x in by_due if int(d) == k),
+                                             default=None) for k in range(10)}}
     results["fleet"] = fleet
     print(f"  fleet: {fired:,} of {len(want):,} due slots fired "
           f"({100 * fired / max(len(want), 1):.2f} %), {dups} duplicates, lateness p50 "
@@ -287,7 +295,11 @@ def main() -> None:
     if killed_at is not None:
         print(f"  after kill -9 of process {a.procs - 1}: latest slot of the next 10 s "
               f"{fleet['after_kill_worst_s'] or float('nan'):.2f} s late (target <= "
-              f"{TARGETS['failover_s']:.0f})")
+              f"{TARGETS['failover_s']:.0f}); p50 {fleet['after_kill_p50_s'] or 0:.2f} s, "
+              f"{fleet['after_kill_over_2s']} of {fleet['after_kill_slots']} over 2 s; worst "
+              "by second after the kill: " + ", ".join(
+                  "-" if v is None else f"{v:.1f}"
+                  for v in fleet["after_kill_by_second"].values()))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 
