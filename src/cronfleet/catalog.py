@@ -56,7 +56,7 @@ UNLOAD_CHUNK = 2000  # jobs let go between two turns of the loop when the share 
 LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it is let go
 BUILT = 10_000  # jobs built on demand kept (Catalog.build), the least recently used dropped
 GAIN_CHUNK = 500  # jobs built and handed to the scheduler at a time when buckets move here
-GAIN_READ = 50_000  # definitions read before they are sorted and built (~50 MB at most)
+GAIN_READ = 200_000  # definitions read before they are sorted and built (~1 KB each)
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
 # inside "http" is read too: jobs stored before it moved next to "retry" keep working.
