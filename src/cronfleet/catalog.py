@@ -267,7 +267,7 @@ def soonest(d: JobDef, since: float) -> float:
     spec = d.spec
     text, tz = spec.get("schedule"), spec.get("timezone") or "UTC"
     if not isinstance(text, str) or not isinstance(tz, str) or any(
-            spec.get(k) is not None for k in ("at", "start", "end", "except")):
+            spec.get(k) is not None for k in _spec.SCHEDULE_KEYS[1:]):  # composed
         return float("-inf")
     try:
         expr, _ = parse_schedule(text, tz, relative=False)
