@@ -258,6 +258,12 @@ def main() -> None:
         if redis is not None:
             redis.close()
         elif a.store == "postgres":
+            if "w1" in locals():  # the window ran: what the ledger says of each unfired slot
+                fired_keys = {(j, int(datetime.fromisoformat(t).timestamp()))
+                              for j, t, _ in list(sink.hits)}
+                unfired = {(f"m{i:07d}", int(s)) for i in range(a.jobs)
+                           for s in _slots(i, w0, w1)} - fired_keys
+                results["unfired_in_ledger"] = dict(ledger_of(pg, run, unfired))
             with contextlib.suppress(Exception):
                 pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
     due = [(f"m{i:07d}", s) for i in range(a.jobs)
@@ -278,7 +284,7 @@ def main() -> None:
                     by_due.append((s - killed_at, at - s))
     fired = len(got)
     dups = sum(n - 1 for n in got.values())
-    fleet = {"due": len(want), "fired": fired, "duplicates": dups,
+    fleet: dict[str, Any] = {"due": len(want), "fired": fired, "duplicates": dups,
              "p50_ms": pct(late, 50) * 1000, "p99_ms": pct(late, 99) * 1000,
              "after_kill_worst_s": max(after_kill) if after_kill else None,
              "after_kill_p50_s": pct(after_kill, 50) if after_kill else None,
@@ -300,8 +306,42 @@ def main() -> None:
               "by second after the kill: " + ", ".join(
                   "-" if v is None else f"{v:.1f}"
                   for v in fleet["after_kill_by_second"].values()))
+    if "unfired_in_ledger" in results:
+        rows = results["unfired_in_ledger"]
+        print(f"  the ledger on the {len(want) - fired:,} due slots the sink never saw: " + (
+            ", ".join(f"{k} {v:,}" for k, v in sorted(rows.items())) or "none"))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
+
+
+def ledger_of(pg: str, schema: str, unfired: set[tuple[str, int]]) -> Counter[str]:
+    """What the ledger holds for each ``(job, slot)`` the sink never saw: its row's status
+    (and reason), ``summary`` when only an earlier slot's skip of the job can cover it (a
+    summary record: one row for a job's range of skipped slots), else ``no row`` (a
+    silent gap)."""
+    import psycopg
+
+    out: Counter[str] = Counter()
+    if not unfired:
+        return out
+    with psycopg.connect(pg) as conn:
+        rows = conn.execute(
+            f'SELECT job_id, extract(epoch FROM slot)::bigint, status, reason '
+            f'FROM "{schema}".runs WHERE job_id = ANY(%s)',
+            ([j for j, _ in unfired],)).fetchall()
+    by_job: dict[str, list[tuple[int, str, str | None]]] = {}
+    for job, slot, status, reason in rows:
+        by_job.setdefault(job, []).append((slot, status, reason))
+    for job, slot in unfired:
+        mine = by_job.get(job, [])
+        exact = [f"{st}/{r}" if r else st for t, st, r in mine if t == slot]
+        if exact:
+            out[exact[0]] += 1
+        elif any(t < slot and st in ("skipped", "missed") for t, st, _ in mine):
+            out["summary"] += 1
+        else:
+            out["no row"] += 1
+    return out
 
 
 def _slots(i: int, w0: float, w1: float) -> list[float]:
