@@ -512,7 +512,10 @@ class Redactor:
         return self._compiled().sub(REDACTED, text)
 
     def data(self, value: Any) -> Any:
-        """Redact every string inside a JSON-like structure."""
+        """Redact every string inside a JSON-like structure (a copy; ``value`` itself when
+        no secret is known: an HTTP run without secrets is not walked twice)."""
+        if not self._values:
+            return value
         if isinstance(value, str):
             return self(value)
         if isinstance(value, dict):
