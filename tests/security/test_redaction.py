@@ -175,3 +175,18 @@ def test_the_redactor_hides_every_form(value: str) -> None:
     # python's repr of text and bytes (library error messages quote values that way)
     assert value not in r(repr(value)) and "[REDACTED]" in r(repr(value.encode()))
     assert redact(f"a {value} b", [value]) == "a [REDACTED] b"
+
+
+def test_redacting_data_walks_it_only_once_a_secret_is_known() -> None:
+    """A run without secrets keeps its record as it is (no copy walked for nothing); a
+    value added later is hidden everywhere inside the structure, keys included."""
+    r = Redactor()
+    record = {"request": {"url": "https://x/?k=tok-123", "headers": {"A": "tok-123"}},
+              "attempts": [("tok-123", 1)]}
+    assert r.data(record) is record
+    r.add("tok-123")
+    out = r.data({**record, "tok-123": "key"})
+    assert "tok-123" not in json.dumps(out)
+    assert out["request"]["headers"]["A"] == "[REDACTED]"
+    assert out["attempts"] == [["[REDACTED]", 1]] and out["[REDACTED]"] == "key"
+    assert record["request"]["headers"]["A"] == "tok-123"  # the input is not changed
