@@ -353,9 +353,8 @@ class SqlApiStore:
 
     async def create_job_def(self, job_id: str, team: str, spec: dict[str, Any],
                              by: str | None, role: str | None = None) -> JobDef | None:
-        rows = await self._write_defs(
-            "def_create", self._create_params(job_id, team, spec, by, role, self._now_ms()))
-        return _def(rows[0]) if rows else None
+        made, _ = await self.create_job_defs([(job_id, spec)], team, by, role)
+        return made[0] if made else None
 
     async def create_job_defs(self, items: Sequence[tuple[str, dict[str, Any]]], team: str,
                               by: str | None, role: str | None = None, *,
@@ -391,11 +390,12 @@ class SqlApiStore:
         return bool(await self._write_defs("def_delete", (now, now, by, job_id, team)))
 
     async def _write_defs(self, name: str, params: tuple[Any, ...]) -> Rows:
-        """The one way to write ``job_defs``: the statement ``name`` runs serialised
-        against every catalog writer (``catalog=True``) and sets each row it writes to the
-        next store-wide version (``(SELECT coalesce(max(version), 0) + 1 FROM job_defs)``;
-        a statement writing several rows: max + 1, max + 2, ... one per row), which puts
-        the row in the change feed; other schedulers are told when it wrote anything."""
+        """An update or a delete of ``job_defs`` (a new definition goes through
+        :meth:`create_job_defs`): the statement ``name`` runs serialised against every
+        catalog writer (``catalog=True``) and sets the row it writes to the next
+        store-wide version (``(SELECT coalesce(max(version), 0) + 1 FROM job_defs)``),
+        which puts the row in the change feed; other schedulers are told when it wrote
+        anything."""
         rows = await self._db.write(name, params, catalog=True)
         if rows:
             await self._announce()
@@ -403,8 +403,8 @@ class SqlApiStore:
 
     async def _announce(self) -> None:
         """Tell other schedulers the catalog changed (the change is stored: they see it
-        at their next look anyway). A batch (``create_job_defs``, ``def_create`` once per
-        item in one transaction under the same lock) announces once."""
+        at their next look anyway). A batch (``create_job_defs``: one transaction under
+        the same lock) announces once."""
         with contextlib.suppress(StoreError):
             await self._db.announce("catalog")
 

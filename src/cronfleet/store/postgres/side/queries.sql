@@ -167,29 +167,14 @@ JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.at
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS m(v, f)
 WHERE c.oid = to_regclass('__S__.job_defs') AND c.reltuples > 0 AND m.v = %s;
 
--- name: def_create
--- insert, or revive a tombstone of the same team (its old runs keep the id and the team);
--- nothing when the id is reserved to another team by a config or code job. The version
--- is the store-wide max + 1 (catalog writers take turns: catalog_lock first)
-INSERT INTO __S__.job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
-    updated_by, saved_role, bucket)
-SELECT %s, %s, %s, (SELECT coalesce(max(version), 0) + 1 FROM __S__.job_defs), %s, %s, %s, %s, %s, %s
-WHERE NOT EXISTS (SELECT 1 FROM __S__.job_ids r WHERE r.id = %s AND r.team <> %s)
-ON CONFLICT (id) DO UPDATE SET team = excluded.team, spec = excluded.spec,
-    version = excluded.version, created_at = excluded.created_at,
-    updated_at = excluded.updated_at, created_by = excluded.created_by,
-    updated_by = excluded.updated_by, deleted_at = NULL, saved_role = excluded.saved_role
-WHERE d.deleted_at IS NOT NULL AND d.team = excluded.team
-RETURNING id, team, spec, version, created_at, updated_at, created_by, updated_by,
-    deleted_at, saved_role;
-
 -- name: def_create_batch
--- def_create for many items in one statement (SideSQL.write_each of "def_create"): %s is
--- a JSON array with each item's def_create parameters, in order. The same decision for
--- each (insert, or revive a tombstone of the same team; nothing for an id reserved to
--- another team); the versions are the store-wide max + 1, + 2, ... in the items' order
--- (catalog_lock first). A row comes back per item written, its id first: the item's
--- first parameter
+-- the definitions of a batch (SideSQL.write_each of "def_create": every write of a new
+-- definition, one or many; SQLite runs its def_create once per item): %s is a JSON array
+-- with each item's parameters, in order (SqlApiStore._create_params). For each: insert,
+-- or revive a tombstone of the same team (its old runs keep the id and the team); nothing
+-- for an id reserved to another team by a config or code job. The versions are the
+-- store-wide max + 1, + 2, ... in the items' order (catalog_lock first). A row comes back
+-- per item written, its id first: the item's first parameter
 INSERT INTO __S__.job_defs AS d (id, team, spec, version, created_at, updated_at, created_by,
     updated_by, saved_role, bucket)
 SELECT i.p->>0, i.p->>1, i.p->>2,
