@@ -34,7 +34,7 @@ import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cronfleet.cron.compose import read_schedule
 from cronfleet.errors import (
@@ -327,19 +327,18 @@ class FleetJob:
         }  # fmt: skip
 
 
+_Row = TypeVar("_Row", Job, Declared)
+
+
 def _iso(value: Any) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def published(jobs: Iterable[Job]) -> list[Job]:
-    """The jobs of ``jobs`` the registry holds: those declared in code or config, not the
-    API's (:data:`~cronfleet.spec.API_SOURCE`)."""
-    return [j for j in jobs if j.source != API_SOURCE]
-
-
-def _declared_rows(rows: Iterable[Declared]) -> list[Declared]:
-    """``rows`` without those of API jobs (written by an earlier release: ignored)."""
-    return [d for d in rows if d.source != API_SOURCE]
+def published(items: Iterable[_Row]) -> list[_Row]:
+    """The jobs (or registry rows) the registry holds: those declared in code or config,
+    not the API's (:data:`~cronfleet.spec.API_SOURCE`; rows of API jobs written by an
+    earlier release are ignored by every reader)."""
+    return [i for i in items if i.source != API_SOURCE]
 
 
 async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
@@ -348,7 +347,7 @@ async def fleet_jobs(store: Store, *, ttl: float) -> dict[str, FleetJob]:
     if not isinstance(store, RegistryStore):
         return {}
     out: dict[str, FleetJob] = {}
-    for d in _declared_rows(await store.list_declared(ttl=ttl)):
+    for d in published(await store.list_declared(ttl=ttl)):
         out.setdefault(d.job_id, FleetJob(d.job_id)).rows.append(d)
     return out
 
@@ -369,7 +368,7 @@ async def check_taker(reg: RegistryStore, job_id: str, *, ttl: float,
     ``job_id``: one that declares it in the registry, or, for a job created over the API
     (a live definition in ``api_store``'s ``job_defs``; API jobs are not in the
     registry), any live instance: the one that holds the job takes it."""
-    rows = [d for d in _declared_rows(await reg.list_declared(ttl=ttl)) if d.job_id == job_id]
+    rows = [d for d in published(await reg.list_declared(ttl=ttl)) if d.job_id == job_id]
     if any(d.live for d in rows):
         return
     gone = sorted({d.instance_id for d in rows})
