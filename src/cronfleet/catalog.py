@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
 from cronfleet.clock import wait_event
+from cronfleet.cron.compose import parse_schedule
 from cronfleet.errors import CronfleetError, JobNotFound
 from cronfleet.model import DEFAULT_TEAM, Job
+from cronfleet.runtime.due import next_slot
 from cronfleet.shares import ALL_BUCKETS, BUCKETS, bucket_of
 from cronfleet.spec import FieldProblem, SpecInvalid
 
@@ -261,9 +263,6 @@ def soonest(d: JobDef, since: float) -> float:
     building the job (its expression is parsed once per distinct text): the order in which
     jobs that move here are built. A schedule it cannot read this way (a list, a one-off,
     bounds, a bad one) comes first: building it says what it is."""
-    from cronfleet.cron.compose import parse_schedule
-    from cronfleet.runtime.due import next_slot
-
     spec = d.spec
     text, tz = spec.get("schedule"), spec.get("timezone") or "UTC"
     if not isinstance(text, str) or not isinstance(tz, str) or any(
