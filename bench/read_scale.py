@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
@@ -42,6 +41,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from api_jobs import run_child  # noqa: E402
+from fleet_redis import pct  # noqa: E402
+
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 TEAM = "acme"
 HOT = 100  # jobs with many runs
@@ -73,11 +77,6 @@ FROM generate_series(0, {runs} - 1) AS i
 """
 
 RUN_INDEXES = ("runs_job_id", "runs_status_slot", "runs_slot", "runs_job_slot")
-
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)] if s else math.nan
 
 
 def sql(pg: str, statements: list[str]) -> None:
@@ -218,16 +217,6 @@ def child(a: argparse.Namespace) -> None:
     print(json.dumps(asyncio.run(measure(a.url, a.n, a.defs, a.peer))))
 
 
-def run_child(src: str, url: str, n: int, defs: int, *, peer: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", "--src", src, "--url", url, "--n", str(n),
-           "--defs", str(defs)]
-    done = subprocess.run([*cmd, *(["--peer"] if peer else [])], capture_output=True,
-                          text=True, check=False, env={**os.environ, "PYTHONPATH": src})
-    if done.returncode != 0:
-        raise SystemExit(f"child on {src} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--defs", type=int, default=1_000_000)
@@ -249,6 +238,7 @@ def main() -> None:
     url = f"{pg}?schema={schema}"
     this_src = str(ROOT / "src")
     results: dict[str, Any] = {"defs": a.defs, "runs": a.runs, "n": a.n}
+    child_args = ["--url", url, "--defs", str(a.defs)]
     try:
         # the schema as this checkout makes it (the peer applies its own migrations after)
         subprocess.run([sys.executable, "-c", "import asyncio, sys; sys.path.insert(0, "
@@ -261,12 +251,13 @@ def main() -> None:
         print(f"filled {a.defs:,} definitions in {took['defs_s']:.1f} s, {a.runs:,} runs in "
               f"{took['runs_s']:.1f} s, indexes + VACUUM ANALYZE {took['indexes_s']:.1f} s",
               flush=True)
-        results["this"] = run_child(this_src, url, a.n, a.defs, peer=False)
+        results["this"] = run_child(__file__, this_src, [*child_args, "--n", str(a.n)])
         print(f"this: {json.dumps(results['this'])}", flush=True)
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=1))
         if a.peer_src:
-            results["peer"] = run_child(a.peer_src, url, a.peer_n, a.defs, peer=True)
+            results["peer"] = run_child(__file__, a.peer_src,
+                                        [*child_args, "--n", str(a.peer_n), "--peer"])
             print(f"peer ({a.peer_src}): {json.dumps(results['peer'])}", flush=True)
     finally:
         sql(pg, [f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'])
