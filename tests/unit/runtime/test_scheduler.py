@@ -411,12 +411,19 @@ async def test_overlap_skip_records_already_executing(
     await s.start()
     running.append(s)
     clock.advance(60)
-    await asyncio.sleep(0.05)
+    for _ in range(1000):  # the first run started (fixed sleeps were too short on a busy box:
+        if h.started:     # the slot was still waiting when the next came, and shed)
+            break
+        await asyncio.sleep(0.01)
+    assert len(h.started) == 1
     clock.advance(60)
-    await asyncio.sleep(0.05)
-    runs = await s.runs_async("long")
-    skip = next(r for r in runs if r.status is RunStatus.SKIPPED)
-    d = skip.to_dict()
+    skips: list[Any] = []
+    for _ in range(1000):  # the second slot's skip is written
+        skips = [r for r in await s.runs_async("long") if r.status is RunStatus.SKIPPED]
+        if skips:
+            break
+        await asyncio.sleep(0.01)
+    d = skips[0].to_dict()
     assert d["success"] is True
     assert d["result"] == {"skipped": True, "reason": "already_executing"}
     assert d["logs"] == ["Skipped: the previous run has not finished (lease held by test-1)"]
