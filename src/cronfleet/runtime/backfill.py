@@ -19,6 +19,7 @@ from cronfleet.errors import JobNotFound
 from cronfleet.model import Job, Locking, Overlap, RunRecord, RunStatus, TriggeredBy
 from cronfleet.runtime import requests
 from cronfleet.store.base import RunFilter, Start
+from cronfleet.store.rows import ms
 
 if TYPE_CHECKING:
     from cronfleet.clock import Clock
@@ -117,6 +118,15 @@ def backfill_slots(job: Job, start: datetime, end: datetime, *, now: datetime
     return out
 
 
+def _started_since(run: RunRecord, since: float | None) -> bool:
+    """Whether ``run`` started at or after ``since``, at the store's precision (whole
+    milliseconds): a run started in the millisecond a backfill was asked is read back no
+    later than that instant, and counts as started since (the other backfill's: not run
+    twice)."""
+    return (since is not None and run.started_at is not None
+            and ms(run.started_at.timestamp()) >= ms(since))
+
+
 LEASE_POLL = 0.05  # seconds between two tries of a busy lease (real time: a handler holds it)
 
 
@@ -178,11 +188,8 @@ class Backfills:
                 latest = max((r for r in runs if r.fencing_token is not None),
                              key=lambda r: r.fencing_token or 0, default=None)
                 if (latest is not None and latest.triggered_by is TriggeredBy.BACKFILL
-                        and (latest.status in _UNDER_WAY or (
-                            bf.since is not None and latest.started_at is not None
-                            and latest.started_at.timestamp() > bf.since))):
+                        and (latest.status in _UNDER_WAY or _started_since(latest, bf.since))):
                     bf.taken += 1  # another backfill runs it, or ran it since this one was asked
-
                     bf.done += 1
                     continue
                 tokens = [] if latest is None else [latest.fencing_token]

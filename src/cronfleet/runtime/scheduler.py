@@ -770,7 +770,8 @@ class Scheduler(SyncControl):
         Returns the :class:`~cronfleet.runtime.backfill.Backfill` (progress: ``done`` /
         ``total`` / ``current``; ``cancel()``). ``wait=False`` (a running scheduler only)
         returns at once with the backfill going on in the background. A slot another
-        backfill ran since ``since`` (default: now) is not run again."""
+        backfill started running at or after ``since`` (default: now; to the
+        millisecond, the store's precision) is not run again."""
         job = self.get_job(job_id)
         # a bad range (reversed, later than now, too long) raises here, before anything runs
         backfill_slots(job, start, end, now=from_ts(self.clock.now()))

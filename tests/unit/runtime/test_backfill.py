@@ -62,19 +62,21 @@ async def test_backfill_runs_every_slot_in_order(make: Any) -> None:
 
 
 @pytest.mark.parametrize("store_kind", STORES)
-async def test_only_missing_runs_slots_without_a_success(make: Any) -> None:
+async def test_only_missing_runs_slots_without_a_success(make: Any, clock: FakeClock) -> None:
     s = make()
     h = Slots(fail=set(hours(1)))
     s.job("0 * * * *", id="hourly")(h)
     await s.backfill_async("hourly", START, START + timedelta(hours=2), rate=None)
     assert h.slots == hours(0, 1, 2)
     h.fail.clear()
+    clock.advance(60)  # a later request (a run started at the instant asked is that one's)
     bf = await s.backfill_async("hourly", START, START + timedelta(hours=3),
                                 only_missing=True, rate=None)
     # 0 and 2 succeeded: only the failed slot 1 and the never-run slot 3 run again
     assert h.slots == hours(0, 1, 2, 1, 3)
     assert (bf.total, bf.present, len(bf.ran)) == (4, 2, 2)
     # without only_missing, a slot that already succeeded is run again (its claim replaced)
+    clock.advance(60)
     again = await s.backfill_async("hourly", START, START, rate=None)
     assert len(again.ran) == 1 and h.slots[-1] == START
     by_slot = Counter(r.slot for r in await ledger(s, "hourly"))
@@ -82,9 +84,11 @@ async def test_only_missing_runs_slots_without_a_success(make: Any) -> None:
 
 
 @pytest.mark.parametrize("store_kind", STORES)
-async def test_two_backfills_at_once_run_each_slot_once(make: Any) -> None:
+async def test_two_backfills_at_once_run_each_slot_once(make: Any, clock: FakeClock) -> None:
     """Two instances declaring the job backfill the same range at the same time: every
-    slot runs exactly once between them, scheduled runs already claimed included."""
+    slot runs exactly once between them, scheduled runs already claimed included. The
+    clock stands still while they run: each one's runs start at the instant the other
+    was asked (the tie a slow start of one of them met: it ran the other's slot again)."""
     a, b = make(instance_id="a"), make(instance_id="b")
     ha, hb = Slots(delay=0.01), Slots(delay=0.01)
     a.job("0 * * * *", id="hourly")(ha)
@@ -92,6 +96,7 @@ async def test_two_backfills_at_once_run_each_slot_once(make: Any) -> None:
     # slot 2 ran before (its claim exists): the backfills compete for its replacement
     await a.backfill_async("hourly", hours(2)[0], hours(2)[0], rate=None)
     ha.slots.clear()
+    clock.advance(60)
     end = START + timedelta(hours=7)
     ra, rb = await asyncio.gather(
         a.backfill_async("hourly", START, end, rate=None),
@@ -103,6 +108,25 @@ async def test_two_backfills_at_once_run_each_slot_once(make: Any) -> None:
     assert ra.taken + rb.taken == 8
     by_slot = Counter(r.slot for r in await ledger(a, "hourly"))
     assert by_slot == {t: (2 if t == hours(2)[0] else 1) for t in hours(*range(8))}
+
+
+@pytest.mark.parametrize("store_kind", STORES)
+async def test_a_run_started_in_the_millisecond_a_backfill_was_asked_is_not_run_again(
+    make: Any, clock: FakeClock
+) -> None:
+    """The other backfill's run of a slot, started within the millisecond this one was
+    asked (the store keeps whole milliseconds), is that backfill's: not run again; a run
+    started before that millisecond is."""
+    a, b = make(instance_id="a"), make(instance_id="b")
+    ha, hb = Slots(), Slots()
+    a.job("0 * * * *", id="hourly")(ha)
+    b.job("0 * * * *", id="hourly")(hb)
+    asked = clock.now() + 0.0004  # the same millisecond as a's run, a little after it
+    await a.backfill_async("hourly", START, START, rate=None)
+    late = await b.backfill_async("hourly", START, START, rate=None, since=asked)
+    assert (hb.slots, late.taken, late.ran) == ([], 1, [])
+    after = await b.backfill_async("hourly", START, START, rate=None, since=asked + 0.001)
+    assert hb.slots == [START] and len(after.ran) == 1
 
 
 async def test_backfill_is_cancellable_and_shows_progress(
