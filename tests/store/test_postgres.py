@@ -562,6 +562,33 @@ async def test_a_stalled_database_is_unavailable_within_the_deadline(schema: str
             await store.close()
 
 
+async def test_open_cancelled_while_connecting_leaves_no_pool_task(schema: str) -> None:
+    """A start-up waiting for the database is cancelled (SIGTERM) while a connection
+    attempt is in flight: the pool is closed with it. psycopg_pool's workers swallow a
+    cancellation during an attempt, so a pool left open kept ``asyncio.run`` from ever
+    ending (``cronfleet run`` ignored SIGTERM while it waited)."""
+    with TcpProxy(pg_url()) as proxy:
+        proxy.stall()  # connections accepted, never answered: attempts stay in flight
+        store = PostgresStore(proxy.url, schema=schema, connect_timeout=3.0)
+        opening = asyncio.ensure_future(store.open())
+        await asyncio.sleep(1.0)
+        assert not opening.done()
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        mine = [t for t in asyncio.all_tasks() if t.get_name().startswith(f"cronfleet-{schema}")]
+        # the attempt in flight ends within connect_timeout; then its worker stops
+        _, pending = await asyncio.wait(mine, timeout=10) if mine else (set(), set())
+        stuck = [t.get_name() for t in pending]
+        for _ in range(200):  # a failure must not hang the test's loop too: cancel them
+            if all(t.done() for t in pending):  # until one lands outside an attempt
+                break
+            for t in pending:
+                t.cancel()
+            await asyncio.sleep(0.05)
+        assert not stuck, stuck
+
+
 async def test_an_instance_frozen_inside_its_heartbeat_is_declared_lost_at_once(
     schema: str,
 ) -> None:

@@ -266,6 +266,13 @@ class PostgresStore(StoreDriver):
                 log.warning("PostgreSQL store %s: cannot connect (%s); retrying", self.url, exc)
                 await asyncio.sleep(wait)
                 delay = min(delay * 2, self.max_backoff)
+            except BaseException:
+                # cancelled (a SIGTERM while start-up waits for the database): the pool's
+                # workers swallow a cancellation in the middle of a connection attempt, so
+                # an unclosed pool kept asyncio.run from ever ending
+                with contextlib.suppress(Exception):
+                    await pool.close()
+                raise
         t.open_pool = pool
         t.down = None
         try:
