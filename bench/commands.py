@@ -34,13 +34,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+from stats import pct  # noqa: E402
 
 MARK = "@@RESULT@@ "
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(math.ceil(p / 100 * len(ordered)) - 1, 0)]
 
 
 def child(kind: str, n: int) -> dict[str, Any]:
@@ -83,7 +79,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
             starts.append(started / 1000 - at)
         ends.append(finished / 1000 - at)
     return {"kind": kind, "runs": len(rows), "succeeded": statuses.count("succeeded"),
-            "p50": _pct(starts, 50), "p99": _pct(starts, 99), "max": max(starts),
+            "p50": pct(starts, 50), "p99": pct(starts, 99), "max": max(starts),
             "last_end": max(ends), "started_per_s": len(starts) / max(max(starts), 1e-9),
             "done_per_s": len(ends) / max(max(ends), 1e-9)}
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sqlite3
 import sys
 import tempfile
@@ -36,11 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+from stats import pct  # noqa: E402
 
 
 def _pg_url() -> tuple[str, str]:

@@ -55,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_redis import stop_children
+from stats import pct
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -324,13 +325,6 @@ def stop_hogs(procs: list[subprocess.Popen[str]]) -> None:
     for p in procs:
         p.kill()
         p.wait()
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 def run_one(

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stats import pct
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -140,13 +142,6 @@ def pg_exec(url: str, statement: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(statement)  # type: ignore[arg-type]
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 def finish(redis: PrivateRedis | None, results: list[dict[str, Any]], path: str | None) -> None:

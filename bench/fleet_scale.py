@@ -64,7 +64,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, PrivateRedis, finish, pct, pg_exec, stop_children  # noqa: E402
+from fleet_redis import DEFAULT_PG, PrivateRedis, finish, pg_exec, stop_children  # noqa: E402
+from stats import pct  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

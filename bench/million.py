@@ -42,7 +42,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, PrivateRedis, free_port, pct, pg_exec  # noqa: E402
+from fleet_redis import DEFAULT_PG, PrivateRedis, free_port, pg_exec  # noqa: E402
+from stats import pct  # noqa: E402
 
 TARGETS = {"ready_s": 20.0, "rss_mb": 400.0, "p99_ms": 200.0, "failover_s": 2.0}
 

@@ -29,7 +29,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from fleet_redis import DEFAULT_PG, pct, pg_exec  # noqa: E402
+from fleet_redis import DEFAULT_PG, pg_exec  # noqa: E402
+from stats import pct  # noqa: E402
 
 # the previous release's retention: one transaction, three statements (the peer)
 ONE_TRANSACTION = [

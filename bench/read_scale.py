@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_jobs import run_child  # noqa: E402
-from fleet_redis import pct  # noqa: E402
+from stats import pct  # noqa: E402
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 TEAM = "acme"

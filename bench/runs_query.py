@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import sys
 import time
@@ -42,15 +41,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+from stats import pct  # noqa: E402
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 JOBS = 1000
 NEW_INDEXES = ("runs_status_slot", "runs_slot")  # migration 0005
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
 
 
 def fmt(values: list[float]) -> str:

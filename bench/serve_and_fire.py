@@ -44,6 +44,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from stats import pct
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PG = os.environ.get("CRONFLEET_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -58,13 +60,6 @@ atexit.register(_out.close)
 async def tick(ctx):
     _out.write(f"{ctx.slot.timestamp()} {time.time()}\\n")
 '''
-
-
-def pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
 
 
 def cpu_seconds(pid: int) -> float:
