@@ -256,15 +256,18 @@ def main() -> None:
                 p.wait(120)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if "w1" in locals():  # the window ran: what the ledger says of each unfired slot
+            fired_keys = {(j, int(datetime.fromisoformat(t).timestamp()))
+                          for j, t, _ in list(sink.hits)}
+            unfired = {(f"m{i:07d}", int(s)) for i in range(a.jobs)
+                       for s in _slots(i, w0, w1)} - fired_keys
+            jobs = sorted({j for j, _ in unfired})
+            rows = (runs_pg(pg, run, jobs) if redis is None
+                    else runs_in_store(store, jobs))
+            results["unfired_in_ledger"] = dict(ledger_of(rows, unfired))
         if redis is not None:
             redis.close()
         elif a.store == "postgres":
-            if "w1" in locals():  # the window ran: what the ledger says of each unfired slot
-                fired_keys = {(j, int(datetime.fromisoformat(t).timestamp()))
-                              for j, t, _ in list(sink.hits)}
-                unfired = {(f"m{i:07d}", int(s)) for i in range(a.jobs)
-                           for s in _slots(i, w0, w1)} - fired_keys
-                results["unfired_in_ledger"] = dict(ledger_of(pg, run, unfired))
             with contextlib.suppress(Exception):
                 pg_exec(pg, f'DROP SCHEMA IF EXISTS "{run}" CASCADE')
     due = [(f"m{i:07d}", s) for i in range(a.jobs)
@@ -315,21 +318,46 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(results, indent=1))
 
 
-def ledger_of(pg: str, schema: str, unfired: set[tuple[str, int]]) -> Counter[str]:
+Row = tuple[str, int, str, "str | None"]  # job, slot (epoch s), status, reason
+
+
+def runs_pg(pg: str, schema: str, jobs: list[str]) -> list[Row]:
+    """The ledger rows of ``jobs`` in a PostgreSQL store."""
+    import psycopg
+
+    if not jobs:
+        return []
+    with psycopg.connect(pg) as conn:
+        return [(j, int(t), st, r) for j, t, st, r in conn.execute(
+            f'SELECT job_id, extract(epoch FROM slot)::bigint, status, reason '
+            f'FROM "{schema}".runs WHERE job_id = ANY(%s)', (jobs,)).fetchall()]
+
+
+def runs_in_store(url: str, jobs: list[str]) -> list[Row]:
+    """The ledger rows of ``jobs`` read through the store's own API (any store)."""
+    from cronfleet.store import open_store
+
+    async def go() -> list[Row]:
+        st: Any = open_store(url)
+        await st.open()
+        try:
+            out: list[Row] = []
+            for job in jobs:
+                out += [(r.job_id, int(r.slot.timestamp()), r.status.value, r.reason)
+                        for r in await st.list_runs(job, limit=1000)]
+            return out
+        finally:
+            await st.close()
+
+    return asyncio.run(go())
+
+
+def ledger_of(rows: list[Row], unfired: set[tuple[str, int]]) -> Counter[str]:
     """What the ledger holds for each ``(job, slot)`` the sink never saw: its row's status
     (and reason), ``summary`` when only an earlier slot's skip of the job can cover it (a
     summary record: one row for a job's range of skipped slots), else ``no row`` (a
     silent gap)."""
-    import psycopg
-
     out: Counter[str] = Counter()
-    if not unfired:
-        return out
-    with psycopg.connect(pg) as conn:
-        rows = conn.execute(
-            f'SELECT job_id, extract(epoch FROM slot)::bigint, status, reason '
-            f'FROM "{schema}".runs WHERE job_id = ANY(%s)',
-            ([j for j, _ in unfired],)).fetchall()
     by_job: dict[str, list[tuple[int, str, str | None]]] = {}
     for job, slot, status, reason in rows:
         by_job.setdefault(job, []).append((slot, status, reason))
