@@ -256,9 +256,15 @@ class PostgresStore(StoreDriver):
             try:
                 await pool.open(wait=True, timeout=min(self.connect_timeout + 1, self.open_timeout))
                 break
-            except psycopg.OperationalError as exc:
+            except BaseException as exc:
+                # closed whatever ended the open, a cancellation included (a SIGTERM while
+                # start-up waits for the database): the pool's workers swallow one in the
+                # middle of a connection attempt, and an open pool kept asyncio.run from
+                # ever ending
                 with contextlib.suppress(Exception):
                     await pool.close()
+                if not isinstance(exc, psycopg.OperationalError):
+                    raise
                 # full jitter: a fleet restarted together does not retry in lockstep
                 wait = random.uniform(0, delay)
                 if time.monotonic() + wait > deadline:
@@ -266,13 +272,6 @@ class PostgresStore(StoreDriver):
                 log.warning("PostgreSQL store %s: cannot connect (%s); retrying", self.url, exc)
                 await asyncio.sleep(wait)
                 delay = min(delay * 2, self.max_backoff)
-            except BaseException:
-                # cancelled (a SIGTERM while start-up waits for the database): the pool's
-                # workers swallow a cancellation in the middle of a connection attempt, so
-                # an unclosed pool kept asyncio.run from ever ending
-                with contextlib.suppress(Exception):
-                    await pool.close()
-                raise
         t.open_pool = pool
         t.down = None
         try:
