@@ -262,9 +262,7 @@ def main() -> None:
             unfired = {(f"m{i:07d}", int(s)) for i in range(a.jobs)
                        for s in _slots(i, w0, w1)} - fired_keys
             jobs = sorted({j for j, _ in unfired})
-            rows = (runs_pg(pg, run, jobs) if redis is None
-                    else runs_in_store(store, jobs))
-            results["unfired_in_ledger"] = dict(ledger_of(rows, unfired))
+            results["unfired_in_ledger"] = dict(ledger_of(runs_in_store(store, jobs), unfired))
         if redis is not None:
             redis.close()
         elif a.store == "postgres":
@@ -321,30 +319,25 @@ def main() -> None:
 Row = tuple[str, int, str, "str | None"]  # job, slot (epoch s), status, reason
 
 
-def runs_pg(pg: str, schema: str, jobs: list[str]) -> list[Row]:
-    """The ledger rows of ``jobs`` in a PostgreSQL store."""
-    import psycopg
-
-    if not jobs:
-        return []
-    with psycopg.connect(pg) as conn:
-        return [(j, int(t), st, r) for j, t, st, r in conn.execute(
-            f'SELECT job_id, extract(epoch FROM slot)::bigint, status, reason '
-            f'FROM "{schema}".runs WHERE job_id = ANY(%s)', (jobs,)).fetchall()]
-
-
 def runs_in_store(url: str, jobs: list[str]) -> list[Row]:
-    """The ledger rows of ``jobs`` read through the store's own API (any store)."""
+    """The ledger rows of ``jobs``, read through the store's own API (any store), by
+    pages of 1,000 runs across those jobs."""
     from cronfleet.store import open_store
+    from cronfleet.store.base import RunFilter
 
     async def go() -> list[Row]:
         st: Any = open_store(url)
         await st.open()
         try:
             out: list[Row] = []
-            for job in jobs:
+            where, after = RunFilter(job_ids=frozenset(jobs)), None
+            while jobs:
+                page = await st.find_runs(where, limit=1000, after=after)
                 out += [(r.job_id, int(r.slot.timestamp()), r.status.value, r.reason)
-                        for r in await st.list_runs(job, limit=1000)]
+                        for r in page.runs]
+                if page.next_cursor is None:
+                    break
+                after = page.next_cursor
             return out
         finally:
             await st.close()
