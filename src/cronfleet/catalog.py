@@ -29,6 +29,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
@@ -37,6 +38,7 @@ from cronfleet.cron.compose import parse_schedule
 from cronfleet.errors import CronfleetError, JobNotFound
 from cronfleet.model import DEFAULT_TEAM, Job
 from cronfleet.runtime.due import next_slot
+from cronfleet.runtime.process import freeze_made
 from cronfleet.shares import ALL_BUCKETS, BUCKETS, bucket_of
 from cronfleet.spec import FieldProblem, SpecInvalid
 
@@ -59,6 +61,8 @@ LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it 
 BUILT = 10_000  # jobs built on demand kept (Catalog.build), the least recently used dropped
 GAIN_CHUNK = 500  # jobs built and handed to the scheduler at a time when buckets move here
 GAIN_READ = 200_000  # definitions read before they are sorted and built (~1 KB each)
+URGENT = 5.0  # seconds: a job that moves here due sooner is built as soon as it is read
+FREEZE_EVERY = 10_000  # jobs made between two freezes of what they made (``freeze``)
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
 # (the token's) and, in http, the secrets namespace (the team's). "allow_private_targets"
 # inside "http" is read too: jobs stored before it moved next to "retry" keep working.
@@ -286,13 +290,17 @@ class Catalog:
     in ``(bucket, id)`` keyset pages, planned as they are read; when the peers change, the
     buckets that moved here are read and those that moved away are let go (their jobs
     leave the scheduler). Without it (or alone), every definition is held.
+
+    ``freeze``: this process belongs to the scheduler (``cronfleet run``): the jobs made
+    from many definitions leave the cyclic GC's sight as they are made
+    (:meth:`_made_many`).
     """
 
     def __init__(self, scheduler: Scheduler, api_store: ApiStore, *,
                  runtime: HttpRuntime | None = None, poll: float = 2.0,
                  allow_commands: bool = False,
                  command_runtime: CommandRuntime | None = None, page: int = PAGE,
-                 shares: bool = False) -> None:
+                 shares: bool = False, freeze: bool = False) -> None:
         self.scheduler = scheduler
         self.api_store = api_store
         self.runtime = runtime
@@ -316,6 +324,8 @@ class Catalog:
         self._reshare = False  # the peers changed: the share is to be read again
         self._settled = not shares  # the whole share was read once
         self._leaving: dict[int, float] = {}  # buckets that moved away -> since when
+        self.freeze = freeze
+        self._made = 0  # jobs made since the last freeze
         if shares:
             scheduler.share_api_jobs()
 
@@ -415,6 +425,7 @@ class Catalog:
                 defs = await self.api_store.job_defs_changed(self._cursor, self.page)
                 for d in defs:
                     self._apply(d)
+                self._made_many(len(defs))
                 if defs:
                     self._cursor = (defs[-1].version, defs[-1].id)
                 if len(defs) < self.page:
@@ -506,32 +517,44 @@ class Catalog:
 
         At start, each page's jobs are planned as it is read (the first slots fire before
         the whole share is read). ``soonest_first`` (buckets that moved here from a peer
-        lost or gone): the definitions are read first (:data:`GAIN_READ` at most at a
-        time), then the jobs are built and handed to the scheduler :data:`GAIN_CHUNK` at
-        a time, those with the nearest slot first (:func:`soonest`): the slots a dead peer
-        left undone wait for the read and a few hundred builds, not for the build of its
-        whole share."""
+        lost or gone): a job whose next slot is due within :data:`URGENT` seconds (or was
+        just missed) is built as soon as its page is read; the others are read first
+        (:data:`GAIN_READ` at most at a time), then built and handed to the scheduler
+        :data:`GAIN_CHUNK` at a time, those with the nearest slot first (:func:`soonest`):
+        the slots a dead peer left undone wait for the page that holds them and a few
+        builds, not for the read and the build of its whole share."""
         todo = sorted(target - self._buckets)
         if not todo:
             return
         after: tuple[int, str] = (-1, "")
         done = set(self._buckets)
-        read: list[JobDef] = []
+        clock = self.scheduler.clock
+        since = clock.now() - 2 * self.scheduler.instance_ttl  # the slots just missed too
+        read: list[tuple[float, JobDef]] = []  # (its next slot, the definition)
         while True:
             defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
             # every bucket before the page's last one is read whole; that one is held
             # while its page is applied, whole only once a later page leaves it
             last = nxt[0] if nxt is not None else BUCKETS
             done.update(b for b in todo if b < last)
+            held = frozenset(done) if nxt is None else frozenset(done) | {last}
             if soonest_first:
-                read += defs
+                by = clock.now() + URGENT
+                urgent: list[tuple[float, JobDef]] = []
+                for d in defs:
+                    at = soonest(d, since)
+                    (urgent if at <= by else read).append((at, d))
+                if urgent:
+                    self._buckets = held
+                    await self._apply_soonest_first(urgent)
+                    self._buckets = frozenset(done)
                 if len(read) >= GAIN_READ and nxt is not None:  # memory stays bounded
                     self._buckets = frozenset(done)
                     await self._apply_soonest_first(
-                        [d for d in read if bucket_of(d.id) in done])
-                    read = [d for d in read if bucket_of(d.id) not in done]
+                        [r for r in read if bucket_of(r[1].id) in done])
+                    read = [r for r in read if bucket_of(r[1].id) not in done]
             else:
-                self._buckets = frozenset(done) if nxt is None else frozenset(done) | {last}
+                self._buckets = held
                 self._apply_many(defs)
                 self._buckets = frozenset(done)
             if nxt is None:
@@ -542,17 +565,16 @@ class Catalog:
                 break  # the peers changed again: the next reshare goes on from here
         if soonest_first:  # a bucket cut by a change of peers is read again by the next
             self._buckets = frozenset(done)
-            await self._apply_soonest_first([d for d in read if bucket_of(d.id) in done])
+            await self._apply_soonest_first([r for r in read if bucket_of(r[1].id) in done])
 
-    async def _apply_soonest_first(self, defs: list[JobDef]) -> None:
-        """Build and hand ``defs`` to the scheduler :data:`GAIN_CHUNK` at a time, the
-        nearest slot first (from a little before now: slots just missed come first)."""
-        since = self.scheduler.clock.now() - 2 * self.scheduler.instance_ttl
-        defs.sort(key=lambda d: soonest(d, since))
-        for k in range(0, len(defs), GAIN_CHUNK):
+    async def _apply_soonest_first(self, read: list[tuple[float, JobDef]]) -> None:
+        """Build and hand the definitions of ``read`` (each after its next slot) to the
+        scheduler :data:`GAIN_CHUNK` at a time, the nearest slot first."""
+        read.sort(key=itemgetter(0))
+        for k in range(0, len(read), GAIN_CHUNK):
             if k:
                 await asyncio.sleep(0)
-            self._apply_many(defs[k:k + GAIN_CHUNK])
+            self._apply_many([d for _, d in read[k:k + GAIN_CHUNK]])
 
     def _apply_many(self, defs: Sequence[JobDef]) -> None:
         """Apply ``defs``, the new jobs among them added to the scheduler together (one
@@ -562,6 +584,19 @@ class Catalog:
             self._apply(d, adding=adding)
         if adding:
             self.scheduler.add_job(*adding)
+        self._made_many(len(adding))
+
+    def _made_many(self, count: int) -> None:
+        """``count`` jobs were just made. With :attr:`freeze` (a process that belongs to
+        the scheduler: ``cronfleet run``), every :data:`FREEZE_EVERY` of them, what they
+        made leaves the cyclic GC's sight (:func:`~cronfleet.runtime.process.freeze_made`):
+        its full collections stop rescanning every job held."""
+        if not self.freeze:
+            return
+        self._made += count
+        if self._made >= FREEZE_EVERY:
+            self._made = 0
+            freeze_made()
 
     def _unload(self, job_id: str) -> None:
         """Let go of a job whose bucket moved to another instance."""

@@ -354,3 +354,71 @@ async def test_buckets_that_move_here_are_built_soonest_slot_first(
             assert 1 <= drops <= len(moved) // read_cap
     finally:
         await c1.stop()
+
+
+async def test_a_job_that_moves_here_due_at_once_is_built_when_its_page_is_read(
+        store: Store, other: Store, side: SideTables, clock: FakeClock) -> None:
+    """A lost peer's job due within ``URGENT`` seconds is built as soon as the page that
+    holds it is read; the others wait for the whole read and are then built soonest
+    first."""
+    from cronfleet.catalog import URGENT
+
+    peers = ("p1", "p2")
+    moved = sorted(owned_by("p2", peers, IDS), key=lambda j: (bucket_of(j), j))
+    urgent = moved[0]  # in the first page read
+    assert len(moved) > 14  # more than two pages of 7
+    for job_id in IDS:
+        body = spec(job_id, 45)  # 20:45: later than URGENT from 20:26:40
+        if job_id == urgent:
+            body["schedule"] = "*/2 * * * * *"  # every 2 s
+        await side.api.create_job_def(job_id, "t", body, "me")
+    assert clock.now() % 3600 + URGENT < 45 * 60
+    c1, counted, s1 = instance(store, clock, "p1", peers)
+    rows_at_add: dict[str, int] = {}
+    real_add = s1.add_job
+
+    def record(job: Any, *more: Any) -> Any:
+        for j in (job, *more):
+            rows_at_add[j.id] = counted.share_rows
+        return real_add(job, *more)
+
+    s1.add_job = record  # type: ignore[method-assign]
+    try:
+        await c1.start()
+        base = counted.share_rows
+        rows_at_add.clear()
+        s1.ownership.peers = ("p1",)  # p2 is lost
+        await c1.reshare()
+        assert set(rows_at_add) == set(moved) and set(s1.jobs) == set(IDS)
+        assert rows_at_add[urgent] - base <= 7  # right after its page
+        assert all(rows_at_add[j] - base == len(moved) for j in moved if j != urgent)
+    finally:
+        await c1.stop()
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_the_jobs_a_scheduler_process_reads_leave_the_cyclic_gcs_sight(
+        store: Store, side: SideTables, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+        freeze: bool) -> None:
+    """``freeze`` (``cronfleet run``): every ``FREEZE_EVERY`` jobs made from the catalog,
+    what they made is frozen (``gc.freeze``): the full collections stop rescanning them."""
+    import gc
+
+    import cronfleet.catalog as catalog_mod
+
+    monkeypatch.setattr(catalog_mod, "FREEZE_EVERY", 20)
+    for job_id in IDS:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    sched = Scheduler(store, clock=clock, instance_id="p1")
+    catalog = Catalog(sched, side.api, page=7, shares=True, freeze=freeze)
+    first = min(IDS, key=lambda j: (bucket_of(j), j))  # the first one read and made
+    gc.unfreeze()
+    try:
+        await catalog.start()
+        job = sched.get_job(first)
+        tracked = any(o is job for g in range(3) for o in gc.get_objects(g))
+        assert (gc.get_freeze_count() > 0) is freeze
+        assert tracked is not freeze
+    finally:
+        gc.unfreeze()
+        await catalog.stop()

@@ -152,7 +152,7 @@ async def serve(
     catalog = Catalog(scheduler, api_store, runtime=http_runtime,
                       poll=(settings or ApiSettings()).catalog_poll,
                       allow_commands=(settings or ApiSettings()).allow_command_jobs,
-                      command_runtime=command_runtime, shares=True)
+                      command_runtime=command_runtime, shares=True, freeze=True)
     server: Any = None
     # the port first: a taken port must stop the process before any timer has fired a
     # slot (a supervisor's restart loop would otherwise run jobs without an API)
