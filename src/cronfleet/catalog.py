@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -151,7 +150,7 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
     saved, which a one-off in words ('tomorrow at 5pm') is read at."""
     result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
                                           calendars=False,
-                                          require_http=True, now=now)
+                                          require_http=True, now=now, for_team=team)
     if new:
         http = spec.get("http")
         for key, value in (("allow_private_targets", spec.get("allow_private_targets")),
@@ -162,7 +161,7 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
                 problems.append(FieldProblem(key, NO_OPT_OUT))
         if problems:
             return None, problems
-    return (None if result is None else dataclasses.replace(result, team=team)), problems
+    return result, problems
 
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,

@@ -429,13 +429,22 @@ def duration(value: object, *, positive: bool = False) -> float:
     return seconds
 
 
+@functools.cache
+def _members(enum: type[Enum]) -> dict[str, Any]:
+    """``{str(value): member}`` of an enum, in its order (once per enum)."""
+    return {str(m.value): m for m in enum}
+
+
 def enum_value(enum: type[Enum], value: object) -> Any:
     """The member of ``enum`` named by ``value`` (case-insensitive)."""
     if isinstance(value, enum):
         return value
-    allowed = [str(m.value) for m in enum]
-    if isinstance(value, str) and value.lower() in allowed:
-        return enum(value.lower())
+    members = _members(enum)
+    if isinstance(value, str):
+        member = members.get(value.lower())
+        if member is not None:  # what enum(value.lower()) gives for a text value
+            return member if type(member.value) is str else enum(value.lower())
+    allowed = list(members)
     hint = did_you_mean(value.lower(), allowed) if isinstance(value, str) else ""
     raise FieldError(f"{value!r} is not one of {', '.join(allowed)}{hint}")
 
@@ -504,12 +513,35 @@ def _table(value: object, keys: Sequence[str], example: str) -> dict[str, Any]:
     raise FieldError(f"expected a table ({example}), got {describe_value(value)}")
 
 
+# the keys of a table as a set, per tuple of keys (a tuple is immutable; it is kept, so
+# its id is not reused): a membership test per key of every spec, not a scan of ~30 keys
+_KEY_SETS: dict[int, tuple[Sequence[str], frozenset[str]]] = {}
+
+
+def _key_set(keys: Sequence[str]) -> frozenset[str] | Sequence[str]:
+    """``keys`` as a frozenset when it is a tuple (kept for the next call), else itself."""
+    seen = _KEY_SETS.get(id(keys))
+    if seen is not None and seen[0] is keys:
+        return seen[1]
+    if type(keys) is not tuple or not all(type(k) is str for k in keys):
+        return keys
+    if len(_KEY_SETS) >= 64:
+        _KEY_SETS.clear()
+    out = frozenset(keys)
+    _KEY_SETS[id(keys)] = (keys, out)
+    return out
+
+
 def _unknown(table: Mapping[str, Any], allowed: Sequence[str], *, listed: bool = True
              ) -> list[FieldProblem]:
     """Unknown keys, each keyed by itself (the caller prefixes its table)."""
+    known = _key_set(allowed)
+    bad = [k for k in table if k not in known]
+    if not bad:  # the usual case: no message to build
+        return []
     expected = f" (expected {', '.join(allowed)})" if listed else ""
     return [FieldProblem(str(k), f"unknown key {k!r}{did_you_mean(str(k), allowed)}{expected}")
-            for k in table if k not in allowed]
+            for k in bad]
 
 
 def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]:
@@ -1393,6 +1425,7 @@ def validate_job(
     base: str | Path | None = None,
     calendars: bool = True,
     now: float | None = None,
+    for_team: str | None = None,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
     """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
 
@@ -1413,27 +1446,27 @@ def validate_job(
     one-off ``at``, and bounded by ``start``/``end`` and ``except`` exclusions
     (:func:`_composed`); ``base``: the directory a relative ``calendar:`` file is read
     from (a config file's directory); ``calendars=False`` refuses ``calendar:`` files
-    (a job stored over the API must not read the server's files).
+    (a job stored over the API must not read the server's files). ``for_team``: the team
+    the job is built for (a stored API job's owner), its ``team`` whatever ``fields`` say.
     """
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
-    known = fields if keys is SPEC_KEYS else {k: v for k, v in fields.items() if k in keys}
+    if keys is SPEC_KEYS:
+        known = fields
+    else:
+        key_set = _key_set(keys)
+        known = {k: v for k, v in fields.items() if k in key_set}
     get = known.get
-
-    def check(key: str, convert: Callable[[Any], Any]) -> None:
-        value = get(key)
-        if value is None:
-            return
-        try:
-            out[key] = convert(value)
-        except FieldError as exc:
-            problems.append(FieldProblem(key, exc.message, exc.column))
 
     def check_present(keys: Sequence[str]) -> None:
         # only the keys given (a job declared in code gives few): no call for the others
         for key in keys:
-            if get(key) is not None:
-                check(key, _CONVERTERS[key])
+            value = get(key)
+            if value is not None:
+                try:
+                    out[key] = _CONVERTERS[key](value)
+                except FieldError as exc:
+                    problems.append(FieldProblem(key, exc.message, exc.column))
 
     job_id = fields.get("id")
     if job_id is None:
@@ -1575,5 +1608,7 @@ def validate_job(
                        else shlex.join(command.command))[:TEXT_LIMITS["description"]]
     out.pop("timezone", None)
     out.setdefault("catch_up_window", catch_up_window)
+    if for_team is not None:
+        out["team"] = for_team
     return JobSpec(id=job_id, schedule=expr, description=description,
                    schedule_text=schedule_text, **out), []
