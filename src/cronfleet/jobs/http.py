@@ -751,10 +751,10 @@ class HttpJob:
         :func:`cronfleet.spec.check_http` (the rules every face shares), the policies by
         their spec converters (both skipped when ``spec_checked``: :meth:`from_spec`),
         secret references here."""
-        from cronfleet import spec
-
         out: list[tuple[str, str]] = []
         if not spec_checked:
+            from cronfleet import spec
+
             fields = {k: getattr(self, k) for k in spec.HTTP_KEYS
                       if k != "allow_private_targets"}
             _, problems = spec.check_http(fields)
@@ -770,17 +770,21 @@ class HttpJob:
                     spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
                 except spec.FieldError as exc:
                     out.append(("auto_pause_after", exc.message))
-        from cronfleet.notify import policy_texts
-
-        texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
-                 self.url if isinstance(self.url, str) else None,
+        texts = [self.url if isinstance(self.url, str) else None,
                  self.body if isinstance(self.body, str) else None,
                  self.signing_secret if isinstance(self.signing_secret, str) else None]
+        if self.notify is not None:
+            from cronfleet.notify import policy_texts
+
+            texts[:0] = policy_texts(self.notify)
         if isinstance(self.headers, Mapping):
             texts += [v for v in self.headers.values() if isinstance(v, str)]
+        names = references(*texts)
+        if not names:  # most jobs reference no secret
+            return out
         from cronfleet.secrets import check_secret_name
 
-        for name in references(*texts):
+        for name in names:
             problem = check_secret_name(name)
             if problem:
                 out.append(("secrets", f"${{secrets.{name}}}: {problem}"))
