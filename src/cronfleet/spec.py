@@ -415,13 +415,21 @@ def did_you_mean(name: str, allowed: Sequence[str], hints: Mapping[str, str] | N
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _text_seconds(value: str) -> float:
+    """The seconds of a duration text (the few distinct texts of many jobs: once each;
+    a bad text raises each time)."""
+    return to_timedelta(value).total_seconds()
+
+
 def duration(value: object, *, positive: bool = False) -> float:
     """Seconds from ``"30s"``-style text, a number of seconds or a timedelta."""
     if isinstance(value, bool) or not isinstance(value, str | int | float | timedelta):
         raise FieldError(f"expected a duration like '30s' or a number of seconds, got "
                          f"{describe_value(value)}")
     try:
-        seconds = to_timedelta(value).total_seconds()
+        seconds = (_text_seconds(value) if type(value) is str
+                   else to_timedelta(value).total_seconds())
     except DurationError as exc:
         raise FieldError(str(exc).removeprefix("duration: ")) from None
     if positive and seconds <= 0:
@@ -555,6 +563,10 @@ def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]
         table = _table(value, RETRY_KEYS, "attempts, backoff, delay")
     except FieldError as exc:
         return None, [FieldProblem("", exc.message)]
+    cache_key = _retry_key(table)
+    seen = None if cache_key is None else _retry_policies.get(cache_key)
+    if seen is not None:
+        return seen, []
     problems = _unknown(table, RETRY_KEYS)
     kwargs: dict[str, Any] = {}
     checks: list[tuple[str, Callable[[Any], Any]]] = [
@@ -570,7 +582,30 @@ def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]
                 problems.append(FieldProblem(key, exc.message))
     if problems:
         return None, problems
-    return RetryPolicy(**kwargs), []
+    policy = RetryPolicy(**kwargs)
+    if cache_key is not None:
+        if len(_retry_policies) >= RETRY_CACHE_MAX:
+            _retry_policies.clear()
+        _retry_policies[cache_key] = policy
+    return policy, []
+
+
+# the valid retry tables seen, by value (stored jobs share a few): the policy is frozen,
+# so the jobs of one table share it; a bad table is checked (and reported) every time
+RETRY_CACHE_MAX = 1024
+_retry_policies: dict[tuple[Hashable, ...], RetryPolicy] = {}
+
+
+def _retry_key(table: Mapping[Any, Any]) -> tuple[Hashable, ...] | None:
+    """A key two retry tables share only when every value is the same (of the same type:
+    ``1``, ``1.0`` and ``True`` are apart), or None for another kind of value."""
+    key: list[Hashable] = []
+    for k, v in table.items():
+        t = type(v)
+        if type(k) is not str or t not in (str, int, float, bool):
+            return None
+        key.append((k, t, v.hex() if t is float else v))
+    return tuple(key)
 
 
 def _backoff_problem(value: object) -> str:
