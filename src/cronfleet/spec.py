@@ -104,6 +104,7 @@ __all__ = [
     "did_you_mean",
     "duration",
     "enum_value",
+    "job_arguments",
     "notify_policy",
     "pause_until",
     "retry_policy",
@@ -1462,7 +1463,33 @@ def validate_job(
     now: float | None = None,
     for_team: str | None = None,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
-    """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
+    """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``
+    (:func:`job_arguments` as a :class:`JobSpec`)."""
+    kwargs, problems = job_arguments(
+        fields, keys=keys, http_keys=http_keys, timezone=timezone,
+        catch_up_window=catch_up_window, nested_id=nested_id, require_http=require_http,
+        base=base, calendars=calendars, now=now, for_team=for_team)
+    return (None, problems) if kwargs is None else (JobSpec(**kwargs), [])
+
+
+def job_arguments(
+    fields: Mapping[str, Any],
+    *,
+    keys: Sequence[str] = SPEC_KEYS,
+    http_keys: Sequence[str] = HTTP_KEYS,
+    timezone: str = "UTC",
+    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW,
+    nested_id: bool = False,
+    require_http: bool = False,
+    base: str | Path | None = None,
+    calendars: bool = True,
+    now: float | None = None,
+    for_team: str | None = None,
+) -> tuple[dict[str, Any] | None, list[FieldProblem]]:
+    """Check every field of a job at once: ``(kwargs, [])``, the keyword arguments of
+    its :class:`JobSpec` (those not left to their defaults: what :func:`validate_job`
+    builds it from; a stored API job is built from them without one), or ``(None, every
+    problem)``.
 
     ``now`` (epoch seconds, the face's clock): the moment a job created once (over the
     API) is created at; a one-off in words that depends on it ('tomorrow at 5pm', 'in 2
@@ -1645,5 +1672,6 @@ def validate_job(
     out.setdefault("catch_up_window", catch_up_window)
     if for_team is not None:
         out["team"] = for_team
-    return JobSpec(id=job_id, schedule=expr, description=description,
-                   schedule_text=schedule_text, **out), []
+    out.update(id=job_id, schedule=expr, description=description,
+               schedule_text=schedule_text)
+    return out, []

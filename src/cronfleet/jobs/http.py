@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
     from cronfleet.model import Job, RunContext, RunRecord
     from cronfleet.notify import Notifier, NotifyPolicy
-    from cronfleet.spec import JobSpec
+    from cronfleet.spec import HttpRequest, JobSpec
     from cronfleet.store.base import Store
     from cronfleet.store.side import HealthStore
 
@@ -799,13 +799,29 @@ class HttpJob:
         overrides the spec's (stored API jobs use their team's); ``private_targets``
         replaces allow_private_targets (API jobs: the operator's list)."""
         assert job_spec.http is not None, "not an HTTP job spec"
-        kwargs = job_spec.http.kwargs()
+        return cls.from_request(
+            job_spec.http, retry=job_spec.retry, notify=job_spec.notify,
+            auto_pause_after=job_spec.auto_pause_after,
+            allow_private_targets=job_spec.allow_private_targets, runtime=runtime,
+            namespace=namespace, private_targets=private_targets,
+            secrets_need_hosts=secrets_need_hosts)
+
+    @classmethod
+    def from_request(cls, request: HttpRequest, *, retry: RetryPolicy | None = None,
+                     notify: NotifyPolicy | None = None, auto_pause_after: int | None = None,
+                     allow_private_targets: bool | None = None,
+                     runtime: HttpRuntime | None = None, namespace: str | None = None,
+                     private_targets: TargetPolicy | None = None,
+                     secrets_need_hosts: bool = False) -> HttpJob:
+        """:meth:`from_spec` from the validated parts of a spec (a stored API job is
+        built from them without a :class:`~cronfleet.spec.JobSpec`)."""
+        kwargs = request.kwargs()
         if namespace is not None:
             kwargs["namespace"] = namespace
-        allow = None if private_targets is not None else job_spec.allow_private_targets
-        return cls(**kwargs, retry=job_spec.retry or NO_RETRY,
+        allow = None if private_targets is not None else allow_private_targets
+        return cls(**kwargs, retry=retry or NO_RETRY,
                    allow_private_targets=allow,
-                   notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
+                   notify=notify, auto_pause_after=auto_pause_after,
                    runtime=runtime, private_targets=private_targets,
                    secrets_need_hosts=secrets_need_hosts, spec_checked=True)
 
