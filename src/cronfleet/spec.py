@@ -216,6 +216,8 @@ LIMITS = {
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
 _HEADER_BREAK = re.compile("[\r\n\0]")
 _HEADER_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")  # below 0x20 but the tab, DEL
+_HTTP_TEXT_KEYS = ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
+                   "signing_secret", "namespace")
 
 
 # -- the types of a job's fields ---------------------------------------------------------
@@ -990,8 +992,7 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                                          f"{len(status)}"))
         else:
             kw["accept_status"] = tuple(status)
-    for key in ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
-                "signing_secret", "namespace"):
+    for key in (() if table.keys().isdisjoint(_HTTP_TEXT_KEYS) else _HTTP_TEXT_KEYS):
         value = table.get(key)
         if value is None:
             continue
@@ -1513,15 +1514,18 @@ def job_arguments(
     """
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
-    if keys is SPEC_KEYS:
+    if keys is SPEC_KEYS or not problems:  # (every key is one of keys)
         known = fields
     else:
         key_set = _key_set(keys)
         known = {k: v for k, v in fields.items() if k in key_set}
     get = known.get
+    given_keys = known.keys()  # a group of keys none of which is given: one test
 
     def check_present(keys: Sequence[str]) -> None:
         # only the keys given (a job declared in code gives few): no call for the others
+        if given_keys.isdisjoint(keys):
+            return
         for key in keys:
             value = get(key)
             if value is not None:
@@ -1644,7 +1648,8 @@ def job_arguments(
     problem = check_max_instances(out.get("max_instances", 1), out.get("overlap"))
     if problem:
         problems.append(FieldProblem("max_instances", problem))
-    given = [k for k in COMMAND_KEYS if get(k) is not None]
+    given = ([] if given_keys.isdisjoint(COMMAND_KEYS)
+             else [k for k in COMMAND_KEYS if get(k) is not None])
     if "command" in given:
         command, command_problems = check_command(known, base=base if calendars else None)
         problems += command_problems
