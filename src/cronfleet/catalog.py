@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -153,9 +152,17 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
     ``new``: the spec is being saved (``allow_private_targets = true`` is refused; in a
     definition stored by an earlier release it is ignored). ``now``: the moment it is
     saved, which a one-off in words ('tomorrow at 5pm') is read at."""
-    result, problems = _spec.validate_job(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
-                                          calendars=False,
-                                          require_http=True, now=now)
+    kwargs, problems = _spec_arguments(spec, team=team, new=new, now=now)
+    return (None if kwargs is None else _spec.JobSpec(**kwargs)), problems
+
+
+def _spec_arguments(spec: Mapping[str, Any], *, team: str, new: bool, now: float | None
+                    ) -> tuple[dict[str, Any] | None, list[FieldProblem]]:
+    """:func:`validate_spec` as the keyword arguments of its
+    :class:`~cronfleet.spec.JobSpec` (:func:`cronfleet.spec.job_arguments`)."""
+    result, problems = _spec.job_arguments(spec, keys=API_KEYS, http_keys=API_HTTP_KEYS,
+                                           calendars=False,
+                                           require_http=True, now=now, for_team=team)
     if new:
         http = spec.get("http")
         for key, value in (("allow_private_targets", spec.get("allow_private_targets")),
@@ -166,7 +173,7 @@ def validate_spec(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM, new: boo
                 problems.append(FieldProblem(key, NO_OPT_OUT))
         if problems:
             return None, problems
-    return (None if result is None else dataclasses.replace(result, team=team)), problems
+    return result, problems
 
 
 def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
@@ -182,11 +189,12 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     send a value anywhere: no host binding holds)."""
     from cronfleet.jobs.http import HttpJob, HttpJobInvalid, TargetPolicy
 
-    result, problems = validate_spec(spec, team=team, new=new, now=now)
-    if result is None:
+    kwargs, problems = _spec_arguments(spec, team=team, new=new, now=now)
+    if kwargs is None:
         raise SpecInvalid(problems)
     handler: Any
-    if result.command is not None:
+    if kwargs.get("command") is not None:
+        result = _spec.JobSpec(**kwargs)
         if not allow_commands:
             raise CommandJobsDisabled(result.id)
         handler = _command_job(result, team, saved_role, command_runtime)
@@ -194,10 +202,17 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     else:
         targets = (runtime.api_private_targets if runtime is not None
                    else TargetPolicy.parse([]))
+        # the job's fields and its request as validated: no JobSpec between (~3 us)
+        fields = kwargs
+        request = fields.pop("http")
+        fields.pop("allow_private_targets", None)  # the operator's private_targets rule
+        fields.pop("command", None)
         try:
-            handler = HttpJob.from_spec(result, runtime=runtime, namespace=team,
-                                        private_targets=targets,
-                                        secrets_need_hosts=saved_role != "admin")
+            handler = HttpJob.from_request(
+                request, retry=fields.get("retry"), notify=fields.get("notify"),
+                auto_pause_after=fields.get("auto_pause_after"), runtime=runtime,
+                namespace=team, private_targets=targets,
+                secrets_need_hosts=saved_role != "admin")
         except HttpJobInvalid as exc:
             raise SpecInvalid([
                 FieldProblem(key if key == "auto_pause_after" else f"http.{key}", message)
@@ -207,7 +222,6 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
             raise SpecInvalid([FieldProblem(
                 "http.url", f"{why}: the SSRF guard refuses private targets for API jobs "
                             "unless the operator lists them in [api] private_targets")])
-        fields = result.job_fields()
     job = Job(handler=handler, source=SOURCE, **fields)
     if new and job.jitter:
         from cronfleet.clock import SystemClock, from_ts

@@ -104,6 +104,7 @@ __all__ = [
     "did_you_mean",
     "duration",
     "enum_value",
+    "job_arguments",
     "notify_policy",
     "pause_until",
     "retry_policy",
@@ -215,6 +216,8 @@ LIMITS = {
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
 _HEADER_BREAK = re.compile("[\r\n\0]")
 _HEADER_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")  # below 0x20 but the tab, DEL
+_HTTP_TEXT_KEYS = ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
+                   "signing_secret", "namespace")
 
 
 # -- the types of a job's fields ---------------------------------------------------------
@@ -415,13 +418,21 @@ def did_you_mean(name: str, allowed: Sequence[str], hints: Mapping[str, str] | N
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _text_seconds(value: str) -> float:
+    """The seconds of a duration text (the few distinct texts of many jobs: once each;
+    a bad text raises each time)."""
+    return to_timedelta(value).total_seconds()
+
+
 def duration(value: object, *, positive: bool = False) -> float:
     """Seconds from ``"30s"``-style text, a number of seconds or a timedelta."""
     if isinstance(value, bool) or not isinstance(value, str | int | float | timedelta):
         raise FieldError(f"expected a duration like '30s' or a number of seconds, got "
                          f"{describe_value(value)}")
     try:
-        seconds = to_timedelta(value).total_seconds()
+        seconds = (_text_seconds(value) if type(value) is str
+                   else to_timedelta(value).total_seconds())
     except DurationError as exc:
         raise FieldError(str(exc).removeprefix("duration: ")) from None
     if positive and seconds <= 0:
@@ -429,13 +440,22 @@ def duration(value: object, *, positive: bool = False) -> float:
     return seconds
 
 
+@functools.cache
+def _members(enum: type[Enum]) -> dict[str, Any]:
+    """``{str(value): member}`` of an enum, in its order (once per enum)."""
+    return {str(m.value): m for m in enum}
+
+
 def enum_value(enum: type[Enum], value: object) -> Any:
     """The member of ``enum`` named by ``value`` (case-insensitive)."""
     if isinstance(value, enum):
         return value
-    allowed = [str(m.value) for m in enum]
-    if isinstance(value, str) and value.lower() in allowed:
-        return enum(value.lower())
+    members = _members(enum)
+    if isinstance(value, str):
+        member = members.get(value.lower())
+        if member is not None:  # what enum(value.lower()) gives for a text value
+            return member if type(member.value) is str else enum(value.lower())
+    allowed = list(members)
     hint = did_you_mean(value.lower(), allowed) if isinstance(value, str) else ""
     raise FieldError(f"{value!r} is not one of {', '.join(allowed)}{hint}")
 
@@ -504,12 +524,35 @@ def _table(value: object, keys: Sequence[str], example: str) -> dict[str, Any]:
     raise FieldError(f"expected a table ({example}), got {describe_value(value)}")
 
 
+# the keys of a table as a set, per tuple of keys (a tuple is immutable; it is kept, so
+# its id is not reused): a membership test per key of every spec, not a scan of ~30 keys
+_KEY_SETS: dict[int, tuple[Sequence[str], frozenset[str]]] = {}
+
+
+def _key_set(keys: Sequence[str]) -> frozenset[str] | Sequence[str]:
+    """``keys`` as a frozenset when it is a tuple (kept for the next call), else itself."""
+    seen = _KEY_SETS.get(id(keys))
+    if seen is not None and seen[0] is keys:
+        return seen[1]
+    if type(keys) is not tuple or not all(type(k) is str for k in keys):
+        return keys
+    if len(_KEY_SETS) >= 64:
+        _KEY_SETS.clear()
+    out = frozenset(keys)
+    _KEY_SETS[id(keys)] = (keys, out)
+    return out
+
+
 def _unknown(table: Mapping[str, Any], allowed: Sequence[str], *, listed: bool = True
              ) -> list[FieldProblem]:
     """Unknown keys, each keyed by itself (the caller prefixes its table)."""
+    known = _key_set(allowed)
+    bad = [k for k in table if k not in known]
+    if not bad:  # the usual case: no message to build
+        return []
     expected = f" (expected {', '.join(allowed)})" if listed else ""
     return [FieldProblem(str(k), f"unknown key {k!r}{did_you_mean(str(k), allowed)}{expected}")
-            for k in table if k not in allowed]
+            for k in bad]
 
 
 def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]:
@@ -523,6 +566,10 @@ def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]
         table = _table(value, RETRY_KEYS, "attempts, backoff, delay")
     except FieldError as exc:
         return None, [FieldProblem("", exc.message)]
+    cache_key = _retry_key(table)
+    seen = None if cache_key is None else _retry_policies.get(cache_key)
+    if seen is not None:
+        return seen, []
     problems = _unknown(table, RETRY_KEYS)
     kwargs: dict[str, Any] = {}
     checks: list[tuple[str, Callable[[Any], Any]]] = [
@@ -538,7 +585,30 @@ def retry_policy(value: object) -> tuple[RetryPolicy | None, list[FieldProblem]]
                 problems.append(FieldProblem(key, exc.message))
     if problems:
         return None, problems
-    return RetryPolicy(**kwargs), []
+    policy = RetryPolicy(**kwargs)
+    if cache_key is not None:
+        if len(_retry_policies) >= RETRY_CACHE_MAX:
+            _retry_policies.clear()
+        _retry_policies[cache_key] = policy
+    return policy, []
+
+
+# the valid retry tables seen, by value (stored jobs share a few): the policy is frozen,
+# so the jobs of one table share it; a bad table is checked (and reported) every time
+RETRY_CACHE_MAX = 1024
+_retry_policies: dict[tuple[Hashable, ...], RetryPolicy] = {}
+
+
+def _retry_key(table: Mapping[Any, Any]) -> tuple[Hashable, ...] | None:
+    """A key two retry tables share only when every value is the same (of the same type:
+    ``1``, ``1.0`` and ``True`` are apart), or None for another kind of value."""
+    key: list[Hashable] = []
+    for k, v in table.items():
+        t = type(v)
+        if type(k) is not str or t not in (str, int, float, bool):
+            return None
+        key.append((k, t, v.hex() if t is float else v))
+    return tuple(key)
 
 
 def _backoff_problem(value: object) -> str:
@@ -922,8 +992,7 @@ def check_http(table: Mapping[str, Any], *, keys: Sequence[str] = HTTP_KEYS
                                          f"{len(status)}"))
         else:
             kw["accept_status"] = tuple(status)
-    for key in ("body_contains", "body_not_contains", "body_regex", "body_not_regex",
-                "signing_secret", "namespace"):
+    for key in (() if table.keys().isdisjoint(_HTTP_TEXT_KEYS) else _HTTP_TEXT_KEYS):
         value = table.get(key)
         if value is None:
             continue
@@ -1393,8 +1462,35 @@ def validate_job(
     base: str | Path | None = None,
     calendars: bool = True,
     now: float | None = None,
+    for_team: str | None = None,
 ) -> tuple[JobSpec | None, list[FieldProblem]]:
-    """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``.
+    """Check every field of a job at once: ``(spec, [])`` or ``(None, every problem)``
+    (:func:`job_arguments` as a :class:`JobSpec`)."""
+    kwargs, problems = job_arguments(
+        fields, keys=keys, http_keys=http_keys, timezone=timezone,
+        catch_up_window=catch_up_window, nested_id=nested_id, require_http=require_http,
+        base=base, calendars=calendars, now=now, for_team=for_team)
+    return (None, problems) if kwargs is None else (JobSpec(**kwargs), [])
+
+
+def job_arguments(
+    fields: Mapping[str, Any],
+    *,
+    keys: Sequence[str] = SPEC_KEYS,
+    http_keys: Sequence[str] = HTTP_KEYS,
+    timezone: str = "UTC",
+    catch_up_window: float = DEFAULT_CATCH_UP_WINDOW,
+    nested_id: bool = False,
+    require_http: bool = False,
+    base: str | Path | None = None,
+    calendars: bool = True,
+    now: float | None = None,
+    for_team: str | None = None,
+) -> tuple[dict[str, Any] | None, list[FieldProblem]]:
+    """Check every field of a job at once: ``(kwargs, [])``, the keyword arguments of
+    its :class:`JobSpec` (those not left to their defaults: what :func:`validate_job`
+    builds it from; a stored API job is built from them without one), or ``(None, every
+    problem)``.
 
     ``now`` (epoch seconds, the face's clock): the moment a job created once (over the
     API) is created at; a one-off in words that depends on it ('tomorrow at 5pm', 'in 2
@@ -1413,27 +1509,30 @@ def validate_job(
     one-off ``at``, and bounded by ``start``/``end`` and ``except`` exclusions
     (:func:`_composed`); ``base``: the directory a relative ``calendar:`` file is read
     from (a config file's directory); ``calendars=False`` refuses ``calendar:`` files
-    (a job stored over the API must not read the server's files).
+    (a job stored over the API must not read the server's files). ``for_team``: the team
+    the job is built for (a stored API job's owner), its ``team`` whatever ``fields`` say.
     """
     problems = _unknown(fields, keys, listed=False)
     out: dict[str, Any] = {}
-    known = fields if keys is SPEC_KEYS else {k: v for k, v in fields.items() if k in keys}
+    if keys is SPEC_KEYS or not problems:  # (every key is one of keys)
+        known = fields
+    else:
+        key_set = _key_set(keys)
+        known = {k: v for k, v in fields.items() if k in key_set}
     get = known.get
-
-    def check(key: str, convert: Callable[[Any], Any]) -> None:
-        value = get(key)
-        if value is None:
-            return
-        try:
-            out[key] = convert(value)
-        except FieldError as exc:
-            problems.append(FieldProblem(key, exc.message, exc.column))
+    given_keys = known.keys()  # a group of keys none of which is given: one test
 
     def check_present(keys: Sequence[str]) -> None:
         # only the keys given (a job declared in code gives few): no call for the others
+        if given_keys.isdisjoint(keys):
+            return
         for key in keys:
-            if get(key) is not None:
-                check(key, _CONVERTERS[key])
+            value = get(key)
+            if value is not None:
+                try:
+                    out[key] = _CONVERTERS[key](value)
+                except FieldError as exc:
+                    problems.append(FieldProblem(key, exc.message, exc.column))
 
     job_id = fields.get("id")
     if job_id is None:
@@ -1549,7 +1648,8 @@ def validate_job(
     problem = check_max_instances(out.get("max_instances", 1), out.get("overlap"))
     if problem:
         problems.append(FieldProblem("max_instances", problem))
-    given = [k for k in COMMAND_KEYS if get(k) is not None]
+    given = ([] if given_keys.isdisjoint(COMMAND_KEYS)
+             else [k for k in COMMAND_KEYS if get(k) is not None])
     if "command" in given:
         command, command_problems = check_command(known, base=base if calendars else None)
         problems += command_problems
@@ -1575,5 +1675,8 @@ def validate_job(
                        else shlex.join(command.command))[:TEXT_LIMITS["description"]]
     out.pop("timezone", None)
     out.setdefault("catch_up_window", catch_up_window)
-    return JobSpec(id=job_id, schedule=expr, description=description,
-                   schedule_text=schedule_text, **out), []
+    if for_team is not None:
+        out["team"] = for_team
+    out.update(id=job_id, schedule=expr, description=description,
+               schedule_text=schedule_text)
+    return out, []

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from cronfleet.cron import CronExpr
     from cronfleet.model import Job, RunContext, RunRecord
     from cronfleet.notify import Notifier, NotifyPolicy
-    from cronfleet.spec import JobSpec
+    from cronfleet.spec import HttpRequest, JobSpec
     from cronfleet.store.base import Store
     from cronfleet.store.side import HealthStore
 
@@ -751,10 +751,10 @@ class HttpJob:
         :func:`cronfleet.spec.check_http` (the rules every face shares), the policies by
         their spec converters (both skipped when ``spec_checked``: :meth:`from_spec`),
         secret references here."""
-        from cronfleet import spec
-
         out: list[tuple[str, str]] = []
         if not spec_checked:
+            from cronfleet import spec
+
             fields = {k: getattr(self, k) for k in spec.HTTP_KEYS
                       if k != "allow_private_targets"}
             _, problems = spec.check_http(fields)
@@ -770,17 +770,21 @@ class HttpJob:
                     spec.whole_number(self.auto_pause_after, 1, spec.AUTO_PAUSE_MAX)
                 except spec.FieldError as exc:
                     out.append(("auto_pause_after", exc.message))
-        from cronfleet.notify import policy_texts
-
-        texts = [*(policy_texts(self.notify) if self.notify is not None else ()),
-                 self.url if isinstance(self.url, str) else None,
+        texts = [self.url if isinstance(self.url, str) else None,
                  self.body if isinstance(self.body, str) else None,
                  self.signing_secret if isinstance(self.signing_secret, str) else None]
+        if self.notify is not None:
+            from cronfleet.notify import policy_texts
+
+            texts[:0] = policy_texts(self.notify)
         if isinstance(self.headers, Mapping):
             texts += [v for v in self.headers.values() if isinstance(v, str)]
+        names = references(*texts)
+        if not names:  # most jobs reference no secret
+            return out
         from cronfleet.secrets import check_secret_name
 
-        for name in references(*texts):
+        for name in names:
             problem = check_secret_name(name)
             if problem:
                 out.append(("secrets", f"${{secrets.{name}}}: {problem}"))
@@ -795,13 +799,29 @@ class HttpJob:
         overrides the spec's (stored API jobs use their team's); ``private_targets``
         replaces allow_private_targets (API jobs: the operator's list)."""
         assert job_spec.http is not None, "not an HTTP job spec"
-        kwargs = job_spec.http.kwargs()
+        return cls.from_request(
+            job_spec.http, retry=job_spec.retry, notify=job_spec.notify,
+            auto_pause_after=job_spec.auto_pause_after,
+            allow_private_targets=job_spec.allow_private_targets, runtime=runtime,
+            namespace=namespace, private_targets=private_targets,
+            secrets_need_hosts=secrets_need_hosts)
+
+    @classmethod
+    def from_request(cls, request: HttpRequest, *, retry: RetryPolicy | None = None,
+                     notify: NotifyPolicy | None = None, auto_pause_after: int | None = None,
+                     allow_private_targets: bool | None = None,
+                     runtime: HttpRuntime | None = None, namespace: str | None = None,
+                     private_targets: TargetPolicy | None = None,
+                     secrets_need_hosts: bool = False) -> HttpJob:
+        """:meth:`from_spec` from the validated parts of a spec (a stored API job is
+        built from them without a :class:`~cronfleet.spec.JobSpec`)."""
+        kwargs = request.kwargs()
         if namespace is not None:
             kwargs["namespace"] = namespace
-        allow = None if private_targets is not None else job_spec.allow_private_targets
-        return cls(**kwargs, retry=job_spec.retry or NO_RETRY,
+        allow = None if private_targets is not None else allow_private_targets
+        return cls(**kwargs, retry=retry or NO_RETRY,
                    allow_private_targets=allow,
-                   notify=job_spec.notify, auto_pause_after=job_spec.auto_pause_after,
+                   notify=notify, auto_pause_after=auto_pause_after,
                    runtime=runtime, private_targets=private_targets,
                    secrets_need_hosts=secrets_need_hosts, spec_checked=True)
 
