@@ -1,4 +1,5 @@
-"""clock.wait_event: the one way the code waits for an event with a time limit."""
+"""clock.wait_event: the one way the code waits for an event with a time limit; and
+SystemClock.sleep_until: only a precise sleep spins to its deadline."""
 
 from __future__ import annotations
 
@@ -64,3 +65,31 @@ async def test_wait_event_answers_set_or_timed_out() -> None:
     asyncio.get_running_loop().call_later(0.01, ev.set)
     assert await wait_event(ev, 5) is True
     assert await wait_event(ev, 0) is True  # already set: no wait
+
+
+@pytest.mark.parametrize("precise", [True, False])
+async def test_only_a_precise_sleep_spins_to_its_deadline(
+        precise: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot's instant (``precise``) is met within a fraction of a millisecond: the sleep
+    wakes ``spin`` early and yields to the loop until the deadline; any other sleep just
+    sleeps (spinning on every upkeep or heartbeat wait cost CPU for nothing)."""
+    from cronfleet.clock import SystemClock
+
+    real = asyncio.sleep
+    yields = 0
+
+    async def counted(delay: float, result: object = None) -> object:
+        nonlocal yields
+        yields += delay == 0
+        return await real(delay, result)
+
+    monkeypatch.setattr(asyncio, "sleep", counted)
+    clock = SystemClock(spin=0.01)
+    deadline = clock.now() + 0.05
+    await clock.sleep_until(deadline, precise=precise)
+    late = clock.now() - deadline
+    assert late >= -0.002  # timers round to the millisecond
+    if precise:
+        assert late < 0.001 and yields > 1  # it yielded to the loop through its last 10 ms
+    else:
+        assert yields == 0  # it slept

@@ -357,7 +357,7 @@ class EarlyClaims:
 
         async def until_the_instant() -> None:
             while self.clock.now() < pending.slot:
-                await self.clock.sleep_until(pending.slot)
+                await self.clock.sleep_until(pending.slot, precise=True)
 
         # bounded in real time too: a clock that does not move (a test's FakeClock) or
         # jumps back must not hold the stop; unstarted claims are then given back

@@ -258,7 +258,10 @@ class Loop:
                 deadline = heap[0] - lead
             else:
                 deadline = now + 3600.0
-            await clock.sleep_until(deadline, self.wake)
+            # an instant handlers start at (without early claims, the heap's next slot
+            # is one too); the early claims' lead needs no spin
+            await clock.sleep_until(deadline, self.wake,
+                                    precise=pending is not None or (bool(heap) and not lead))
 
     async def fire_due(self, now: float) -> None:
         self.fired_at = now
