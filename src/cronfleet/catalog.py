@@ -411,7 +411,13 @@ class Catalog:
             try:
                 if self._reshare:
                     self._reshare = False
-                    await self.reshare()
+                    try:
+                        await self.reshare()
+                    except Exception:
+                        # read again at the next pass: until then the buckets not read
+                        # are nobody's (their owner is this instance), and /readyz waits
+                        self._reshare = True
+                        raise
                 await self.refresh()
                 await self.let_go()
             except Exception as exc:
@@ -558,10 +564,13 @@ class Catalog:
                 for d in defs:
                     at = soonest(d, since)
                     (urgent if at <= by else read).append((at, d))
-                if urgent:
-                    self._buckets = held
-                    await self._apply_soonest_first(urgent)
-                    self._buckets = frozenset(done)
+                if urgent:  # held while they are applied, then as before: a bucket
+                    # is held for good only once its other definitions are applied too
+                    before, self._buckets = self._buckets, held
+                    try:
+                        await self._apply_soonest_first(urgent)
+                    finally:
+                        self._buckets = before
                 if len(read) >= GAIN_READ and nxt is not None:  # memory stays bounded
                     self._buckets = frozenset(done)
                     await self._apply_soonest_first(

@@ -422,3 +422,48 @@ async def test_the_jobs_a_scheduler_process_reads_leave_the_cyclic_gcs_sight(
     finally:
         gc.unfreeze()
         await catalog.stop()
+
+
+@pytest.mark.parametrize("urgent", [False, True])
+async def test_a_share_whose_reading_fails_is_read_again_at_the_next_pass(
+        store: Store, side: SideTables, clock: FakeClock, urgent: bool) -> None:
+    """The store fails while the buckets that moved here are read (a restart, connections
+    terminated): the watch reads them again at its next pass, until the share is whole.
+    (It dropped the reshare: the buckets not read were nobody's -- their owner is this
+    instance -- and their slots had no run and no row.) ``urgent``: every other job is due
+    within ``URGENT``, built as its page is read; a bucket whose other jobs were not built
+    yet is read again too."""
+    import asyncio
+
+    for k, job_id in enumerate(IDS):
+        body = spec(job_id, 45)
+        if urgent and k % 2:
+            body["schedule"] = "*/2 * * * * *"
+        await side.api.create_job_def(job_id, "t", body, "me")
+    peers = ("p1", "p2")
+    c1, counted, s1 = instance(store, clock, "p1", peers)
+    c1.poll = 0.05
+    failures = 2
+    real = counted.job_defs_in
+
+    async def flaky(buckets: Any, after: ShareKey, limit: int
+                    ) -> tuple[list[JobDef], ShareKey | None]:
+        nonlocal failures
+        if failures and after != (-1, ""):  # fails after a first page
+            failures -= 1
+            raise ConnectionError("terminating connection due to administrator command")
+        return await real(buckets, after, limit)
+
+    try:
+        await c1.start()
+        assert set(s1.jobs) == owned_by("p1", peers, IDS)
+        counted.job_defs_in = flaky  # type: ignore[method-assign]
+        s1.ownership.peers = ("p1",)  # p2 is lost
+        c1._peers_changed()
+        for _ in range(200):
+            if set(s1.jobs) == set(IDS):
+                break
+            await asyncio.sleep(0.02)
+        assert failures == 0 and set(s1.jobs) == set(IDS)
+    finally:
+        await c1.stop()
