@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from store.pg import drop_schema, new_schema, pg_url, require_pg
-from store.redis_server import free_port
+from store.redis_server import free_ports
 
 from .test_postgres_fleet import ledger, store_url
 
@@ -116,13 +116,15 @@ def test_three_processes_hold_a_share_each_and_a_killed_ones_share_moves(
                       '[api]\nprivate_targets = ["127.0.0.1"]\n')
     procs: list[tuple[subprocess.Popen[bytes], int, Path]] = []
     try:
+        ports = free_ports(6)  # distinct: a port given twice let one process answer
+        # for another that could not start
         for i in range(3):
             log = tmp_path / f"p{i}.log"
-            metrics = free_port()
+            metrics = ports[2 * i]
             with log.open("wb") as out:
                 p = subprocess.Popen(
                     [sys.executable, "-m", "cronfleet", "run", "--config", str(config),
-                     "--port", str(free_port()), "--metrics-port", str(metrics)],
+                     "--port", str(ports[2 * i + 1]), "--metrics-port", str(metrics)],
                     stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
             procs.append((p, metrics, log))
         deadline = time.time() + 90
@@ -139,6 +141,8 @@ def test_three_processes_hold_a_share_each_and_a_killed_ones_share_moves(
             if sum(held) == N_JOBS and max(held) < N_JOBS:
                 break
             assert time.time() < deadline, f"the shares did not settle: {held}"
+            for p, _, log in procs:
+                assert p.poll() is None, log.read_text()[-3000:]
             time.sleep(0.5)
         assert min(held) > 0
         w0 = float(int(time.time()) + 1)

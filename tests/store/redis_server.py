@@ -41,6 +41,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports, bound together before any is released: ``free_port``
+    called in turn can give a port twice (one process then answers for another)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 class RedisServer:
     """One private server process (``appendonly``: AOF with ``appendfsync always``)."""
 
