@@ -28,10 +28,10 @@ def freeze_made() -> None:
     long-lived objects (a catalog's jobs read page by page at start or after a peer left):
     collect the young generations' garbage, then freeze what survived. Without it the
     oldest generation grows with every page and each full collection rescans every job
-    made so far: a process loading 250,000 API jobs made 15 of them (3.9 s of its 27.7 s
-    of CPU, up to 1 s each on the loop). The jobs are acyclic, so one let go later is
-    still freed by its reference count; a collection of the two young generations costs
-    what they hold (a few thousand objects)."""
+    made so far: a process loading 250,000 API jobs made 16 of them (3.9 s of its 23.8 s
+    of CPU until ready; ``bench/catalog_startup.py --gc``). The jobs are acyclic, so one
+    let go later is still freed by its reference count; a collection of the two young
+    generations costs what they hold (a few thousand objects)."""
     gc.collect(1)
     gc.freeze()
 
