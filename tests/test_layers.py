@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("root", ("cronfleet",)),  # the package itself: lazy re-exports, imports nothing
     ("cron", ("cronfleet.cron",)),
     ("core", ("cronfleet.model", "cronfleet.clock", "cronfleet.errors", "cronfleet.spec",
+              "cronfleet.cancel",
               "cronfleet.attempts",
               "cronfleet.extras", "cronfleet.signing", "cronfleet.shares")),
     ("store", ("cronfleet.store",)),

@@ -32,6 +32,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import wait_event
 from cronfleet.cron.compose import parse_schedule
 from cronfleet.errors import CronfleetError, JobNotFound
@@ -399,9 +400,7 @@ class Catalog:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait([task])
 
     async def _watch(self) -> None:
         assert self._changed is not None

@@ -239,6 +239,38 @@ async def test_overrides_and_new_jobs_are_announced(schema: str) -> None:
         await them.close()
 
 
+async def test_close_ends_a_listener_whose_cancellation_its_connect_lost(
+        schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Python 3.11 with psycopg 3.1, a cancellation that arrives as the listener's
+    connection completes is lost (``wait_for``, CPython gh-86296): the listener went on to
+    ``LISTEN`` and waited for notifications, and ``close()`` waited for it for ever (the
+    tests on the lowest versions hung there). The connect here loses it the same way."""
+    import cronfleet.store.postgres.store as pg_mod
+
+    real = pg_mod.AsyncConnection.connect
+    connecting = asyncio.Event()
+
+    async def loses_the_cancel(*args: Any, **kwargs: Any) -> Any:
+        attempt = asyncio.ensure_future(real(*args, **kwargs))
+        connecting.set()
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            return await attempt  # as wait_for did: the result, and no cancellation
+
+    monkeypatch.setattr(pg_mod.AsyncConnection, "connect", loses_the_cancel)
+    me = PostgresStore(pg_url(), schema=schema)
+    await me.open()
+    await me.subscribe(lambda: None)
+    await asyncio.wait_for(connecting.wait(), 5)
+    await asyncio.wait_for(me.close(), 10)
+    with psycopg.connect(pg_url(), autocommit=True) as conn:
+        listening = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            (f'LISTEN "{me.channel}"',)).fetchone()
+    assert listening == (0,)
+
+
 async def test_connection_loss_raises_store_unavailable_fast_and_recovers(schema: str) -> None:
     with TcpProxy(pg_url()) as proxy:
         store = PostgresStore(proxy.url, schema=schema, max_backoff=0.5)

@@ -14,6 +14,7 @@ from typing import Any
 from cronfleet import alerts, tracing
 from cronfleet.api.app import ApiSettings, create_app
 from cronfleet.api.workers import Workers
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.catalog import Catalog
 from cronfleet.errors import CronfleetError
 from cronfleet.health import ProbeServer
@@ -98,8 +99,7 @@ async def _unless_stopped(step: Awaitable[None], stop: asyncio.Event) -> bool:
     finally:
         stopped.cancel()
         if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
     if task.cancelled():
         return False
     task.result()

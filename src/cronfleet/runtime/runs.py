@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.attempts import attempt_line, attempt_outcomes
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import from_ts
 from cronfleet.model import (
     Job,
@@ -636,9 +637,7 @@ class Runs:
         if runs:
             log.info("waiting up to %gs for %d running jobs", grace, len(runs))
             _, pending = await asyncio.wait(runs, timeout=grace)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_and_wait(pending)
         now = self.clock.now()
         for q in [*self.queued.values(), *self.recovering.values()]:
             self.interrupt(q.run, q.leased, now, "the scheduler stopped before its turn came")

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import Clock, SystemClock, from_ts
 from cronfleet.cron import CronExpr
 from cronfleet.cron.duration import to_timedelta
@@ -575,10 +576,7 @@ class Scheduler(SyncControl):
             await asyncio.gather(self.loop.task, return_exceptions=True)
         await self.early.fire_before_stop()
         await self.early.give_back()
-        tasks = self.life.tasks
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(list(self.life.tasks))
         # every claimed slot that will not start now gets its final row from here: the
         # chunks a cancelled task was claiming, the slots of catch-up sequences not
         # reached, then (Runs.stop) the runs waiting out their jitter or queued for the

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import from_ts, wait_done
 from cronfleet.model import RunStatus
 from cronfleet.store.base import Finish, Skip, Store
@@ -339,8 +340,7 @@ class Writer:
             seen = self.progress
             if await wait_done(task, budget):
                 return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait([task])
         log.warning(
             "cronfleet %s: the store took none of the last results for %g s; %d runs and "
             "%d skips are not recorded (their leases expire and the reaper records them)",

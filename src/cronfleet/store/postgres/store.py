@@ -43,6 +43,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import Clock, SystemClock, judged_by_store
 from cronfleet.errors import StoreError
 from cronfleet.model import RunStatus
@@ -302,9 +303,7 @@ class PostgresStore(StoreDriver):
         t = self.transport
         pool, t.open_pool = t.open_pool, None
         tasks = [x for x in (*self._tasks, t.probe, self._listener) if x is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         self._tasks.clear()
         t.probe = self._listener = None
         self._callbacks.clear()

@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
+from cronfleet.cancel import cancel_and_wait
 from cronfleet.clock import Clock, judged_by_store
 from cronfleet.errors import StoreError, StoreUnavailable
 from cronfleet.store.driver import Retention
@@ -279,16 +280,8 @@ class RedisTransport:
         return [], []
 
     async def close(self) -> None:
-        if self._give_task is not None:
-            self._give_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._give_task
-            self._give_task = None
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
+        await cancel_and_wait(t for t in (self._give_task, self._listener) if t is not None)
+        self._give_task = self._listener = None
         client, self._client = self._client, None
         if client is not None:
             await client.aclose(close_connection_pool=True)
