@@ -52,6 +52,27 @@ async def test_heartbeat_registers_and_lists_live_instances(
     assert [i.instance_id for i in await a.list_instances(ttl=TTL)] == ["one"]
 
 
+async def test_a_usual_beat_writes_the_time_and_plans_and_counts_itself_live(
+    store: Store, other: Store, clock: FakeClock
+) -> None:
+    """The usual beat (outside a transaction on the SQL stores: PostgreSQL reads the live
+    set in the same statement, as it was before the beat) answers this instance live with
+    the plans it just wrote, even when its previous beat is past the ttl."""
+    a, b = istore(store), istore(other)
+    await a.heartbeat(me("one"), ttl=TTL)
+    await b.heartbeat(me("two"), ttl=TTL)
+    clock.advance(TTL + 1)  # both silent past the ttl
+    mine = me("one")
+    mine.plans = "digest-1"
+    beat = await a.heartbeat(mine, ttl=TTL)
+    assert not beat.lost and beat.now == T0 + TTL + 1
+    assert beat.live == ("one",) and beat.plans == {"one": "digest-1"} and beat.stale
+    listed = {i.instance_id: i for i in await b.list_instances(ttl=TTL)}
+    assert listed["one"].live and not listed["two"].live
+    assert listed["one"].heartbeat_at.timestamp() == T0 + TTL + 1  # type: ignore[union-attr]
+    assert (await b.heartbeat(me("two"), ttl=TTL)).plans == {"one": "digest-1", "two": ""}
+
+
 async def test_a_heartbeat_says_when_another_instance_is_stale_until_it_is_declared_lost(
     store: Store, other: Store, clock: FakeClock
 ) -> None:

@@ -271,6 +271,37 @@ async def test_close_ends_a_listener_whose_cancellation_its_connect_lost(
     assert listening == (0,)
 
 
+async def test_a_usual_heartbeat_is_one_statement_outside_a_transaction(
+        pg: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering takes a transaction; every later beat is one round trip, on the
+    database's clock; a row declared lost goes back to the transaction that says so."""
+    from cronfleet.store.base import Instance
+
+    sent: list[bytes] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def counted(self: Any, query: Any, *args: Any, **kw: Any) -> Any:
+        sent.append(query if isinstance(query, bytes) else str(query).encode())
+        return await real(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    one = Instance("one", host="h", pid=1, role="all", version="1")
+    first = await pg.heartbeat(one, ttl=5.0)
+    assert any(q.startswith(b"BEGIN") for q in sent) and first.live == ("one",)
+    sent.clear()
+    before = time.time()
+    beat = await pg.heartbeat(one, ttl=5.0)
+    assert len(sent) == 1 and not sent[0].startswith(b"BEGIN")
+    assert beat.live == ("one",) and not beat.lost and abs(beat.now - before) < 5
+    with psycopg.connect(pg_url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {}.instances SET lost_at = now(), lost_by = 'two'").format(
+            sql.Identifier(pg.schema)))
+    sent.clear()
+    beat = await pg.heartbeat(one, ttl=5.0)
+    assert beat.lost and beat.lost_by == "two" and beat.live == ("one",)
+    assert len(sent) > 1 and any(q.startswith(b"BEGIN") for q in sent)
+
+
 async def test_connection_loss_raises_store_unavailable_fast_and_recovers(schema: str) -> None:
     with TcpProxy(pg_url()) as proxy:
         store = PostgresStore(proxy.url, schema=schema, max_backoff=0.5)

@@ -150,9 +150,10 @@ class BeatThread(threading.Thread):
                 if not self.probe.post():
                     return
                 delay = fleet.interval - (time.monotonic() - began)
-                if delay > 0:
+                if delay > 0:  # asyncio.timeout: no task per wait, as wait_for makes
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await self._wake.wait()
         finally:
             if store is not None:
                 await _close(store)
@@ -206,7 +207,8 @@ class BeatThread(threading.Thread):
         fleet = self.fleet
         asked = fleet.clock.now()
         try:
-            beat = await asyncio.wait_for(store.heartbeat(fleet.me, ttl=fleet.ttl), fleet.ttl)
+            async with asyncio.timeout(fleet.ttl):
+                beat = await store.heartbeat(fleet.me, ttl=fleet.ttl)
         except Exception as exc:
             fleet.record_failure(asked, exc)
             return

@@ -542,6 +542,14 @@ def _heartbeat(db: MemoryDatabase, now: int, me: Instance, ttl: float) -> Heartb
     return beat_rows(beat, me.instance_id, rows)
 
 
+def _beat(db: MemoryDatabase, now: int, me: Instance, ttl: float) -> Heartbeat | None:
+    """The usual beat: None when the row is missing or declared lost."""
+    row = db.instances.get(me.instance_id)
+    if row is None or row.lost_at is not None:
+        return None
+    return _heartbeat(db, now, me, ttl)
+
+
 def _instances_all(db: MemoryDatabase, now: int, ttl: float) -> list[Instance]:
     alive = set(db.live_ids(now, ttl))
     rows = sorted(db.instances.values(), key=lambda i: (msd(i.started_at) or 0, i.instance_id))
@@ -684,6 +692,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "read_overrides": _read_overrides,
     "set_override": _set_override,
     "heartbeat": _heartbeat,
+    "beat": _beat,
     "instances_all": _instances_all,
     "instance_leave": _instance_leave,
     "registry_of": _registry_of,

@@ -391,6 +391,23 @@ async def heartbeat(t: PostgresTransport, cur: Cursor, now: datetime, me: Instan
     return beat_rows(beat, me.instance_id, await cur.fetchall())
 
 
+async def beat(t: PostgresTransport, cur: Cursor, now: datetime, me: Instance,
+               ttl: float) -> Heartbeat | None:
+    """The usual heartbeat in one round trip (called outside a transaction); None when
+    this instance's row is missing or declared lost (``heartbeat`` registers it)."""
+    await cur.execute(cur.q["instance_beat_alone"], {
+        "id": me.instance_id, "plans": me.plans, "ttl": ttl,
+        "now": None if t.time_source == "database" else now,
+    })  # fmt: skip
+    rows = await cur.fetchall()
+    if not rows[0][3]:
+        return None
+    at = rows[0][4]
+    mine = [(me.instance_id, me.plans, True) if r[0] == me.instance_id else r
+            for r in rows if r[0] is not None]
+    return beat_rows(Heartbeat(now=at.timestamp()), me.instance_id, mine)
+
+
 async def declare_lost(t: PostgresTransport, cur: Cursor, now: datetime, me: str,
                        ttl: float) -> list[Instance]:
     """Declare lost the instances whose last heartbeat is older than ``ttl``. Their
@@ -690,6 +707,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "read_overrides": read_overrides,
     "set_override": set_override,
     "heartbeat": heartbeat,
+    "beat": beat,
     "declare_lost": declare_lost,
     "leases_of": leases_of,
     "interrupt_lost": interrupt_lost,

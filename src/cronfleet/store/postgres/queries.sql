@@ -546,6 +546,23 @@ WHERE instance_id = %(id)s AND lost_at IS NULL;
 SELECT instance_id, plans, heartbeat_at >= %(cut)s FROM __S__.instances
 WHERE lost_at IS NULL ORDER BY instance_id COLLATE "C";
 
+-- name: instance_beat_alone
+-- the usual heartbeat, one statement outside a transaction (one round trip): this
+-- instance's row beats if it is there and not declared lost (beaten: true), and every
+-- instance not declared lost is read as instances_live reads it. The read sees the rows
+-- as the statement began, without this beat (the caller counts this instance live).
+-- %(now)s: the test clock, or NULL for the database's time (returned: the beat's time).
+-- At least one row, even with no instance (the LEFT JOIN): beaten is always answered.
+WITH at AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+beat AS (
+  UPDATE __S__.instances SET heartbeat_at = (SELECT now FROM at), plans = %(plans)s
+  WHERE instance_id = %(id)s AND lost_at IS NULL
+  RETURNING instance_id)
+SELECT i.instance_id, i.plans, i.heartbeat_at >= at.now - make_interval(secs => %(ttl)s),
+  EXISTS (SELECT 1 FROM beat) AS beaten, at.now
+FROM at LEFT JOIN __S__.instances i ON i.lost_at IS NULL
+ORDER BY i.instance_id COLLATE "C";
+
 -- name: instances_stale
 -- the instances the UPDATE below would declare lost, read without a lock (a process frozen
 -- inside its heartbeat holds its row: their sessions are ended first, ops.declare_lost)

@@ -308,6 +308,7 @@ OPS: dict[str, Callable[..., Awaitable[Any]]] = {
     "read_overrides": read_overrides,
     "set_override": set_override,
     "heartbeat": heartbeat,
+    "beat": heartbeat,  # one script: the usual beat and a (re-)registration alike
     "instances_all": instances_all,
     "instance_leave": instance_leave,
     "registry_all": registry_all,

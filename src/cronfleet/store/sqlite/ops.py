@@ -389,6 +389,18 @@ def heartbeat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
                      c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall())
 
 
+def beat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
+         ttl: float) -> Heartbeat | None:
+    """The usual heartbeat outside a transaction: this instance's row beats (one
+    statement, so a declaration of loss comes wholly before or after it), then the live
+    set is read; None when the row is missing or declared lost (``heartbeat`` registers
+    it)."""
+    if c.execute(Q["instance_beat"], (me.instance_id, now, me.plans)).rowcount != 1:
+        return None
+    return beat_rows(Heartbeat(now=now / 1000.0), me.instance_id,
+                     c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall())
+
+
 def declare_lost(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: str,
                  ttl: float) -> list[Instance]:
     rows = c.execute(Q["instances_declare_lost"], (now, now - ms(ttl), me)).fetchall()
@@ -560,6 +572,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "read_overrides": read_overrides,
     "set_override": set_override,
     "heartbeat": heartbeat,
+    "beat": beat,
     "declare_lost": declare_lost,
     "leases_of": leases_of,
     "interrupt_lost": interrupt_lost,
