@@ -3,6 +3,7 @@
     .venv/bin/python bench/fleet_scale.py                        # every store, 1/2/4 processes
     .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --seconds 10
     .venv/bin/python bench/fleet_scale.py --json out.json
+    .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --src /tmp/before/src  # a peer
     .venv/bin/python bench/fleet_scale.py --saturate --procs 1 3 --seconds 60   # ceiling
     .venv/bin/python bench/fleet_scale.py --overload 7500 --stores sqlite postgres --seconds 60
 
@@ -68,6 +69,7 @@ from fleet_redis import DEFAULT_PG, PrivateRedis, finish, pg_exec, stop_children
 from stats import pct  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+SRC_ENV = "CRONFLEET_BENCH_SRC"
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -95,7 +97,9 @@ def count_store_calls(store: Any, buckets: Counter[tuple[int, str]]) -> None:
 
 
 def child(a: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT / "src"))
+    # the code measured: this checkout's, or the peer's given with --src (the children
+    # inherit it through the environment; PYTHONPATH alone would lose to this insert)
+    sys.path.insert(0, os.environ.get(SRC_ENV, str(ROOT / "src")))
     from cronfleet import RunContext, Scheduler
 
     recs: list[tuple[str, float, float]] = []
@@ -434,6 +438,8 @@ def main() -> None:
     p.add_argument("--stores", nargs="*", choices=("postgres", "redis", "sqlite"),
                    default=["postgres", "redis", "sqlite"])
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--src", help="measure another checkout's src directory (a peer "
+                   "revision: git worktree add /tmp/before REV; --src /tmp/before/src)")
     p.add_argument("--saturate", type=int, nargs="*", metavar="JOBS",
                    help="the throughput ceiling: for each store and process count, the "
                         "highest of these job counts (every second) held with p99 lateness "
@@ -452,6 +458,9 @@ def main() -> None:
     if a.overload is not None:
         overload(a)
         return
+    if a.src:
+        os.environ[SRC_ENV] = str(Path(a.src).resolve())
+    print(f"code: {os.environ.get(SRC_ENV, ROOT / 'src')}", flush=True)
     if a.saturate is not None:
         saturate(a)
         return
