@@ -1,9 +1,10 @@
 """The fleet as this process sees it: its own ``instances`` row, heartbeats by the
 store's clock, the live set, breaking a lost instance's leases, and work spreading.
 
-- **Heartbeat** every ``instance_ttl / 5`` (0.4 s by default): one transaction that
-  refreshes this instance's row and reads the live set. An instance whose heartbeat is
-  older than ``instance_ttl`` (2 s) is lost. The beats come from a daemon thread with a
+- **Heartbeat** every ``instance_ttl / 5`` (0.3 s by default): refreshes this instance's
+  row and reads the live set (PostgreSQL: one statement; registering, or a row declared
+  lost, takes a transaction: ``StoreDriver.heartbeat``). An instance whose heartbeat is
+  older than ``instance_ttl`` (1.5 s) is lost. The beats come from a daemon thread with a
   store connection of its own (runtime/heartbeat.py), so a busy or starved event loop
   does not stop them; the thread stops beating for a loop that ran nothing for
   ``wedged_after`` (``max(10 s, 5 x ttl)``), so that a wedged process is declared lost.
