@@ -3,7 +3,7 @@
     .venv/bin/python bench/fleet_scale.py                        # every store, 1/2/4 processes
     .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --seconds 10
     .venv/bin/python bench/fleet_scale.py --json out.json
-    .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --src /tmp/before/src  # a peer
+    .venv/bin/python bench/fleet_scale.py --stores postgres --procs 1 4 --src /tmp/before/src
     .venv/bin/python bench/fleet_scale.py --saturate --procs 1 3 --seconds 60   # ceiling
     .venv/bin/python bench/fleet_scale.py --overload 7500 --stores sqlite postgres --seconds 60
 
