@@ -376,28 +376,33 @@ def set_override(t: SQLiteTransport, c: sqlite3.Connection, now: int, job_id: st
 
 def heartbeat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
               ttl: float) -> Heartbeat:
-    beat = Heartbeat(now=now / 1000.0)
+    """In a transaction: the usual beat, else (the row missing or declared lost) a
+    registration that says so."""
+    done = beat(t, c, now, me, ttl)
+    if done is not None:
+        return done
+    got = Heartbeat(now=now / 1000.0)
     row = c.execute(Q["instance_get"], (me.instance_id,)).fetchone()
-    if row is None or row[0] is not None:
-        if row is not None:
-            beat.lost, beat.lost_at, beat.lost_by = True, dt(row[0]), row[1]
-        c.execute(Q["instance_register"],
-                  (me.instance_id, me.host, me.pid, me.role, me.version, now, me.plans))
-    else:
-        c.execute(Q["instance_beat"], (me.instance_id, now, me.plans))
-    return beat_rows(beat, me.instance_id,
-                     c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall())
+    if row is not None:
+        got.lost, got.lost_at, got.lost_by = True, dt(row[0]), row[1]
+    c.execute(Q["instance_register"],
+              (me.instance_id, me.host, me.pid, me.role, me.version, now, me.plans))
+    return _live(got, c, now, me, ttl)
 
 
 def beat(t: SQLiteTransport, c: sqlite3.Connection, now: int, me: Instance,
          ttl: float) -> Heartbeat | None:
-    """The usual heartbeat outside a transaction: this instance's row beats (one
-    statement, so a declaration of loss comes wholly before or after it), then the live
-    set is read; None when the row is missing or declared lost (``heartbeat`` registers
-    it)."""
+    """The usual heartbeat (the driver calls it outside a transaction): this instance's
+    row beats (one statement, so a declaration of loss comes wholly before or after it),
+    then the live set is read; None when the row is missing or declared lost."""
     if c.execute(Q["instance_beat"], (me.instance_id, now, me.plans)).rowcount != 1:
         return None
-    return beat_rows(Heartbeat(now=now / 1000.0), me.instance_id,
+    return _live(Heartbeat(now=now / 1000.0), c, now, me, ttl)
+
+
+def _live(got: Heartbeat, c: sqlite3.Connection, now: int, me: Instance,
+          ttl: float) -> Heartbeat:
+    return beat_rows(got, me.instance_id,
                      c.execute(Q["instances_live"], (now - ms(ttl),)).fetchall())
 
 
