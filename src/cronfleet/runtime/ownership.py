@@ -195,13 +195,22 @@ class Ownership:
 
     # -- the live set changed ----------------------------------------------------------------
 
+    def _peers(self, live: tuple[str, ...], plans: Mapping[str, str]) -> tuple[str, ...]:
+        """The peers a heartbeat's ``live`` set and ``plans`` say (none while this
+        instance is not in the live set)."""
+        mine = self.plans()
+        return tuple(i for i in live if plans.get(i) == mine) if self.me in live else ()
+
+    def moves(self, live: tuple[str, ...], plans: Mapping[str, str]) -> bool:
+        """Would :meth:`update` with this reading move jobs (other peers than now)?"""
+        return self._peers(live, plans) != self.peers
+
     async def update(self, live: tuple[str, ...], plans: Mapping[str, str]) -> None:
         """After a heartbeat: the peers as ``live`` and their ``plans`` say; the jobs that
         moved away are parked, those that moved here are queued from the store's
         watermark (read in a task). The jobs are judged ``UPDATE_CHUNK`` at a time, the
         loop getting a turn between two (100,000 jobs and 4 peers: ~0.5 s of hashing)."""
-        mine = self.plans()
-        peers = tuple(i for i in live if plans.get(i) == mine) if self.me in live else ()
+        peers = self._peers(live, plans)
         if peers == self.peers:
             return
         self.peers = peers

@@ -276,6 +276,47 @@ async def test_jobs_of_a_stale_instance_move_only_once_it_is_declared_lost(
     assert seen == [("survivor",)]
 
 
+async def test_a_beat_that_moves_jobs_does_not_wait_for_a_quiet_moment(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """After a beat from the heartbeat thread, the loop's part waits for a moment clear
+    of the next instant and of its early claims -- unless the beat moves jobs: a survivor
+    whose peer declared the lost instance first sees only a smaller live set (no stale
+    row), and waiting out the quiet window (most of a second with ``claim_ahead`` 0.5 s)
+    took its share of the lost jobs a beat later (kill9 at 2.0-2.1 s)."""
+    s = make(instance_id="survivor", instance_ttl=TTL)
+    s.job("1s", id="n")(Recorder())
+    await s.start()
+    running.append(s)
+    fleet = s.fleet
+    nxt = fleet.due.heap[0]
+    await advance(clock, nxt - 0.3 - clock.now(), s, step=0.05)  # inside the quiet window
+    assert fleet.due.heap[0] == nxt and fleet.early.ahead == 0.5
+    seen: list[tuple[str, ...]] = []
+
+    async def update(live: tuple[str, ...], plans: Any) -> None:
+        seen.append(live)
+
+    fleet.ownership.update = update  # type: ignore[method-assign]
+    mine = fleet.ownership.plans()
+    assert fleet.ownership.peers == ("survivor",)
+    # the same live set: the loop's part waits for the quiet moment (past the instant)
+    with fleet._lock:
+        fleet.view, fleet.stale = (("survivor",), {"survivor": mine}), False
+    quiet = asyncio.ensure_future(fleet._judge())
+    await spin()
+    assert not quiet.done() and seen == []
+    await advance(clock, 0.4, s, step=0.1)
+    assert quiet.done() and seen == [("survivor",)]
+    # a live set with a new peer moves jobs: at once, inside the next quiet window
+    await advance(clock, fleet.due.heap[0] - 0.3 - clock.now(), s, step=0.05)
+    with fleet._lock:
+        fleet.view = (("peer", "survivor"), {"peer": mine, "survivor": mine})
+    moving = asyncio.ensure_future(fleet._judge())
+    await spin()
+    assert moving.done() and seen[-1] == ("peer", "survivor")
+
+
 def test_rendezvous_moves_only_the_jobs_of_the_instance_that_left() -> None:
     jobs = [f"j{n}" for n in range(1000)]
     three = ("a", "b", "c")
