@@ -278,6 +278,89 @@ async def test_start_up_plans_each_page_before_the_share_is_read(
         await sched.stop()
 
 
+async def test_the_next_page_is_read_while_a_page_is_built(
+        store: Store, side: SideTables, clock: FakeClock) -> None:
+    """At start the read of page n + 1 is under way while page n is built (the build
+    gives the loop a turn every ``APPLY_TURN`` definitions): the store's time and the
+    process's CPU overlap. Every definition is applied once, in order."""
+
+    from cronfleet import catalog as catalog_mod
+
+    for job_id in IDS[:60]:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    sched = Scheduler(store, clock=clock, instance_id="p1")
+    counted = Counting(side_tables(store, clock=clock).api)
+    catalog = Catalog(sched, counted, page=20, shares=True)  # type: ignore[arg-type]
+    real = counted.job_defs_in
+    applied_at_read: list[int] = []  # definitions applied when each read began
+    real_apply = catalog._apply
+    applied = 0
+
+    def counting_apply(*args: Any, **kwargs: Any) -> Any:
+        nonlocal applied
+        applied += 1
+        return real_apply(*args, **kwargs)
+
+    async def noted(buckets: Any, after: ShareKey, limit: int) -> Any:
+        applied_at_read.append(applied)
+        return await real(buckets, after, limit)
+
+    counted.job_defs_in = noted  # type: ignore[method-assign]
+    catalog._apply = counting_apply  # type: ignore[method-assign]
+    old_turn, catalog_mod.APPLY_TURN = catalog_mod.APPLY_TURN, 5
+    await sched.start()
+    try:
+        await catalog.start()
+        await sched.wait_idle()
+        # page 2's read began before page 1 was built (fewer than 20 applied), and so on
+        # (a store may need a last, empty read to say the share ends)
+        assert len(applied_at_read) in (3, 4)
+        assert applied_at_read[0] == 0
+        assert all(n < 20 * k for k, n in enumerate(applied_at_read[1:], 1)), applied_at_read
+        assert applied == 60 and counted.share_rows == 60
+        assert set(sched.jobs) == set(IDS[:60]) <= set(sched.due.next)
+    finally:
+        catalog_mod.APPLY_TURN = old_turn
+        await catalog.stop()
+        await sched.stop()
+
+
+async def test_a_page_read_ahead_is_dropped_when_the_peers_change(
+        store: Store, side: SideTables, clock: FakeClock) -> None:
+    """The peers change while a page is being built and the next one read: the read ahead
+    is cancelled, nothing of it is applied, and the next reading ends with exactly the new
+    share."""
+    from cronfleet import catalog as catalog_mod
+
+    for job_id in IDS:
+        await side.api.create_job_def(job_id, "t", spec(job_id), "me")
+    c1, n1, s1 = instance(store, clock, "p1", ("p1", "p2", "p3"))
+    c1.page = 7
+    real_apply = c1._apply
+    applied = 0
+
+    def change_midway(*args: Any, **kwargs: Any) -> Any:
+        nonlocal applied
+        applied += 1
+        if applied == 3:  # p3 went away while the first page was built
+            s1.ownership.peers = ("p1", "p2")
+        return real_apply(*args, **kwargs)
+
+    c1._apply = change_midway  # type: ignore[method-assign]
+    old_turn, catalog_mod.APPLY_TURN = catalog_mod.APPLY_TURN, 2
+    try:
+        await c1.start()
+        assert 7 <= n1.share_rows <= 14  # the first page (and the page read ahead, dropped)
+        assert applied == 7 and len(s1.jobs) <= 7
+        assert c1.started and not c1.ready
+        await c1.reshare()
+        assert c1.ready
+        assert set(s1.jobs) == owned_by("p1", ("p1", "p2"), IDS)
+    finally:
+        catalog_mod.APPLY_TURN = old_turn
+        await c1.stop()
+
+
 async def test_a_small_catalog_is_read_without_a_query_per_bucket(
         store_kind: str, side: SideTables) -> None:
     """The empty buckets between those holding definitions are skipped by one probe each
