@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from cronfleet.jobs.command import CommandRuntime
     from cronfleet.jobs.http import HttpRuntime
     from cronfleet.runtime.scheduler import Scheduler
-    from cronfleet.store.side import ApiStore, ChangeKey, JobDef, ShareKey
+    from cronfleet.store.side import ApiStore, ChangeKey, JobDef
 
 __all__ = ["API_HTTP_KEYS", "API_KEYS", "BatchInvalid", "Catalog", "ChangedMeanwhile",
            "CommandJobsDisabled", "IdTaken", "SpecInvalid", "SpecProblem", "build_job",
@@ -61,7 +61,6 @@ LET_GO = 30.0  # seconds a bucket that moved away stays held (parked) before it 
 BUILT = 10_000  # jobs built on demand kept (Catalog.build), the least recently used dropped
 GAIN_CHUNK = 500  # jobs built and handed to the scheduler at a time when buckets move here
 GAIN_READ = 200_000  # definitions read before they are sorted and built (~1 KB each)
-APPLY_TURN = 100  # definitions built between two turns of the event loop at start
 URGENT = 5.0  # seconds: a job that moves here due sooner is built as soon as it is read
 FREEZE_EVERY = 10_000  # jobs made between two freezes of what they made (``freeze``)
 # what a stored job may say: every key of a [[tasks]] entry in spec terms, except the team
@@ -551,54 +550,41 @@ class Catalog:
         clock = self.scheduler.clock
         since = clock.now() - 2 * self.scheduler.instance_ttl  # the slots just missed too
         read: list[tuple[float, JobDef]] = []  # (its next slot, the definition)
-        ahead: asyncio.Future[tuple[list[JobDef], ShareKey | None]] | None = None
-        try:
-            while True:
-                if ahead is None:
-                    defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
-                else:  # read while the previous page was applied
-                    defs, nxt = await ahead
-                    ahead = None
-                # every bucket before the page's last one is read whole; that one is held
-                # while its page is applied, whole only once a later page leaves it
-                last = nxt[0] if nxt is not None else BUCKETS
-                done.update(b for b in todo if b < last)
-                held = frozenset(done) if nxt is None else frozenset(done) | {last}
-                if soonest_first:
-                    by = clock.now() + URGENT
-                    urgent: list[tuple[float, JobDef]] = []
-                    for d in defs:
-                        at = soonest(d, since)
-                        (urgent if at <= by else read).append((at, d))
-                    if urgent:  # held while they are applied, then as before: a bucket
-                        # is held for good only once its other definitions are applied too
-                        before, self._buckets = self._buckets, held
-                        try:
-                            await self._apply_soonest_first(urgent)
-                        finally:
-                            self._buckets = before
-                    if len(read) >= GAIN_READ and nxt is not None:  # memory stays bounded
-                        self._buckets = frozenset(done)
-                        await self._apply_soonest_first(
-                            [r for r in read if bucket_of(r[1].id) in done])
-                        read = [r for r in read if bucket_of(r[1].id) not in done]
-                else:
-                    if nxt is not None and self._target() == target:
-                        # the next page is read while this one is built
-                        ahead = asyncio.ensure_future(
-                            self.api_store.job_defs_in(todo, nxt, self.page))
-                    self._buckets = held
-                    await self._apply_in_turns(defs)
+        while True:
+            defs, nxt = await self.api_store.job_defs_in(todo, after, self.page)
+            # every bucket before the page's last one is read whole; that one is held
+            # while its page is applied, whole only once a later page leaves it
+            last = nxt[0] if nxt is not None else BUCKETS
+            done.update(b for b in todo if b < last)
+            held = frozenset(done) if nxt is None else frozenset(done) | {last}
+            if soonest_first:
+                by = clock.now() + URGENT
+                urgent: list[tuple[float, JobDef]] = []
+                for d in defs:
+                    at = soonest(d, since)
+                    (urgent if at <= by else read).append((at, d))
+                if urgent:  # held while they are applied, then as before: a bucket
+                    # is held for good only once its other definitions are applied too
+                    before, self._buckets = self._buckets, held
+                    try:
+                        await self._apply_soonest_first(urgent)
+                    finally:
+                        self._buckets = before
+                if len(read) >= GAIN_READ and nxt is not None:  # memory stays bounded
                     self._buckets = frozenset(done)
-                if nxt is None:
-                    break
-                after = nxt
-                await asyncio.sleep(0)
-                if self._target() != target:
-                    break  # the peers changed again: the next reshare goes on from here
-        finally:
-            if ahead is not None:  # the peers changed, or the read failed: not wanted
-                await cancel_and_wait([ahead])
+                    await self._apply_soonest_first(
+                        [r for r in read if bucket_of(r[1].id) in done])
+                    read = [r for r in read if bucket_of(r[1].id) not in done]
+            else:
+                self._buckets = held
+                self._apply_many(defs)
+                self._buckets = frozenset(done)
+            if nxt is None:
+                break
+            after = nxt
+            await asyncio.sleep(0)
+            if self._target() != target:
+                break  # the peers changed again: the next reshare goes on from here
         if soonest_first:  # a bucket cut by a change of peers is read again by the next
             self._buckets = frozenset(done)
             await self._apply_soonest_first([r for r in read if bucket_of(r[1].id) in done])
@@ -611,21 +597,6 @@ class Catalog:
             if k:
                 await asyncio.sleep(0)
             self._apply_many([d for _, d in read[k:k + GAIN_CHUNK]])
-
-    async def _apply_in_turns(self, defs: Sequence[JobDef]) -> None:
-        """:meth:`_apply_many` giving the event loop a turn every :data:`APPLY_TURN`
-        definitions (a page takes ~30 ms to build): the next page's read goes on
-        meanwhile, and the slots already planned fire on time. The new jobs go to the
-        scheduler together at the end (one read of their states)."""
-        adding: list[Job] = []
-        for k in range(0, len(defs), APPLY_TURN):
-            if k:
-                await asyncio.sleep(0)
-            for d in defs[k:k + APPLY_TURN]:
-                self._apply(d, adding=adding)
-        if adding:
-            self.scheduler.add_job(*adding)
-        self._made_many(len(adding))
 
     def _apply_many(self, defs: Sequence[JobDef]) -> None:
         """Apply ``defs``, the new jobs among them added to the scheduler together (one
