@@ -9,7 +9,9 @@ store's clock, the live set, breaking a lost instance's leases, and work spreadi
   does not stop them; the thread stops beating for a loop that ran nothing for
   ``wedged_after`` (``max(10 s, 5 x ttl)``), so that a wedged process is declared lost.
   What a beat found reaches the loop's state under one lock (``record``); the loop does
-  its part (``break_lost``, the registry's sync) after a beat that went through. Without
+  its part (``break_lost``, dividing the jobs, the registry's sync) after a beat that
+  went through: at once when the beat moves jobs (a stale instance, a new live set),
+  else in a moment clear of the next instant (``quiet_moment``). Without
   a second connection (the memory store, a store object given by the caller) or with a
   test clock, the loop beats itself, as before.
 - **Lost instances**: after a heartbeat that saw one (``Heartbeat.stale``), this process
