@@ -7,6 +7,10 @@
     .venv/bin/python -m bench.chaos --json > chaos.json
     .venv/bin/python -m bench.chaos --only kill9,sigstop --repeat 4 --json > f.json
     .venv/bin/python -m bench.chaos --failover f.json      # p50 / p99 over every struck job
+    CRONFLEET_BENCH_SRC=/tmp/peer/src .venv/bin/python -m bench.chaos --only kill9  # a peer
+
+The worker processes run this checkout's ``src`` (``CRONFLEET_BENCH_SRC``: another
+checkout's), put first on their ``PYTHONPATH``.
 
 PostgreSQL scenarios run on a private cluster (``initdb`` in a temporary directory on a
 free port, thrown away at the end); ``--pg-url`` uses another server instead (then the

@@ -48,6 +48,11 @@ from bench.chaos.faults import (
 from cronfleet.spec import DEFAULT_INSTANCE_TTL
 
 ROOT = Path(__file__).resolve().parents[2]
+SRC_ENV = "CRONFLEET_BENCH_SRC"
+# the code the workers run: this checkout's src, or a peer's (CRONFLEET_BENCH_SRC), first
+# on their PYTHONPATH -- without it they imported whatever the virtualenv's editable
+# install points at, another checkout's src when the suite runs from a clean clone
+SRC = Path(os.environ.get(SRC_ENV) or ROOT / "src").resolve()
 WORKER = "bench.chaos.worker"
 OFFSET_ENV = "CRONFLEET_CHAOS_CLOCK_OFFSET"
 OUTCOMES = {"succeeded", "failed", "timed_out"}
@@ -432,7 +437,8 @@ class Fleet:
              "--jobs", str(k.jobs), "--every", f"{k.every}s", "--sleep", str(k.sleep),
              "--instance-ttl", f"{k.instance_ttl:g}s", *self.extra],
             cwd=ROOT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
+                p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)},
             stdout=subprocess.PIPE,
             stderr=open(log, "w"),  # noqa: SIM115 - the child owns it
             text=True,
