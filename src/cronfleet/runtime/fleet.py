@@ -314,14 +314,12 @@ class Fleet:
 
     async def _judge(self) -> None:
         """The loop's part after a heartbeat thread's beat that went through, while
-        steady: ``_after_beat`` in a quiet moment -- unless the beat brings a takeover
-        (it saw a stale instance, or a live set that moves jobs here or away: another
-        survivor declared the lost one first). A takeover waits for no instant: the jobs
-        it moves are already late (a lost instance's) or would get two owners for longer.
-        The quiet window is most of a second with the default ``claim_ahead`` (0.5 s), and
-        waiting it out made the survivors that did not declare the lost instance take
-        their share up to an interval later (the fault suite's ``kill9`` at 2.0-2.1 s
-        instead of 1.3-1.8 s, one run in three)."""
+        steady: ``_after_beat`` in a quiet moment -- unless the beat moves jobs (it saw a
+        stale instance, or a live set with other peers: a survivor whose peer declared
+        the lost instance first sees only the smaller set). Moved jobs wait for no
+        instant: a lost instance's are already late, and a join or a stop would keep two
+        owners (or none) longer. The quiet window covers the early claims too, most of a
+        second with the default ``claim_ahead``."""
         with self._lock:  # one beat's reading
             stale, view = self.stale, self.view
         if not stale and not self.ownership.moves(*view):
