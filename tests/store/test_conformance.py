@@ -49,6 +49,20 @@ async def test_ensure_jobs_creates_rows_once(store: Store, clock: FakeClock) -> 
     assert again["a"].enabled_override is None and again["a"].lease_holder is None
 
 
+async def test_ensured_ids_are_remembered_only_where_claims_read_them(
+        store: Store, store_kind: str) -> None:
+    """The SQL stores remember which jobs have a state row (their claims skip the insert
+    for those); memory and Redis ensure the row inside each claim, so they hold no set of
+    every job id (#27: ~100 bytes a job for nothing)."""
+    ids = [f"j{i}" for i in range(50)]
+    await store.ensure_jobs(ids)
+    known = store.transport.known  # type: ignore[attr-defined]
+    if store_kind in ("memory", "redis"):
+        assert known is None
+    else:
+        assert known is not None and set(ids) <= known
+
+
 async def test_claims_are_unique_per_slot_across_instances(store: Store, other: Store) -> None:
     await store.ensure_jobs(["a", "b"])
     batch = [slot_item("a", T0), slot_item("b", T0)]

@@ -22,7 +22,7 @@ from cronfleet.catalog import (
     build_job,
     validate_spec,
 )
-from cronfleet.jobs.http import HttpJob, HttpJobInvalid, HttpRuntime
+from cronfleet.jobs.http import NO_RETRY, HttpJob, HttpJobInvalid, HttpRuntime
 from cronfleet.spec import FieldError, SpecInvalid
 
 RUNTIME = HttpRuntime()
@@ -116,7 +116,8 @@ def _plain_validate(s: dict[str, Any], team: str) -> tuple[Any, list[spec.FieldP
 
 def _fields(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _fields(v) for k, v in vars(value).items() if k != "runtime"}
+        return {f.name: _fields(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.name != "runtime"}
     return value
 
 
@@ -150,7 +151,7 @@ def test_build_job_is_the_plain_build_on_many_specs() -> None:
         if want_spec is not None and want_spec.command is None:
             try:
                 handler = HttpJob(**{**want_spec.http.kwargs(), "namespace": "ops"},
-                                  retry=want_spec.retry or HttpJob.retry,
+                                  retry=want_spec.retry or NO_RETRY,
                                   allow_private_targets=None, notify=want_spec.notify,
                                   auto_pause_after=want_spec.auto_pause_after,
                                   runtime=RUNTIME, private_targets=RUNTIME.api_private_targets,
@@ -166,6 +167,15 @@ def test_build_job_is_the_plain_build_on_many_specs() -> None:
             want = "command jobs disabled"
         assert got == want, s
     assert built > 100
+
+
+def test_a_stored_jobs_handler_holds_no_dict() -> None:
+    """An HTTP handler is slotted: a process holds one per API job of its share (#27)."""
+    job = build_job({"id": "a", "schedule": "5 0 * * * *",
+                     "http": {"url": "http://127.0.0.1:9999/hook/a"}}, runtime=RUNTIME)
+    assert isinstance(job.handler, HttpJob)
+    assert not hasattr(job.handler, "__dict__")
+    assert job.handler.url == "http://127.0.0.1:9999/hook/a" and job.handler.method == "GET"
 
 
 @pytest.mark.parametrize("keys", [spec.SPEC_KEYS, API_KEYS, spec.HTTP_KEYS, spec.RETRY_KEYS])

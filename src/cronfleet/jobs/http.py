@@ -689,7 +689,7 @@ def _seconds(value: object, key: str) -> float:
 # -- the job --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class HttpJob:
     """An HTTP request as a job handler.
 

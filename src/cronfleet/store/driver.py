@@ -486,8 +486,11 @@ class SqlTransport(Protocol):
     """What :class:`StoreDriver` needs of a SQL backend: plans and single operations, each
     in one transaction, and the dialect's run-query shape."""
 
-    known: set[str]
-    """Job ids whose state row is known to exist (a lease needs no ``ensure`` first)."""
+    @property
+    def known(self) -> set[str] | None:
+        """Job ids whose state row is known to exist (a lease needs no ``ensure`` first);
+        None for a backend that ensures the rows inside its own operations (memory,
+        Redis: a set of every job id would be ~100 bytes a job held for nothing)."""
 
     placeholder: str
     """The driver's parameter mark (``?`` for sqlite3, ``%s`` for psycopg)."""
@@ -540,7 +543,8 @@ class StoreDriver:
     async def ensure_jobs(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         ids = list(job_ids)
         states: dict[str, JobState] = await self.transport.call("ensure_jobs", ids)
-        self.transport.known.update(ids)
+        if self.transport.known is not None:
+            self.transport.known.update(ids)
         return states
 
     async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
@@ -575,7 +579,8 @@ class StoreDriver:
             lambda now: dispatch_plan(reqs, instance_id, now),
             ambiguous=lambda got: self._remember("dispatch", got),
         )
-        self.transport.known.update(leased)  # their state rows exist now
+        if self.transport.known is not None:
+            self.transport.known.update(leased)  # their state rows exist now
         return out
 
     async def withdraw(self, items: Sequence[tuple[str, float, int]]) -> int:

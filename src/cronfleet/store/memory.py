@@ -724,7 +724,7 @@ class MemoryTransport:
         self.db = db
         self.clock = clock
         self.is_open = False
-        self.known: set[str] = set()
+        self.known: set[str] | None = None  # its plans ensure the state rows
 
     def tables(self) -> MemoryDatabase:
         if not self.is_open:

@@ -73,7 +73,7 @@ class RedisTransport:
         self._callbacks: list[Callable[[], object]] = []
         self._listener: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.known: set[str] = set()  # (the driver's; Redis ensures inside its scripts)
+        self.known: set[str] | None = None  # Redis ensures the state rows in its scripts
         self.prune_chunk = _PRUNE_CHUNK
         """The most jobs, claims and runs one retention script call examines."""
         # (job, slot ms, instance) of dispatch calls whose answer never arrived
