@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from cronfleet import spec as _spec
@@ -69,6 +72,8 @@ FREEZE_EVERY = 10_000  # jobs made between two freezes of what they made (``free
 API_KEYS = tuple(k for k in _spec.SPEC_KEYS if k != "team")
 API_HTTP_KEYS = tuple(k for k in _spec.HTTP_KEYS if k != "namespace")
 SpecProblem = FieldProblem  # (field, message, column): the name this module used
+NO_CONFIG: Mapping[str, Any] = MappingProxyType({})
+"""The ``config`` of every HTTP job stored without one (read-only, shared)."""
 MERGED_KEYS = ("http", "retry")  # an update merges these key by key; other keys replace
 
 
@@ -188,8 +193,9 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     must have hosts. A command job raises :class:`CommandJobsDisabled` unless
     ``allow_commands``, and may use secrets only when an admin saved it (a command can
     send a value anywhere: no host binding holds)."""
-    from cronfleet.jobs.http import HttpJob, HttpJobInvalid, TargetPolicy
+    from cronfleet.jobs.http import HttpJob, HttpJobInvalid
 
+    team = sys.intern(team)  # the job's and its handler's: one string per team, not per job
     kwargs, problems = _spec_arguments(spec, team=team, new=new, now=now)
     if kwargs is None:
         raise SpecInvalid(problems)
@@ -202,12 +208,16 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
         fields = {**result.job_fields(), "timeout": handler.job_timeout}
     else:
         targets = (runtime.api_private_targets if runtime is not None
-                   else TargetPolicy.parse([]))
+                   else _no_private_targets())
         # the job's fields and its request as validated: no JobSpec between (~3 us)
         fields = kwargs
         request = fields.pop("http")
         fields.pop("allow_private_targets", None)  # the operator's private_targets rule
         fields.pop("command", None)
+        # one empty config for every HTTP job stored without one (its handler reads none):
+        # a process holds one job per API job of its share (#27)
+        if not fields.get("config"):
+            fields["config"] = NO_CONFIG
         try:
             handler = HttpJob.from_request(
                 request, retry=fields.get("retry"), notify=fields.get("notify"),
@@ -236,6 +246,15 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
                 "jitter", f"{job.jitter:g}s is longer than the schedule's period "
                           f"({period:g}s{what}): a run would start after the next slot")])
     return job
+
+
+@functools.cache
+def _no_private_targets() -> Any:
+    """The SSRF guard's policy without a runtime (the CLI's jobs): nothing private, one
+    object for every job."""
+    from cronfleet.jobs.http import TargetPolicy
+
+    return TargetPolicy.parse([])
 
 
 def job_elsewhere(d: JobDef) -> Job:
@@ -901,7 +920,7 @@ class Catalog:
         else:
             sched.add_job(job)
             (log.debug if self._loading else log.info)("job %s added from the catalog", d.id)
-        self._versions[d.id] = d.version
+        self._versions[job.id] = d.version  # the job's own id string: one per job held
         return job
 
 

@@ -178,6 +178,24 @@ def test_a_stored_jobs_handler_holds_no_dict() -> None:
     assert job.handler.url == "http://127.0.0.1:9999/hook/a" and job.handler.method == "GET"
 
 
+def test_stored_jobs_share_their_team_and_empty_config() -> None:
+    """What every API job held would repeat is one object (#27): the team's name (each
+    definition read brings its own copy) and the empty config of an HTTP job; a job
+    stored with a config keeps its own."""
+    def build(job_id: str, **more: Any) -> Any:
+        return build_job({"id": job_id, "schedule": "5 0 * * * *",
+                          "http": {"url": f"http://127.0.0.1:9999/hook/{job_id}"}, **more},
+                         team="".join(["bil", "ling"]), runtime=RUNTIME)
+
+    a, b = build("a"), build("b")
+    assert a.team == "billing" and a.team is b.team and a.handler.namespace is a.team
+    assert a.config is b.config and dict(a.config) == {}
+    with pytest.raises(TypeError):
+        a.config["k"] = 1  # type: ignore[index]
+    c = build("c", config={"k": 1})
+    assert dict(c.config) == {"k": 1} and c.config is not a.config
+
+
 @pytest.mark.parametrize("keys", [spec.SPEC_KEYS, API_KEYS, spec.HTTP_KEYS, spec.RETRY_KEYS])
 def test_a_key_set_is_the_tuple(keys: tuple[str, ...]) -> None:
     assert spec._key_set(keys) == frozenset(keys)
