@@ -7,6 +7,13 @@ to their own URL), built from their stored spec (``catalog.build_job``) and adde
 peer: e.g. ``git worktree add /tmp/before <rev>``).
 
     .venv/bin/python bench/api_job_memory.py --jobs 30000 [--src /tmp/before/src]
+    .venv/bin/python bench/api_job_memory.py --jobs 30000 --store redis [--src ...]
+
+``--store sqlite|redis``: what a started process holds per API job once its catalog has
+loaded them from a store (the definitions seeded as ``bench/catalog_refresh.py`` writes
+them: a temp SQLite file, or a throwaway prefix on ``--redis``), everything it keeps
+counted -- the jobs, their timers and watermarks, the catalog's versions, the store
+object's own tables, the strings read -- after one job was built first (the imports).
 """
 
 from __future__ import annotations
@@ -54,24 +61,79 @@ def child(n: int) -> dict[str, float]:
     return {"jobs": n, "bytes_per_job": grown / n}
 
 
+def through_catalog(n: int, store: str, redis: str) -> dict[str, float]:
+    """Bytes held per job after a started scheduler's catalog loaded ``n`` definitions
+    from ``store`` (``sqlite`` or ``redis``)."""
+    import asyncio
+    import tempfile
+    import uuid
+
+    sys.path.insert(0, str(HERE))
+    import catalog_refresh  # the seeding of N definitions, as that bench writes them
+    from cronfleet import Scheduler
+    from cronfleet.catalog import Catalog, build_job
+    from cronfleet.jobs.http import HttpRuntime
+    from cronfleet.store.factory import open_store, side_tables
+
+    if store == "sqlite":
+        url = f"sqlite:///{tempfile.mkdtemp(prefix='cf-jobmem-')}/jobs.db"
+    else:
+        url = f"{redis}?prefix=jobmem{uuid.uuid4().hex[:8]}:"
+
+    async def go() -> dict[str, float]:
+        await catalog_refresh.seed(store, url, n)
+        st = open_store(url)
+        await st.open()
+        sched = Scheduler(st)
+        runtime = HttpRuntime(store=st)  # as the service's catalog is given one
+        catalog = Catalog(sched, side_tables(st).api, runtime=runtime)
+        build_job(catalog_refresh.spec(10**7), runtime=runtime)  # a first build's imports
+        async with sched:
+            gc.collect()
+            tracemalloc.start()
+            before = tracemalloc.take_snapshot()
+            await catalog.start()
+            held = len(sched.jobs)
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            await catalog.stop()
+        await st.close()
+        await catalog_refresh.cleanup(store, url)
+        if held != n:
+            raise SystemExit(f"the catalog holds {held} jobs, not {n}")
+        grown = sum(d.size_diff for d in after.compare_to(before, "filename"))
+        return {"jobs": n, "bytes_per_job": grown / n}
+
+    return asyncio.run(go())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=30000)
     ap.add_argument("--src", type=Path, help="another checkout's src: the peer")
+    ap.add_argument("--store", choices=["sqlite", "redis"],
+                    help="load the jobs through a started process's catalog from this store")
+    ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child(a.child)))
+        print(json.dumps(through_catalog(a.child, a.store, a.redis) if a.store
+                         else child(a.child)))
         return
     rows = [("this checkout", HERE.parent / "src")]
     if a.src:
         rows.append((f"peer {a.src}", a.src))
     for name, src in rows:
-        out = subprocess.run([sys.executable, __file__, "--child", str(a.jobs)],
+        cmd = [sys.executable, __file__, "--child", str(a.jobs)]
+        if a.store:
+            cmd += ["--store", a.store, "--redis", a.redis]
+        out = subprocess.run(cmd,
                              env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True,
                              text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{name}: {r['jobs']:,} API jobs, {r['bytes_per_job']:,.0f} bytes each")
+        how = f", loaded from {a.store} by a started catalog" if a.store else ""
+        print(f"{name}: {r['jobs']:,} API jobs{how}, {r['bytes_per_job']:,.0f} bytes each")
 
 
 if __name__ == "__main__":
