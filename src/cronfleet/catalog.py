@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sys
 import time
@@ -193,7 +192,7 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
     must have hosts. A command job raises :class:`CommandJobsDisabled` unless
     ``allow_commands``, and may use secrets only when an admin saved it (a command can
     send a value anywhere: no host binding holds)."""
-    from cronfleet.jobs.http import HttpJob, HttpJobInvalid
+    from cronfleet.jobs.http import NO_API_PRIVATE_TARGETS, HttpJob, HttpJobInvalid
 
     team = sys.intern(team)  # the job's and its handler's: one string per team, not per job
     kwargs, problems = _spec_arguments(spec, team=team, new=new, now=now)
@@ -208,7 +207,7 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
         fields = {**result.job_fields(), "timeout": handler.job_timeout}
     else:
         targets = (runtime.api_private_targets if runtime is not None
-                   else _no_private_targets())
+                   else NO_API_PRIVATE_TARGETS)
         # the job's fields and its request as validated: no JobSpec between (~3 us)
         fields = kwargs
         request = fields.pop("http")
@@ -246,15 +245,6 @@ def build_job(spec: Mapping[str, Any], *, team: str = DEFAULT_TEAM,
                 "jitter", f"{job.jitter:g}s is longer than the schedule's period "
                           f"({period:g}s{what}): a run would start after the next slot")])
     return job
-
-
-@functools.cache
-def _no_private_targets() -> Any:
-    """The SSRF guard's policy without a runtime (the CLI's jobs): nothing private, one
-    object for every job."""
-    from cronfleet.jobs.http import TargetPolicy
-
-    return TargetPolicy.parse([])
 
 
 def job_elsewhere(d: JobDef) -> Job:

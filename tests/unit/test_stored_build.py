@@ -194,6 +194,12 @@ def test_stored_jobs_share_their_team_and_empty_config() -> None:
         a.config["k"] = 1  # type: ignore[index]
     c = build("c", config={"k": 1})
     assert dict(c.config) == {"k": 1} and c.config is not a.config
+    # without a runtime (the CLI's catalog), one policy of the API's wording for all
+    bare = [build_job({"id": i, "schedule": "5 0 * * * *",
+                       "http": {"url": f"http://127.0.0.1:9999/hook/{i}"}}) for i in "de"]
+    policy = bare[0].handler.private_targets
+    assert policy is bare[1].handler.private_targets and policy == RUNTIME.api_private_targets
+    assert "[api] private_targets" in policy.hint
 
 
 @pytest.mark.parametrize("keys", [spec.SPEC_KEYS, API_KEYS, spec.HTTP_KEYS, spec.RETRY_KEYS])

@@ -328,6 +328,8 @@ class TargetPolicy:
 
 NO_PRIVATE_TARGETS = TargetPolicy()
 ALL_TARGETS = TargetPolicy(everything=True)
+# API jobs without [api] private_targets: nothing private, the hint naming the operator's list
+NO_API_PRIVATE_TARGETS = TargetPolicy.parse([])
 
 _targets: contextvars.ContextVar[TargetPolicy] = contextvars.ContextVar(
     "cronfleet_http_targets", default=NO_PRIVATE_TARGETS
@@ -496,7 +498,7 @@ class HttpRuntime:
         self._vault = vault
         self._keyring = keyring
         self.allow_private_targets = allow_private_targets
-        self.api_private_targets = api_private_targets or TargetPolicy.parse([])
+        self.api_private_targets = api_private_targets or NO_API_PRIVATE_TARGETS
         self.regex_timeout = regex_timeout
         self._matcher: Matcher | None = None
         self.sleep: Sleep = sleep or asyncio.sleep
