@@ -109,8 +109,8 @@ CONFIG = textwrap.dedent('''
     [[tasks]]
     id = "shell.tail"
     cron = "0 5 * * *"
-    description = "a command printing a line every 0.3 s"
-    command = "for i in $(seq 1 60); do echo line $i; sleep 0.3; done"
+    description = "a command printing a line every 0.3 s for 90 s"
+    command = "for i in $(seq 1 300); do echo line $i; sleep 0.3; done"
     shell = true
 
     [[tasks]]

@@ -23,7 +23,7 @@ import pytest
 
 from api.procs import LISTENING, spawn, stop, wait_for
 from browser.conftest import CONFIG, ROOT, SHOTS, TASKS, Server, token
-from browser.test_dashboard import until
+from browser.test_dashboard import axe_violations, until
 from cronfleet.dashboard.read import CELL_CODES, CELL_STATES
 
 pytestmark = pytest.mark.slow
@@ -136,11 +136,7 @@ COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 
 def _axe(page: Any, axe: str, what: str, rules: list[str] | None = None) -> None:
     """axe-core's violations on the page, of every rule or of ``rules`` only."""
-    page.add_script_tag(content=axe)
-    got = page.evaluate("async rules => (await axe.run(document, {resultTypes: ['violations'],"
-                        " ...(rules ? {runOnly: {type: 'rule', values: rules}} : {})}))"
-                        ".violations.map(v => ({id: v.id, impact: v.impact, help: v.help,"
-                        " nodes: v.nodes.slice(0, 3).map(n => n.target)}))", rules)
+    got = axe_violations(page, axe, rules)
     assert not got, f"{what}: {got}"
 
 

@@ -176,8 +176,14 @@ def test_three_processes_hold_a_share_each_and_a_killed_ones_share_moves(
     why = {(j, s): (st, r, i) for j, s, st, r, i, *_ in rows}
     silent = sorted(k for k in due if k not in hits and k not in recorded)
     assert not silent, f"{len(silent)} due slot(s) neither fired nor recorded: {silent[:5]}"
+    # a slot skipped `already_executing` whose previous slot fired is the jobs' overlap
+    # rule (skip: that run still held the lease), not a share lost: on a loaded box (CI
+    # runs six test workers on two cores) this test's sink can take an instant's 240
+    # requests seconds late, and every job's next slot is then skipped, with its row
+    busy = {k for k in due if k not in hits and (k[0], k[1] - EVERY) in hits
+            and why.get(k, ("", "", ""))[:2] == ("skipped", "already_executing")}
     # before the kill every slot fired; from 8 s after it too (the share moved by then)
-    unfired = sorted(k for k in due if k not in hits
+    unfired = sorted(k for k in due if k not in hits and k not in busy
                      and (k[1] < killed or k[1] >= killed + 8))
     assert not unfired, (f"{len(unfired)} slot(s) not fired (w0 {w0}, killed {killed}): "
                          + ", ".join(f"{k} {why.get(k)}" for k in unfired[:8]))
