@@ -42,11 +42,13 @@ $(AXE): tests/browser/package.json
 # then the `timing` tests beside each other only (run even when the first phase failed).
 # Each phase prints its ten slowest tests.
 # `make test WORKERS=8` / `TIMING_WORKERS=4` to change the number of workers; PYTEST_ARGS
-# is passed to both phases (e.g. PYTEST_ARGS="-x").
+# is passed to both phases (e.g. PYTEST_ARGS="-x"). Failures print short tracebacks (the
+# failing lines and the assertion's message: every failure of a run fits in a CI log's
+# excerpt); PYTEST_ARGS="--tb=long" for whole test functions.
 WORKERS ?= 6
 TIMING_WORKERS ?= 8
 PYTEST_ARGS ?=
-PYTEST := $(BIN)/python -m pytest -q --durations=10 --dist loadgroup $(PYTEST_ARGS)
+PYTEST := $(BIN)/python -m pytest -q --durations=10 --tb=short --dist loadgroup $(PYTEST_ARGS)
 # where the timing tests live: the second phase collects only these (tests/phases.py, the
 # same list, checked by tests/unit/ecosystem/test_make_phases.py)
 TIMING_DIRS := tests/integration tests/chaos tests/security
