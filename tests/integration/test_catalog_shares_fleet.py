@@ -181,7 +181,7 @@ def test_three_processes_hold_a_share_each_and_a_killed_ones_share_moves(
     # runs six test workers on two cores) this test's sink can take an instant's 240
     # requests seconds late, and every job's next slot is then skipped, with its row
     busy = {k for k in due if k not in hits and (k[0], k[1] - EVERY) in hits
-            and why.get(k, ("", "", ""))[:2] == ("skipped", "already_executing")}
+            and why.get(k, ())[:2] == ("skipped", "already_executing")}
     # before the kill every slot fired; from 8 s after it too (the share moved by then)
     unfired = sorted(k for k in due if k not in hits and k not in busy
                      and (k[1] < killed or k[1] >= killed + 8))
