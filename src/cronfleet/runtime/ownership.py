@@ -35,6 +35,7 @@ digest, so it stands apart from its old peers until they have the same change.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -55,24 +56,33 @@ __all__ = ["GAIN_CHUNK", "UPDATE_CHUNK", "Ownership", "owner", "plan_key", "plan
 
 log = logging.getLogger("cronfleet")
 
+_blake2b = hashlib.blake2b
+
 GAIN_CHUNK = 5000  # jobs whose state one store call reads when they become this instance's
 UPDATE_CHUNK = 2000  # jobs judged between two turns of the loop when the peers change
 GAIN_RETRY = (0.2, 2.0)  # seconds: first and longest wait between two reads that failed
 
 
-def _score(job_id: str, instance_id: str) -> bytes:
-    return hashlib.blake2b(
-        instance_id.encode() + b"\x00" + job_id.encode(), digest_size=8
-    ).digest()
+@functools.lru_cache(maxsize=1024)
+def _prefix(instance_id: str) -> bytes:
+    return instance_id.encode() + b"\x00"
 
 
 def owner(job_id: str, live: tuple[str, ...]) -> str | None:
-    """The live instance a job belongs to (rendezvous hashing): every process computes the
+    """The live instance a job belongs to (rendezvous hashing): the one with the highest
+    score, the 8-byte BLAKE2b of ``instance id NUL job id``. Every process computes the
     same answer from the same live set, and a change of the set moves only the jobs of
-    the instance that came or went."""
-    if not live:
-        return None
-    return max(live, key=lambda i: _score(job_id, i))
+    the instance that came or went: a joining instance takes jobs only from their
+    owners, a leaving one's jobs go to the others (:meth:`Ownership.update` relies on
+    both)."""
+    key = job_id.encode()
+    best = b""
+    found = None
+    for inst in live:
+        score = _blake2b(_prefix(inst) + key, digest_size=8).digest()
+        if found is None or score > best:
+            best, found = score, inst
+    return found
 
 
 SHARED_KEY = "\x00api jobs by bucket"  # in the digest of processes dividing the API's jobs
@@ -132,6 +142,9 @@ class Ownership:
         self.shared = shared
         self.on_peers: Callable[[], None] | None = None
         self.peers: tuple[str, ...] = ()  # live instances planning our jobs, us included
+        # the peers every job was judged for by the last update that went to its end
+        # (None: one was cut short by a newer view): what the next update starts from
+        self._basis: tuple[str, ...] | None = ()
         self._acc: int | None = None  # XOR of the claimed jobs' key hashes; None: to compute
         # the buckets of API jobs this instance owns, and the peers they were computed for
         self._owned: tuple[tuple[str, ...], frozenset[int]] = ((), ALL_BUCKETS)
@@ -154,6 +167,7 @@ class Ownership:
         """Divide the API's jobs by bucket from now on (the digest changes with it)."""
         self.shared = True
         self._acc = None
+        self._basis = None  # the API's jobs are judged by another rule from now on
 
     def _digested(self, job: Job) -> bool:
         """Is the job part of the digest? Claimed jobs, except the API's when they are
@@ -209,21 +223,23 @@ class Ownership:
         """After a heartbeat: the peers as ``live`` and their ``plans`` say; the jobs that
         moved away are parked, those that moved here are queued from the store's
         watermark (read in a task). The jobs are judged ``UPDATE_CHUNK`` at a time, the
-        loop getting a turn between two (100,000 jobs and 4 peers: ~0.5 s of hashing)."""
+        loop getting a turn between two (100,000 jobs and 4 peers: ~0.2 s of hashing); only
+        the jobs that can have moved are judged (:meth:`_to_judge`)."""
         peers = self._peers(live, plans)
         if peers == self.peers:
             return
         self.peers = peers
+        basis, self._basis = self._basis, None  # None until every job is judged anew
         due = self.due
         gained: list[str] = []
         parked = 0
         table = self.jobs
-        jobs = list(table.values())
+        jobs = self._to_judge(basis, peers)
         for k in range(0, len(jobs), UPDATE_CHUNK):
             if k:
                 await asyncio.sleep(0)
                 if self.peers != peers:
-                    return  # a newer view took over (and judged every job again)
+                    return  # a newer view took over (and judges every job again)
             for job in jobs[k : k + UPDATE_CHUNK]:
                 if table.get(job.id) is not job:
                     continue  # removed or replaced meanwhile: admit() judged the new one
@@ -239,10 +255,28 @@ class Ownership:
             "(%d moved here, %d moved away)", max(1, len(peers)), self.me,
             len(self.jobs) - len(due.parked), len(self.jobs), len(gained), parked,
         )
+        self._basis = peers
         if gained:
             self.life.spawn(self.gain(gained))
         if self.on_peers is not None:
             self.on_peers()
+
+    def _to_judge(self, basis: tuple[str, ...] | None, peers: tuple[str, ...]) -> list[Job]:
+        """The jobs whose owner may differ between ``basis`` (the peers every job was last
+        judged for; ``None``: a judgement was cut short) and ``peers``. Rendezvous hashing
+        (:func:`owner`) moves a job only to an instance that came or from one that went:
+        when instances only joined, only this instance's jobs can move (away); when they
+        only left, only the parked ones can move (here). Anything else: every job."""
+        table = self.jobs
+        if basis is not None and len(basis) >= 2:
+            if len(peers) < 2:  # alone again: every job is ours
+                return [table[j] for j in self.due.parked if j in table]
+            if set(basis) <= set(peers):
+                parked = self.due.parked
+                return [j for j in table.values() if j.id not in parked]
+            if set(peers) <= set(basis):
+                return [table[j] for j in self.due.parked if j in table]
+        return list(table.values())
 
     def admit(self, job: Job) -> bool:
         """A job added while running: True when it is this instance's (the caller queues

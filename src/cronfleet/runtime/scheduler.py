@@ -480,12 +480,17 @@ class Scheduler(SyncControl):
         self.runner.threads = DaemonThreadPool(self.max_workers)
         await open_store_at_start(self.store, own=self._own_store,
                                   connect_timeout=self.connect_timeout)
-        states = await self.store.ensure_jobs(list(self._jobs))
-        now = self.clock.now()
-        self.due.first_all(self._jobs.values(), states, now)
-        if self.fleet.enabled:  # registered before the first claim
+        if self.fleet.enabled:
+            # registered before the first claim, and the jobs of the peers already live
+            # parked before anything is planned: this process reads the state of its
+            # share only (a job that becomes its own later is read then: Ownership.gain)
             await self.fleet.beat()
             await self.fleet.divide()
+        parked = self.due.parked
+        share = [j for j in self._jobs.values() if j.id not in parked]
+        states = await self.store.ensure_jobs([j.id for j in share])
+        self.due.first_all(share, states, self.clock.now())
+        if self.fleet.enabled:
             await self.registry.publish_at_start()
         self.life.running = True
         self.life.stopping = False

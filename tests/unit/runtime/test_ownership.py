@@ -189,6 +189,44 @@ async def test_a_joining_and_a_leaving_instance_leave_no_slot_behind(
 
 
 @pytest.mark.parametrize("store_kind", KINDS)
+async def test_an_instance_joining_a_live_fleet_reads_and_plans_its_share_only(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """b starts while a is live: its first heartbeat comes before any planning, so it
+    reads the state rows of its own share only and queues nothing else; a's share stays
+    a's (every slot still has one final row, run by its owner)."""
+    handler = Counted()
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    await a.start()
+    running.append(a)
+    await advance(clock, 2, a, step=0.25)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    asked: list[str] = []
+    real = b.store.ensure_jobs
+
+    async def ensure_jobs(job_ids: Any) -> Any:
+        asked.extend(job_ids)
+        return await real(job_ids)
+
+    b.store.ensure_jobs = ensure_jobs  # type: ignore[method-assign]
+    await b.start()
+    running.append(b)
+    share = {j for j in JOBS if owner(j, ("a", "b")) == "b"}
+    assert 0 < len(share) < len(JOBS)
+    assert set(asked) == share and len(asked) == len(share)
+    assert set(b.due.next) == share and b.ownership.parked == len(JOBS) - len(share)
+    start = clock.now()
+    await advance(clock, 8, a, b, step=0.25)
+    assert a.ownership.peers == b.ownership.peers == ("a", "b")
+    await settle(a, b)
+    lo = (start // 2 + 1) * 2
+    rows = await final_rows(a, lo, clock.now() - 3)
+    assert_each_slot_once(rows, handler)
+    assert all(handler.by[k] == owner(k[0], ("a", "b")) for k, (r,) in rows.items()
+               if r.status is RunStatus.SUCCEEDED and k[1] > start + 4)
+
+
+@pytest.mark.parametrize("store_kind", KINDS)
 async def test_a_lost_instances_share_is_taken_from_the_watermark(
     make: Make, clock: FakeClock, running: list
 ) -> None:
@@ -321,3 +359,76 @@ async def test_two_planners_one_late_one_on_time_leave_one_row_per_slot(
                           and handler.calls[k] == 0 for k, r in phase2.items()), phase2
     reasons = Counter(r.reason for r in phase2.values())
     assert reasons["overloaded"] and reasons["missed"], reasons  # both kinds of record
+
+
+async def test_each_update_leaves_every_job_with_its_owner(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update judges only the jobs that can have moved (a join: this instance's; a
+    leave: the parked ones; a judgement cut short by a newer view: all of them). Through
+    joins, leaves, swaps and updates overtaken mid-way, the parked set is always exactly
+    the jobs another peer owns (:func:`owner` over the whole live set)."""
+    import asyncio
+    import random
+
+    from cronfleet.runtime import ownership as mod
+
+    monkeypatch.setattr(mod, "UPDATE_CHUNK", 7)  # many turns of the loop per update
+    s = Scheduler(store=MemoryStore(), instance_id="me")
+    ids = [f"j{n}" for n in range(300)]
+    for job_id in ids:
+        s.job("1s", id=job_id)(print)
+    own = s.ownership
+    gained: list[str] = []
+
+    async def gain(job_ids: list[str]) -> None:
+        gained.extend(job_ids)
+
+    monkeypatch.setattr(own, "gain", gain)
+    digest = own.plans()
+    judged: list[str] = []
+    real_mine = own.mine
+
+    def mine(job: Job) -> bool:
+        judged.append(job.id)
+        return real_mine(job)
+
+    monkeypatch.setattr(own, "mine", mine)
+    others = ["b", "c", "d", "e"]
+    rng = random.Random(7)
+
+    def expected(live: tuple[str, ...]) -> set[str]:
+        return set() if len(live) < 2 else {j for j in ids if owner(j, live) != "me"}
+
+    def view() -> tuple[str, ...]:
+        return ("me", *sorted(rng.sample(others, rng.randint(0, len(others)))))
+
+    def plans(live: tuple[str, ...]) -> dict[str, str]:
+        return dict.fromkeys(live, digest)
+
+    for _ in range(60):
+        first = view()
+        if rng.random() < 0.3:  # a newer view overtakes an update under way
+            second = view()
+            task = asyncio.get_running_loop().create_task(own.update(first, plans(first)))
+            await asyncio.sleep(0)
+            await own.update(second, plans(second))
+            await task
+            first = second
+        else:
+            await own.update(first, plans(first))
+        assert own.peers == (first if len(first) > 1 else own.peers)
+        assert s.due.parked == expected(first), first
+    # a join judges only the jobs this instance plans
+    await own.update(("me", "b"), plans(("me", "b")))
+    kept = len(ids) - len(s.due.parked)
+    judged.clear()
+    await own.update(("me", "b", "c"), plans(("me", "b", "c")))
+    assert len(judged) == kept
+    assert s.due.parked == expected(("me", "b", "c"))
+    # a leave judges only the parked ones
+    parked = len(s.due.parked)
+    judged.clear()
+    await own.update(("me", "c"), plans(("me", "c")))
+    assert len(judged) == parked
+    assert s.due.parked == expected(("me", "c"))
+    assert gained  # jobs moved here along the way were handed to gain()
