@@ -168,6 +168,27 @@ class Fleet:
         self.record(asked, beat)
         return beat
 
+    async def preview(self) -> None:
+        """At start, before this instance registers (its first :meth:`beat` comes once its
+        share is planned: nothing beats for it before its loop and heartbeat thread run,
+        and a row without heartbeats would be declared lost): the live set as the store
+        lists it, this instance included, told to the ownership as if every live
+        instance planned the same jobs, so that the jobs of the peers already live are
+        parked before anything is planned. The listing carries no digests: an instance
+        that plans other jobs (a rolling deploy) is taken for a peer until the first
+        beat, which divides by the digests and queues the jobs parked wrongly from the
+        store's watermark (``Ownership.gain``) before the loop starts. A store that does
+        not answer leaves every job this instance's."""
+        if self.store is None:
+            return
+        try:
+            rows = await self.store.list_instances(ttl=self.ttl)
+        except Exception as exc:  # the start's next store call says it, if it lasts
+            log.debug("fleet: cannot list the live instances at start (%s)", exc)
+            return
+        live = tuple(sorted({r.instance_id for r in rows if r.live} | {self.me.instance_id}))
+        await self.ownership.update(live, dict.fromkeys(live, self.ownership.plans()))
+
     def record_failure(self, asked: float, exc: BaseException) -> None:
         """A heartbeat asked at ``asked`` failed (either thread)."""
         with self._lock:

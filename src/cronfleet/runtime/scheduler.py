@@ -481,16 +481,17 @@ class Scheduler(SyncControl):
         await open_store_at_start(self.store, own=self._own_store,
                                   connect_timeout=self.connect_timeout)
         if self.fleet.enabled:
-            # registered before the first claim, and the jobs of the peers already live
-            # parked before anything is planned: this process reads the state of its
-            # share only (a job that becomes its own later is read then: Ownership.gain)
-            await self.fleet.beat()
-            await self.fleet.divide()
+            # the jobs of the peers already live parked before anything is planned: this
+            # process reads the state of its share only (a job that becomes its own
+            # later is read then: Ownership.gain)
+            await self.fleet.preview()
         parked = self.due.parked
         share = [j for j in self._jobs.values() if j.id not in parked]
         states = await self.store.ensure_jobs([j.id for j in share])
         self.due.first_all(share, states, self.clock.now())
-        if self.fleet.enabled:
+        if self.fleet.enabled:  # registered before the first claim
+            await self.fleet.beat()
+            await self.fleet.divide()
             await self.registry.publish_at_start()
         self.life.running = True
         self.life.stopping = False

@@ -226,6 +226,34 @@ async def test_an_instance_joining_a_live_fleet_reads_and_plans_its_share_only(
                if r.status is RunStatus.SUCCEEDED and k[1] > start + 4)
 
 
+@pytest.mark.parametrize("store_kind", ["memory", "postgres"])
+async def test_an_instance_joining_with_other_jobs_plans_them_all_from_its_first_beat(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """b declares one more job than a (a rolling deploy): not a peer. Its start lists a
+    live and parks a's would-be share; the first heartbeat (digests differ) gives every
+    job back to b, queued from the store's watermark before its loop starts; both plan
+    every job, and each slot keeps one final row."""
+    handler = Counted()
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    await a.start()
+    running.append(a)
+    await advance(clock, 2, a, step=0.25)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    b.job("2s", id="only-b")(handler)
+    await b.start()
+    running.append(b)
+    await settle(b)
+    assert b.ownership.peers == ("b",) and b.ownership.parked == 0
+    assert set(b.due.next) == {*JOBS, "only-b"}
+    start = clock.now()
+    await advance(clock, 8, a, b, step=0.25)
+    await settle(a, b)
+    assert a.ownership.parked == 0 and b.ownership.parked == 0
+    lo = (start // 2 + 1) * 2
+    assert_each_slot_once(await final_rows(a, lo, clock.now() - 3), handler)
+
+
 @pytest.mark.parametrize("store_kind", KINDS)
 async def test_a_lost_instances_share_is_taken_from_the_watermark(
     make: Make, clock: FakeClock, running: list
