@@ -145,6 +145,8 @@ class Fleet:
         self.view: tuple[tuple[str, ...], Mapping[str, str]] = ((), {})
         # the last heartbeat saw another instance silent past the ttl: break_lost has work
         self.stale = False
+        # the heartbeat thread and the event its probe sets, once started (start_beating)
+        self._beating: tuple[BeatThread, asyncio.Event] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -167,27 +169,6 @@ class Fleet:
             return None
         self.record(asked, beat)
         return beat
-
-    async def preview(self) -> None:
-        """At start, before this instance registers (its first :meth:`beat` comes once its
-        share is planned: nothing beats for it before its loop and heartbeat thread run,
-        and a row without heartbeats would be declared lost): the live set as the store
-        lists it, this instance included, told to the ownership as if every live
-        instance planned the same jobs, so that the jobs of the peers already live are
-        parked before anything is planned. The listing carries no digests: an instance
-        that plans other jobs (a rolling deploy) is taken for a peer until the first
-        beat, which divides by the digests and queues the jobs parked wrongly from the
-        store's watermark (``Ownership.gain``) before the loop starts. A store that does
-        not answer leaves every job this instance's."""
-        if self.store is None:
-            return
-        try:
-            rows = await self.store.list_instances(ttl=self.ttl)
-        except Exception as exc:  # the start's next store call says it, if it lasts
-            log.debug("fleet: cannot list the live instances at start (%s)", exc)
-            return
-        live = tuple(sorted({r.instance_id for r in rows if r.live} | {self.me.instance_id}))
-        await self.ownership.update(live, dict.fromkeys(live, self.ownership.plans()))
 
     def record_failure(self, asked: float, exc: BaseException) -> None:
         """A heartbeat asked at ``asked`` failed (either thread)."""
@@ -297,16 +278,38 @@ class Fleet:
         if nxt - self.early.ahead - QUIET <= now < nxt + QUIET:
             await self.clock.sleep_until(min(nxt + QUIET, now + self.interval))
 
+    def start_beating(self) -> None:
+        """Start the heartbeat thread (when the store has a second connection), at start
+        right after the first beat registered this instance: the planning of a large
+        share takes seconds, and a row without heartbeats meanwhile would be declared
+        lost. :meth:`heartbeat_loop` takes the thread over; :meth:`stop_beating` stops
+        it (a start that failed)."""
+        if self.open_beat_store is None or self._beating is not None:
+            return
+        nudge = asyncio.Event()  # set on the loop by the thread's probe, after each beat
+        probe = LoopProbe(asyncio.get_running_loop(), nudge.set)
+        thread = BeatThread(self, self.open_beat_store, probe)
+        thread.start()
+        self._beating = (thread, nudge)
+
+    async def stop_beating(self) -> None:
+        """Stop the heartbeat thread, if any: it ends within its current beat (at most a
+        ttl), waited for off the loop, so that no beat re-registers this instance after
+        :meth:`leave`."""
+        beating, self._beating = self._beating, None
+        if beating is not None:
+            beating[0].stop()
+            await asyncio.shield(asyncio.to_thread(beating[0].join, self.ttl + 5.0))
+
     async def heartbeat_loop(self) -> None:
         """The heartbeats, for as long as this task runs: from a thread when the store
         has a second connection (``open_beat_store``), else from this loop."""
         if self.open_beat_store is None:
             await self._beat_in_loop()
             return
-        nudge = asyncio.Event()  # set on the loop by the thread's probe, after each beat
-        probe = LoopProbe(asyncio.get_running_loop(), nudge.set)
-        thread = BeatThread(self, self.open_beat_store, probe)
-        thread.start()
+        self.start_beating()
+        assert self._beating is not None
+        thread, nudge = self._beating
         try:
             judged: float | None = None
             while True:
@@ -328,10 +331,7 @@ class Fleet:
                 judged = last
                 await self._judge()
         finally:
-            thread.stop()
-            # the thread ends within its current beat (at most a ttl): wait for it off the
-            # loop, so that no beat re-registers this instance after leave()
-            await asyncio.shield(asyncio.to_thread(thread.join, self.ttl + 5.0))
+            await self.stop_beating()
 
     async def _judge(self) -> None:
         """The loop's part after a heartbeat thread's beat that went through, while

@@ -95,6 +95,9 @@ STOP_WRITE_BUDGET = 5.0
 """Seconds ``stop()`` gives the store for the last results (and again for closing), after
 the handlers' ``shutdown_grace``."""
 
+LEAVE_ON_FAILED_START = 2.0
+"""Seconds a start that failed after registering gives the store to remove its row."""
+
 DEFAULT_STORE = "sqlite:///cronfleet.db"
 
 
@@ -481,18 +484,25 @@ class Scheduler(SyncControl):
         await open_store_at_start(self.store, own=self._own_store,
                                   connect_timeout=self.connect_timeout)
         if self.fleet.enabled:
-            # the jobs of the peers already live parked before anything is planned: this
-            # process reads the state of its share only (a job that becomes its own
-            # later is read then: Ownership.gain)
-            await self.fleet.preview()
-        parked = self.due.parked
-        share = [j for j in self._jobs.values() if j.id not in parked]
-        states = await self.store.ensure_jobs([j.id for j in share])
-        self.due.first_all(share, states, self.clock.now())
-        if self.fleet.enabled:  # registered before the first claim
+            # registered before the first claim and kept alive by the heartbeat thread
+            # from here on; the jobs of the peers already live are parked before
+            # anything is planned: this process reads the state of its share only (a job
+            # that becomes its own later is read then: Ownership.gain)
             await self.fleet.beat()
+            self.fleet.start_beating()
             await self.fleet.divide()
-            await self.registry.publish_at_start()
+        try:
+            parked = self.due.parked
+            share = [j for j in self._jobs.values() if j.id not in parked]
+            states = await self.store.ensure_jobs([j.id for j in share])
+            self.due.first_all(share, states, self.clock.now())
+            if self.fleet.enabled:
+                await self.registry.publish_at_start()
+        except BaseException:
+            # a start that failed beats no more, and its row goes (not declared lost later)
+            await self.fleet.stop_beating()
+            await self.fleet.leave(LEAVE_ON_FAILED_START)
+            raise
         self.life.running = True
         self.life.stopping = False
         self._flusher = asyncio.create_task(self.writer.flush_loop(), name="cronfleet-flush")

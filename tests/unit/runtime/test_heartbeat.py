@@ -248,3 +248,44 @@ async def test_a_thread_that_cannot_open_its_store_counts_failed_beats_and_retri
     assert "instance me: heartbeat failed (simulated: connection refused)" in caplog.text
     assert s.stats.store_errors >= 1 and len(opened) == 2  # opened again, once
     assert time.time() - (s.fleet.last_ok or 0.0) < 0.5 and not s.fleet.failed
+
+
+async def test_the_thread_beats_while_a_start_plans_and_stops_with_a_start_that_failed(
+    tmp_path: Path, running: list[Scheduler]
+) -> None:
+    """The first beat registers the instance before its share is planned: from then on
+    the thread beats, so a long planning (here the state read takes 4 ttls) is not a
+    silent row that peers would declare lost; a start that fails then stops the thread
+    and removes the row."""
+    url = f"sqlite:///{tmp_path / 'cf.db'}"
+    s = Scheduler(store=url, instance_id="slow", instance_ttl=0.5)
+    s.job("1s", id="a")(print)
+    real = s.store.ensure_jobs
+    seen: list[float | None] = []
+
+    async def slow(job_ids: object) -> object:
+        for _ in range(8):  # 2 s: 4 ttls
+            await asyncio.sleep(0.25)
+            seen.append(s.fleet.last_ok)
+        return await real(job_ids)  # type: ignore[arg-type]
+
+    s.store.ensure_jobs = slow  # type: ignore[method-assign]
+    await s.start()
+    running.append(s)
+    assert len({t for t in seen if t is not None}) >= 4  # confirmed all along
+    lost = await s.store.list_instances(ttl=0.5)
+    assert [(i.instance_id, i.live) for i in lost] == [("slow", True)]
+
+    f = Scheduler(store=url, instance_id="failing", instance_ttl=0.5)
+    f.job("1s", id="a")(print)
+
+    async def broken(job_ids: object) -> object:
+        await asyncio.sleep(0.3)
+        raise RuntimeError("the store broke")
+
+    f.store.ensure_jobs = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="the store broke"):
+        await f.start()
+    assert "cronfleet-heartbeat-failing" not in {t.name for t in threading.enumerate()}
+    rows = await s.store.list_instances(ttl=60)
+    assert "failing" not in {i.instance_id for i in rows}

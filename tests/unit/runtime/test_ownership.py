@@ -227,13 +227,12 @@ async def test_an_instance_joining_a_live_fleet_reads_and_plans_its_share_only(
 
 
 @pytest.mark.parametrize("store_kind", ["memory", "postgres"])
-async def test_an_instance_joining_with_other_jobs_plans_them_all_from_its_first_beat(
+async def test_an_instance_joining_with_other_jobs_plans_them_all(
     make: Make, clock: FakeClock, running: list
 ) -> None:
-    """b declares one more job than a (a rolling deploy): not a peer. Its start lists a
-    live and parks a's would-be share; the first heartbeat (digests differ) gives every
-    job back to b, queued from the store's watermark before its loop starts; both plan
-    every job, and each slot keeps one final row."""
+    """b declares one more job than a (a rolling deploy): not a peer (their digests
+    differ), so b parks nothing at start; both plan every job, and each slot keeps one
+    final row."""
     handler = Counted()
     a = declare(make(instance_id="a", instance_ttl=TTL), handler)
     await a.start()
