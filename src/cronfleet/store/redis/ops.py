@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OPS", "run_fields", "run_record"]
 
-_STATES_CHUNK = 20_000  # job state rows per script call (start-up with 100,000 jobs)
+_STATES_CHUNK = 5_000  # job state rows per script call (~50 ms of the server at most: a
+# heartbeat waiting behind three processes' 20,000-row calls of ~200 ms each timed out)
 
 
 def _s(value: Any) -> str:
