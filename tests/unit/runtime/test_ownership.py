@@ -188,6 +188,20 @@ async def test_a_joining_and_a_leaving_instance_leave_no_slot_behind(
     assert not late, late  # the handover at stop cost no slot
 
 
+async def a_then_b(make: Make, clock: FakeClock, handler: Counted, running: list,
+                   prepare: Callable[[Scheduler], object]) -> tuple[Scheduler, Scheduler]:
+    """a started and beating for 2 s, then b declared, ``prepare(b)``, and started."""
+    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
+    await a.start()
+    running.append(a)
+    await advance(clock, 2, a, step=0.25)
+    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
+    prepare(b)
+    await b.start()
+    running.append(b)
+    return a, b
+
+
 @pytest.mark.parametrize("store_kind", KINDS)
 async def test_an_instance_joining_a_live_fleet_reads_and_plans_its_share_only(
     make: Make, clock: FakeClock, running: list
@@ -196,21 +210,18 @@ async def test_an_instance_joining_a_live_fleet_reads_and_plans_its_share_only(
     reads the state rows of its own share only and queues nothing else; a's share stays
     a's (every slot still has one final row, run by its owner)."""
     handler = Counted()
-    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
-    await a.start()
-    running.append(a)
-    await advance(clock, 2, a, step=0.25)
-    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
     asked: list[str] = []
-    real = b.store.ensure_jobs
 
-    async def ensure_jobs(job_ids: Any) -> Any:
-        asked.extend(job_ids)
-        return await real(job_ids)
+    def count_reads(b: Scheduler) -> None:
+        real = b.store.ensure_jobs
 
-    b.store.ensure_jobs = ensure_jobs  # type: ignore[method-assign]
-    await b.start()
-    running.append(b)
+        async def ensure_jobs(job_ids: Any) -> Any:
+            asked.extend(job_ids)
+            return await real(job_ids)
+
+        b.store.ensure_jobs = ensure_jobs  # type: ignore[method-assign]
+
+    a, b = await a_then_b(make, clock, handler, running, count_reads)
     share = {j for j in JOBS if owner(j, ("a", "b")) == "b"}
     assert 0 < len(share) < len(JOBS)
     assert set(asked) == share and len(asked) == len(share)
@@ -234,14 +245,8 @@ async def test_an_instance_joining_with_other_jobs_plans_them_all(
     differ), so b parks nothing at start; both plan every job, and each slot keeps one
     final row."""
     handler = Counted()
-    a = declare(make(instance_id="a", instance_ttl=TTL), handler)
-    await a.start()
-    running.append(a)
-    await advance(clock, 2, a, step=0.25)
-    b = declare(make(instance_id="b", instance_ttl=TTL), handler)
-    b.job("2s", id="only-b")(handler)
-    await b.start()
-    running.append(b)
+    a, b = await a_then_b(make, clock, handler, running,
+                          lambda b: b.job("2s", id="only-b")(handler))
     await settle(b)
     assert b.ownership.peers == ("b",) and b.ownership.parked == 0
     assert set(b.due.next) == {*JOBS, "only-b"}
