@@ -4,7 +4,9 @@ scenarios on SQLite too (``STORE_KINDS``)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -432,6 +434,17 @@ async def test_overlap_skip_records_already_executing(
     assert len(h.started) == 1
 
 
+async def handled(s: Scheduler, job_id: str, timeout: float = 10.0) -> None:
+    """Wait (real time) until ``s``'s loop has handled ``job_id``'s slot due at the fake
+    clock's now: its next slot is queued after it. A fixed real-time sleep let a loaded
+    box handle the slot only after the clock had moved on (judged late: ``overloaded``)."""
+    end = time.monotonic() + timeout
+    while s.due.next.get(job_id, math.inf) <= s.clock.now():
+        assert time.monotonic() < end, f"{job_id}: the slot due now was not handled"
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.01)  # the handlers it launched get their first turn
+
+
 @pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_overlap_queue_one_runs_right_after(
     make: Make, clock: FakeClock, running: list
@@ -443,7 +456,7 @@ async def test_overlap_queue_one_runs_right_after(
     running.append(s)
     for _ in range(3):  # slot 1 runs, slot 2 waits, slot 3 is skipped (queue holds one)
         clock.advance(60)
-        await asyncio.sleep(0.05)
+        await handled(s, "q")
     assert len(h.started) == 1
     h.release.set()
     await settle(s)
@@ -464,7 +477,7 @@ async def test_overlap_allow_runs_concurrently(make: Make, clock: FakeClock, run
     running.append(s)
     for _ in range(3):
         clock.advance(60)
-        await asyncio.sleep(0.05)
+        await handled(s, "a")
     assert len(h.started) == 3
     h.release.set()
     await settle(s)
