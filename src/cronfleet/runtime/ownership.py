@@ -266,16 +266,14 @@ class Ownership:
         judged for; ``None``: a judgement was cut short) and ``peers``. Rendezvous hashing
         (:func:`owner`) moves a job only to an instance that came or from one that went:
         when instances only joined, only this instance's jobs can move (away); when they
-        only left, only the parked ones can move (here). Anything else: every job."""
-        table = self.jobs
-        if basis is not None and len(basis) >= 2:
-            if len(peers) < 2:  # alone again: every job is ours
-                return [table[j] for j in self.due.parked if j in table]
+        only left, only the parked ones can move (here; alone, every job is ours). Anything
+        else: every job."""
+        table, parked = self.jobs, self.due.parked
+        if basis is not None:
             if set(basis) <= set(peers):
-                parked = self.due.parked
                 return [j for j in table.values() if j.id not in parked]
             if set(peers) <= set(basis):
-                return [table[j] for j in self.due.parked if j in table]
+                return [table[j] for j in parked if j in table]
         return list(table.values())
 
     def admit(self, job: Job) -> bool:
