@@ -593,6 +593,9 @@ class Scheduler(SyncControl):
         await self.early.fire_before_stop()
         await self.early.give_back()
         await cancel_and_wait(list(self.life.tasks))
+        # the heartbeat thread (started by start()) ends here even when its task was
+        # cancelled before its first step: no beat re-registers the row leave() removes
+        await self.fleet.stop_beating()
         # every claimed slot that will not start now gets its final row from here: the
         # chunks a cancelled task was claiming, the slots of catch-up sequences not
         # reached, then (Runs.stop) the runs waiting out their jitter or queued for the

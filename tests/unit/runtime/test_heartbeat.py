@@ -273,8 +273,8 @@ async def test_the_thread_beats_while_a_start_plans_and_stops_with_a_start_that_
     await s.start()
     running.append(s)
     assert len({t for t in seen if t is not None}) >= 4  # confirmed all along
-    lost = await s.store.list_instances(ttl=0.5)
-    assert [(i.instance_id, i.live) for i in lost] == [("slow", True)]
+    rows = await s.store.list_instances(ttl=0.5)
+    assert [(i.instance_id, i.live) for i in rows] == [("slow", True)]
 
     f = Scheduler(store=url, instance_id="failing", instance_ttl=0.5)
     f.job("1s", id="a")(print)
@@ -289,3 +289,27 @@ async def test_the_thread_beats_while_a_start_plans_and_stops_with_a_start_that_
     assert "cronfleet-heartbeat-failing" not in {t.name for t in threading.enumerate()}
     rows = await s.store.list_instances(ttl=60)
     assert "failing" not in {i.instance_id for i in rows}
+
+
+async def test_a_stop_right_after_start_stops_the_thread_started_at_start(
+    tmp_path: Path,
+) -> None:
+    """The thread starts with the first beat of ``start()``; the task that runs it is
+    cancelled by a stop before its first step (no ``finally`` of its own runs then): the
+    stop still ends the thread, and no beat re-registers the row it removed."""
+    url = f"sqlite:///{tmp_path / 'cf.db'}"
+    s = Scheduler(store=url, instance_id="brief", instance_ttl=0.5)
+    s.job("1s", id="a")(print)
+    await s.start()
+    for task in list(s.life.tasks):  # not run yet: the stop would cancel it so
+        if task.get_coro().__qualname__ == "Fleet.heartbeat_loop":  # type: ignore[union-attr]
+            task.cancel()
+    await s.stop()
+    await asyncio.sleep(0.5)  # five intervals: a thread left running beats meanwhile
+    assert "cronfleet-heartbeat-brief" not in {t.name for t in threading.enumerate()}
+    probe = Scheduler(store=url, instance_id="probe")
+    await probe.store.open()
+    try:
+        assert await probe.store.list_instances(ttl=60) == []
+    finally:
+        await probe.store.close()
