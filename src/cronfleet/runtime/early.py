@@ -97,25 +97,18 @@ class EarlyClaims:
         """Claim the plain slots of the next instant ``slot`` a little before it, each with
         its job's lease, and build their runs; ``fire`` starts them at ``slot``.
 
-        Only jobs that are enabled at ``slot`` as far as the overrides say now, and whose
-        lease is free now, are claimed; the rest stay in the heap and are handled at
-        ``slot`` as usual. Where the store keeps no claim (lease busy, store error), the
-        job goes back to the heap too. Exactly one of these holds for each job taken here,
-        so no job leaves the schedule.
+        Only jobs that are enabled at ``slot`` as far as this process last knew their
+        overrides (``Loop.overrides_seen``), and whose lease is free now, are claimed;
+        the rest stay in the heap and are handled at ``slot`` as usual. Where the store
+        keeps no claim (lease busy, store error), the job goes back to the heap too.
+        Exactly one of these holds for each job taken here, so no job leaves the schedule.
         """
         pending = self.pending = Pending(slot, epoch=self.fleet.epoch)
         jobs, due = self.jobs, self.due
         nexts = due.next
-        try:
-            states = await self.store.read_overrides(
-                [j for j in due.buckets.get(slot, ()) if nexts.get(j) == slot]
-            )
-        except Exception as exc:
-            self.stats.store_errors += 1
-            self.warn.warning(
-                "early-overrides", "cannot read overrides (%s); no early claims for this "
-                "instant", exc)
-            return
+        # the overrides as last read (no store call here): a job paused since is
+        # withdrawn at the instant, whose reading decides; one resumed since is claimed then
+        states = self.loop.overrides_seen
         bucket = due.buckets.get(slot)
         if not bucket:
             return

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cronfleet.clock import from_ts
@@ -212,6 +212,28 @@ class Loop:
         # how long handling a chunk's answer took (launching its handlers): a handler
         # starts about that much after its claim's answer is read
         self.launch_cost = 0.0
+        # the overrides as this process last knew them, by job id: what the instants'
+        # readings returned for the jobs they asked about, and this process's own
+        # changes. The early claims' guess (no store call of their own); the reading at
+        # the instant decides
+        self.overrides_seen: dict[str, JobState] = {}
+
+    def saw_overrides(self, job_ids: Sequence[str], states: Mapping[str, JobState]) -> None:
+        """A reading of the overrides of ``job_ids`` answered ``states`` (a job without an
+        override has none)."""
+        seen = self.overrides_seen
+        if seen:
+            asked = set(job_ids)
+            for job_id in [k for k in seen if k in asked and k not in states]:
+                del seen[job_id]
+        seen.update(states)
+
+    def note_override(self, state: JobState) -> None:
+        """This process changed a job's override: known at once, without a reading."""
+        if state.enabled_override is None:
+            self.overrides_seen.pop(state.job_id, None)
+        else:
+            self.overrides_seen[state.job_id] = state
 
     async def run(self) -> None:
         due, early, clock, activity = self.due, self.early, self.clock, self.activity
@@ -283,6 +305,8 @@ class Loop:
                 "overrides", "cannot read overrides (%s); using each job's declared enabled", exc
             )
             states = {}
+        else:
+            self.saw_overrides(ids, states)
         if (
             pending is not None
             and pending.ready

@@ -868,6 +868,7 @@ class Scheduler(SyncControl):
         async with _ControlScope(self.store, self.life):
             before = (await self.store.read_states([job_id])).get(job_id) if wanted else None
             state = await self.store.set_override(job_id, enabled, by=by, note=note, until=until_dt)
+        self.loop.note_override(state)
         self.wake()
         if wanted:
             self.events.publish(OverrideChanged(job, before or JobState(job_id), state, by))

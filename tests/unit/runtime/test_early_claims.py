@@ -139,6 +139,75 @@ async def test_a_job_paused_before_the_window_is_not_claimed_early(
     assert len(rec.calls) == 1
 
 
+async def test_a_job_paused_elsewhere_is_claimed_early_once_then_known(
+    make: Make, db: str, clock: FakeClock, running: list
+) -> None:
+    """The early claims make no store call for the overrides: they go by the last
+    reading. A pause by another process that no reading has seen yet is found at the
+    instant (the claim withdrawn, the slot recorded ``paused``); from then on the job is
+    known paused and not claimed early; resumed elsewhere, it is claimed at its time
+    once, then early again."""
+    s, rec = await one_job(make, running, "60s", "j")
+    ops = make(instance_id="ops-cli")  # another process pauses it
+    ops.job("60s", id="j")(rec)
+    await ops.pause_async("j", by="ops")
+    await to_window(clock, s)
+    assert claims(db, "j") == [(SLOT * 1000, "test-1")]  # not known paused yet
+    clock.set(SLOT)
+    await settle(s)
+    assert [slot for slot, _ in claims(db, "j")] == [SLOT * 1000]
+    clock.set(SLOT + 60 - 0.3)  # the next window: known paused, not claimed early
+    await settle(s)
+    assert [slot for slot, _ in claims(db, "j")] == [SLOT * 1000]
+    clock.set(SLOT + 60)
+    await settle(s)
+    await ops.resume_async("j", by="ops")
+    clock.set(SLOT + 120 - 0.3)  # resumed, but not known here: claimed at its time
+    await settle(s)
+    assert [slot for slot, _ in claims(db, "j")] == [SLOT * 1000, (SLOT + 60) * 1000]
+    clock.set(SLOT + 120)
+    await settle(s)
+    assert [c.slot.timestamp() for c in rec.calls] == [SLOT + 120]
+    clock.set(SLOT + 180 - 0.3)  # the reading at SLOT + 120 saw it resumed: early again
+    await settle(s)
+    assert claims(db, "j")[-1] == ((SLOT + 180) * 1000, "test-1")
+    assert rec.calls[-1].slot.timestamp() == SLOT + 120
+    runs = await s.runs_async("j")
+    assert sorted((r.slot.timestamp(), r.status, r.reason) for r in runs) == [
+        (SLOT, RunStatus.SKIPPED, "paused"),
+        (SLOT + 60, RunStatus.SKIPPED, "paused"),
+        (SLOT + 120, RunStatus.SUCCEEDED, None),
+    ]
+
+
+async def test_an_instant_reads_the_overrides_once(
+    make: Make, clock: FakeClock, running: list
+) -> None:
+    """One reading of the overrides per instant, at the instant, whatever the early
+    claims did before it."""
+    s = make()
+    rec = Recorder()
+    for i in range(5):
+        s.job("1s", id=f"j{i}")(rec)
+    await s.start()
+    running.append(s)
+    real = s.store.read_overrides
+    read_at: list[float] = []
+
+    async def counted(ids: Any) -> Any:
+        read_at.append(clock.now())
+        return await real(ids)
+
+    s.store.read_overrides = counted  # type: ignore[method-assign]
+    start = clock.now()
+    await advance(clock, 6, s, step=0.25)
+    instants = sorted({c.slot.timestamp() for c in rec.calls})
+    assert len(instants) == 6 and len(rec.calls) == 30
+    assert len(read_at) == len(instants)
+    # each at its instant (an early claim's would come 0.5 s before one)
+    assert all(t == int(t) and t > start for t in read_at)
+
+
 async def test_stop_runs_its_early_claims_at_their_time(
     make: Make, db: str, clock: FakeClock, running: list
 ) -> None:

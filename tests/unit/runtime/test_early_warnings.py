@@ -1,4 +1,4 @@
-"""The early-claim warnings of a store that cannot answer repeat at most once per
+"""The overrides warnings of a store that cannot answer repeat at most once per
 WARN_EVERY (10 s) per kind, with a count (#24, item 7), like every outage warning."""
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ async def test_cannot_read_overrides_is_said_once_per_ten_seconds(
 
     s.store.read_overrides = down  # type: ignore[method-assign]
     caplog.set_level(logging.WARNING, logger="cronfleet")
-    await advance(clock, 8, s, step=0.25)  # eight instants, each with its early claims
-    said = [r for r in caplog.records if "no early claims for this instant" in r.getMessage()]
+    await advance(clock, 8, s, step=0.25)  # eight instants, each reading the overrides
+    said = [r for r in caplog.records if "cannot read overrides" in r.getMessage()]
     assert len(said) == 1
     frozen[0] = 10.5  # 10 s later: said again, with the count held back
     await advance(clock, 2, s, step=0.25)
-    said = [r for r in caplog.records if "no early claims for this instant" in r.getMessage()]
+    said = [r for r in caplog.records if "cannot read overrides" in r.getMessage()]
     assert len(said) == 2 and "more like this" in said[1].getMessage()
