@@ -147,6 +147,22 @@ def sleep_until(t: float) -> None:
     time.sleep(max(t - time.time(), 0))
 
 
+def redis_server_time(url: str) -> tuple[float, float]:
+    """The Redis server's script time and its own CPU so far, in seconds (``INFO``: the
+    ``EVALSHA`` calls' time, user + system CPU): every store call of the scheduler is a
+    script, so their difference over a window is the server's work for its slots."""
+    import redis as redis_py
+
+    client = redis_py.Redis.from_url(url.split("?", 1)[0])
+    try:
+        stats = client.info("commandstats").get("cmdstat_evalsha", {})
+        cpu = client.info("cpu")
+        return (float(stats.get("usec", 0)) / 1e6,
+                float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
+    finally:
+        client.close()
+
+
 def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedis | None,
             pg: str) -> dict[str, Any]:
     run = f"scale_{kind}_{procs_n}_{uuid.uuid4().hex[:6]}"
@@ -173,8 +189,10 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
         w1 = w0 + seconds
         sleep_until(w0)
         cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        server0 = redis_server_time(store) if kind == "redis" else None
         sleep_until(w1)
         cpu1 = sum(cpu_seconds(p.pid) for p in procs)
+        server1 = redis_server_time(store) if kind == "redis" else None
         time.sleep(3)  # the window's last slots finish
     finally:
         stop_children(procs, 120)
@@ -205,7 +223,18 @@ def run_one(kind: str, procs_n: int, jobs: int, seconds: int, redis: PrivateRedi
         "calls_per_slot": calls / fired if fired else math.nan,
         "cpu_s": cpu1 - cpu0, "calls": calls,
         "calls_by_method": dict(by_method.most_common()),
+        # Redis: the server's script time and CPU per fired slot, in µs
+        "server_script_us_per_slot": (1e6 * (server1[0] - server0[0]) / fired
+                                      if server0 and server1 and fired else None),
+        "server_cpu_us_per_slot": (1e6 * (server1[1] - server0[1]) / fired
+                                   if server0 and server1 and fired else None),
     }  # fmt: skip
+
+
+def print_server(r: dict[str, Any]) -> None:
+    if r.get("server_script_us_per_slot") is not None:
+        print(f"    Redis server per fired slot: scripts {r['server_script_us_per_slot']:.1f} µs, "
+              f"CPU {r['server_cpu_us_per_slot']:.1f} µs", flush=True)
 
 
 DROP_KEEP = 4  # --overload: one job of every DROP_KEEP is kept when the load drops
@@ -240,6 +269,7 @@ def saturate(a: argparse.Namespace) -> None:
                           f", dup {r['duplicates']}, p50 {r['p50'] * 1000:.1f} ms, p99 "
                           f"{r['p99'] * 1000:.1f} ms  {'held' if r['held'] else 'NOT held'}",
                           flush=True)  # fmt: skip
+                    print_server(r)
                     if not r["held"]:
                         break
                     ceiling = jobs
@@ -488,6 +518,7 @@ def main() -> None:
                 )  # fmt: skip
                 per_s = {m: round(c / a.seconds, 2) for m, c in r["calls_by_method"].items()}
                 print(f"    store calls per second: {per_s}", flush=True)
+                print_server(r)
     finally:
         finish(redis, results, a.json)
 

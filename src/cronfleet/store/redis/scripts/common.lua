@@ -18,13 +18,66 @@ end
 local function jk(j, s) return P .. '{' .. j .. '}:' .. s end
 local function gk(s) return P .. s end
 local function pad(id) return string.format('%015.0f', tonumber(id)) end
+-- Writes to the global sorted sets (the run indexes, `leased`) and to `jobs`, batched in
+-- the scripts that set BATCH (dispatch, put_runs: thousands of rows a call): one ZREM,
+-- ZADD or SADD per key when the script calls flush() before it returns, instead of one
+-- per row (each redis.call costs the interpreter about as much as the command). The
+-- last write of a (key, member) wins, as when applied in order; those scripts never read
+-- these keys. Members are strings as redis.call would make them (tostring).
+local BATCH = false
+local ZW, SW = {}, {}
+local function zadd(key, score, member)
+  if not BATCH then return redis.call('ZADD', key, score, member) end
+  local t = ZW[key]
+  if not t then t = {}; ZW[key] = t end
+  t[tostring(member)] = score
+end
+local function zrem(key, member)
+  if not BATCH then return redis.call('ZREM', key, member) end
+  local t = ZW[key]
+  if not t then t = {}; ZW[key] = t end
+  t[tostring(member)] = false
+end
+local function sadd(key, member)
+  if not BATCH then return redis.call('SADD', key, member) end
+  local t = SW[key]
+  if not t then t = {}; SW[key] = t end
+  t[tostring(member)] = true
+end
+local CHUNK = 4000  -- arguments per call, even (Lua's unpack stops near 8,000)
+local function call_chunked(cmd, key, args)
+  for i = 1, #args, CHUNK do
+    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+  end
+end
+local function flush()
+  for key, t in pairs(ZW) do
+    local add, rem = {}, {}
+    for m, score in pairs(t) do
+      if score then
+        add[#add + 1] = score
+        add[#add + 1] = m
+      else
+        rem[#rem + 1] = m
+      end
+    end
+    call_chunked('ZREM', key, rem)
+    call_chunked('ZADD', key, add)
+  end
+  for key, t in pairs(SW) do
+    local add = {}
+    for m in pairs(t) do add[#add + 1] = m end
+    call_chunked('SADD', key, add)
+  end
+  ZW, SW = {}, {}
+end
 local function split3(s)
   local a, b, c = string.match(s, '^([^|]*)|(.*)|([^|]*)$')
   return a, b, c
 end
 local function ensure(j)
   if redis.call('HSETNX', jk(j, 's'), 'c', NOW) == 1 then
-    redis.call('SADD', gk('jobs'), j)
+    sadd(gk('jobs'), j)
     return true
   end
   return false
@@ -54,7 +107,7 @@ local function new_claim(j, slot, inst)
     redis.call('HSET', jk(j, 'c'), slot, tok)
     redis.call('ZADD', jk(j, 'cs'), slot, slot)
   end
-  redis.call('SADD', gk('jobs'), j)
+  sadd(gk('jobs'), j)
   return tok
 end
 -- Lease lanes (max_instances = N > 1). Lane 0 is the state hash's lease (h, lt, lu), as
@@ -91,7 +144,7 @@ local function release(j, tok)
   local sk = jk(j, 's')
   if redis.call('HGET', sk, 'lt') == tostring(tok) then
     redis.call('HDEL', sk, 'h', 'lt', 'lu')
-    redis.call('ZREM', gk('leased'), j)
+    zrem(gk('leased'), j)
     return
   end
   local lane = lane_of(j, tostring(tok))  -- not lane 0: a lane 1..N-1 (max_instances > 1)
@@ -118,16 +171,17 @@ end
 -- the run indexes
 local OPEN = {running = true, pending = true}
 local function index_status(id, slot, old, new, dl)
+  local padded = pad(id)
   if old then
-    redis.call('ZREM', gk('ids:' .. old), id)
-    redis.call('ZREM', gk('slot:' .. old), pad(id))
+    zrem(gk('ids:' .. old), id)
+    zrem(gk('slot:' .. old), padded)
   end
-  redis.call('ZADD', gk('ids:' .. new), id, id)
-  redis.call('ZADD', gk('slot:' .. new), slot, pad(id))
+  zadd(gk('ids:' .. new), id, id)
+  zadd(gk('slot:' .. new), slot, padded)
   if OPEN[new] and dl then
-    redis.call('ZADD', gk('open'), dl, id)
+    zadd(gk('open'), dl, id)
   else
-    redis.call('ZREM', gk('open'), id)
+    zrem(gk('open'), id)
   end
 end
 local function unindex(id)
@@ -165,10 +219,11 @@ local function insert_row(row, dk)
     args[#args + 1] = v
   end
   redis.call('HSET', gk('r:' .. id), unpack(args))
-  redis.call('ZADD', gk('ids'), id, id)
-  redis.call('ZADD', gk('slot'), row.sl, pad(id))
+  local padded = pad(id)
+  zadd(gk('ids'), id, id)
+  zadd(gk('slot'), row.sl, padded)
   redis.call('ZADD', jk(j, 'r'), id, id)
-  redis.call('ZADD', jk(j, 'rs'), row.sl, pad(id))
+  redis.call('ZADD', jk(j, 'rs'), row.sl, padded)
   index_status(id, row.sl, false, row.st, row.dl)
   if row.tk then redis.call('HSET', jk(j, 'f'), row.tk, id) end
   if dk then
@@ -198,7 +253,7 @@ local function take_lease(j, tok, hold, inst)
   local v = redis.call('HMGET', sk, 'h', 'lt', 'lu', 'c')
   if not v[4] then
     redis.call('HSET', sk, 'c', NOW)
-    redis.call('SADD', gk('jobs'), j)
+    sadd(gk('jobs'), j)
   end
   local expired = not v[3] or tonumber(v[3]) <= NOW
   if v[2] and v[3] and expired then
@@ -213,7 +268,7 @@ local function take_lease(j, tok, hold, inst)
     else
       redis.call('HSET', sk, 'h', inst, 'lt', tok, 'lu', until_)
     end
-    redis.call('ZADD', gk('leased'), until_, j)
+    zadd(gk('leased'), until_, j)
     return 1, false
   end
   return 0, v[1]

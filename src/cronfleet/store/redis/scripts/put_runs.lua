@@ -5,6 +5,7 @@
 -- Reply: one JSON array, per row id and how (1 inserted, 2 updated, 0 not written, 3 late:
 -- the row already holds another final outcome, nothing written). A row with 'la' = the
 -- stored status: only its result and logs are written (a late result attached).
+BATCH = true  -- common.lua: the global indexes written once, by flush()
 local UPDATED = {'st', 'rs', 'sa', 'fa', 'dl', 'r', 'e', 'lg'}
 local rows = cjson.decode(ARGV[3])
 local out = {}
@@ -52,4 +53,5 @@ for i = 1, #rows do
   out[#out + 1] = how
 end
 for i = 4, #ARGV, 2 do release(ARGV[i], ARGV[i + 1]) end
+flush()
 return cjson.encode(out)
