@@ -282,7 +282,10 @@ def saturate(a: argparse.Namespace) -> None:
 def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
                 ) -> dict[tuple[str, int], tuple[int, int, int]]:
     """``(job, slot ms) -> (rows, rows not final, rows overloaded)`` of the scheduled
-    slots in ``[t0, t1)``, read from the ``runs`` table itself."""
+    slots in ``[t0, t1)``, read from the ``runs`` table itself (Redis: the run hashes
+    of the store's slot index, the same rows the store's own reads list)."""
+    if kind == "redis":
+        return redis_ledger_rows(store, t0, t1)
     if kind == "sqlite":
         import sqlite3
 
@@ -307,12 +310,54 @@ def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
             for j, ms, n, open_, shed in got}
 
 
+def redis_keys(store: str) -> tuple[Any, str]:
+    """A client of the store URL's server and the URL's key prefix."""
+    import redis as redis_py
+
+    base, _, query = store.partition("?")
+    prefix = dict(kv.split("=", 1) for kv in query.split("&") if kv).get("prefix", "cronfleet:")
+    return redis_py.Redis.from_url(base, decode_responses=True), prefix
+
+
+def redis_ledger_rows(store: str, t0: float, t1: float
+                      ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``ledger_rows`` on Redis: the run ids of the slots in ``[t0, t1)`` from the slot
+    index (``<prefix>slot``, scored by slot), each run hash's job, slot, status, manual
+    flag and reason (store/redis/ops.py ``run_fields``)."""
+    client, prefix = redis_keys(store)
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    try:
+        ids = client.zrangebyscore(f"{prefix}slot", int(t0 * 1000), f"({int(t1 * 1000)}")
+        for i in range(0, len(ids), 10_000):
+            pipe = client.pipeline(transaction=False)
+            for padded in ids[i:i + 10_000]:
+                pipe.hmget(f"{prefix}r:{int(padded)}", "j", "sl", "st", "ma", "rs")
+            for j, sl, st, ma, rs in pipe.execute():
+                if j is None or ma == "1":
+                    continue
+                n, still_open, shed = out.get((j, int(sl)), (0, 0, 0))
+                out[(j, int(sl))] = (n + 1, still_open + (st in ("running", "pending")),
+                                     shed + (rs == "overloaded"))
+    finally:
+        client.close()
+    return out
+
+
 def claimed_of(kind: str, store: str, schema: str, pairs: list[tuple[str, int]]
                ) -> set[tuple[str, int]]:
     """Which of these ``(job, slot s)`` have a claim row (a silent gap with a claim was
     decided and its row lost; one without was never decided)."""
     if not pairs:
         return set()
+    if kind == "redis":  # a job's claims: the hash <prefix>{job}:c, slot ms -> token
+        client, prefix = redis_keys(store)
+        try:
+            pipe = client.pipeline(transaction=False)
+            for j, sec in pairs:
+                pipe.hexists(f"{prefix}{{{j}}}:c", str(sec * 1000))
+            return {pair for pair, has in zip(pairs, pipe.execute(), strict=True) if has}
+        finally:
+            client.close()
     if kind == "sqlite":
         import sqlite3
 
@@ -333,14 +378,18 @@ def claimed_of(kind: str, store: str, schema: str, pairs: list[tuple[str, int]]
     return {(j, s) for j, s in pairs if (j, s * 1000) in have}
 
 
-def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool = True
-                 ) -> dict[str, Any]:
+def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool = True,
+                 redis: PrivateRedis | None = None) -> dict[str, Any]:
     """One process, 2 x ``ceiling`` every-second jobs for ``seconds``, then the drop
     (``drop=False``: stopped at the end of the window, still overloaded)."""
     jobs = 2 * ceiling
     run = f"overload_{kind}_{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="cf-overload-"))
-    store = f"sqlite:///{tmp / 'fleet.db'}" if kind == "sqlite" else f"{pg}?schema={run}"
+    if kind == "redis":
+        assert redis is not None
+        store = redis.url(run)
+    else:
+        store = f"sqlite:///{tmp / 'fleet.db'}" if kind == "sqlite" else f"{pg}?schema={run}"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--store", store,
            "--jobs", str(jobs), "--out", str(tmp / "0.json")]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -428,12 +477,10 @@ def overload(a: argparse.Namespace) -> None:
             f"then {DROP_KEEP - 1} of {DROP_KEEP} jobs removed and {TAIL} s watched")
     print(f"overload: 2 x {a.overload} every-second jobs for {a.seconds} s, one process, {then}",
           flush=True)
+    redis = PrivateRedis() if "redis" in a.stores else None
     try:
         for kind in a.stores:
-            if kind == "redis":
-                print("  redis: not measured (the ledger check reads SQL tables)")
-                continue
-            r = run_overload(kind, a.overload, a.seconds, pg, drop=not a.no_drop)
+            r = run_overload(kind, a.overload, a.seconds, pg, drop=not a.no_drop, redis=redis)
             results.append(r)
             if r["dropped"]:
                 print(f"    after the drop (second, fired of {r['jobs'] // DROP_KEEP}, p99 ms): "
@@ -453,7 +500,7 @@ def overload(a: argparse.Namespace) -> None:
                   f"{back_text} after the drop; "
                   f"load {r['load']}", flush=True)  # fmt: skip
     finally:
-        finish(None, results, a.json)
+        finish(redis, results, a.json)
 
 
 def main() -> None:
