@@ -26,23 +26,22 @@ local function pad(id) return string.format('%015.0f', tonumber(id)) end
 -- these keys. Members are strings as redis.call would make them (tostring).
 local BATCH = false
 local ZW, SW = {}, {}
+local function pend(w, key, member, value)  -- a pending write: w[key][member] = value
+  local t = w[key]
+  if not t then t = {}; w[key] = t end
+  t[tostring(member)] = value
+end
 local function zadd(key, score, member)
   if not BATCH then return redis.call('ZADD', key, score, member) end
-  local t = ZW[key]
-  if not t then t = {}; ZW[key] = t end
-  t[tostring(member)] = score
+  pend(ZW, key, member, score)
 end
 local function zrem(key, member)
   if not BATCH then return redis.call('ZREM', key, member) end
-  local t = ZW[key]
-  if not t then t = {}; ZW[key] = t end
-  t[tostring(member)] = false
+  pend(ZW, key, member, false)
 end
 local function sadd(key, member)
   if not BATCH then return redis.call('SADD', key, member) end
-  local t = SW[key]
-  if not t then t = {}; SW[key] = t end
-  t[tostring(member)] = true
+  pend(SW, key, member, true)
 end
 local CHUNK = 4000  -- arguments per call, even (Lua's unpack stops near 8,000)
 local function call_chunked(cmd, key, args)
