@@ -147,13 +147,20 @@ def sleep_until(t: float) -> None:
     time.sleep(max(t - time.time(), 0))
 
 
+def redis_keys(store: str) -> tuple[Any, str]:
+    """A client of the store URL's server and the URL's key prefix."""
+    import redis as redis_py
+
+    base, _, query = store.partition("?")
+    prefix = dict(kv.split("=", 1) for kv in query.split("&") if kv).get("prefix", "cronfleet:")
+    return redis_py.Redis.from_url(base, decode_responses=True), prefix
+
+
 def redis_server_time(url: str) -> tuple[float, float]:
     """The Redis server's script time and its own CPU so far, in seconds (``INFO``: the
     ``EVALSHA`` calls' time, user + system CPU): every store call of the scheduler is a
     script, so their difference over a window is the server's work for its slots."""
-    import redis as redis_py
-
-    client = redis_py.Redis.from_url(url.split("?", 1)[0])
+    client, _ = redis_keys(url)
     try:
         stats = client.info("commandstats").get("cmdstat_evalsha", {})
         cpu = client.info("cpu")
@@ -308,15 +315,6 @@ def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
                 f"GROUP BY 1, 2", (t0, t1)).fetchall()
     return {(j, int(ms)): (int(n), int(open_ or 0), int(shed or 0))
             for j, ms, n, open_, shed in got}
-
-
-def redis_keys(store: str) -> tuple[Any, str]:
-    """A client of the store URL's server and the URL's key prefix."""
-    import redis as redis_py
-
-    base, _, query = store.partition("?")
-    prefix = dict(kv.split("=", 1) for kv in query.split("&") if kv).get("prefix", "cronfleet:")
-    return redis_py.Redis.from_url(base, decode_responses=True), prefix
 
 
 def redis_ledger_rows(store: str, t0: float, t1: float
