@@ -490,8 +490,9 @@ class Scheduler(SyncControl):
             # that becomes its own later is read then: Ownership.gain)
             await self.fleet.beat()
             self.fleet.start_beating()
-            await self.fleet.divide()
         try:
+            if self.fleet.enabled:
+                await self.fleet.divide()
             parked = self.due.parked
             share = [j for j in self._jobs.values() if j.id not in parked]
             states = await self.store.ensure_jobs([j.id for j in share])

@@ -313,3 +313,30 @@ async def test_a_stop_right_after_start_stops_the_thread_started_at_start(
         assert await probe.store.list_instances(ttl=60) == []
     finally:
         await probe.store.close()
+
+
+async def test_a_start_that_fails_dividing_stops_the_thread_and_removes_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread starts right after the first beat; the division of the jobs that
+    follows can fail too (it reads the state of jobs that become this instance's): the
+    start then stops the thread and removes the row, as for a failure in the planning."""
+    url = f"sqlite:///{tmp_path / 'cf.db'}"
+    f = Scheduler(store=url, instance_id="failing", instance_ttl=0.5)
+    f.job("1s", id="a")(print)
+
+    async def broken(self: object, view: object = None) -> None:
+        await asyncio.sleep(0.3)
+        raise RuntimeError("the store broke while dividing")
+
+    monkeypatch.setattr(Fleet, "divide", broken)  # the parts are built by start()
+    with pytest.raises(RuntimeError, match="while dividing"):
+        await f.start()
+    assert "cronfleet-heartbeat-failing" not in {t.name for t in threading.enumerate()}
+    probe = Scheduler(store=url, instance_id="probe")
+    await probe.store.open()
+    try:
+        assert await probe.store.list_instances(ttl=60) == []
+    finally:
+        await probe.store.close()
+
