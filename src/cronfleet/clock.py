@@ -11,11 +11,21 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-__all__ = ["Clock", "FakeClock", "SystemClock", "from_ts", "slot_text", "to_ts", "wait_done",
-           "wait_event"]
+__all__ = [
+    "Clock",
+    "FakeClock",
+    "SystemClock",
+    "from_ts",
+    "slot_text",
+    "to_ts",
+    "wait_done",
+    "wait_event",
+    "wait_while_moving",
+]
 
 
 def to_ts(dt: datetime) -> float:
@@ -69,6 +79,20 @@ async def wait_done(fut: asyncio.Future[Any], seconds: float, step: float = 0.5)
         waited += min(loop.time() - started, step * 1.5)
         if waited >= seconds:
             return False
+
+
+async def wait_while_moving(fut: asyncio.Future[Any], progress: Callable[[], int],
+                            seconds: float) -> bool:
+    """Wait for ``fut`` as long as ``progress()`` moves: it is given ``seconds`` (as
+    :func:`wait_done`) after each move, so a long piece of work that goes on (100,000 rows
+    written in chunks at a stop) is not cut short, and one that makes no progress for
+    ``seconds`` (a hung store) is. True when done; ``fut`` is never cancelled here."""
+    seen = -1
+    while seen != progress():
+        seen = progress()
+        if await wait_done(fut, seconds):
+            return True
+    return False
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cronfleet.cancel import cancel_and_wait
-from cronfleet.clock import from_ts, wait_done
+from cronfleet.clock import from_ts, wait_while_moving
 from cronfleet.model import RunStatus
 from cronfleet.store.base import Finish, Skip, Store
 from cronfleet.store.ledger import missed_summary
@@ -36,6 +36,9 @@ MAX_BUFFERED = 10_000
 Summary = tuple[int, float, float, str | None, list[str]]
 """Skips summarised in one record: count, first and last slot, instance, log line."""
 FINISH_CHUNK = 5_000
+SKIP_CHUNK = 5_000
+"""Skip rows one store call writes at most: an overloaded instant sheds tens of
+thousands, and one statement of 300,000 rows outlasted the store's call deadline (#26)."""
 log_runs = logging.getLogger("cronfleet")  # the one line per ended run
 
 
@@ -181,7 +184,7 @@ class Writer:
                 # a burst is being claimed: its claims go first, results are written after
                 await asyncio.wait({firing})
             await self.flush_once()
-            await self.flush_skips()
+            await self.flush_skips(results_first=True)
 
     async def record_started_loop(self) -> None:
         """Write the rows of fast-path runs still running a moment after they started, so
@@ -299,30 +302,66 @@ class Writer:
         self.flush_event.set()
 
     async def record_skips(self, skips: list[Skip],
-                           summaries: dict[tuple[str, str], Summary] | None = None) -> None:
-        """Write skip records (and ``summaries``' records first); keep them for a later
-        try if the store is down (bounded: :meth:`keep_skip`)."""
-        rows = self._summary_rows(summaries) if summaries else []
+                           summaries: dict[tuple[str, str], Summary] | None = None, *,
+                           between: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write skip records (``summaries``' records first), :data:`SKIP_CHUNK` a store
+        call (``between``: awaited between two calls); keep what the store did not take
+        for a later try (bounded: :meth:`keep_skip`). A chunk written again after a
+        failure adds no row: each skip takes its slot's claim first."""
+        sums = list((summaries or {}).items())
+        todo = [*self._summary_rows(dict(sums)), *skips]
+        done = 0
+
+        def keep_the_rest() -> int:
+            # the summary records come first in ``todo``: the i-th is ``sums[i]``
+            left_sums, left = sums[done:], todo[max(done, len(sums)):]
+            for key, summary in left_sums:
+                self._merge(key, summary)
+            for skip in left:
+                self.keep_skip(skip)
+            return len(left) + sum(s[0] for _, s in left_sums)
+
         try:
-            await self.store.record_skips([*rows, *skips])
+            while done < len(todo):
+                if done and between is not None:
+                    await between()
+                chunk = todo[done : done + SKIP_CHUNK]
+                await self.store.record_skips(chunk)
+                done += len(chunk)
+                self.progress += 1
+        except asyncio.CancelledError:
+            keep_the_rest()  # a stop cancelled the writing task: its last writes take them
+            raise
         except Exception as exc:
             self.stats.store_errors += 1
-            self.warn.warning(
-                "skips", "cannot record %d skipped slots (%s); will retry",
-                len(skips) + sum(s[0] for s in (summaries or {}).values()), exc
-            )
-            for key, summary in (summaries or {}).items():
-                self._merge(key, summary)
-            for skip in skips:
-                self.keep_skip(skip)
+            self.warn.warning("skips", "cannot record %d skipped slots (%s); will retry",
+                              keep_the_rest(), exc)
 
-    async def flush_skips(self) -> None:
+    async def flush_skips(self, *, results_first: bool = False) -> None:
+        """Write the skips handed in and those waiting for the store (``results_first``:
+        the writer's own task, which may write the group commit between two chunks)."""
         if self.owed_skips():
             batch = [*self.queued_skips, *self.unsaved_skips]
             summaries, self.summaries = self.summaries, {}
             self.queued_skips = []
             self.unsaved_skips.clear()
-            await self.record_skips(batch, summaries)
+            self.activity.enter()  # idle again once written (``owes``)
+            try:
+                await self.record_skips(batch, summaries,
+                                        between=self._results_first if results_first else None)
+            finally:
+                self.activity.leave()
+
+    async def _results_first(self) -> None:
+        """Between two chunks of skips: a burst being claimed goes first, then the rows of
+        runs ended meanwhile (their lease releases: a job's next slot must find its lease
+        free), then the loop gets a turn."""
+        firing = self.loop.firing
+        if firing is not None:
+            await asyncio.wait({firing})
+        if self.finishes or self.runs.ended:
+            await self.flush_once()
+        await asyncio.sleep(0)
 
     async def last_writes(self, flusher: asyncio.Task[None] | None, budget: float) -> None:
         """At stop: the last writes go on while the store takes them (100,000 results are
@@ -335,11 +374,8 @@ class Writer:
             await self.flush_skips()
 
         task = asyncio.ensure_future(write())
-        seen = -1
-        while seen != self.progress:
-            seen = self.progress
-            if await wait_done(task, budget):
-                return
+        if await wait_while_moving(task, lambda: self.progress, budget):
+            return
         await cancel_and_wait([task])
         log.warning(
             "cronfleet %s: the store took none of the last results for %g s; %d runs and "

@@ -613,6 +613,132 @@ async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
         assert summary.reason == "already_executing" and "busy 1" in summary.logs
 
 
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_skips_are_written_in_chunks_and_a_failed_chunk_keeps_itself_and_the_rest(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An overloaded instant can shed tens of thousands of slots: the writer hands the
+    store ``SKIP_CHUNK`` rows a call (one statement of 300,000 rows outlasted the store's
+    call deadline). A chunk the store refuses keeps itself and the chunks after it for
+    the next try, with the summary records' counts; the chunks written before it are not
+    written twice, and every slot ends with one row."""
+    from cronfleet.runtime import writer
+    from cronfleet.store.base import Skip
+
+    monkeypatch.setattr(writer, "SKIP_CHUNK", 3)
+    monkeypatch.setattr(writer, "MAX_BUFFERED", 9)
+    s = make()
+    s.job("1s", id="a")(Recorder())
+    await s.start()
+    running.append(s)
+    real = s.store.record_skips
+    calls: list[list[float]] = []
+
+    async def record_skips(items: Any) -> Any:
+        calls.append([it.slot - T0 for it in items])
+        if len(calls) == 3:
+            raise StoreUnavailable("simulated outage")
+        return await real(items)
+
+    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    w = s.writer
+    for k in range(1, 13):  # 12 skips: the 3 oldest become one summary record
+        w.keep_skip(Skip("a", T0 + 100 + k, "overloaded", instance_id="me", logs=[f"shed {k}"]))
+    await w.flush_skips()
+    # the summary record (101..103) and 104, 105; then 106..108; the third is refused
+    assert calls[:2] == [[101, 104, 105], [106, 107, 108]] and len(calls) == 3
+    assert w.owed_skips() == 4  # 109..112 kept, the written ones not
+    await w.flush_skips()
+    assert calls[3:] == [[109, 110, 111], [112]] and w.owed_skips() == 0
+    rows = sorted(await s.runs_async("a", limit=100), key=lambda r: r.slot)
+    [summary] = [r for r in rows if isinstance(r.result, dict) and "count" in r.result]
+    assert summary.result["count"] == 3 and summary.slot.timestamp() == T0 + 101
+    singles = [r.slot.timestamp() - T0 for r in rows if r is not summary]
+    assert singles == list(range(104, 113))  # every slot once: 3 summarised, 9 rows
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_skips_being_written_when_a_stop_cancels_the_writer_are_kept_not_lost(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop cancels the background tasks, among them one writing a long batch of skips
+    (a removal of thousands of jobs, an overloaded instant): the chunks not written yet
+    go back to the writer, and the stop's last writes record them. Before, the batch was
+    gone: slots with no row and nothing said."""
+    from cronfleet.runtime import writer
+    from cronfleet.store.base import Skip
+
+    monkeypatch.setattr(writer, "SKIP_CHUNK", 2)
+    s = make()
+    s.job("1s", id="a")(Recorder())
+    await s.start()
+    running.append(s)
+    real = s.store.record_skips
+    hang = asyncio.Event()
+    calls: list[int] = []
+
+    async def record_skips(items: Any) -> Any:
+        calls.append(len(items))
+        if len(calls) == 2:
+            await hang.wait()
+        return await real(items)
+
+    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    w = s.writer
+    await asyncio.sleep(0.05)  # the writer's own task has written what the start woke it for
+    assert not w.flush_event.is_set()
+    for k in range(6):
+        w.keep_skip(Skip("a", T0 + 100 + k, "missed", instance_id="me", logs=["x"]))
+    task = asyncio.ensure_future(w.flush_skips())
+    await wait_for(lambda: len(calls) == 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert w.owed_skips() == 4  # the chunk cut short and the one after it
+    s.store.record_skips = real  # type: ignore[method-assign]
+    await w.flush_skips()
+    rows = sorted(r.slot.timestamp() - T0 for r in await s.runs_async("a", limit=100))
+    assert rows == [100, 101, 102, 103, 104, 105]
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_the_writer_writes_results_between_two_chunks_of_skips(
+    make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long backlog of skips (after an outage, an overloaded instant) must not hold the
+    results that end meanwhile: their lease releases let the jobs' next slots run. The
+    writer's task writes the group commit between two chunks when results wait."""
+    from cronfleet.runtime import writer
+    from cronfleet.store.base import Skip
+
+    monkeypatch.setattr(writer, "SKIP_CHUNK", 2)
+    s = make()
+    s.job("1s", id="a")(Recorder())
+    await s.start()
+    running.append(s)
+    w = s.writer
+    order: list[Any] = []
+    real = s.store.record_skips
+
+    async def flush_once() -> None:
+        order.append("results")
+        w.finishes.clear()
+
+    async def record_skips(items: Any) -> Any:
+        order.append(len(items))
+        if len(order) == 2:
+            w.finishes.append(None)  # type: ignore[arg-type]  # a run ended meanwhile
+        return await real(items)
+
+    w.flush_once = flush_once  # type: ignore[method-assign]
+    s.store.record_skips = record_skips  # type: ignore[method-assign]
+    w.queue_skips([Skip("a", T0 + 100 + k, "overloaded", instance_id="me", logs=["x"])
+                   for k in range(6)])
+    await wait_for(lambda: w.owed_skips() == 0 and len(order) >= 5)
+    assert order == ["results", 2, "results", 2, 2]
+    assert len(await s.runs_async("a", limit=100)) == 6
+
+
 @pytest.mark.parametrize("store_kind", ["memory"])
 async def test_results_dropped_past_the_writers_bound_are_said(
     make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch,
