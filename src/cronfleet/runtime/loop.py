@@ -27,7 +27,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cronfleet.clock import from_ts
+from cronfleet.cancel import cancel_and_wait
+from cronfleet.clock import from_ts, wait_while_moving
 from cronfleet.model import (
     Job,
     JobState,
@@ -673,17 +674,26 @@ class Loop:
         if not items:
             return 0
         size, done = self.settings.batch_size, 0
-        try:
-            async with asyncio.timeout(budget):
-                for i in range(0, len(items), size):
-                    await self.store.dispatch(items[i : i + size], self.settings.instance_id)
-                    done = i + size
-        except Exception as exc:  # the store is away: the next start or the reaper
-            left_n = len(items) - min(done, len(items))
-            log.warning("cronfleet %s: %d due slot(s) not recorded at stop (%s)",
-                        self.settings.instance_id, left_n, exc)
-            return left_n
-        return 0
+
+        async def write() -> None:
+            nonlocal done
+            for i in range(0, len(items), size):
+                await self.store.dispatch(items[i : i + size], self.settings.instance_id)
+                done = min(i + size, len(items))
+
+        # as the last results (Writer.last_writes): on while the store takes the chunks
+        task = asyncio.ensure_future(write())
+        if not await wait_while_moving(task, lambda: done, budget):
+            await cancel_and_wait([task])
+            why = f"the store took none of them for {budget:g} s"
+        elif task.exception() is not None:  # the store is away
+            why = str(task.exception())
+        else:
+            return 0
+        # the next start's catch-up or, in a fleet, the next owner's records them
+        log.warning("cronfleet %s: %d due slot(s) not recorded at stop (%s)",
+                    self.settings.instance_id, len(items) - done, why)
+        return len(items) - done
 
     async def run_sequence(self, job: Job, runs: list[tuple[float, bool]]) -> None:
         """Several slots of one job at once (catch-up, or the on-time slots found at a

@@ -355,3 +355,72 @@ async def test_removed_jobs_due_slots_are_written_past_the_unsaved_skips_bound(
     for job_id in gone:  # 30 skips handed in at once, 4 the bound
         rows = await _rows_of(make, job_id)
         assert sorted(rows) == [T0 + k for k in range(1, 6)], (job_id, sorted(rows))
+
+
+async def _stopped_loop_with_due_slots(make: Make, clock: FakeClock) -> Scheduler:
+    """10 every-second jobs, the loop ended (as at a stop) and 3 s gone by: 30 slots due
+    that the loop did not reach, 2 to a store call."""
+    s = make(batch_size=2, claim_ahead=0)
+    for i in range(10):
+        s.job("1s", id=f"j{i}")(Started(clock))
+    await s.start()
+    s.life.stopping = True
+    s.wake()
+    assert s.loop.task is not None
+    await asyncio.gather(s.loop.task)
+    clock.advance(3)
+    return s
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_the_stop_records_the_due_slots_as_long_as_the_store_takes_them(
+    make: Make, clock: FakeClock
+) -> None:
+    """At a stop, the due slots the loop did not reach are recorded in chunks; the budget
+    (here 0.2 s) is for a store that takes nothing, not for the whole: 15 chunks of 0.05 s
+    each are all written (a stop during a heavy overload has tens of thousands)."""
+    s = await _stopped_loop_with_due_slots(make, clock)
+    real = s.store.dispatch
+    chunks: list[int] = []
+
+    async def slow(items: Any, instance_id: str) -> Any:
+        chunks.append(len(items))
+        await asyncio.sleep(0.05)
+        return await real(items, instance_id)
+
+    s.store.dispatch = slow  # type: ignore[method-assign]
+    assert await s.loop.record_unrun(0.2) == 0
+    assert chunks == [2] * 15
+    s.store.dispatch = real  # type: ignore[method-assign]
+    await s.stop()
+    rows = await _rows(make, s)
+    assert sorted(rows) == sorted((f"j{i}", T0 + k) for i in range(10) for k in (1, 2, 3))
+    assert all(len(got) == 1 and got[0].reason == "missed" for got in rows.values())
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_the_stop_leaves_the_due_slots_to_the_fleet_when_the_store_takes_nothing(
+    make: Make, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that takes 2 chunks, then hangs: the stop gives up after its budget with no
+    progress and says how many due slots it leaves (the next owner's catch-up)."""
+    s = await _stopped_loop_with_due_slots(make, clock)
+    real = s.store.dispatch
+    hang = asyncio.Event()
+
+    async def hangs(items: Any, instance_id: str) -> Any:
+        if len(real_calls) == 2:
+            await hang.wait()
+        real_calls.append(1)
+        return await real(items, instance_id)
+
+    real_calls: list[int] = []
+    s.store.dispatch = hangs  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await s.loop.record_unrun(0.2) == 26
+    assert loop.time() - began < 1.5
+    said = [r.getMessage() for r in caplog.records if "not recorded at stop" in r.getMessage()]
+    assert said and "26 due slot(s)" in said[0] and "took none of them for 0.2 s" in said[0]
+    s.store.dispatch = real  # type: ignore[method-assign]
+    await s.stop()
