@@ -32,14 +32,16 @@ duplicates).
 jobs for ``--seconds``, then 3 of every 4 jobs are removed (the load drops to half the
 ceiling) and 10 s more are watched. Measured: slots fired in the overload window and
 their lateness p99 (#26: <= 1 s), the slots shed (``skipped / overloaded`` rows, and the
-process's ``cronfleet_skips{reason="overloaded"}`` counter), **silent gaps** (a due slot
-with no final row in the ledger once the process stopped: the check reads the ``runs``
-table directly; the removed jobs are checked up to 2 s before their removal -- a job
-removed while its slot is due has no slot any more), slots with two rows, and how long
-after the drop the process is **back on time** (from then on every slot of every job
-left fired, p99 of each second <= 100 ms; #26: <= 2 s). ``--no-drop``: the process is
-stopped at the end of the window while still overloaded, and every slot due before its
-stop returned is checked.
+process's ``cronfleet_skips{reason="overloaded"}`` counter; summary records: one row for
+many slots of a job, written when more skips wait than the writer keeps one by one),
+**silent gaps** (a due slot with no final row in the ledger once the process stopped,
+nor a summary of its job spanning it: the check reads the ``runs`` table directly; the
+removed jobs are checked up to 2 s before their removal -- a job removed while its slot
+is due has no slot any more), slots with two rows, and how long after the drop the
+process is **back on time** (from then on every slot of every job left fired, p99 of
+each second <= 100 ms; #26: <= 2 s). ``--no-drop``: the process is stopped at the end of
+the window while still overloaded, and every slot due before its stop returned is
+checked.
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ def print_server(r: dict[str, Any]) -> None:
 
 DROP_KEEP = 4  # --overload: one job of every DROP_KEEP is kept when the load drops
 TAIL = 10  # --overload: seconds watched after the drop
+SUMMARY_REACH = 600  # --overload: summaries from this long before the window may span it
 CEILING_P99 = 0.1  # seconds: #26's lateness bound for the throughput ceiling
 STEPS = [2500, 5000, 7500, 10000, 12500, 15000]
 
@@ -341,6 +344,52 @@ def redis_ledger_rows(store: str, t0: float, t1: float
     return out
 
 
+def summaries_of(kind: str, store: str, schema: str, t0: float
+                 ) -> dict[str, list[tuple[float, float, int]]]:
+    """The summary records (one row for many slots: a ``result`` with ``count``,
+    ``first``, ``last``; the writer's when more skips wait than it keeps one by one) of
+    the scheduled slots from ``t0`` on, by job: ``(first s, last s, count)``. A due slot
+    without a row of its own that one of its job's summaries spans is accounted for."""
+    from datetime import datetime
+
+    def ts(iso: str) -> float:
+        return datetime.fromisoformat(iso).timestamp()
+
+    got: list[tuple[str, str]] = []
+    if kind == "redis":
+        client, prefix = redis_keys(store)
+        try:
+            ids = client.zrangebyscore(f"{prefix}slot", int(t0 * 1000), "+inf")
+            for i in range(0, len(ids), 10_000):
+                pipe = client.pipeline(transaction=False)
+                for padded in ids[i:i + 10_000]:
+                    pipe.hmget(f"{prefix}r:{int(padded)}", "j", "ma", "r")
+                got += [(j, r) for j, ma, r in pipe.execute()
+                        if j is not None and ma != "1" and r and '"count"' in r]
+        finally:
+            client.close()
+    elif kind == "sqlite":
+        import sqlite3
+
+        con = sqlite3.connect(store.removeprefix("sqlite:///"))
+        got = con.execute("SELECT job_id, result FROM runs WHERE manual = 0 AND slot >= ? "
+                          "AND json_extract(result, '$.count') IS NOT NULL",
+                          (int(t0 * 1000),)).fetchall()
+        con.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(store.split("?")[0], autocommit=True) as conn:
+            got = [(j, json.dumps(r)) for j, r in conn.execute(  # type: ignore[call-overload]
+                f'SELECT job_id, result FROM "{schema}".runs WHERE NOT manual AND '
+                f"slot >= to_timestamp(%s) AND result ? 'count'", (t0,)).fetchall()]
+    out: dict[str, list[tuple[float, float, int]]] = {}
+    for j, raw in got:
+        r = json.loads(raw)
+        out.setdefault(j, []).append((ts(r["first"]), ts(r["last"]), int(r["count"] or 0)))
+    return out
+
+
 def claimed_of(kind: str, store: str, schema: str, pairs: list[tuple[str, int]]
                ) -> set[tuple[str, int]]:
     """Which of these ``(job, slot s)`` have a claim row (a silent gap with a claim was
@@ -417,7 +466,10 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
     kept = [f"j-{i}" for i in range(jobs) if i % DROP_KEEP == 0 or not drop]
     due = [(f"j-{i}", sec) for i in range(jobs) for sec in range(w0, w1 - 2)]
     due += [(j, sec) for j in kept for sec in range(w1 - 2, end) if sec <= stopped]
-    missing = [(j, sec) for j, sec in due if (j, sec * 1000) not in rows]
+    summaries = summaries_of(kind, store, run, w0 - SUMMARY_REACH)
+    missing = [(j, sec) for j, sec in due if (j, sec * 1000) not in rows
+               and not any(a <= sec <= b for a, b, _ in summaries.get(j, ()))]
+    summarised = sum(n for spans in summaries.values() for _, _, n in spans)
     gap_claimed = claimed_of(kind, store, run, missing)  # read before the store goes
     shutil.rmtree(tmp, ignore_errors=True)
     if kind == "postgres":
@@ -454,6 +506,7 @@ def run_overload(kind: str, ceiling: int, seconds: int, pg: str, *, drop: bool =
         "expected": jobs * seconds, "fired": len({p for p in pairs if p[1] < w1}),
         "duplicates": len(recs) - len(pairs), "p50": pct(during, 50), "p99": pct(during, 99),
         "shed_rows": shed_rows, "shed_counter": data["skips"].get("overloaded", 0),
+        "summary_rows": sum(len(v) for v in summaries.values()), "summarised": summarised,
         "skips": data["skips"], "due_checked": len(due), "silent_gaps": gaps,
         "gap_seconds": gap_seconds,  # [second - w1, gaps, stop - second]
         "gap_detail": gap_detail,  # with a claim, run by a handler, of interval jobs, ids
@@ -492,7 +545,8 @@ def overload(a: argparse.Namespace) -> None:
                          else f"{back:.1f} s")
             print(f"  {kind:8s} {r['jobs']} jobs/s: fired {r['fired']}/{r['expected']}, "
                   f"p50 {r['p50'] * 1000:.0f} ms, p99 {r['p99'] * 1000:.0f} ms, shed "
-                  f"{r['shed_rows']} rows (counter {r['shed_counter']}), silent gaps "
+                  f"{r['shed_rows']} rows (counter {r['shed_counter']}), summaries "
+                  f"{r['summary_rows']} of {r['summarised']} slots, silent gaps "
                   f"{r['silent_gaps']} of {r['due_checked']} due, two rows {r['two_rows']}, "
                   f"not final {r['not_final']}, dup {r['duplicates']}, back on time "
                   f"{back_text} after the drop; "
