@@ -613,6 +613,20 @@ async def test_skips_past_the_writers_bound_are_summarised_not_dropped(
         assert summary.reason == "already_executing" and "busy 1" in summary.logs
 
 
+async def _writing_in_chunks(make: Make, running: list, monkeypatch: pytest.MonkeyPatch,
+                             chunk: int) -> Scheduler:
+    """A started scheduler with one job whose writer hands the store ``chunk`` skips a
+    call."""
+    from cronfleet.runtime import writer
+
+    monkeypatch.setattr(writer, "SKIP_CHUNK", chunk)
+    s = make()
+    s.job("1s", id="a")(Recorder())
+    await s.start()
+    running.append(s)
+    return s
+
+
 @pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_skips_are_written_in_chunks_and_a_failed_chunk_keeps_itself_and_the_rest(
     make: Make, clock: FakeClock, running: list, monkeypatch: pytest.MonkeyPatch
@@ -625,12 +639,8 @@ async def test_skips_are_written_in_chunks_and_a_failed_chunk_keeps_itself_and_t
     from cronfleet.runtime import writer
     from cronfleet.store.base import Skip
 
-    monkeypatch.setattr(writer, "SKIP_CHUNK", 3)
     monkeypatch.setattr(writer, "MAX_BUFFERED", 9)
-    s = make()
-    s.job("1s", id="a")(Recorder())
-    await s.start()
-    running.append(s)
+    s = await _writing_in_chunks(make, running, monkeypatch, 3)
     real = s.store.record_skips
     calls: list[list[float]] = []
 
@@ -665,14 +675,9 @@ async def test_skips_being_written_when_a_stop_cancels_the_writer_are_kept_not_l
     (a removal of thousands of jobs, an overloaded instant): the chunks not written yet
     go back to the writer, and the stop's last writes record them. Before, the batch was
     gone: slots with no row and nothing said."""
-    from cronfleet.runtime import writer
     from cronfleet.store.base import Skip
 
-    monkeypatch.setattr(writer, "SKIP_CHUNK", 2)
-    s = make()
-    s.job("1s", id="a")(Recorder())
-    await s.start()
-    running.append(s)
+    s = await _writing_in_chunks(make, running, monkeypatch, 2)
     real = s.store.record_skips
     hang = asyncio.Event()
     calls: list[int] = []
@@ -708,14 +713,9 @@ async def test_the_writer_writes_results_between_two_chunks_of_skips(
     """A long backlog of skips (after an outage, an overloaded instant) must not hold the
     results that end meanwhile: their lease releases let the jobs' next slots run. The
     writer's task writes the group commit between two chunks when results wait."""
-    from cronfleet.runtime import writer
     from cronfleet.store.base import Skip
 
-    monkeypatch.setattr(writer, "SKIP_CHUNK", 2)
-    s = make()
-    s.job("1s", id="a")(Recorder())
-    await s.start()
-    running.append(s)
+    s = await _writing_in_chunks(make, running, monkeypatch, 2)
     w = s.writer
     order: list[Any] = []
     real = s.store.record_skips
