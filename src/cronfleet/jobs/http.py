@@ -29,6 +29,7 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -586,19 +587,24 @@ class HttpRuntime:
         httpcore's pool looks at each of its connections (a ``poll`` of each idle socket)
         for every request it assigns, so one pool of 50 busy connections costs ~3x the
         CPU per request of a pool of 5 (``bench/http_cpu.py``); smaller pools keep that
-        look short."""
+        look short. The clients share one TLS context: each of its own loads the CA
+        bundle again: 8 of them took ~231 ms of this loop and ~7.5 MB at the first HTTP run
+        against ~46 ms and ~1.7 MB for one (``bench/http_setup.py``)."""
         loop = asyncio.get_running_loop()
         if not self._clients or self._loop is not loop:
             n = max(1, min(POOLS, self.max_connections))
             share, extra = divmod(self.max_connections, n)
-            self._clients = [self._new_client(share + (k < extra)) for k in range(n)]
+            tls = _shared_tls()
+            self._clients = [self._new_client(share + (k < extra), tls) for k in range(n)]
             self._loop = loop
         self._turn = (self._turn + 1) % len(self._clients)
         return self._clients[self._turn]
 
-    def _new_client(self, max_connections: int) -> httpx.AsyncClient:
+    def _new_client(self, max_connections: int,
+                    tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections)
+            limits=httpx.Limits(max_connections=max_connections),
+            verify=True if tls is None else tls,
         )
         pool = getattr(transport, "_pool", None)
         if pool is not None and hasattr(pool, "_network_backend"):
@@ -632,6 +638,15 @@ class HttpRuntime:
             await self._vault.store.close()
         if self._health is not None:
             await self._health.close()
+
+
+def _shared_tls() -> ssl.SSLContext | None:
+    """One TLS context for all the pools of a runtime, made as httpx makes its own
+    (``verify=True``, the CA bundle, ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured);
+    ``None`` with an httpx older than 0.28, which has no public way to make it: each
+    client then makes its own, as before."""
+    make = getattr(httpx, "create_ssl_context", None)
+    return make() if make is not None else None
 
 
 _default: HttpRuntime | None = None

@@ -87,3 +87,24 @@ async def test_requests_below_the_cap_do_not_wait_for_each_other() -> None:
         await server.close()
     assert server.served == 20
     assert server.most == 20
+
+
+async def test_the_pools_share_one_tls_context() -> None:
+    """Each TLS context loads the CA bundle (tens of milliseconds and ~1 MB each), made on
+    the event loop at the first HTTP run: the runtime's pools share one, made as httpx
+    makes its own (certificates verified)."""
+    import ssl
+
+    import httpx
+
+    if not hasattr(httpx, "create_ssl_context"):
+        pytest.skip("httpx < 0.28 has no public way to make the shared context")
+    runtime = HttpRuntime(max_connections=POOLS * 2)
+    try:
+        runtime.client()
+        contexts = {id(c._transport._pool._ssl_context) for c in runtime._clients}  # type: ignore[attr-defined]
+        assert len(runtime._clients) == POOLS and len(contexts) == 1
+        ctx = runtime._clients[0]._transport._pool._ssl_context  # type: ignore[attr-defined]
+        assert ctx.verify_mode is ssl.CERT_REQUIRED and ctx.check_hostname
+    finally:
+        await runtime.aclose()
