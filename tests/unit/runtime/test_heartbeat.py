@@ -307,12 +307,7 @@ async def test_a_stop_right_after_start_stops_the_thread_started_at_start(
     await s.stop()
     await asyncio.sleep(0.5)  # five intervals: a thread left running beats meanwhile
     assert "cronfleet-heartbeat-brief" not in {t.name for t in threading.enumerate()}
-    probe = Scheduler(store=url, instance_id="probe")
-    await probe.store.open()
-    try:
-        assert await probe.store.list_instances(ttl=60) == []
-    finally:
-        await probe.store.close()
+    assert await _instance_rows(url) == []
 
 
 async def test_a_start_that_fails_dividing_stops_the_thread_and_removes_its_row(
@@ -333,10 +328,14 @@ async def test_a_start_that_fails_dividing_stops_the_thread_and_removes_its_row(
     with pytest.raises(RuntimeError, match="while dividing"):
         await f.start()
     assert "cronfleet-heartbeat-failing" not in {t.name for t in threading.enumerate()}
+    assert await _instance_rows(url) == []
+
+
+async def _instance_rows(url: str) -> list[object]:
+    """The live instance rows of the store at ``url``, read by a probe of its own."""
     probe = Scheduler(store=url, instance_id="probe")
     await probe.store.open()
     try:
-        assert await probe.store.list_instances(ttl=60) == []
+        return list(await probe.store.list_instances(ttl=60))
     finally:
         await probe.store.close()
-
