@@ -594,17 +594,17 @@ class HttpRuntime:
         if not self._clients or self._loop is not loop:
             n = max(1, min(POOLS, self.max_connections))
             share, extra = divmod(self.max_connections, n)
-            tls = _shared_tls()
+            # made as httpx makes its own: verify=True, the CA bundle, or SSL_CERT_FILE /
+            # SSL_CERT_DIR (httpx >= 0.27, the floor, has this call with these defaults)
+            tls = httpx.create_ssl_context()
             self._clients = [self._new_client(share + (k < extra), tls) for k in range(n)]
             self._loop = loop
         self._turn = (self._turn + 1) % len(self._clients)
         return self._clients[self._turn]
 
-    def _new_client(self, max_connections: int,
-                    tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections),
-            verify=True if tls is None else tls,
+            limits=httpx.Limits(max_connections=max_connections), verify=tls
         )
         pool = getattr(transport, "_pool", None)
         if pool is not None and hasattr(pool, "_network_backend"):
@@ -638,15 +638,6 @@ class HttpRuntime:
             await self._vault.store.close()
         if self._health is not None:
             await self._health.close()
-
-
-def _shared_tls() -> ssl.SSLContext | None:
-    """One TLS context for all the pools of a runtime, made as httpx makes its own
-    (``verify=True``, the CA bundle, ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured);
-    ``None`` with an httpx older than 0.28, which has no public way to make it: each
-    client then makes its own, as before."""
-    make = getattr(httpx, "create_ssl_context", None)
-    return make() if make is not None else None
 
 
 _default: HttpRuntime | None = None

@@ -95,10 +95,6 @@ async def test_the_pools_share_one_tls_context() -> None:
     makes its own (certificates verified)."""
     import ssl
 
-    import httpx
-
-    if not hasattr(httpx, "create_ssl_context"):
-        pytest.skip("httpx < 0.28 has no public way to make the shared context")
     runtime = HttpRuntime(max_connections=POOLS * 2)
     try:
         runtime.client()
