@@ -140,9 +140,10 @@ class Writer:
                                why if first <= add[1] else add[4])
 
     @staticmethod
-    def _summary_rows(summaries: dict[tuple[str, str], Summary]) -> list[Skip]:
+    def _summary_rows(summaries: Iterable[tuple[tuple[str, str], Summary]]) -> list[Skip]:
+        """One record per ``((job, reason), summary)``, in their order."""
         out = []
-        for (job_id, reason), (count, first, last, who, why) in summaries.items():
+        for (job_id, reason), (count, first, last, who, why) in summaries:
             text, result = missed_summary(count, from_ts(first).isoformat(),
                                           from_ts(last).isoformat(), reason)
             out.append(Skip(job_id, first, reason, instance_id=who,
@@ -309,7 +310,7 @@ class Writer:
         for a later try (bounded: :meth:`keep_skip`). A chunk written again after a
         failure adds no row: each skip takes its slot's claim first."""
         sums = list((summaries or {}).items())
-        todo = [*self._summary_rows(dict(sums)), *skips]
+        todo = [*self._summary_rows(sums), *skips]
         done = 0
 
         def keep_the_rest() -> int:
