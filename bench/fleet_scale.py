@@ -320,27 +320,36 @@ def ledger_rows(kind: str, store: str, schema: str, t0: float, t1: float
             for j, ms, n, open_, shed in got}
 
 
-def redis_ledger_rows(store: str, t0: float, t1: float
-                      ) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """``ledger_rows`` on Redis: the run ids of the slots in ``[t0, t1)`` from the slot
-    index (``<prefix>slot``, scored by slot), each run hash's job, slot, status, manual
-    flag and reason (store/redis/ops.py ``run_fields``)."""
+def redis_runs(store: str, t0: float, t1: float | None, *fields: str) -> list[list[Any]]:
+    """These fields of each run hash whose slot is in ``[t0, t1)`` (``None``: no end), by
+    the store's slot index (``<prefix>slot``, scored by slot; store/redis/ops.py
+    ``run_fields`` names the fields), 10,000 hashes a round trip."""
     client, prefix = redis_keys(store)
-    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    out: list[list[Any]] = []
     try:
-        ids = client.zrangebyscore(f"{prefix}slot", int(t0 * 1000), f"({int(t1 * 1000)}")
+        end = "+inf" if t1 is None else f"({int(t1 * 1000)}"
+        ids = client.zrangebyscore(f"{prefix}slot", int(t0 * 1000), end)
         for i in range(0, len(ids), 10_000):
             pipe = client.pipeline(transaction=False)
             for padded in ids[i:i + 10_000]:
-                pipe.hmget(f"{prefix}r:{int(padded)}", "j", "sl", "st", "ma", "rs")
-            for j, sl, st, ma, rs in pipe.execute():
-                if j is None or ma == "1":
-                    continue
-                n, still_open, shed = out.get((j, int(sl)), (0, 0, 0))
-                out[(j, int(sl))] = (n + 1, still_open + (st in ("running", "pending")),
-                                     shed + (rs == "overloaded"))
+                pipe.hmget(f"{prefix}r:{int(padded)}", *fields)
+            out += pipe.execute()
     finally:
         client.close()
+    return out
+
+
+def redis_ledger_rows(store: str, t0: float, t1: float
+                      ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``ledger_rows`` on Redis: each run hash's job, slot, status, manual flag and
+    reason."""
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for j, sl, st, ma, rs in redis_runs(store, t0, t1, "j", "sl", "st", "ma", "rs"):
+        if j is None or ma == "1":
+            continue
+        n, still_open, shed = out.get((j, int(sl)), (0, 0, 0))
+        out[(j, int(sl))] = (n + 1, still_open + (st in ("running", "pending")),
+                             shed + (rs == "overloaded"))
     return out
 
 
@@ -357,17 +366,8 @@ def summaries_of(kind: str, store: str, schema: str, t0: float
 
     got: list[tuple[str, str]] = []
     if kind == "redis":
-        client, prefix = redis_keys(store)
-        try:
-            ids = client.zrangebyscore(f"{prefix}slot", int(t0 * 1000), "+inf")
-            for i in range(0, len(ids), 10_000):
-                pipe = client.pipeline(transaction=False)
-                for padded in ids[i:i + 10_000]:
-                    pipe.hmget(f"{prefix}r:{int(padded)}", "j", "ma", "r")
-                got += [(j, r) for j, ma, r in pipe.execute()
-                        if j is not None and ma != "1" and r and '"count"' in r]
-        finally:
-            client.close()
+        got = [(j, r) for j, ma, r in redis_runs(store, t0, None, "j", "ma", "r")
+               if j is not None and ma != "1" and r and '"count"' in r]
     elif kind == "sqlite":
         import sqlite3
 
